@@ -1,0 +1,165 @@
+"""TD001 pad-token: the tokenizer needs a pad token the trainer, the model files and vLLM agree on.
+
+What goes wrong
+    GRPO pads prompts (left) and completions into batches, PPO pads queries and responses, and both pad
+    the batches their reward models score. Causal-LM tokenizers such as GPT-2's and the Llama 3 releases
+    ship without a pad token. GRPOTrainer before TRL 0.17 then crashes at the first batch with
+    "ValueError: Asking to pad but the tokenizer does not have a padding token"; from TRL 0.17 on
+    (PR #3290) it silently sets `pad_token = eos_token`. A pad id that is outside the embedding matrix
+    crashes the first forward pass ("index out of range in self" on CPU, a device-side assert on GPU), and
+    a `pad_token_id` in config.json or generation_config.json that disagrees with the tokenizer makes
+    generation pad with a different token than the trainer masks.
+
+    pad = eos is harmless for GRPO and RLOO: they build the completion mask from the first eos
+    (inclusive), so the eos stays in the loss. It is not harmless for PPO, whose value and reward
+    forwards mask every id equal to the pad id, so the final eos is masked out and the model is never
+    rewarded for stopping.
+
+Versions
+    GRPOTrainer sets pad = eos from TRL 0.17.0; TRL 0.14-0.16 do not. The rule does not rely on this
+    table: it reads the installed trainer's source for the assignment and quotes the line it found.
+
+How it is detected
+    The tokenizer is loaded as the trainer will hold it (with `added_tokens` added); its pad token and id
+    are compared with the eos, with the model's vocab_size (embedding rows) and with `pad_token_id` in
+    config.json and generation_config.json.
+
+What the fix does
+    Picks a pad token the vocabulary already has (`<pad>`, `<|pad|>`, `[PAD]`, `<|padding|>`,
+    `<|finetune_right_pad_id|>`, `<|endoftext|>` when it is not the eos), falling back to the eos token;
+    it never grows the vocabulary. It writes `pad_token` to tokenizer_config.json (and
+    special_tokens_map.json when present) and `pad_token_id` to config.json and generation_config.json.
+    Files in the Hugging Face cache are never rewritten: copy the model to a folder first.
+"""
+
+from __future__ import annotations
+
+from trl_doctor import Edit, Fix, fail, passed, rule, warn
+
+from ._common import TRAINER_CLASS, as_id_list, embedding_rows, trainer_sets_pad_to_eos
+
+PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_pad_id|>", "<|endoftext|>")
+
+
+@rule(
+    id="TD001",
+    slug="pad-token",
+    title="Tokenizer has a pad token the trainer and model files agree on",
+    needs=("tokenizer", "model_config"),
+    fixable="sometimes",
+)
+def check(ctx):
+    tok = ctx.tokenizer
+    rows = embedding_rows(ctx)
+    cfg_json = ctx.read_json(ctx.model_file("config.json")) or {}
+    gen_json = ctx.read_json(ctx.model_file("generation_config.json"))
+    trainer_cls = TRAINER_CLASS[ctx.trainer]
+    trl_version = ctx.version("trl") or "not installed"
+    pad, pad_id, eos, eos_id = tok.pad_token, tok.pad_token_id, tok.eos_token, tok.eos_token_id
+    gen_eos = as_id_list((gen_json or {}).get("eos_token_id"))
+    details = {
+        "tokenizer": str(ctx.config.tokenizer.path),
+        "pad_token": pad,
+        "pad_token_id": pad_id,
+        "eos_token": eos,
+        "eos_token_id": eos_id,
+        "vocab_size (embedding rows)": rows,
+        "config.json pad_token_id": cfg_json.get("pad_token_id"),
+        "generation_config.json pad_token_id": None if gen_json is None else gen_json.get("pad_token_id"),
+        "trl": trl_version,
+    }
+
+    if pad is None:
+        choice = _choose_pad(tok, rows, eos_id)
+        fix = _fix(ctx, choice, gen_json)
+        if eos is None:
+            yield fail("the tokenizer has neither a pad token nor an eos token; batches cannot be padded", fix, **details)
+            return
+        sets, evidence = trainer_sets_pad_to_eos(ctx.trainer)
+        details["trainer behaviour"] = evidence
+        if sets:
+            harm = (
+                " PPO then masks that eos out of the value and reward forwards, so the model is never rewarded for stopping."
+                if ctx.trainer == "ppo" else ""
+            )
+            yield warn(
+                f"the tokenizer has no pad token; {trainer_cls} in trl {trl_version} will silently set "
+                f"pad_token = eos_token {eos!r} (id {eos_id}).{harm}",
+                fix, **details,
+            )
+        else:
+            yield fail(
+                f"the tokenizer has no pad token and {trainer_cls} in trl {trl_version} does not set one: the first batch "
+                "fails with 'Asking to pad but the tokenizer does not have a padding token'",
+                fix, **details,
+            )
+        return
+
+    if pad_id is None or (rows is not None and pad_id >= rows):
+        choice = _choose_pad(tok, rows, eos_id)
+        yield fail(
+            f"pad token {pad!r} has id {pad_id}, outside the model's {rows} embedding rows (config.json vocab_size): "
+            "the first forward pass indexes past the embedding matrix",
+            _fix(ctx, choice, gen_json) if choice and choice[0] != pad else None,
+            **details,
+        )
+        return
+
+    files = {"config.json": cfg_json.get("pad_token_id")}
+    if gen_json is not None:
+        files["generation_config.json"] = gen_json.get("pad_token_id")
+    disagree = {name: value for name, value in files.items() if value is not None and value != pad_id}
+    if disagree:
+        listed = ", ".join(f"{name} says {value}" for name, value in disagree.items())
+        yield warn(
+            f"pad_token_id disagrees between files: the tokenizer's pad {pad!r} is id {pad_id} but {listed}",
+            _fix(ctx, (pad, pad_id, "the tokenizer's own pad token"), gen_json, tokenizer=False),
+            **details,
+        )
+
+    if pad_id == eos_id or pad_id in gen_eos:
+        if ctx.trainer == "ppo":
+            choice = _choose_pad(tok, rows, eos_id, exclude=set(gen_eos) | {eos_id})
+            yield warn(
+                f"pad token {pad!r} is also an eos token (id {pad_id}): PPO masks pad ids out of the value and reward "
+                "forwards, so the final eos is masked and the model is never rewarded for stopping",
+                _fix(ctx, choice, gen_json) if choice and choice[1] != pad_id else None,
+                **details,
+            )
+            return
+        details["pad = eos"] = (
+            f"harmless for {trainer_cls}: it masks the completion after the first eos, keeping that eos in the loss"
+        )
+    yield passed(f"pad token {pad!r} (id {pad_id}) is set and within the {rows} embedding rows", **details)
+
+
+def _choose_pad(tok, rows, eos_id, exclude=frozenset()):
+    """(token, id, why) for the best pad the vocabulary already has, or the eos as the last resort."""
+    vocab = tok.get_vocab()
+    banned = set(exclude) | {eos_id}
+    for name in PAD_CANDIDATES:
+        tid = vocab.get(name)
+        if tid is not None and tid not in banned and (rows is None or tid < rows):
+            return name, tid, "a dedicated pad token already in the vocabulary"
+    if tok.eos_token is not None and eos_id not in exclude:
+        return tok.eos_token, eos_id, "the eos token (the vocabulary has no dedicated pad token, and growing it would need new embedding rows)"
+    return None
+
+
+def _fix(ctx, choice, gen_json, tokenizer=True):
+    if choice is None:
+        return None
+    token, tid, why = choice
+    cfg = ctx.config
+    if cfg.tokenizer.in_cache or cfg.model.in_cache:
+        return None  # never rewrite the Hugging Face cache
+    edits = []
+    if tokenizer:
+        edits.append(Edit(str(cfg.tokenizer.path / "tokenizer_config.json"), set=(("pad_token", token),)))
+        if (cfg.tokenizer.path / "special_tokens_map.json").is_file():
+            edits.append(Edit(str(cfg.tokenizer.path / "special_tokens_map.json"), set=(("pad_token", token),)))
+    edits.append(Edit(str(cfg.model.path / "config.json"), set=(("pad_token_id", tid),)))
+    if gen_json is not None:
+        edits.append(Edit(str(cfg.model.path / "generation_config.json"), set=(("pad_token_id", tid),)))
+    what = f"set pad_token to {token!r} (id {tid}), {why}" if tokenizer else f"align pad_token_id to {tid}"
+    return Fix(f"{what}; write pad_token_id {tid} to config.json" + (" and generation_config.json" if gen_json is not None else ""), tuple(edits))

@@ -1,0 +1,50 @@
+"""TD009 trainer-config: the config is one the installed TRL accepts.
+
+What goes wrong
+    `trl grpo --config config.yaml` (and rloo, ppo) parses every key into TRL's dataclasses: the script
+    arguments, the model arguments and the trainer's config class (GRPOConfig, RLOOConfig, PPOConfig). A
+    key that none of them has (a typo, or a field renamed or removed between TRL releases, such as
+    `max_prompt_length` or `use_vllm` options moving around) makes the parser stop before training starts,
+    and a value TRL's own `__post_init__` rejects (a batch that does not divide into generations, a
+    conflicting pair of options) stops the job inside the launcher, one error at a time.
+
+Versions
+    Field sets change with every TRL minor release; the rule asks the installed release, never a table.
+    On a machine without a GPU the config is built with `use_cpu=True` (transformers otherwise rejects
+    bf16 "on this setup"), because the config is meant for the training machine; precision against the
+    real GPU is another rule's job.
+
+How it is detected
+    The doctor's own keys (trainer, tokenizer_name_or_path, added_tokens, dataset_path, ...) are set
+    aside; every other key must be a field of TRL's ScriptArguments, ModelConfig or the trainer's config
+    class, and the config class is built from its keys so that TRL's validation runs.
+
+What the fix does
+    Nothing automatic: an unknown key is reported with the closest known field name, and TRL's own
+    error message is quoted.
+"""
+
+from __future__ import annotations
+
+from trl_doctor import fail, passed, rule
+
+
+@rule(id="TD009", slug="trainer-config", title="The installed TRL accepts every key and value of the config")
+def check(ctx):
+    info = ctx.trainer_config_info
+    details = {"config class": info.class_name, "trl": info.trl_version}
+    if info.injected:
+        details["set by the doctor to build it here"] = ", ".join(f"{k}={v}" for k, v in info.injected.items())
+    if info.unknown_keys:
+        listed = ", ".join(
+            f"{k!r} (did you mean {info.suggestions[k]!r}?)" if k in info.suggestions else repr(k) for k in info.unknown_keys
+        )
+        details["unknown keys"] = info.unknown_keys
+        yield fail(
+            f"trl {info.trl_version} does not know {listed}: `trl {ctx.trainer} --config` would stop on it",
+            **details,
+        )
+    if info.error:
+        yield fail(f"{info.class_name} rejects the config: {info.error}", **details)
+    if not info.unknown_keys and not info.error:
+        yield passed(f"{info.class_name} (trl {info.trl_version}) accepts all {len(info.passed_keys)} trainer keys", **details)

@@ -1,0 +1,218 @@
+"""The `trl-doctor` command line. Only click and the light engine modules are imported here; torch,
+transformers and trl are imported by the context loaders when a rule first needs them."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ._version import __version__
+
+EXIT_INPUT = 2
+
+
+def _offline_environment() -> None:
+    """Nothing may be fetched, and library chatter must not bury the report."""
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+        os.environ[key] = "1"
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import warnings
+
+    warnings.filterwarnings("ignore")
+
+
+def _input_error(message: str) -> "click.exceptions.Exit":
+    click.echo(f"trl-doctor: error: {message}", err=True)
+    return click.exceptions.Exit(EXIT_INPUT)
+
+
+def _names(value: str | None) -> list[str]:
+    return [v for v in (value or "").replace(" ", ",").split(",") if v]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="trl-doctor")
+def main() -> None:
+    """Preflight checks for RL fine-tuning with TRL (GRPO, RLOO, PPO): run before you spend a GPU-day.
+
+    \b
+    Exit status: 0 nothing failed; 1 a rule failed or errored (or warned, with --fail-on warn);
+    2 the config or one of its inputs cannot be read.
+    """
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=True, path_type=str))
+@click.option("--fix", is_flag=True, help="Apply the safe fixes, then check again.")
+@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that rewrite model weights.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print what --fix would change as a unified diff; change nothing.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "github", "sarif"]), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), help="Write the report to this file.")
+@click.option("--select", help="Only these rules: ids (TD001) or slugs (pad-token), comma-separated.")
+@click.option("--ignore", help="Skip these rules: ids or slugs, comma-separated.")
+@click.option("--smoke/--no-smoke", default=True, show_default=True, help="Run the one-step training smoke test.")
+@click.option("--smoke-timeout", type=float, default=300.0, show_default=True, help="Seconds before the smoke step is stopped.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--trust-remote-code", is_flag=True, help="Allow the model's own Python code (auto_map) to run.")
+@click.option("--fail-on", type=click.Choice(["fail", "warn"]), default="fail", show_default=True, help="Lowest status that makes the exit status 1.")
+def check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code, fail_on):
+    """Check CONFIG (a TRL CLI config, JSON or YAML) and print a report."""
+    _offline_environment()
+    from ._errors import InputError
+    from ._registry import RegistryError
+
+    try:
+        code = _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device,
+                      trust_remote_code, fail_on)
+    except (InputError, RegistryError) as exc:
+        raise _input_error(str(exc)) from None
+    raise click.exceptions.Exit(code)
+
+
+def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code, fail_on) -> int:
+    from dataclasses import replace
+
+    from . import _fixer
+    from ._config import load_config
+    from ._context import Context, Options
+    from ._engine import exit_status, run_rules
+    from ._registry import all_rules, select_rules
+
+    rules = select_rules(all_rules(), _names(select), _names(ignore))
+    options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout)
+    progress = _progress() if sys.stderr.isatty() else None
+
+    def run_once():
+        cfg = load_config(config)
+        with Context(cfg, options) as ctx:
+            return cfg, run_rules(rules, ctx, progress)
+
+    cfg, results = run_once()
+    applied_files: list[dict] = []
+    if fix or show_diff:
+        fixes = [r.pending_fix for r in results if r.pending_fix and (unsafe_fixes or not r.pending_fix.unsafe)]
+        changes = _fixer.plan(fixes)
+        if show_diff:
+            _clear(progress)
+            text = _fixer.unified_diff(changes)
+            click.echo(text if text else "trl-doctor: no fix would change any file", nl=False, err=not text)
+            if not text:
+                click.echo("", err=True)
+            if output:
+                _write_report(fmt, cfg, results, [], output, color=False)
+            return exit_status(results, fail_on)
+        if changes:
+            written = _fixer.apply(changes)
+            applied_files = [{"file": str(p), "backup": str(b) if b else None} for p, b in written]
+            fixed_ids = {r.id: r.fix for r in results if r.pending_fix in fixes}
+            cfg, results = run_once()
+            results = [
+                replace(r, fix=replace(fixed_ids[r.id], applied=True)) if r.id in fixed_ids and (r.fix is None or r.status.value in ("pass", "skip")) else r
+                for r in results
+            ]
+    _clear(progress)
+    color = output is None and fmt == "table" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    _write_report(fmt, cfg, results, applied_files, output, color)
+    return exit_status(results, fail_on)
+
+
+def _write_report(fmt, cfg, results, applied, output, color) -> None:
+    from ._engine import summarize
+    from ._env import environment
+    from ._formats import Report, render
+
+    report = Report(__version__, str(cfg.path), cfg.trainer, environment(), results, summarize(results), applied)
+    text = render(fmt, report, color=color)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+
+
+def _progress():
+    def show(rule) -> None:
+        click.echo(f"\r\033[Kchecking {rule.id} {rule.slug}...", nl=False, err=True)
+
+    return show
+
+
+def _clear(progress) -> None:
+    if progress is not None:
+        click.echo("\r\033[K", nl=False, err=True)
+
+
+@main.command("rules")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def list_rules(fmt):
+    """List every rule: id, slug, title, trainers, autofix."""
+    from ._registry import RegistryError, all_rules
+
+    try:
+        rules = all_rules()
+    except RegistryError as exc:
+        raise _input_error(str(exc)) from None
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps([
+            {"id": r.id, "slug": r.slug, "title": r.title, "severity": r.severity, "trainers": list(r.trainers),
+             "fix": r.fixable, "source": r.source, "module": r.module} for r in rules], indent=2))
+        return
+    from tabulate import tabulate
+
+    rows = [[r.id, r.slug, r.title, ",".join(r.trainers), r.fixable if r.has_fix else "-", r.source] for r in rules]
+    click.echo(tabulate(rows, headers=["id", "slug", "title", "trainers", "fix", "source"], tablefmt="simple"))
+
+
+@main.command()
+@click.argument("rule")
+def explain(rule):
+    """Print a rule's full explanation (RULE is an id like TD001 or a slug like pad-token)."""
+    from ._registry import RegistryError, all_rules, find_rule
+
+    try:
+        r = find_rule(all_rules(), rule)
+    except RegistryError as exc:
+        raise _input_error(str(exc)) from None
+    click.echo(f"{r.id} {r.slug}: {r.title}")
+    click.echo(f"trainers: {', '.join(r.trainers)}    severity: {r.severity}    fix: {r.fixable}    from: {r.source}")
+    click.echo("")
+    click.echo(r.explanation)
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def env(fmt):
+    """Print python, torch (and its CUDA), transformers, trl, accelerate, vllm versions and the GPUs."""
+    from ._env import environment
+
+    e = environment()
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps(e, indent=2))
+        return
+    from tabulate import tabulate
+
+    rows = [["python", e["python"]], ["platform", e["platform"]]]
+    rows += [[name, v or "not installed"] for name, v in e["packages"].items()]
+    rows.append(["torch CUDA build", e["torch_cuda"] or "none (CPU build)"])
+    click.echo(tabulate(rows, headers=["package", "version"], tablefmt="simple"))
+    click.echo("")
+    if e["gpus"]:
+        click.echo(tabulate(
+            [[g["index"], g["name"], g["memory_total_mib"], g["memory_free_mib"], g["compute_capability"], g["driver"], g["driver_cuda"]] for g in e["gpus"]],
+            headers=["gpu", "name", "total MiB", "free MiB", "capability", "driver", "driver CUDA"], tablefmt="simple"))
+    else:
+        click.echo(f"GPUs: none ({e.get('gpu_note', 'NVML reports no device')})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+"""The shared check context: every artifact a rule may need, loaded lazily and at most once.
+
+Cheap things (the raw JSON files next to the model) come first; the tokenizer, the model config, TRL's
+trainer config object, the meta-device model and the miniature twin are built on first use. A loader that
+fails remembers its failure, so a second rule asking for the same thing gets the same answer at no cost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ._config import DOCTOR_KEYS, DoctorConfig
+from ._errors import InputError, Unavailable
+
+# Keys TRL's own CLI scripts accept beside the trainer's config class (trl/scripts/grpo.py, rloo.py, ppo.py)
+# and TrlParser's `env` block.
+SCRIPT_EXTRA_KEYS = ("reward_funcs", "reward_model_name_or_path", "env", "sft_model_path")
+
+
+@dataclass(frozen=True)
+class Options:
+    device: str = "auto"  # auto | cpu | cuda
+    trust_remote_code: bool = False
+    smoke: bool = True
+    smoke_timeout: float = 300.0
+    num_processes: int | None = None
+
+
+@dataclass
+class TrainerConfigInfo:
+    """What building the installed TRL's config class from the user's keys gave."""
+
+    class_name: str
+    trl_version: str
+    config: Any = None
+    error: str | None = None
+    unknown_keys: list[str] = field(default_factory=list)
+    suggestions: dict[str, str] = field(default_factory=dict)
+    passed_keys: list[str] = field(default_factory=list)
+    injected: dict[str, Any] = field(default_factory=dict)  # keys the doctor set to build it on this machine
+
+
+def _lazy(fn: Callable[["Context"], Any]) -> property:
+    """cached_property that also caches the exception, so a failed load is not retried by every rule."""
+    name = fn.__name__
+
+    def get(self: "Context") -> Any:
+        cache = self._cache
+        if name not in cache:
+            try:
+                cache[name] = (True, fn(self))
+            except (InputError, Unavailable) as exc:
+                cache[name] = (False, exc)
+        ok, value = cache[name]
+        if ok:
+            return value
+        raise value
+
+    get.__doc__ = fn.__doc__
+    return property(get)
+
+
+class Context:
+    def __init__(self, config: DoctorConfig, options: Options | None = None):
+        self.config = config
+        self.options = options or Options()
+        self._cache: dict[str, tuple[bool, Any]] = {}
+        self._workdir: Path | None = None
+
+    # -- housekeeping -------------------------------------------------------------------------------
+    @property
+    def workdir(self) -> Path:
+        """A private temporary folder (twin checkpoints, dataset cache, trainer output), removed by close()."""
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="trl-doctor-"))
+        return self._workdir
+
+    def close(self) -> None:
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def trainer(self) -> str:
+        return self.config.trainer
+
+    # -- raw files (cheap) --------------------------------------------------------------------------
+    def read_json(self, path: Path) -> dict | None:
+        """A JSON file next to the model or tokenizer, or None when it does not exist."""
+        key = f"json:{path}"
+        if key not in self._cache:
+            if not path.is_file():
+                self._cache[key] = (True, None)
+            else:
+                try:
+                    data = json.loads(path.read_text(encoding="utf-8"))
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                    raise InputError(f"{path}: cannot read JSON: {exc}") from None
+                if not isinstance(data, dict):
+                    raise InputError(f"{path}: expected a JSON object")
+                self._cache[key] = (True, data)
+        return self._cache[key][1]
+
+    def model_file(self, name: str) -> Path:
+        return self.config.model.path / name
+
+    def tokenizer_file(self, name: str) -> Path:
+        return self.config.tokenizer.path / name
+
+    # -- versions (no heavy import) -----------------------------------------------------------------
+    def version(self, dist: str) -> str | None:
+        from ._env import package_version
+
+        return package_version(dist)
+
+    # -- tokenizer ----------------------------------------------------------------------------------
+    @_lazy
+    def tokenizer(self):
+        """The tokenizer the trainer will hold: loaded from disk, then `added_tokens` added as special tokens."""
+        tok = self.disk_tokenizer_copy()
+        if self.config.added_tokens:
+            tok.add_tokens(list(self.config.added_tokens), special_tokens=True)
+        return tok
+
+    def disk_tokenizer_copy(self):
+        """A fresh load of the tokenizer exactly as it is on disk."""
+        from transformers import AutoTokenizer
+
+        path = self.config.tokenizer.path
+        try:
+            return AutoTokenizer.from_pretrained(
+                str(path), trust_remote_code=self.options.trust_remote_code, local_files_only=True
+            )
+        except Exception as exc:  # transformers raises many types here; all mean "cannot read this input"
+            raise InputError(f"{path}: cannot load the tokenizer: {_one_line(exc)}") from None
+
+    # -- model config -------------------------------------------------------------------------------
+    @_lazy
+    def model_config(self):
+        from transformers import AutoConfig
+
+        path = self.config.model.path
+        try:
+            return AutoConfig.from_pretrained(
+                str(path), trust_remote_code=self.options.trust_remote_code, local_files_only=True
+            )
+        except Exception as exc:
+            raise InputError(f"{path / 'config.json'}: cannot load the model config: {_one_line(exc)}") from None
+
+    @_lazy
+    def generation_config(self):
+        """The model's GenerationConfig, or None when it ships no generation_config.json."""
+        if not self.model_file("generation_config.json").is_file():
+            return None
+        from transformers import GenerationConfig
+
+        try:
+            return GenerationConfig.from_pretrained(str(self.config.model.path), local_files_only=True)
+        except Exception as exc:
+            raise InputError(f"{self.model_file('generation_config.json')}: {_one_line(exc)}") from None
+
+    # -- trainer config -----------------------------------------------------------------------------
+    @_lazy
+    def trainer_config_info(self) -> TrainerConfigInfo:
+        from ._trl import config_class, script_fields
+
+        trl_version = self.version("trl") or "not installed"
+        cls = config_class(self.trainer)
+        if cls is None:
+            return TrainerConfigInfo(
+                class_name=f"{self.trainer.upper()}Config",
+                trl_version=trl_version,
+                error=f"trl {trl_version} has no {self.trainer.upper()}Config",
+            )
+        import dataclasses
+        import difflib
+
+        own = {f.name for f in dataclasses.fields(cls) if f.init}
+        known = own | script_fields() | set(DOCTOR_KEYS) | set(SCRIPT_EXTRA_KEYS)
+        info = TrainerConfigInfo(class_name=cls.__name__, trl_version=trl_version)
+        kwargs = {}
+        for key, value in self.config.raw.items():
+            if key in own:
+                kwargs[key] = value
+            elif key not in known:
+                info.unknown_keys.append(key)
+                near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+                if near:
+                    info.suggestions[key] = near[0]
+        # Relative output paths would land in the current folder; the doctor never writes there.
+        kwargs.setdefault("output_dir", str(self.workdir / "output"))
+        if "use_cpu" not in kwargs and not self._has_cuda():
+            # transformers rejects bf16 "on this setup" when it sees no GPU; the config is meant for the
+            # training machine, so judge it as it would run here. Precision rules check the real GPU.
+            kwargs["use_cpu"] = True
+            info.injected["use_cpu"] = True
+        info.passed_keys = sorted(kwargs)
+        try:
+            info.config = cls(**kwargs)
+        except Exception as exc:  # TRL's __post_init__ raises ValueError, TypeError, ImportError...
+            info.error = f"{type(exc).__name__}: {_one_line(exc)}"
+        return info
+
+    @_lazy
+    def trainer_config(self):
+        info = self.trainer_config_info
+        if info.config is None:
+            raise Unavailable(f"TRL's {info.class_name} rejects this config (see the trainer-config rule)")
+        return info.config
+
+    # -- models -------------------------------------------------------------------------------------
+    @_lazy
+    def meta_model(self):
+        """The candidate model's structure on the meta device: exact shapes and parameter counts, no memory."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(self.model_config, trust_remote_code=self.options.trust_remote_code)
+
+    @_lazy
+    def twin(self):
+        from ._twin import build_twin
+
+        return build_twin(self.model_config, trust_remote_code=self.options.trust_remote_code)
+
+    @_lazy
+    def twin_dir(self) -> Path:
+        """The twin saved with the trainer's tokenizer, for code (the smoke step) that loads from a path."""
+        out = self.workdir / "twin"
+        self.twin.save_pretrained(str(out), safe_serialization=True)
+        self.tokenizer.save_pretrained(str(out))
+        gen = self.generation_config
+        if gen is not None:
+            gen.save_pretrained(str(out))
+        return out
+
+    # -- dataset ------------------------------------------------------------------------------------
+    @_lazy
+    def dataset(self):
+        """The training split, loaded offline into a private cache folder."""
+        cfg = self.config
+        split = cfg.get("dataset_train_split") or "train"
+        cache = str(self.workdir / "datasets-cache")
+        try:
+            import datasets
+
+            if cfg.dataset_file is not None:
+                from ._config import DATASET_SUFFIXES
+
+                builder = DATASET_SUFFIXES[cfg.dataset_file.suffix.lower()]
+                return datasets.load_dataset(builder, data_files=str(cfg.dataset_file), split="train", cache_dir=cache)
+            if cfg.dataset_dir is not None:
+                if (cfg.dataset_dir / "dataset_info.json").is_file() or (cfg.dataset_dir / "dataset_dict.json").is_file():
+                    ds = datasets.load_from_disk(str(cfg.dataset_dir))
+                    return ds[split] if isinstance(ds, datasets.DatasetDict) else ds
+                return datasets.load_dataset(str(cfg.dataset_dir), cfg.get("dataset_config"), split=split, cache_dir=cache)
+            name = cfg.get("dataset_name")
+            if name is None:
+                raise Unavailable("the config names no dataset (`dataset_name` or `dataset_path`)")
+            return datasets.load_dataset(name, cfg.get("dataset_config"), split=split)
+        except (InputError, Unavailable):
+            raise
+        except Exception as exc:
+            where = cfg.dataset_file or cfg.dataset_dir or cfg.get("dataset_name")
+            raise InputError(f"{where}: cannot load the dataset offline: {_one_line(exc)}") from None
+
+    def _has_cuda(self) -> bool:
+        if self.options.device == "cpu":
+            return False
+        import torch
+
+        return torch.cuda.is_available()
+
+    # -- device -------------------------------------------------------------------------------------
+    @_lazy
+    def device(self) -> str:
+        want = self.options.device
+        if want == "cpu":
+            return "cpu"
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+        if want == "cuda" and not has_cuda:
+            raise Unavailable("--device cuda was given but torch sees no CUDA GPU")
+        return "cuda" if has_cuda else "cpu"
+
+    def need(self, name: str) -> Any:
+        """Resolve one of a rule's declared needs (raises Unavailable or InputError)."""
+        return getattr(self, name)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 400 else text[:397] + "..."

@@ -1,0 +1,69 @@
+"""Report formats. Each module renders one Report to text behind the same `render(report, color)` call."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._types import Result
+
+FORMATS = ("table", "json", "junit", "github", "sarif")
+
+
+@dataclass(frozen=True)
+class Report:
+    version: str
+    config: str
+    trainer: str
+    environment: dict[str, Any]
+    results: list[Result]
+    summary: dict[str, int]
+    applied: list[dict[str, str | None]] = field(default_factory=list)  # files --fix wrote, with backups
+
+
+def render(fmt: str, report: Report, color: bool = False) -> str:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}")
+    module = importlib.import_module(f"{__name__}._{fmt}")
+    return module.render(report, color=color)
+
+
+def result_dict(r: Result) -> dict[str, Any]:
+    """One result as the json format (and tools built on it) sees it."""
+    return {
+        "id": r.id,
+        "rule": r.rule,
+        "title": r.title,
+        "status": r.status.value,
+        "message": r.message,
+        "details": _plain(r.details),
+        "fix": None
+        if r.fix is None
+        else {"description": r.fix.description, "applied": r.fix.applied, "unsafe": r.fix.unsafe, "files": list(r.fix.files)},
+        "duration_s": r.duration_s,
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def details_lines(details: dict[str, Any], indent: str = "    ") -> list[str]:
+    out = []
+    for key, value in details.items():
+        if isinstance(value, str) and "\n" in value:
+            out.append(f"{indent}{key}:")
+            out.extend(f"{indent}  {line}" for line in value.splitlines())
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+            out.append(f"{indent}{key}:")
+            out.extend(f"{indent}  - {v}" for v in value)
+        else:
+            out.append(f"{indent}{key}: {_plain(value)}")
+    return out

@@ -1,0 +1,20 @@
+"""The json format: field names are a contract (tools are built on them); add fields, never rename."""
+
+from __future__ import annotations
+
+import json
+
+from . import Report, result_dict
+
+
+def render(report: Report, color: bool = False) -> str:
+    doc = {
+        "trl_doctor": report.version,
+        "config": report.config,
+        "trainer": report.trainer,
+        "environment": report.environment,
+        "results": [result_dict(r) for r in report.results],
+        "summary": report.summary,
+        "applied": report.applied,
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,40 @@
+"""JUnit XML: one testcase per rule, the shape Jenkins, GitLab and GitHub test reporters read.
+
+fail -> <failure>, error -> <error>, skip -> <skipped>; warnings pass but carry their message in
+<system-out> so dashboards show them without failing the build.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from .._types import Status
+from . import Report, details_lines
+
+
+def render(report: Report, color: bool = False) -> str:
+    s = report.summary
+    total_time = sum(r.duration_s for r in report.results)
+    suites = ET.Element("testsuites", name="trl-doctor", tests=str(len(report.results)), failures=str(s["fail"]),
+                        errors=str(s["error"]), skipped=str(s["skip"]), time=f"{total_time:.3f}")
+    suite = ET.SubElement(suites, "testsuite", name=f"trl-doctor {report.config}", tests=str(len(report.results)),
+                          failures=str(s["fail"]), errors=str(s["error"]), skipped=str(s["skip"]), time=f"{total_time:.3f}")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="trainer", value=report.trainer)
+    ET.SubElement(props, "property", name="trl_doctor", value=report.version)
+    for r in report.results:
+        case = ET.SubElement(suite, "testcase", classname=f"trl_doctor.{r.rule}", name=f"{r.id} {r.rule}",
+                             file=report.config, time=f"{r.duration_s:.3f}")
+        body = "\n".join([r.message, *details_lines(dict(r.details), indent="  ")])
+        if r.fix is not None:
+            body += f"\nfix: {r.fix.description}"
+        if r.status is Status.FAIL:
+            ET.SubElement(case, "failure", message=r.message, type=r.rule).text = body
+        elif r.status is Status.ERROR:
+            ET.SubElement(case, "error", message=r.message, type=r.rule).text = body
+        elif r.status is Status.SKIP:
+            ET.SubElement(case, "skipped", message=r.message)
+        elif r.status is Status.WARN:
+            ET.SubElement(case, "system-out").text = f"warning: {body}"
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
