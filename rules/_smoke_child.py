@@ -30,6 +30,7 @@ def main(spec_path: str, result_path: str) -> int:
         out["error"] = " ".join(str(exc).split())[:2000]
         out["traceback"] = _trim(traceback.format_exception(type(exc), exc, exc.__traceback__), spec.get("user_dir"))
         out["stage"] = spec.get("_stage")
+        out["rewards"] = spec.get("_calls", {})
         code = 1
     with open(result_path, "w", encoding="utf-8") as fh:
         json.dump(out, fh, indent=2, default=str)
@@ -38,6 +39,7 @@ def main(spec_path: str, result_path: str) -> int:
 
 def _trim(frames: list[str], user_dir: str | None) -> str:
     """Keep the user's own frames (their reward code) and the last few of the library's."""
+    frames = [f for f in frames if "_smoke_child.py" not in f]
     keep = [f for f in frames if user_dir and user_dir in f]
     tail = frames[-4:]
     return "".join(keep + [f for f in tail if f not in keep]).rstrip()
@@ -67,7 +69,7 @@ def run(spec: dict, started: float) -> dict:
     args = config_cls(**kwargs)
 
     spec["_stage"] = "reward functions"
-    calls: dict[str, dict] = {}
+    calls: dict[str, dict] = spec.setdefault("_calls", {})
     funcs = [_recorded(resolve_reward(name, spec["user_dir"]), name, calls) for name in spec["reward_funcs"]]
     reward_models = spec.get("reward_models") or []
 
@@ -129,7 +131,17 @@ def _recorded(func, name, calls):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        values = func(*args, **kwargs)
+        try:
+            values = func(*args, **kwargs)
+        except Exception as exc:
+            tb = traceback.extract_tb(exc.__traceback__)
+            where = tb[-1] if tb else None
+            stats["raised"] = {
+                "error": f"{type(exc).__name__}: {exc}",
+                "where": f"{where.filename}:{where.lineno}" if where else "?",
+                "line": (where.line or "") if where else "",
+            }
+            raise
         stats["calls"] += 1
         completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
         stats["completions"] += len(completions) if completions is not None else 0

@@ -97,6 +97,12 @@ def check(ctx):
         return
     if not result.get("ok"):
         stage = result.get("stage") or "?"
+        raised = [(name, s["raised"]) for name, s in result.get("rewards", {}).items() if "raised" in s]
+        if raised:
+            name, r = raised[0]
+            yield fail(f"reward function {name} raised {r['error']} at {_short(r['where'], ctx)}: `{r['line']}`", **details,
+                       traceback=result.get("traceback", ""))
+            return
         yield fail(f"the {stage} stage failed: {result.get('error_type')}: {result.get('error')}", **details,
                    traceback=result.get("traceback", ""))
         return
@@ -199,6 +205,11 @@ def _judge(result, details, ctx):
         f"grad norm {result['grad_norm']:.4g}, {details['updated tensors']} tensors updated",
         **details,
     )
+
+
+def _short(path: str, ctx) -> str:
+    base = str(ctx.config.base_dir)
+    return os.path.relpath(path, base) if path.startswith(base) else path
 
 
 def _tail(path, lines=15) -> str:

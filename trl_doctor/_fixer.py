@@ -104,8 +104,17 @@ def unified_diff(changes: Iterable[FileChange]) -> str:
     for c in changes:
         old = (c.old or b"").decode("utf-8", "replace").splitlines(keepends=True)
         new = c.new.decode("utf-8", "replace").splitlines(keepends=True)
-        chunks.extend(difflib.unified_diff(old, new, f"a/{c.path}" if c.old is not None else "/dev/null", f"b/{c.path}"))
+        shown = _shown(c.path)
+        chunks.extend(difflib.unified_diff(old, new, f"a/{shown}" if c.old is not None else "/dev/null", f"b/{shown}"))
     return "".join(line if line.endswith("\n") else line + "\n" for line in chunks)
+
+
+def _shown(path: Path) -> str:
+    """The path relative to the current folder when it is inside it (as git shows it), else absolute without the leading /."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path).lstrip("/")
 
 
 def backup_path(path: Path) -> Path:

@@ -1,0 +1,59 @@
+"""Shared test fixtures: the built tiny models, a private copy of the fixture tree per test that writes,
+and helpers that run the real `trl-doctor` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+
+import build as fixture_build  # noqa: E402  (fixtures/build.py)
+
+
+@pytest.fixture(scope="session")
+def built_fixtures() -> Path:
+    """fixtures/ with its tiny models built (once per session, skipped when the stamp is current)."""
+    fixture_build.build()
+    return FIXTURES
+
+
+@pytest.fixture()
+def fixture_copy(built_fixtures, tmp_path) -> Path:
+    """A private copy of the fixture tree, for tests that let --fix rewrite files."""
+    dest = tmp_path / "fixtures"
+    shutil.copytree(built_fixtures, dest, ignore=shutil.ignore_patterns("__pycache__", "*.trl-doctor.bak*"))
+    return dest
+
+
+def trl_doctor_exe() -> str:
+    exe = Path(sys.executable).with_name("trl-doctor")
+    return str(exe) if exe.exists() else "trl-doctor"
+
+
+def run_doctor(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the installed console script, exactly as a user does."""
+    full_env = dict(os.environ)
+    full_env.pop("NO_COLOR", None)
+    full_env.update(env or {})
+    return subprocess.run([trl_doctor_exe(), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_json(*args: str, **kw) -> tuple[int, dict]:
+    proc = run_doctor(*args, "--format", "json", **kw)
+    assert proc.stdout, f"no report on stdout; stderr:\n{proc.stderr}"
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def result_of(report: dict, rule: str) -> dict:
+    hits = [r for r in report["results"] if rule in (r["id"], r["rule"])]
+    assert len(hits) == 1, f"{rule} not in {[r['id'] for r in report['results']]}"
+    return hits[0]

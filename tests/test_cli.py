@@ -1,0 +1,147 @@
+"""The command line as a user meets it: input errors are one line and exit 2, selection by id or slug,
+--help without the heavy imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import result_of, run_doctor, run_json
+
+
+def _input_error(proc, *needles):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_missing_config_file(tmp_path):
+    _input_error(run_doctor("check", str(tmp_path / "nope.yaml")), "nope.yaml", "no such file")
+
+
+def test_invalid_yaml_names_line(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model_name_or_path: x\nnum_generations: [1, 2\n")
+    _input_error(run_doctor("check", str(cfg)), "c.yaml", "invalid YAML", "line")
+
+
+def test_invalid_json_names_line_and_column(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text('{"model_name_or_path": "x",\n "beta": }')
+    _input_error(run_doctor("check", str(cfg)), "c.json", "invalid JSON at line 2")
+
+
+def test_config_must_be_a_mapping(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("- a\n- b\n")
+    _input_error(run_doctor("check", str(cfg)), "must be a mapping")
+
+
+def test_model_is_required(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("beta: 0.1\n")
+    _input_error(run_doctor("check", str(cfg)), "model_name_or_path", "required")
+
+
+def test_missing_model_folder(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model_name_or_path: ./models/absent\n")
+    _input_error(run_doctor("check", str(cfg)), "no such folder", "absent")
+
+
+def test_hub_id_not_in_cache_is_never_downloaded(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model_name_or_path: some-org/some-model-that-is-not-cached\n")
+    _input_error(run_doctor("check", str(cfg), env={"HF_HOME": str(tmp_path / "hf")}),
+                 "some-org/some-model-that-is-not-cached", "not in the local Hugging Face cache", "never downloads")
+
+
+def test_bad_trainer_value(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("trainer: dpo\nmodel_name_or_path: x\n")
+    _input_error(run_doctor("check", str(cfg)), "`trainer` must be grpo, ppo or rloo")
+
+
+def test_missing_dataset_file(built_fixtures, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"model_name_or_path: {built_fixtures / 'models' / 'qwen2-chat'}\ndataset_path: data.jsonl\n")
+    _input_error(run_doctor("check", str(cfg)), "dataset_path", "data.jsonl")
+
+
+def test_corrupt_tokenizer_file(fixture_copy):
+    (fixture_copy / "models" / "qwen2-chat" / "tokenizer_config.json").write_text("{not json")
+    _input_error(run_doctor("check", str(fixture_copy / "pad-token" / "ok_qwen2_chat.json"), "--no-smoke"),
+                 "qwen2-chat", "tokenizer")
+
+
+def test_unknown_rule_in_select(built_fixtures):
+    _input_error(run_doctor("check", str(built_fixtures / "pad-token" / "ok_qwen2_chat.json"), "--select", "TD001,no-such-rule"),
+                 "unknown rule 'no-such-rule'")
+
+
+def test_trainer_inferred_from_ppo_keys(built_fixtures):
+    code, report = run_json("check", str(built_fixtures / "pad-token" / "bad_ppo_pad_is_eos.yaml"), "--select", "pad-token")
+    assert report["trainer"] == "ppo"
+    cfg = built_fixtures / "pad-token" / "ok_qwen2_chat.json"
+    assert run_json("check", str(cfg), "--select", "pad-token")[1]["trainer"] == "grpo"
+
+
+def test_select_and_ignore_take_ids_and_slugs(built_fixtures):
+    cfg = str(built_fixtures / "trainer-config" / "ok_grpo.yaml")
+    _, report = run_json("check", cfg, "--select", "td001,trainer-config")
+    assert [r["id"] for r in report["results"]] == ["TD001", "TD009"]
+    _, report = run_json("check", cfg, "--ignore", "smoke-step,TD009")
+    assert [r["id"] for r in report["results"]] == ["TD001"]
+
+
+def test_help_imports_nothing_heavy():
+    code = (
+        "import sys\n"
+        "from trl_doctor._cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "main_mods = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'vllm', 'pynvml') if m in sys.modules]\n"
+        "print('HEAVY', main_mods)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out
+
+
+def test_rules_and_explain_import_nothing_heavy():
+    code = (
+        "import sys\n"
+        "from trl_doctor._registry import all_rules\n"
+        "rules = all_rules()\n"
+        "print('HEAVY', [m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules], len(rules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out
+
+
+def test_env_command_lists_versions_and_gpus():
+    proc = run_doctor("env")
+    assert proc.returncode == 0
+    for name in ("python", "torch", "transformers", "trl", "accelerate", "vllm", "torch CUDA build"):
+        assert name in proc.stdout
+    assert "GPUs:" in proc.stdout or "capability" in proc.stdout
+    import json
+
+    doc = json.loads(run_doctor("env", "--format", "json").stdout)
+    from importlib.metadata import version
+
+    assert doc["packages"]["trl"] == version("trl")
+    assert doc["packages"]["transformers"] == version("transformers")
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_check_help(flag):
+    proc = run_doctor("check", flag)
+    assert proc.returncode == 0
+    for option in ("--fix", "--unsafe-fixes", "--diff", "--format", "--select", "--ignore", "--smoke / --no-smoke",
+                   "--device", "--trust-remote-code", "--fail-on", "--output"):
+        assert option in proc.stdout

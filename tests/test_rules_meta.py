@@ -1,0 +1,59 @@
+"""Meta-tests over every built-in rule: unique ids and slugs, module named after the slug, explanation
+with the fixed headings, and a fixture folder with at least one broken and one healthy case."""
+
+from __future__ import annotations
+
+import yaml
+
+from conftest import FIXTURES, run_doctor
+from trl_doctor._registry import all_rules, builtin_rules
+
+HEADINGS = ("What goes wrong", "How it is detected", "What the fix does")
+
+
+def test_ids_and_slugs_unique():
+    rules = all_rules()
+    assert len({r.id for r in rules}) == len(rules)
+    assert len({r.slug for r in rules}) == len(rules)
+
+
+def test_builtin_rules_present():
+    ids = {r.id: r.slug for r in builtin_rules()}
+    assert ids["TD001"] == "pad-token"
+    assert ids["TD006"] == "smoke-step"
+    assert ids["TD009"] == "trainer-config"
+
+
+def test_module_named_after_slug_and_documented():
+    for r in builtin_rules():
+        assert r.module == "trl_doctor.rules." + r.slug.replace("-", "_"), r
+        assert r.explanation.startswith(f"{r.id} {r.slug}:"), r.id
+        for heading in HEADINGS:
+            assert heading in r.explanation, f"{r.id} explanation lacks '{heading}'"
+
+
+def test_every_rule_has_broken_and_healthy_fixtures():
+    for r in builtin_rules():
+        folder = FIXTURES / r.slug
+        assert folder.is_dir(), f"no fixtures/{r.slug}/"
+        spec = yaml.safe_load((folder / "expected.yaml").read_text())
+        assert spec["rule"] == r.id
+        assert any(c.startswith("bad_") for c in spec["cases"]), r.slug
+        assert any(c.startswith("ok_") and s == "pass" for c, s in spec["cases"].items()), r.slug
+
+
+def test_rules_command_lists_every_rule():
+    proc = run_doctor("rules")
+    assert proc.returncode == 0, proc.stderr
+    for r in builtin_rules():
+        assert r.id in proc.stdout and r.slug in proc.stdout and r.title in proc.stdout
+
+
+def test_explain_prints_the_module_docstring():
+    proc = run_doctor("explain", "pad-token")
+    assert proc.returncode == 0
+    assert "TD001 pad-token" in proc.stdout
+    assert "PR #3290" in proc.stdout  # from the rule module's own docstring
+    assert run_doctor("explain", "td001").stdout == proc.stdout
+    bad = run_doctor("explain", "TD999")
+    assert bad.returncode == 2 and "unknown rule 'TD999'" in bad.stderr and "Traceback" not in bad.stderr
