@@ -2,7 +2,8 @@
 config and runs one optimizer step. Run as `python -m trl_doctor.rules._smoke_child SPEC RESULT`.
 
 It runs apart from the doctor so that a hang, a segfault or an out-of-memory becomes a finding with the
-captured error, never a dead doctor. The result is written as JSON; an exception is reported in it
+captured error, never a dead doctor. With `--wait` it is started early: it imports torch, transformers
+and TRL while the doctor runs the other rules, then reads "SPEC RESULT" from stdin (EOF: nothing to do). The result is written as JSON; an exception is reported in it
 with the traceback trimmed to the frames that matter.
 """
 
@@ -16,13 +17,36 @@ import time
 import traceback
 
 
-def main(spec_path: str, result_path: str) -> int:
+def warm(trainer: str) -> float:
+    """Import what the step needs; returns the seconds it took."""
+    started = time.perf_counter()
+    import torch  # noqa: F401
+    import datasets  # noqa: F401
+    import transformers  # noqa: F401
+    from trl_doctor import _trl
+
+    _trl.trainer_class(trainer)
+    return time.perf_counter() - started
+
+
+def main(argv: list[str]) -> int:
+    if argv[0] == "--wait":
+        import_s = warm(argv[1])
+        line = sys.stdin.readline().split()
+        if not line:
+            return 0
+        spec_path, result_path = line
+    else:
+        spec_path, result_path = argv
+        import_s = None
     started = time.perf_counter()
     with open(spec_path, encoding="utf-8") as fh:
         spec = json.load(fh)
     out: dict = {"ok": False}
     try:
         out.update(run(spec, started))
+        if import_s is not None:
+            out["import_s"] = round(import_s, 2)
         out["ok"] = True
         code = 0
     except BaseException as exc:  # everything must reach the parent as data
@@ -167,4 +191,4 @@ def _recorded(func, name, calls):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(sys.argv[1:]))

@@ -45,12 +45,15 @@ ROWS = 4  # prompts handed to the child: enough for one generation batch and a s
     slug="smoke-step",
     title="One real training step of the installed trainer succeeds",
     trainers=("grpo", "rloo", "ppo"),
-    needs=("trainer_config", "tokenizer", "model_config", "dataset"),
+    prepare=lambda ctx: prepare(ctx),
 )
 def check(ctx):
     if not ctx.options.smoke:
         yield skip("disabled with --no-smoke")
         return
+    # resolved here rather than declared in `needs`, so --no-smoke costs no dataset or model loading
+    for need in ("trainer_config", "tokenizer", "model_config", "dataset"):
+        ctx.need(need)
     if ctx.trainer == "ppo":
         yield skip("the PPO smoke step is not implemented yet")
         return
@@ -66,24 +69,21 @@ def check(ctx):
     spec, device = _spec(ctx)
     spec_path = ctx.workdir / "smoke-spec.json"
     result_path = ctx.workdir / "smoke-result.json"
-    log_path = ctx.workdir / "smoke.log"
     spec_path.write_text(json.dumps(spec, default=str))
-    env = dict(os.environ)
-    env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "WANDB_DISABLED": "true", "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false",
-                "PYTHONWARNINGS": "ignore", "ACCELERATE_USE_CPU": "true" if device == "cpu" else "false"})
-    if device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
+    proc = ctx.scratch.pop("smoke_proc", None) or _spawn(ctx)
+    log_path = ctx.scratch["smoke_log"]
     started = time.perf_counter()
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "trl_doctor.rules._smoke_child", str(spec_path), str(result_path)],
-                cwd=str(ctx.workdir), env=env, stdout=log, stderr=subprocess.STDOUT, timeout=ctx.options.smoke_timeout,
-            )
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            code = None
+    try:
+        proc.stdin.write(f"{spec_path} {result_path}\n".encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # the child already died while importing: its log says why
+    try:
+        code = proc.wait(timeout=ctx.options.smoke_timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        code = None
     wall = round(time.perf_counter() - started, 2)
     tail = _tail(log_path)
     details = {"device": device, "model": spec["model_label"], "wall_s": wall}
@@ -107,6 +107,47 @@ def check(ctx):
                    traceback=result.get("traceback", ""))
         return
     yield from _judge(result, details, ctx)
+
+
+def _spawn(ctx) -> subprocess.Popen:
+    """Start the child now: it imports torch, transformers and TRL while the other rules run."""
+    env = dict(os.environ)
+    env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "WANDB_DISABLED": "true", "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false",
+                "PYTHONWARNINGS": "ignore"})
+    if _cpu_only(ctx):
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    log_path = ctx.workdir / "smoke.log"
+    ctx.scratch["smoke_log"] = log_path
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trl_doctor.rules._smoke_child", "--wait", ctx.trainer],
+            cwd=str(ctx.workdir), env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+        )
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    ctx.on_close(stop)
+    return proc
+
+
+def _cpu_only(ctx) -> bool:
+    """Decided without importing torch: --device cpu, or NVML sees no GPU."""
+    if ctx.options.device == "cpu":
+        return True
+    if ctx.options.device == "cuda":
+        return False
+    from trl_doctor._env import gpus
+
+    return not gpus()[0]
+
+
+def prepare(ctx) -> None:
+    if ctx.options.smoke and ctx.trainer != "ppo":
+        ctx.scratch["smoke_proc"] = _spawn(ctx)
 
 
 def _spec(ctx):

@@ -145,3 +145,31 @@ def test_check_help(flag):
     for option in ("--fix", "--unsafe-fixes", "--diff", "--format", "--select", "--ignore", "--smoke / --no-smoke",
                    "--device", "--trust-remote-code", "--fail-on", "--output"):
         assert option in proc.stdout
+
+
+REMOTE_CONFIG = '''
+import pathlib
+pathlib.Path(__file__).with_name("CODE_RAN").write_text("yes")
+from transformers import PretrainedConfig
+
+
+class EvilConfig(PretrainedConfig):
+    model_type = "evil"
+'''
+
+
+def test_remote_code_never_runs_without_the_flag(built_fixtures, tmp_path):
+    import json
+
+    model = tmp_path / "evil-model"
+    model.mkdir()
+    (model / "configuration_evil.py").write_text(REMOTE_CONFIG)
+    (model / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": {"AutoConfig": "configuration_evil.EvilConfig"},
+                                                   "vocab_size": 320}))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"model_name_or_path: evil-model\ntokenizer_name_or_path: {built_fixtures / 'models' / 'qwen2-chat'}\n")
+    proc = run_doctor("check", str(cfg), "--select", "pad-token", env={"HF_MODULES_CACHE": str(tmp_path / "modules")})
+    _input_error(proc, "config.json", "--trust-remote-code")
+    assert not (model / "CODE_RAN").exists() and not list((tmp_path / "modules").rglob("CODE_RAN"))
+    proc = run_doctor("check", str(cfg), "--select", "pad-token", "--trust-remote-code", env={"HF_MODULES_CACHE": str(tmp_path / "modules")})
+    assert list((tmp_path / "modules").rglob("CODE_RAN")) or (model / "CODE_RAN").exists(), proc.stderr

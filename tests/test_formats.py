@@ -134,3 +134,36 @@ def test_fail_on_warn(built_fixtures):
     if trainer_sets_pad_to_eos("grpo")[0]:
         assert warn_only.returncode == 0
         assert run_doctor("check", cfg, "--select", "pad-token", "--fail-on", "warn").returncode == 1
+
+
+def test_table_is_coloured_on_a_terminal(mixed_config):
+    """On a terminal the statuses are coloured (and NO_COLOR turns it off)."""
+    import os
+    import pty
+    import subprocess
+
+    from conftest import trl_doctor_exe
+
+    def run_on_tty(extra_env):
+        master, slave = pty.openpty()
+        env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+        env.update(extra_env)
+        proc = subprocess.Popen([trl_doctor_exe(), "check", str(mixed_config), "--no-smoke", "--select", "TD009"],
+                                stdout=slave, stderr=subprocess.DEVNULL, env=env)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait()
+        os.close(master)
+        return b"".join(chunks).decode()
+
+    coloured = run_on_tty({})
+    assert "\x1b[31m" in coloured  # red fail
+    assert "\x1b[" not in run_on_tty({"NO_COLOR": "1"})

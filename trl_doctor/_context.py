@@ -72,6 +72,8 @@ class Context:
         self.options = options or Options()
         self._cache: dict[str, tuple[bool, Any]] = {}
         self._workdir: Path | None = None
+        self._cleanups: list[Callable[[], None]] = []
+        self.scratch: dict[str, Any] = {}  # per-run state rules share with their own prepare hooks
 
     # -- housekeeping -------------------------------------------------------------------------------
     @property
@@ -81,7 +83,15 @@ class Context:
             self._workdir = Path(tempfile.mkdtemp(prefix="trl-doctor-"))
         return self._workdir
 
+    def on_close(self, fn: Callable[[], None]) -> None:
+        self._cleanups.append(fn)
+
     def close(self) -> None:
+        while self._cleanups:
+            try:
+                self._cleanups.pop()()
+            except Exception:
+                pass
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
@@ -304,4 +314,6 @@ class Context:
 
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
+    if "trust_remote_code" in text:
+        text = "it contains custom code (auto_map) that trl-doctor runs only with --trust-remote-code"
     return text if len(text) <= 400 else text[:397] + "..."

@@ -62,6 +62,13 @@ def fold(rule: Rule, findings: list[Finding], result: Callable[..., Result]) -> 
 
 
 def run_rules(rules: Iterable[Rule], ctx: Context, progress: Callable[[Rule], None] | None = None) -> list[Result]:
+    rules = list(rules)
+    for rule in rules:
+        if rule.prepare is not None and ctx.trainer in rule.trainers:
+            try:
+                rule.prepare(ctx)
+            except Exception:
+                pass  # preparation is only a head start; the check itself reports real problems
     out = []
     for rule in rules:
         if progress is not None:

@@ -47,6 +47,7 @@ class Rule:
     explanation: str
     needs: tuple[str, ...] = ()
     fixable: str = "never"  # "always", "sometimes" or "never", as ruff's FIX_AVAILABILITY
+    prepare: Callable[..., None] | None = None  # called before any check runs (start slow work early)
     source: str = "built-in"  # the distribution that provided it
     module: str = field(default="", compare=False)
 
@@ -64,6 +65,7 @@ def rule(
     trainers: Iterable[str] = TRAINERS,
     needs: Iterable[str] = (),
     fixable: str = "never",
+    prepare: Callable[..., None] | None = None,
 ) -> Callable[[Callable[..., Iterable[Finding]]], Rule]:
     """Turn a check function into a Rule. The explanation is the docstring of the rule's module."""
 
@@ -80,6 +82,7 @@ def rule(
             explanation=explanation,
             needs=tuple(needs),
             fixable=fixable,
+            prepare=prepare,
             module=check.__module__,
         )
         _validate(r)
