@@ -1,0 +1,140 @@
+"""TD003 logits-contract: the model answers the trainer's call the way the trainer expects.
+
+What goes wrong
+    Trainers call the model with keyword arguments that must match the installed transformers and the
+    model's own forward. TRL 0.15-0.17 compute per-token log-probs with
+    `model(input_ids, attention_mask, logits_to_keep=k + 1).logits`; transformers up to 4.48 named the
+    argument `num_logits_to_keep`, swallowed the unknown keyword in `**kwargs`, and returned logits for the
+    whole prompt+completion: [batch, prompt+completion, vocab] instead of [batch, k+1, vocab]. Nothing
+    fails; the logits simply cost (prompt+completion)/(k+1) times the memory (gigabytes at batch 8, long
+    prompts and a 150k vocabulary), and the job dies of out-of-memory or runs far slower. (A widely shared
+    write-up puts the waste at vocab/k, about 1000x: that is wrong, the vocabulary dimension is there in
+    both cases.) TRL 1.x calls the model differently again: it patches a fused LM head onto the model and
+    asks for `fused_lm_head=True` and `labels`, and reads `outputs.log_probs`; remote-code models whose
+    forward ignores these keywords, or lacks what the trainer reaches for, break or silently waste memory.
+
+Versions
+    Reported as trl#2770 on TRL 0.15.0.dev with transformers 4.48.0 (Qwen2); transformers 4.49 renamed the
+    argument to `logits_to_keep`. TRL 0.15.2 slices the logits afterwards (so the numbers are right) but the
+    full tensor is still materialised. The rule does not rely on this table: it runs the installed code.
+
+How it is detected
+    A probe builds the installed TRL's real trainer on the miniature twin (same architecture class as the
+    candidate) and calls the trainer's own per-token log-prob method (`_get_per_token_logps` or
+    `_get_per_token_logps_and_entropies`) on a batch of 2 x (6 prompt + 4 completion) tokens, with hooks
+    that record the keyword arguments the model received and every vocabulary-sized output. It fails when
+    the model produced logits for more positions than the trainer asked for, or when the result does not
+    have the [batch, completion] shape the trainer uses next. The memory the mismatch would cost at the
+    config's batch size, prompt and completion lengths is computed and shown.
+
+What the fix does
+    Nothing in the files: the message names the installed versions and the upgrade that resolves it
+    (transformers >= 4.49 for the logits_to_keep rename; for remote code, a forward that honours the
+    keywords, or a native architecture without --trust-remote-code).
+"""
+
+from __future__ import annotations
+
+from trl_doctor import fail, passed, rule, skip
+
+from ._trainer_run import start, trainer_run
+
+
+@rule(
+    id="TD003",
+    slug="logits-contract",
+    title="The model returns only the logits the trainer asks for",
+    trainers=("grpo", "rloo"),
+    prepare=start,
+)
+def check(ctx):
+    run = trainer_run(ctx)
+    if run["outcome"] != "ok":
+        yield skip(f"the trainer could not be built for the probe ({run['outcome']}; the smoke-step rule shows why)",
+                   **run["details"])
+        return
+    probe = run["result"]["probes"]["logits"]
+    if "skipped" in probe:
+        yield skip(probe["skipped"])
+        return
+    versions = f"trl {ctx.version('trl')}, transformers {ctx.version('transformers')}"
+    keep, seq, batch, vocab = probe["logits_to_keep"], probe["sequence"], probe["batch"], probe["vocab"]
+    widest = max(probe["vocab_positions"], default=0)
+    details = {
+        "trainer method": probe["method"],
+        "model forward": probe["model_forward"],
+        "keywords passed": probe["call_kwargs"],
+        "forward declares": probe["forward_params"],
+        "forward takes **kwargs": probe["forward_has_var_kwargs"],
+        "probe batch": f"{batch} x {seq} tokens, {keep} completion tokens",
+        "logits positions produced": probe["vocab_positions"] or "none (fused LM head: no [batch, seq, vocab] tensor)",
+        "log-probs shape": probe["logps_shape"],
+        "versions": versions,
+    }
+    if widest > keep + 1:
+        memory = _memory(ctx, vocab)
+        details.update(memory)
+        swallowed = [k for k in probe["call_kwargs"] or [] if k not in probe["forward_params"] and k not in ("input_ids", "attention_mask")]
+        why = (f"{probe['model_forward']} has no {', '.join(swallowed)} parameter and swallowed it in **kwargs"
+               if swallowed and probe["forward_has_var_kwargs"] else f"{probe['model_forward']} ignored the request")
+        yield fail(
+            f"{probe['method']} asked for logits of the last {keep + 1} positions but got all {widest} ({why}; {versions}): "
+            f"at this config's sizes the logits take {memory['logits at config sizes (mismatch)']} instead of "
+            f"{memory['logits at config sizes (expected)']}. Upgrade transformers to >= 4.49 (or a release your TRL supports)",
+            **details,
+        )
+        return
+    if probe["logps_shape"] != [batch, keep]:
+        yield fail(f"{probe['method']} returned log-probs of shape {probe['logps_shape']}, the trainer expects "
+                   f"[{batch}, {keep}] ({versions})", **details)
+        return
+    if probe["logps_finite"] is False:
+        yield fail(f"{probe['method']} returned non-finite log-probs on the twin ({versions})", **details)
+        return
+    how = (f"logits for {widest} of {seq} positions" if widest else "log-probs through the fused LM head, no full logits")
+    yield passed(f"{probe['model_forward']} answers {probe['method']} with {how} ({versions})", **details)
+
+
+def _memory(ctx, vocab: int) -> dict[str, str]:
+    """Logits memory per forward at the config's per-device batch and lengths, expected vs what the mismatch costs."""
+    cfg = ctx.trainer_config
+    batch = getattr(cfg, "per_device_train_batch_size", 1) or 1
+    completion = getattr(cfg, "max_completion_length", None) or 256
+    prompt = getattr(cfg, "max_prompt_length", None)
+    assumed = ""
+    if not prompt:
+        prompt = _longest_prompt(ctx)
+        assumed = " (the dataset's longest prompt: no max_prompt_length)"
+    width = 2 if (getattr(cfg, "bf16", False) or getattr(cfg, "fp16", False)) else 4
+    full = batch * (prompt + completion) * vocab * width
+    needed = batch * (completion + 1) * vocab * width
+    return {
+        "config sizes": f"batch {batch} x (prompt {prompt} + completion {completion}) x vocab {vocab} x {width} bytes{assumed}",
+        "logits at config sizes (expected)": _gib(needed),
+        "logits at config sizes (mismatch)": _gib(full),
+        "waste factor": f"{full / needed:.1f}x",
+    }
+
+
+def _longest_prompt(ctx, rows: int = 1000) -> int:
+    """Tokens in the longest of the dataset's first rows, rendered as the trainer renders them."""
+    from ._chat import is_conversational
+
+    tok = ctx.tokenizer
+    data = ctx.dataset.select(range(min(rows, len(ctx.dataset))))
+    longest = 0
+    for row in data:
+        prompt = row.get("prompt")
+        if is_conversational(row):
+            text = tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        else:
+            text = str(prompt)
+        longest = max(longest, len(tok(text, add_special_tokens=False)["input_ids"]))
+    return longest
+
+
+def _gib(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} bytes"
