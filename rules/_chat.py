@@ -39,3 +39,18 @@ def turn_terminator(tok) -> dict[str, Any] | None:
         if token_id in specials:
             return {"token": tok.convert_ids_to_tokens(token_id), "id": int(token_id), "text_after_content": after}
     return {"token": None, "id": None, "text_after_content": after}
+
+
+def completion_terminator(tok, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The token a completion should end with: the template's turn terminator for conversational prompts,
+    else the tokenizer's eos. {"id", "token", "why", "conversational", "template_error"}."""
+    conversational = bool(rows) and is_conversational(rows[0])
+    out = {"conversational": conversational, "template_error": None}
+    if conversational:
+        term = turn_terminator(tok)
+        if term and term.get("error"):
+            out["template_error"] = term["error"]
+        elif term and term.get("id") is not None:
+            return {**out, "id": term["id"], "token": term["token"], "why": "the chat template's end of the assistant turn"}
+    return {**out, "id": tok.eos_token_id, "token": tok.eos_token,
+            "why": "the tokenizer's eos (" + ("the template puts no special token after a turn" if conversational else "plain-text prompts") + ")"}

@@ -116,14 +116,14 @@ def _run(ctx) -> dict[str, Any]:
 def _spec(ctx) -> dict[str, Any]:
     from trl_doctor._twin import parameter_count
 
-    from ._chat import is_conversational, turn_terminator
+    from ._chat import completion_terminator
 
     info = ctx.trainer_config_info
     raw = ctx.config.raw
     device = ctx.device
     tok = ctx.tokenizer
     rows = ctx.dataset.select(range(min(ROWS, len(ctx.dataset)))).to_list()
-    stop = _stop_token(ctx, tok, rows, is_conversational, turn_terminator)
+    stop = completion_terminator(tok, rows)
     gen = ctx.generation_config
     gen_eos = gen.eos_token_id if gen is not None else None
     suppress = {tok.eos_token_id, stop["id"], *(gen_eos if isinstance(gen_eos, list) else [gen_eos])} - {None}
@@ -172,16 +172,6 @@ def _spec(ctx) -> dict[str, Any]:
         "force_after": FORCE_AFTER,
         "suppress_ids": sorted(suppress),
     }
-
-
-def _stop_token(ctx, tok, rows, is_conversational, turn_terminator) -> dict[str, Any]:
-    """The token a completion should end with: the template's turn terminator for conversational prompts,
-    else the tokenizer's eos."""
-    if rows and is_conversational(rows[0]):
-        term = turn_terminator(tok)
-        if term and term.get("id") is not None:
-            return {"id": term["id"], "token": term["token"], "why": "the chat template's end of the assistant turn"}
-    return {"id": tok.eos_token_id, "token": tok.eos_token, "why": "the tokenizer's eos (plain-text prompts)"}
 
 
 def _tail(path, lines=15) -> str:
