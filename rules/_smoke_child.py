@@ -57,6 +57,7 @@ def main(argv: list[str]) -> int:
         out["traceback"] = _trim(traceback.format_exception(type(exc), exc, exc.__traceback__), spec.get("user_dir"))
         out["stage"] = spec.get("_stage")
         out["rewards"] = spec.get("_calls", {})
+        out["probes"] = spec.get("_probes", {})  # probes that finished before the failure
         code = 1
     with open(result_path, "w", encoding="utf-8") as fh:
         json.dump(out, fh, indent=2, default=str)
@@ -112,7 +113,7 @@ def run(spec: dict, started: float) -> dict:
         **model_kwargs,
     )
     model = trainer.model
-    probes = {}
+    probes = spec.setdefault("_probes", {})
     spec["_stage"] = "logits probe"
     probes["logits"] = probe_logits(trainer, model, tokenizer)
     if not spec.get("train", True):

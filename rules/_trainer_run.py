@@ -77,8 +77,15 @@ def _run(ctx) -> dict[str, Any]:
 
     if ctx.trainer not in TRAINERS:
         raise Unavailable(f"the {ctx.trainer.upper()} trainer run is not implemented yet")
-    if trainer_class(ctx.trainer) is None:
+    cls = trainer_class(ctx.trainer)
+    if cls is None:
         raise Unavailable(f"trl {ctx.version('trl')} has no {ctx.trainer.upper()} trainer")
+    import inspect
+
+    if "reward_funcs" not in inspect.signature(cls.__init__).parameters:
+        # RLOOTrainer before trl 0.22 is the PPO-style trainer (policy, ref_policy, reward_model)
+        raise Unavailable(f"trl {ctx.version('trl')}'s {cls.__name__} has the old PPO-style API (before trl 0.22), "
+                          "which the trainer run does not build yet")
     for need in ("trainer_config", "tokenizer", "model_config", "dataset"):
         ctx.need(need)
     if not ctx.config.reward_funcs and not ctx.config.get("reward_model_name_or_path"):

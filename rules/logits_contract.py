@@ -49,11 +49,12 @@ from ._trainer_run import start, trainer_run
 )
 def check(ctx):
     run = trainer_run(ctx)
-    if run["outcome"] != "ok":
+    probes = run["result"]["probes"] if run["outcome"] == "ok" else (run.get("error") or {}).get("probes", {})
+    if "logits" not in probes:
         yield skip(f"the trainer could not be built for the probe ({run['outcome']}; the smoke-step rule shows why)",
                    **run["details"])
         return
-    probe = run["result"]["probes"]["logits"]
+    probe = probes["logits"]
     if "skipped" in probe:
         yield skip(probe["skipped"])
         return
