@@ -146,7 +146,7 @@ def run(spec: dict, started: float) -> dict:
         "grad_norm": logs.get("grad_norm"),
         "reward_std": logs.get("reward_std"),
         "frac_reward_zero_std": logs.get("frac_reward_zero_std"),
-        "completion_mean_length": logs.get("completions/mean_length"),
+        "completion_mean_length": logs.get("completions/mean_length", logs.get("completion_length")),  # trl<0.17 name
         "completion_max_length": logs.get("completions/max_length"),
         "completion_mean_terminated_length": logs.get("completions/mean_terminated_length"),
         "clipped_ratio": logs.get("completions/clipped_ratio"),

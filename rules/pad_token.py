@@ -117,16 +117,21 @@ def check(ctx):
             **details,
         )
 
-    if pad_id == eos_id or pad_id in gen_eos:
-        if ctx.trainer == "ppo":
-            choice = _choose_pad(tok, rows, eos_id, exclude=set(gen_eos) | {eos_id})
+    if ctx.trainer == "ppo":
+        # PPO truncates responses at its stop token (stop_token_id, else the tokenizer's eos) and masks pad ids:
+        # only a pad equal to that stop token hides the response's end; a pad equal to a secondary
+        # generation eos (Qwen instruct: pad <|endoftext|>, stop <|im_end|>) is harmless
+        stop_id = ctx.config.get("stop_token_id", eos_id)
+        if pad_id == stop_id:
+            choice = _choose_pad(tok, rows, eos_id, exclude={stop_id})
             yield warn(
-                f"pad token {pad!r} is also an eos token (id {pad_id}): PPO masks pad ids out of the value and reward "
+                f"pad token {pad!r} is also PPO's stop token (id {pad_id}): PPO masks pad ids out of the value and reward "
                 "forwards, so the final eos is masked and the model is never rewarded for stopping",
                 _fix(ctx, choice, gen_json) if choice and choice[1] != pad_id else None,
                 **details,
             )
             return
+    elif pad_id == eos_id or pad_id in gen_eos:
         details["pad = eos"] = (
             f"harmless for {trainer_cls}: it masks the completion after the first eos, keeping that eos in the loss"
         )

@@ -15,20 +15,24 @@ from conftest import run_doctor
 
 @pytest.fixture(scope="module")
 def mixed_config(built_fixtures, tmp_path_factory) -> Path:
-    """A config that gives a warn (no pad token), a fail (a typo'd key) and a skip (no smoke)."""
+    """A config that gives a warn (pad ids disagree between files), a fail (a typo'd key) and a skip (no smoke),
+    with the same statuses under every supported TRL."""
     folder = tmp_path_factory.mktemp("mixed")
     cfg = folder / "mixed, 100%.yaml"  # a name with characters the annotation format must escape
     cfg.write_text(
-        f"model_name_or_path: {built_fixtures / 'models' / 'gpt2-nopad'}\n"
+        f"model_name_or_path: {built_fixtures / 'models' / 'qwen2-padmismatch'}\n"
         f"dataset_path: {built_fixtures / 'data' / 'prompts.jsonl'}\n"
         "num_generations: 2\nper_device_train_batch_size: 2\nlearning_rat: 0.1\n"
     )
     return cfg
 
 
+RULES = ("--no-smoke", "--select", "pad-token,smoke-step,trainer-config")
+
+
 def _report(cfg, fmt, tmp_path):
     out = tmp_path / f"report.{fmt}"
-    proc = run_doctor("check", str(cfg), "--no-smoke", "--format", fmt, "-o", str(out))
+    proc = run_doctor("check", str(cfg), *RULES, "--format", fmt, "-o", str(out))
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == ""  # -o sends the report to the file only
     return out.read_text()
@@ -115,7 +119,7 @@ def test_github_annotations(mixed_config, tmp_path):
 
 
 def test_table_is_plain_when_not_a_terminal(mixed_config):
-    proc = run_doctor("check", str(mixed_config), "--no-smoke")
+    proc = run_doctor("check", str(mixed_config), *RULES)
     assert proc.returncode == 1
     assert "\x1b[" not in proc.stdout
     header = proc.stdout.splitlines()[2]

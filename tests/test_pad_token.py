@@ -30,7 +30,8 @@ def test_gpt2_without_pad_token_is_reported_and_fixed(fixture_copy):
         "description": pad["fix"]["description"],
         "applied": False,
         "unsafe": False,
-        "files": sorted(str(model / f) for f in ("config.json", "generation_config.json", "tokenizer_config.json")),
+        "files": sorted(str(model / f) for f in ("config.json", "generation_config.json", "tokenizer_config.json",
+                                                 "special_tokens_map.json") if (model / f).exists()),
     }
     assert "pad_token" not in json.loads((model / "tokenizer_config.json").read_text())
 
@@ -45,7 +46,8 @@ def test_gpt2_without_pad_token_is_reported_and_fixed(fixture_copy):
     assert json.loads((model / "generation_config.json").read_text())["pad_token_id"] == 0
     assert "harmless for GRPOTrainer" in pad["details"]["pad = eos"]
     backups = sorted(p.name for p in model.glob("*.trl-doctor.bak*"))
-    assert backups == ["config.json.trl-doctor.bak", "generation_config.json.trl-doctor.bak", "tokenizer_config.json.trl-doctor.bak"]
+    assert backups == sorted(f"{f}.trl-doctor.bak" for f in ("config.json", "generation_config.json", "tokenizer_config.json",
+                                                              "special_tokens_map.json") if (model / f).exists())
     assert "pad_token" not in json.loads((model / "tokenizer_config.json.trl-doctor.bak").read_text())
 
     # a second --fix changes nothing: same bytes, no new backups

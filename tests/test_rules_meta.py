@@ -58,3 +58,11 @@ def test_explain_prints_the_module_docstring():
     assert run_doctor("explain", "td001").stdout == proc.stdout
     bad = run_doctor("explain", "TD999")
     assert bad.returncode == 2 and "unknown rule 'TD999'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_readme_lists_every_rule():
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    for r in builtin_rules():
+        assert f"| {r.id} | `{r.slug}` |" in readme, f"README's rule table lacks {r.id} {r.slug}"

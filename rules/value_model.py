@@ -1,0 +1,433 @@
+"""TD005 value-model: PPO has a value model; its reward and value models are 1-label classifiers on the policy's ids.
+
+What goes wrong
+    PPOTrainer holds four models: the policy, a reference, a reward model and a value model. Without a value
+    model it dies at start-up, before the first rollout:
+    "AttributeError: 'NoneType' object has no attribute 'modules'" up to TRL 0.12,
+    "AttributeError: 'NoneType' object has no attribute 'base_model_prefix'" in the later releases that still
+    have PPO.
+
+    The reward and value models are not called through their own forward(): PPO runs their backbone
+    (`getattr(model, model.base_model_prefix)`) on the policy's own token ids (ids equal to the policy
+    tokenizer's pad id are masked and replaced by 0) and applies `model.score(...)` to every position,
+    taking one scalar per token. So:
+    - a causal LM has no `score` head: passed as it is, PPO fails at the first rollout with
+      "'Qwen2ForCausalLM' object has no attribute 'score'"; loaded with AutoModelForSequenceClassification
+      (as TRL's PPO example loads both models) it gets a newly initialised, random score head, so the rewards
+      or values are noise;
+    - a head with 2 labels (a preference or sentiment classifier) gives two numbers per token: TRL's example
+      loads it with num_labels=1 and transformers stops on the size mismatch of score.weight ([2, hidden] in
+      the checkpoint); passed as it is, the first step fails with "output with shape [2] doesn't match the
+      broadcast shape [2, 2]";
+    - a reward model with another tokenizer reads ids that mean other tokens to it: ids past its vocab_size
+      crash the forward ("index out of range in self" on CPU, a device-side assert on GPU), and a vocabulary
+      of the same size that numbers tokens differently trains without any error on wrong rewards.
+
+Versions
+    Read from the TRL wheels on PyPI (0.9.6, 0.10.1, 0.11.4, 0.12.0, 0.12.2, 0.13.0, 0.14.0, 0.19.1, 0.23.1,
+    0.24.0, 0.25.1, 0.26.0, 0.26.2, 0.27.2, 0.28.0, 0.29.0, 0.29.1, 1.0.0, 1.5.0, 1.10.0-1.13.0, 1.14.2, 1.15.0):
+    - 0.9-0.11: the trainer with a value model is `trl.PPOv2Trainer` (trl/trainer/ppov2_trainer.py);
+      `trl.PPOTrainer` is the old PPOv1 API (a value head on the policy, no reward or value model).
+    - 0.12.x: PPOv2 is renamed `trl.PPOTrainer` (trl/trainer/ppo_trainer.py). With value_model=None,
+      `disable_dropout_in_model(module)` runs over [policy, ref, value, reward] and calls `None.modules()`.
+    - 0.13.0-0.25.x: `trl.PPOTrainer`; the dropout loop skips None (`if module is not None`), and
+      `PolicyAndValueWrapper` then reads `value_model.base_model_prefix`.
+    - 0.26.0-0.28.0: `trl.experimental.ppo.PPOTrainer` (trl/experimental/ppo/ppo_trainer.py), with
+      `trl.PPOTrainer` kept as a FutureWarning shim; 0.29.0-1.12.0: `trl.experimental.ppo.PPOTrainer` only.
+      With trl 1.12.0 on transformers 5.23 the 'base_model_prefix' error was reproduced (ppo_trainer.py:492
+      -> :280), and so were the three failures above, on tiny models.
+    - 1.13.0 and later (1.13.0, 1.14.2, 1.15.0 and 1.16.0 looked at): no PPOTrainer, no trl/experimental/ppo.
+      The last release with one is 1.12.0 (it requires transformers>=4.56.2); RLOO and GRPO, which score
+      completions with reward functions or a reward model and need no value model, are the trainers to move
+      to.
+    No PPOConfig has a value model field: TRL's example (examples/scripts/ppo/ppo.py) loads the value model
+    and the reward model both from `reward_model_path` with
+    `AutoModelForSequenceClassification.from_pretrained(..., num_labels=1)`. PPOConfig's default
+    `reward_model_path` is "EleutherAI/pythia-160m", a causal LM.
+
+How it is detected
+    The installed TRL is asked for its PPOTrainer (trl.experimental.ppo, then trl), and its source is read
+    for the value-model access that fails first, which decides the error quoted. `reward_model_path` and
+    `value_model_path` (relative to the config file) are read without weights: AutoConfig gives the
+    architectures, num_labels (id2label), vocab_size and pad_token_id, and the sequence-classification model
+    is built on the meta device to confirm it has a `score` head and its shape. vocab_size must cover every
+    id of the policy's tokenizer (with `added_tokens`) except its pad id, which PPO masks; when the folder
+    has its own tokenizer, every policy token must have the same id in it (the first differences are
+    listed). A missing PPOTrainer is a failure too, reported together with the model checks.
+
+What the fix does
+    When `value_model_path` is missing and `reward_model_path` is a healthy 1-label sequence classifier, it
+    writes `value_model_path: <the reward_model_path string>` into the config file (keeping YAML comments
+    and key order): the value model starts from the reward model, as in TRL's example. Nothing else is
+    changed: a wrong architecture, label count or tokenizer needs another checkpoint, and a TRL without
+    PPOTrainer needs `pip install "trl==1.12.0"` or a move to RLOO or GRPO.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+from trl_doctor import Edit, Fix, InputError, fail, passed, rule, warn
+
+LAST_PPO_RELEASE = "1.12.0"
+PPO_REMOVED_IN = "1.13.0"
+LAST_PPO_PATH = "trl.experimental.ppo.PPOTrainer"
+LAST_PPO_NEEDS = "transformers>=4.56.2"
+DEFAULT_REWARD_PATH = "EleutherAI/pythia-160m"  # PPOConfig.reward_model_path's default, 0.11 to 1.12
+ERR_MODULES = "AttributeError: 'NoneType' object has no attribute 'modules'"
+ERR_PREFIX = "AttributeError: 'NoneType' object has no attribute 'base_model_prefix'"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
+SHOWN_DIFFS = 3
+KEPT_DIFFS = 10
+
+# the dropout loop over the four models, with or without the `if module is not None` guard (0.13+)
+_DROPOUT_LOOP = re.compile(
+    r"for module in \[[^\]]*value_model[^\]]*\]:\s*\n\s*(if module is not None:\s*\n\s*)?disable_dropout_in_model\(module\)"
+)
+_WRAPPER = re.compile(r"getattr\(value_model,\s*value_model\.base_model_prefix\)")
+
+
+@rule(
+    id="TD005",
+    slug="value-model",
+    title="PPO has a value model; reward and value models are 1-label sequence classifiers on the policy's vocabulary",
+    trainers=("ppo",),
+    needs=("tokenizer",),
+    fixable="sometimes",
+)
+def check(ctx):
+    cfg = ctx.config
+    trl_version = ctx.version("trl") or "not installed"
+    ppo = _installed_ppo(trl_version)
+    policy = _policy_facts(ctx)
+    details = {
+        "trl": trl_version,
+        "PPOTrainer": ppo["where"],
+        "policy tokenizer": str(cfg.tokenizer.path),
+        "policy tokens": policy["size"],
+        "highest id PPO feeds the reward/value models": policy["top_id"],
+        "policy pad_token_id": policy["pad_id"],
+        "masking": (
+            f"PPO masks ids equal to the policy's pad id ({policy['pad_id']}) and replaces them with 0 before the "
+            "reward and value forwards; the models' own config.json pad_token_id is not used there"
+            if policy["pad_id"] is not None else
+            "the policy's tokenizer has no pad token, which PPO masks the reward and value forwards with (see TD001 pad-token)"
+        ),
+    }
+    if ppo.get("evidence"):
+        details["value_model=None fails at"] = ppo["evidence"]
+
+    keys = {"reward": "reward_model_path", "value": "value_model_path"}
+    refs = {role: cfg.get(key) for role, key in keys.items()}
+    facts, problems = {}, {}
+    inspected: dict[Path, tuple[dict, list]] = {}
+    for role, key in keys.items():
+        ref = refs[role]
+        details[key] = ref
+        if not isinstance(ref, str) or not ref:
+            continue
+        path = _resolve(cfg, key, ref).path
+        if path not in inspected:
+            inspected[path] = _inspect_model(ctx, path, policy)
+        facts[role], problems[role] = inspected[path]
+        details[f"{role} model"] = facts[role]
+    same = "reward" in facts and "value" in facts and facts["reward"]["path"] == facts["value"]["path"]
+    reward_ok = "reward" in facts and not any(status == "fail" for status, _ in problems["reward"])
+    alt = refs["reward"] if "reward" in facts else "<a reward model>"
+    if ppo["problem"] is not None:
+        details["pin"] = f"trl=={LAST_PPO_RELEASE}"
+        details["or move to"] = f"trainer: rloo (or grpo) with reward_model_name_or_path: {alt}"
+
+    found: list[tuple] = []  # (fail or warn, message, fix), all given the same details below
+    if "value" not in facts:
+        fix, hint = None, ""
+        if reward_ok:
+            fix = Fix(
+                f"set value_model_path: {refs['reward']} in {cfg.path.name}: the value model starts from the reward "
+                "model, as TRL's PPO example (examples/scripts/ppo/ppo.py) loads both from reward_model_path",
+                (Edit(str(cfg.path), set=(("value_model_path", refs["reward"]),)),),
+            )
+            hint = f"; the reward model {refs['reward']} can be its start (the fix sets it)"
+        elif "reward" in facts:
+            hint = f"; the reward model {refs['reward']} cannot be its start either (see below)"
+        found.append((fail, (
+            f"no value model: {cfg.path.name} sets no `value_model_path`, and PPOTrainer dies at start-up without one "
+            f"({ppo['none_error']}){hint}"
+        ), fix))
+    if "reward" not in facts:
+        found.append((fail, (
+            f"no reward model: {cfg.path.name} sets no `reward_model_path`, so PPOConfig falls back to "
+            f"{DEFAULT_REWARD_PATH!r}, a causal LM with another tokenizer: set it to a 1-label sequence classifier "
+            "that shares the policy's tokenizer"
+        ), None))
+    for role in ("reward", "value"):
+        if role not in facts or (role == "value" and same):
+            continue
+        label = "reward and value model" if same else f"{role} model"
+        for status, text in problems[role]:
+            found.append((fail if status == "fail" else warn, f"{label} {text}", None))
+    if ppo["problem"] is not None:
+        found.append((fail, ppo["problem"].replace("{alt}", alt), None))
+
+    if not found:
+        who = (f"value and reward model {refs['value']}" if same
+               else f"value model {refs['value']} and reward model {refs['reward']}")
+        kinds = sorted({f"{f['architectures'][0]} ({f['score head']})" for f in facts.values()})
+        yield passed(
+            f"{who}: 1-label {', '.join(kinds)} covering the policy's {policy['size']} token ids; "
+            f"{ppo['where']} in trl {trl_version} takes them",
+            **details,
+        )
+        return
+    for make, message, fix in found:
+        yield make(message, fix, **details)
+
+
+# -- the installed trainer ------------------------------------------------------------------------------
+
+def _installed_ppo(trl_version: str) -> dict:
+    """Where the installed PPOTrainer is, what value_model=None makes it raise, or why there is none."""
+    from trl_doctor._trl import trainer_class, trainer_source
+
+    with warnings.catch_warnings(record=True):  # trl.experimental warns on import
+        cls = trainer_class("ppo")
+    found = trainer_source("ppo")
+    out = {"where": None, "none_error": f"{ERR_PREFIX} from trl 0.13 to {LAST_PPO_RELEASE}, {ERR_MODULES} before",
+           "problem": None}
+    if trl_version == "not installed":
+        out["problem"] = (f"trl is not installed: PPO needs trl<={LAST_PPO_RELEASE} (`pip install \"trl=={LAST_PPO_RELEASE}\"`), "
+                          "or move to RLOO or GRPO (`trainer: rloo`, reward_model_name_or_path: {alt})")
+        return out
+    if cls is None:
+        if found is not None:
+            out["problem"] = (f"trl {trl_version} ships {found[0]} but its PPOTrainer cannot be imported "
+                              f"({_import_error()}); pin `trl=={LAST_PPO_RELEASE}` or repair the installation")
+        else:
+            out["problem"] = (
+                f"trl {trl_version} has no PPOTrainer: it was removed in trl {PPO_REMOVED_IN} (the last release with it is "
+                f"trl {LAST_PPO_RELEASE}, as {LAST_PPO_PATH}). Pin `trl=={LAST_PPO_RELEASE}` (it needs {LAST_PPO_NEEDS}) "
+                "to train this PPO config, or move to RLOO or GRPO (`trainer: rloo` with reward_model_name_or_path: {alt}), "
+                "which need no value model"
+            )
+        return out
+    public = LAST_PPO_PATH if cls.__module__.startswith("trl.experimental.ppo") else f"trl.{cls.__name__}"
+    out["where"] = public
+    import inspect
+
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        params = {"value_model": None}
+    if "value_model" not in params:
+        out["problem"] = (
+            f"trl {trl_version}'s {public} is the PPOv1 API (a value head on the policy, no reward or value model) that "
+            f"these keys do not configure; pin `trl=={LAST_PPO_RELEASE}` ({LAST_PPO_PATH})"
+        )
+        return out
+    if found is not None:
+        rel, text = found
+        m = _DROPOUT_LOOP.search(text)
+        if m is not None and m.group(1) is None:
+            out["none_error"] = f"{ERR_MODULES} in trl {trl_version}"
+            out["evidence"] = f"{rel}:{_line(text, m.end())}: `{_line_text(text, m.end())}`"
+        else:
+            w = _WRAPPER.search(text)
+            out["none_error"] = f"{ERR_PREFIX} in trl {trl_version}"
+            if w is not None:
+                out["evidence"] = f"{rel}:{_line(text, w.start())}: `{_line_text(text, w.start())}`"
+    return out
+
+
+def _import_error() -> str:
+    import importlib
+
+    for module in ("trl.experimental.ppo", "trl"):
+        try:
+            with warnings.catch_warnings(record=True):
+                getattr(importlib.import_module(module), "PPOTrainer")
+        except Exception as exc:  # the reason is what the user needs
+            last = f"{type(exc).__name__}: {_one_line(exc)}"
+        else:
+            return "it imports here"
+    return last
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _line_text(text: str, pos: int) -> str:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    return text[start:end if end >= 0 else None].strip()
+
+
+# -- the policy and the models --------------------------------------------------------------------------
+
+def _policy_facts(ctx) -> dict:
+    tok = ctx.tokenizer
+    vocab = tok.get_vocab()
+    pad = tok.pad_token_id
+    ids = set(vocab.values()) | set(tok.all_special_ids)
+    fed = [i for i in ids if i != pad] or [0]
+    top = max(fed)
+    return {"size": len(tok), "vocab": vocab, "pad_id": pad, "top_id": top, "top_token": tok.convert_ids_to_tokens(top),
+            "added": set(ctx.config.added_tokens)}
+
+
+def _resolve(cfg, key: str, ref: str):
+    from trl_doctor._config import resolve_artifact
+
+    return resolve_artifact(ref, cfg.base_dir, str(cfg.path), key, need="config.json")
+
+
+def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str, str]]]:
+    """(facts, problems) of one reward/value model folder: config only, a meta-device build, its tokenizer."""
+    from transformers import AutoConfig
+
+    trc = ctx.options.trust_remote_code
+    cfg_file = path / "config.json"
+    try:
+        mcfg = AutoConfig.from_pretrained(str(path), trust_remote_code=trc, local_files_only=True)
+    except Exception as exc:
+        raise InputError(f"{cfg_file}: cannot load the model config: {_one_line(exc)}") from None
+    text = mcfg.get_text_config() if hasattr(mcfg, "get_text_config") else mcfg
+    archs = list(getattr(mcfg, "architectures", None) or [])
+    vocab_size = getattr(text, "vocab_size", None)
+    pad = getattr(mcfg, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(text, "pad_token_id", None)
+    facts = {
+        "path": str(path),
+        "config.json": str(cfg_file),
+        "architectures": archs,
+        "model_type": getattr(mcfg, "model_type", None),
+        "num_labels": None,
+        "score head": None,
+        "vocab_size": vocab_size,
+        "pad_token_id": pad,
+    }
+    shown = _shown(ctx, cfg_file)
+    problems: list[tuple[str, str]] = []
+    seq_cls = [a for a in archs if a.endswith("ForSequenceClassification")]
+    if not archs:
+        problems.append(("warn", f"{shown} names no architectures, so it cannot be confirmed to be a 1-label sequence classifier"))
+    elif not seq_cls:
+        problems.append(("fail", (
+            f"{shown} is a {archs[0]}, not a sequence classifier: PPO calls model.score(...) on it ('{archs[0]}' object "
+            "has no attribute 'score'), and AutoModelForSequenceClassification would give it a new, randomly initialised "
+            "score head; use a 1-label *ForSequenceClassification checkpoint"
+        )))
+    if seq_cls:
+        n = int(mcfg.num_labels)
+        facts["num_labels"] = n
+        facts["id2label"] = {str(k): v for k, v in (getattr(mcfg, "id2label", None) or {}).items()}
+        head, head_error = _score_head(mcfg, trc)
+        facts["score head"] = head
+        if head_error is not None:
+            problems.append(("fail", f"{shown} {head_error}"))
+        if n != 1:
+            problems.append(("fail", (
+                f"{shown} is a {seq_cls[0]} with {n} labels (id2label {facts['id2label']}, score head "
+                f"{head}): PPO takes one scalar per token, and TRL's example loads it with num_labels=1, which fails on "
+                f"the score.weight size mismatch"
+            )))
+    if pad is None:
+        facts["pad_token_id note"] = (
+            "None: harmless inside PPO (it masks with the policy's pad id), but the model's own forward() refuses "
+            "batches > 1 ('Cannot handle batch sizes > 1 if no padding token is defined')"
+        )
+
+    need = policy["top_id"] + 1
+    if vocab_size is not None and vocab_size < need:
+        problems.append(("fail", (
+            f"{shown} has vocab_size {vocab_size} but the policy's tokenizer has ids up to {policy['top_id']} "
+            f"({policy['top_token']!r}): PPO feeds the policy's ids to it, and the first forward fails with "
+            "'index out of range in self' (a device-side assert on GPU)"
+        )))
+
+    tok_problem = _compare_tokenizer(ctx, path, policy, facts)
+    if tok_problem is not None:
+        problems.append(tok_problem)
+    return facts, problems
+
+
+def _score_head(mcfg, trust_remote_code: bool) -> tuple[str | None, str | None]:
+    """('Linear(32 → 1)', None) from a meta-device build of the sequence classifier, or (None, why not)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    try:
+        with torch.device("meta"):
+            model = AutoModelForSequenceClassification.from_config(mcfg, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        return None, f"cannot be built as AutoModelForSequenceClassification: {_one_line(exc)}"
+    score = getattr(model, "score", None)
+    if not isinstance(score, torch.nn.Module):
+        heads = [name for name in ("classifier", "v_head", "head") if hasattr(model, name)]
+        return None, (f"builds a {type(model).__name__}, which has no `score` head{f' (its head is `{heads[0]}`)' if heads else ''}: "
+                      "PPO calls model.score(hidden_states) on the reward and value models")
+    weight = getattr(score, "weight", None)
+    if weight is not None and weight.dim() == 2:
+        return f"{type(score).__name__}({weight.shape[1]} → {weight.shape[0]})", None
+    return type(score).__name__, None
+
+
+def _compare_tokenizer(ctx, path: Path, policy: dict, facts: dict) -> tuple[str, str] | None:
+    shown = _shown(ctx, path)
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        facts["tokenizer"] = f"none in {path}: token ids not compared (PPO feeds it the policy's ids)"
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=ctx.options.trust_remote_code, local_files_only=True)
+    except Exception as exc:
+        facts["tokenizer"] = f"cannot load the tokenizer in {path}: {_one_line(exc)}"
+        return None
+    theirs = tok.get_vocab()
+    diffs = []
+    for token, pid in sorted(policy["vocab"].items(), key=lambda kv: kv[1]):
+        if pid == policy["pad_id"]:
+            continue  # masked and replaced by 0 before the forward: never fed
+        rid = theirs.get(token)
+        if rid != pid:
+            diffs.append({"token": token, "policy id": pid, "id here": rid})
+    if not diffs:
+        facts["tokenizer"] = f"same ids as the policy's for all {len(policy['vocab'])} tokens"
+        return None
+    facts["tokenizer"] = f"{len(diffs)} of the policy's {len(policy['vocab'])} tokens have another id (or none) here"
+    facts["tokenizer differences"] = diffs[:KEPT_DIFFS]
+    core = [d for d in diffs if d["token"] not in policy["added"]]
+    listed = ", ".join(
+        f"{d['token']!r} is id {d['policy id']} for the policy and " + ("missing" if d["id here"] is None else f"{d['id here']}") + " there"
+        for d in (core or diffs)[:SHOWN_DIFFS]
+    )
+    if core:
+        return "fail", (
+            f"{shown} has a tokenizer that numbers tokens differently from the policy's: {listed} ({len(diffs)} of "
+            f"{len(policy['vocab'])} differ); PPO feeds it the policy's ids, so it scores other text than the policy wrote"
+        )
+    return "warn", (
+        f"{shown} has a tokenizer without the tokens `added_tokens` gives the policy: {listed}; PPO feeds their ids to it, "
+        "and its embedding rows for them were never trained"
+    )
+
+
+def _shown(ctx, path: Path) -> str:
+    """A path as short as it can be told: relative to the config file's folder when under its parent."""
+    import os
+
+    try:
+        return os.path.relpath(path, ctx.config.base_dir)
+    except ValueError:
+        return str(path)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if "trust_remote_code" in text:
+        text = "it contains custom code (auto_map) that trl-doctor runs only with --trust-remote-code"
+    return text if len(text) <= 300 else text[:297] + "..."
