@@ -82,3 +82,10 @@ def test_edit_requires_exactly_one_kind():
         Edit("x.json")
     with pytest.raises(ValueError):
         Edit("x.json", set=(("a", 1),), content=b"")
+
+
+def test_binary_files_are_not_printed_as_text(tmp_path):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"\x00\xff" * 10)
+    diff = _fixer.unified_diff(_fixer.plan([Fix("x", (Edit(str(path), content=b"\x01\xfe" * 12),))]))
+    assert diff.startswith("Binary files a/") and "(20 -> 24 bytes)" in diff

@@ -86,7 +86,8 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
     from ._registry import all_rules, select_rules
 
     rules = select_rules(all_rules(), _names(select), _names(ignore))
-    options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout)
+    options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout,
+                      unsafe_fixes=unsafe_fixes and (fix or show_diff))
     progress = _progress() if sys.stderr.isatty() else None
 
     def run_once():

@@ -30,6 +30,7 @@ class Options:
     smoke: bool = True
     smoke_timeout: float = 300.0
     num_processes: int | None = None
+    unsafe_fixes: bool = False  # rules prepare costly unsafe fixes (rewritten weights) only when they may apply
 
 
 @dataclass

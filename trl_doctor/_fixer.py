@@ -102,9 +102,14 @@ def _set_yaml(path: Path, data: bytes | None, pairs) -> bytes:
 def unified_diff(changes: Iterable[FileChange]) -> str:
     chunks = []
     for c in changes:
-        old = (c.old or b"").decode("utf-8", "replace").splitlines(keepends=True)
-        new = c.new.decode("utf-8", "replace").splitlines(keepends=True)
         shown = _shown(c.path)
+        try:
+            old = (c.old or b"").decode("utf-8").splitlines(keepends=True)
+            new = c.new.decode("utf-8").splitlines(keepends=True)
+        except UnicodeDecodeError:
+            chunks.append(f"Binary files {'a/' + shown if c.old is not None else '/dev/null'} and b/{shown} differ "
+                          f"({len(c.old or b'')} -> {len(c.new)} bytes)\n")
+            continue
         chunks.extend(difflib.unified_diff(old, new, f"a/{shown}" if c.old is not None else "/dev/null", f"b/{shown}"))
     return "".join(line if line.endswith("\n") else line + "\n" for line in chunks)
 

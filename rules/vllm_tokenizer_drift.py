@@ -1,0 +1,664 @@
+"""TD002 vllm-tokenizer-drift: vLLM must load the tokenizer the trainer holds, and see the stop settings the config relies on.
+
+What goes wrong
+    With `use_vllm`, TRL does not hand its tokenizer to vLLM: colocate mode builds
+    `LLM(model=model.name_or_path, ...)` with no `tokenizer=` argument, and server mode runs whatever
+    `trl vllm-serve --model` was given. vLLM then loads its own tokenizer from that model folder. Tokens
+    the training script adds (`added_tokens`, or a separate `tokenizer_name_or_path`) are unknown to it:
+
+    - stop strings that name them never fire. vLLM matches stop strings on its own detokenized text; an id
+      its tokenizer does not know decodes to nothing, and even a token it knows is left out of that text
+      when it is special and `skip_special_tokens` is true (vLLM's default). Completions then run to
+      `max_completion_length`.
+    - the text vLLM produces for those ids is empty or another token's, and prompts that vLLM tokenizes
+      itself (TRL before 1.0 sends prompt text, 0.25-0.29 also chat messages that vLLM renders with its
+      own chat template) split the token into pieces, or fail with "Token id N is out of vocabulary".
+    - stop token ids still fire, because vLLM compares ids, but only where the installed TRL forwards
+      `generation_kwargs` to vLLM's SamplingParams at all.
+    - ids past the model's embedding rows (`vocab_size` in config.json) mean `resize_token_embeddings` was
+      not done: vLLM rejects a prompt holding them ("Token id N is out of vocabulary"), the trainer's own
+      forward fails with "index out of range in self", and the model can never sample the new tokens.
+
+Versions
+    Read from the installed TRL's source, not from this table (the table is what the reader finds in the
+    released wheels from PyPI; paths inside each wheel):
+
+    - 0.14.0, 0.15.2: trl/trainer/grpo_trainer.py builds `LLM(model=model.name_or_path, ...)` and a fixed
+      `SamplingParams(n=..., temperature=..., max_tokens=...)`; prompts are sent as text
+      (`self.llm.generate(all_prompts_text, ...)`). No `generation_kwargs`.
+    - 0.16.0, 0.17.0: server only; `self.vllm_client.generate(prompts=ordered_set_of_prompts, n=...,
+      guided_decoding_regex=...)` with fixed arguments (trl/trainer/grpo_trainer.py), and the server's
+      `SamplingParams(...)` in trl/scripts/vllm_serve.py has none either. No `generation_kwargs` field.
+    - 0.18.0, 0.18.2: server and colocate (`vllm_mode`, default "server"); both with fixed arguments.
+    - 0.19.0, 0.21.0, 0.23.0, 0.25.0: `generation_kwargs` (GRPOConfig; RLOOConfig from 0.23) reaches
+      vLLM in both modes: trl/trainer/grpo_trainer.py `generation_kwargs.update(self.args.generation_kwargs)`
+      then `SamplingParams(**generation_kwargs)` (colocate), `vllm_client.generate(...,
+      generation_kwargs=...)` -> trl/extras/vllm_client.py `"generation_kwargs": generation_kwargs or {}`
+      -> trl/scripts/vllm_serve.py `generation_kwargs.update(request.generation_kwargs)` (server). Prompts
+      are text; 0.25 also sends chat messages (`llm.chat`, `vllm_client.chat`).
+    - 0.29.0: the same, moved to trl/generation/vllm_generation.py and trl/generation/vllm_client.py.
+    - 1.0.0 and the installed 1.16.0: prompts go to vLLM as token ids (`{"prompt_token_ids": ids}` in
+      trl/generation/vllm_generation.py), so vLLM's tokenizer no longer splits them; 1.16's
+      trl/scripts/vllm_serve.py runs vLLM's own `vllm serve`, whose OpenAI API takes stop,
+      stop_token_ids, include_stop_str_in_output and skip_special_tokens per request.
+    - RLOOTrainer has a vLLM path from 0.23 (trl/trainer/rloo_trainer.py), the shared module from 0.29.
+    - vLLM 0.31.0: the tokenizer comes from `vllm.tokenizers.cached_tokenizer_from_config`
+      (vllm/tokenizers/registry.py: tokenizer = the model path, tokenizer_mode "auto" -> "hf" ->
+      `AutoTokenizer.from_pretrained`); stop strings are checked on the text of
+      `tokenizers.decoders.DecodeStream(skip_special_tokens=...)` (vllm/v1/engine/detokenizer.py);
+      stop token ids by id (vllm/v1/core/sched/utils.py); prompt ids above
+      max(tokenizer.max_token_id, vocab_size - 1) are rejected (vllm/v1/engine/input_processor.py).
+
+How it is detected
+    The tokenizer is loaded from the folder vLLM loads (the model path; in server mode the doctor assumes
+    `trl vllm-serve --model` gets the same path, and says so) through vLLM's own loader when vllm is
+    installed, otherwise with transformers the same way; the details say which. It is compared with the
+    trainer's tokenizer (`added_tokens` included): added and special tokens missing on either side, the
+    same token with another id, the eos, the chat template. Every stop string in `generation_kwargs` is
+    encoded by the trainer's tokenizer and decoded by vLLM's (with the config's `skip_special_tokens`)
+    to see whether vLLM's text can ever contain it; every stop token id is resolved in both. The installed
+    TRL's vLLM code (trainer, generation module, client and server script) is read for whether
+    `generation_kwargs` reaches SamplingParams in the configured `vllm_mode`, and whether prompts reach
+    vLLM as ids, text or chat messages. Every id of the trainer's tokenizer is checked against the
+    model's embedding rows.
+
+    Without `use_vllm` the rule is skipped, except for ids past the embedding rows: they break the
+    trainer's own forward too and no other rule reports them (the pad token, which TD001 pad-token
+    reports, is left out here).
+
+    Severity follows what breaks with this config and the installed versions: fail for a stop string or
+    stop setting that can never act, for ids past the embedding rows, for tokens that vLLM's tokenizer
+    would split or misread in prompts it tokenizes itself, and when vLLM cannot load a tokenizer from the
+    folder at all; warn for drift the installed TRL does not act on (it sends token ids and reads token
+    ids back, so only vLLM's own text is wrong).
+
+What the fix does
+    `--fix` saves the trainer's tokenizer into the model folder vLLM loads (tokenizer.json and the chat
+    template as whole files, tokenizer_config.json key by key), with backups, once a fresh load of the
+    result is checked to match the trainer's tokenizer. Where a stop string names a special token, it also
+    sets `skip_special_tokens: false` and `include_stop_str_in_output: true` in the config's
+    `generation_kwargs`, so vLLM's text contains the token and the match can fire (TRL reads token ids,
+    so the text it ignores changes nothing else). When something no file change can repair is left (the
+    installed TRL does not forward `generation_kwargs`: upgrade to 0.19 or later; a stop id past the
+    embedding rows), no fix is offered and the details list the steps by hand.
+
+    When new ids are past the embedding rows, the tokenizer is not written on its own (vLLM would then
+    accept ids the model cannot embed). With `--unsafe-fixes` the model is loaded, its embeddings are
+    resized with `resize_token_embeddings` (new rows from the old rows' mean and covariance, seeded) and
+    model.safetensors and config.json's `vocab_size` are rewritten together with the tokenizer. This is
+    done for single-file model.safetensors checkpoints up to 256 MiB; for larger or sharded ones the
+    message says how to do it by hand. Files in the Hugging Face cache are never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
+
+from ._common import TRAINER_CLASS, as_id_list, embedding_rows
+from ._vllm import installed_config_field, installed_trl_vllm_path, load_as_vllm
+
+RESIZE_LIMIT = 256 * 2**20  # bytes of model.safetensors the unsafe fix loads and rewrites
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt")
+NOISE_KEYS = ("is_local", "local_files_only")  # load-time arguments transformers 5 leaks into tokenizer_config.json
+STOP_KEYS = ("stop", "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens")
+_MISSING = object()
+
+
+@rule(
+    id="TD002",
+    slug="vllm-tokenizer-drift",
+    title="vLLM loads the same tokenizer the trainer holds and sees the stop settings",
+    trainers=("grpo", "rloo"),
+    needs=("tokenizer", "model_config"),
+    fixable="sometimes",
+)
+def check(ctx):
+    tok = ctx.tokenizer
+    rows = embedding_rows(ctx)
+    raw = ctx.config.raw
+    trl_version = ctx.version("trl") or "not installed"
+    trainer_cls = TRAINER_CLASS[ctx.trainer]
+    model_dir = ctx.config.model.path
+    beyond = _ids_beyond(tok, rows)
+    details: dict[str, Any] = {
+        "trainer tokenizer": str(ctx.config.tokenizer.path),
+        "added_tokens": list(ctx.config.added_tokens),
+        "trainer tokenizer size": len(tok),
+        "vocab_size (embedding rows)": rows,
+        "trl": trl_version,
+    }
+    if beyond:
+        details["ids past the embedding rows"] = {t: i for t, i in beyond}
+
+    if not _truthy(raw.get("use_vllm")):
+        if not beyond:
+            yield skip("use_vllm is not set: generation runs in the trainer with its own tokenizer, nothing for vLLM to drift from")
+            return
+        fix, why = _resize_fix(ctx, tok, rows, write_tokenizer=False)
+        if why:
+            details["fix (by hand)"] = why
+        yield fail(
+            f"{_listed(beyond)} {'is' if len(beyond) == 1 else 'are'} past the model's {rows} embedding rows "
+            f"({model_dir / 'config.json'} vocab_size): resize_token_embeddings was not done, so a prompt holding "
+            "them fails the forward pass with 'index out of range in self' and the model can never sample them "
+            "(with or without vLLM)",
+            fix, **details,
+        )
+        return
+
+    path = installed_trl_vllm_path(ctx.trainer)
+    if path is None:
+        yield skip(f"trl is not installed, so what {trainer_cls} sends to vLLM cannot be read")
+        return
+    if path.colocate.forwards is None and path.server.forwards is None:
+        yield skip(f"{trainer_cls} in trl {trl_version} has no vLLM generation ({', '.join(path.files)}): use_vllm has no effect")
+        return
+    mode, mode_source = _vllm_mode(ctx, path)
+    if (path.colocate if mode == "colocate" else path.server).forwards is None:
+        other = "server" if mode == "colocate" else "colocate"
+        mode, mode_source = other, f"trl {trl_version} has no {mode} mode (the config's vllm_mode is TD009's to report), so {other}"
+    fwd = path.colocate if mode == "colocate" else path.server
+    details["vllm_mode"] = f"{mode} ({mode_source})"
+    details["vLLM loads from"] = str(model_dir) + (
+        f" (colocate: LLM(model={path.llm_model_arg or 'model.name_or_path'}, ...) with no tokenizer argument)"
+        if mode == "colocate" else
+        " (server: assumed to be the path given to `trl vllm-serve --model`; check the server's command line)"
+    )
+    if mode == "colocate" and path.llm_tokenizer_arg:
+        details["vLLM loads from"] = (f"{model_dir} (the installed trl passes LLM(tokenizer={path.llm_tokenizer_arg}), "
+                                      "which the doctor does not evaluate: the model folder is checked)")
+    details["prompts reach vLLM as"] = sorted(path.prompts) or ["unknown"]
+    details["trl source read"] = path.files
+
+    loaded = load_as_vllm(model_dir, ctx.options.trust_remote_code)
+    details["vLLM tokenizer loaded with"] = loaded.loader
+    gen = _generation_kwargs(raw)
+    stops = _as_list(gen.get("stop"))
+    stop_ids = [i for i in _as_list(gen.get("stop_token_ids")) if isinstance(i, int)]
+    skip_special = gen.get("skip_special_tokens", True) is not False
+    if gen:
+        details["generation_kwargs"] = gen
+    findings: list[tuple[str, str]] = []  # (status, message), most important first
+    unfixable: list[str] = []  # what no file change can repair: then no fix is offered, only the manual steps
+    config_pairs: dict[str, Any] = {}
+
+    # 1. embedding rows
+    if beyond:
+        findings.append(("fail", (
+            f"{_listed(beyond)} {'is' if len(beyond) == 1 else 'are'} past the model's {rows} embedding rows "
+            f"({model_dir / 'config.json'} vocab_size): resize_token_embeddings was not done; vLLM rejects a prompt "
+            "holding them ('Token id N is out of vocabulary') and the model can never sample them")))
+
+    # 2. is generation_kwargs forwarded at all?
+    relied = [k for k in STOP_KEYS if k in gen]
+    field_exists = installed_config_field(ctx.trainer, "generation_kwargs")[0]
+    details[f"generation_kwargs -> vLLM ({mode})"] = fwd.evidence
+    forwarded = bool(fwd.forwards) and field_exists is not False
+    if relied and not forwarded:
+        reason = (
+            f"{trainer_cls.replace('Trainer', 'Config')} in trl {trl_version} has no generation_kwargs field"
+            if field_exists is False else
+            f"trl {trl_version} builds vLLM's sampling parameters without generation_kwargs in {mode} mode ({fwd.evidence[0]})"
+        )
+        findings.append(("fail", (
+            f"generation_kwargs {', '.join(relied)} never reach vLLM: {reason}; "
+            f"so {_describe_stops(stops, stop_ids)} cannot stop a completion (trl 0.19 and later forward them)")))
+        unfixable.append(f"upgrade trl to a release that forwards generation_kwargs to vLLM (0.19 or later; installed: {trl_version})")
+
+    # 3. the tokenizer vLLM loads
+    vtok = loaded.tokenizer
+    drift = None
+    if vtok is None:
+        findings.append(("fail", (
+            f"vLLM cannot load a tokenizer from {model_dir} ({loaded.error}): "
+            f"{'LLM(...)' if mode == 'colocate' else '`trl vllm-serve`'} fails at start-up")))
+        details["vLLM loader error"] = loaded.error
+    else:
+        drift = compare(tok, vtok)
+        details.update(drift.as_details())
+        text_prompts = bool(path.prompts & {"text", "messages"})
+        if drift.missing_in_vllm:
+            miss = ", ".join(f"{t!r} (id {i})" for t, i in drift.missing_in_vllm.items())
+            in_prompts = _tokens_in_prompts(ctx, tok, list(drift.missing_in_vllm)) if text_prompts else None
+            if in_prompts:
+                details["prompts holding them"] = in_prompts
+                findings.append(("fail", (
+                    f"vLLM's tokenizer ({model_dir}) lacks {miss}, and trl {trl_version} sends prompts as "
+                    f"{'/'.join(sorted(path.prompts & {'text', 'messages'}))} that vLLM tokenizes itself: {in_prompts[0]}")))
+            else:
+                findings.append(("warn", (
+                    f"vLLM's tokenizer ({model_dir}) lacks {miss} that the trainer's tokenizer has: the text vLLM produces "
+                    f"for {'that id' if len(drift.missing_in_vllm) == 1 else 'those ids'} is "
+                    f"{_texts(drift.vllm_text)}" + ("" if text_prompts else
+                        f"; trl {trl_version} sends and reads token ids, so only vLLM's own text and stop strings are affected"))))
+        if drift.id_diff:
+            listed = ", ".join(f"{t!r} is id {a} for the trainer but {b} for vLLM" for t, (a, b) in drift.id_diff.items())
+            findings.append(("fail" if text_prompts else "warn", f"the same token has another id: {listed}"))
+        if drift.missing_in_trainer:
+            listed = ", ".join(f"{t!r} (id {i})" for t, i in drift.missing_in_trainer.items())
+            findings.append(("warn", f"vLLM's tokenizer ({model_dir}) has {listed} that the trainer's tokenizer lacks"))
+        eos_problem = _eos_problem(ctx, tok, vtok, stop_ids if forwarded else [])
+        if eos_problem:
+            findings.append(("warn", eos_problem))
+        if drift.template_differs:
+            if "messages" in path.prompts:
+                findings.append(("fail", (
+                    f"vLLM's chat template ({model_dir}) differs from the trainer's, and trl {trl_version} lets vLLM "
+                    "render chat prompts with its own template")))
+            else:
+                details["chat template"] = (
+                    f"differs, harmless with trl {trl_version}: it renders prompts with the trainer's template itself")
+
+        # 4. stop strings and stop ids, resolved by both tokenizers
+        resolved = {}
+        for s in stops:
+            if not isinstance(s, str):
+                continue
+            ids = tok.encode(s, add_special_tokens=False)
+            seen = _decode(vtok, ids, skip_special)
+            seen_raw = _decode(vtok, ids, False)
+            resolved[s] = {"trainer ids": ids, "vLLM text for them": seen}
+            if s in seen:
+                continue
+            if s in seen_raw and skip_special:
+                findings.append(("fail", (
+                    f"stop string {s!r} (id {ids[0] if len(ids) == 1 else ids}) never fires: it is a special token and vLLM "
+                    "leaves special tokens out of the text it matches stop strings on (skip_special_tokens defaults to true)")))
+                if forwarded:
+                    config_pairs.update(skip_special_tokens=False, include_stop_str_in_output=True)
+            else:
+                special = any(i in tok.added_tokens_decoder and tok.added_tokens_decoder[i].special for i in ids)
+                also = (" (and as a special token it would be left out of that text even once vLLM knows it: "
+                        "skip_special_tokens defaults to true)") if special and skip_special else ""
+                findings.append(("fail", (
+                    f"stop string {s!r} never fires: the trainer's tokenizer writes it as ids {ids}, which vLLM's tokenizer "
+                    f"({model_dir}) decodes as {seen!r}{also}; completions run to max_completion_length")))
+                if forwarded and special and skip_special:
+                    config_pairs.update(skip_special_tokens=False, include_stop_str_in_output=True)
+        for i in stop_ids:
+            t_tok = _id_to_token(tok, i)
+            v_tok = _id_to_token(vtok, i)
+            resolved[f"stop_token_ids {i}"] = {"trainer token": t_tok, "vLLM token": v_tok}
+            if rows is not None and i >= rows:
+                findings.append(("fail", f"stop_token_ids {i} is past the {rows} embedding rows: the model never samples it"))
+                unfixable.append(f"remove stop_token_ids {i} from generation_kwargs or name an id below {rows}")
+            elif t_tok is None:
+                findings.append(("warn", f"stop_token_ids {i} is no token of the trainer's tokenizer ({len(tok)} tokens)"))
+                unfixable.append(f"check stop_token_ids {i}: the trainer's tokenizer has no token with that id")
+        if resolved:
+            details["stop settings resolved"] = resolved
+
+    # the fix: one Fix for the whole rule (fold would mark a safe part unsafe if it were merged with the resize)
+    needs_tokenizer = vtok is None or (drift is not None and drift.any())
+    fix, fix_note = None, None
+    if findings and unfixable:
+        steps = list(unfixable)
+        if needs_tokenizer:
+            steps.append(f"save the trainer's tokenizer into {model_dir}, where vLLM loads it")
+        details["fix (by hand)"] = "; ".join(steps)
+    elif findings:
+        fix, fix_note = _plan_fix(ctx, tok, rows, beyond, needs_tokenizer, config_pairs, gen)
+        if fix_note:
+            details["fix (by hand)" if fix is None else "fix note"] = fix_note
+
+    if not findings:
+        checked = f"{len(tok)} tokens, eos {tok.eos_token!r}"
+        if stops or stop_ids:
+            checked += f", {_describe_stops(stops, stop_ids)}"
+        within = f"every id is within the {rows} embedding rows" if rows is not None else "config.json names no vocab_size"
+        if drift is not None and drift.any():
+            what = [name for name, on in (("chat template", drift.template_differs), ("eos", drift.eos_differs)) if on]
+            yield passed(
+                f"vLLM's tokenizer ({model_dir}) differs from the trainer's only in its {' and '.join(what)}, which trl "
+                f"{trl_version} does not act on here (see details): {checked}; {within}",
+                **details,
+            )
+            return
+        yield passed(
+            f"vLLM's tokenizer ({model_dir}) matches the trainer's: {checked}; {within}",
+            **details,
+        )
+        return
+    order = {"fail": 0, "warn": 1}
+    findings.sort(key=lambda f: order[f[0]])
+    for n, (status, message) in enumerate(findings):
+        make = fail if status == "fail" else warn
+        yield make(message, fix if n == 0 else None, **details)
+
+
+# -- comparison ------------------------------------------------------------------------------------------
+
+@dataclass
+class Drift:
+    missing_in_vllm: dict[str, int] = field(default_factory=dict)  # token -> trainer id
+    missing_in_trainer: dict[str, int] = field(default_factory=dict)  # token -> vLLM id
+    id_diff: dict[str, tuple[int, int]] = field(default_factory=dict)  # token -> (trainer id, vLLM id)
+    vllm_text: dict[int, str] = field(default_factory=dict)  # trainer id -> what vLLM's tokenizer decodes it to
+    eos: tuple = ()  # ((trainer eos, id), (vLLM eos, id))
+    template_differs: bool = False
+
+    @property
+    def eos_differs(self) -> bool:
+        return bool(self.eos) and self.eos[0] != self.eos[1]
+
+    def any(self) -> bool:
+        return bool(self.missing_in_vllm or self.missing_in_trainer or self.id_diff or self.eos_differs or self.template_differs)
+
+    def as_details(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.missing_in_vllm:
+            out["missing in vLLM's tokenizer (token: trainer id)"] = self.missing_in_vllm
+            out["vLLM's text for those ids"] = {str(i): t for i, t in self.vllm_text.items()}
+        if self.missing_in_trainer:
+            out["missing in the trainer's tokenizer (token: vLLM id)"] = self.missing_in_trainer
+        if self.id_diff:
+            out["different ids (token: [trainer, vLLM])"] = {t: list(p) for t, p in self.id_diff.items()}
+        out["eos (trainer, vLLM)"] = [f"{t!r} (id {i})" for t, i in self.eos]
+        out["chat template"] = "differs" if self.template_differs else "same"
+        return out
+
+
+def _specials(tok) -> dict[str, int]:
+    """Added and special tokens with their ids."""
+    out = {}
+    decoder = getattr(tok, "added_tokens_decoder", None) or {}
+    for i, added in decoder.items():
+        out[str(getattr(added, "content", added))] = int(i)
+    for t in getattr(tok, "all_special_tokens", None) or []:
+        if t not in out:
+            i = tok.convert_tokens_to_ids(t)
+            if isinstance(i, int):
+                out[t] = i
+    return out
+
+
+def compare(trainer_tok, vllm_tok) -> Drift:
+    d = Drift()
+    t_vocab, v_vocab = trainer_tok.get_vocab(), vllm_tok.get_vocab()
+    t_special, v_special = _specials(trainer_tok), _specials(vllm_tok)
+    for t, i in sorted(t_special.items(), key=lambda kv: kv[1]):
+        if t not in v_vocab:
+            d.missing_in_vllm[t] = i
+            d.vllm_text[i] = _decode(vllm_tok, [i], False)
+        elif v_vocab[t] != i:
+            d.id_diff[t] = (i, v_vocab[t])
+    for t, i in sorted(v_special.items(), key=lambda kv: kv[1]):
+        if t not in t_vocab:
+            d.missing_in_trainer[t] = i
+        elif t_vocab[t] != i and t not in d.id_diff:
+            d.id_diff[t] = (t_vocab[t], i)
+    d.eos = ((trainer_tok.eos_token, trainer_tok.eos_token_id), (vllm_tok.eos_token, vllm_tok.eos_token_id))
+    d.template_differs = (getattr(trainer_tok, "chat_template", None) or None) != (getattr(vllm_tok, "chat_template", None) or None)
+    return d
+
+
+def _eos_problem(ctx, tok, vtok, stop_ids: list[int]) -> str | None:
+    """vLLM stops at its tokenizer's eos, generation_config.json's eos ids and the stop ids it is given; the
+    trainer ends a completion at its tokenizer's eos (and, in TRL 1.x, generation_config.json's)."""
+    gen = ctx.read_json(ctx.model_file("generation_config.json")) or {}
+    gen_eos = set(as_id_list(gen.get("eos_token_id")))
+    t_eos, v_eos = tok.eos_token_id, vtok.eos_token_id
+    if t_eos == v_eos:
+        return None
+    vllm_stops = ({v_eos} | gen_eos | set(stop_ids)) - {None}
+    if t_eos is not None and t_eos not in vllm_stops:
+        return (f"vLLM does not stop at the trainer's eos {tok.eos_token!r} (id {t_eos}): its tokenizer's eos is "
+                f"{vtok.eos_token!r} (id {v_eos}) and generation_config.json lists {sorted(gen_eos)}, so completions run "
+                "past the end the trainer masks at")
+    if v_eos is not None and v_eos not in ({t_eos} | gen_eos):
+        return (f"vLLM stops at its tokenizer's eos {vtok.eos_token!r} (id {v_eos}), which the trainer does not treat as an "
+                f"end (its eos is {tok.eos_token!r}, id {t_eos}): those completions count as truncated")
+    return None
+
+
+def _decode(tok, ids, skip_special: bool) -> str:
+    try:
+        return tok.decode(ids, skip_special_tokens=skip_special)
+    except Exception:  # ids a tokenizer does not know: some backends raise instead of skipping
+        return ""
+
+
+def _id_to_token(tok, i: int) -> str | None:
+    try:
+        t = tok.convert_ids_to_tokens(i)
+    except Exception:
+        return None
+    return t if isinstance(t, str) else None
+
+
+def _ids_beyond(tok, rows: int | None) -> list[tuple[str, int]]:
+    """Tokens whose id is past the embedding rows, leaving out the pad token (TD001 pad-token reports it)."""
+    if rows is None:
+        return []
+    pad = tok.pad_token_id
+    return sorted(((t, i) for t, i in tok.get_vocab().items() if i >= rows and i != pad), key=lambda ti: ti[1])
+
+
+def _tokens_in_prompts(ctx, tok, tokens: list[str], limit: int = 2000) -> list[str] | None:
+    """Where the missing tokens appear in text vLLM tokenizes itself: the trainer's chat template, the dataset's prompts."""
+    found = []
+    template = getattr(tok, "chat_template", None) or ""
+    for t in tokens:
+        if t in template:
+            found.append(f"the chat template writes {t!r}, which vLLM's tokenizer splits into pieces")
+    try:
+        ds = ctx.dataset
+    except (Unavailable, InputError):
+        return found or None
+    column = "prompt" if "prompt" in getattr(ds, "column_names", []) else None
+    if column is None:
+        return found or None
+    for n, row in enumerate(ds.select(range(min(limit, len(ds))))[column]):
+        text = row if isinstance(row, str) else " ".join(str(m.get("content", "")) for m in row if isinstance(m, dict))
+        for t in tokens:
+            if t in text:
+                found.append(f"dataset row {n} holds {t!r}, which vLLM's tokenizer splits into pieces")
+                return found
+    return found or None
+
+
+# -- config ------------------------------------------------------------------------------------------------
+
+def _truthy(value) -> bool:
+    return value is True or (isinstance(value, str) and value.lower() in ("true", "1", "yes")) or value == 1
+
+
+def _generation_kwargs(raw: dict) -> dict:
+    value = raw.get("generation_kwargs")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _vllm_mode(ctx, path) -> tuple[str, str]:
+    given = ctx.config.raw.get("vllm_mode")
+    if isinstance(given, str):
+        return given, "set in the config"
+    exists, default, where = installed_config_field(ctx.trainer, "vllm_mode")
+    if exists and isinstance(default, str):
+        return default, f"the default in trl {ctx.version('trl')}, {where}"
+    if path.colocate.forwards is None:
+        return "server", "the only vLLM mode of the installed trl"
+    return "colocate", "the only vLLM mode of the installed trl (vLLM inside the trainer)"
+
+
+def _listed(pairs: list[tuple[str, int]], most: int = 6) -> str:
+    shown = ", ".join(f"{t!r} (id {i})" for t, i in pairs[:most])
+    return shown + (f" and {len(pairs) - most} more" if len(pairs) > most else "")
+
+
+def _texts(texts: dict[int, str]) -> str:
+    return ", ".join(f"{t!r} for {i}" for i, t in texts.items())
+
+
+def _describe_stops(stops: list, ids: list) -> str:
+    parts = []
+    if stops:
+        parts.append("stop " + ", ".join(repr(s) for s in stops))
+    if ids:
+        parts.append("stop_token_ids " + ", ".join(str(i) for i in ids))
+    return " and ".join(parts) or "the stop settings"
+
+
+# -- fixes -------------------------------------------------------------------------------------------------
+
+def _plan_fix(ctx, tok, rows, beyond, needs_tokenizer, config_pairs, gen) -> tuple[Fix | None, str | None]:
+    cfg = ctx.config
+    notes = []
+    edits: list[Edit] = []
+    what = []
+    if beyond:
+        return _resize_fix(ctx, tok, rows, write_tokenizer=True)
+    if needs_tokenizer:
+        if cfg.model.in_cache:
+            notes.append(f"{cfg.model.path} is in the Hugging Face cache, which is never rewritten: copy the model to a "
+                         "folder, save the trainer's tokenizer there and train from it")
+        else:
+            tok_edits, problem = _tokenizer_edits(ctx, tok, cfg.model.path)
+            if problem:
+                notes.append(problem)
+            elif tok_edits:
+                edits += tok_edits
+                what.append(f"save the trainer's tokenizer ({len(tok)} tokens) into {cfg.model.path}, where vLLM loads it")
+    if config_pairs:
+        new = dict(gen)
+        new.update(config_pairs)
+        edits.append(Edit(str(cfg.path), set=(("generation_kwargs", new),)))
+        what.append("set " + ", ".join(f"{k}: {json.dumps(v)}" for k, v in config_pairs.items())
+                    + f" in generation_kwargs of {cfg.path.name}, so stop strings naming special tokens can match vLLM's text")
+    if not edits:
+        return None, "; ".join(notes) or None
+    return Fix("; ".join(what), tuple(edits)), "; ".join(notes) or None
+
+
+def _tokenizer_edits(ctx, tok, target: Path) -> tuple[list[Edit], str | None]:
+    """The files tokenizer.save_pretrained writes, as edits of `target`, checked by loading the result as vLLM would."""
+    out = ctx.workdir / "td002-tokenizer"
+    if out.exists():
+        shutil.rmtree(out)
+    tok.save_pretrained(str(out))
+    edits = []
+    for f in sorted(out.iterdir()):
+        dest = target / f.name
+        new = f.read_bytes()
+        if f.name in ("tokenizer_config.json", "special_tokens_map.json") and dest.is_file():
+            try:
+                old_doc = json.loads(dest.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                old_doc = None
+            if isinstance(old_doc, dict):
+                new_doc = {k: v for k, v in json.loads(new).items() if k not in NOISE_KEYS}
+                pairs = [(k, v) for k, v in new_doc.items() if old_doc.get(k, _MISSING) != v]
+                pairs += [(k, DELETE) for k in old_doc if k not in new_doc and k not in NOISE_KEYS]
+                if pairs:
+                    edits.append(Edit(str(dest), set=tuple(pairs)))
+                continue
+        if f.name == "tokenizer_config.json":
+            doc = {k: v for k, v in json.loads(new).items() if k not in NOISE_KEYS}
+            new = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        if not dest.is_file() or dest.read_bytes() != new:
+            edits.append(Edit(str(dest), content=new))
+    problem = _verify(ctx, tok, target, edits)
+    return edits, problem
+
+
+def _verify(ctx, tok, target: Path, edits: list[Edit]) -> str | None:
+    """Apply the edits to a copy of the folder's small files and load it as vLLM would: it must match."""
+    trial = ctx.workdir / "td002-trial"
+    if trial.exists():
+        shutil.rmtree(trial)
+    trial.mkdir()
+    for f in target.iterdir():
+        if f.is_file() and not f.name.endswith(WEIGHT_SUFFIXES) and ".trl-doctor.bak" not in f.name:
+            shutil.copy2(f, trial / f.name)
+    for e in edits:
+        dest = trial / Path(e.path).name
+        if e.content is not None:
+            dest.write_bytes(e.content)
+        else:
+            doc = json.loads(dest.read_text(encoding="utf-8")) if dest.is_file() else {}
+            for k, v in e.set:
+                if v is DELETE:
+                    doc.pop(k, None)
+                else:
+                    doc[k] = v
+            dest.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    loaded = load_as_vllm(trial, ctx.options.trust_remote_code)
+    if loaded.tokenizer is None:
+        return f"saving the trainer's tokenizer into {target} would still not load ({loaded.error}); save it by hand"
+    d = compare(tok, loaded.tokenizer)
+    if d.any():
+        left = {k: v for k, v in d.as_details().items() if k not in ("eos (trainer, vLLM)",) and v != "same"}
+        return (f"saving the trainer's tokenizer into {target} would not make vLLM load the same tokenizer "
+                f"(other tokenizer files there win: {left}); replace the folder's tokenizer files by hand")
+    return None
+
+
+def _resize_fix(ctx, tok, rows, write_tokenizer: bool) -> tuple[Fix | None, str | None]:
+    """The unsafe fix: resize the embeddings to cover every id and rewrite the weights (and the tokenizer)."""
+    cfg = ctx.config
+    need = max(len(tok), max(tok.get_vocab().values()) + 1)
+    manual = (f"model.resize_token_embeddings({need}) on the model loaded from {cfg.model.path}, then save_pretrained "
+              "the model and the trainer's tokenizer into one folder and train (and serve vLLM) from it")
+    if cfg.model.in_cache:
+        return None, f"{cfg.model.path} is in the Hugging Face cache, which is never rewritten: {manual}"
+    weights = cfg.model.path / "model.safetensors"
+    if not weights.is_file():
+        return None, f"only single-file model.safetensors checkpoints are resized automatically: {manual}"
+    size = weights.stat().st_size
+    if not ctx.options.unsafe_fixes:
+        # only described: loading and rewriting the weights is done when --unsafe-fixes asks for it
+        what = (f"resize the embeddings of {cfg.model.path} from {rows} to {need} rows (rewrites model.safetensors and "
+                "config.json vocab_size" + (", and saves the trainer's tokenizer there" if write_tokenizer else "") + ")")
+        return Fix(what, (), unsafe=True), None
+    if size > RESIZE_LIMIT:
+        return None, f"model.safetensors is {size / 2**30:.1f} GiB, more than the doctor loads to resize: {manual}"
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        load = {"local_files_only": True, "trust_remote_code": ctx.options.trust_remote_code}
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(cfg.model.path), dtype="auto", **load)
+        except TypeError:  # transformers before 4.56 calls it torch_dtype
+            model = AutoModelForCausalLM.from_pretrained(str(cfg.model.path), torch_dtype="auto", **load)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model.resize_token_embeddings(need)
+        out = ctx.workdir / "td002-resized"
+        if out.exists():
+            shutil.rmtree(out)
+        model.save_pretrained(str(out), safe_serialization=True)
+    except Exception as exc:
+        return None, f"resizing failed here ({type(exc).__name__}: {exc}): {manual}"
+    if sorted(p.name for p in out.glob("*.safetensors")) != ["model.safetensors"]:
+        return None, f"the resized model does not save as one model.safetensors: {manual}"
+    old_cfg = json.loads((cfg.model.path / "config.json").read_text(encoding="utf-8"))
+    new_cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    pairs = tuple((k, v) for k, v in new_cfg.items() if k != "transformers_version" and old_cfg.get(k, _MISSING) != v)
+    edits = [Edit(str(weights), content=(out / "model.safetensors").read_bytes())]
+    if pairs:
+        edits.append(Edit(str(cfg.model.path / "config.json"), set=pairs))
+    what = f"resize the embeddings of {cfg.model.path} from {rows} to {need} rows (rewrites model.safetensors and config.json vocab_size)"
+    if write_tokenizer:
+        tok_edits, problem = _tokenizer_edits(ctx, tok, cfg.model.path)
+        if problem:
+            return None, problem
+        edits += tok_edits
+        what += " and save the trainer's tokenizer there, where vLLM loads it"
+    return Fix(what, tuple(edits), unsafe=True), None
