@@ -40,11 +40,25 @@ def trl_doctor_exe() -> str:
 
 
 def run_doctor(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run the installed console script, exactly as a user does."""
+    """Run the command line. With an `env` (another PYTHONPATH, HF_HOME...) or a `cwd`, or when
+    TRL_DOCTOR_TEST_SUBPROCESS=1, it is the installed console script in a fresh process, exactly as a user runs it;
+    otherwise the same click command runs in this process, which pays for importing transformers and TRL once
+    per test session instead of once per call (the trainer run still gets its own child process)."""
+    if env is None and cwd is None and not os.environ.get("TRL_DOCTOR_TEST_SUBPROCESS"):
+        return _run_in_process(list(args))
     full_env = dict(os.environ)
     full_env.pop("NO_COLOR", None)
     full_env.update(env or {})
     return subprocess.run([trl_doctor_exe(), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def _run_in_process(args: list[str]) -> subprocess.CompletedProcess:
+    from click.testing import CliRunner
+
+    from trl_doctor._cli import main
+
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    return subprocess.CompletedProcess(["trl-doctor", *args], result.exit_code, result.stdout, result.stderr)
 
 
 def run_json(*args: str, **kw) -> tuple[int, dict]:

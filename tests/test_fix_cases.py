@@ -21,7 +21,9 @@ def test_fix_then_recheck_and_smoke(fixture_copy, slug, case):
     before = result_of(report, slug)
     if before["fix"] is None or before["fix"]["unsafe"]:
         pytest.skip(f"{case}: no safe fix offered ({before['status']}: {before['message'][:120]})")
-    code, report = run_json("check", config, "--select", f"{slug},smoke-step", "--fix")
+    # every safe fix, not only this rule's: the smoke step needs the whole setup healthy (a Llama 3 checkpoint
+    # with the eot fix still lacks a pad token, which crashes the step on a TRL that does not pad by itself)
+    code, report = run_json("check", config, "--fix")
     after = result_of(report, slug)
     assert after["fix"] and after["fix"]["applied"], after
     if slug == "value-model" and "has no PPOTrainer" in after["message"]:

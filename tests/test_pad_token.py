@@ -36,7 +36,7 @@ def test_gpt2_without_pad_token_is_reported_and_fixed(fixture_copy):
     assert "pad_token" not in json.loads((model / "tokenizer_config.json").read_text())
 
     # --fix writes the pad token, aligns the model files, and the re-check passes
-    code, report = run_json("check", str(config), "--no-smoke", "--fix", "--fail-on", "warn")
+    code, report = run_json("check", str(config), "--select", "pad-token", "--fix", "--fail-on", "warn")
     pad = result_of(report, "pad-token")
     assert code == 0, report
     assert pad["status"] == "pass"
@@ -52,7 +52,7 @@ def test_gpt2_without_pad_token_is_reported_and_fixed(fixture_copy):
 
     # a second --fix changes nothing: same bytes, no new backups
     before = {p.name: p.read_bytes() for p in model.iterdir()}
-    code, report = run_json("check", str(config), "--no-smoke", "--fix")
+    code, report = run_json("check", str(config), "--select", "pad-token", "--fix")
     assert code == 0 and report["applied"] == []
     assert {p.name: p.read_bytes() for p in model.iterdir()} == before
 
