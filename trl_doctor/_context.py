@@ -29,7 +29,6 @@ class Options:
     trust_remote_code: bool = False
     smoke: bool = True
     smoke_timeout: float = 300.0
-    num_processes: int | None = None
     unsafe_fixes: bool = False  # rules prepare costly unsafe fixes (rewritten weights) only when they may apply
 
 
