@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import result_of, run_doctor, run_json
+from conftest import run_doctor, run_json
 
 
 def _input_error(proc, *needles):

@@ -8,7 +8,6 @@ fails remembers its failure, so a second rule asking for the same thing gets the
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
