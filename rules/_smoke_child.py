@@ -71,64 +71,57 @@ def _trim(frames: list[str], user_dir: str | None) -> str:
     return "".join(keep + [f for f in tail if f not in keep]).rstrip()
 
 
+def stage(spec: dict, name: str) -> None:
+    """Mark the stage the run is in: the parent shows it as progress, and a failure names it."""
+    spec["_stage"] = name
+    print(f"[trl-doctor] stage: {name}", flush=True)
+
+
 def run(spec: dict, started: float) -> dict:
-    spec["_stage"] = "import"
+    stage(spec, "import")
     import resource
 
     import torch
-    from datasets import Dataset
     from transformers import AutoTokenizer
 
     from trl_doctor import _trl
-    from trl_doctor.rules._rewards import resolve_reward
 
     trainer_cls = _trl.trainer_class(spec["trainer"])
     config_cls = _trl.config_class(spec["trainer"])
     import_s = time.perf_counter() - started
+    grads = _GradNorms()
 
-    spec["_stage"] = "config"
-    import dataclasses
+    stage(spec, "config")
+    args = config_cls(**_config_kwargs(config_cls, spec))
 
-    fields = {f.name for f in dataclasses.fields(config_cls) if f.init}
-    kwargs = {k: v for k, v in spec["config"].items() if k in fields}
-    kwargs.update({k: v for k, v in spec["overrides"].items() if k in fields})
-    args = config_cls(**kwargs)
-
-    spec["_stage"] = "reward functions"
-    calls: dict[str, dict] = spec.setdefault("_calls", {})
-    funcs = [_recorded(resolve_reward(name, spec["user_dir"]), name, calls) for name in spec["reward_funcs"]]
-    reward_models = spec.get("reward_models") or []
-
-    spec["_stage"] = "trainer init"
-    tokenizer = AutoTokenizer.from_pretrained(spec["model_path"], local_files_only=True)
-    dataset = Dataset.from_list(spec["rows"])
-    model_kwargs = {}
-    trainer = trainer_cls(
-        model=spec["model_path"],
-        reward_funcs=funcs + reward_models,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        **model_kwargs,
-    )
-    model = trainer.model
+    tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer_path"], local_files_only=True)
+    if _ppo_style(trainer_cls):
+        trainer, policy, model = _build_ppo_style(trainer_cls, args, tokenizer, spec)
+    else:
+        trainer, policy, model = _build_grpo_style(trainer_cls, args, tokenizer, spec)
     probes = spec.setdefault("_probes", {})
-    spec["_stage"] = "logits probe"
-    probes["logits"] = probe_logits(trainer, model, tokenizer)
+    if hasattr(trainer, LOGPS_METHODS[0]) or hasattr(trainer, LOGPS_METHODS[1]):
+        stage(spec, "logits probe")
+        probes["logits"] = probe_logits(trainer, model, tokenizer)
+    info = {"trainer": trainer_cls.__name__, "import_s": round(import_s, 2), "probes": probes,
+            "model": _model_info(policy, spec)}
     if not spec.get("train", True):
-        return {"trainer": trainer_cls.__name__, "import_s": round(import_s, 2), "probes": probes, "train": None}
+        return {**info, "train": None}
 
     trainable = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
 
-    spec["_stage"] = "train"
-    forcing = force_token(model, spec.get("force_token_id"), spec.get("force_after", 3), spec.get("suppress_ids", []))
+    stage(spec, "train")
+    forcing = force_token(policy, spec.get("force_token_id"), spec.get("force_after", 3), spec.get("suppress_ids", []))
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    trainer.train()
+    with grads:
+        trainer.train()
     step_s = time.perf_counter() - t0
     forcing.remove()
 
-    spec["_stage"] = "inspect"
+    stage(spec, "inspect")
     params = dict(model.named_parameters())
     updated = [n for n, before in trainable.items() if not torch.equal(before, params[n].detach().to(before.device))]
     frozen_changed = [n for n, before in frozen.items() if not torch.equal(before, params[n].detach().to(before.device))]
@@ -136,13 +129,17 @@ def run(spec: dict, started: float) -> dict:
     for entry in trainer.state.log_history:
         logs.update(entry)
     host_peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    loss = logs.get("loss", logs.get("train_loss"))
+    if loss is None and "loss/policy_avg" in logs:  # PPO logs its losses apart
+        loss = logs["loss/policy_avg"] + logs.get("loss/value_avg", 0.0)
     result = {
         "forced_token_id": spec.get("force_token_id"),
         "generate_steps": forcing.generated,
         "forced_after": spec.get("force_after", 3),
         "step_s": round(step_s, 2),
-        "loss": logs.get("loss", logs.get("train_loss")),
-        "grad_norm": logs.get("grad_norm"),
+        "loss": loss,
+        "grad_norm": logs.get("grad_norm", grads.last),
+        "optimizer_steps": grads.steps,
         "reward_std": logs.get("reward_std"),
         "frac_reward_zero_std": logs.get("frac_reward_zero_std"),
         "completion_mean_length": logs.get("completions/mean_length", logs.get("completion_length")),  # trl<0.17 name
@@ -150,16 +147,199 @@ def run(spec: dict, started: float) -> dict:
         "completion_mean_terminated_length": logs.get("completions/mean_terminated_length"),
         "clipped_ratio": logs.get("completions/clipped_ratio"),
         "trainable_tensors": len(trainable),
+        "trainable_names": _name_kinds(trainable),
         "updated_tensors": len(updated),
         "frozen_changed": frozen_changed[:10],
-        "rewards": calls,
+        "rewards": spec.get("_calls", {}),
+        "reward_model_score": logs.get("objective/scores"),
         "peak_host_mb": round(host_peak_mb, 1),
         "global_steps": trainer.state.global_step,
         "logs": {k: v for k, v in logs.items() if isinstance(v, (int, float))},
     }
     if torch.cuda.is_available() and spec.get("device") == "cuda":
         result["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-    return {"trainer": trainer_cls.__name__, "import_s": round(import_s, 2), "probes": probes, "train": result}
+    return {**info, "train": result}
+
+
+def _config_kwargs(config_cls, spec: dict) -> dict:
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(config_cls) if f.init}
+    kwargs = {k: v for k, v in spec["config"].items() if k in fields}
+    kwargs.update({k: v for k, v in spec["overrides"].items() if k in fields})
+    if spec.get("device") == "cpu" and "use_cpu" in fields:
+        kwargs["use_cpu"] = True
+    return kwargs
+
+
+def _ppo_style(trainer_cls) -> bool:
+    """PPOTrainer, and RLOOTrainer before trl 0.22: policy, reference and reward model instances, no reward_funcs."""
+    import inspect
+
+    return "reward_funcs" not in inspect.signature(trainer_cls.__init__).parameters
+
+
+def _peft_config(spec: dict):
+    """The PEFT config `trl <trainer> --config` builds from the ModelConfig keys (use_peft, lora_r, ...)."""
+    import dataclasses
+
+    import trl
+
+    model_config_cls = getattr(trl, "ModelConfig", None)
+    raw = spec.get("raw", {})
+    if model_config_cls is None or not raw.get("use_peft"):
+        return None
+    fields = {f.name for f in dataclasses.fields(model_config_cls) if f.init}
+    model_args = model_config_cls(**{k: v for k, v in raw.items() if k in fields and k != "model_name_or_path"})
+    return trl.get_peft_config(model_args)
+
+
+def _build_grpo_style(trainer_cls, args, tokenizer, spec):
+    from datasets import Dataset
+
+    from trl_doctor.rules._rewards import resolve_reward
+
+    stage(spec, "reward functions")
+    calls: dict[str, dict] = spec.setdefault("_calls", {})
+    funcs = [_recorded(resolve_reward(name, spec["user_dir"]), name, calls) for name in spec["reward_funcs"]]
+    reward_models = [_aux_model_path(path, spec) for path in spec.get("reward_models") or []]
+
+    stage(spec, "trainer init")
+    kwargs = {}
+    peft_config = _peft_config(spec)
+    if peft_config is not None:
+        kwargs["peft_config"] = peft_config
+    trainer = trainer_cls(
+        model=spec["model_path"],
+        reward_funcs=funcs + reward_models,
+        args=args,
+        train_dataset=Dataset.from_list(spec["rows"]),
+        processing_class=tokenizer,
+        **kwargs,
+    )
+    return trainer, trainer.model, trainer.model
+
+
+def _build_ppo_style(trainer_cls, args, tokenizer, spec):
+    """PPO (and the old RLOO) take model instances and a tokenized dataset, as TRL's example scripts build them."""
+    import inspect
+
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    stage(spec, "models")
+    params = inspect.signature(trainer_cls.__init__).parameters
+    policy = AutoModelForCausalLM.from_pretrained(spec["model_path"], local_files_only=True)
+    ref = AutoModelForCausalLM.from_pretrained(spec["model_path"], local_files_only=True)
+    reward_path = spec.get("reward_model_path")
+    if not reward_path:
+        raise ValueError("the config names no `reward_model_path`: PPO scores completions with a reward model")
+
+    def classifier(path):
+        # TRL's PPO and RLOO example scripts load both models this way
+        return AutoModelForSequenceClassification.from_pretrained(_aux_model_path(path, spec), num_labels=1,
+                                                                  local_files_only=True)
+
+    reward_model = classifier(reward_path)
+    value_path = spec.get("value_model_path")
+    value_model = classifier(value_path) if value_path else None
+
+    stage(spec, "dataset")
+    rows = [{"input_ids": _prompt_ids(tokenizer, row)} for row in spec["rows"]]
+    dataset = Dataset.from_list(rows)
+
+    stage(spec, "trainer init")
+    kwargs = {"processing_class": tokenizer, "train_dataset": dataset}
+    if "policy" in params:  # RLOOTrainer before trl 0.22
+        kwargs.update(config=args, policy=policy, ref_policy=ref, reward_model=reward_model)
+    else:
+        kwargs.update(args=args, model=policy, ref_model=ref, reward_model=reward_model, value_model=value_model)
+    peft_config = _peft_config(spec)
+    if peft_config is not None and "peft_config" in params:
+        kwargs["peft_config"] = peft_config
+    trainer = trainer_cls(**kwargs)
+    model = trainer.model
+    return trainer, getattr(model, "policy", model), model
+
+
+def _prompt_ids(tokenizer, row: dict) -> list[int]:
+    prompt = row.get("prompt")
+    if prompt is None:
+        raise KeyError("prompt")
+    if isinstance(prompt, list):  # conversational
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    return tokenizer(prompt, padding=False)["input_ids"]
+
+
+def _aux_model_path(path: str, spec: dict) -> str:
+    """A reward or value model for the step: the checkpoint itself with the real model, or its miniature
+    twin (same class, vocabulary, label count and special ids) saved beside the policy's twin."""
+    if not spec.get("twin_aux"):
+        return path
+    import hashlib
+    import os
+
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    from trl_doctor._twin import TWIN_SEED, twin_config
+
+    out = os.path.join(spec["work_dir"], "aux-" + hashlib.sha1(path.encode()).hexdigest()[:10])
+    if os.path.isdir(out):
+        return out
+    small = twin_config(AutoConfig.from_pretrained(path, local_files_only=True))
+    torch.manual_seed(TWIN_SEED)
+    AutoModelForSequenceClassification.from_config(small).float().save_pretrained(out, safe_serialization=True)
+    try:
+        AutoTokenizer.from_pretrained(path, local_files_only=True).save_pretrained(out)
+    except (OSError, ValueError):
+        pass  # a checkpoint without its own tokenizer: TRL then fails as it would on the real one
+    return out
+
+
+def _model_info(policy, spec: dict) -> dict:
+    total = sum(p.numel() for p in policy.parameters())
+    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    dtype = str(next(policy.parameters()).dtype).replace("torch.", "")
+    return {"label": spec["model_label"], "parameters": total, "trainable_parameters": trainable, "dtype": dtype,
+            "class": type(policy).__name__}
+
+
+def _name_kinds(named: dict) -> str:
+    """A short description of which tensors are trainable (all, or the LoRA adapters...)."""
+    names = list(named)
+    lora = [n for n in names if "lora_" in n]
+    if names and len(lora) == len(names):
+        return f"{len(names)} LoRA adapter tensors"
+    if lora:
+        return f"{len(lora)} LoRA adapter tensors and {len(names) - len(lora)} others ({', '.join(n for n in names if 'lora_' not in n)[:200]})"
+    return f"{len(names)} tensors"
+
+
+class _GradNorms:
+    """Records the global gradient norm before every optimizer step (TRL's PPO does not log one)."""
+
+    def __init__(self):
+        self.steps = 0
+        self.last = None
+        self._handle = None
+
+    def __enter__(self):
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        def hook(optimizer, args, kwargs):
+            grads = [p.grad.detach().float().norm() for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+            self.steps += 1
+            self.last = float(torch.stack(grads).norm()) if grads else 0.0
+
+        self._handle = register_optimizer_step_pre_hook(hook)
+        return self
+
+    def __exit__(self, *exc):
+        self._handle.remove()
+        return False
 
 
 LOGPS_METHODS = ("_get_per_token_logps_and_entropies", "_get_per_token_logps")
@@ -278,35 +458,58 @@ def force_token(model, token_id, after: int, suppress_ids: list[int]):
 
 
 def _recorded(func, name, calls):
-    """Wrap a reward function to record what it returns, keeping the name and signature TRL inspects."""
+    """Wrap a reward function to record how TRL calls it and what it returns, keeping the name and signature
+    TRL inspects. Problems are recorded before TRL trips over them, so the report names the cause."""
     import functools
+    import inspect
 
-    stats = calls.setdefault(name, {"calls": 0, "completions": 0, "scores": 0, "nonfinite": 0, "none": 0, "min": None, "max": None, "sum": 0.0})
+    stats = calls.setdefault(name, {"calls": 0, "completions": 0, "scores": 0, "nonfinite": 0, "none": 0,
+                                    "non_numeric": 0, "min": None, "max": None, "sum": 0.0})
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        signature = None
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        if signature is not None:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                stats["signature"] = {"error": str(exc), "signature": f"{getattr(func, '__name__', name)}{signature}",
+                                      "passed": sorted(kwargs), "positional": len(args)}
         try:
             values = func(*args, **kwargs)
         except Exception as exc:
-            tb = traceback.extract_tb(exc.__traceback__)
-            where = tb[-1] if tb else None
-            stats["raised"] = {
-                "error": f"{type(exc).__name__}: {exc}",
-                "where": f"{where.filename}:{where.lineno}" if where else "?",
-                "line": (where.line or "") if where else "",
-            }
+            if "signature" not in stats:
+                tb = traceback.extract_tb(exc.__traceback__)
+                user = [f for f in tb if f.filename != __file__]
+                where = user[-1] if user else None
+                stats["raised"] = {
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "where": f"{where.filename}:{where.lineno}" if where else "?",
+                    "line": (where.line or "") if where else "",
+                }
             raise
         stats["calls"] += 1
         completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
-        stats["completions"] += len(completions) if completions is not None else 0
-        for v in list(values) if values is not None else []:
+        expected = len(completions) if completions is not None else None
+        stats["completions"] += expected or 0
+        if values is None or isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+            stats["wrong_type"] = type(values).__name__
+            return values
+        values_list = list(values)
+        if expected is not None and len(values_list) != expected and "wrong_length" not in stats:
+            stats["wrong_length"] = {"returned": len(values_list), "completions": expected}
+        for v in values_list:
             if v is None:
                 stats["none"] += 1
                 continue
             try:
                 f = float(v)
             except (TypeError, ValueError):
-                stats["nonfinite"] += 1
+                stats["non_numeric"] += 1
+                stats.setdefault("non_numeric_example", repr(v)[:80])
                 continue
             stats["scores"] += 1
             if not math.isfinite(f):

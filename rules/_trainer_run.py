@@ -19,12 +19,17 @@ ROWS = 4  # prompts handed to the child: enough for one generation batch and a s
 FORCE_AFTER = 3  # the termination probe forces the end-of-turn token as the 4th completion token
 MAX_COMPLETION = 8
 
-TRAINERS = ("grpo", "rloo")  # the trainers this run knows how to build
+TRAINERS = ("grpo", "rloo", "ppo")
+LAST_PPO_RELEASE = "1.12.0"  # trl.experimental.ppo.PPOTrainer's last release (see the value-model rule)
+PROGRESS_EVERY = 0.25
 
 
 def start(ctx) -> None:
     """prepare hook: start the child early (idempotent)."""
-    if ctx.trainer in TRAINERS and "trainer_run_proc" not in ctx.scratch and "trainer_run" not in ctx.scratch:
+    from trl_doctor._trl import trainer_source
+
+    if ctx.trainer in TRAINERS and "trainer_run_proc" not in ctx.scratch and "trainer_run" not in ctx.scratch \
+            and trainer_source(ctx.trainer) is not None:  # no child for a trainer the installed TRL lacks
         ctx.scratch["trainer_run_proc"] = _spawn(ctx)
 
 
@@ -63,6 +68,37 @@ def _cpu_only(ctx) -> bool:
     return not gpus()[0]
 
 
+def trainer_gap(ctx) -> str | None:
+    """Why the installed TRL has no trainer for this config (with the version to pin), or None."""
+    from trl_doctor._trl import trainer_class
+
+    trl_version = ctx.version("trl")
+    if trl_version is None:
+        return "trl is not installed"
+    cls = trainer_class(ctx.trainer)
+    if cls is None:
+        if ctx.trainer == "ppo":
+            return (f"trl {trl_version} has no PPO trainer (it was removed in trl 1.13.0): pin trl=={LAST_PPO_RELEASE}, "
+                    "the last release with trl.experimental.ppo.PPOTrainer, or move to GRPO or RLOO")
+        return f"trl {trl_version} has no {ctx.trainer.upper()} trainer"
+    if ctx.trainer == "rloo" and _ppo_style_class(cls) and not ctx.config.get("reward_model_path"):
+        return (f"trl {trl_version}'s RLOOTrainer is the PPO-style one (before trl 0.22): it scores with one "
+                "`reward_model_path` classifier, not `reward_funcs`; pin trl>=0.22 for RLOO with reward functions")
+    if ctx.trainer == "ppo" and not ctx.config.get("reward_model_path"):
+        return None  # PPOTrainer then dies as it would in the job; the value-model rule explains
+    if ctx.trainer != "ppo" and not _ppo_style_class(cls) and not ctx.config.reward_funcs \
+            and not ctx.config.get("reward_model_name_or_path"):
+        return ("the config names no `reward_funcs` and no `reward_model_name_or_path`: the trainer has nothing to "
+                "score completions with")
+    return None
+
+
+def _ppo_style_class(cls) -> bool:
+    import inspect
+
+    return "reward_funcs" not in inspect.signature(cls.__init__).parameters
+
+
 def trainer_run(ctx) -> dict[str, Any]:
     """The run's outcome: {"outcome": ok|timeout|crashed|failed, "result" or "error"..., "details": {...}}.
     Raises Unavailable when the trainer cannot be built for a reason another rule reports."""
@@ -73,23 +109,12 @@ def trainer_run(ctx) -> dict[str, Any]:
 
 def _run(ctx) -> dict[str, Any]:
     from trl_doctor import Unavailable
-    from trl_doctor._trl import trainer_class
 
-    if ctx.trainer not in TRAINERS:
-        raise Unavailable(f"the {ctx.trainer.upper()} trainer run is not implemented yet")
-    cls = trainer_class(ctx.trainer)
-    if cls is None:
-        raise Unavailable(f"trl {ctx.version('trl')} has no {ctx.trainer.upper()} trainer")
-    import inspect
-
-    if "reward_funcs" not in inspect.signature(cls.__init__).parameters:
-        # RLOOTrainer before trl 0.22 is the PPO-style trainer (policy, ref_policy, reward_model)
-        raise Unavailable(f"trl {ctx.version('trl')}'s {cls.__name__} has the old PPO-style API (before trl 0.22), "
-                          "which the trainer run does not build yet")
+    gap = trainer_gap(ctx)
+    if gap:
+        raise Unavailable(gap)
     for need in ("trainer_config", "tokenizer", "model_config", "dataset"):
         ctx.need(need)
-    if not ctx.config.reward_funcs and not ctx.config.get("reward_model_name_or_path"):
-        raise Unavailable("the config names no `reward_funcs` and no `reward_model_name_or_path`")
 
     spec = _spec(ctx)
     spec_path = ctx.workdir / "trainer-run-spec.json"
@@ -102,22 +127,71 @@ def _run(ctx) -> dict[str, Any]:
         proc.stdin.close()
     except BrokenPipeError:
         pass  # the child already died while importing: its log says why
-    try:
-        code = proc.wait(timeout=ctx.options.smoke_timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        code = None
+    code = _wait(proc, ctx, started)
     details = {"device": spec["device"], "model": spec["model_label"], "wall_s": round(time.perf_counter() - started, 2)}
+    if spec.get("model_note"):
+        details["model choice"] = spec["model_note"]
+    if spec.get("precision"):
+        details["precision"] = spec["precision"]
     tail = _tail(ctx.scratch["trainer_run_log"])
+    last_stage = _stage(ctx.scratch["trainer_run_log"]) or "start-up"
     if code is None:
-        return {"outcome": "timeout", "details": details, "log_tail": tail, "limit": ctx.options.smoke_timeout}
+        return {"outcome": "timeout", "details": details, "log_tail": tail, "limit": ctx.options.smoke_timeout, "spec": spec,
+                "last_stage": last_stage}
     result = json.loads(result_path.read_text()) if result_path.is_file() else None
     if result is None:
-        return {"outcome": "crashed", "details": details, "log_tail": tail, "code": code}
+        return {"outcome": "crashed", "details": details, "log_tail": tail, "code": code, "spec": spec,
+                "last_stage": last_stage}
     if not result.get("ok"):
-        return {"outcome": "failed", "details": details, "error": result}
+        return {"outcome": "failed", "details": details, "error": result, "log_tail": tail, "spec": spec}
     return {"outcome": "ok", "details": details, "result": result, "spec": spec}
+
+
+def _wait(proc, ctx, started: float) -> int | None:
+    """Wait for the child within --smoke-timeout (None: it was stopped), showing its stage on a terminal."""
+    limit = ctx.options.smoke_timeout
+    show = _progress_wanted(ctx)
+    try:
+        while True:
+            elapsed = time.perf_counter() - started
+            try:
+                return proc.wait(timeout=PROGRESS_EVERY if show else max(0.0, limit - elapsed))
+            except subprocess.TimeoutExpired:
+                if time.perf_counter() - started >= limit:
+                    proc.kill()
+                    proc.wait()
+                    return None
+                if show:
+                    stage = _stage(ctx.scratch["trainer_run_log"]) or "starting"
+                    sys.stderr.write(f"\r\x1b[2K  trl-doctor: {ctx.trainer.upper()} trainer run: {stage} "
+                                     f"({time.perf_counter() - started:.0f}s of {limit:g}s)")
+                    sys.stderr.flush()
+    finally:
+        if show:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+
+
+def _progress_wanted(ctx) -> bool:
+    forced = os.environ.get("TRL_DOCTOR_PROGRESS")
+    if forced is not None:
+        return forced not in ("", "0")
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _stage(log_path) -> str | None:
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    marks = [line.split("stage:", 1)[1].strip() for line in text.splitlines() if line.startswith("[trl-doctor] stage:")]
+    return marks[-1] if marks else None
+
+
+PRECISION_KEYS = ("bf16", "fp16")
 
 
 def _spec(ctx) -> dict[str, Any]:
@@ -134,6 +208,10 @@ def _spec(ctx) -> dict[str, Any]:
     gen = ctx.generation_config
     gen_eos = gen.eos_token_id if gen is not None else None
     suppress = {tok.eos_token_id, stop["id"], *(gen_eos if isinstance(gen_eos, list) else [gen_eos])} - {None}
+    cfg = ctx.trainer_config
+    # the precision the job asks for (TRL's own defaults included) is kept: a dtype the device cannot do
+    # must fail here as it would in the job
+    precision = {k: getattr(cfg, k) for k in PRECISION_KEYS if getattr(cfg, k, None)}
     overrides = {
         "output_dir": str(ctx.workdir / "smoke-output"),
         "max_steps": 1,
@@ -153,24 +231,38 @@ def _spec(ctx) -> dict[str, Any]:
         "log_completions": False,
         "use_vllm": False,
         "dataloader_num_workers": 0,
-        "bf16": False,
-        "fp16": False,
-        "use_cpu": device == "cpu",
         "disable_tqdm": True,
         "model_init_kwargs": None,
+        # PPO and the old RLOO: one rollout of 2 prompts, one PPO epoch, one mini-batch
+        "total_episodes": 2,
+        "num_ppo_epochs": 1,
+        "num_mini_batches": 1,
+        "local_rollout_forward_batch_size": 2,
+        "response_length": MAX_COMPLETION,
+        "num_sample_generations": 0,
+        "rloo_k": 2,
     }
-    reward_models = [str(ctx.config.base_dir / raw["reward_model_name_or_path"])] if raw.get("reward_model_name_or_path") else []
+    reward_models = [_path(ctx, raw["reward_model_name_or_path"])] if raw.get("reward_model_name_or_path") else []
+    model_path, label, twin, note = _model_choice(ctx)
     return {
         "trainer": ctx.trainer,
         "device": device,
-        "model_path": str(ctx.twin_dir),
-        "model_label": f"miniature twin of {ctx.model_config.__class__.__name__.replace('Config', '')} "
-                       f"({parameter_count(ctx.twin) / 1e6:.2f}M parameters)",
+        "model_path": model_path,
+        "tokenizer_path": str(ctx.twin_dir) if twin else _tokenizer_dir(ctx),
+        "model_label": label,
+        "model_note": note,
+        "twin_aux": twin,
+        "work_dir": str(ctx.workdir),
+        "precision": ", ".join(f"{k}={v}" for k, v in precision.items()) or "fp32",
         "config": {k: raw[k] for k in info.passed_keys if k in raw},
+        "raw": {k: v for k, v in raw.items() if isinstance(v, (str, int, float, bool, list, type(None)))},
         "overrides": overrides,
         "rows": rows,
+        "columns": list(ctx.dataset.column_names),
         "reward_funcs": list(ctx.config.reward_funcs),
         "reward_models": reward_models,
+        "reward_model_path": _path(ctx, raw["reward_model_path"]) if raw.get("reward_model_path") else None,
+        "value_model_path": _path(ctx, raw["value_model_path"]) if raw.get("value_model_path") else None,
         "user_dir": str(ctx.config.base_dir),
         "train": bool(ctx.options.smoke),
         "force_token_id": stop["id"],
@@ -178,7 +270,45 @@ def _spec(ctx) -> dict[str, Any]:
         "force_reason": stop["why"],
         "force_after": FORCE_AFTER,
         "suppress_ids": sorted(suppress),
+        "twin_parameters": parameter_count(ctx.twin) if twin else None,
     }
+
+
+def _path(ctx, ref: str) -> str:
+    """A reward or value model reference as the child loads it: a folder relative to the config, or a cached hub id."""
+    from trl_doctor._config import resolve_artifact
+
+    try:
+        return str(resolve_artifact(ref, ctx.config.base_dir, str(ctx.config.path), "reward_model_path", "config.json").path)
+    except Exception:
+        return ref  # the child's loader then fails with the real error
+
+
+def _tokenizer_dir(ctx) -> str:
+    out = ctx.workdir / "tokenizer"
+    if not out.is_dir():
+        ctx.tokenizer.save_pretrained(str(out))
+    return str(out)
+
+
+def _model_choice(ctx) -> tuple[str, str, bool, str | None]:
+    """(model path, label, is the twin, why) for the step: the real model on a GPU when it fits, else the twin."""
+    from trl_doctor._twin import parameter_count
+
+    arch = ctx.model_config.__class__.__name__.replace("Config", "")
+    twin_label = f"miniature twin of {arch} ({parameter_count(ctx.twin) / 1e6:.2f}M parameters)"
+    if ctx.device != "cuda":
+        return str(ctx.twin_dir), twin_label, True, None
+    fits, why = real_model_fits(ctx)
+    if not fits:
+        return str(ctx.twin_dir), twin_label, True, f"the twin, not the real model: {why}"
+    real = parameter_count(ctx.meta_model)
+    return str(ctx.config.model.path), f"the real model {ctx.config.model.ref} ({real / 1e9:.2f}B parameters)", False, why
+
+
+def real_model_fits(ctx) -> tuple[bool, str]:
+    """Whether one smoke step of the real model fits in the free memory of the GPU it would run on."""
+    return False, "the real-model step is not implemented yet"
 
 
 def _tail(path, lines=15) -> str:

@@ -33,7 +33,7 @@ import os
 
 from trl_doctor import fail, passed, rule, skip
 
-from ._trainer_run import start, trainer_run
+from ._trainer_run import start, trainer_gap, trainer_run
 
 
 @rule(
@@ -47,63 +47,163 @@ def check(ctx):
     if not ctx.options.smoke:
         yield skip("disabled with --no-smoke")
         return
-    if ctx.trainer == "ppo":
-        yield skip("the PPO smoke step is not implemented yet")
-        return
-    from trl_doctor._trl import trainer_class
-
-    if trainer_class(ctx.trainer) is None:
-        yield fail(f"trl {ctx.version('trl')} has no {ctx.trainer.upper()} trainer")
-        return
-    if not ctx.config.reward_funcs and not ctx.config.get("reward_model_name_or_path"):
-        yield fail("the config names no `reward_funcs` and no `reward_model_name_or_path`: the trainer has nothing to score completions with")
+    gap = trainer_gap(ctx)
+    if gap:
+        yield fail(gap)
         return
     run = trainer_run(ctx)
     details = dict(run["details"])
     if run["outcome"] == "timeout":
-        yield fail(f"the smoke step did not finish within --smoke-timeout {run['limit']:g}s", **details, log_tail=run["log_tail"])
+        yield fail(f"the smoke step did not finish within --smoke-timeout {run['limit']:g}s (stage: "
+                   f"{_last_stage(run)}); raise --smoke-timeout if the machine is just slow", **details,
+                   log_tail=run["log_tail"])
         return
     if run["outcome"] == "crashed":
-        yield fail(f"the smoke step's process died with exit status {run['code']} (signal or crash) before reporting",
-                   **details, log_tail=run["log_tail"])
+        yield fail(f"the smoke step's process died with exit status {run['code']} at stage {_last_stage(run)} "
+                   f"({_signal(run['code'])}) before reporting", **details, log_tail=run["log_tail"])
         return
     if run["outcome"] == "failed":
-        result = run["error"]
-        stage = result.get("stage") or "?"
-        raised = [(name, s["raised"]) for name, s in result.get("rewards", {}).items() if "raised" in s]
-        if raised:
-            name, r = raised[0]
-            yield fail(f"reward function {name} raised {r['error']} at {_short(r['where'], ctx)}: `{r['line']}`", **details,
-                       traceback=result.get("traceback", ""))
-            return
-        yield fail(f"the {stage} stage failed: {result.get('error_type')}: {result.get('error')}", **details,
-                   traceback=result.get("traceback", ""))
+        error = run["error"]
+        message, extra = explain_failure(error, run["spec"], ctx)
+        yield fail(message, **details, **extra, traceback=error.get("traceback", ""))
         return
     result = dict(run["result"]["train"])
     result["trainer"] = run["result"]["trainer"]
     result["import_s"] = run["result"]["import_s"]
+    result["model"] = run["result"].get("model", {})
     yield from _judge(result, details, ctx)
+
+
+def explain_failure(error: dict, spec: dict, ctx) -> tuple[str, dict]:
+    """The failed run's message, naming the cause a user must fix, and extra details."""
+    stage = error.get("stage") or "?"
+    text = f"{error.get('error_type')}: {error.get('error')}"
+    for name, s in error.get("rewards", {}).items():
+        problem = _reward_problem(name, s, ctx)
+        if problem:
+            return problem, {"failed at stage": stage, "error": text}
+    columns = spec.get("columns") or []
+    if error.get("error_type") == "KeyError" and "prompt" in (error.get("error") or "") and "prompt" not in columns:
+        return (f"the dataset has no `prompt` column (columns: {', '.join(columns) or 'none'}): "
+                f"{spec.get('trainer', '').upper()} builds every batch from `prompt`; rename the column or map the "
+                "rows to {\"prompt\": ...} before training", {"failed at stage": stage, "error": text})
+    if _is_oom(error):
+        extra = {"failed at stage": stage, "error": text}
+        extra.update(oom_details(ctx))
+        return (f"out of memory during the {stage} stage on the {spec.get('device')} with {spec.get('model_label')}: "
+                f"{error.get('error')}", extra)
+    dtype = _dtype_problem(error, spec)
+    if dtype:
+        return dtype, {"failed at stage": stage, "error": text}
+    return f"the {stage} stage failed: {text}", {"failed at stage": stage}
+
+
+def _reward_problem(name: str, s: dict, ctx) -> str | None:
+    if "signature" in s:
+        sig = s["signature"]
+        passed = ", ".join(f"{k}=" for k in sig["passed"])
+        return (f"reward function {name} cannot be called the way trl {ctx.version('trl')} calls it: it is "
+                f"`{sig['signature']}`, TRL calls it with ({passed}) and Python says {sig['error']}; accept "
+                "`prompts`, `completions` and `**kwargs` (TRL also passes every dataset column by name)")
+    if "raised" in s:
+        r = s["raised"]
+        return f"reward function {name} raised {r['error']} at {_short(r['where'], ctx)}: `{r['line']}`"
+    if "wrong_type" in s:
+        return f"reward function {name} returned a {s['wrong_type']}, not a list with one float (or None) per completion"
+    if "wrong_length" in s:
+        w = s["wrong_length"]
+        return (f"reward function {name} returned {w['returned']} scores for {w['completions']} completions: TRL needs "
+                "one float (or None) per completion")
+    if s.get("non_numeric"):
+        return (f"reward function {name} returned non-numbers (e.g. {s.get('non_numeric_example')}): TRL needs one float "
+                "(or None) per completion")
+    return None
+
+
+def _is_oom(error: dict) -> bool:
+    text = f"{error.get('error_type')} {error.get('error')}"
+    return any(m in text for m in ("OutOfMemoryError", "out of memory", "can't allocate memory", "MemoryError"))
+
+
+def _dtype_problem(error: dict, spec: dict) -> str | None:
+    text = (error.get("error") or "")
+    low = text.lower()
+    precision = spec.get("precision", "")
+    if ("bf16" in low or "bfloat16" in low) and "bf16=True" in precision:
+        return (f"bf16 is requested ({precision}) but the {spec.get('device')} cannot do it: {text}; set bf16: false "
+                "(and fp16: true on a pre-Ampere GPU) or run on a GPU with compute capability 8.0 or higher")
+    if ("fp16" in low or "half" in low or "float16" in low) and "fp16=True" in precision:
+        where = "a CPU" if spec.get("device") == "cpu" else f"the {spec.get('device')}"
+        return f"fp16 is requested ({precision}) but it cannot run on {where}: {text}; set fp16: false (or bf16 on a GPU that has it)"
+    return None
+
+
+def oom_details(ctx) -> dict:
+    """The memory estimate shown beside an out-of-memory error."""
+    try:
+        from trl_doctor._memory import smoke_estimate_details
+    except ImportError:
+        return {}
+    try:
+        return smoke_estimate_details(ctx)
+    except Exception as exc:  # the estimate is context for the error, never a second failure
+        return {"memory estimate": f"not available ({type(exc).__name__}: {exc})"}
+
+
+def _last_stage(run: dict) -> str:
+    return run.get("last_stage") or "start-up"
+
+
+def _signal(code: int) -> str:
+    import signal
+
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}" + (": the kernel's out-of-memory killer sends SIGKILL" if name == "SIGKILL" else "")
+    return "a crash in native code" if code else "no result written"
 
 
 def _judge(result, details, ctx):
     details = dict(details)
+    model = result.get("model") or {}
     details.update({
         "trainer": result["trainer"],
+        "model class": model.get("class"),
+        "parameters": f"{model.get('parameters', 0):,} ({model.get('trainable_parameters', 0):,} trainable, {model.get('dtype')})",
         "step_s": result["step_s"],
         "import_s": result["import_s"],
         "loss": result["loss"],
         "grad_norm": result["grad_norm"],
-        "completion mean length": result["completion_mean_length"],
-        "clipped ratio": result["clipped_ratio"],
+        "optimizer steps": result.get("optimizer_steps"),
+        "trainable": result.get("trainable_names"),
         "updated tensors": f"{result['updated_tensors']}/{result['trainable_tensors']}",
         "peak host MB": result["peak_host_mb"],
     })
     if "peak_gpu_mb" in result:
         details["peak GPU MB"] = result["peak_gpu_mb"]
+    if "LoRA" in (result.get("trainable_names") or "") and result["updated_tensors"] < result["trainable_tensors"]:
+        details["adapters"] = ("lora_A tensors get no gradient in the first step while lora_B is still zero (PEFT's "
+                               "initialisation); the lora_B tensors moved, and no frozen weight did")
+    lengths = result.get("generate_steps") or []
+    if result.get("completion_mean_length") is not None:
+        details["completion mean length"] = result["completion_mean_length"]
+    if result.get("clipped_ratio") is not None:
+        details["terminated before the length limit"] = (f"{(1 - result['clipped_ratio']) * 100:.0f}% of completions (the "
+                                                         "termination probe forces the end-of-turn token from token "
+                                                         f"{result.get('forced_after', 3) + 1} on)")
+    elif lengths:
+        details["decoding steps per generate call"] = lengths
     for name, s in result["rewards"].items():
-        mean = s["sum"] / max(1, s["scores"] - s["nonfinite"]) if s["scores"] else None
-        details[f"reward {name}"] = (f"{s['calls']} calls, {s['completions']} completions, mean {mean:.3f}, min {s['min']}, max {s['max']}"
-                                     if mean is not None else f"{s['calls']} calls, no numeric scores")
+        scored = s["scores"] - s["nonfinite"]
+        mean = s["sum"] / scored if scored else None
+        details[f"reward {name}"] = (f"{s['calls']} calls, {s['completions']} completions, mean {mean:.3f}, min {s['min']}, "
+                                     f"max {s['max']}, {s['none']} None" if mean is not None else
+                                     f"{s['calls']} calls, no numeric scores")
+    if result.get("reward_model_score") is not None:
+        details["reward model mean score"] = result["reward_model_score"]
     problems = []
     if result["global_steps"] < 1:
         problems.append("the trainer finished without taking an optimizer step")
@@ -120,22 +220,24 @@ def _judge(result, details, ctx):
     if result["frozen_changed"]:
         problems.append(f"frozen parameters changed: {', '.join(result['frozen_changed'])}")
     for name, s in result["rewards"].items():
-        if s["calls"] == 0:
+        problem = _reward_problem(name, s, ctx)
+        if problem:
+            problems.append(problem)
+        elif s["calls"] == 0:
             problems.append(f"reward function {name} was never called")
         elif s["nonfinite"]:
-            problems.append(f"reward function {name} returned {s['nonfinite']} non-finite or non-numeric scores")
-        elif s["scores"] + s["none"] != s["completions"]:
-            problems.append(f"reward function {name} returned {s['scores'] + s['none']} scores for {s['completions']} completions")
+            problems.append(f"reward function {name} returned {s['nonfinite']} non-finite scores (NaN or inf)")
     if problems:
         yield fail("the smoke step ran but " + "; ".join(problems), **details)
         return
+    where = f"on the {details['device']} with the {details['model']}"
     if "gradient flow" in details:
-        yield passed(f"{result['trainer']} took 1 step on the {details['device']} in {result['step_s']:.1f}s, but every "
+        yield passed(f"{result['trainer']} took 1 step {where} in {result['step_s']:.1f}s, but every "
                      "group's rewards were identical, so no gradient flowed (rewards need variance within a group)", **details)
         return
     yield passed(
-        f"{result['trainer']} took 1 step on the {details['device']} in {result['step_s']:.1f}s: loss {result['loss']:.4g}, "
-        f"grad norm {result['grad_norm']:.4g}, {details['updated tensors']} tensors updated",
+        f"{result['trainer']} took 1 step {where} in {result['step_s']:.1f}s: loss {result['loss']:.4g}, "
+        f"grad norm {result['grad_norm']:.4g}, {details['updated tensors']} trainable tensors updated",
         **details,
     )
 

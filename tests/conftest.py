@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from importlib.metadata import version
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -71,3 +72,22 @@ def result_of(report: dict, rule: str) -> dict:
     hits = [r for r in report["results"] if rule in (r["id"], r["rule"])]
     assert len(hits) == 1, f"{rule} not in {[r['id'] for r in report['results']]}"
     return hits[0]
+
+
+def real_trl(release: str) -> dict:
+    """The real trl `release` from PyPI, installed without dependencies into a cache folder (kept between runs),
+    put first on PYTHONPATH so that the doctor reads and imports it instead of the installed TRL."""
+    cache = Path(os.environ.get("TRL_DOCTOR_TRL_CACHE", Path.home() / ".cache" / "trl-doctor-ci")) / f"trl-{release}"
+    if not (cache / "trl").is_dir():
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache), f"trl=={release}"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"trl=={release} cannot be installed here: {proc.stderr.strip().splitlines()[-1:]}")
+    # the doctor imports the release's PPOTrainer: that must work with the installed transformers (trl 1.12.0
+    # needs >= 4.56.2, so the legacy lane cannot run it)
+    probe = subprocess.run([sys.executable, "-c", "from trl_doctor._trl import trainer_class; assert trainer_class('ppo')"],
+                           env={**os.environ, "PYTHONPATH": str(cache)}, capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"trl {release}'s PPOTrainer does not import with transformers {version('transformers')}: "
+                    f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
+    return {"PYTHONPATH": str(cache)}

@@ -4,8 +4,11 @@ on the CPU, and broken reward functions are reported by name and cause."""
 from __future__ import annotations
 
 import math
+from importlib.metadata import version
 
-from conftest import result_of, run_json
+import pytest
+
+from conftest import real_trl, result_of, run_doctor, run_json
 
 
 def test_healthy_grpo_step_on_the_twin(built_fixtures):
@@ -55,3 +58,104 @@ def test_issue_end_to_end_gpt2_check_fix_recheck(fixture_copy):
     assert code == 0, report
     assert [r["status"] for r in report["results"]] == ["pass", "pass", "pass"]
     assert result_of(report, "pad-token")["fix"]["applied"] is True
+
+
+def smoke(built_fixtures, name: str, *extra: str, **kw) -> tuple[int, dict]:
+    code, report = run_json("check", str(built_fixtures / "smoke-step" / name), "--select", "smoke-step", *extra, **kw)
+    return code, result_of(report, "smoke-step")
+
+
+def test_reward_without_kwargs_is_a_signature_problem(built_fixtures):
+    code, r = smoke(built_fixtures, "bad_reward_no_kwargs.yaml")
+    assert code == 1 and r["status"] == "fail"
+    assert "reward function rewards.no_kwargs_reward cannot be called the way trl" in r["message"]
+    assert "`no_kwargs_reward(prompts, completions)`" in r["message"]
+    assert "answer=" in r["message"] and "**kwargs" in r["message"]  # the dataset column TRL passes by name
+    assert "unexpected keyword argument" in r["details"]["error"]
+
+
+def test_reward_returning_labels_is_named(built_fixtures):
+    code, r = smoke(built_fixtures, "bad_reward_non_numeric.yaml")
+    assert code == 1 and r["status"] == "fail"
+    assert r["message"].startswith("reward function rewards.text_reward returned non-numbers (e.g. 'good')")
+
+
+def test_dataset_without_prompt_column_names_the_columns(built_fixtures):
+    code, r = smoke(built_fixtures, "bad_dataset_no_prompt.yaml")
+    assert code == 1 and r["status"] == "fail"
+    assert "the dataset has no `prompt` column (columns: question, answer)" in r["message"]
+    assert r["details"]["error"] == "KeyError: 'prompt'"  # the trainer's own error, kept beside the explanation
+
+
+def test_lora_step_updates_only_the_adapters(built_fixtures):
+    code, r = smoke(built_fixtures, "ok_grpo_peft.yaml")
+    assert r["status"] == "pass", r
+    d = r["details"]
+    assert d["model class"] == "PeftModelForCausalLM"
+    assert d["trainable"] == "8 LoRA adapter tensors"  # q_proj and v_proj, A and B, in 2 layers
+    total, trainable = (int(x.replace(",", "")) for x in d["parameters"].replace("(", "").split()[:2])
+    assert 0 < trainable < total
+    updated, tensors = map(int, d["updated tensors"].split("/"))
+    assert tensors == 8 and updated >= 4  # every lora_B moves; lora_A has no gradient while lora_B is still zero
+
+
+def test_ppo_step_with_the_last_trl_that_has_ppo(built_fixtures):
+    env = real_trl("1.12.0")
+    code, r = smoke(built_fixtures, "ok_ppo_qwen2.yaml", env=env)
+    assert r["status"] == "pass", r
+    d = r["details"]
+    assert d["trainer"] == "PPOTrainer" and d["optimizer steps"] == 1
+    assert math.isfinite(d["loss"]) and d["grad_norm"] > 0
+    updated, total = map(int, d["updated tensors"].split("/"))
+    assert updated == total > 0  # the policy and the value model both train
+    assert math.isfinite(d["reward model mean score"])
+    code, r = smoke(built_fixtures, "bad_ppo_no_value_model.yaml", env=env)
+    assert r["status"] == "fail" and "'NoneType' object has no attribute 'base_model_prefix'" in r["message"], r
+
+
+def test_ppo_on_a_trl_without_ppo_names_the_release_to_pin(built_fixtures):
+    from trl_doctor._trl import trainer_class
+
+    if trainer_class("ppo") is not None:
+        pytest.skip(f"trl {version('trl')} has a PPO trainer")
+    code, r = smoke(built_fixtures, "ok_ppo_qwen2.yaml")
+    assert code == 1 and r["status"] == "fail"
+    assert f"trl {version('trl')} has no PPO trainer" in r["message"] and "pin trl==1.12.0" in r["message"]
+
+
+def test_progress_is_shown_on_stderr_while_the_step_runs(built_fixtures):
+    proc = run_doctor("check", str(built_fixtures / "smoke-step" / "ok_grpo_qwen2.yaml"), "--select", "smoke-step",
+                      env={"TRL_DOCTOR_PROGRESS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "trl-doctor: GRPO trainer run: " in proc.stderr
+    assert any(f"run: {stage} (" in proc.stderr for stage in ("train", "trainer init", "logits probe", "config", "import"))
+    assert "\x1b" not in proc.stdout  # the report itself stays clean
+
+
+def test_time_limit_turns_a_slow_step_into_a_failure(built_fixtures):
+    code, r = smoke(built_fixtures, "ok_grpo_qwen2.yaml", "--smoke-timeout", "0.5")
+    assert code == 1 and r["status"] == "fail"
+    assert "did not finish within --smoke-timeout 0.5s" in r["message"]
+
+
+@pytest.mark.parametrize("error, precision, device, expected", [
+    # transformers' TrainingArguments on a pre-Ampere GPU
+    ({"error": "Your setup doesn't support bf16/gpu."}, "bf16=True", "cuda", "bf16 is requested (bf16=True) but the cuda cannot do it"),
+    # accelerate before 1.x on a machine without CUDA
+    ({"error": "fp16 mixed precision requires a GPU (not 'cpu')."}, "fp16=True", "cpu", "fp16 is requested (fp16=True) but it cannot run on a CPU"),
+    ({"error": "index out of range in self"}, "bf16=True", "cpu", None),
+])
+def test_dtype_errors_are_explained(error, precision, device, expected):
+    from trl_doctor.rules.smoke_step import _dtype_problem
+
+    got = _dtype_problem(error, {"precision": precision, "device": device})
+    assert (got is None) if expected is None else got.startswith(expected), got
+
+
+def test_out_of_memory_and_kills_are_recognised():
+    from trl_doctor.rules.smoke_step import _is_oom, _signal
+
+    assert _is_oom({"error_type": "OutOfMemoryError", "error": "CUDA out of memory. Tried to allocate 2.00 GiB"})
+    assert _is_oom({"error_type": "RuntimeError", "error": "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"})
+    assert not _is_oom({"error_type": "KeyError", "error": "'prompt'"})
+    assert "out-of-memory killer" in _signal(-9) and _signal(-11) == "killed by SIGSEGV"

@@ -15,7 +15,7 @@ from importlib.metadata import version
 import pytest
 from packaging.version import Version
 
-from conftest import result_of, run_doctor, run_json
+from conftest import real_trl, result_of, run_doctor, run_json
 from trl_doctor._trl import trainer_class
 
 INSTALLED_TRL = version("trl")
@@ -35,30 +35,6 @@ def no_ppo_message(reward: str) -> str:
 
 
 # -- real TRL releases that have a PPOTrainer ---------------------------------------------------------------
-
-def real_trl(release: str) -> dict:
-    """The real trl `release` from PyPI, installed without dependencies into a cache folder (kept between runs),
-    put first on PYTHONPATH so that the doctor reads and imports it instead of the installed TRL."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    cache = Path(os.environ.get("TRL_DOCTOR_TRL_CACHE", Path.home() / ".cache" / "trl-doctor-ci")) / f"trl-{release}"
-    if not (cache / "trl").is_dir():
-        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache), f"trl=={release}"],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            pytest.skip(f"trl=={release} cannot be installed here: {proc.stderr.strip().splitlines()[-1:]}")
-    # the doctor imports the release's PPOTrainer: that must work with the installed transformers (trl 1.12.0
-    # needs >= 4.56.2, so the legacy lane cannot run it)
-    probe = subprocess.run([sys.executable, "-c", "from trl_doctor._trl import trainer_class; assert trainer_class('ppo')"],
-                           env={**os.environ, "PYTHONPATH": str(cache)}, capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"trl {release}'s PPOTrainer does not import with transformers {version('transformers')}: "
-                    f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
-    return {"PYTHONPATH": str(cache)}
-
 
 def evidence(env: dict, rel: str, needle: str) -> str:
     """`file:line: code` of the real release's trainer line that contains needle."""
