@@ -27,6 +27,9 @@ def test_wheel_layout(wheel):
     shipped = sorted(n.split("/")[-1] for n in names if n.startswith("trl_doctor/rules/") and n.endswith(".py"))
     in_repo = sorted(p.name for p in (ROOT / "rules").glob("*.py"))
     assert shipped == in_repo
+    data = sorted(n for n in names if n.startswith("trl_doctor/data/"))
+    assert data == sorted(f"trl_doctor/data/{p.name}" for p in (ROOT / "trl_doctor" / "data").iterdir() if p.is_file())
+    assert "trl_doctor/data/known_issues.yaml" in data  # the version-skew rule's table
     assert any(n.endswith("entry_points.txt") for n in names)
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "trl-doctor = trl_doctor._cli:main" in entry_points

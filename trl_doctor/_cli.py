@@ -191,14 +191,19 @@ def explain(rule):
 @main.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def env(fmt):
-    """Print python, torch (and its CUDA), transformers, trl, accelerate, vllm versions and the GPUs."""
+    """Print python, torch (and its CUDA), transformers, trl, accelerate, vllm versions, the GPUs and the
+    version-skew findings (declared ranges the installed packages miss, known breakages that apply)."""
     from ._env import environment
+    from ._skew import env_section, environment_findings
 
     e = environment()
+    skew = environment_findings()
     if fmt == "json":
         import json
 
-        click.echo(json.dumps(e, indent=2))
+        extra = {"known_issues_error": skew["table_error"]} if "table_error" in skew else {}
+        click.echo(json.dumps({**e, "requirements_checked": skew["requirements_checked"],
+                               "findings": [f.as_dict() for f in skew["findings"]], **extra}, indent=2))
         return
     from tabulate import tabulate
 
@@ -213,6 +218,8 @@ def env(fmt):
             headers=["gpu", "name", "total MiB", "free MiB", "capability", "driver", "driver CUDA"], tablefmt="simple"))
     else:
         click.echo(f"GPUs: none ({e.get('gpu_note', 'NVML reports no device')})")
+    click.echo("")
+    click.echo("\n".join(env_section(skew)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,104 @@
+"""TD007 version-skew: the installed packages fit the ranges they declare on each other, and no known breakage applies.
+
+What goes wrong
+    pip resolves requirements when it installs, and only warns when a later install breaks the packages
+    already there: a later `pip install vllm==X`, a `pip install --no-deps`, a conda package or a pre-built
+    image leaves TRL, transformers, accelerate, torch, vLLM, PEFT, DeepSpeed and datasets at versions that
+    one of them says it does not support. An extra's range (`trl[vllm]` naming the vLLM releases TRL's
+    weight sync was written against) is not enforced at all unless the extra was asked for. The job then
+    fails far from the cause: an AttributeError deep in TRL's weight sync to vLLM, an ImportError at the
+    trainer import, or nothing at all while memory or the loss goes wrong.
+
+    Other breakages sit inside ranges the packages allow: with transformers 5.3 and later, GRPOTrainer of
+    trl 0.14-0.28 cannot be imported (trl's optional-package checks all turn true); trl 1.13 removed PPO;
+    trl 0.15-0.17 pass `logits_to_keep`, which transformers before 4.49 swallows; stop token ids do not
+    reach vLLM before trl 0.19; `use_vllm` means an external `trl vllm-serve` server in trl 0.16-0.29 and
+    colocated vLLM from 1.0.
+
+Versions
+    The known-issues table (trl_doctor/data/known_issues.yaml, data, one entry per breakage) lists each
+    entry's package ranges, the config it concerns (trainer, use_vllm, ...), what breaks, the fix and the
+    evidence: the files of the released wheels that were read (or run) to confirm it. `trl-doctor env`
+    prints the requirement violations and the entries that need no config beyond the trainer.
+
+How it is detected
+    Versions and `Requires-Dist` lines come from the installed metadata (importlib.metadata); nothing is
+    imported. Every requirement that one of the watched packages declares on another is checked with
+    packaging (markers evaluated for this interpreter; pre-releases and local builds such as 2.13.0+cpu
+    count, and 2.13.0+cpu satisfies torch==2.13.0). A requirement under an extra counts when the package the
+    extra is named after is installed: `trl[vllm]`'s range once vllm is installed, `trl[deepspeed]`'s once
+    deepspeed is; extras such as dev, test or benchmarks are never applied. Then every table entry whose
+    ranges and config conditions all match is reported: `fail` or `warn` as the entry's severity says.
+    An entry that another rule's probe decides by running the installed code (logits-contract,
+    vllm-tokenizer-drift, pad-token, trainer-config) is listed in the details as an explanation and does
+    not change this rule's status: the table explains, the probe decides.
+
+What the fix does
+    Nothing automatic: each finding names the range, who declares it, and the pin or upgrade that resolves
+    it (for example `pip install "vllm>=0.22.0,<=0.31.0"`, or `pip install "trl==1.12.0"` for PPO).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trl_doctor import fail, passed, rule, warn
+from trl_doctor._skew import (  # the pure core, testable with injected versions
+    WATCHED,
+    installed_requirements,
+    known_issue_findings,
+    load_table,
+    normalize,
+    requirement_findings,
+    table_packages,
+)
+
+
+def config_facts(ctx) -> dict[str, Any]:
+    """What the table's config conditions look at: the trainer and the config's own keys."""
+    facts = dict(ctx.config.raw)
+    facts["trainer"] = ctx.trainer
+    return facts
+
+
+@rule(
+    id="TD007",
+    slug="version-skew",
+    title="Installed versions fit each other's declared ranges and no known breakage applies",
+)
+def check(ctx):
+    table = load_table()
+    names = list(WATCHED) + [p for p in table_packages(table) if normalize(p) not in WATCHED]
+    installed, requires = installed_requirements(names)
+    violations, checked = requirement_findings(installed, requires)
+    issues = known_issue_findings(installed, config_facts(ctx), table)
+
+    present = {name: v for name, v in installed.items() if name in WATCHED and v is not None}
+    common: dict[str, Any] = {
+        "installed": present,
+        "not installed": [n for n in WATCHED if installed.get(n) is None],
+        "requirements checked": checked,
+    }
+    explained = [f for f in issues if f.status == "info"]
+    if explained:
+        common["known issues decided by other rules"] = [
+            f"{f.details['known issue']} {f.details['title']} ({f.details['versions']}): decided by "
+            f"{f.details['decided by']}; fix if it fails there: {f.fix}"
+            for f in explained
+        ]
+    found = False
+    for f in violations + [i for i in issues if i.status != "info"]:
+        found = True
+        details = {**f.details, "fix (by hand)": f.fix, **common}
+        yield (fail if f.status == "fail" else warn)(f.message, **details)
+    if found:
+        return
+    listed = ", ".join(f"{k} {v}" for k, v in present.items())
+    message = f"{listed} fit the {checked} ranges they declare on each other; "
+    if explained:
+        named = "; ".join(f"{f.details['known issue']} ({f.details['title']}) is decided by the "
+                          f"{f.details['decided by']} rule" for f in explained)
+        message += f"known issues that match this {ctx.trainer} config are left to the rules that run the installed code: {named}"
+    else:
+        message += f"no known issue applies to this {ctx.trainer} config"
+    yield passed(message, **common)
