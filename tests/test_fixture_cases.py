@@ -2,20 +2,38 @@
 
 Each rule has a folder with broken (bad_*) and healthy (ok_*) cases; a healthy case that does not pass
 is a false alarm and fails this test just as a missed broken case does.
+
+An expected.yaml may also map cases to fake GPUs (`fake_gpus: {case: file.json}`, the file relative to the
+folder): such a case runs as a subprocess with tests/fake_nvml (a pynvml stand-in) first on PYTHONPATH.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import yaml
 import pytest
 
 from conftest import FIXTURES, result_of, run_json
 
+FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
+
 CASES = []
 for expected_file in sorted(FIXTURES.glob("*/expected.yaml")):
     spec = yaml.safe_load(expected_file.read_text())
+    fakes = spec.get("fake_gpus") or {}
     for case, status in spec["cases"].items():
-        CASES.append(pytest.param(expected_file.parent / case, spec["rule"], status, id=f"{expected_file.parent.name}/{case}"))
+        fake = expected_file.parent / fakes[case] if case in fakes else None
+        CASES.append(pytest.param(expected_file.parent / case, spec["rule"], status, fake,
+                                  id=f"{expected_file.parent.name}/{case}"))
+
+
+def fake_gpu_env(gpus_json: Path) -> dict:
+    """The environment of a `trl-doctor` subprocess that sees the GPUs described in `gpus_json` through NVML."""
+    assert gpus_json.is_file(), f"fake_gpus names a missing file: {gpus_json}"
+    path = os.pathsep.join(p for p in (str(FAKE_NVML), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "TRL_DOCTOR_FAKE_GPUS": str(gpus_json)}
 
 
 def expected_statuses(expected) -> tuple[list[str], bool]:
@@ -38,9 +56,10 @@ def expected_statuses(expected) -> tuple[list[str], bool]:
     raise AssertionError(f"no entry matches the installed versions: {expected}")
 
 
-@pytest.mark.parametrize("config, rule, expected", CASES)
-def test_case_status(built_fixtures, config, rule, expected):
-    code, report = run_json("check", str(config), "--select", rule)
+@pytest.mark.parametrize("config, rule, expected, fake_gpus", CASES)
+def test_case_status(built_fixtures, config, rule, expected, fake_gpus):
+    kw = {} if fake_gpus is None else {"env": fake_gpu_env(fake_gpus)}
+    code, report = run_json("check", str(config), "--select", rule, **kw)
     result = result_of(report, rule)
     allowed, conditional = expected_statuses(expected)
     assert result["status"] in allowed, f"{config.name}: {result['status']}: {result['message']}\n{result['details']}"
@@ -57,3 +76,9 @@ def test_every_case_file_is_listed():
         listed = set(yaml.safe_load(expected_file.read_text())["cases"])
         present = {p.name for p in expected_file.parent.iterdir() if p.name.startswith(("bad_", "ok_"))}
         assert listed == present, expected_file
+
+
+def test_fake_gpus_name_listed_cases():
+    for expected_file in FIXTURES.glob("*/expected.yaml"):
+        spec = yaml.safe_load(expected_file.read_text())
+        assert set(spec.get("fake_gpus") or {}) <= set(spec["cases"]), expected_file

@@ -64,9 +64,15 @@ def gpus() -> tuple[list[dict[str, Any]], str | None]:
                     "name": _text(pynvml.nvmlDeviceGetName(h)),
                     "memory_total_mib": mem.total // 2**20,
                     "memory_free_mib": mem.free // 2**20,
+                    "memory_used_mib": mem.used // 2**20,
+                    "memory_total_bytes": int(mem.total),
+                    "memory_free_bytes": int(mem.free),  # free now: other processes' memory is already taken off
                     "compute_capability": f"{major}.{minor}",
                     "driver": driver,
                     "driver_cuda": f"{cuda // 1000}.{(cuda % 1000) // 10}",
+                    "uuid": _optional(lambda: _text(pynvml.nvmlDeviceGetUUID(h))),
+                    # compute processes on the GPU (None when NVML may not list them, as in some containers)
+                    "processes": _optional(lambda: len(pynvml.nvmlDeviceGetComputeRunningProcesses(h))),
                 }
             )
         return out, None
@@ -75,6 +81,13 @@ def gpus() -> tuple[list[dict[str, Any]], str | None]:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _optional(read: Any) -> Any:
+    try:
+        return read()
+    except Exception:  # an NVML query this driver or container does not answer
+        return None
 
 
 def _text(value: Any) -> str:

@@ -1,0 +1,393 @@
+"""TD008 gpu-capacity: the GPUs can run the job: bf16 support, a driver new enough for torch, enough GPUs, enough memory.
+
+What goes wrong
+    A config written for one machine meets another, and the job dies at start-up or at the first step:
+    - bf16 on a GPU below compute capability 8.0 (T4, V100, RTX 20xx): TRL's configs turn bf16 on by default
+      since TRL 0.19 ("defaults to True if fp16 is not set"), and transformers stops in TrainingArguments with
+      "ValueError: Your setup doesn't support bf16/gpu." where torch does not count emulated bf16; where it
+      does, bf16 matmuls run emulated, many times slower, and vLLM refuses the GPU ("Bfloat16 is only supported
+      on GPUs with compute capability of at least 8.0").
+    - a driver whose CUDA is older than the CUDA torch was built for: torch sees no usable GPU ("The NVIDIA
+      driver on your system is too old") when the major version is older; within the same major version
+      CUDA's minor-version compatibility runs it, but kernels built for the newer release (Triton,
+      torch.compile) can fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
+    - too few GPUs: vLLM colocate with `vllm_tensor_parallel_size` larger than the GPUs ("tensor_parallel_size
+      (X) must divide world size (Y) evenly" when it does not divide them); vLLM in server mode needs a GPU for
+      the server apart from the training's, so one GPU cannot hold both.
+    - out of memory: the policy is loaded in float32 unless a dtype is given (TRL's create_model_from_path
+      and ModelConfig default; `bf16: true` only autocasts), so weights, gradients and AdamW's two states take
+      16 bytes per parameter: 8B parameters need ~120 GiB before a single activation. A reference copy
+      (beta != 0 without PEFT), reward models, the logits TRL takes log-probs from (batch × completion ×
+      vocabulary) and vLLM colocate's `vllm_gpu_memory_utilization` share of the GPU add up on the same GPU.
+    - no GPU at all: vLLM and fp16 mixed precision need one.
+
+How it is detected
+    GPUs are read through NVML (the pynvml module of nvidia-ml-py): name, compute capability, total and free
+    memory now (what other processes hold is already taken off), the driver's CUDA version; CUDA_VISIBLE_DEVICES
+    is applied (indices in NVML's PCI order, or GPU- UUIDs). torch is not imported: its CUDA build is read from
+    torch/version.py. Precision, batch, lengths, beta, PEFT and vLLM settings are the values the installed TRL's
+    config class resolves (its defaults included).
+
+    The memory estimate is for one training process per GPU (trl_doctor/_memory.py, which other rules share):
+    the meta-device model's exact parameter count × the load dtype's bytes for the weights; gradients and
+    optimizer states of what trains (all weights, or the fp32 LoRA adapters: r × (in + out) per targeted linear);
+    a reference copy when beta != 0 without PEFT; reward and value models built on the meta device; activations
+    of per_device_train_batch_size × (prompt + completion) tokens (6·hidden + 2·kv + 4·intermediate values per
+    token and layer, only each layer's input with gradient checkpointing); the log-prob head as the installed
+    trainer runs it, read from its source: TRL 1.x's fused LM head (`fused_lm_head=True`: one tile of 4096
+    tokens × 32768 vocabulary columns, the fp32 gradients of the hidden states and, when it trains, of the
+    output layer), or the logits tensor (batch × completion + 1 × vocabulary, twice for the temperature-scaled
+    copy; the whole sequence where the model ignores the trainer's logits_to_keep keyword, trl#2770); the KV
+    cache when the trainer generates itself; vLLM colocate's share; 0.5 GiB of CUDA context. It is compared with each training GPU's free memory: more
+    than free is `fail`, within 10% of it `warn`. DeepSpeed ZeRO and FSDP sharding are not modelled: with
+    `deepspeed` or `fsdp` set, a shortfall is only a `warn`. The breakdown, the inputs and the assumptions
+    are in the details.
+
+    The GPUs counted are the training processes (there is no num_processes option: every visible GPU is one
+    process); vLLM server mode on this machine (host 0.0.0.0 or localhost) takes one of them for the server,
+    and training is judged on the GPUs with the most free memory.
+
+    Without a GPU: `fail` when the config needs one (use_vllm, fp16), `skip` otherwise. bf16 on a machine
+    without a GPU is a `warn` when the config sets `bf16: true` itself and a `skip` when bf16 is only TRL's
+    default: torch and transformers run bf16 on the CPU (TRL's configs accept it with use_cpu), so no crash
+    follows, and a config that names no precision must not raise an alarm on a CPU development box. The check
+    is meant to run on the training machine, where a missing GPU shows as NVML's reason in the message.
+
+Versions
+    bf16 defaults to True in TRL >= 0.19 (GRPOConfig, RLOOConfig; before: False). GRPO's beta defaults to 0.0
+    from TRL 0.19 (0.04 before), RLOO's to 0.05 in TRL 1.16. vLLM: a spare GPU in TRL 0.14-0.15, server mode by
+    default in 0.16-0.29, colocate by default from 1.0 with vllm_gpu_memory_utilization 0.3. max_prompt_length
+    exists up to TRL 0.27 (default 512); later the estimate assumes 512 prompt tokens and says so.
+
+What the fix does
+    No automatic fix: the message names the numbers and the smallest change: `model_init_kwargs: {dtype:
+    bfloat16}`, a smaller batch or completion length, gradient_checkpointing, beta 0 or PEFT, a lower
+    vllm_gpu_memory_utilization, fp16 instead of bf16 on pre-Ampere GPUs, a newer driver.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from trl_doctor import fail, passed, rule, skip, warn
+
+TIGHT = 0.10  # within 10% of the free memory: warn
+BF16_MIN_CC = (8, 0)
+
+
+@rule(
+    id="TD008",
+    slug="gpu-capacity",
+    title="The GPUs can run the job: bf16 support, driver CUDA, GPU count and a memory estimate",
+    needs=("model_config",),
+)
+def check(ctx):
+    from trl_doctor._env import gpus, torch_cuda_version
+    from trl_doctor._memory import config_value, precision
+
+    raw = ctx.config.raw
+    if raw.get("use_cpu") is True:
+        yield skip("use_cpu: true: the job trains on the CPU, so there is no GPU to check")
+        return
+    bf16, fp16 = precision(ctx)
+    use_vllm = bool(config_value(ctx, "use_vllm", False))
+    mode = _vllm_mode(ctx) if use_vllm else None
+    found, why = gpus()
+    visible, visible_note = visible_gpus(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    torch_cuda = torch_cuda_version()
+    details: dict = {"GPUs": [_describe(g) for g in visible] or f"none ({why or visible_note or 'NVML reports no GPU'})"}
+    if visible_note:
+        details["CUDA_VISIBLE_DEVICES"] = visible_note
+    if visible:
+        details["driver"] = f"{visible[0]['driver']} (CUDA {visible[0]['driver_cuda']})"
+    details["torch CUDA build"] = torch_cuda or "none (a CPU build of torch): the driver's CUDA is not compared"
+    details["bf16 / fp16"] = f"{bf16} / {fp16}" + ("" if "bf16" in raw else " (bf16 is the installed TRL's default)")
+    if use_vllm:
+        details["vLLM"] = _vllm_words(ctx, mode)
+    plan, est_error = _plan(ctx)
+    if est_error:
+        details["memory estimate"] = f"not made: {est_error}"
+
+    if not visible:
+        reason = why or visible_note or "NVML reports no GPU"
+        if plan is not None:  # the summary only: without a GPU there is nothing to compare it with
+            from trl_doctor._memory import estimate
+
+            est = estimate(plan)
+            details["memory estimate per GPU"] = (f"{est.total_gib:.1f} GiB at the peak ({est.peak_phase}, without "
+                                                  f"a vLLM share): {est.summary()}")
+        needs = []
+        if use_vllm:
+            needs.append("use_vllm: true (vLLM generates on a CUDA GPU)")
+        if fp16:
+            needs.append("fp16: true (fp16 mixed precision with loss scaling is a GPU mode)")
+        if needs:
+            yield fail(f"{' and '.join(needs)} need{'s' if len(needs) == 1 else ''} a GPU, but there is none here: "
+                       f"{reason}; run the job (and "
+                       "trl-doctor) on the training machine, or drop " + " and ".join(n.split(":")[0] for n in needs),
+                       **details)
+        elif raw.get("bf16") is True:
+            yield warn(f"bf16: true is set but there is no GPU here ({reason}): torch runs bf16 on the CPU, so nothing "
+                       "crashes, but the job would train on the CPU; run trl-doctor on the training machine", **details)
+        else:
+            yield skip(f"no GPU to check: {reason}; the config asks for none (no use_vllm, no fp16"
+                       f"{', and bf16 is only the installed TRL default' if bf16 else ''})", **details)
+        return
+
+    findings = []
+    problem = driver_cuda_problem(visible[0]["driver_cuda"], torch_cuda)
+    if problem is not None:
+        findings.append(problem)
+
+    if bf16:
+        old = [g for g in visible if _cc(g) < BF16_MIN_CC]
+        if old:
+            g = old[0]
+            where = "" if "bf16" in raw else " (the installed TRL's default when fp16 is not set)"
+            findings.append(("fail", (
+                f"bf16 is on{where} but {_name(g)} has compute capability {g['compute_capability']} and bfloat16 needs "
+                f"8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs it "
+                f"emulated{', and vLLM refuses it' if use_vllm else ''}; set `bf16: false` and `fp16: true` (or "
+                "train in fp32) on this GPU, or use an Ampere or newer GPU")))
+
+    training, count_problems, launch = _launch(ctx, visible, use_vllm, mode)
+    details["launch"] = launch
+    findings += count_problems
+
+    sharded = [k for k in ("deepspeed", "fsdp") if raw.get(k)]
+    memory_message = None
+    if plan is not None and training:
+        memory_status, memory_message = _judge_memory(plan, training, details, sharded)
+        if memory_status != "pass":
+            findings.append((memory_status, memory_message))
+
+    for status, message in findings:
+        yield (fail if status == "fail" else warn)(message, **details)
+    if findings:
+        return
+    extra = []
+    if bf16:
+        lowest = min(visible, key=_cc)
+        extra.append(f"bf16 supported (lowest compute capability {lowest['compute_capability']}, 8.0 needed)")
+    if torch_cuda:
+        extra.append(f"driver CUDA {visible[0]['driver_cuda']} runs torch's CUDA {torch_cuda}")
+    tail = f"; {', '.join(extra)}" if extra else ""
+    if memory_message is None:
+        yield skip(f"{launch}{tail}; memory not estimated: {est_error or 'no training GPU'}", **details)
+        return
+    yield passed(f"{memory_message}{tail}", **details)
+
+
+# -- pure pieces, tested on their own ---------------------------------------------------------------------
+
+def driver_cuda_problem(driver_cuda: str | None, torch_cuda: str | None) -> tuple[str, str] | None:
+    """('fail' or 'warn', message) when the driver's CUDA is older than torch's CUDA build, else None."""
+    if not driver_cuda or not torch_cuda:
+        return None
+    d, t = _version(driver_cuda), _version(torch_cuda)
+    if d is None or t is None or d >= t:
+        return None
+    if d[0] < t[0]:
+        return "fail", (
+            f"the NVIDIA driver supports CUDA {driver_cuda} but torch is built for CUDA {torch_cuda}: torch finds no "
+            f"usable GPU (\"The NVIDIA driver on your system is too old\"); update the driver to one for CUDA "
+            f"{t[0]}.{t[1]} or newer, or install a torch built for CUDA {d[0]}.x")
+    return "warn", (
+        f"the NVIDIA driver supports CUDA {driver_cuda}, older than torch's CUDA {torch_cuda}: CUDA's minor-version "
+        "compatibility runs torch, but kernels built for the newer release (Triton, torch.compile) can fail with "
+        f"CUDA_ERROR_UNSUPPORTED_PTX_VERSION; update the driver to one for CUDA {torch_cuda} or newer")
+
+
+def visible_gpus(found: list[dict], env_value: str | None) -> tuple[list[dict], str | None]:
+    """The GPUs CUDA_VISIBLE_DEVICES leaves visible (indices in NVML's order, or GPU- UUID prefixes), and a note."""
+    if env_value is None:
+        return found, None
+    if not env_value.strip():
+        return [], "CUDA_VISIBLE_DEVICES is set and empty: no GPU is visible to the job"
+    out: list[dict] = []
+    for item in (x.strip() for x in env_value.split(",")):
+        if re.fullmatch(r"-?\d+", item):
+            hit = [g for g in found if g["index"] == int(item)]
+        elif item.startswith("GPU-"):
+            hit = [g for g in found if (g.get("uuid") or "").startswith(item)]
+        else:
+            return found, f"CUDA_VISIBLE_DEVICES={env_value!r} (MIG or another form) is not applied: all GPUs counted"
+        if not hit or hit[0] in out:
+            break  # CUDA stops at the first entry that names no device
+        out.append(hit[0])
+    names = ", ".join(str(g["index"]) for g in out) or "none"
+    return out, f"CUDA_VISIBLE_DEVICES={env_value!r}: NVML GPUs {names} (assuming CUDA_DEVICE_ORDER=PCI_BUS_ID order)"
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", str(text))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+
+def _cc(g: dict) -> tuple[int, int]:
+    return _version(g["compute_capability"]) or (0, 0)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f}"
+
+
+def _name(g: dict) -> str:
+    return f"GPU {g['index']} ({g['name']})"
+
+
+def _describe(g: dict) -> str:
+    total = g.get("memory_total_bytes", g["memory_total_mib"] * 2**20)
+    free = g.get("memory_free_bytes", g["memory_free_mib"] * 2**20)
+    procs = g.get("processes")
+    others = "" if procs is None else f", {procs} process{'es' if procs != 1 else ''} running"
+    return (f"{_name(g)}: compute capability {g['compute_capability']}, {_gib(total)} GiB total, "
+            f"{_gib(free)} GiB free{others}")
+
+
+def _vllm_mode(ctx) -> str:
+    """colocate, server, or 'device' (TRL 0.14-0.15's vLLM on a spare GPU, before vllm_mode existed)."""
+    from trl_doctor._memory import config_value, trainer_config_or_none
+
+    cfg = trainer_config_or_none(ctx)
+    if cfg is not None and not hasattr(cfg, "vllm_mode") and "vllm_mode" not in ctx.config.raw:
+        return "device"
+    return str(config_value(ctx, "vllm_mode", "server") or "server")
+
+
+def _server_is_local(ctx) -> bool:
+    from trl_doctor._memory import LOCAL_HOSTS, config_value
+
+    url = config_value(ctx, "vllm_server_base_url", None)
+    if url:
+        m = re.match(r"\w+://\[?([^/\]:]*)", str(url))
+        return (m.group(1) if m else "") in LOCAL_HOSTS
+    return str(config_value(ctx, "vllm_server_host", "0.0.0.0")) in LOCAL_HOSTS
+
+
+def _vllm_words(ctx, mode: str) -> str:
+    from trl_doctor._memory import config_value
+
+    if mode == "colocate":
+        return (f"colocate: tensor parallel {config_value(ctx, 'vllm_tensor_parallel_size', 1)}, "
+                f"vllm_gpu_memory_utilization {config_value(ctx, 'vllm_gpu_memory_utilization', 0.3)}")
+    if mode == "device":
+        return "on a spare GPU apart from training (TRL 0.14-0.15)"
+    return "server mode: `trl vllm-serve` on " + ("this machine" if _server_is_local(ctx) else "another machine")
+
+
+def _launch(ctx, visible: list[dict], use_vllm: bool, mode: str | None) -> tuple[list[dict], list, str]:
+    """(training GPUs, count problems, words) for the GPUs this launch takes."""
+    from trl_doctor._memory import config_value
+
+    n = len(visible)
+    problems = []
+    if use_vllm and mode == "colocate":
+        tp = int(config_value(ctx, "vllm_tensor_parallel_size", 1) or 1)
+        words = f"{n} GPU{'s' if n > 1 else ''} as {n} training process{'es' if n > 1 else ''}; vLLM colocate shares them (tensor parallel {tp})"
+        if tp > n:
+            problems.append(("fail", (
+                f"vllm_tensor_parallel_size {tp} needs {tp} GPUs, but {n} {'is' if n == 1 else 'are'} visible "
+                f"({', '.join(_name(g) for g in visible)}): lower vllm_tensor_parallel_size to {n} or fewer")))
+        elif n % tp:
+            problems.append(("warn", (
+                f"vllm_tensor_parallel_size {tp} does not divide the {n} visible GPUs: launching one training process "
+                f"per GPU fails with \"tensor_parallel_size ({tp}) must divide world size ({n}) evenly\"; launch "
+                f"{n - n % tp} processes or pick a tensor parallel size dividing {n}")))
+        return visible, problems, words
+    if use_vllm and (mode == "device" or (mode == "server" and _server_is_local(ctx))):
+        who = "the vLLM server (`trl vllm-serve`)" if mode == "server" else "vLLM (its own GPU in TRL 0.14-0.15)"
+        if n < 2:
+            problems.append(("fail", (
+                f"vllm_mode {mode}: {who} needs a GPU of its own apart from the training's, and this machine has {n} "
+                f"({', '.join(_name(g) for g in visible)}): use `vllm_mode: colocate` to share it, or run the server "
+                "on another machine (vllm_server_host / vllm_server_base_url)")))
+            return visible, problems, f"{n} GPU: not enough for a vLLM server and training"
+        by_free = sorted(visible, key=lambda g: -g.get("memory_free_bytes", g["memory_free_mib"] * 2**20))
+        training = sorted(by_free[: n - 1], key=lambda g: g["index"])
+        words = (f"{n} GPUs: 1 for {who}, {n - 1} for training (judged on the {n - 1} with the most free memory: "
+                 f"{', '.join(str(g['index']) for g in training)})")
+        return training, problems, words
+    words = f"{n} GPU{'s' if n > 1 else ''} as {n} training process{'es' if n > 1 else ''}"
+    if use_vllm:
+        words += "; the vLLM server runs on another machine"
+    return visible, problems, words
+
+
+def _plan(ctx):
+    """(Plan, None) or (None, why the memory cannot be estimated)."""
+    from trl_doctor import InputError, Unavailable
+    from trl_doctor._memory import plan_from_context
+
+    try:
+        return plan_from_context(ctx), None
+    except (InputError, Unavailable) as exc:
+        return None, str(exc)
+    except Exception as exc:  # a model transformers cannot build on the meta device: the other checks still run
+        return None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+
+
+def _estimate_details(details: dict, plan, est) -> None:
+    details["memory estimate per GPU"] = f"{est.total_gib:.1f} GiB at the peak ({est.peak_phase}): {est.summary()}"
+    details["memory breakdown"] = est.breakdown()
+    details["estimate inputs"] = {k: v for k, v in plan.labels}
+    details["assumptions"] = list(est.assumptions)
+
+
+def _judge_memory(plan, training: list[dict], details: dict, sharded: list[str]) -> tuple[str, str]:
+    """('pass' / 'warn' / 'fail', message) for the tightest training GPU."""
+    from trl_doctor._memory import estimate
+
+    worst = None
+    for g in training:
+        total = g.get("memory_total_bytes", g["memory_total_mib"] * 2**20)
+        free = g.get("memory_free_bytes", g["memory_free_mib"] * 2**20)
+        est = estimate(plan, total)
+        margin = free - est.total_bytes
+        if worst is None or margin < worst[0]:
+            worst = (margin, g, est, free)
+    margin, g, est, free = worst
+    _estimate_details(details, plan, est)
+    details["free memory per GPU"] = {f"GPU {x['index']}": f"{_gib(x.get('memory_free_bytes', x['memory_free_mib'] * 2**20))} GiB"
+                                      for x in training}
+    need = f"~{est.total_gib:.1f} GiB per GPU ({est.summary()})"
+    has = f"{_name(g)} has {_gib(free)} GiB free"
+    hint = _hint(plan, est)
+    if margin < 0:
+        status = "fail"
+        message = f"does not fit: needs {need} but {has}; {hint}"
+    elif est.total_bytes > (1 - TIGHT) * free:
+        status = "warn"
+        message = f"barely fits: needs {need} and {has} (within {TIGHT:.0%}); {hint}"
+    else:
+        return "pass", f"fits: needs {need} and {has}"
+    if sharded and status == "fail":
+        status = "warn"
+        message += (f"; {' and '.join(sharded)} is set, and its sharding is not modelled here (the estimate is for an "
+                    "unsharded process), so this is a warning")
+    return status, message
+
+
+def _hint(plan, est) -> str:
+    """The largest components and the change that shrinks each."""
+    tips = {
+        "policy weights": "load the weights in bf16 (`model_init_kwargs: {dtype: bfloat16}`), which halves weights, "
+        "gradients and AdamW states" if plan.param_bytes == 4
+        else "a 4-bit base with LoRA (`load_in_4bit: true`, `use_peft: true`), or shard it over GPUs (ZeRO-3, FSDP)",
+        "AdamW states": "train LoRA adapters (`use_peft: true`) or an 8-bit AdamW (`optim: adamw_8bit`)",
+        "optimizer states": "train LoRA adapters (`use_peft: true`)",
+        "gradients": "train LoRA adapters (`use_peft: true`)",
+        "reference model": "set `beta: 0.0` or use PEFT (the reference is then the base without the adapter)",
+        "activations": "lower per_device_train_batch_size or max_completion_length"
+        + ("" if plan.gradient_checkpointing else ", or turn gradient_checkpointing on"),
+        "logits": "lower per_device_train_batch_size or max_completion_length",
+        "KV cache (generation)": "generate with vLLM or lower the generation batch",
+        "vLLM share": "lower vllm_gpu_memory_utilization",
+        "reward models": "use a smaller reward model",
+    }
+    big = sorted(est.in_peak(), key=lambda c: -c.bytes)[:2]
+    parts = [f"{c.name} {c.gib:.1f} GiB: {tips[c.name]}" for c in big if c.name in tips]
+    return "the largest parts are " + "; ".join(parts) if parts else "see the breakdown"

@@ -1,0 +1,370 @@
+"""TD008 gpu-capacity and the shared memory estimate (trl_doctor/_memory.py).
+
+The estimate is checked against arithmetic done by hand on real model configs (Qwen2.5-0.5B, Llama-3-8B,
+Llama-3-70B, written into fixtures/gpu-capacity/models/ as config.json only); the rule runs through the real
+command, against fake GPUs (tests/fake_nvml, a pynvml stand-in at the NVML boundary) where CI has none, and
+against the real NVML where there is a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, result_of, run_json
+from trl_doctor._config import load_config
+from trl_doctor._context import Context, Options
+from trl_doctor._env import gpus, torch_cuda_version
+from trl_doctor._memory import (
+    CUDA_CONTEXT_BYTES, GiB, Plan, count_params, estimate, lora_adapter_params, plan_from_context, policy_dtype,
+    seq_classifier_params,
+)
+from trl_doctor.rules.gpu_capacity import driver_cuda_problem, visible_gpus
+
+HERE = FIXTURES / "gpu-capacity"
+MODELS = HERE / "models"
+FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
+
+# Parameter counts worked out by hand from each config.json (head_dim = hidden / heads):
+# Qwen2.5-0.5B: per layer q 896·896+896 = 803,712, k and v 896·128+128 = 114,816 each, o 896·896 = 802,816,
+#   MLP 3·896·4864 = 13,074,432, two norms 1,792: 14,912,384; × 24 = 357,897,216; embedding 151,936·896 =
+#   136,134,656 (tied with the LM head); final norm 896.
+QWEN_05B = 494_032_768
+# Llama-3-8B: per layer q and o 4096² = 16,777,216 each, k and v 4096·1024 = 4,194,304 each, MLP 3·4096·14336 =
+#   176,160,768, norms 8,192: 218,112,000; × 32 = 6,979,584,000; embedding and LM head 2·128,256·4096 =
+#   1,050,673,152 (untied); final norm 4,096.
+LLAMA_8B = 8_030_261_248
+# Llama-3-70B: per layer q and o 8192² each, k and v 8192·1024 each, MLP 3·8192·28672 = 704,643,072, norms 16,384:
+#   855,654,400; × 80 = 68,452,352,000; embedding and LM head 2·128,256·8192 = 2,101,346,304; final norm 8,192.
+LLAMA_70B = 70_553_706_496
+# The Qwen2.5-0.5B reward model: the backbone (494,032,768 without an LM head of its own) + score 896 → 1.
+QWEN_05B_REWARD = 494_033_664
+
+
+def context(tmp_path: Path, **keys) -> Context:
+    """A check context for a config written with these keys (model paths relative to the fixtures)."""
+    lines = [f"{k}: {json.dumps(v)}" for k, v in keys.items()]
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("\n".join(lines) + "\n")
+    return Context(load_config(cfg), Options(smoke=False))
+
+
+def fake_env(spec: dict | Path) -> dict:
+    text = str(spec) if isinstance(spec, Path) else json.dumps(spec)
+    path = os.pathsep.join(p for p in (str(FAKE_NVML), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "TRL_DOCTOR_FAKE_GPUS": text}
+
+
+def gpu(name="NVIDIA A100-SXM4-80GB", total=81920, free=81050, cc="8.0", processes=0) -> dict:
+    return {"name": name, "total_mib": total, "free_mib": free, "compute_capability": cc, "processes": processes}
+
+
+def check_with(config: Path, spec: dict | Path) -> tuple[int, dict]:
+    code, report = run_json("check", str(config), "--select", "gpu-capacity", "--no-smoke", env=fake_env(spec))
+    return code, result_of(report, "TD008")
+
+
+# -- the model sizes -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("folder, params", [("qwen2.5-0.5b", QWEN_05B), ("llama-3-8b", LLAMA_8B),
+                                            ("llama-3-70b", LLAMA_70B)])
+def test_meta_model_parameter_count_is_the_hand_count(tmp_path, folder, params):
+    with context(tmp_path, model_name_or_path=str(MODELS / folder)) as ctx:
+        assert count_params(ctx.meta_model) == params
+
+
+def test_reward_model_parameter_count(tmp_path):
+    with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b")) as ctx:
+        assert seq_classifier_params(ctx, MODELS / "qwen2.5-0.5b-reward") == QWEN_05B_REWARD
+
+
+def test_lora_adapter_counts(tmp_path):
+    with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b")) as ctx:
+        model = ctx.meta_model
+        # r·(in + out): q 16·(896+896) = 28,672, v 16·(896+128) = 16,384 → 45,056 per layer × 24
+        count, names = lora_adapter_params(model, 16, ["q_proj", "v_proj"])
+        assert count == 1_081_344 and len(names) == 48
+        # all-linear leaves the LM head out: q 14,336 + k 8,192 + v 8,192 + o 14,336 + gate, up, down 46,080 each
+        # = 183,296 per layer at r 8, × 24
+        assert lora_adapter_params(model, 8, "all-linear")[0] == 4_399_104
+        # DoRA adds one magnitude per output feature: (896 + 128) per layer × 24 = 24,576
+        assert lora_adapter_params(model, 16, ["q_proj", "v_proj"], use_dora=True)[0] == 1_081_344 + 24_576
+    with context(tmp_path, model_name_or_path=str(MODELS / "llama-3-8b")) as ctx:
+        # q and o 16·8192 = 131,072 each, k and v 16·5120 = 81,920 each → 425,984 per layer × 32
+        assert lora_adapter_params(ctx.meta_model, 16, ["q_proj", "k_proj", "v_proj", "o_proj"])[0] == 13_631_488
+
+
+# -- the arithmetic, on plain numbers ------------------------------------------------------------------------
+
+LLAMA_8B_DIMS = dict(hidden_size=4096, num_layers=32, intermediate_size=14336, kv_dim=1024, num_heads=32,
+                     vocab_size=128256)
+
+
+def test_estimate_full_fine_tune_in_bf16_by_hand():
+    plan = Plan(policy_params=LLAMA_8B, param_bytes=2, optimizer="adamw_torch", batch_size=1, seq_len=1024,
+                logits_positions=513, activation_bytes=2, gradient_checkpointing=False, generation_batch=0,
+                overhead_bytes=CUDA_CONTEXT_BYTES, **LLAMA_8B_DIMS)
+    est = estimate(plan)
+    assert est.component("policy weights").bytes == 16_060_522_496  # 8,030,261,248 × 2
+    assert est.component("gradients").bytes == 16_060_522_496
+    assert est.component("AdamW states").bytes == 32_121_044_992  # 2 states × 2 bytes
+    # (6·4096 + 2·1024 + 4·14336) = 83,968 values × 32 layers × 1,024 tokens × 2 bytes
+    assert est.component("activations").bytes == 5_502_926_848
+    assert est.component("logits").bytes == 263_181_312  # 1 × 513 × 128,256 × 4 bytes (logits + scaled copy)
+    assert est.component("CUDA context").bytes == 536_870_912
+    assert est.total_bytes == (16_060_522_496 * 2 + 32_121_044_992 + 5_502_926_848 + 263_181_312 + 536_870_912)
+    assert est.peak_phase == "training"
+    assert f"{est.total_gib:.1f}" == "65.7"
+
+    # gradient checkpointing keeps each layer's input (4,096) and one layer's 83,968 values
+    ckpt = estimate(Plan(**{**plan.__dict__, "gradient_checkpointing": True}))
+    assert ckpt.component("activations").bytes == 1024 * (32 * 4096 + 83_968) * 2 == 440_401_920
+
+
+def test_estimate_fp32_default_load_is_16_bytes_per_parameter():
+    est = estimate(Plan(policy_params=LLAMA_8B, param_bytes=4, optimizer="adamw_torch_fused", **LLAMA_8B_DIMS))
+    states = sum(est.component(n).bytes for n in ("policy weights", "gradients", "AdamW states"))
+    assert states == 16 * LLAMA_8B == 128_484_179_968  # 119.7 GiB before any activation
+
+
+def test_estimate_lora_reward_vllm_and_fused_head():
+    plan = Plan(policy_params=LLAMA_8B, param_bytes=2, peft_params=13_631_488, reference=False,
+                reward_params=(QWEN_05B_REWARD,), reward_bytes=2, optimizer="adamw_torch", batch_size=8,
+                seq_len=1024, logits_positions=512, fused_lm_head=True, logits_tile=(4096, 32768),
+                activation_bytes=2, gradient_checkpointing=True, vllm_gpu_memory_utilization=0.3,
+                overhead_bytes=0, **LLAMA_8B_DIMS)
+    est = estimate(plan, gpu_total_bytes=80 * GiB)
+    assert est.component("LoRA adapters").bytes == 54_525_952  # 13,631,488 × 4 (fp32)
+    assert est.component("gradients").bytes == 54_525_952
+    assert est.component("AdamW states").bytes == 109_051_904  # two fp32 states
+    assert "reference model" not in [c.name for c in est.components]
+    assert est.component("policy weights").bytes == 16_060_522_496  # the frozen bf16 base
+    assert est.component("reward models").bytes == 988_067_328  # 494,033,664 × 2
+    assert est.component("vLLM share").bytes == 25_769_803_776  # 0.3 × 80 GiB
+    # fused head: one 4096 × 32768 tile × 2 bytes + fp32 hidden-state gradients of 8 × 512 tokens × 4096;
+    # the frozen LM head gets no gradient with LoRA
+    assert est.component("logits").bytes == 4096 * 32768 * 2 + 4096 * 4096 * 4 == 335_544_320
+
+
+def test_estimate_reference_copy_and_generation_peak():
+    plan = Plan(policy_params=QWEN_05B, param_bytes=2, reference=True, batch_size=1, seq_len=64, logits_positions=33,
+                generation_batch=2048, hidden_size=896, num_layers=24, intermediate_size=4864, kv_dim=128,
+                num_heads=14, vocab_size=151936, activation_bytes=2)
+    est = estimate(plan)
+    assert est.component("reference model").bytes == 988_065_536  # 494,032,768 × 2, the policy's size
+    kv = est.component("KV cache (generation)").bytes
+    assert kv == 2048 * 64 * 24 * 2 * 128 * 2 == 1_610_612_736  # more than gradients + activations
+    assert est.peak_phase == "generation"
+    resident = sum(c.bytes for c in est.components if c.phase == "resident")
+    assert est.total_bytes == resident + kv
+
+
+def test_optimizer_states_follow_the_optimizer():
+    base = dict(policy_params=1_000_000, param_bytes=4, **LLAMA_8B_DIMS)
+    assert estimate(Plan(**base, optimizer="adamw_8bit")).component("AdamW states").bytes == 2_000_000
+    assert estimate(Plan(**base, optimizer="paged_adamw_32bit")).component("AdamW states").bytes == 8_000_000
+    assert estimate(Plan(**base, optimizer="sgd")).component("optimizer states").bytes == 0
+    assert estimate(Plan(**{**base, "param_bytes": 2}, optimizer="adamw_torch")).component("AdamW states").bytes == 4_000_000
+
+
+def test_quantized_base_weights():
+    plan = Plan(policy_params=1_000, param_bytes=2, quantized_params=800, quantized_bytes=0.5625, peft_params=10,
+                **LLAMA_8B_DIMS)
+    assert estimate(plan).component("policy weights").bytes == 200 * 2 + 450  # 800 × (0.5 + 4/64)
+
+
+# -- filling the plan from a config -------------------------------------------------------------------------
+
+def test_plan_from_context_matches_the_hand_estimate(tmp_path):
+    from trl_doctor._trl import trainer_source
+
+    keys = dict(model_name_or_path=str(MODELS / "qwen2.5-0.5b"), model_init_kwargs={"dtype": "float32"}, bf16=True,
+                per_device_train_batch_size=8, num_generations=8, max_prompt_length=512, max_completion_length=512,
+                gradient_checkpointing=True, gradient_accumulation_steps=1, beta=0.04, optim="adamw_torch")
+    with context(tmp_path, **keys) as ctx:
+        plan = plan_from_context(ctx)
+    assert (plan.policy_params, plan.param_bytes, plan.activation_bytes) == (QWEN_05B, 4, 2.0)
+    assert (plan.hidden_size, plan.num_layers, plan.intermediate_size, plan.kv_dim, plan.vocab_size) == (
+        896, 24, 4864, 128, 151936)
+    assert plan.reference and plan.batch_size == 8 and plan.seq_len == 1024 and plan.generation_batch == 8
+    est = estimate(plan)
+    weights = 1_976_131_072  # 494,032,768 × 4
+    assert est.component("policy weights").bytes == weights
+    assert est.component("gradients").bytes == weights
+    assert est.component("AdamW states").bytes == 2 * weights
+    assert est.component("reference model").bytes == weights
+    # 8 × 1,024 tokens × (24 × 896 + 6·896 + 2·128 + 4·4864 = 46,592) × 2 bytes
+    assert est.component("activations").bytes == 763_363_328
+    assert est.component("KV cache (generation)").bytes == 8 * 1024 * 24 * 2 * 128 * 2 == 100_663_296
+    fused = "fused_lm_head=True" in trainer_source("grpo")[1]
+    assert plan.fused_lm_head == fused
+    if fused:  # TRL 1.x: one 4096 × 32768 tile in bf16, fp32 grads of 4,096 hidden states and of the tied head
+        logits = 4096 * 32768 * 2 + 4096 * 896 * 4 + 151936 * 896 * 4
+        assert logits == 827_654_144
+    else:  # the logits tensor, for the completion (+1) or, where the model ignores logits_to_keep, the sequence
+        assert plan.logits_positions in (513, 1024)
+        logits = 8 * plan.logits_positions * 151936 * 4
+    assert est.component("logits").bytes == logits
+    # resident: weights, two AdamW states, the reference copy, the CUDA context; the step: gradients, activations, logits
+    assert est.total_bytes == 4 * weights + CUDA_CONTEXT_BYTES + weights + 763_363_328 + logits
+
+
+def test_plan_reads_peft_reward_model_and_vllm(tmp_path):
+    keys = dict(model_name_or_path=str(MODELS / "llama-3-8b"), reward_model_name_or_path=str(MODELS / "qwen2.5-0.5b-reward"),
+                model_init_kwargs={"dtype": "bfloat16"}, use_peft=True, lora_r=16,
+                lora_target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], beta=0.04, use_vllm=True,
+                vllm_mode="colocate", vllm_gpu_memory_utilization=0.25)
+    with context(tmp_path, **keys) as ctx:
+        plan = plan_from_context(ctx)
+    assert plan.param_bytes == 2 and plan.peft_params == 13_631_488
+    assert plan.reference is False  # beta != 0 with PEFT: the adapter is disabled instead of copying the model
+    assert plan.reward_params == (QWEN_05B_REWARD,)
+    assert plan.vllm_gpu_memory_utilization == 0.25 and plan.generation_batch == 0
+
+
+def test_policy_dtype(tmp_path):
+    with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b")) as ctx:
+        assert policy_dtype(ctx)[0] == "float32"  # TRL's default when no dtype is given (C10)
+    with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b"), model_init_kwargs={"dtype": "auto"}) as ctx:
+        dtype, where = policy_dtype(ctx)
+        assert dtype == "bfloat16" and "config.json" in where  # the checkpoint's torch_dtype
+
+
+# -- pure pieces of the rule ---------------------------------------------------------------------------------
+
+def test_driver_cuda_against_torch_cuda():
+    status, message = driver_cuda_problem("11.8", "12.4")
+    assert status == "fail" and "CUDA 11.8" in message and "CUDA 12.4" in message and "too old" in message
+    status, message = driver_cuda_problem("12.2", "12.8")
+    assert status == "warn" and "minor-version compatibility" in message
+    assert driver_cuda_problem("12.8", "12.8") is None
+    assert driver_cuda_problem("13.0", "12.8") is None
+    assert driver_cuda_problem("12.2", None) is None  # a CPU build of torch: nothing to compare
+
+
+def test_cuda_visible_devices():
+    found = [{"index": i, "uuid": f"GPU-{i}abc"} for i in range(4)]
+    assert visible_gpus(found, None) == (found, None)
+    assert [g["index"] for g in visible_gpus(found, "2,0")[0]] == [2, 0]
+    assert [g["index"] for g in visible_gpus(found, "1,7,2")[0]] == [1]  # CUDA stops at the first bad entry
+    assert visible_gpus(found, "")[0] == []
+    assert [g["index"] for g in visible_gpus(found, "GPU-3")[0]] == [3]
+    kept, note = visible_gpus(found, "MIG-1234")
+    assert kept == found and "not applied" in note
+
+
+# -- the fake NVML layer and the real one ----------------------------------------------------------------------
+
+def test_fake_nvml_answers_like_pynvml():
+    spec = {"driver": "535.104.05", "cuda_driver": "12.2", "gpus": [gpu(free=40000, processes=2)]}
+    code = "import json; from trl_doctor._env import gpus; print(json.dumps(gpus()))"
+    env = {**os.environ, **fake_env(spec)}
+    found, why = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                           check=True).stdout)
+    assert why is None
+    assert found == [{
+        "index": 0, "name": "NVIDIA A100-SXM4-80GB", "memory_total_mib": 81920, "memory_free_mib": 40000,
+        "memory_used_mib": 41920, "memory_total_bytes": 81920 * 2**20, "memory_free_bytes": 40000 * 2**20,
+        "compute_capability": "8.0", "driver": "535.104.05", "driver_cuda": "12.2",
+        "uuid": "GPU-00000000-0000-0000-0000-000000000000", "processes": 2,
+    }]
+    env = {**os.environ, **fake_env({"error": "driver_not_loaded"})}
+    found, why = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                           check=True).stdout)
+    assert found == [] and why == "no NVIDIA driver (NVMLError_DriverNotLoaded: Driver Not Loaded)"
+
+
+@pytest.mark.skipif(not gpus()[0], reason="no GPU: NVML (the real pynvml) reports none on this machine")
+def test_real_nvml_and_the_rule_on_a_real_gpu(built_fixtures):
+    found, _ = gpus()
+    for g in found:
+        assert 0 < g["memory_free_bytes"] <= g["memory_total_bytes"]
+        assert g["memory_total_mib"] == g["memory_total_bytes"] // 2**20
+        assert g["compute_capability"].count(".") == 1 and g["driver_cuda"].count(".") == 1
+    code, report = run_json("check", str(HERE / "ok_qwen05b_a10g.yaml"), "--select", "gpu-capacity", "--no-smoke")
+    r = result_of(report, "TD008")
+    assert r["status"] in ("pass", "warn", "fail"), r
+    assert all(g["name"] in " ".join(r["details"]["GPUs"]) for g in found)
+    with Context(load_config(HERE / "ok_qwen05b_a10g.yaml"), Options(smoke=False)) as ctx:
+        need = estimate(plan_from_context(ctx), max(g["memory_total_bytes"] for g in found)).total_bytes
+    roomy = min(g["memory_free_bytes"] for g in found) > 1.5 * need
+    modern = all(tuple(map(int, g["compute_capability"].split("."))) >= (8, 0) for g in found)
+    if roomy and modern and driver_cuda_problem(found[0]["driver_cuda"], torch_cuda_version()) is None:
+        assert r["status"] == "pass", r
+
+
+# -- the rule through the command, with fake GPUs ------------------------------------------------------------
+
+def test_does_not_fit_names_the_numbers(built_fixtures):
+    code, r = check_with(HERE / "bad_llama8b_fp32_a100.yaml", HERE / "gpus" / "a100-80g.json")
+    assert code == 1 and r["status"] == "fail"
+    # 8,030,261,248 × 4 bytes = 29.9 GiB for the weights and the gradients, × 8 = 59.8 GiB for AdamW
+    assert "policy weights 29.9, gradients 29.9, AdamW states 59.8" in r["message"]
+    assert "GPU 0 (NVIDIA A100-SXM4-80GB) has 79.2 GiB free" in r["message"]  # 81,050 MiB
+    assert "model_init_kwargs: {dtype: bfloat16}" in r["message"]
+    assert r["details"]["estimate inputs"]["policy dtype"].startswith("float32")
+    assert any("ZeRO" in a for a in r["details"]["assumptions"])
+
+
+def test_barely_fits_is_a_warning(built_fixtures):
+    code, r = check_with(HERE / "bad_llama8b_bf16_nearly_full.yaml", HERE / "gpus" / "a100-80g-busy.json")
+    assert code == 0 and r["status"] == "warn" and "within 10%" in r["message"], r
+
+
+def test_vllm_server_needs_its_own_gpu(built_fixtures):
+    config = HERE / "bad_vllm_server_one_gpu.yaml"
+    code, r = check_with(config, {"gpus": [gpu()]})
+    assert r["status"] == "fail" and "needs a GPU of its own" in r["message"]
+    # two GPUs: one for `trl vllm-serve` (here the busier one), training judged on the other
+    code, r = check_with(config, {"gpus": [gpu(free=8000, processes=1), gpu()]})
+    assert r["status"] == "pass", r
+    assert "1 for the vLLM server" in r["details"]["launch"] and "GPU 1" in r["details"]["free memory per GPU"]
+
+
+def test_colocate_tensor_parallel_larger_than_the_gpus(built_fixtures, tmp_path):
+    config = tmp_path / "tp.yaml"
+    config.write_text(f"model_name_or_path: {MODELS / 'qwen2.5-0.5b'}\nuse_vllm: true\nvllm_mode: colocate\n"
+                      "vllm_tensor_parallel_size: 2\nmax_completion_length: 256\nbeta: 0.0\n")
+    code, r = check_with(config, {"gpus": [gpu()]})
+    assert r["status"] == "fail" and "vllm_tensor_parallel_size 2 needs 2 GPUs, but 1 is visible" in r["message"]
+
+
+def test_no_gpu(built_fixtures, tmp_path):
+    none = {"error": "driver_not_loaded"}
+    code, r = check_with(HERE / "ok_no_gpu.yaml", none)
+    assert code == 0 and r["status"] == "skip" and "Driver Not Loaded" in r["message"]
+    assert "memory estimate per GPU" in r["details"]  # the estimate is still shown
+    code, r = check_with(HERE / "bad_fp16_no_gpu.yaml", none)
+    assert code == 1 and r["status"] == "fail" and r["message"].startswith("fp16: true")
+    vllm = tmp_path / "vllm.yaml"
+    vllm.write_text(f"model_name_or_path: {MODELS / 'qwen2.5-0.5b'}\nuse_vllm: true\nmax_completion_length: 64\n")
+    code, r = check_with(vllm, none)
+    assert r["status"] == "fail" and r["message"].startswith("use_vllm: true")
+    bf16 = tmp_path / "bf16.yaml"
+    bf16.write_text(f"model_name_or_path: {MODELS / 'qwen2.5-0.5b'}\nbf16: true\nmax_completion_length: 64\n")
+    code, r = check_with(bf16, none)
+    assert code == 0 and r["status"] == "warn" and "torch runs bf16 on the CPU" in r["message"]
+
+
+def test_driver_cuda_older_than_torch(built_fixtures):
+    code, r = check_with(HERE / "ok_qwen05b_a10g.yaml", {"cuda_driver": "11.8", "gpus": [gpu()]})
+    torch_cuda = torch_cuda_version()
+    if torch_cuda is None:  # a CPU build of torch (CI): there is no CUDA build to compare, and the report says so
+        assert r["status"] == "pass" and "not compared" in r["details"]["torch CUDA build"]
+    elif int(torch_cuda.split(".")[0]) > 11:
+        assert r["status"] == "fail" and "too old" in r["message"], r
+
+
+def test_healthy_fixture_without_gpu_has_no_false_alarm(built_fixtures):
+    # the real NVML of this machine; with no GPU the rule skips, and the config's defaults raise nothing
+    code, report = run_json("check", str(FIXTURES / "smoke-step" / "ok_grpo_qwen2.yaml"), "--no-smoke",
+                            "--select", "gpu-capacity")
+    r = result_of(report, "TD008")
+    if not gpus()[0]:
+        assert r["status"] == "skip", r
+    assert code == 0 or r["status"] not in ("fail", "error"), r
