@@ -229,8 +229,9 @@ def _build_ppo_style(trainer_cls, args, tokenizer, spec):
 
     stage(spec, "models")
     params = inspect.signature(trainer_cls.__init__).parameters
-    policy = AutoModelForCausalLM.from_pretrained(spec["model_path"], local_files_only=True)
-    ref = AutoModelForCausalLM.from_pretrained(spec["model_path"], local_files_only=True)
+    load = dict(spec.get("model_kwargs") or {}, local_files_only=True)
+    policy = AutoModelForCausalLM.from_pretrained(spec["model_path"], **load)
+    ref = AutoModelForCausalLM.from_pretrained(spec["model_path"], **load)
     reward_path = spec.get("reward_model_path")
     if not reward_path:
         raise ValueError("the config names no `reward_model_path`: PPO scores completions with a reward model")

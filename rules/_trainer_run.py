@@ -244,6 +244,11 @@ def _spec(ctx) -> dict[str, Any]:
     }
     reward_models = [_path(ctx, raw["reward_model_name_or_path"])] if raw.get("reward_model_name_or_path") else []
     model_path, label, twin, note = _model_choice(ctx)
+    model_kwargs = None
+    if not twin:  # the real model loads as the job loads it (dtype, attention); the twin in fp32
+        model_kwargs = raw.get("model_init_kwargs") or {k: raw[k] for k in ("dtype", "torch_dtype", "attn_implementation")
+                                                           if raw.get(k) is not None} or None
+        overrides["model_init_kwargs"] = model_kwargs
     return {
         "trainer": ctx.trainer,
         "device": device,
@@ -252,6 +257,7 @@ def _spec(ctx) -> dict[str, Any]:
         "model_label": label,
         "model_note": note,
         "twin_aux": twin,
+        "model_kwargs": model_kwargs or {},
         "work_dir": str(ctx.workdir),
         "precision": ", ".join(f"{k}={v}" for k, v in precision.items()) or "fp32",
         "config": {k: raw[k] for k in info.passed_keys if k in raw},
@@ -306,9 +312,72 @@ def _model_choice(ctx) -> tuple[str, str, bool, str | None]:
     return str(ctx.config.model.path), f"the real model {ctx.config.model.ref} ({real / 1e9:.2f}B parameters)", False, why
 
 
-def real_model_fits(ctx) -> tuple[bool, str]:
-    """Whether one smoke step of the real model fits in the free memory of the GPU it would run on."""
-    return False, "the real-model step is not implemented yet"
+FIT_MARGIN = 0.9  # the real model is used when its one-step estimate takes at most 90% of the free memory
+
+
+def smoke_plan(ctx):
+    """The memory plan of the smoke step itself with the real model: the config's model, precision, PEFT,
+    reference and reward models, at the step's batch of 2 and completions of MAX_COMPLETION tokens, no vLLM."""
+    from dataclasses import replace
+
+    from trl_doctor._memory import plan_from_context
+
+    plan = plan_from_context(ctx)
+    completion = ctx.config.get("max_completion_length") or ctx.config.get("response_length") or 256
+    prompt = max(1, plan.seq_len - int(completion))
+    seq = prompt + MAX_COMPLETION
+    positions = plan.logits_positions if plan.logits_positions is not None else plan.seq_len
+    positions = seq if positions >= plan.seq_len else min(positions, MAX_COMPLETION + 1)
+    return replace(plan, batch_size=2, seq_len=seq, logits_positions=positions, generation_batch=2,
+                   vllm_gpu_memory_utilization=0.0)
+
+
+def step_gpu(gpus: list[dict], visible: str | None) -> dict | None:
+    """The GPU the step's process gets (CUDA's device 0: the first one CUDA_VISIBLE_DEVICES leaves)."""
+    from trl_doctor.rules.gpu_capacity import visible_gpus
+
+    shown, _ = visible_gpus(gpus, visible)
+    return shown[0] if shown else None
+
+
+def has_safetensors(folder) -> bool:
+    from pathlib import Path
+
+    return any(Path(folder).glob("*.safetensors"))
+
+
+def real_model_fits(ctx, gpu: dict | None = None) -> tuple[bool, str]:
+    """Whether one smoke step of the real model fits in the free memory of the GPU it would run on, and why."""
+    from trl_doctor._memory import GiB, estimate
+
+    if not has_safetensors(ctx.config.model.path):
+        return False, (f"{ctx.config.model.ref} has no .safetensors weights (the doctor loads no pickle files) or no "
+                       "weights at all")
+    if gpu is None:
+        from trl_doctor._env import gpus
+
+        found, why = gpus()
+        gpu = step_gpu(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if gpu is None:
+            return False, f"NVML reports no GPU to measure free memory on ({why or 'none visible'})"
+    est = estimate(smoke_plan(ctx), gpu_total_bytes=gpu["memory_total_mib"] * 2**20)
+    free = gpu["memory_free_mib"] * 2**20
+    words = (f"one step needs ~{est.total_bytes / GiB:.1f} GiB ({est.summary()}) and GPU {gpu['index']} "
+             f"({gpu['name']}) has {free / GiB:.1f} GiB free")
+    return est.total_bytes <= FIT_MARGIN * free, words
+
+
+def smoke_estimate_details(ctx) -> dict:
+    """The step's memory estimate (and the free memory), shown beside an out-of-memory error."""
+    from trl_doctor._memory import estimate
+
+    est = estimate(smoke_plan(ctx))
+    out = {"memory estimate (one smoke step, real model)": f"~{est.total_gib:.1f} GiB: {est.summary()}"}
+    out.update({f"estimate: {k}": v for k, v in est.breakdown().items()})
+    if ctx.device == "cuda":
+        fits, words = real_model_fits(ctx)
+        out["memory check"] = words
+    return out
 
 
 def _tail(path, lines=15) -> str:

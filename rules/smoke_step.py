@@ -1,29 +1,54 @@
 """TD006 smoke-step: one tiny, real training step of the installed TRL trainer before the long job.
 
 What goes wrong
-    Many failures only show once the trainer runs: a reward function that raises or returns the wrong
-    number of scores, a dataset column the trainer does not find, a chat template that breaks on the
-    data, a dtype the device cannot do, a pad token the trainer cannot pad with. On a GPU job they show up
-    after the model has loaded, often an hour in.
+    Many failures only show once the trainer runs: a reward function that raises, returns the wrong number
+    of scores or string labels, or has a signature TRL cannot call (no `**kwargs`: TRL passes
+    `completion_ids` and every dataset column by name); a dataset without the `prompt` column; a chat
+    template that breaks on the data; a dtype the device cannot do (bf16 below compute capability 8.0);
+    PPO without a value model; an out-of-memory at the first backward. On a GPU job they show up after the
+    model has loaded and the first batch has been generated, often an hour in.
 
 How it is detected
-    The installed TRL's own trainer (GRPOTrainer or RLOOTrainer) is built with the config's own settings,
-    reward functions, tokenizer (with `added_tokens`) and the first rows of the config's dataset,
-    overriding only what makes it tiny: one optimizer step, two generations of one prompt, 8-token
-    completions, no saving, no reporting, output in a temporary folder. On the CPU the model is the
-    miniature twin (same architecture class, tokenizer and special ids, 2 layers, tiny width), so the
-    step runs the real code path of the architecture in seconds. The step runs in a child process with a
-    time limit (--smoke-timeout): a hang, a crash or an out-of-memory becomes a `fail` with the error.
+    The installed TRL's own trainer is built with the config's own settings, reward functions, reward,
+    value and reference models, tokenizer (with `added_tokens`), precision (bf16/fp16, TRL's defaults
+    included), LoRA settings (`use_peft`, `lora_*`) and the first rows of the config's dataset, overriding
+    only what makes it tiny: one optimizer step, 2 sequences (`num_generations: 2`, so GRPO's grouping stays
+    valid), 8-token completions, no saving, no trackers, no vLLM, output in a temporary folder.
+    - GRPOTrainer and RLOOTrainer (trl >= 0.22) take the model path and the reward functions.
+    - PPOTrainer (trl.experimental.ppo up to trl 1.12.0, trl.PPOTrainer before) and the PPO-style
+      RLOOTrainer of trl < 0.22 take model instances and a tokenized dataset, built as TRL's example scripts
+      build them (reward and value models loaded as 1-label sequence classifiers).
+    On the CPU the policy is the miniature twin (same architecture class, tokenizer and special ids, 2
+    layers, tiny width) and the reward and value models are twins too, so the step runs the real code path
+    of the architecture in seconds. With a GPU (`--device cuda`, or `auto` when NVML and torch see one) the
+    real model is used when one step fits: the memory estimate of the gpu-capacity rule at the step's sizes
+    (weights in the config's dtype, gradients, optimizer states, reference and reward models) against the
+    free memory NVML reports for the first visible GPU, with a 10% margin, and safetensors weights on disk;
+    otherwise the report says why it fell back to the twin. vLLM never runs in the step: generation takes the
+    trainer's transformers path.
 
-    Checked after the step: it finished one optimizer step, the loss and grad norm are finite, the
-    trainable parameters changed and frozen ones did not, and every reward function returned one finite
-    number (or None) per completion.
+    The step runs in a child process (started early, so its imports overlap the other rules) with a time
+    limit (--smoke-timeout): a hang, a segfault or a kill by the out-of-memory killer becomes a `fail` with
+    the stage it reached and the last lines of its output. On a terminal its stage is shown on stderr.
+
+    Checked after the step: one optimizer step was taken; the loss and grad norm (TRL's log, or measured at
+    the optimizer for PPO) are finite; the trainable parameters changed (for LoRA: the adapters, where
+    lora_A has no gradient in the first step while lora_B is zero) and no frozen one did; every reward
+    function was called as TRL calls it and returned one finite float (or None) per completion. Reported:
+    the device, the model used (real or twin, parameters, dtype), the step time, peak host and GPU memory,
+    loss, grad norm, reward statistics per function, mean completion length and how many completions ended
+    before the length limit (the termination probe forces the end-of-turn token from the 4th token on).
 
 Versions
-    Works with the trainer classes the installed TRL has. The PPO step is not implemented yet (skip).
+    Tested in CI with trl 1.16.0 (GRPO, RLOO; no PPO: the rule fails and names trl==1.12.0), trl 1.12.0
+    (PPO, from PyPI) and trl 0.15.2 + transformers 4.48.3 (GRPO, PPO, the PPO-style RLOO). Where the
+    installed TRL has no trainer for the config (PPO on trl >= 1.13, RLOO with reward functions on
+    trl < 0.22) the rule fails with the release to pin.
 
 What the fix does
-    No automatic fix: the report quotes the error, trimmed to the user's own frames where there are any.
+    No automatic fix: the report names the cause (the reward function and its line, the columns the
+    dataset has, the dtype and the device, the memory estimate beside an out-of-memory) and keeps TRL's
+    own error and the traceback trimmed to the user's frames.
 """
 
 from __future__ import annotations
@@ -140,10 +165,8 @@ def _dtype_problem(error: dict, spec: dict) -> str | None:
 
 def oom_details(ctx) -> dict:
     """The memory estimate shown beside an out-of-memory error."""
-    try:
-        from trl_doctor._memory import smoke_estimate_details
-    except ImportError:
-        return {}
+    from ._trainer_run import smoke_estimate_details
+
     try:
         return smoke_estimate_details(ctx)
     except Exception as exc:  # the estimate is context for the error, never a second failure

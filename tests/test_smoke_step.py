@@ -159,3 +159,72 @@ def test_out_of_memory_and_kills_are_recognised():
     assert _is_oom({"error_type": "RuntimeError", "error": "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"})
     assert not _is_oom({"error_type": "KeyError", "error": "'prompt'"})
     assert "out-of-memory killer" in _signal(-9) and _signal(-11) == "killed by SIGSEGV"
+
+
+# -- the real-model decision on a GPU: arithmetic and GPU choice, testable without one ------------------------
+
+def _real_size_ctx(tmp_path, built_fixtures, weights: bool):
+    import shutil
+
+    from trl_doctor import Context, Options
+    from trl_doctor._config import load_config
+
+    model = tmp_path / "qwen2.5-0.5b"
+    shutil.copytree(built_fixtures / "gpu-capacity" / "models" / "qwen2.5-0.5b", model)
+    if weights:
+        (model / "model.safetensors").write_bytes(b"")  # only its presence is read: nothing is loaded
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"model_name_or_path: {model.name}\ntokenizer_name_or_path: {built_fixtures / 'models' / 'qwen2-chat'}\n"
+                   f"dataset_path: {built_fixtures / 'data' / 'chat.jsonl'}\nreward_funcs: [trl_doctor.x]\n"
+                   "per_device_train_batch_size: 16\nnum_generations: 16\nmax_completion_length: 1024\n")
+    return Context(load_config(cfg), Options(device="cpu"))
+
+
+def _gpu(free_gib: float, total_gib: float = 80.0, index: int = 0) -> dict:
+    return {"index": index, "name": "NVIDIA A100-SXM4-80GB", "memory_total_mib": int(total_gib * 1024),
+            "memory_free_mib": int(free_gib * 1024)}
+
+
+def test_real_model_is_used_only_when_its_step_fits(tmp_path, built_fixtures):
+    from trl_doctor.rules._trainer_run import real_model_fits, smoke_plan
+
+    with _real_size_ctx(tmp_path, built_fixtures, weights=True) as ctx:
+        plan = smoke_plan(ctx)
+        # the step's own sizes, not the config's: 2 sequences of prompt + 8 completion tokens
+        assert plan.batch_size == 2 and plan.generation_batch == 2 and plan.vllm_gpu_memory_utilization == 0
+        assert plan.policy_params == 494_032_768
+        fits, why = real_model_fits(ctx, _gpu(70))
+        assert fits, why
+        # fp32 weights (no dtype given: transformers' default), gradients and two AdamW states: 16 bytes a parameter
+        assert 494_032_768 * 16 / 2**30 < float(why.split("~")[1].split()[0]) < 494_032_768 * 16 / 2**30 + 3
+        fits, why = real_model_fits(ctx, _gpu(6))
+        assert not fits and "has 6.0 GiB free" in why and "GPU 0 (NVIDIA A100-SXM4-80GB)" in why
+
+
+def test_real_model_needs_safetensors_weights(tmp_path, built_fixtures):
+    from trl_doctor.rules._trainer_run import real_model_fits
+
+    with _real_size_ctx(tmp_path, built_fixtures, weights=False) as ctx:
+        fits, why = real_model_fits(ctx, _gpu(70))
+        assert not fits and "has no .safetensors weights" in why
+
+
+def test_step_runs_on_the_first_visible_gpu():
+    from trl_doctor.rules._trainer_run import step_gpu
+
+    gpus = [_gpu(10, index=0), _gpu(70, index=1)]
+    assert step_gpu(gpus, None)["index"] == 0
+    assert step_gpu(gpus, "1")["index"] == 1
+    assert step_gpu(gpus, "") is None
+
+
+def test_out_of_memory_report_carries_the_estimate(tmp_path, built_fixtures):
+    from trl_doctor.rules.smoke_step import explain_failure
+
+    error = {"ok": False, "stage": "train", "error_type": "OutOfMemoryError",
+             "error": "CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total capacity of 79.19 GiB"}
+    with _real_size_ctx(tmp_path, built_fixtures, weights=True) as ctx:
+        message, extra = explain_failure(error, {"device": "cuda", "model_label": "the real model"}, ctx)
+    assert message.startswith("out of memory during the train stage on the cuda with the real model")
+    assert extra["memory estimate (one smoke step, real model)"].startswith("~")
+    assert any(k.startswith("estimate: policy") for k in extra)
