@@ -50,6 +50,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; repeat {opts.repeat}")
     print(f"{'command':40} {'min s':>8} {'median s':>9}")
     smoke_details = []
+    last_report = None
     for label, args in cases:
         times = []
         for _ in range(opts.repeat):
@@ -57,12 +58,24 @@ def main() -> None:
             times.append(t)
             if "--format" in args and "smoke" in label and "no-smoke" not in label:
                 report = json.loads(out)
+                last_report = report
                 smoke_details.append(next(r for r in report["results"] if r["rule"] == "smoke-step")["details"])
         print(f"{label:40} {min(times):8.2f} {statistics.median(times):9.2f}")
     if smoke_details:
         d = smoke_details[-1]
         print(f"smoke step child: imports {d['import_s']} s (overlapping the parent's rules), "
               f"step {d['step_s']} s, wait after the spec {d['wall_s']} s, peak host {d['peak host MB']} MB, model: {d['model']}")
+    if last_report:
+        print("\nper rule in the full check (duration_s; the trainer-run rules share one child process):")
+        for r in last_report["results"]:
+            print(f"  {r['id']} {r['rule']:26} {r['status']:5} {r['duration_s']:.3f}")
+    print("\nsmoke step alone per healthy fixture (--select smoke-step):")
+    for path in sorted((ROOT / "fixtures" / "smoke-step").glob("ok_*.yaml")):
+        t, out = timed(["check", str(path), "--select", "smoke-step", "--format", "json"])
+        r = json.loads(out)["results"][0]
+        d = r["details"]
+        extra = f"step {d['step_s']} s, imports {d['import_s']} s, {d.get('trainer')}" if r["status"] == "pass" else r["message"][:90]
+        print(f"  {path.name:28} {r['status']:5} wall {t:6.2f} s  {extra}")
 
 
 if __name__ == "__main__":
