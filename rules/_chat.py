@@ -1,8 +1,10 @@
-"""Chat-template facts several rules need: whether the dataset is conversational, and which token ends
-an assistant turn in the template the tokenizer will render."""
+"""Chat-template facts several rules need: whether the dataset is conversational, which token ends an
+assistant turn in the template the tokenizer will render, and the dataset's prompts rendered and tokenized
+the way the installed trainer does (measured once per run and shared through ctx.scratch)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 _MARK = "TRLDOCTORMARK"
@@ -54,3 +56,194 @@ def completion_terminator(tok, rows: list[dict[str, Any]]) -> dict[str, Any]:
             return {**out, "id": term["id"], "token": term["token"], "why": "the chat template's end of the assistant turn"}
     return {**out, "id": tok.eos_token_id, "token": tok.eos_token,
             "why": "the tokenizer's eos (" + ("the template puts no special token after a turn" if conversational else "plain-text prompts") + ")"}
+
+
+# -- prompts as the installed trainer renders and tokenizes them ---------------------------------------------------
+
+SAMPLE_ROWS = 1000  # prompt lengths are measured on at most this many rows, evenly spaced over the dataset
+CHAR_BUDGET = 400_000  # characters tokenized at most (0.1-0.3 s); beyond it the other rows' lengths are estimated
+LONGEST_EXACT = 100  # rows always tokenized when over the budget: the longest by characters (the maximum stays exact)
+HEAD_CHARS = 200  # prefix tokenized for the first ids (the BOS checks) of estimated rows
+
+# the policy tokenizer's call on plain-text prompts: `self.processing_class(text=prompts ...)` (1.x),
+# `self.processing_class(text=prompts_text, ..., add_special_tokens=False)` (0.16-0.24), positional in 0.14-0.15
+_PLAIN_CALL = re.compile(r"self\.processing_class\(\s*(?:text=)?prompts(?:_text)?\b")
+_NO_SPECIALS = re.compile(r"""add_special_tokens["']?\s*[=:]\s*False""")
+
+
+def sample_indices(total: int, limit: int = SAMPLE_ROWS) -> list[int]:
+    """Up to `limit` row indices spread evenly over `total` rows (all of them when there are few)."""
+    if total <= limit:
+        return list(range(total))
+    step = total / limit
+    return sorted({int(i * step) for i in range(limit)})
+
+
+def measured_label(total: int, measured: int) -> str:
+    return f"all {total} rows" if measured == total else f"{measured} rows evenly spaced over {total}"
+
+
+def prompt_format(value: Any) -> str:
+    """'standard' (text), 'conversational' (role/content messages), 'empty', 'missing' (null) or 'malformed'."""
+    if value is None:
+        return "missing"
+    if isinstance(value, str):
+        return "standard" if value else "empty"
+    if isinstance(value, list):
+        if not value:
+            return "empty"
+        if all(isinstance(m, dict) and isinstance(m.get("role"), str)
+               and (m.get("content") is not None or m.get("tool_calls")) for m in value):
+            return "conversational"
+    return "malformed"
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _call_args(text: str, start: int) -> str:
+    """The argument text of the call whose name ends at `start` (just after the opening parenthesis)."""
+    depth, i = 1, start
+    while i < len(text) and depth:
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    return text[start:i - 1]
+
+
+def prompt_rendering(ctx) -> dict[str, Any]:
+    """How the installed trainer turns a dataset prompt into token ids, read from its source (cached per run):
+    {"chat": how conversational prompts are rendered, "maybe_apply": bool (TRL's maybe_apply_chat_template, which
+    picks the generation prompt from the last role), "plain_special_tokens": bool, "evidence": str,
+    "vllm_gets_text": bool (vLLM gets the rendered text and tokenizes it again), "template_kwargs": dict}."""
+    if "prompt_rendering" in ctx.scratch:
+        return ctx.scratch["prompt_rendering"]
+    import json
+
+    from trl_doctor._trl import trainer_source
+
+    found = trainer_source(ctx.trainer)
+    rel, text = found if found is not None else (None, "")
+    out: dict[str, Any] = {"maybe_apply": "maybe_apply_chat_template(" in text, "plain_special_tokens": True,
+                           "vllm_gets_text": False, "template_kwargs": {}}
+    ppo_style = ctx.trainer == "ppo" or (ctx.trainer == "rloo" and found is not None and "reward_funcs" not in text)
+    if found is None or ppo_style:
+        # PPO (and RLOO before 0.22) take pre-tokenized input_ids: TRL's example scripts tokenize `prompt` with the
+        # tokenizer's defaults (examples/scripts/ppo/ppo.py: `tokenizer(element["prompt"], padding=False)`)
+        out["evidence"] = ("TRL's example script tokenizes `prompt` with the tokenizer's defaults "
+                           "(examples/scripts/ppo/ppo.py), special tokens included")
+    else:
+        m = _PLAIN_CALL.search(text)
+        if m is None:
+            out["evidence"] = f"{rel}: no plain-prompt tokenizer call found; assumed the tokenizer's defaults"
+        else:
+            opened = text.index("(", m.start()) + 1
+            args = _call_args(text, opened)
+            # 0.25 passes the options as a dict built just before the call (`**processor_kwargs`)
+            before = text[max(0, m.start() - 1500):m.start()]
+            off = bool(_NO_SPECIALS.search(args)) or ("**" in args and bool(_NO_SPECIALS.search(before)))
+            out["plain_special_tokens"] = not off
+            call = " ".join(text[m.start():opened + len(args) + 1].split())
+            out["evidence"] = f"{rel}:{_line(text, m.start())}: `{call if len(call) < 160 else call[:157] + '...'}`"
+    out["chat"] = ("maybe_apply_chat_template (add_generation_prompt when the last message is the user's)"
+                   if out["maybe_apply"] else "apply_chat_template(add_generation_prompt=True)")
+    # up to 0.24 the rendered text itself went to vLLM, which tokenizes text with add_special_tokens=True (trl#3853)
+    out["vllm_gets_text"] = out["maybe_apply"] and not ppo_style
+    kwargs = ctx.config.get("chat_template_kwargs")
+    if isinstance(kwargs, str):
+        try:
+            kwargs = json.loads(kwargs)
+        except ValueError:
+            kwargs = None
+    if isinstance(kwargs, dict) and "chat_template_kwargs" in text:
+        out["template_kwargs"] = kwargs
+    ctx.scratch["prompt_rendering"] = out
+    return out
+
+
+def render_prompt(tok, prompt: Any, how: dict[str, Any]) -> str:
+    """One conversational prompt rendered to text as the installed trainer renders it (may raise)."""
+    if how["maybe_apply"]:
+        from trl.data_utils import maybe_apply_chat_template
+
+        return maybe_apply_chat_template({"prompt": prompt}, tok)["prompt"]
+    return tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **how["template_kwargs"])
+
+
+def _exact_rows(texts: list[str | None]) -> set[int]:
+    """Rows to tokenize: all of them within CHAR_BUDGET; else the LONGEST_EXACT longest by characters and evenly
+    spaced others up to the budget."""
+    present = [i for i, t in enumerate(texts) if t is not None]
+    if sum(len(texts[i]) for i in present) <= CHAR_BUDGET:
+        return set(present)
+    longest = sorted(present, key=lambda i: -len(texts[i]))[:LONGEST_EXACT]
+    keep, used = set(longest), sum(len(texts[i]) for i in longest)
+    rest = [i for i in present if i not in keep]
+    room = max(0, CHAR_BUDGET - used) * len(rest) // max(1, sum(len(texts[i]) for i in rest))
+    keep.update(rest[j] for j in sample_indices(len(rest), room))
+    return keep
+
+
+def prompt_lengths(ctx) -> dict[str, Any]:
+    """The dataset's prompts rendered and tokenized as the installed trainer does, on up to SAMPLE_ROWS rows spread
+    over the dataset, measured once per run and shared (context-length, chat-template, logits-contract).
+
+    {"total", "indices", "formats", "texts", "lengths", "heads" (first 2 ids), "errors" {row: message},
+     "max", "p99", "longest_row", "measured", "column"}; "column" False when there is no `prompt` column."""
+    if "prompt_lengths" in ctx.scratch:
+        return ctx.scratch["prompt_lengths"]
+    ds = ctx.dataset
+    tok = ctx.tokenizer
+    total = len(ds)
+    out: dict[str, Any] = {"total": total, "column": "prompt" in ds.column_names, "indices": [], "formats": [],
+                           "texts": [], "lengths": [], "heads": [], "errors": {}, "max": None, "p99": None,
+                           "longest_row": None, "measured": measured_label(total, 0)}
+    if not out["column"] or not total:
+        ctx.scratch["prompt_lengths"] = out
+        return out
+    how = prompt_rendering(ctx)
+    indices = sample_indices(total)
+    prompts = ds.select_columns(["prompt"])[indices]["prompt"]  # one batched read (iterating a Column is per row)
+    texts: list[str | None] = []
+    formats = []
+    for row, prompt in zip(indices, prompts):
+        kind = prompt_format(prompt)
+        formats.append(kind)
+        text = None
+        if kind == "conversational":
+            try:
+                text = render_prompt(tok, prompt, how)
+            except Exception as exc:  # a template that raises is the chat-template rule's finding
+                out["errors"][row] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        elif kind == "standard":
+            text = prompt
+        texts.append(text)
+    lengths: list[int | None] = [None] * len(texts)
+    heads: list[list[int]] = [[] for _ in texts]
+    exact = _exact_rows(texts)
+    for chat, special in ((True, False), (False, how["plain_special_tokens"])):
+        group = [i for i, t in enumerate(texts) if t is not None and (formats[i] == "conversational") == chat]
+        pick = [i for i in group if i in exact]
+        if pick:
+            encoded = tok([texts[i] for i in pick], add_special_tokens=special)["input_ids"]
+            for i, ids in zip(pick, encoded):
+                lengths[i], heads[i] = len(ids), list(ids[:2])
+        rest = [i for i in group if i not in exact]
+        if rest:  # over the budget: tokens from characters at the ratio of the tokenized rows, first ids from a prefix
+            ratio = sum(lengths[i] for i in pick) / max(1, sum(len(texts[i]) for i in pick))
+            encoded = tok([texts[i][:HEAD_CHARS] for i in rest], add_special_tokens=special)["input_ids"]
+            for i, ids in zip(rest, encoded):
+                lengths[i], heads[i] = max(len(ids), round(len(texts[i]) * ratio)), list(ids[:2])
+            out["estimated"] = out.get("estimated", 0) + len(rest)
+    label = measured_label(total, len(indices))
+    if out.get("estimated"):
+        label += (f"; {len(indices) - out['estimated']} tokenized (the {LONGEST_EXACT} longest by characters among them), "
+                  f"the other {out['estimated']} estimated from their characters to stay within {CHAR_BUDGET} characters")
+    out.update(indices=indices, formats=formats, texts=texts, lengths=lengths, heads=heads, measured=label)
+    known = sorted(n for n in lengths if n is not None)
+    if known:
+        out["max"] = known[-1]
+        out["p99"] = known[max(0, -(-99 * len(known) // 100) - 1)]
+        out["longest_row"] = indices[lengths.index(known[-1])]
+    ctx.scratch["prompt_lengths"] = out
+    return out

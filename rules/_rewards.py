@@ -1,10 +1,20 @@
-"""Resolving `reward_funcs` entries the way TRL's scripts do: a built-in name from `trl.rewards`, or a
-dotted import path, looked up from the config file's folder first."""
+"""Reward functions as TRL uses them, shared by the reward-functions rule (TD014) and the smoke step (TD006):
+
+- `resolve_reward`: a `reward_funcs` entry resolved the way TRL's scripts do: a built-in name from
+  `trl.rewards`, or a dotted import path, looked up from the config file's folder first;
+- `reward_call`: how the installed GRPO/RLOO trainer calls reward functions, read from its source (which
+  keywords, which extra arguments, which dataset columns, whether None, NaN and async functions are handled);
+- `bind_problem`, `raised_info`, `new_stats`, `record_values`, `reward_problem`: the checks on one call and
+  the message naming what is wrong, the same in the static probe and in the real training step.
+"""
 
 from __future__ import annotations
 
 import importlib
+import math
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,6 +33,7 @@ def resolve_reward(name: str, base_dir: str | Path) -> Callable[..., Any]:
             raise RewardImportError(f"reward function {name!r} is neither a dotted path nor one of trl.rewards") from None
     module_name, _, attr = name.rpartition(".")
     base = str(Path(base_dir).resolve())
+    _forget_shadowed(module_name.split(".")[0], Path(base))
     added = base not in sys.path
     if added:
         sys.path.insert(0, base)
@@ -40,3 +51,214 @@ def resolve_reward(name: str, base_dir: str | Path) -> Callable[..., Any]:
     if not callable(func):
         raise RewardImportError(f"reward {name!r} is not callable")
     return func
+
+
+def _forget_shadowed(top: str, base: Path) -> None:
+    """Drop a cached module `top` that another folder provided when this config's folder has its own: two
+    configs in one process (the doctor's tests, a notebook) may each keep reward functions in a `rewards.py`."""
+    cached = sys.modules.get(top)
+    local = next((p for p in (base / f"{top}.py", base / top / "__init__.py") if p.is_file()), None)
+    if cached is None or local is None:
+        return
+    origin = getattr(cached, "__file__", None)
+    if origin is not None and Path(origin).resolve() == local.resolve():
+        return
+    for key in [k for k in sys.modules if k == top or k.startswith(top + ".")]:
+        del sys.modules[key]
+    importlib.invalidate_caches()
+
+
+# -- how the installed trainer calls reward functions ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RewardCall:
+    """How one installed trainer calls a reward function, read from its source file."""
+
+    source: str  # trl/trainer/grpo_trainer.py
+    takes_reward_funcs: bool  # False for the PPO-style RLOOTrainer (trl < 0.22): a reward model only
+    keywords: tuple[str, ...] = ()  # ("prompts", "completions", "completion_ids")
+    extras: tuple[str, ...] = ()  # always-set reward_kwargs entries: ("trainer_state", "log_extra", "log_metric")
+    excluded_columns: tuple[str, ...] = ("prompt", "completion")  # dataset columns not passed by name
+    none_allowed: bool = False  # `reward if reward is not None else torch.nan` (trl >= 0.16)
+    nan_ignored: bool = False  # rewards summed with nansum: a NaN score counts as "no score"
+    awaits_async: bool = False  # `async def` reward functions are awaited
+    checks_length: bool = False  # a wrong number of scores is an error, not a silent broadcast
+    eos_pad_for_reward_models: bool = False  # a reward model's tokenizer without pad gets pad = eos
+    evidence: str = ""  # file:line of the call
+
+    def call_names(self) -> tuple[str, ...]:
+        return self.keywords + self.extras
+
+
+_CALL_RE = re.compile(r"(?<![\w.])(?:reward_func|func)\(\s*((?:\w+\s*=\s*\w+\s*,\s*)*)\*\*reward_kwargs\s*,?\s*\)")
+_EXTRA_RE = re.compile(r"^([ \t]*)reward_kwargs\[[\"'](\w+)[\"']\]\s*=", re.M)
+_EXCLUDED_RE = re.compile(r"for key in inputs\[0\] if key not in \[([^\]]*)\]")
+_NONE_RE = re.compile(r"if \w+ is not None else (?:torch\.nan|float\([\"']nan[\"']\)|math\.nan)")
+_ASYNC_RE = re.compile(r"is_async_callable\(|iscoroutinefunction\(")
+_LENGTH_RE = re.compile(r"were expected|len\(output\w*\) != len\(prompts\)")
+_EOS_PAD_RE = re.compile(r"reward_processing_class\.pad_token\s*=\s*reward_processing_class\.eos_token")
+
+
+def reward_call(trainer: str) -> RewardCall | None:
+    """How the installed `trainer` ("grpo" or "rloo") calls reward functions; None when TRL lacks its source."""
+    from trl_doctor._trl import trainer_source
+
+    found = trainer_source(trainer)
+    if found is None:
+        return None
+    return parse_reward_call(*found)
+
+
+def parse_reward_call(rel: str, text: str) -> RewardCall:
+    call = _CALL_RE.search(text)
+    if call is None:
+        return RewardCall(source=rel, takes_reward_funcs="reward_funcs" in text)
+    keywords = tuple(re.findall(r"(\w+)\s*=", call.group(1)))
+    extras = []
+    lines = text.splitlines()
+    for m in _EXTRA_RE.finditer(text):
+        if not _conditional(lines, text.count("\n", 0, m.start()), len(m.group(1))):
+            extras.append(m.group(2))
+    excluded = _EXCLUDED_RE.search(text)
+    columns = tuple(re.findall(r"[\"'](\w+)[\"']", excluded.group(1))) if excluded else ("prompt", "completion")
+    line = text.count("\n", 0, call.start()) + 1
+    return RewardCall(
+        source=rel,
+        takes_reward_funcs=True,
+        keywords=keywords,
+        extras=tuple(dict.fromkeys(extras)),
+        excluded_columns=columns,
+        none_allowed=bool(_NONE_RE.search(text)),
+        nan_ignored=".nansum(" in text,
+        awaits_async=bool(_ASYNC_RE.search(text)),
+        checks_length=bool(_LENGTH_RE.search(text)),
+        eos_pad_for_reward_models=bool(_EOS_PAD_RE.search(text)),
+        evidence=f"{rel}:{line}: `{' '.join(call.group(0).split())}`",
+    )
+
+
+def _conditional(lines: list[str], index: int, indent: int) -> bool:
+    """Whether the statement on line `index` sits in an `if` block (an argument passed only sometimes)."""
+    for prev in reversed(lines[:index]):
+        stripped = prev.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        prev_indent = len(prev) - len(prev.lstrip())
+        if prev_indent < indent:
+            return stripped.startswith(("if ", "elif ", "else"))
+        if prev_indent == indent:
+            continue  # a sibling statement: keep looking for the block that holds them
+    return False
+
+
+def is_async(func: Callable[..., Any]) -> bool:
+    """As TRL's is_async_callable: async functions, partials of them and instances with an async __call__."""
+    import functools
+    import inspect
+
+    while isinstance(func, functools.partial):
+        func = func.func
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+
+
+# -- one call: the checks and the message ----------------------------------------------------------------------------
+
+def new_stats() -> dict[str, Any]:
+    return {"calls": 0, "completions": 0, "scores": 0, "nonfinite": 0, "nan": 0, "none": 0, "non_numeric": 0,
+            "min": None, "max": None, "sum": 0.0}
+
+
+def bind_problem(func: Callable[..., Any], name: str, signature, args: tuple, kwargs: dict) -> dict | None:
+    """Why `func` cannot take this call (its signature, what was passed, Python's error), or None."""
+    if signature is None:
+        return None
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        return {"error": str(exc), "signature": f"{getattr(func, '__name__', name)}{signature}",
+                "passed": sorted(kwargs), "positional": len(args)}
+    return None
+
+
+def raised_info(exc: BaseException, skip_files: tuple[str, ...] = ()) -> dict[str, str]:
+    """The error and the innermost frame outside `skip_files` (the user's line that raised)."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename not in skip_files]
+    where = frames[-1] if frames else None
+    return {
+        "error": f"{type(exc).__name__}: {exc}",
+        "where": f"{where.filename}:{where.lineno}" if where else "?",
+        "line": (where.line or "") if where else "",
+    }
+
+
+def record_values(stats: dict[str, Any], values: Any, expected: int | None) -> list[float | None] | None:
+    """Fold one call's return value into `stats`; returns the scores as floats (None where none), or None when
+    the value is not a list of scores at all."""
+    stats["calls"] += 1
+    stats["completions"] += expected or 0
+    if values is None or isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
+        stats["wrong_type"] = type(values).__name__
+        return None
+    values_list = list(values)
+    if expected is not None and len(values_list) != expected and "wrong_length" not in stats:
+        stats["wrong_length"] = {"returned": len(values_list), "completions": expected}
+    scores: list[float | None] = []
+    for v in values_list:
+        if v is None:
+            stats["none"] += 1
+            scores.append(None)
+            continue
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            stats["non_numeric"] += 1
+            stats.setdefault("non_numeric_example", repr(v)[:80])
+            scores.append(None)
+            continue
+        stats["scores"] += 1
+        scores.append(f)
+        if not math.isfinite(f):
+            stats["nonfinite"] += 1
+            stats["nan"] += math.isnan(f)
+            continue
+        stats["sum"] += f
+        stats["min"] = f if stats["min"] is None else min(stats["min"], f)
+        stats["max"] = f if stats["max"] is None else max(stats["max"], f)
+    return scores
+
+
+def reward_problem(name: str, s: dict[str, Any], trl_version: str | None, short: Callable[[str], str] = str,
+                   call: RewardCall | None = None) -> str | None:
+    """The message for the first problem recorded in `s`, or None. With `call` (the static probe), the message
+    also says what the installed trainer does with it."""
+    one = "one float (or None) per completion" if call is None or call.none_allowed else "one float per completion"
+    if "signature" in s:
+        sig = s["signature"]
+        passed = ", ".join(f"{k}=" for k in sig["passed"])
+        missing = re.search(r"missing a required (?:keyword-only )?argument: '(\w+)'", sig["error"])
+        advice = (f"TRL passes dataset columns by name, so `{missing.group(1)}` needs a dataset column of that name (or a "
+                  "default value)" if missing else
+                  "accept `prompts`, `completions` and `**kwargs` (TRL also passes every dataset column by name)")
+        return (f"reward function {name} cannot be called the way trl {trl_version} calls it: it is "
+                f"`{sig['signature']}`, TRL calls it with ({passed}) and Python says {sig['error']}; {advice}")
+    if "raised" in s:
+        r = s["raised"]
+        return f"reward function {name} raised {r['error']} at {short(r['where'])}: `{r['line']}`"
+    if "wrong_type" in s:
+        return f"reward function {name} returned a {s['wrong_type']}, not a list with {one}"
+    if "wrong_length" in s:
+        w = s["wrong_length"]
+        text = (f"reward function {name} returned {w['returned']} scores for {w['completions']} completions: TRL needs "
+                f"{one}")
+        if call is not None:
+            text += (f"; trl {trl_version} stops with 'The reward function ... returned {w['returned']} rewards, but "
+                     f"{w['completions']} were expected'" if call.checks_length else
+                     f"; trl {trl_version} does not check the count: "
+                     + ("a single score is broadcast to every completion, so every completion gets the same reward "
+                        "and the advantages are zero" if w["returned"] == 1 else "the step fails on the tensor shapes"))
+        return text
+    if s.get("non_numeric"):
+        return (f"reward function {name} returned non-numbers (e.g. {s.get('non_numeric_example')}): TRL needs {one}")
+    return None

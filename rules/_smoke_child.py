@@ -12,7 +12,6 @@ with the traceback trimmed to the frames that matter.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 import traceback
@@ -460,12 +459,14 @@ def force_token(model, token_id, after: int, suppress_ids: list[int]):
 
 def _recorded(func, name, calls):
     """Wrap a reward function to record how TRL calls it and what it returns, keeping the name and signature
-    TRL inspects. Problems are recorded before TRL trips over them, so the report names the cause."""
+    TRL inspects. Problems are recorded before TRL trips over them, so the report names the cause. The checks
+    are the ones the reward-functions rule runs without a model (rules/_rewards.py)."""
     import functools
     import inspect
 
-    stats = calls.setdefault(name, {"calls": 0, "completions": 0, "scores": 0, "nonfinite": 0, "none": 0,
-                                    "non_numeric": 0, "min": None, "max": None, "sum": 0.0})
+    from trl_doctor.rules._rewards import bind_problem, new_stats, raised_info, record_values
+
+    stats = calls.setdefault(name, new_stats())
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
@@ -473,52 +474,17 @@ def _recorded(func, name, calls):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        if signature is not None:
-            try:
-                signature.bind(*args, **kwargs)
-            except TypeError as exc:
-                stats["signature"] = {"error": str(exc), "signature": f"{getattr(func, '__name__', name)}{signature}",
-                                      "passed": sorted(kwargs), "positional": len(args)}
+        problem = bind_problem(func, name, signature, args, kwargs)
+        if problem is not None:
+            stats["signature"] = problem
         try:
             values = func(*args, **kwargs)
         except Exception as exc:
             if "signature" not in stats:
-                tb = traceback.extract_tb(exc.__traceback__)
-                user = [f for f in tb if f.filename != __file__]
-                where = user[-1] if user else None
-                stats["raised"] = {
-                    "error": f"{type(exc).__name__}: {exc}",
-                    "where": f"{where.filename}:{where.lineno}" if where else "?",
-                    "line": (where.line or "") if where else "",
-                }
+                stats["raised"] = raised_info(exc, skip_files=(__file__,))
             raise
-        stats["calls"] += 1
         completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
-        expected = len(completions) if completions is not None else None
-        stats["completions"] += expected or 0
-        if values is None or isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-            stats["wrong_type"] = type(values).__name__
-            return values
-        values_list = list(values)
-        if expected is not None and len(values_list) != expected and "wrong_length" not in stats:
-            stats["wrong_length"] = {"returned": len(values_list), "completions": expected}
-        for v in values_list:
-            if v is None:
-                stats["none"] += 1
-                continue
-            try:
-                f = float(v)
-            except (TypeError, ValueError):
-                stats["non_numeric"] += 1
-                stats.setdefault("non_numeric_example", repr(v)[:80])
-                continue
-            stats["scores"] += 1
-            if not math.isfinite(f):
-                stats["nonfinite"] += 1
-                continue
-            stats["sum"] += f
-            stats["min"] = f if stats["min"] is None else min(stats["min"], f)
-            stats["max"] = f if stats["max"] is None else max(stats["max"], f)
+        record_values(stats, values, len(completions) if completions is not None else None)
         return values
 
     return wrapper

@@ -1,12 +1,7 @@
-"""TD008 gpu-capacity: the GPUs can run the job: bf16 support, a driver new enough for torch, enough GPUs, enough memory.
+"""TD008 gpu-capacity: the GPUs can run the job: a driver new enough for torch, enough GPUs, enough memory.
 
 What goes wrong
     A config written for one machine meets another, and the job dies at start-up or at the first step:
-    - bf16 on a GPU below compute capability 8.0 (T4, V100, RTX 20xx): TRL's configs turn bf16 on by default
-      since TRL 0.19 ("defaults to True if fp16 is not set"), and transformers stops in TrainingArguments with
-      "ValueError: Your setup doesn't support bf16/gpu." where torch does not count emulated bf16; where it
-      does, bf16 matmuls run emulated, many times slower, and vLLM refuses the GPU ("Bfloat16 is only supported
-      on GPUs with compute capability of at least 8.0").
     - a driver whose CUDA is older than the CUDA torch was built for: torch sees no usable GPU ("The NVIDIA
       driver on your system is too old") when the major version is older; within the same major version
       CUDA's minor-version compatibility runs it, but kernels built for the newer release (Triton,
@@ -19,7 +14,9 @@ What goes wrong
       16 bytes per parameter: 8B parameters need ~120 GiB before a single activation. A reference copy
       (beta != 0 without PEFT), reward models, the logits TRL takes log-probs from (batch × completion ×
       vocabulary) and vLLM colocate's `vllm_gpu_memory_utilization` share of the GPU add up on the same GPU.
-    - no GPU at all: vLLM and fp16 mixed precision need one.
+    - no GPU at all: vLLM needs one.
+    Precision against the GPU (bf16 below compute capability 8.0, fp16 or bf16 without a GPU) and the
+    attention kernel are judged by TD015 precision-and-attention, not here.
 
 How it is detected
     GPUs are read through NVML (the pynvml module of nvidia-ml-py): name, compute capability, total and free
@@ -47,22 +44,19 @@ How it is detected
     process); vLLM server mode on this machine (host 0.0.0.0 or localhost) takes one of them for the server,
     and training is judged on the GPUs with the most free memory.
 
-    Without a GPU: `fail` when the config needs one (use_vllm, fp16), `skip` otherwise. bf16 on a machine
-    without a GPU is a `warn` when the config sets `bf16: true` itself and a `skip` when bf16 is only TRL's
-    default: torch and transformers run bf16 on the CPU (TRL's configs accept it with use_cpu), so no crash
-    follows, and a config that names no precision must not raise an alarm on a CPU development box. The check
-    is meant to run on the training machine, where a missing GPU shows as NVML's reason in the message.
+    Without a GPU: `fail` when the config needs one (use_vllm), `skip` otherwise (the estimate is still shown).
+    The check is meant to run on the training machine, where a missing GPU shows as NVML's reason in the message.
 
 Versions
-    bf16 defaults to True in TRL >= 0.19 (GRPOConfig, RLOOConfig; before: False). GRPO's beta defaults to 0.0
-    from TRL 0.19 (0.04 before), RLOO's to 0.05 in TRL 1.16. vLLM: a spare GPU in TRL 0.14-0.15, server mode by
+    bf16 defaults to True in TRL >= 0.19 (GRPOConfig, RLOOConfig; before: False), which sizes activations.
+    GRPO's beta defaults to 0.0 from TRL 0.19 (0.04 before), RLOO's to 0.05 in TRL 1.16. vLLM: a spare GPU in TRL 0.14-0.15, server mode by
     default in 0.16-0.29, colocate by default from 1.0 with vllm_gpu_memory_utilization 0.3. max_prompt_length
     exists up to TRL 0.27 (default 512); later the estimate assumes 512 prompt tokens and says so.
 
 What the fix does
     No automatic fix: the message names the numbers and the smallest change: `model_init_kwargs: {dtype:
     bfloat16}`, a smaller batch or completion length, gradient_checkpointing, beta 0 or PEFT, a lower
-    vllm_gpu_memory_utilization, fp16 instead of bf16 on pre-Ampere GPUs, a newer driver.
+    vllm_gpu_memory_utilization, a newer driver.
 """
 
 from __future__ import annotations
@@ -73,13 +67,12 @@ import re
 from trl_doctor import fail, passed, rule, skip, warn
 
 TIGHT = 0.10  # within 10% of the free memory: warn
-BF16_MIN_CC = (8, 0)
 
 
 @rule(
     id="TD008",
     slug="gpu-capacity",
-    title="The GPUs can run the job: bf16 support, driver CUDA, GPU count and a memory estimate",
+    title="The GPUs can run the job: driver CUDA, GPU count and a memory estimate",
     needs=("model_config",),
 )
 def check(ctx):
@@ -117,39 +110,17 @@ def check(ctx):
             est = estimate(plan)
             details["memory estimate per GPU"] = (f"{est.total_gib:.1f} GiB at the peak ({est.peak_phase}, without "
                                                   f"a vLLM share): {est.summary()}")
-        needs = []
-        if use_vllm:
-            needs.append("use_vllm: true (vLLM generates on a CUDA GPU)")
-        if fp16:
-            needs.append("fp16: true (fp16 mixed precision with loss scaling is a GPU mode)")
-        if needs:
-            yield fail(f"{' and '.join(needs)} need{'s' if len(needs) == 1 else ''} a GPU, but there is none here: "
-                       f"{reason}; run the job (and "
-                       "trl-doctor) on the training machine, or drop " + " and ".join(n.split(":")[0] for n in needs),
-                       **details)
-        elif raw.get("bf16") is True:
-            yield warn(f"bf16: true is set but there is no GPU here ({reason}): torch runs bf16 on the CPU, so nothing "
-                       "crashes, but the job would train on the CPU; run trl-doctor on the training machine", **details)
+        if use_vllm:  # precision without a GPU is TD015's (precision-and-attention)
+            yield fail(f"use_vllm: true (vLLM generates on a CUDA GPU) needs a GPU, but there is none here: {reason}; "
+                       "run the job (and trl-doctor) on the training machine, or drop use_vllm", **details)
         else:
-            yield skip(f"no GPU to check: {reason}; the config asks for none (no use_vllm, no fp16"
-                       f"{', and bf16 is only the installed TRL default' if bf16 else ''})", **details)
+            yield skip(f"no GPU to check: {reason}; the config asks for none (no use_vllm)", **details)
         return
 
     findings = []
     problem = driver_cuda_problem(visible[0]["driver_cuda"], torch_cuda)
     if problem is not None:
         findings.append(problem)
-
-    if bf16:
-        old = [g for g in visible if _cc(g) < BF16_MIN_CC]
-        if old:
-            g = old[0]
-            where = "" if "bf16" in raw else " (the installed TRL's default when fp16 is not set)"
-            findings.append(("fail", (
-                f"bf16 is on{where} but {_name(g)} has compute capability {g['compute_capability']} and bfloat16 needs "
-                f"8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs it "
-                f"emulated{', and vLLM refuses it' if use_vllm else ''}; set `bf16: false` and `fp16: true` (or "
-                "train in fp32) on this GPU, or use an Ampere or newer GPU")))
 
     training, count_problems, launch = _launch(ctx, visible, use_vllm, mode)
     details["launch"] = launch
@@ -167,9 +138,6 @@ def check(ctx):
     if findings:
         return
     extra = []
-    if bf16:
-        lowest = min(visible, key=_cc)
-        extra.append(f"bf16 supported (lowest compute capability {lowest['compute_capability']}, 8.0 needed)")
     if torch_cuda:
         extra.append(f"driver CUDA {visible[0]['driver_cuda']} runs torch's CUDA {torch_cuda}")
     tail = f"; {', '.join(extra)}" if extra else ""
@@ -226,10 +194,6 @@ def _version(text: str) -> tuple[int, int] | None:
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
-
-def _cc(g: dict) -> tuple[int, int]:
-    return _version(g["compute_capability"]) or (0, 0)
-
 
 def _gib(n: float) -> str:
     return f"{n / 2**30:.1f}"

@@ -117,21 +117,12 @@ def _memory(ctx, vocab: int) -> dict[str, str]:
     }
 
 
-def _longest_prompt(ctx, rows: int = 1000) -> int:
-    """Tokens in the longest of the dataset's first rows, rendered as the trainer renders them."""
-    from ._chat import is_conversational
+def _longest_prompt(ctx) -> int:
+    """Tokens in the longest prompt, rendered as the trainer renders them (measured once per run, shared with
+    context-length)."""
+    from ._chat import prompt_lengths
 
-    tok = ctx.tokenizer
-    data = ctx.dataset.select(range(min(rows, len(ctx.dataset))))
-    longest = 0
-    for row in data:
-        prompt = row.get("prompt")
-        if is_conversational(row):
-            text = tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-        else:
-            text = str(prompt)
-        longest = max(longest, len(tok(text, add_special_tokens=False)["input_ids"]))
-    return longest
+    return prompt_lengths(ctx)["max"] or 0
 
 
 def _gib(n: int) -> str:

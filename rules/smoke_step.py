@@ -124,25 +124,9 @@ def explain_failure(error: dict, spec: dict, ctx) -> tuple[str, dict]:
 
 
 def _reward_problem(name: str, s: dict, ctx) -> str | None:
-    if "signature" in s:
-        sig = s["signature"]
-        passed = ", ".join(f"{k}=" for k in sig["passed"])
-        return (f"reward function {name} cannot be called the way trl {ctx.version('trl')} calls it: it is "
-                f"`{sig['signature']}`, TRL calls it with ({passed}) and Python says {sig['error']}; accept "
-                "`prompts`, `completions` and `**kwargs` (TRL also passes every dataset column by name)")
-    if "raised" in s:
-        r = s["raised"]
-        return f"reward function {name} raised {r['error']} at {_short(r['where'], ctx)}: `{r['line']}`"
-    if "wrong_type" in s:
-        return f"reward function {name} returned a {s['wrong_type']}, not a list with one float (or None) per completion"
-    if "wrong_length" in s:
-        w = s["wrong_length"]
-        return (f"reward function {name} returned {w['returned']} scores for {w['completions']} completions: TRL needs "
-                "one float (or None) per completion")
-    if s.get("non_numeric"):
-        return (f"reward function {name} returned non-numbers (e.g. {s.get('non_numeric_example')}): TRL needs one float "
-                "(or None) per completion")
-    return None
+    from ._rewards import reward_problem
+
+    return reward_problem(name, s, ctx.version("trl"), lambda path: _short(path, ctx))
 
 
 def _is_oom(error: dict) -> bool:

@@ -44,7 +44,24 @@ def check(ctx):
             f"trl {info.trl_version} does not know {listed}: `trl {ctx.trainer} --config` would stop on it",
             **details,
         )
-    if info.error:
+    deferred = info.error and _batch_error_at_other_process_count(ctx, info.error, details)
+    if info.error and not deferred:
         yield fail(f"{info.class_name} rejects the config: {info.error}", **details)
-    if not info.unknown_keys and not info.error:
-        yield passed(f"{info.class_name} (trl {info.trl_version}) accepts all {len(info.passed_keys)} trainer keys", **details)
+    if not info.unknown_keys and (not info.error or deferred):
+        extra = "; its batch check at 1 process is left to batch-geometry" if deferred else ""
+        yield passed(f"{info.class_name} (trl {info.trl_version}) accepts all {len(info.passed_keys)} trainer keys{extra}", **details)
+
+
+def _batch_error_at_other_process_count(ctx, error: str, details: dict) -> bool:
+    """TRL's config class checks the batch arithmetic against the processes it runs in: one, here. When the
+    launch has another count, that error says nothing about the job; batch-geometry decides at the real count."""
+    from .batch_geometry import _is_geometry_error, launch_processes
+
+    if not _is_geometry_error(error):
+        return False
+    procs, where = launch_processes(ctx)
+    if procs == 1:
+        return False
+    details["batch arithmetic"] = (f"left to batch-geometry: the launch has {procs} processes ({where['words']}), and "
+                                   f"TRL's check in this single process says: {error}")
+    return True

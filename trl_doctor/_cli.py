@@ -61,8 +61,11 @@ def main() -> None:
 @click.option("--smoke-timeout", type=float, default=300.0, show_default=True, help="Seconds before the smoke step is stopped.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--trust-remote-code", is_flag=True, help="Allow the model's own Python code (auto_map) to run.")
+@click.option("--num-processes", type=click.IntRange(min=1), default=None,
+              help="Training processes of the launch (accelerate's --num_processes); default: the config's accelerate settings, else the visible GPUs.")
 @click.option("--fail-on", type=click.Choice(["fail", "warn"]), default="fail", show_default=True, help="Lowest status that makes the exit status 1.")
-def check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code, fail_on):
+def check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code,
+          num_processes, fail_on):
     """Check CONFIG (a TRL CLI config, JSON or YAML) and print a report."""
     _offline_environment()
     from ._errors import InputError
@@ -70,13 +73,14 @@ def check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smo
 
     try:
         code = _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device,
-                      trust_remote_code, fail_on)
+                      trust_remote_code, fail_on, num_processes)
     except (InputError, RegistryError) as exc:
         raise _input_error(str(exc)) from None
     raise click.exceptions.Exit(code)
 
 
-def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code, fail_on) -> int:
+def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code, fail_on,
+           num_processes=None) -> int:
     from dataclasses import replace
 
     from . import _fixer
@@ -87,7 +91,7 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
 
     rules = select_rules(all_rules(), _names(select), _names(ignore))
     options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout,
-                      unsafe_fixes=unsafe_fixes and (fix or show_diff))
+                      unsafe_fixes=unsafe_fixes and (fix or show_diff), num_processes=num_processes)
     progress = _progress() if sys.stderr.isatty() else None
 
     def run_once():

@@ -19,7 +19,10 @@ from ._errors import InputError, Unavailable
 
 # Keys TRL's own CLI scripts accept beside the trainer's config class (trl/scripts/grpo.py, rloo.py, ppo.py)
 # and TrlParser's `env` block.
-SCRIPT_EXTRA_KEYS = ("reward_funcs", "reward_model_name_or_path", "env", "sft_model_path")
+# keys TRL's CLI takes besides the dataclass fields; num_processes, accelerate_config and config_file go to
+# `accelerate launch`
+SCRIPT_EXTRA_KEYS = ("reward_funcs", "reward_model_name_or_path", "env", "sft_model_path", "num_processes",
+                     "accelerate_config", "config_file")
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class Options:
     smoke: bool = True
     smoke_timeout: float = 300.0
     unsafe_fixes: bool = False  # rules prepare costly unsafe fixes (rewritten weights) only when they may apply
+    num_processes: int | None = None  # training processes of the launch (--num-processes); None: read the launch config
 
 
 @dataclass
@@ -166,6 +170,17 @@ class Context:
                 str(path), trust_remote_code=self.options.trust_remote_code, local_files_only=True
             )
         except Exception as exc:
+            adapter = path / "adapter_config.json"
+            if adapter.is_file() and not (path / "config.json").is_file():
+                try:
+                    base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+                except (OSError, ValueError):
+                    base = None
+                raise InputError(
+                    f"{path}: is a PEFT adapter (adapter_config.json, base model {base!r}), not a model: TRL's trainers "
+                    "load a full model from model_name_or_path; merge the adapter into its base (peft's "
+                    "merge_and_unload + save_pretrained) and point model_name_or_path at the merged folder"
+                ) from None
             raise InputError(f"{path / 'config.json'}: cannot load the model config: {_one_line(exc)}") from None
 
     @_lazy

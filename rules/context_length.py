@@ -1,0 +1,397 @@
+"""TD011 context-length: every prompt plus a full completion fits the model's context and vLLM's.
+
+What goes wrong
+    A prompt and its completion share one context: the prompt's tokens (after the chat template) plus
+    `max_completion_length` (PPO: `response_length`) must fit the model's `max_position_embeddings`, and
+    with vLLM its `max_model_len` (`vllm_max_model_length`; the model's limit when unset). Nothing checks
+    this before the first batch:
+    - past `max_position_embeddings`, models with learned positions (GPT-2) fail with "index out of range
+      in self" (a device-side assert on GPU), rotary ones generate from positions they never saw;
+    - vLLM refuses the request: "The decoder prompt (length 3353) is longer than the maximum model length of
+      2560" (trl#3569), or logs "Input prompt (8128 tokens) is too long and exceeds limit of 6000" and TRL
+      then fails with an IndexError (trl#3180); a prompt that fits alone but not with its completion gets
+      a completion cut at vLLM's limit; a `max_model_len` above the model's own stops vLLM at start-up;
+    - where TRL truncates prompts (`max_prompt_length`, up to 0.27), it keeps the *last* tokens: a long
+      chat prompt loses its start (BOS, the system prompt, the template's opening tokens), and a
+      `max_prompt_length` shorter than the template's own closing tokens cuts the generation prompt itself,
+      so the model is never asked to answer. TRL 0.19.0 also decoded truncated prompts with
+      `skip_special_tokens=True` before sending them to vLLM, stripping every chat-template token (trl#3644).
+
+Versions
+    Read from the installed TRL, not from a table: whether its config class has `max_prompt_length`
+    (GRPOConfig 0.14-0.27; removed in 0.28, so nothing truncates prompts any more and long dataset prompts
+    are the user's to filter), `vllm_max_model_length` (0.27 and later) or `vllm_max_model_len` (0.15-0.17,
+    read only by 0.15's in-process vLLM), `vllm_mode` (0.18 and later; server mode's `--max-model-len` is
+    a flag of `trl vllm-serve`, not of the config). How prompts are rendered is read from the trainer's
+    source (see chat-template): TRL up to 0.25 tokenizes plain-text prompts without special tokens, 0.26
+    and later with them; chat prompts get the template's own tokens only.
+
+How it is detected
+    The prompts of up to 1000 rows spread evenly over the dataset (all rows of a smaller one; the details
+    say which) are rendered and tokenized with the real tokenizer and chat template the way the installed
+    trainer does it (conversational prompts through the chat template with the generation prompt), once
+    per run and shared with chat-template and logits-contract. Past 400,000 characters only the 100
+    longest prompts (so the maximum stays exact) and evenly spaced others up to that budget are
+    tokenized; the rest are estimated from their characters, and the details say how many.
+    The longest prompt (after TRL's truncation, where it truncates) plus the completion length is compared
+    with the model config's `max_position_embeddings`, and the 99th percentile and the prompts that do
+    not fit are reported:
+    - a prompt as long as the context on its own: fail;
+    - a model that looks positions up in a learned table (an embedding of `max_position_embeddings` rows
+      in the meta-device model: GPT-2, OPT, GPT-Neo): fail, the first long completion crashes the job;
+    - rotary and relative positions raise no error: a warning when more than half of the completion
+      budget lies past the context, else a note in the details (TRL's default `max_completion_length`
+      on a small-context model is not an alarm).
+    With vLLM (colocate, or in-process in 0.14-0.15) the prompt plus a full completion must also fit its
+    `max_model_len`; in server mode the needed `--max-model-len` is reported. With `max_prompt_length`,
+    the share of truncated prompts is counted (a warning above 2%), and the tokens the template writes
+    after the last message are compared with it.
+
+What the fix does
+    When vLLM's context (`vllm_max_model_length`, or `vllm_max_model_len` where that is the field the
+    installed TRL reads) is too small for the longest prompt plus a full completion but the model's own
+    limit is large enough, `--fix` sets it to exactly that sum (or lowers a value above the model's limit
+    to the limit). Everything else is reported with the smallest change (a `max_completion_length` that
+    fits, the prompt length to filter the dataset at, a `max_prompt_length` to set) but not applied: they
+    change what is trained on.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trl_doctor import Edit, Fix, Unavailable, fail, passed, rule, skip, warn
+
+from ._chat import prompt_lengths, prompt_rendering
+
+TRUNCATION_WARN = 0.02  # warn when TRL would truncate more than this share of the prompts
+_STRIP_DECODE = re.compile(r"batch_decode\(\s*prompt_ids\s*,\s*skip_special_tokens\s*=\s*True")
+
+
+@rule(
+    id="TD011",
+    slug="context-length",
+    title="Prompts plus completions fit the model's context and vLLM's",
+    needs=("dataset", "tokenizer", "model_config"),  # no dataset named: skip before loading anything else
+    fixable="sometimes",
+)
+def check(ctx):
+    facts = prompt_lengths(ctx)
+    if not facts["column"]:
+        yield skip("the dataset has no `prompt` column to measure (see dataset-schema)")
+        return
+    if facts["max"] is None:
+        yield skip(f"none of the {facts['measured']} measured has a prompt that renders (see chat-template and "
+                   "dataset-schema)")
+        return
+    s = _Settings(ctx)
+    tok = ctx.tokenizer
+    completion_key = "response_length" if ctx.trainer == "ppo" else "max_completion_length"
+    completion, completion_known = s.get(completion_key)
+    if not completion_known and completion is None:
+        yield skip(f"trl {s.trl} has no {ctx.trainer.upper()}Config to read the default `{completion_key}` from; set "
+                   f"`{completion_key}` in the config to have it checked")
+        return
+    completion = int(completion or 0)
+    lengths = [n for n in facts["lengths"] if n is not None]
+    rows = [facts["indices"][i] for i, n in enumerate(facts["lengths"]) if n is not None]
+    longest, p99 = facts["max"], facts["p99"]
+    text_cfg = ctx.model_config.get_text_config() if hasattr(ctx.model_config, "get_text_config") else ctx.model_config
+    positions = getattr(text_cfg, "max_position_embeddings", None)
+    how = prompt_rendering(ctx)
+    details = {
+        "prompts measured": facts["measured"],
+        "prompt tokens": f"max {longest} (row {facts['longest_row']}), p99 {p99}, median {sorted(lengths)[len(lengths) // 2]}",
+        "rendered as": _rendering(facts, how),
+        completion_key: completion,
+        "model max_position_embeddings": positions,
+        "model": str(ctx.config.model.path),
+    }
+    skipped = len(facts["lengths"]) - len(lengths)
+    if skipped:
+        details["rows not measured"] = f"{skipped} (no renderable prompt: see chat-template and dataset-schema)"
+
+    # -- TRL's own prompt truncation, where the installed release has it --------------------------------------
+    limit_prompt, has_truncation = s.get("max_prompt_length")
+    if not has_truncation:
+        details["max_prompt_length"] = (f"not a field of {s.class_name} in trl {s.trl}: prompts are not truncated"
+                                        if s.class_name else "not used")
+        limit_prompt = None
+    else:
+        details["max_prompt_length"] = limit_prompt
+    effective = [min(n, limit_prompt) for n in lengths] if limit_prompt else list(lengths)
+    eff_longest = max(effective)
+    need = eff_longest + completion
+
+    findings = []
+    if limit_prompt:
+        findings += _truncation(ctx, facts, s, tok, limit_prompt, lengths, rows, completion, positions, details)
+
+    # -- the model's own positions -------------------------------------------------------------------------------
+    if positions is not None and need > positions:
+        finding = _positions(ctx, facts, details, rows, effective, lengths, completion, completion_key, positions,
+                             limit_prompt, has_truncation)
+        if finding is not None:
+            yield from findings
+            yield finding
+            return
+
+    # -- vLLM's context ------------------------------------------------------------------------------------------
+    if s.get("use_vllm")[0]:
+        findings += _vllm(ctx, s, details, need, positions, rows, effective, completion, completion_key, eff_longest)
+
+    for finding in findings:
+        yield finding
+    if not any(f.status.value in ("fail", "warn") for f in findings):
+        where = f"the model's max_position_embeddings {positions}" if positions else "the model (no max_position_embeddings)"
+        vllm = details.get("vLLM context")
+        prompt = f"the longest prompt ({eff_longest} tokens{_after_cut(limit_prompt, longest)}, p99 {p99})"
+        if positions is not None and need > positions:
+            text = (f"{prompt} fits {where} with {positions - eff_longest} positions left for completions; {completion_key} "
+                    f"{completion} is more, so longer completions would run past it (no error for this model: see details)")
+        else:
+            text = f"{prompt} + {completion_key} {completion} = {need} fits {where}" + (f" and vLLM's {vllm}" if vllm else "")
+        yield passed(text, **details)
+
+
+class _Settings:
+    """Values of the installed TRL's config class: the built object when TRL accepts the config, else the
+    config's raw value or the field's default. `get` returns (value, whether the installed class has the field)."""
+
+    def __init__(self, ctx):
+        import dataclasses
+
+        from trl_doctor._trl import config_class, trainer_source, trl_root
+
+        self.ctx = ctx
+        self.trl = ctx.version("trl") or "not installed"
+        cls = config_class(ctx.trainer)
+        self.class_name = cls.__name__ if cls is not None else None
+        self.fields = {f.name: f for f in dataclasses.fields(cls) if f.init} if cls is not None else {}
+        try:
+            self.obj = ctx.trainer_config
+        except Unavailable:
+            self.obj = None
+        found = trainer_source(ctx.trainer)
+        self.source = found[1] if found else ""
+        self.source_path = found[0] if found else None
+        root = trl_root()
+        generation = root / "generation" / "vllm_generation.py" if root else None
+        self.vllm_source = self.source + (generation.read_text(encoding="utf-8") if generation and generation.is_file() else "")
+
+    def get(self, name: str):
+        import dataclasses
+
+        if name not in self.fields:
+            return self.ctx.config.get(name), False
+        if self.obj is not None:
+            return getattr(self.obj, name, None), True
+        if name in self.ctx.config.raw:
+            return self.ctx.config.raw[name], True
+        f = self.fields[name]
+        if f.default is not dataclasses.MISSING:
+            return f.default, True
+        if f.default_factory is not dataclasses.MISSING:
+            return f.default_factory(), True
+        return None, True
+
+
+def _positions(ctx, facts, details, rows, effective, lengths, completion, completion_key, positions, limit_prompt,
+               has_truncation):
+    """The longest prompt plus a full completion is past max_position_embeddings: how bad that is depends on whether
+    a prompt alone is too long and on how the model encodes positions."""
+    eff_longest, p99 = max(effective), facts["p99"]
+    room = positions - eff_longest
+    over = [r for r, n in zip(rows, effective) if n + completion > positions]
+    alone = [r for r, n in zip(rows, effective) if n >= positions]
+    fixes = []
+    if room > 0:
+        fixes.append(f"set {completion_key}: {room}")
+    if positions - completion > 0:
+        fixes.append(f"drop the {len(over)} prompts longer than {positions - completion} tokens")
+        if has_truncation:
+            fixes.append(f"set max_prompt_length: {positions - completion}")
+    details["prompts that do not fit with a full completion"] = _rows(over, len(lengths))
+    details["smallest fixes"] = fixes
+    learned = _learned_positions(ctx, positions)
+    details["position encoding"] = learned or "not a learned table (rotary or relative): no error past the limit"
+    head = (f"the longest prompt is {eff_longest} tokens{_after_cut(limit_prompt, facts['max'])} (row {facts['longest_row']}; "
+            f"p99 {p99})")
+    if alone:
+        return fail(
+            f"{head}: {_share(len(alone), len(lengths))} of the measured prompts are as long as the model's "
+            f"max_position_embeddings {positions} or longer on their own, so they leave no room for a completion "
+            f"({learned + ': index out of range in self' if learned else 'generation starts past the trained context'}"
+            f"{'; vLLM refuses them' if ctx.config.get('use_vllm') else ''}); "
+            f"{' or '.join(fixes[1:]) or 'use a model with a longer context'}",
+            **details,
+        )
+    if learned:
+        return fail(
+            f"{head} and {completion_key} is {completion}: {eff_longest} + {completion} = {eff_longest + completion} > the "
+            f"model's max_position_embeddings {positions}, and {learned}: the first completion that runs past {room} tokens "
+            f"stops the job with 'IndexError: index out of range in self' (a device-side assert on GPU); "
+            f"{' or '.join(fixes)}",
+            **details,
+        )
+    text = (f"completions longer than {room} tokens (of {completion_key} {completion}) run past the model's "
+            f"max_position_embeddings {positions} after the longest prompt ({_share(len(over), len(lengths))} of the prompts "
+            "leave less room than a full completion): no error, but those tokens are generated at positions the model "
+            f"was never trained on, and vLLM cuts them at its limit; {' or '.join(fixes)}")
+    if room < completion / 2:
+        return warn(f"{head}: {text}", **details)
+    details["long completions"] = text
+    return None
+
+
+def _learned_positions(ctx, positions: int) -> str | None:
+    """'<module> is a learned table of N positions' when the model looks up absolute positions in an embedding table
+    (GPT-2, OPT, GPT-Neo): past it the lookup fails. Read from the meta-device model (no weights)."""
+    try:
+        model = ctx.meta_model
+    except Exception:  # no meta build (remote code, unknown class): judge from the config alone
+        cfg = ctx.model_config
+        return f"{cfg.model_type} has a learned position table" if hasattr(cfg, "n_positions") else None
+    import torch
+
+    tokens = model.get_input_embeddings()
+    for name, module in model.named_modules():
+        table = isinstance(module, torch.nn.Embedding) and module is not tokens
+        if table and positions <= module.num_embeddings <= positions + 2:  # OPT keeps 2 extra rows
+            return f"{type(model).__name__}.{name} is a learned table of {module.num_embeddings} positions"
+    return None
+
+
+def _truncation(ctx, facts, s, tok, limit, lengths, rows, completion, positions, details) -> list:
+    cut = [r for r, n in zip(rows, lengths) if n > limit]
+    details["prompts TRL truncates"] = _rows(cut, len(lengths))
+    if not cut:
+        return []
+    conversational = [i for i, n in enumerate(facts["lengths"]) if n is not None and n > limit
+                      and facts["formats"][i] == "conversational"]
+    out = []
+    if conversational:
+        i = max(conversational, key=lambda j: facts["lengths"][j])
+        opening, closing = _template_edges(tok, ctx.dataset[facts["indices"][i]]["prompt"], facts["texts"][i])
+        if closing is not None:
+            details["template's tokens after the last message"] = f"{closing[0]!r} ({closing[1]} tokens)"
+        if opening is not None:
+            details["template's tokens before the first message"] = f"{opening[0]!r} ({opening[1]} tokens)"
+        if closing is not None and limit < closing[1]:
+            out.append(fail(
+                f"max_prompt_length {limit} is shorter than the {closing[1]} tokens the chat template writes after the last "
+                f"message ({closing[0]!r}, the generation prompt included): TRL keeps the last {limit} tokens, so "
+                f"{_share(len(cut), len(lengths))} truncated prompts lose the generation prompt and all of the conversation; "
+                f"set max_prompt_length to at least {closing[1]} (the longest prompt is {facts['max']} tokens)",
+                **details,
+            ))
+            return out
+        m = _STRIP_DECODE.search(s.source)
+        if m is not None and s.get("use_vllm")[0]:
+            details["trainer behaviour"] = f"{s.source_path}:{s.source.count(chr(10), 0, m.start()) + 1}: `{m.group(0)})`"
+            out.append(fail(
+                f"trl {s.trl} decodes truncated prompts with skip_special_tokens=True before sending them to vLLM (trl#3644): "
+                f"the {len(cut)} prompts longer than max_prompt_length {limit} lose every chat-template token, the generation "
+                "prompt included; upgrade trl (fixed in 0.19.1) or drop the prompts longer than max_prompt_length",
+                **details,
+            ))
+            return out
+    share = len(cut) / len(lengths)
+    if share > TRUNCATION_WARN:
+        opening = details.get("template's tokens before the first message")
+        what = (f"the start of each is cut: the chat template's opening tokens{f' {opening}' if opening else ''}, "
+                "the system prompt and the first messages" if conversational else "the start of each is cut")
+        fits = facts["max"] + completion <= positions if positions else True
+        fix = (f"set max_prompt_length: {facts['max']} (the longest prompt; {facts['max']} + {completion} fits "
+               f"max_position_embeddings {positions})" if fits else f"drop the prompts longer than {limit} tokens")
+        out.append(warn(
+            f"max_prompt_length {limit} truncates {_share(len(cut), len(lengths))} of the measured prompts (longest "
+            f"{facts['max']} tokens, p99 {facts['p99']}): TRL keeps their last {limit} tokens, so {what}; {fix}",
+            **details,
+        ))
+    return out
+
+
+def _vllm(ctx, s, details, need, positions, rows, effective, completion, completion_key, eff_longest) -> list:
+    mode_known = "vllm_mode" in s.fields
+    mode = s.get("vllm_mode")[0] if mode_known else ("server" if "vllm_client" in s.source else "in-process")
+    details["vLLM mode"] = mode
+    if mode == "server":
+        details["vLLM context"] = (f"the server's --max-model-len (default: the model's {positions}); start "
+                                   f"`trl vllm-serve` with --max-model-len {need} or more")
+        return []
+    field = next((f for f in ("vllm_max_model_length", "vllm_max_model_len") if f in s.fields and f in s.vllm_source), None)
+    value = s.get(field)[0] if field else None
+    if not value:
+        details["vLLM context"] = f"{positions} (no {field or 'max_model_len setting'}: vLLM takes the model's)"
+        return []
+    details["vLLM context"] = f"{field} {value}"
+    config = ctx.config
+    if positions is not None and value > positions:
+        fix = Fix(f"set {field}: {positions} (the model's max_position_embeddings) in {config.path.name}",
+                  (Edit(str(config.path), set=((field, positions),)),)) if need <= positions else None
+        return [fail(
+            f"{field} {value} is larger than the model's max_position_embeddings {positions}: vLLM refuses to start "
+            f"('User-specified max_model_len ({value}) is greater than the derived max_model_len'); set {field}: {positions}",
+            fix, **details,
+        )]
+    if need <= value:
+        return []
+    over = [r for r, n in zip(rows, effective) if n + completion > value]
+    too_long = [r for r, n in zip(rows, effective) if n > value]
+    details["prompts that do not fit vLLM"] = _rows(over, len(effective))
+    fix = None
+    if positions is None or need <= positions:
+        fix = Fix(f"set {field}: {need} (the longest prompt {eff_longest} + {completion_key} {completion}) in "
+                  f"{config.path.name}", (Edit(str(config.path), set=((field, need),)),))
+    effect = (f"{len(too_long)} of them are longer than {value} on their own and vLLM rejects them ('The decoder prompt "
+              f"(length {eff_longest}) is longer than the maximum model length of {value}')" if too_long else
+              "their completions are cut at vLLM's limit, short of " + f"{completion_key} {completion}")
+    return [fail(
+        f"vLLM's context ({field} {value}) is shorter than the longest prompt + {completion_key} = {eff_longest} + "
+        f"{completion} = {need}: {_share(len(over), len(effective))} of the measured prompts do not fit, and {effect}; "
+        f"set {field}: {need}" + ("" if fix else f" (above the model's max_position_embeddings {positions}: shorten "
+                                                  f"{completion_key} or the prompts instead)"),
+        fix, **details,
+    )]
+
+
+def _template_edges(tok, prompt, text):
+    """(text, tokens) the chat template writes before the first message's content and after the last one's."""
+    if not isinstance(prompt, list) or not text:
+        return None, None
+    first, last = prompt[0].get("content"), prompt[-1].get("content")
+    opening = closing = None
+    if isinstance(first, str) and first and first in text:
+        head = text[:text.index(first)]
+        opening = (head, len(tok(head, add_special_tokens=False)["input_ids"]))
+    if isinstance(last, str) and last and last in text:
+        tail = text[text.rindex(last) + len(last):]
+        closing = (tail, len(tok(tail, add_special_tokens=False)["input_ids"]))
+    return opening, closing
+
+
+def _rendering(facts, how) -> str:
+    kinds = set(k for k, n in zip(facts["formats"], facts["lengths"]) if n is not None)
+    parts = []
+    if "conversational" in kinds:
+        parts.append(f"conversational prompts through the chat template ({how['chat']}), no extra special tokens")
+    if "standard" in kinds:
+        parts.append("plain-text prompts tokenized " + ("with" if how["plain_special_tokens"] else "without")
+                     + f" special tokens ({how['evidence']})")
+    return "; ".join(parts)
+
+
+def _rows(rows: list[int], measured: int) -> str:
+    if not rows:
+        return "none"
+    shown = ", ".join(str(r) for r in rows[:10]) + (", ..." if len(rows) > 10 else "")
+    return f"{_share(len(rows), measured)} (rows {shown})"
+
+
+def _share(n: int, measured: int) -> str:
+    return f"{n} of {measured} ({100 * n / measured:.1f}%)" if measured else str(n)
+
+
+def _after_cut(limit, longest) -> str:
+    return f" after truncation to max_prompt_length {limit} (untruncated {longest})" if limit and longest > limit else ""

@@ -1,0 +1,462 @@
+"""TD013 dataset-schema: the dataset has the columns and the row format the trainer and the reward functions read.
+
+What goes wrong
+    The trainer reads the dataset only when it builds the first batch, after the model (and vLLM) loaded:
+    - GRPO and RLOO build every batch from a `prompt` column (`prompts = [x["prompt"] for x in inputs]`):
+      a dataset that keeps its questions in `question`, `problem` or `messages` fails the first step with
+      "KeyError: 'prompt'" (ms-swift#5087). PPO's example script (examples/scripts/ppo/ppo.py) tokenizes the
+      `prompt` column too (`dataset_text_field = "prompt"`, in every release since PPOv2);
+    - TRL decides per batch, from its first row, whether prompts are text or role/content messages: rows
+      of both kinds in one dataset (or rows whose prompt is null, empty or neither) fail or mix formats in
+      the middle of a run, wherever such a row lands in a batch;
+    - every column but `prompt`/`completion` is passed to each reward function by name: a function that
+      takes `answer` (or `solution`, `ground_truth`) without a default needs that column, or the first
+      reward call fails with "TypeError: ... missing 1 required positional argument: 'answer'";
+    - a streamed dataset (`dataset_streaming: true`, or `streaming` in a dataset mixture) is an
+      IterableDataset: GRPO and RLOO refused it ("Iterable datasets are not yet supported") until they
+      learned to repeat the stream, earlier releases silently broke the prompt groups (trl#3213) or
+      crashed (trl#2942), PPO takes `len(train_dataset)`; where it is supported, `max_steps` must be set
+      ("The train_dataset does not implement __len__, max_steps has to be specified").
+
+Versions
+    Read from the installed TRL's trainer source: which keywords it passes to reward functions besides the
+    dataset columns (`prompts` and `completions` in every release, `completion_ids` and `trainer_state` in
+    later ones, `log_extra` and `log_metric` in 1.x) and which columns it keeps out; whether the trainer
+    refuses an IterableDataset (GRPO 0.17-1.8, RLOO 0.22-1.8), repeats it (1.9.0 and later), takes its
+    length (PPO, RLOO before 0.22) or neither (GRPO 0.14-0.16). `dataset_streaming` is a field of TRL's
+    ScriptArguments from 0.19.
+
+How it is detected
+    The dataset is loaded offline as the context loads it (a file, a saved folder or a cached hub id; one
+    that cannot be loaded stops the check with exit status 2, naming it; when a local JSON file fails to
+    load, its rows are read directly to say which rows break the format). The columns, the row count and
+    one row (shortened) are shown. Every prompt is classified as text, messages, empty, null or malformed:
+    from the Arrow column when its type settles it (a string column, a list of role/content structs), else
+    row by row on up to 10000 rows spread over the dataset. The reward functions' parameters without a
+    default must be dataset columns or keywords TRL passes; they are read from the functions' source
+    without importing it (Python's `ast`; an import only when the function is not a plain `def`), so user
+    code is not run twice and modules named alike in different folders cannot shadow each other.
+
+What the fix does
+    Nothing automatic: the dataset is the user's. The message names the column to rename (the likely
+    candidate is named), the rows to repair, the missing column each reward function takes, and for a
+    stream either `max_steps` or the release that supports it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from trl_doctor import InputError, Unavailable, fail, passed, rule, skip, warn
+
+from ._chat import prompt_format, sample_indices
+
+SCAN_ROWS = 10000  # rows looked at one by one when the Arrow column type does not settle the format
+SHOWN_ROWS = 8
+CANDIDATES = ("question", "problem", "query", "instruction", "input", "text", "messages", "conversations", "conversation",
+              "prompts", "Prompt", "question_text", "content")
+# keywords TRL passes to reward functions when its source cannot be read
+DEFAULT_PASSED = ("prompts", "completions")
+DEFAULT_EXCLUDED = ("prompt", "completion")
+
+
+@rule(
+    id="TD013",
+    slug="dataset-schema",
+    title="The dataset has the columns and row format the trainer and the reward functions read",
+)
+def check(ctx):
+    stream: dict = {}
+    stream_problems = _streaming(ctx, stream)
+    findings: list = []
+    try:
+        ds = ctx.dataset
+    except Unavailable as exc:
+        yield from (fail(m, **stream) for m in stream_problems)
+        yield skip(str(exc), **stream)
+        return
+    except InputError as exc:
+        found = _diagnose_file(ctx, exc, stream)
+        if found is None:
+            raise
+        yield from (fail(m, **found.details) for m in stream_problems)
+        yield found
+        return
+    columns = list(ds.column_names)
+    total = len(ds)
+    details = {"dataset": _where(ctx), "rows": total, "columns": columns,
+               "features": {k: str(v) for k, v in ds.features.items()}, **stream}
+    if total:
+        details["row 0"] = _short_row(ds[0])
+    findings += [fail(m, **details) for m in stream_problems]
+    if not total:
+        yield from findings
+        yield fail(f"the dataset {_where(ctx)} has no rows", **details)
+        return
+    if "prompt" not in columns:
+        near = [c for c in CANDIDATES if c in columns]
+        hint = (f"rename `{near[0]}` to `prompt`" if near else "add a `prompt` column") + \
+            " (dataset.rename_column, or map the rows to {\"prompt\": ...})"
+        yield from findings
+        yield fail(
+            f"the dataset has no `prompt` column (columns: {', '.join(columns) or 'none'}): {_reader(ctx)}, so the first "
+            f"step fails with KeyError: 'prompt'; {hint}",
+            **details,
+        )
+        return
+    findings += _formats(ctx, ds, total, details)
+    if ctx.trainer in ("grpo", "rloo") and ctx.config.reward_funcs:
+        findings += _reward_columns(ctx, columns, details)
+    yield from findings
+    if not any(f.status.value in ("fail", "warn") for f in findings):
+        kinds = details.get("prompt formats", {})
+        kind = "conversational (role/content messages)" if "conversational" in kinds else "plain text"
+        needs = details.get("reward function columns")
+        taken = sorted({c for cols in (needs or {}).values() for c in cols})
+        extra = f"; the reward functions' columns ({', '.join(taken)}) are there" if taken else ""
+        yield passed(f"{total} rows with columns {', '.join(columns)}: `prompt` is {kind} in {details['rows scanned']}{extra}",
+                     **details)
+
+
+# -- the rows ---------------------------------------------------------------------------------------------------
+
+def _formats(ctx, ds, total, details) -> list:
+    found = _arrow_formats(ds)
+    if found is not None:
+        by_kind, scanned_rows = found, total
+        scanned = f"all {total} rows (from the Arrow column)"
+    else:
+        indices = sample_indices(total, SCAN_ROWS)
+        prompts = ds.select_columns(["prompt"])[indices]["prompt"]
+        by_kind = {}
+        for row, value in zip(indices, prompts):
+            entry = by_kind.setdefault(prompt_format(value), [0, []])
+            entry[0] += 1
+            if len(entry[1]) < SHOWN_ROWS:
+                entry[1].append(row)
+        scanned_rows = len(indices)
+        scanned = f"all {total} rows" if scanned_rows == total else f"{scanned_rows} rows evenly spaced over {total}"
+    details["rows scanned"] = scanned
+    details["prompt formats"] = {k: _rows(*v) for k, v in sorted(by_kind.items())}
+    out = []
+    if "standard" in by_kind and "conversational" in by_kind:
+        (n_std, std), (n_conv, conv) = by_kind["standard"], by_kind["conversational"]
+        out.append(fail(
+            f"the prompts mix plain text ({n_std} rows, first row {std[0]}) and message lists ({n_conv} rows, first row "
+            f"{conv[0]}) in {scanned}: TRL takes a batch's format from its first row, so a batch holding both kinds fails "
+            "(or renders some prompts wrongly); convert them to one format",
+            **details,
+        ))
+    if "missing" in by_kind:
+        n, rows = by_kind["missing"]
+        filled = [c for c in ds.column_names if c != "prompt" and ds[rows[0]].get(c) is not None]
+        out.append(fail(
+            f"{n} of {scanned_rows} rows have no prompt (null; rows {_rows(n, rows)})"
+            + (f", row {rows[0]} has {', '.join(filled)} instead" if filled else "")
+            + ": the batch that holds one fails; fill or drop those rows", **details,
+        ))
+    if "malformed" in by_kind:
+        n, rows = by_kind["malformed"]
+        value = ds[rows[0]]["prompt"]
+        out.append(fail(
+            f"{n} of {scanned_rows} prompts are neither text nor role/content messages (rows {_rows(n, rows)}; row "
+            f"{rows[0]}: {_short(value)}): {_malformed_why(value)}", **details,
+        ))
+    if "empty" in by_kind:
+        n, rows = by_kind["empty"]
+        out.append(warn(
+            f"{n} of {scanned_rows} prompts are empty (rows {_rows(n, rows)}): the model generates from nothing and the "
+            "rewards score text unrelated to any task; drop those rows", **details,
+        ))
+    return out
+
+
+def _arrow_formats(ds) -> dict[str, list] | None:
+    """{kind: [count, first rows]} over every row, read from the Arrow column when its type settles the format (a
+    string column, or a list of role/content structs); None when rows must be looked at one by one (a JSON column
+    mixing kinds, another type, a dataset with an indices mapping)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if getattr(ds, "_indices", None) is not None:
+        return None
+    column = ds.data.column("prompt")
+    kind = column.type
+    text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    messages = ((pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_struct(kind.value_type)
+                and {"role", "content"} <= {kind.value_type.field(i).name for i in range(kind.value_type.num_fields)})
+    if not (text or messages):
+        return None
+    flags: dict[str, list] = {}
+    offset = 0
+    for chunk in column.chunks:
+        marks = {"missing": chunk.is_null()}
+        if text:
+            marks["empty"] = pc.fill_null(pc.equal(chunk, ""), False)
+        else:
+            marks["empty"] = pc.fill_null(pc.equal(pc.list_value_length(chunk), 0), False)
+            flat = pc.list_flatten(chunk)
+            bad = pc.or_(flat.field("role").is_null(), flat.field("content").is_null())
+            if "tool_calls" in {flat.type.field(i).name for i in range(flat.type.num_fields)}:
+                bad = pc.or_(flat.field("role").is_null(),
+                             pc.and_(flat.field("content").is_null(), flat.field("tool_calls").is_null()))
+            parents = pc.list_parent_indices(chunk)
+            rows = sorted(set(pc.filter(parents, bad).to_pylist()))
+            marks["malformed"] = pa.array([False] * len(chunk)) if not rows else \
+                pc.is_in(pa.array(range(len(chunk))), value_set=pa.array(rows))
+        other = pc.or_(marks["missing"], marks["empty"])
+        if "malformed" in marks:
+            other = pc.or_(other, marks["malformed"])
+        marks["standard" if text else "conversational"] = pc.invert(other)
+        for name, mask in marks.items():
+            count = pc.sum(mask.cast(pa.int64())).as_py() or 0
+            if not count:
+                continue
+            entry = flags.setdefault(name, [0, []])
+            entry[0] += count
+            if len(entry[1]) < SHOWN_ROWS:
+                entry[1] += [offset + i for i in pc.indices_nonzero(mask)[:SHOWN_ROWS].to_pylist()]
+        offset += len(chunk)
+    return flags
+
+
+def _malformed_why(value) -> str:
+    if isinstance(value, list) and value and all(isinstance(m, dict) for m in value):
+        keys = sorted({k for m in value for k in m if m.get(k) is not None})
+        return (f"its messages have the keys {keys}; TRL's chat template needs `role` and `content` in every message "
+                "(rename the keys, e.g. from/value to role/content)")
+    if isinstance(value, list):
+        return "a list of strings is not a conversation: make each message {\"role\": ..., \"content\": ...}"
+    return f"a {type(value).__name__} cannot be rendered or tokenized; store a string or a list of messages"
+
+
+def _diagnose_file(ctx, exc: InputError, extra: dict):
+    """A local JSON/JSONL file that datasets cannot load: find the rows that break one column's type."""
+    path = ctx.config.dataset_file
+    if path is None or path.suffix.lower() not in (".json", ".jsonl"):
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+        try:
+            rows = json.loads(text)
+            rows = rows if isinstance(rows, list) else None
+        except ValueError:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not rows or not all(isinstance(r, dict) for r in rows):
+        return None
+    by_kind: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_kind.setdefault(prompt_format(row.get("prompt")), []).append(i)
+    details = {"dataset": str(path), "rows": len(rows), "columns": sorted({k for r in rows for k in r}),
+               "loader error": str(exc), "prompt formats": {k: _rows(len(v), v) for k, v in sorted(by_kind.items())},
+               "row 0": _short_row(rows[0]), **extra}
+    if {"standard", "conversational"} <= set(by_kind):
+        std, conv = by_kind["standard"], by_kind["conversational"]
+        return fail(
+            f"the dataset cannot be loaded ({exc}): its `prompt` column mixes plain text ({len(std)} rows, first row {std[0]}) "
+            f"and message lists ({len(conv)} rows, first row {conv[0]}), which datasets {ctx.version('datasets')} cannot "
+            "store in one column; convert the prompts to one format", **details,
+        )
+    return None
+
+
+# -- reward functions ---------------------------------------------------------------------------------------------
+
+def _reward_columns(ctx, columns, details) -> list:
+    passed_names, excluded, evidence = _reward_contract(ctx.trainer)
+    available = set(passed_names) | (set(columns) - set(excluded))
+    needs, out, notes = {}, [], {}
+    for name in ctx.config.reward_funcs:
+        params, where = _reward_params(name, ctx.config.base_dir)
+        if params is None:
+            notes[name] = where
+            continue
+        required = [p for p, kind, has_default in params
+                    if not has_default and kind in ("positional_or_keyword", "keyword_only")]
+        columns_taken = [p for p in required if p not in passed_names]
+        needs[name] = columns_taken
+        missing = [p for p in required if p not in available]
+        if missing:
+            near = {p: [c for c in columns if c.lower().startswith(p.lower()[:3]) and c not in excluded] for p in missing}
+            hint = "; ".join(f"`{p}`: the dataset has {', '.join(near[p])}" for p in missing if near[p])
+            out.append((name, missing, where, hint))
+    details["reward function columns"] = needs
+    details["TRL passes reward functions"] = (f"{', '.join(passed_names)} and every column but "
+                                              f"{', '.join(excluded)} ({evidence})")
+    if notes:
+        details["reward functions not inspected"] = notes
+    found = []
+    for name, missing, where, hint in out:
+        names = ", ".join(f"`{m}`" for m in missing)
+        found.append(fail(
+            f"reward function {name} ({where}) takes {names} without a default, but the dataset has no such column "
+            f"(columns: {', '.join(columns)}): TRL passes only the dataset's columns and {', '.join(passed_names)} by name, so "
+            f"the first reward call fails with TypeError: missing required argument {missing[0]!r}; add the column "
+            f"or give the parameter a default" + (f" ({hint})" if hint else ""),
+            **details,
+        ))
+    return found
+
+
+def _reward_contract(trainer: str) -> tuple[list[str], list[str], str]:
+    """(keywords the installed trainer always passes reward functions, dataset columns it keeps out, evidence), read
+    from its source by the helper the reward-functions rule and the smoke step share."""
+    from ._rewards import reward_call
+
+    call = reward_call(trainer)
+    if call is None or not call.keywords:
+        return list(DEFAULT_PASSED), list(DEFAULT_EXCLUDED), "the trainer's reward call was not found: assumed"
+    return list(call.call_names()), list(call.excluded_columns), call.evidence or call.source
+
+
+def _reward_params(name: str, base_dir: Path):
+    """([(parameter, kind, has_default)], where) of one `reward_funcs` entry, read from its source without importing
+    it when it is a plain function; (None, why) when it cannot be read (the reward-functions rule reports imports)."""
+    if "." not in name:
+        try:
+            import trl.rewards as builtin
+
+            return _signature(getattr(builtin, name)), f"trl.rewards.{name}"
+        except (ImportError, AttributeError, TypeError, ValueError):
+            return None, "not one of trl.rewards"
+    module, _, attr = name.rpartition(".")
+    file = _module_file(module, base_dir)
+    if file is None:
+        return None, f"module {module!r} not found (from {base_dir})"
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"), str(file))
+    except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+        return None, f"{file}: {type(exc).__name__}"
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
+            return _ast_params(node.args), f"{file}:{node.lineno}"
+    # not a plain def (an assignment, a class, a partial, an import): ask the object itself
+    from ._rewards import RewardImportError, resolve_reward
+
+    try:
+        return _signature(resolve_reward(name, base_dir)), str(file)
+    except (RewardImportError, TypeError, ValueError) as exc:
+        return None, f"{file}: {exc}"
+
+
+def _module_file(module: str, base_dir: Path) -> Path | None:
+    parts = module.split(".")
+    for root in (Path(base_dir),):
+        candidate = root.joinpath(*parts)
+        for file in (candidate.with_suffix(".py"), candidate / "__init__.py"):
+            if file.is_file():
+                return file
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(spec, "origin", None) if spec else None
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def _ast_params(args: ast.arguments) -> list[tuple[str, str, bool]]:
+    positional = [(a.arg, "positional_only") for a in args.posonlyargs] + [(a.arg, "positional_or_keyword") for a in args.args]
+    first_default = len(positional) - len(args.defaults)
+    out = [(n, kind, i >= first_default) for i, (n, kind) in enumerate(positional)]
+    out += [(a.arg, "keyword_only", d is not None) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    if args.vararg:
+        out.append((args.vararg.arg, "var_positional", True))
+    if args.kwarg:
+        out.append((args.kwarg.arg, "var_keyword", True))
+    return out
+
+
+def _signature(func) -> list[tuple[str, str, bool]]:
+    import inspect
+
+    P = inspect.Parameter
+    kinds = {P.POSITIONAL_ONLY: "positional_only", P.POSITIONAL_OR_KEYWORD: "positional_or_keyword",
+             P.KEYWORD_ONLY: "keyword_only", P.VAR_POSITIONAL: "var_positional", P.VAR_KEYWORD: "var_keyword"}
+    return [(p.name, kinds[p.kind], p.default is not P.empty or kinds[p.kind].startswith("var"))
+            for p in inspect.signature(func).parameters.values()]
+
+
+# -- streaming ------------------------------------------------------------------------------------------------------
+
+def _streaming(ctx, details: dict):
+    """What is wrong with a streamed dataset (messages, all failures); `details` gets what was read."""
+    raw = ctx.config.raw
+    key = next((k for k in ("dataset_streaming", "streaming") if raw.get(k)), None)
+    if key is None:
+        return []
+    from trl_doctor._trl import script_fields, trainer_source
+
+    trl = ctx.version("trl") or "not installed"
+    details.update({key: True, "trl": trl})
+    try:
+        known = key in script_fields()
+    except ImportError:
+        known = False
+    if not known:
+        details[f"{key} in trl {trl}"] = "not a field of ScriptArguments or DatasetMixtureConfig (see trainer-config)"
+    found = trainer_source(ctx.trainer)
+    if found is None:
+        return []
+    rel, text = found
+    cls = {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "ppo": "PPOTrainer"}[ctx.trainer]
+    if "repeat_iterable_dataset" in text:
+        steps = raw.get("max_steps", -1)
+        details["max_steps"] = steps
+        details["trainer behaviour"] = f"{rel} repeats a streamed dataset's prompts (repeat_iterable_dataset)"
+        if not isinstance(steps, int) or steps <= 0:
+            return [
+                f"`{key}: true` streams the dataset (an IterableDataset has no length) and max_steps is {steps}: "
+                f"{cls} in trl {trl} accepts the stream, but the Trainer stops with 'ValueError: The train_dataset does "
+                "not implement __len__, max_steps has to be specified'; set max_steps"]
+        return []
+    m = re.search(r"Iterable datasets are not yet supported[^\"]*", text)
+    if m is not None:
+        details["trainer behaviour"] = f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: NotImplementedError('{m.group(0)}')"
+        return [
+            f"`{key}: true` streams the dataset, but {cls} in trl {trl} refuses an IterableDataset at start-up "
+            f"(NotImplementedError: {m.group(0).strip()}); drop `{key}` (the dataset loads as a map-style dataset) or "
+            "upgrade trl (1.9.0 and later repeat a stream's prompts, with max_steps set)"]
+    m = re.search(r"len\(train_dataset\)", text)
+    if m is not None:
+        details["trainer behaviour"] = f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: `{m.group(0)}`"
+        return [
+            f"`{key}: true` streams the dataset, but {cls} in trl {trl} takes len(train_dataset) at start-up: "
+            f"'TypeError: object of type 'IterableDataset' has no len()'; drop `{key}`"]
+    details["trainer behaviour"] = f"{rel} neither refuses nor repeats an IterableDataset"
+    return [
+        f"`{key}: true` streams the dataset, but {cls} in trl {trl} has no support for an IterableDataset: its sampler "
+        "cannot repeat each prompt num_generations times, so the advantages compare completions of unrelated prompts "
+        f"(trl#3213) or the first batch fails (trl#2942); drop `{key}` or upgrade trl (1.9.0 and later)"]
+
+
+# -- formatting -------------------------------------------------------------------------------------------------------
+
+def _where(ctx) -> str:
+    cfg = ctx.config
+    return str(cfg.dataset_file or cfg.dataset_dir or cfg.get("dataset_name"))
+
+
+def _reader(ctx) -> str:
+    if ctx.trainer == "ppo":
+        return "PPO's example script tokenizes `prompt` (examples/scripts/ppo/ppo.py: dataset_text_field = \"prompt\")"
+    return f"{ctx.trainer.upper()}Trainer builds every batch from it (`prompts = [x[\"prompt\"] for x in inputs]`)"
+
+
+def _rows(count: int, rows: list[int]) -> str:
+    return ", ".join(str(r) for r in rows[:SHOWN_ROWS]) + (f", ... ({count} rows)" if count > SHOWN_ROWS else "")
+
+
+def _short(value, limit: int = 160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _short_row(row: dict) -> dict:
+    return {k: _short(v, 120) for k, v in row.items()}

@@ -1,0 +1,455 @@
+"""TD016 peft-setup: LoRA starts from a base model, trains new tokens' rows, gets gradients through checkpointing.
+
+What goes wrong
+    `use_peft: true` (with TRL's ModelConfig keys `lora_r`, `lora_target_modules`, `lora_modules_to_save`...)
+    makes `trl <trainer>` wrap the model in a fresh LoRA adapter. Three setups break that, each only once the
+    job runs:
+    - the model is already a PEFT adapter (an SFT run's output folder: adapter_config.json and adapter
+      weights, no config.json). TRL releases that load a model path through `create_model_from_path` stop
+      at once ("Unrecognized model in ... Should have a `model_type` key in its config.json"). Releases that
+      call `AutoModelForCausalLM.from_pretrained` get the base model with the adapter attached by
+      transformers; with `use_peft`, `get_peft_model` then builds a new "default" adapter in its place
+      (PEFT warns "You are trying to modify a model with PEFT for a second time", and the loaded lora_B
+      weights are reset to zero: the SFT adapter's training is silently discarded); without it, the adapter
+      is frozen, nothing is trainable, and the first backward fails with "element 0 of tensors does not
+      require grad and does not have a grad_fn". TRL's own message for a PeftModel plus a peft_config
+      ("Please first merge and unload the existing adapter") names the fix: merge, then train.
+    - tokens the run adds (`added_tokens`, or a tokenizer larger than the embedding) get embedding and
+      output rows that LoRA freezes: unless the input embedding and the LM head are in
+      `lora_modules_to_save`, those rows stay as initialised and the policy can neither read the new tokens
+      properly nor learn to emit them.
+    - gradient checkpointing with PEFT needs the embedding output to require grad when checkpointing is
+      reentrant (the embedding is frozen): otherwise torch warns "None of the inputs have requires_grad=True"
+      and the first backward fails with "element 0 of tensors does not require grad and does not have a
+      grad_fn" (trl#3089, trl#3150).
+    LoRA keys without `use_peft` are a quieter mistake: `get_peft_config` returns None, so the full model
+    trains, with the memory that needs.
+
+Versions
+    Read from the installed code, not a table:
+    - how a model path is loaded: `AutoModelForCausalLM.from_pretrained` directly (trl 0.14-0.19, which
+      attaches an adapter folder's adapter to its base), `AutoConfig.from_pretrained(model_id)` then the
+      architecture it names inside the trainer (trl 0.21-0.25), or `create_model_from_path`
+      (trl/trainer/utils.py, which reads AutoConfig first: trl 0.26-1.16); releases read: 0.15.2, 0.16.0,
+      0.17.0, 0.19.1, 0.21.0, 0.23.1, 0.25.1, 0.26.0-0.29.0, 1.0.0, 1.12.0, 1.16.0. PPO configs load through
+      TRL's example script (`AutoModelForCausalLM.from_pretrained`).
+    - who enables input gradients: GRPOTrainer calls `enable_input_require_grads()` itself in trl 0.16-0.22
+      (`_enable_gradient_checkpointing`, when checkpointing is reentrant), in trl 0.23-0.25 through
+      `prepare_peft_model` -> `enable_gradient_checkpointing` (trl/models/utils.py), and from trl 0.26 in
+      `__init__` when `is_peft_model(model) and args.gradient_checkpointing` (transformers#42489); trl
+      0.14-0.15 never do. transformers 5.x enables it in `gradient_checkpointing_enable` for every model
+      whose main input is `input_ids`; 4.x only for adapters it loaded itself (`_hf_peft_config_loaded`), not
+      for a PeftModel wrapper. transformers' default is `use_reentrant=True` in 4.x and `False` in 5.x, and
+      non-reentrant checkpointing does not need input gradients. So only trl < 0.16 with transformers 4.x,
+      reentrant checkpointing and PEFT fails; reproduced with trl 0.15.2 + transformers 4.48.3 + peft
+      0.14.0, and the fix (use_reentrant: false) trains there.
+    - GRPOConfig's `gradient_checkpointing` defaults to True in the releases read from 0.23 on (GRPOConfig,
+      then the shared BaseConfig from 0.29), to TrainingArguments' False before: the value used is the
+      installed config class's, defaults included.
+
+How it is detected
+    No weights. The model folder is checked for adapter_config.json (its PEFT type, rank, targets and base
+    are reported). The `added_tokens` new to the tokenizer's own vocabulary (read from tokenizer.json, or the
+    tokenizer as saved), and the tokenizer's size against the embedding rows of config.json, give the new
+    rows; the names of the input embedding and LM head come from the meta-device model (`embed_tokens`,
+    `lm_head`; `wte` for GPT-2) and are looked up in `lora_modules_to_save` and `lora_target_modules`, as
+    PEFT matches them (by name suffix). For checkpointing, the trainer's source (and the TRL helpers it
+    calls), transformers' `gradient_checkpointing_enable` and the effective `gradient_checkpointing_kwargs`
+    decide whether input gradients are on; the files and lines read are in the details.
+
+What the fix does
+    For new tokens under LoRA it writes `lora_modules_to_save` with the model's own embedding and head names
+    added to what the config lists (full trainable copies of both matrices: the details give their size; with
+    tied embeddings PEFT unties the copies). For reentrant checkpointing that leaves input gradients off it
+    writes `gradient_checkpointing_kwargs: {use_reentrant: false}` (kept keys preserved), unless the config
+    uses DeepSpeed, where PEFT + ZeRO-3 needs reentrant checkpointing (upgrade TRL there). An adapter folder
+    as the model needs a merge (the message gives the two lines); LoRA keys without `use_peft` need the
+    user's choice, so neither is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from trl_doctor import Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
+
+from ._common import TRAINER_CLASS, embedding_rows
+
+PEFT_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_parameters",
+             "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora")
+HELPER_MODULES = ("trainer/utils.py", "models/utils.py")
+_CALL_GRADS = re.compile(r"\.enable_input_require_grads\(\)")
+
+
+@rule(
+    id="TD016",
+    slug="peft-setup",
+    title="LoRA starts from a base model, trains new tokens' rows and gets gradients through checkpointed layers",
+    trainers=("grpo", "rloo", "ppo"),
+    fixable="sometimes",
+)
+def check(ctx):
+    cfg = ctx.config
+    raw = cfg.raw
+    trl_version = ctx.version("trl")
+    cls = TRAINER_CLASS[ctx.trainer]
+    use_peft = raw.get("use_peft") is True or str(raw.get("use_peft")).lower() == "true"
+    details: dict[str, Any] = {"trl": trl_version, "use_peft": use_peft}
+    adapter = cfg.model.path / "adapter_config.json"
+    if adapter.is_file():
+        yield _adapter_as_model(ctx, adapter, use_peft, cls, details)
+        return
+    set_keys = [k for k in PEFT_KEYS if k in raw]
+    if not use_peft:
+        if set_keys:
+            yield warn(f"{', '.join(set_keys)} {'is' if len(set_keys) == 1 else 'are'} set but `use_peft` is not: "
+                       f"`trl {ctx.trainer}` builds a PEFT config only with use_peft (get_peft_config returns None "
+                       "without it), so the whole model trains, with its full gradients and optimizer states; set "
+                       "`use_peft: true` for LoRA, or remove the lora keys", **details)
+        else:
+            yield skip("`use_peft` is not set: the full model trains, there is no LoRA setup to check")
+        return
+    details["lora keys"] = {k: raw[k] for k in set_keys}
+    if ctx.version("peft") is None:
+        yield fail(f"`use_peft: true` but peft is not installed: `trl {ctx.trainer}` stops at once ('You need to have "
+                   "PEFT library installed'); `pip install peft`", **details)
+        return
+    takes = _trainer_takes_peft(ctx)
+    if takes is False:
+        which = " (the PPO-style RLOOTrainer of trl < 0.22)" if ctx.trainer == "rloo" else ""
+        pin = "; pin trl>=0.22 for LoRA with RLOO" if ctx.trainer == "rloo" else ""
+        yield warn(f"trl {trl_version}'s {cls} takes no peft_config{which}: use_peft and the lora keys are ignored "
+                   f"and the whole model trains{pin}", **details)
+        return
+
+    found = list(_new_token_rows(ctx, details)) + list(_checkpointing(ctx, details))
+    if not found:
+        parts = [details.get("new tokens"), details.get("gradient checkpointing")]
+        yield passed(f"LoRA on the base model {cfg.model.ref}: " + "; ".join(str(p) for p in parts if p), **details)
+        return
+    for make, message, fix in found:
+        yield make(message, fix, **details)
+
+
+# -- a PEFT adapter given as the model -------------------------------------------------------------------------------
+
+def _adapter_as_model(ctx, adapter: Path, use_peft: bool, cls: str, details: dict):
+    cfg = ctx.config
+    info = _read_json(adapter) or {}
+    base = info.get("base_model_name_or_path")
+    targets = info.get("target_modules")
+    targets = ", ".join(sorted(targets)) if isinstance(targets, list) else targets
+    kind = f"{info.get('peft_type', 'PEFT')} r={info.get('r')} on {targets}" if info.get("r") else info.get("peft_type", "PEFT")
+    details.update({"adapter_config.json": str(adapter), "adapter": kind, "adapter base model": base,
+                    "config.json in the folder": (cfg.model.path / "config.json").is_file()})
+    loader, reads_config, evidence = _model_loader(ctx)
+    details["model loading"] = evidence
+    ref = cfg.model.ref
+    merged = f"{ref.rstrip('/')}-merged"
+    merge = (f"merge it into its base first: `AutoPeftModelForCausalLM.from_pretrained('{ref}').merge_and_unload()"
+             f".save_pretrained('{merged}')` (and save the tokenizer there), then set model_name_or_path: {merged}"
+             + (" and keep use_peft for a fresh adapter on top" if use_peft else " (with use_peft for LoRA on top)"))
+    head = f"model_name_or_path {ref} is a PEFT adapter ({kind} over {base}), not a model"
+    if reads_config and not (cfg.model.path / "config.json").is_file():
+        return fail(f"{head}: trl {ctx.version('trl')}'s {cls} loads a model path with {loader}, whose "
+                    "AutoConfig.from_pretrained stops at once ('Unrecognized model in ... Should have a `model_type` "
+                    f"key in its config.json'); {merge}", **details)
+    if use_peft:
+        return fail(f"{head}: {loader} loads {base} with this adapter attached, then {cls} wraps it with "
+                    "get_peft_model(model, peft_config), which builds a fresh 'default' adapter in place of the loaded "
+                    "one (PEFT warns 'modify a model with PEFT for a second time'; the loaded lora_B weights are reset "
+                    f"to zero): the adapter's training is silently discarded; {merge}", **details)
+    return fail(f"{head}: {loader} loads {base} with this adapter attached and frozen, and nothing else is trainable: "
+                "the first backward fails with 'element 0 of tensors does not require grad and does not have a "
+                f"grad_fn'; {merge}", **details)
+
+
+def _model_loader(ctx) -> tuple[str, bool, str]:
+    """(how the installed trainer loads model_name_or_path, whether it reads AutoConfig first, evidence)."""
+    from trl_doctor._trl import trainer_source, trl_root
+
+    found = trainer_source(ctx.trainer)
+    script = ("AutoModelForCausalLM.from_pretrained (TRL's example script, examples/scripts/ppo/ppo.py)", False,
+              "PPO-style trainers take model instances: TRL's example script loads them with "
+              "AutoModelForCausalLM.from_pretrained")
+    if found is None or ctx.trainer == "ppo" or (ctx.trainer == "rloo" and "reward_funcs" not in found[1]):
+        return script
+    rel, text = found
+    m = re.search(r"\bcreate_model_from_path\(", text)
+    root = trl_root()
+    if m is not None and root is not None:
+        for helper in HELPER_MODULES:
+            body, line = _function(root / helper, "create_model_from_path")
+            if body is not None:
+                reads = "AutoConfig.from_pretrained(" in body
+                return ("TRL's create_model_from_path", reads,
+                        f"{rel}:{_line(text, m.start())} calls create_model_from_path (trl/{helper}:{line}), which "
+                        + ("reads AutoConfig.from_pretrained(model_id) first" if reads else "does not read AutoConfig first"))
+    m = re.search(r"AutoConfig\.from_pretrained\(model", text)
+    if m is not None:  # trl 0.21-0.25: the architecture is read from config.json inside the trainer
+        return ("AutoConfig.from_pretrained and the architecture it names", True,
+                f"{rel}:{_line(text, m.start())}: `{_line_text(text, m.start())}` before loading the model")
+    m = re.search(r"AutoModelForCausalLM\.from_pretrained\(", text)
+    if m is not None:
+        return ("AutoModelForCausalLM.from_pretrained", False,
+                f"{rel}:{_line(text, m.start())}: AutoModelForCausalLM.from_pretrained (transformers attaches an adapter "
+                "folder's adapter to its base)")
+    return ("the trainer's model loader", False, f"{rel}: no model loading call recognised")
+
+
+# -- rows of new tokens ----------------------------------------------------------------------------------------------
+
+def _new_token_rows(ctx, details: dict):
+    cfg = ctx.config
+    raw = cfg.raw
+    added = list(cfg.added_tokens)
+    try:
+        tok = ctx.tokenizer
+        rows = embedding_rows(ctx)
+    except (InputError, Unavailable) as exc:
+        details["new tokens"] = f"not checked: {exc}"
+        return
+    vocab = _disk_vocab(ctx)
+    new = [t for t in added if t not in vocab]
+    size = len(tok)
+    grown = rows is not None and size > rows
+    if not new and not grown:
+        details["new tokens"] = (f"no new tokens (the tokenizer's {size} tokens fit the {rows} embedding rows"
+                                 + (f" and {', '.join(added)} are in its vocabulary" if added else "") + ")")
+        return
+    emb, head, facts = _embedding_names(ctx)
+    saved = _names(raw.get("lora_modules_to_save"))
+    targets = _names(raw.get("lora_target_modules"))
+    # PEFT matches modules_to_save (and listed target_modules) by the end of the module's full name
+    full = {emb: facts.get("input embedding") or emb, head: facts.get("LM head") or head}
+    covered = {name: any(full[name].endswith(n) for n in saved + targets) for name in (emb, head) if name}
+    ids = {t: tok.convert_tokens_to_ids(t) for t in new}
+    what = (", ".join(f"{t!r} (id {i})" for t, i in ids.items()) + " new to the tokenizer's vocabulary") if new else ""
+    if grown:
+        what += ("; " if what else "") + f"the tokenizer has {size} tokens for {rows} embedding rows (the script must resize)"
+    details["new tokens"] = what
+    details["embedding modules"] = facts
+    missing = [name for name, ok in covered.items() if not ok]
+    if not missing:
+        details["new tokens"] = f"{what}: trained through lora_modules_to_save / lora_target_modules {sorted(saved + targets)}"
+        return
+    want = list(dict.fromkeys(saved + missing))
+    tied = " (tied: PEFT trains separate copies of the two)" if facts.get("tied") else ""
+    fix = Fix(f"set lora_modules_to_save: {want} in {cfg.path.name}", (Edit(str(cfg.path), set=(("lora_modules_to_save", want),)),))
+    yield (warn, (
+        f"{what}, but LoRA freezes the input embedding `{emb}` and the LM head `{head}`: "
+        f"{'neither is' if len(missing) == 2 else '`' + missing[0] + '` is not'} in lora_modules_to_save"
+        f"{' ' + str(saved) if saved else ''}, so the new tokens' rows stay as initialised and the policy cannot learn "
+        f"to read or emit them; add {' and '.join(missing)} to lora_modules_to_save (the fix writes {want}: full "
+        f"trainable copies, {facts.get('parameters', '?')} parameters{tied})"), fix)
+
+
+def _disk_vocab(ctx) -> set[str]:
+    """The tokens of the tokenizer as saved (before `added_tokens`), read from tokenizer.json when it is there."""
+    data = _read_json(ctx.tokenizer_file("tokenizer.json"))
+    if data is not None:
+        model_vocab = (data.get("model") or {}).get("vocab")
+        tokens = set(model_vocab) if isinstance(model_vocab, dict) else \
+            {v[0] for v in model_vocab or [] if isinstance(v, list) and v}
+        tokens |= {t.get("content") for t in data.get("added_tokens") or [] if isinstance(t, dict)}
+        if tokens:
+            return tokens
+    return set(ctx.disk_tokenizer_copy().get_vocab())
+
+
+def _embedding_names(ctx) -> tuple[str | None, str | None, dict]:
+    """The last name component of the input embedding and the LM head (what PEFT matches), from the meta model."""
+    model = ctx.meta_model
+    emb_module, head_module = model.get_input_embeddings(), model.get_output_embeddings()
+    names = {id(m): n for n, m in model.named_modules()}
+    emb = names.get(id(emb_module), "embed_tokens").rsplit(".", 1)[-1]
+    head = names.get(id(head_module), "lm_head").rsplit(".", 1)[-1] if head_module is not None else None
+    text = ctx.model_config.get_text_config() if hasattr(ctx.model_config, "get_text_config") else ctx.model_config
+    tied = bool(getattr(text, "tie_word_embeddings", False) or getattr(ctx.model_config, "tie_word_embeddings", False))
+    count = emb_module.weight.numel() + (head_module.weight.numel() if head_module is not None else 0)
+    return emb, head, {"input embedding": names.get(id(emb_module)), "LM head": names.get(id(head_module)),
+                       "tied": tied, "parameters": f"{count:,}"}
+
+
+def _names(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()] if value != "all-linear" else []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+# -- gradient checkpointing ------------------------------------------------------------------------------------------
+
+def _checkpointing(ctx, details: dict):
+    from trl_doctor._memory import config_value
+
+    if not config_value(ctx, "gradient_checkpointing", False):
+        details["gradient checkpointing"] = "gradient checkpointing off"
+        return
+    kwargs = config_value(ctx, "gradient_checkpointing_kwargs", None)
+    if isinstance(kwargs, str):
+        try:
+            kwargs = json.loads(kwargs)
+        except ValueError:
+            kwargs = None
+    kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
+    tf_enables, tf_evidence, tf_default = _transformers_input_grads()
+    trl_enables, trl_evidence = _trl_input_grads(ctx)
+    reentrant = kwargs.get("use_reentrant", tf_default)
+    where = ("gradient_checkpointing_kwargs" if "use_reentrant" in kwargs else
+             f"transformers {ctx.version('transformers')}'s default")
+    details["gradient checkpointing"] = f"gradient checkpointing on, use_reentrant={reentrant} ({where})"
+    details["input gradients (TRL)"] = trl_evidence
+    details["input gradients (transformers)"] = tf_evidence
+    if trl_enables:
+        details["gradient checkpointing"] += f"; trl {ctx.version('trl')} enables input gradients for PEFT"
+        return
+    if tf_enables:
+        details["gradient checkpointing"] += f"; transformers {ctx.version('transformers')} enables input gradients"
+        return
+    if reentrant is False:
+        details["gradient checkpointing"] += ": non-reentrant, so no input gradients are needed"
+        return
+    fix = None
+    action = "set gradient_checkpointing_kwargs: {use_reentrant: false}"
+    if ctx.config.get("deepspeed"):
+        action = ("upgrade to trl>=0.16, which enables input gradients itself (this config uses DeepSpeed, where PEFT + "
+                  "ZeRO-3 needs reentrant checkpointing, so use_reentrant: false is not written)")
+    else:
+        fix = Fix(f"set gradient_checkpointing_kwargs: {{use_reentrant: false}} in {ctx.config.path.name}",
+                  (Edit(str(ctx.config.path), set=(("gradient_checkpointing_kwargs", {**kwargs, "use_reentrant": False}),)),))
+    yield (fail, (
+        f"gradient checkpointing is on with use_reentrant={reentrant} ({where}) and LoRA freezes the embedding, but "
+        f"nothing enables input gradients: trl {ctx.version('trl')}'s {TRAINER_CLASS[ctx.trainer]} never calls "
+        f"enable_input_require_grads() and transformers {ctx.version('transformers')} does so only for adapters it "
+        "loaded itself; the first backward fails with 'element 0 of tensors does not require grad and does not have a "
+        f"grad_fn' (trl#3089); {action}"), fix)
+
+
+def _trl_input_grads(ctx) -> tuple[bool, str]:
+    """Whether the installed trainer (or a TRL helper it calls) calls enable_input_require_grads(), with where."""
+    from trl_doctor._trl import trainer_source, trl_root
+
+    found = trainer_source(ctx.trainer)
+    if found is None:
+        return False, f"trl has no {TRAINER_CLASS[ctx.trainer]} source"
+    rel, text = found
+    m = _CALL_GRADS.search(text)
+    if m is not None:
+        return True, f"{rel}:{_line(text, m.start())}: `{_line_text(text, m.start())}` (under `{_guard(text, m.start())}`)"
+    root = trl_root()
+    callers: dict[str, str] = {}  # helper function -> where it (or what it calls) enables input gradients
+    bodies: dict[str, tuple[str, str]] = {}
+    for helper in HELPER_MODULES:
+        path = root / helper if root is not None else None
+        if path is None or not path.is_file():
+            continue
+        for name, body, line in _functions(path.read_text(encoding="utf-8")):
+            bodies[name] = (body, f"trl/{helper}:{line}")
+    for name, (body, where) in bodies.items():
+        if _CALL_GRADS.search(body):
+            callers[name] = where
+    changed = True
+    while changed:  # helpers calling helpers (prepare_peft_model -> enable_gradient_checkpointing)
+        changed = False
+        for name, (body, where) in bodies.items():
+            called = [c for c in callers if re.search(rf"\b{c}\(", body)]
+            if name not in callers and called:
+                callers[name] = f"{where} via {called[0]}"
+                changed = True
+    for name, where in callers.items():
+        m = re.search(rf"(?<!def )\b{name}\(", text)
+        if m is not None:
+            return True, f"{rel}:{_line(text, m.start())} calls {name} ({where}), which calls enable_input_require_grads()"
+    return False, f"{rel} (and trl/{', trl/'.join(HELPER_MODULES)}) never call enable_input_require_grads() for it"
+
+
+def _transformers_input_grads() -> tuple[bool, str, bool]:
+    """(transformers enables input gradients for every text model when checkpointing starts, evidence, its default
+    use_reentrant), read from transformers/modeling_utils.py."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformers")
+    path = Path(list(spec.submodule_search_locations)[0]) / "modeling_utils.py" if spec and spec.submodule_search_locations else None
+    if path is None or not path.is_file():
+        return False, "transformers' modeling_utils.py not found", True
+    text = path.read_text(encoding="utf-8")
+    default = re.search(r"""\{\s*["']use_reentrant["']\s*:\s*(True|False)\s*\}""", text)
+    reentrant_default = default is None or default.group(1) == "True"
+    for m in re.finditer(r"\n    def (\w*checkpointing_enable)\(", text):
+        end = text.find("\n    def ", m.end())
+        body = text[m.start():end if end > 0 else None]
+        if "enable_input_require_grads()" not in body:
+            continue
+        line = _line(text, m.start() + 1)
+        if re.search(r"""main_input_name\s*==\s*["']input_ids["']""", body):
+            return True, (f"transformers/modeling_utils.py:{line}: {m.group(1)} calls enable_input_require_grads() for "
+                          "models whose main input is input_ids"), reentrant_default
+        return False, (f"transformers/modeling_utils.py:{line}: {m.group(1)} calls enable_input_require_grads() only "
+                       "when `_hf_peft_config_loaded` (adapters transformers loaded itself)"), reentrant_default
+    return False, "transformers/modeling_utils.py: gradient_checkpointing_enable never calls enable_input_require_grads()", \
+        reentrant_default
+
+
+# -- source reading helpers ------------------------------------------------------------------------------------------
+
+def _trainer_takes_peft(ctx) -> bool | None:
+    """Whether the installed trainer's __init__ takes a peft_config, read from its source (no import)."""
+    from trl_doctor._trl import trainer_source
+
+    found = trainer_source(ctx.trainer)
+    if found is None:
+        return None
+    text = found[1]
+    start = text.find(f"class {TRAINER_CLASS[ctx.trainer]}(")
+    init = re.compile(r"def __init__\((.*?)\)\s*(?:->\s*None\s*)?:", re.S).search(text, max(start, 0))
+    return None if init is None else "peft_config" in init.group(1)
+
+
+def _functions(text: str):
+    """(name, body, line) of every top-level function of a module's source."""
+    starts = [m for m in re.finditer(r"^def (\w+)\(", text, re.M)]
+    for i, m in enumerate(starts):
+        end = re.compile(r"^[^\s)#]", re.M).search(text, m.end())  # the next top-level statement
+        stop = end.start() if end else len(text)
+        yield m.group(1), text[m.start():stop], _line(text, m.start())
+
+
+def _function(path: Path, name: str) -> tuple[str | None, int | None]:
+    if not path.is_file():
+        return None, None
+    for fname, body, line in _functions(path.read_text(encoding="utf-8")):
+        if fname == name:
+            return body, line
+    return None, None
+
+
+def _guard(text: str, pos: int) -> str:
+    """The nearest enclosing `if` line above `pos`."""
+    start = text.rfind("\n", 0, pos) + 1
+    indent = len(text[start:pos]) - len(text[start:pos].lstrip())
+    for prev in reversed(text[:start].splitlines()):
+        stripped = prev.strip()
+        if stripped and not stripped.startswith("#") and len(prev) - len(prev.lstrip()) < indent:
+            return " ".join(stripped.split())[:160]
+    return "?"
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _line_text(text: str, pos: int) -> str:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    return text[start:end if end >= 0 else None].strip()
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

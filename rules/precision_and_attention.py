@@ -1,0 +1,458 @@
+"""TD015 precision-and-attention: bf16/fp16, the attention kernel and the load dtype suit the GPUs and the checkpoint.
+
+What goes wrong
+    - bf16 on a GPU below compute capability 8.0 (T4, V100, RTX 20xx): transformers stops in TrainingArguments
+      with "ValueError: Your setup doesn't support bf16/gpu." where torch does not count emulated bf16, and
+      where it does, bf16 matmuls run emulated, many times slower. TRL's GRPO and RLOO configs turn bf16 on by
+      default since TRL 0.19 (`bf16=None`, which `__post_init__` makes `not fp16`), so a config that names no
+      precision asks for bf16 too.
+    - vLLM colocate on such a GPU with a bf16 checkpoint: TRL builds `LLM(...)` without a dtype, vLLM takes
+      the checkpoint's and refuses ("Bfloat16 is only supported on GPUs with compute capability of at least
+      8.0"); the trainer's `fp16: true` does not reach vLLM.
+    - fp16 or bf16 on a machine without a GPU: accelerate applies fp16 mixed precision only on a GPU (on the
+      CPU the job trains in fp32 without a word), torch runs bf16 on the CPU slowly: the config is meant for
+      another machine, so it is a warning.
+    - `attn_implementation: flash_attention_2` (or _3, _4) without its package: model loading stops with
+      "ImportError: FlashAttention2 has been toggled on, but it cannot be used due to the following error: the
+      package flash_attn seems to be not installed"; on a GPU older than the kernel supports (FlashAttention 2
+      needs 8.0, Ampere; 3 and 4 need 9.0, Hopper) the first forward stops with "FlashAttention only supports
+      Ampere GPUs or newer."
+    - the load dtype against the checkpoint's: TRL loads the policy in float32 unless a dtype is given
+      (create_model_from_path's default in TRL 1.x, ModelConfig's `dtype` default), whatever config.json says.
+      For a full fine-tune that is fp32 master weights, the usual mixed-precision recipe, until it no longer
+      fits: weights, gradients and AdamW's two states take 16 bytes per parameter (an 8B model: 120 GiB). With
+      LoRA the base is frozen, so a bf16 checkpoint loaded in fp32 only doubles its memory, and so does a
+      frozen reference copy (beta != 0 without PEFT). Weights loaded in float16 with `fp16: true` (full
+      fine-tune) stop at the first optimizer step: "ValueError: Attempting to unscale FP16 gradients."
+
+Versions
+    bf16 defaults to True in GRPOConfig and RLOOConfig from TRL 0.19 (before, TrainingArguments' False); the
+    rule reads the installed config class's `bf16` default and its `__post_init__`. TRL 1.x loads float32 when
+    no dtype is given (trl/trainer/utils.py: `kwargs.get("dtype", "float32")`); TRL 0.x passes `torch_dtype`
+    on to transformers, whose default is float32 before 5.0 and "auto" (the checkpoint's) from 5.0: the
+    installed code is read (trl_doctor/_memory.py's policy_dtype). transformers >= 5 falls back to the Hub
+    kernel `kernels-community/flash-attn2` when flash_attn is missing and the `kernels` package is installed
+    (read from its modeling_utils.py); that needs the Hub or a cached kernel, so it is a warning.
+
+How it is detected
+    bf16 and fp16 are the values the installed TRL config resolves (its defaults included). The GPUs come from
+    NVML (trl_doctor._env.gpus(), CUDA_VISIBLE_DEVICES applied): compute capability of each visible GPU. The
+    attention implementation is `model_init_kwargs.attn_implementation`, else the `attn_implementation` key
+    (TRL's ModelConfig, which the CLI puts into model_init_kwargs), else config.json's; the flash-attention
+    packages are looked up with importlib.util.find_spec and their distribution metadata, without importing
+    them. The checkpoint dtype is config.json's `dtype` / `torch_dtype`; the parameter count for the GiB
+    figures is the meta-device model's (no weights are loaded). A full fine-tune's fp32 state is compared with
+    the smallest visible GPU's total memory (80 GiB when there is no GPU, the largest common single GPU); with
+    deepspeed or fsdp set it is not judged.
+
+What the fix does
+    bf16 on a GPU below 8.0: writes `bf16: false` (fp32 training; fp16 is faster but can overflow, so it is only
+    suggested). Flash attention that cannot run here: writes `attn_implementation: sdpa` where the config set
+    it (the top-level key, or inside model_init_kwargs). A 16-bit checkpoint loaded in fp32 under LoRA (or for a
+    frozen reference): writes the checkpoint's dtype into model_init_kwargs when the mixed precision matches it.
+    fp16 weights with `fp16: true`: writes dtype float32 into model_init_kwargs (fp32 master weights, fp16
+    autocast). Nothing is written where the dtype was chosen explicitly, or for the other findings.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from trl_doctor import Edit, Fix, fail, passed, rule, warn
+
+BF16_MIN_CC = (8, 0)
+FLASH = {  # version: (module, distributions that provide it, minimum compute capability, GPU family)
+    2: ("flash_attn", ("flash-attn",), (8, 0), "Ampere"),
+    3: ("flash_attn_interface", ("flash-attn-3",), (9, 0), "Hopper"),
+    4: ("flash_attn", ("flash-attn-4",), (9, 0), "Hopper"),
+}
+FROZEN_WASTE_GIB = 2.0  # frozen fp32 copies of a 16-bit checkpoint: warn from this much extra memory
+NO_GPU_BUDGET_GIB = 80.0  # without a GPU, a full fine-tune's fp32 state is compared with one 80 GiB GPU
+GiB = 2**30
+
+
+@rule(
+    id="TD015",
+    slug="precision-and-attention",
+    title="bf16/fp16, the attention kernel and the load dtype suit the GPUs and the checkpoint",
+    needs=("model_config",),
+    fixable="sometimes",
+)
+def check(ctx):
+    from trl_doctor._memory import precision
+
+    raw = ctx.config.raw
+    bf16, fp16 = precision(ctx)
+    visible, gpu_reason = _visible_gpus()
+    on_cpu = raw.get("use_cpu") is True
+    bf16_words = _bf16_origin(ctx)
+    ckpt = _checkpoint_dtype(ctx)
+    details: dict[str, Any] = {
+        "bf16 / fp16": f"{bf16} / {fp16} ({bf16_words})",
+        "GPUs": [f"GPU {g['index']} ({g['name']}): compute capability {g['compute_capability']}" for g in visible]
+        or f"none ({gpu_reason})",
+        "checkpoint dtype (config.json)": ckpt or "not given",
+    }
+    findings: list = []
+    device_words = _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt, findings, details)
+    attn_words = _attention(ctx, raw, visible, on_cpu, findings, details)
+    # no bf16 weights are proposed for a GPU that cannot run bf16
+    bf16_runs = not (visible and not on_cpu and min(_cc(g) for g in visible) < BF16_MIN_CC)
+    dtype_words = _dtype(ctx, raw, bf16 and bf16_runs, fp16, ckpt, visible, findings, details)
+    if not findings:
+        yield passed("; ".join(w for w in (device_words, attn_words, dtype_words) if w), **details)
+        return
+    for status, message, fix in findings:
+        yield (fail if status == "fail" else warn)(message, fix=fix, **details)
+
+
+# -- precision against the device -------------------------------------------------------------------------
+
+def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt, findings, details) -> str:
+    from trl_doctor._memory import config_value
+
+    if bf16 and fp16:
+        findings.append(("fail", "bf16 and fp16 are both on: transformers stops with \"At most one of fp16 and bf16 can "
+                                 "be True, but not both\"; keep one (`bf16: false` or `fp16: false`)", None))
+        return ""
+    mode = "bf16" if bf16 else "fp16" if fp16 else "fp32"
+    if on_cpu:
+        return f"use_cpu: true: {mode} on the CPU" + (" (fp16 mixed precision is not applied there)" if fp16 else "")
+    if not visible:
+        if fp16:
+            findings.append(("warn", f"fp16: true but there is no GPU here ({gpu_reason}): accelerate applies fp16 mixed "
+                                     "precision only on a GPU, so here the job would train in fp32; run trl-doctor on the "
+                                     "training machine", None))
+        elif bf16 and raw.get("bf16") is True:
+            findings.append(("warn", f"bf16: true is set but there is no GPU here ({gpu_reason}): torch runs bf16 on the "
+                                     "CPU, so nothing crashes, but the job would train on the CPU; run trl-doctor on the "
+                                     "training machine", None))
+        return f"{mode} ({bf16_words}); no GPU here to check it against ({gpu_reason})"
+    lowest = min(visible, key=_cc)
+    use_vllm = bool(config_value(ctx, "use_vllm", False))
+    if bf16 and _cc(lowest) < BF16_MIN_CC:
+        where = "" if raw.get("bf16") is True else f" ({bf16_words})"
+        fix = Fix(f"set bf16: false in {ctx.config.path.name} (train in fp32 on {lowest['name']})",
+                  (Edit(str(ctx.config.path), set=(("bf16", False),)),))
+        findings.append(("fail", (
+            f"bf16 is on{where} but {_name(lowest)} has compute capability {lowest['compute_capability']} and bfloat16 "
+            "needs 8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs it "
+            "emulated, many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to NaN), "
+            "or use an Ampere or newer GPU"), fix))
+    if use_vllm and ckpt == "bfloat16" and _cc(lowest) < BF16_MIN_CC:
+        mode_v = str(config_value(ctx, "vllm_mode", "server") or "server")
+        how = ("TRL builds vLLM's LLM(...) without a dtype, so the trainer's precision settings do not reach it; save "
+               "the checkpoint in float16" if mode_v == "colocate" else
+               "start the server with `trl vllm-serve --dtype half`")
+        findings.append(("fail" if mode_v == "colocate" else "warn", (
+            f"use_vllm: vLLM loads the checkpoint's dtype (bfloat16, config.json) and refuses {_name(lowest)} "
+            f"(compute capability {lowest['compute_capability']}): \"Bfloat16 is only supported on GPUs with compute "
+            f"capability of at least 8.0\"; {how}"), None))
+    if bf16:
+        return f"bf16 ({bf16_words}) on GPUs of compute capability {lowest['compute_capability']} or more (8.0 needed)"
+    return f"{mode} on {len(visible)} GPU{'s' if len(visible) != 1 else ''}"
+
+
+def _bf16_origin(ctx) -> str:
+    """Where bf16's value comes from: the config, or the installed config class's default."""
+    import dataclasses
+
+    raw = ctx.config.raw
+    if "bf16" in raw:
+        return f"`bf16: {str(raw['bf16']).lower()}` in the config"
+    from trl_doctor._trl import config_class
+
+    cls = config_class(ctx.trainer)
+    if cls is None:
+        return "bf16 not set"
+    default = next((f.default for f in dataclasses.fields(cls) if f.name == "bf16"), False)
+    if default is None and _post_init_sets_bf16(cls):
+        return f"the installed TRL's default: {cls.__name__}.bf16 is None, which its __post_init__ makes `not fp16`"
+    return f"the installed TRL's default: {cls.__name__}.bf16 = {default}"
+
+
+def _post_init_sets_bf16(cls) -> bool:
+    """Whether a TRL __post_init__ in the config class's MRO turns bf16=None into `not fp16` (TRL >= 0.19)."""
+    import inspect
+
+    for klass in cls.__mro__:
+        fn = vars(klass).get("__post_init__")
+        if fn is None or not klass.__module__.startswith("trl"):
+            continue
+        try:
+            if re.search(r"self\.bf16\s*=\s*not\b", inspect.getsource(fn)):
+                return True
+        except (OSError, TypeError):
+            continue
+    return False
+
+
+# -- attention --------------------------------------------------------------------------------------------
+
+def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
+    from trl_doctor._memory import model_init_kwargs
+
+    kwargs = model_init_kwargs(ctx)
+    if kwargs.get("attn_implementation"):
+        attn, where = kwargs["attn_implementation"], "model_init_kwargs"
+    elif raw.get("attn_implementation"):
+        attn, where = raw["attn_implementation"], "attn_implementation"
+    else:
+        cfg_json = ctx.read_json(ctx.model_file("config.json")) or {}
+        attn = cfg_json.get("attn_implementation") or cfg_json.get("_attn_implementation")
+        where = "config.json"
+    if not attn:
+        return "attention: transformers' default (sdpa where the model supports it)"
+    attn = str(attn)
+    details["attn_implementation"] = f"{attn} ({where})"
+    m = re.fullmatch(r"(?:paged\|)?flash_attention_(\d)", attn)
+    if m is None or int(m.group(1)) not in FLASH:
+        return f"attention: {attn}"
+    version = int(m.group(1))
+    module, dists, need_cc, family = FLASH[version]
+    installed = _flash_installed(module, dists)
+    details["flash attention package"] = installed or f"not installed ({' or '.join(dists)}, module {module})"
+    fix = _sdpa_fix(ctx, raw, where, kwargs)
+    name = f"FlashAttention{version}"
+    if not installed:
+        fallback = _kernels_fallback()
+        if fallback:
+            findings.append(("warn", (
+                f"{where}: {attn}, but {dists[0]} is not installed: transformers {ctx.version('transformers')} falls back "
+                f"to the Hub kernel {fallback} through the kernels package, which needs the Hub (or a cached kernel) at "
+                f"model loading; install {dists[0]}, or use `attn_implementation: sdpa`"), fix))
+        else:
+            findings.append(("fail", (
+                f"{where}: {attn}, but the package {dists[0]} (module {module}) is not installed: model loading stops "
+                f"with \"ImportError: {name} has been toggled on, but it cannot be used due to the following error: "
+                f"the package ... is not installed\"; install {dists[0]} (a wheel built for this torch and CUDA), or "
+                "use `attn_implementation: sdpa`"), fix))
+        return ""
+    if on_cpu:
+        findings.append(("fail", f"{where}: {attn} with use_cpu: true: {name} runs only on a CUDA GPU; use "
+                                 "`attn_implementation: sdpa`", fix))
+        return ""
+    if not visible:
+        findings.append(("warn", f"{where}: {attn}: {installed} is installed but there is no GPU here, and {name} runs "
+                                 "only on a CUDA GPU; run trl-doctor on the training machine", None))
+        return ""
+    old = [g for g in visible if _cc(g) < need_cc]
+    if old:
+        g = old[0]
+        findings.append(("fail", (
+            f"{where}: {attn}, but {_name(g)} has compute capability {g['compute_capability']} and {name} needs "
+            f"{need_cc[0]}.{need_cc[1]} ({family}) or newer: the first forward stops (\"FlashAttention only supports "
+            f"{family} GPUs or newer\"); use `attn_implementation: sdpa` on this GPU"), fix))
+        return ""
+    return f"{name} ({installed}) on compute capability {min(visible, key=_cc)['compute_capability']}"
+
+
+def _flash_installed(module: str, dists: tuple) -> str | None:
+    import importlib.util
+
+    from trl_doctor._env import package_version
+
+    try:
+        if importlib.util.find_spec(module) is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    for dist in dists:
+        version = package_version(dist)
+        if version:
+            return f"{dist} {version}"
+    return None
+
+
+def _kernels_fallback() -> str | None:
+    """The Hub kernel transformers uses when flash_attn is missing and `kernels` is installed, read from its source."""
+    import importlib.util
+    from pathlib import Path
+
+    from trl_doctor._env import package_version
+
+    if package_version("kernels") is None:
+        return None
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0])
+    try:
+        modeling = (root / "modeling_utils.py").read_text(encoding="utf-8")
+        if "FLASH_ATTN_KERNEL_FALLBACK[" not in modeling:
+            return None
+        m = re.search(r"\"flash_attention_2\"\s*:\s*\"([^\"]+)\"", (root / "modeling_flash_attention_utils.py").read_text())
+    except OSError:
+        return None
+    return m.group(1) if m else "a kernels-community flash-attention kernel"
+
+
+def _sdpa_fix(ctx, raw, where: str, kwargs: dict) -> Fix | None:
+    path = str(ctx.config.path)
+    if where == "attn_implementation":
+        return Fix(f"set attn_implementation: sdpa in {ctx.config.path.name}", (Edit(path, set=(("attn_implementation", "sdpa"),)),))
+    if where == "model_init_kwargs" and isinstance(raw.get("model_init_kwargs"), dict):
+        new = dict(raw["model_init_kwargs"])
+        new["attn_implementation"] = "sdpa"
+        return Fix(f"set attn_implementation: sdpa in model_init_kwargs of {ctx.config.path.name}",
+                   (Edit(path, set=(("model_init_kwargs", new),)),))
+    return None
+
+
+# -- the load dtype against the checkpoint ----------------------------------------------------------------
+
+def _checkpoint_dtype(ctx) -> str | None:
+    cfg = ctx.read_json(ctx.model_file("config.json")) or {}
+    found = cfg.get("dtype") or cfg.get("torch_dtype")
+    if found is None and isinstance(cfg.get("text_config"), dict):
+        found = cfg["text_config"].get("dtype") or cfg["text_config"].get("torch_dtype")
+    return str(found).replace("torch.", "") if found else None
+
+
+def _dtype(ctx, raw, bf16, fp16, ckpt, visible, findings, details) -> str:
+    from trl_doctor._memory import config_value, model_init_kwargs, policy_dtype
+
+    load, load_from = policy_dtype(ctx)
+    details["load dtype"] = f"{load} ({load_from})"
+    if any(config_value(ctx, k, False) for k in ("load_in_4bit", "load_in_8bit")):
+        return f"weights load quantized ({load} for the rest)"
+    explicit = bool(_explicit_dtype(raw, model_init_kwargs(ctx)))
+    use_peft = bool(config_value(ctx, "use_peft", False))
+    beta = config_value(ctx, "beta", 0.0)
+    reference = ctx.trainer == "ppo" or (beta not in (None, 0, 0.0) and not use_peft)
+
+    if load == "float16" and fp16 and not use_peft:
+        fix = _dtype_fix(ctx, raw, "float32", override=True)
+        findings.append(("fail", (
+            f"the weights load in float16 ({load_from}) and fp16: true trains them in place: the first optimizer step "
+            "stops with \"ValueError: Attempting to unscale FP16 gradients.\" (the gradient scaler needs fp32 "
+            f"parameters); load them in float32 (`model_init_kwargs: {{{_dtype_key(ctx)}: float32}}`, fp16 autocast keeps "
+            "the speed), "
+            "or train LoRA adapters"), fix))
+        return ""
+    if ckpt not in ("bfloat16", "float16") or load != "float32" or explicit:
+        if ckpt and load != ckpt:
+            return f"weights load as {load} ({load_from}), checkpoint {ckpt}"
+        return f"weights load as {load}" + (f" (checkpoint {ckpt})" if ckpt else "")
+    params = _params(ctx)
+    if params is None:
+        return f"weights load as float32 ({load_from}), checkpoint {ckpt}"
+    gib32, gib16 = params * 4 / GiB, params * 2 / GiB
+    details["policy parameters"] = f"{params:,} (meta-device model)"
+    details["weights"] = f"{gib32:.1f} GiB in float32, {gib16:.1f} GiB in {ckpt}"
+    frozen = (params if use_peft else 0) + (params if reference else 0)
+    waste = frozen * 2 / GiB
+    if frozen and waste >= FROZEN_WASTE_GIB:
+        what = " and ".join(w for w, on in (("the LoRA base (frozen: only the adapters train)", use_peft),
+                                            ("the frozen reference copy", reference)) if on)
+        matches = (ckpt == "bfloat16" and bf16) or (ckpt == "float16" and fp16)
+        fix = _dtype_fix(ctx, raw, ckpt) if matches else None
+        findings.append(("warn", (
+            f"the {ckpt} checkpoint loads in float32 ({load_from}): {what} take{'s' if frozen == params else ''} "
+            f"{frozen * 4 / GiB:.1f} GiB instead of {frozen * 2 / GiB:.1f} GiB ({params:,} parameters), {waste:.1f} GiB "
+            f"for no gain in precision; load it in {ckpt} (`model_init_kwargs: {{{_dtype_key(ctx)}: {ckpt}}}`)"), fix))
+        return ""
+    if use_peft:
+        return f"weights load as float32 ({load_from}), checkpoint {ckpt}: {waste:.1f} GiB more for the frozen base"
+    sharded = [k for k in ("deepspeed", "fsdp") if raw.get(k)]
+    state32, state16 = params * 16 / GiB, params * 8 / GiB
+    budget = min((g["memory_total_bytes"] for g in visible), default=NO_GPU_BUDGET_GIB * GiB) / GiB
+    budget_words = (f"{_name(min(visible, key=lambda g: g['memory_total_bytes']))}'s {budget:.1f} GiB" if visible
+                    else f"one {NO_GPU_BUDGET_GIB:.0f} GiB GPU (there is no GPU here)")
+    details["full fine-tune state"] = (f"weights, gradients and AdamW's 2 states: {state32:.1f} GiB in float32 (16 bytes "
+                                       f"per parameter), {state16:.1f} GiB in {ckpt} (8 bytes)")
+    if not sharded and state32 > budget:
+        findings.append(("warn", (
+            f"the {ckpt} checkpoint loads in float32 ({load_from}): weights, gradients and AdamW's two states of the "
+            f"{params:,} parameters take {state32:.1f} GiB, more than {budget_words}, before any activation "
+            f"({state16:.1f} GiB in {ckpt}); load in {ckpt} (`model_init_kwargs: {{{_dtype_key(ctx)}: {ckpt}}}`, no fp32 master "
+            "weights), train LoRA adapters (`use_peft: true`), or shard with ZeRO-3 / FSDP"), None))
+        return ""
+    return (f"weights load as float32 ({load_from}), checkpoint {ckpt}: fp32 master weights for a full fine-tune, "
+            f"{state32:.1f} GiB of weights, gradients and AdamW states")
+
+
+def _explicit_dtype(raw: dict, kwargs: dict) -> str | None:
+    for mapping in (kwargs, raw):
+        for key in ("dtype", "torch_dtype"):
+            if mapping.get(key) not in (None, "auto"):
+                return str(mapping[key]).replace("torch.", "")
+    return None
+
+
+def _params(ctx) -> int | None:
+    from trl_doctor import InputError, Unavailable
+    from trl_doctor._memory import count_params
+
+    try:
+        return count_params(ctx.meta_model)
+    except (InputError, Unavailable):
+        return None
+    except Exception:  # a model transformers cannot build on the meta device: the GiB figures are left out
+        return None
+
+
+def _dtype_key(ctx) -> str:
+    """The model_init_kwargs key the installed TRL reads the dtype from: `dtype` (1.x) or `torch_dtype` (0.x)."""
+    from trl_doctor._trl import trainer_source, trl_root
+
+    texts = []
+    found = trainer_source(ctx.trainer)
+    if found:
+        texts.append(found[1])
+    root = trl_root()
+    if root is not None and (root / "trainer" / "utils.py").is_file():
+        texts.append((root / "trainer" / "utils.py").read_text(encoding="utf-8"))
+    text = "\n".join(texts)
+    if re.search(r"""\.get\(\s*["']dtype["']""", text):
+        return "dtype"
+    if re.search(r"""\.get\(\s*["']torch_dtype["']""", text):
+        return "torch_dtype"
+    return "dtype"
+
+
+def _dtype_fix(ctx, raw, dtype: str, override: bool = False) -> Fix | None:
+    """Write `dtype` where the load dtype is decided: into model_init_kwargs, or over an explicit key when
+    `override` (only for a choice that cannot train)."""
+    current = raw.get("model_init_kwargs")
+    if current is not None and not isinstance(current, dict):
+        return None  # a JSON string: left to the user
+    path, name = str(ctx.config.path), ctx.config.path.name
+    for key in ("dtype", "torch_dtype"):
+        if (current or {}).get(key) not in (None, "auto"):
+            if not override:
+                return None  # the dtype was chosen explicitly
+            new = dict(current)
+            new[key] = dtype
+            return Fix(f"set model_init_kwargs.{key}: {dtype} in {name}", (Edit(path, set=(("model_init_kwargs", new),)),))
+    for key in ("dtype", "torch_dtype"):
+        if raw.get(key) not in (None, "auto"):
+            if not override:
+                return None
+            return Fix(f"set {key}: {dtype} in {name}", (Edit(path, set=((key, dtype),)),))
+    key = _dtype_key(ctx)
+    new = dict(current or {})
+    new[key] = dtype
+    return Fix(f"set model_init_kwargs.{key}: {dtype} in {name}", (Edit(path, set=(("model_init_kwargs", new),)),))
+
+
+# -- GPUs -------------------------------------------------------------------------------------------------
+
+def _visible_gpus() -> tuple[list[dict], str | None]:
+    from trl_doctor._env import gpus
+    from trl_doctor.rules.gpu_capacity import visible_gpus
+
+    found, why = gpus()
+    visible, note = visible_gpus(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return visible, why or note or "NVML reports no GPU"
+
+
+def _cc(g: dict) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", str(g.get("compute_capability", "")))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _name(g: dict) -> str:
+    return f"GPU {g['index']} ({g['name']})"

@@ -1,0 +1,483 @@
+"""TD014 reward-functions: reward functions and reward models work the way the installed trainer calls them.
+
+What goes wrong
+    GRPOTrainer and RLOOTrainer call each reward function once per batch, as
+    `reward_func(prompts=..., completions=..., completion_ids=..., **reward_kwargs)`, where reward_kwargs
+    holds every dataset column but `prompt` (repeated per completion) and, in recent releases,
+    `trainer_state`, `log_extra` and `log_metric`. Completions are strings for plain-text prompts and
+    `[{"role": "assistant", "content": ...}]` for conversational ones. All of this first happens after the
+    model has loaded and the first batch has been generated, and each mistake stops the job there:
+    - `TypeError: reward() got an unexpected keyword argument 'completion_ids'` (or a column name): the
+      function lacks `**kwargs` (trl#4939, trl#2644);
+    - `'list' object has no attribute 'strip'` / `string indices must be integers`: the function expects the
+      other completion format (trl#4202, unsloth#2907);
+    - one score per batch instead of one per completion: older releases broadcast it silently to every
+      completion (so every advantage is zero), newer ones stop with "returned 1 rewards, but 8 were expected"
+      (trl#6533);
+    - None where the installed TRL cannot take it (`must be real number, not NoneType` before 0.16), NaN or
+      inf (NaN advantages and loss where rewards are summed plainly), strings instead of numbers;
+    - an `async def` reward function under a TRL that does not await it (a coroutine instead of scores);
+    - `reward_weights` whose length is not the number of reward sources: "Number of reward weights (2) must
+      match number of reward functions (3)" at start-up;
+    - a reward model (`reward_model_name_or_path`) that is not a 1-label sequence classifier: a causal LM gets
+      a new, random score head (the rewards are noise), a 2-label classifier fails to load with num_labels=1
+      on the score.weight size mismatch, and one whose tokenizer has neither a pad nor an eos token cannot
+      score a batch ("Cannot handle batch sizes > 1 if no padding token is defined", trl#422).
+
+Versions
+    Read from the installed trainer's source, never from a table: the call's keywords (`completion_ids` from
+    0.19), the extra arguments (`trainer_state` from 0.21, `log_extra`/`log_metric` later; `environments`
+    is passed only with environment factories and is not assumed), the columns left out (`prompt`,
+    `completion`, `completion_ids`), None accepted (`... if reward is not None else torch.nan`, from 0.16),
+    NaN ignored (`nansum`, from 0.16), async functions awaited (`is_async_callable`, from 0.27), the count
+    checked ("were expected", after 1.0), and the eos fallback for a reward model's pad token. Checked
+    against trl 0.15.2, 0.16.0, 0.19.1, 0.21.0, 0.23.1, 0.26.0-0.29.0, 1.0.0, 1.12.0 and 1.16.0. RLOOTrainer
+    takes reward functions from trl 0.22; before, it is the PPO-style trainer that scores with
+    `reward_model_path` only, and `reward_funcs` in an RLOO config fails here with the release to pin.
+    The script's order of reward sources (`trl grpo`/`trl rloo`): the reward model first, then
+    `reward_funcs`, which is the order `reward_weights` follows.
+
+How it is detected
+    No model and no GPU. Every `reward_funcs` entry is imported as TRL's scripts import it (a `trl.rewards`
+    name or a dotted path, the config file's folder first); its signature is bound to exactly the keywords
+    the installed trainer passes, dataset columns included. Then it is called, in a worker thread with a
+    20 s limit and its printed output captured, on the dataset's first two rows with two synthetic
+    completions each, in the dataset's own format (text, or one assistant message for conversational
+    prompts), `completion_ids` from the real tokenizer, and stand-ins for `trainer_state`, `log_extra` and
+    `log_metric`. It must return one float (or None, where the installed TRL takes None) per completion;
+    NaN is a warning where TRL treats it as "no score" and a failure where it poisons the sum, inf a
+    failure. A completion no source scores is a warning (TRL logs "All reward functions returned None").
+    The same checks run on every real call during the smoke step (TD006). A reward model's config.json and
+    tokenizer files are read (architectures, id2label, pad and eos tokens), no weights.
+
+What the fix does
+    No automatic fix: the message names the function, its file and line, the keyword it lacks or what it
+    returned, and the smallest change (`def reward(completions, **kwargs)`, one float per completion, one
+    weight per reward source, a 1-label reward model).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from trl_doctor import Unavailable, fail, passed, rule, skip, warn
+
+from ._common import TRAINER_CLASS
+from ._rewards import (RewardCall, RewardImportError, bind_problem, is_async, new_stats, raised_info, record_values,
+                       reward_call, reward_problem, resolve_reward)
+
+ROWS = 2  # dataset rows the functions are called on
+COMPLETIONS = (  # two synthetic completions per prompt, so group-relative rewards can differ
+    "The answer is 4.",
+    "<think>\nTwo plus two is four.\n</think>\nThe answer is 4.",
+)
+CALL_TIMEOUT = 20.0
+ASYNC_FROM = "0.27"  # first release whose trainers await async reward functions (read from the wheels)
+TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+@rule(
+    id="TD014",
+    slug="reward-functions",
+    title="Reward functions take what the installed trainer passes and return one number per completion",
+    trainers=("grpo", "rloo"),
+)
+def check(ctx):
+    cfg = ctx.config
+    trl_version = ctx.version("trl")
+    cls = TRAINER_CLASS[ctx.trainer]
+    call = reward_call(ctx.trainer)
+    if call is None:
+        yield skip(f"trl {trl_version or '(not installed)'} has no {cls} source to read (see the version-skew rule)")
+        return
+    rm_ref = cfg.get("reward_model_name_or_path")
+    rm_ref = rm_ref if isinstance(rm_ref, str) and rm_ref else None
+    names = list(cfg.reward_funcs)
+    details: dict[str, Any] = {"trl": trl_version, "trainer": cls}
+    if not call.takes_reward_funcs:
+        if names or rm_ref:
+            given = ", ".join(names + ([rm_ref] if rm_ref else []))
+            yield fail(f"trl {trl_version}'s {cls} is the PPO-style trainer (before trl 0.22): it scores completions with "
+                       f"one `reward_model_path` classifier and takes no reward functions, so {given} would never run; "
+                       "pin trl>=0.22 for RLOO with reward functions", **details)
+        else:
+            yield skip(f"trl {trl_version}'s {cls} scores with `reward_model_path` only: no reward functions to check")
+        return
+    details["TRL calls"] = call.evidence
+    sources = ([f"reward model {rm_ref}"] if rm_ref else []) + names
+    details["reward sources (in order)"] = sources
+    if not sources:
+        from trl_doctor._trl import trainer_source
+
+        stops = "No reward source provided" in (trainer_source(ctx.trainer) or ("", ""))[1]
+        outcome = (f"trl {trl_version}'s {cls} stops at start-up with 'No reward source provided'" if stops else
+                   f"trl {trl_version}'s {cls} takes the empty list and trains on no reward at all (loss 0 and grad "
+                   "norm 0 at every step)")
+        yield fail(f"the config names no `reward_funcs` and no `reward_model_name_or_path`: {outcome}; add a reward "
+                   "function (`reward_funcs: [my_rewards.correctness]`) or a reward model", **details)
+        return
+
+    findings: list[tuple[Any, str]] = []
+    summaries: list[str] = []
+    findings += _weights(cfg, sources, cls, ctx.trainer)
+    if rm_ref:
+        problems, summary, facts = _reward_model(ctx, rm_ref, call, cls)
+        details["reward model"] = facts
+        findings += problems
+        summaries.append(summary)
+
+    inputs, note = _probe_inputs(ctx, call)
+    details["probe"] = note
+    if inputs is not None:
+        details["arguments passed"] = ", ".join(f"{k}=" for k in inputs["kwargs"])
+    scored_by_any = [bool(rm_ref)] * (len(inputs["prompts"]) if inputs else 0)
+    for name in names:
+        try:
+            func = resolve_reward(name, cfg.base_dir)
+        except RewardImportError as exc:
+            findings.append((fail, f"reward function {name} cannot be imported: {exc}{_folder_hint(ctx, name)}"))
+            continue
+        problem, summary, scores, extra = _probe(ctx, name, func, call, inputs, trl_version)
+        details.update(extra)
+        if problem is not None:
+            findings.append(problem)
+        if summary:
+            summaries.append(summary)
+        for i, s in enumerate(scores or []):
+            scored_by_any[i] = scored_by_any[i] or s is not None
+    if inputs is not None and call.none_allowed and not any(f is fail for f, _ in findings) and not all(scored_by_any):
+        missing = scored_by_any.count(False)
+        findings.append((warn, (
+            f"{missing} of the {len(scored_by_any)} probe completions get no score from any reward source (every "
+            f"function returned None for them): trl {trl_version} logs 'All reward functions returned None' and "
+            "those completions teach nothing; make at least one reward function score every completion")))
+
+    if not findings:
+        yield passed(f"{len(sources)} reward source(s) as trl {trl_version}'s {cls} calls them: " + "; ".join(summaries),
+                     **details)
+        return
+    for make, message in findings:
+        yield make(message, **details)
+
+
+# -- reward weights ------------------------------------------------------------------------------------------------
+
+def _weights(cfg, sources: list[str], cls: str, trainer: str) -> list[tuple[Any, str]]:
+    weights = cfg.get("reward_weights")
+    if not isinstance(weights, list) or len(weights) == len(sources):
+        return []
+    listed = ", ".join(sources)
+    return [(fail, (
+        f"reward_weights has {len(weights)} weight(s) {weights} for {len(sources)} reward source(s) ({listed}, in the "
+        f"order `trl {trainer}` builds them: the reward model first, then reward_funcs): {cls} stops at "
+        f"start-up with 'Number of reward weights ({len(weights)}) must match number of reward functions "
+        f"({len(sources)})'; give one weight per source, in that order"))]
+
+
+# -- the reward model ------------------------------------------------------------------------------------------------
+
+def _reward_model(ctx, ref: str, call: RewardCall, cls: str) -> tuple[list, str, dict]:
+    from trl_doctor._config import resolve_artifact
+
+    cfg = ctx.config
+    path = resolve_artifact(ref, cfg.base_dir, str(cfg.path), "reward_model_name_or_path", need="config.json").path
+    facts: dict[str, Any] = {"path": str(path)}
+    problems: list[tuple[Any, str]] = []
+    archs, n, labels = _classifier_facts(ctx, path)
+    facts.update({"architectures": archs, "num_labels": n})
+    seq = [a for a in archs if a.endswith("ForSequenceClassification")]
+    how = f"{cls} loads it with AutoModelForSequenceClassification.from_pretrained(..., num_labels=1)"
+    if not archs:
+        problems.append((warn, f"reward model {ref}: its config.json names no architectures, so it cannot be "
+                               "confirmed to be a 1-label sequence classifier"))
+    elif not seq:
+        problems.append((fail, (
+            f"reward model {ref} is a {archs[0]}, not a sequence classifier: {how}, which gives it a new, randomly "
+            "initialised score head, so its rewards are noise; use a trained 1-label *ForSequenceClassification "
+            "checkpoint")))
+    elif n not in (None, 1):
+        problems.append((fail, (
+            f"reward model {ref} is a {seq[0]} with {n} labels ({labels}): {how}, which stops on the score.weight "
+            f"size mismatch ([{n}, hidden] in the checkpoint); use a 1-label reward model (one scalar per "
+            "completion)")))
+    pad, eos, found = _special_tokens(path)
+    facts.update({"tokenizer pad_token": pad, "tokenizer eos_token": eos})
+    if not found:
+        facts["tokenizer"] = (f"no tokenizer files in {path}: {cls} loads the reward model's tokenizer from this folder "
+                              "(AutoTokenizer.from_pretrained), so it must ship one")
+    elif pad is None and (eos is None or not call.eos_pad_for_reward_models):
+        fallback = " or an eos token (TRL's fallback)" if call.eos_pad_for_reward_models else ""
+        problems.append((fail, (
+            f"reward model {ref}: its tokenizer has no pad token{fallback}: {cls} sets the reward model's pad_token_id "
+            f"from it, and {seq[0] if seq else 'the classifier'} then refuses batches ('Cannot handle batch sizes > 1 "
+            "if no padding token is defined'); set pad_token in its tokenizer_config.json")))
+    elif pad is None:
+        facts["pad"] = f"none: {cls} uses the eos token {eos!r} as the reward model's pad token"
+    kind = f"{n}-label {seq[0]}" if seq else (archs[0] if archs else "unknown architecture")
+    return problems, f"reward model {ref} ({kind})", facts
+
+
+def _classifier_facts(ctx, path: Path) -> tuple[list[str], int | None, dict]:
+    """(architectures, num_labels, id2label) as transformers reads config.json (a config that saves no id2label
+    has transformers' default of 2 labels)."""
+    from transformers import AutoConfig
+
+    try:
+        mcfg = AutoConfig.from_pretrained(str(path), trust_remote_code=ctx.options.trust_remote_code, local_files_only=True)
+    except Exception:  # unreadable or remote code: fall back to the raw file
+        data = _read_json(path / "config.json") or {}
+        labels = data.get("id2label") or {}
+        return list(data.get("architectures") or []), (len(labels) if labels else data.get("num_labels")), labels
+    labels = {str(k): v for k, v in (getattr(mcfg, "id2label", None) or {}).items()}
+    return list(getattr(mcfg, "architectures", None) or []), int(mcfg.num_labels), labels
+
+
+def _special_tokens(path: Path) -> tuple[str | None, str | None, bool]:
+    """(pad token, eos token, any tokenizer file found) from the folder's tokenizer files, without loading it."""
+    pad = eos = None
+    found = False
+    for name in TOKENIZER_FILES:
+        data = _read_json(path / name)
+        if data is None:
+            continue
+        found = True
+        pad = pad or _token(data.get("pad_token"))
+        eos = eos or _token(data.get("eos_token"))
+    found = found or (path / "tokenizer.json").is_file()
+    return pad, eos, found
+
+
+def _token(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# -- calling the functions --------------------------------------------------------------------------------------------
+
+class _TrainerStateStandIn:
+    """What reward functions read from `trainer_state` (transformers.TrainerState) at the first step, without
+    importing the trainer stack."""
+
+    def __init__(self, max_steps: int, epochs: float):
+        self.epoch = 0.0
+        self.global_step = 0
+        self.max_steps = max_steps
+        self.num_train_epochs = epochs
+        self.logging_steps = 1
+        self.log_history: list[dict] = []
+        self.is_local_process_zero = True
+        self.is_world_process_zero = True
+        self.best_metric = None
+        self.best_model_checkpoint = None
+
+    def __repr__(self) -> str:
+        return f"TrainerState(global_step={self.global_step}, max_steps={self.max_steps})"
+
+
+def _trainer_state(ctx):
+    """The TrainerState the first step hands reward functions: transformers' own class, built from the trainer
+    config (already loaded for other rules, so the import is cheap), else a stand-in with its common fields."""
+    try:
+        cfg = ctx.trainer_config
+        from transformers import TrainerState
+
+        return TrainerState(max_steps=cfg.max_steps, num_train_epochs=cfg.num_train_epochs,
+                            logging_steps=cfg.logging_steps, train_batch_size=cfg.per_device_train_batch_size)
+    except Exception:  # no buildable config: the stand-in still answers what reward functions read at step 0
+        return _TrainerStateStandIn(int(ctx.config.get("max_steps") or -1), float(ctx.config.get("num_train_epochs") or 3.0))
+
+
+def _probe_inputs(ctx, call: RewardCall) -> tuple[dict | None, str]:
+    """The keyword arguments of one probe call (2 dataset rows x 2 synthetic completions), or None and why not."""
+    try:
+        ds = ctx.dataset
+    except Unavailable as exc:
+        return None, f"functions imported and signatures checked, not called: {exc}"
+    columns = list(ds.column_names)
+    if "prompt" not in columns:
+        return None, (f"functions imported and signatures checked, not called: the dataset has no `prompt` column "
+                      f"(columns: {', '.join(columns) or 'none'})")
+    n = min(ROWS, len(ds))
+    if n == 0:
+        return None, "functions imported and signatures checked, not called: the dataset has no rows"
+    from ._chat import is_conversational
+
+    rows = [ds[i] for i in range(n)]
+    conversational = is_conversational(rows[0])
+    prompts, completions, texts, inputs = [], [], [], []
+    for row in rows:
+        for text in COMPLETIONS:
+            prompts.append(copy.deepcopy(row["prompt"]))
+            completions.append([{"role": "assistant", "content": text}] if conversational else text)
+            texts.append(text)
+            inputs.append(row)
+    kwargs: dict[str, Any] = {}
+    for key in call.keywords:
+        if key == "prompts":
+            kwargs[key] = prompts
+        elif key == "completions":
+            kwargs[key] = completions
+        elif key == "completion_ids":
+            tok = ctx.tokenizer
+            kwargs[key] = [list(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+        else:
+            kwargs[key] = None  # a keyword this doctor does not know: bound, passed empty
+    for key in columns:
+        if key not in call.excluded_columns:
+            kwargs[key] = [copy.deepcopy(r[key]) for r in inputs]
+    logged: dict[str, list] = {"log_extra": [], "log_metric": []}
+    for key in call.extras:
+        if key == "trainer_state":
+            kwargs[key] = _trainer_state(ctx)
+        elif key in logged:
+            kwargs[key] = (lambda *a, _k=key, **kw: logged[_k].append(a or kw))
+        else:
+            kwargs[key] = None
+    fmt = "conversational: one assistant message each" if conversational else "plain text"
+    note = (f"called on the dataset's first {n} row(s) x {len(COMPLETIONS)} synthetic completions ({fmt}), "
+            f"{len(prompts)} completions per call")
+    return {"kwargs": kwargs, "prompts": prompts, "logged": logged}, note
+
+
+def _probe(ctx, name: str, func, call: RewardCall, inputs: dict | None, trl_version: str | None):
+    """(problem or None, summary, scores, extra details) for one reward function."""
+    import inspect
+
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        signature = None
+    short = lambda path: _short(path, ctx)  # noqa: E731
+    stats = new_stats()
+    if inputs is not None:
+        kwargs = inputs["kwargs"]
+    else:
+        kwargs = {k: None for k in call.keywords + call.extras}
+        kwargs.update({c: None for c in _columns_or_empty(ctx) if c not in call.excluded_columns})
+    extra: dict[str, Any] = {}
+    bound = bind_problem(func, name, signature, (), kwargs)
+    if bound is not None:
+        stats["signature"] = bound
+        return (fail, reward_problem(name, stats, trl_version, short, call)), "", None, extra
+    if is_async(func) and not call.awaits_async:
+        return (fail, (f"reward function {name} is `async def`, but trl {trl_version}'s trainer calls reward functions "
+                       f"without awaiting them (TRL awaits them from {ASYNC_FROM}): it gets a coroutine instead of "
+                       "scores and the step fails building the reward tensor; make it synchronous or upgrade TRL")), \
+            "", None, extra
+    if inputs is None:
+        return None, f"{name} (signature fits; not called)", None, extra
+
+    outcome = _call(func, kwargs, is_async(func))
+    if outcome.get("printed"):
+        extra[f"printed by {name}"] = outcome["printed"]
+    if "timeout" in outcome:
+        return (warn, (f"reward function {name} did not return within {CALL_TIMEOUT:g}s on {len(inputs['prompts'])} "
+                       "completions: it would stall every training step (a remote judge or a model loaded per call?)")), \
+            "", None, extra
+    if "raised" in outcome:
+        stats["raised"] = outcome["raised"]
+        message = reward_problem(name, stats, trl_version, short, call)
+        columns = [k for k in kwargs if k not in call.call_names()]
+        message += (f" when called as trl {trl_version} calls it (dataset columns passed: "
+                     f"{', '.join(columns) or 'none'}; completions in the dataset's format)")
+        return (fail, message), "", None, extra
+    expected = len(inputs["prompts"])
+    value = outcome["value"]
+    if call.none_allowed and not hasattr(value, "__len__") and hasattr(value, "__iter__") \
+            and not isinstance(value, (str, bytes, dict)):
+        value = list(value)  # a generator: this TRL iterates the output (`[r if r is not None ...]`) before using it
+    scores = record_values(stats, value, expected)
+    extra[f"reward {name}"] = [None if s is None else round(s, 4) for s in scores] if scores is not None else \
+        repr(outcome["value"])[:120]
+    problem = reward_problem(name, stats, trl_version, short, call)
+    if problem is not None:
+        return (fail, problem), "", None, extra
+    if stats["none"] and not call.none_allowed:
+        return (fail, (f"reward function {name} returned None for {stats['none']} of {expected} completions: trl "
+                       f"{trl_version} builds torch.tensor(scores), which fails on None ('must be real number, not "
+                       "NoneType'); return a float (None means 'no score' from trl 0.16)")), "", scores, extra
+    inf = stats["nonfinite"] - stats["nan"]
+    if inf:
+        return (fail, (f"reward function {name} returned inf for {inf} of {expected} completions: the group's mean and "
+                       "advantages become NaN; return finite scores")), "", scores, extra
+    if stats["nan"]:
+        if call.nan_ignored:
+            return (warn, (f"reward function {name} returned NaN for {stats['nan']} of {expected} completions: trl "
+                           f"{trl_version} sums rewards with nansum, so NaN silently counts as 'no score'; return None "
+                           "for that, a NaN is usually a division by zero")), "", scores, extra
+        return (fail, (f"reward function {name} returned NaN for {stats['nan']} of {expected} completions: trl "
+                       f"{trl_version} sums rewards plainly, so the rewards, advantages and loss become NaN")), \
+            "", scores, extra
+    numbers = [s for s in scores if s is not None]
+    span = f"in [{min(numbers):.3g}, {max(numbers):.3g}]" if numbers else "all None"
+    nones = f", {stats['none']} None" if stats["none"] else ""
+    return None, f"{name} ({len(scores)} scores {span}{nones})", scores, extra
+
+
+def _call(func, kwargs: dict, awaited: bool) -> dict:
+    """Call `func(**kwargs)` in a worker thread with a time limit, capturing what it prints."""
+    import contextlib
+    import io
+    import threading
+
+    box: dict[str, Any] = {}
+    args = copy.deepcopy({k: v for k, v in kwargs.items() if k not in ("trainer_state", "log_extra", "log_metric")})
+    args.update({k: v for k, v in kwargs.items() if k in ("trainer_state", "log_extra", "log_metric")})
+
+    def target() -> None:
+        try:
+            if awaited:
+                import asyncio
+
+                box["value"] = asyncio.run(func(**args))
+            else:
+                box["value"] = func(**args)
+        except BaseException as exc:  # the user's error is the finding (sys.exit() in a reward function too)
+            box["raised"] = raised_info(exc, skip_files=(__file__,))
+
+    printed = io.StringIO()
+    worker = threading.Thread(target=target, name="trl-doctor-reward-probe", daemon=True)
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        worker.start()
+        worker.join(CALL_TIMEOUT)
+    out = dict(box)
+    if worker.is_alive():
+        out["timeout"] = True
+    text = printed.getvalue().strip()
+    if text:
+        out["printed"] = text if len(text) <= 300 else text[:297] + "..."
+    return out
+
+
+def _columns_or_empty(ctx) -> list[str]:
+    try:
+        return list(ctx.dataset.column_names)
+    except Unavailable:
+        return []
+
+
+def _folder_hint(ctx, name: str) -> str:
+    folder = Path(name).expanduser()
+    folder = folder if folder.is_absolute() else ctx.config.base_dir / folder
+    if (folder / "config.json").is_file():
+        return (f" ({name} is a model folder: `trl {ctx.trainer}` takes reward functions in `reward_funcs` and a reward "
+                "model in `reward_model_name_or_path`)")
+    return ""
+
+
+def _short(path: str, ctx) -> str:
+    base = str(ctx.config.base_dir)
+    return os.path.relpath(path, base) if path.startswith(base) else path

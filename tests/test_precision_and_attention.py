@@ -1,0 +1,240 @@
+"""TD015 precision-and-attention through the real command: bf16/fp16 against the GPUs (fake NVML), flash
+attention against its package and the GPU, and the load dtype against the checkpoint with the meta model's exact
+parameter count (fixtures/precision-and-attention/models hold config.json files only: Qwen2.5-0.5B and
+Llama-3-8B, both bfloat16 checkpoints).
+
+GPUs come from tests/fake_nvml, put in place of pynvml in this process (the fixture test puts it on PYTHONPATH
+of a subprocess). For an installed flash-attn, a stand-in distribution (a `flash_attn` module and its
+dist-info metadata, nothing else) is put on PYTHONPATH of a subprocess: the rule only looks the package up.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.version import Version
+
+from conftest import FIXTURES, result_of, run_json
+
+HERE = FIXTURES / "precision-and-attention"
+FAKE_NVML_DIR = Path(__file__).resolve().parent / "fake_nvml"
+TRL = Version(version("trl"))
+LLAMA_8B = 8_030_261_248  # parameters, counted by hand in tests/test_gpu_capacity.py
+
+
+@pytest.fixture()
+def fake_gpus(monkeypatch):
+    spec = importlib.util.spec_from_file_location("pynvml", FAKE_NVML_DIR / "pynvml.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    def use(gpus):
+        monkeypatch.setenv("TRL_DOCTOR_FAKE_GPUS", str(HERE / "gpus" / gpus) if isinstance(gpus, (str, Path)) else json.dumps(gpus))
+    return use
+
+
+def check(config: Path, *args: str, env: dict | None = None) -> tuple[int, dict]:
+    kw = {"env": env} if env else {}
+    code, report = run_json("check", str(config), "--select", "precision-and-attention", "--no-smoke", *args, **kw)
+    return code, result_of(report, "TD015")
+
+
+def fix_twice(config: Path) -> dict:
+    """--fix, then a second --fix that must change nothing; the result after the first."""
+    code, report = run_json("check", str(config), "--select", "precision-and-attention", "--no-smoke", "--fix")
+    result = result_of(report, "TD015")
+    assert result["fix"]["applied"] is True and [a["file"] for a in report["applied"]] == [str(config)], result
+    text = config.read_text()
+    code, again = run_json("check", str(config), "--select", "precision-and-attention", "--no-smoke", "--fix")
+    assert again["applied"] == [] and config.read_text() == text
+    return result
+
+
+# -- precision against the GPU ------------------------------------------------------------------------------
+
+def test_bf16_on_a_t4_fails_and_the_fix_turns_it_off(fixture_copy, fake_gpus):
+    fake_gpus("t4.json")
+    config = fixture_copy / "precision-and-attention" / "bad_bf16_t4.yaml"
+    code, r = check(config)
+    assert code == 1 and r["status"] == "fail"
+    assert "GPU 0 (Tesla T4) has compute capability 7.5 and bfloat16 needs 8.0" in r["message"]
+    assert "Your setup doesn't support bf16/gpu" in r["message"]
+    assert r["fix"]["description"].startswith("set bf16: false")
+    result = fix_twice(config)
+    assert result["status"] == "pass" and result["message"].startswith("fp32 on 1 GPU"), result
+    assert yaml.safe_load(config.read_text())["bf16"] is False
+    assert config.read_text().startswith("# bf16 on a Tesla T4")  # the comment is kept
+
+
+def test_bf16_by_trl_default(built_fixtures, fake_gpus):
+    fake_gpus("t4.json")
+    code, r = check(HERE / "bad_bf16_default_t4.yaml")
+    from trl_doctor._trl import config_class
+
+    default = next(f.default for f in __import__("dataclasses").fields(config_class("grpo")) if f.name == "bf16")
+    if default is None:  # trl >= 0.19: bf16=None becomes `not fp16`
+        assert r["status"] == "fail", r
+        assert "bf16 is on (the installed TRL's default: GRPOConfig.bf16 is None, which its __post_init__ makes " \
+               "`not fp16`)" in r["message"]
+    else:
+        assert r["status"] == "pass" and r["message"].startswith("fp32"), r
+    # on an Ampere GPU the same default is fine, and the pass names where bf16 came from
+    fake_gpus("a10g.json")
+    code, r = check(HERE / "ok_bf16_default_a10g.yaml")
+    assert r["status"] == "pass", r
+    if default is None:
+        assert "bf16 (the installed TRL's default" in r["message"] and "compute capability 8.6" in r["message"]
+
+
+def test_no_gpu(built_fixtures, fake_gpus, tmp_path):
+    fake_gpus("no-driver.json")
+    code, r = check(HERE / "bad_fp16_no_gpu.yaml")
+    assert code == 0 and r["status"] == "warn" and r["message"].startswith("fp16: true but there is no GPU here")
+    assert "Driver Not Loaded" in r["message"]
+    config = tmp_path / "bf16.yaml"
+    config.write_text(f"model_name_or_path: {HERE / 'models' / 'qwen2.5-0.5b'}\nbf16: true\n")
+    code, r = check(config)
+    assert r["status"] == "warn" and "torch runs bf16 on the CPU" in r["message"], r
+    # a config that names no precision raises no alarm on a CPU development box
+    code, r = check(HERE / "ok_bf16_default_a10g.yaml")
+    assert r["status"] == "pass" and "no GPU here to check it against" in r["message"], r
+    config.write_text(f"model_name_or_path: {HERE / 'models' / 'qwen2.5-0.5b'}\nuse_cpu: true\nbf16: true\n")
+    code, r = check(config)
+    assert r["status"] == "pass" and "use_cpu: true" in r["message"], r
+
+
+def test_vllm_takes_the_checkpoint_dtype(built_fixtures, fake_gpus):
+    fake_gpus("t4.json")
+    code, r = check(HERE / "bad_vllm_bf16_checkpoint_t4.yaml")
+    assert r["status"] == "fail" and "vLLM loads the checkpoint's dtype (bfloat16, config.json)" in r["message"], r
+    assert "Bfloat16 is only supported on GPUs with compute capability of at least 8.0" in r["message"]
+    code, r = check(HERE / "ok_fp16_t4.yaml")  # the same GPU without vLLM: fp16 over fp32 weights is the recipe
+    assert r["status"] == "pass", r
+
+
+# -- attention ----------------------------------------------------------------------------------------------
+
+def flash_attn_standin(root: Path, dist: str = "flash-attn", module: str = "flash_attn", ver: str = "2.7.4.post1") -> Path:
+    """A distribution that is only a name and a version: what the rule looks up, nothing it could run."""
+    (root / module).mkdir(parents=True)
+    (root / module / "__init__.py").write_text(f"__version__ = {ver!r}\n")
+    info = root / f"{dist.replace('-', '_')}-{ver}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {ver}\n")
+    (info / "top_level.txt").write_text(f"{module}\n")
+    return root
+
+
+def gpu_env(gpus: str, *paths: Path) -> dict:
+    path = os.pathsep.join([str(FAKE_NVML_DIR), *map(str, paths), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return {"PYTHONPATH": path, "TRL_DOCTOR_FAKE_GPUS": str(HERE / "gpus" / gpus)}
+
+
+def test_flash_attention_without_its_package(fixture_copy, fake_gpus):
+    fake_gpus("a100-80g.json")
+    config = fixture_copy / "precision-and-attention" / "bad_flash_attn_missing.yaml"
+    code, r = check(config)
+    assert code == 1 and r["status"] == "fail", r
+    assert "model_init_kwargs: flash_attention_2, but the package flash-attn (module flash_attn) is not installed" in r["message"]
+    assert r["details"]["attn_implementation"] == "flash_attention_2 (model_init_kwargs)"
+    result = fix_twice(config)
+    assert result["status"] == "pass", result
+    written = yaml.safe_load(config.read_text())["model_init_kwargs"]
+    assert written == {"dtype": "bfloat16", "attn_implementation": "sdpa"}  # the other key is kept
+
+
+def test_flash_attention_against_the_gpu(built_fixtures, tmp_path):
+    site = flash_attn_standin(tmp_path / "site")
+    config = tmp_path / "fa2.yaml"
+    config.write_text(f"model_name_or_path: {HERE / 'models' / 'qwen2.5-0.5b'}\nbf16: false\nfp16: true\n"
+                      "attn_implementation: flash_attention_2\n")
+    code, r = check(config, env=gpu_env("t4.json", site))
+    assert r["status"] == "fail", r
+    assert "GPU 0 (Tesla T4) has compute capability 7.5 and FlashAttention2 needs 8.0 (Ampere)" in r["message"]
+    assert r["fix"]["description"] == "set attn_implementation: sdpa in fa2.yaml"
+    assert r["details"]["flash attention package"] == "flash-attn 2.7.4.post1"
+    code, r = check(config, env=gpu_env("a100-80g.json", site))
+    assert r["status"] == "pass" and "FlashAttention2 (flash-attn 2.7.4.post1) on compute capability 8.0" in r["message"], r
+    # FlashAttention 3 is a Hopper kernel with a package of its own
+    config.write_text(config.read_text().replace("flash_attention_2", "flash_attention_3"))
+    code, r = check(config, env=gpu_env("a100-80g.json", site))
+    assert r["status"] == "fail" and "flash-attn-3 (module flash_attn_interface) is not installed" in r["message"], r
+
+
+# -- the load dtype -----------------------------------------------------------------------------------------
+
+def test_lora_base_loaded_in_fp32(fixture_copy, fake_gpus):
+    fake_gpus("a100-80g.json")
+    config = fixture_copy / "precision-and-attention" / "bad_lora_fp32_base.yaml"
+    # on a T4 no bfloat16 weights are proposed: only the bf16 finding's own fix, where bf16 is on
+    fake_gpus("t4.json")
+    code, r = check(config)
+    assert "model_init_kwargs" not in (r["fix"] or {}).get("description", ""), r
+    fake_gpus("a100-80g.json")
+    code, r = check(config)
+    assert code == 0 and r["status"] == "warn", r
+    # 8,030,261,248 parameters × 4 bytes = 29.9 GiB, × 2 bytes = 15.0 GiB
+    assert "takes 29.9 GiB instead of 15.0 GiB (8,030,261,248 parameters), 15.0 GiB for no gain" in r["message"]
+    assert r["details"]["policy parameters"] == f"{LLAMA_8B:,} (meta-device model)"
+    if r["fix"] is None:  # the mixed precision is not bf16 (trl < 0.19 defaults to fp32): no dtype is written
+        assert TRL < Version("0.19")
+        return
+    result = fix_twice(config)
+    assert result["status"] == "pass", result
+    key = r["fix"]["description"].split("model_init_kwargs.")[1].split(":")[0]
+    assert yaml.safe_load(config.read_text())["model_init_kwargs"] == {key: "bfloat16"}
+
+
+def test_full_fine_tune_that_fp32_does_not_fit(built_fixtures, fake_gpus):
+    fake_gpus("a100-80g.json")
+    code, r = check(HERE / "bad_full_finetune_fp32_8b.yaml")
+    assert r["status"] == "warn" and r["fix"] is None, r
+    assert "take 119.7 GiB, more than GPU 0 (NVIDIA A100-SXM4-80GB)'s 80.0 GiB" in r["message"]
+    assert "(59.8 GiB in bfloat16)" in r["message"]
+    # the same small model keeps its fp32 master weights without a word
+    code, r = check(HERE / "ok_bf16_default_a10g.yaml")
+    assert r["status"] == "pass" and "fp32 master weights for a full fine-tune, 7.4 GiB" in r["message"], r
+
+
+def test_fp16_weights_under_fp16_mixed_precision(fixture_copy, fake_gpus):
+    fake_gpus("t4.json")
+    config = fixture_copy / "precision-and-attention" / "bad_fp16_weights_fp16.yaml"
+    code, r = check(config)
+    assert code == 1 and r["status"] == "fail" and "Attempting to unscale FP16 gradients" in r["message"], r
+    result = fix_twice(config)
+    assert result["status"] == "pass", result
+    assert yaml.safe_load(config.read_text())["model_init_kwargs"] == {"dtype": "float32"}
+
+
+# -- no false alarm, and the cost --------------------------------------------------------------------------
+
+def test_no_false_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
+    """Every healthy case of every rule passes (or skips) this rule: on the GPUs its folder's expected.yaml
+    names for it, else on a modern GPU and without a GPU."""
+    for case in sorted(built_fixtures.glob("*/ok_*")):
+        if case.suffix not in (".yaml", ".yml", ".json"):
+            continue
+        expected = case.parent / "expected.yaml"
+        spec = yaml.safe_load(expected.read_text()) if expected.is_file() else {}
+        named = (spec.get("fake_gpus") or {}).get(case.name)
+        for gpus in ([case.parent / named] if named else ("a100-80g.json", "no-driver.json")):
+            fake_gpus(gpus)
+            _, r = check(case)
+            assert r["status"] in ("pass", "skip"), (gpus, case, r["message"])
+
+
+def test_adds_little_to_a_check(built_fixtures, fake_gpus):
+    """With the TRL config and the meta model loaded by the rules that share them, the rule takes well under a second."""
+    fake_gpus("a100-80g.json")
+    _, report = run_json("check", str(HERE / "bad_lora_fp32_base.yaml"), "--no-smoke",
+                         "--select", "trainer-config,gpu-capacity,precision-and-attention")
+    assert result_of(report, "TD015")["duration_s"] < 1.0
