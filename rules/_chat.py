@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from ._common import line_of as _line
 
 _MARK = "TRLDOCTORMARK"
 
@@ -98,8 +99,6 @@ def prompt_format(value: Any) -> str:
     return "malformed"
 
 
-def _line(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
 
 
 def _call_args(text: str, start: int) -> str:

@@ -3,7 +3,9 @@ source), and the token facts several rules need."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 TRAINER_CLASS = {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "ppo": "PPOTrainer"}
@@ -41,3 +43,26 @@ def as_id_list(value: Any) -> list[int]:
     if isinstance(value, int):
         return [value]
     return [v for v in value if isinstance(v, int)]
+
+
+# -- reading source text and small JSON files ---------------------------------------------------------------
+
+def line_of(text: str, pos: int) -> int:
+    """1-based line number of offset `pos` in `text`."""
+    return text.count("\n", 0, pos) + 1
+
+
+def line_text(text: str, pos: int) -> str:
+    """The stripped line of `text` that contains offset `pos`."""
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    return text[start:end if end >= 0 else None].strip()
+
+
+def read_json(path: Path) -> dict | None:
+    """A JSON object from `path`, or None when the file is missing, unreadable or not an object."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from ._common import line_of as _line_of, line_text as _first_line
 
 # Where TRL has kept its vLLM code, newest first (paths inside the `trl` package).
 GENERATION_MODULES = ("generation/vllm_generation.py",)
@@ -56,14 +57,8 @@ class TrlVllmPath:
 
 # -- plain-text readers ---------------------------------------------------------------------------------
 
-def _line_of(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
 
 
-def _first_line(text: str, pos: int) -> str:
-    start = text.rfind("\n", 0, pos) + 1
-    end = text.find("\n", pos)
-    return text[start : end if end != -1 else len(text)].strip()
 
 
 def _call_args(text: str, open_paren: int) -> str:

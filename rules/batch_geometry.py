@@ -546,15 +546,9 @@ def _plain(value: Any) -> Any:
 
 
 def _field_default(cls, key: str) -> Any:
-    import dataclasses
+    from trl_doctor._trl import field_default
 
-    for f in dataclasses.fields(cls):
-        if f.name == key:
-            if f.default is not dataclasses.MISSING:
-                return f.default
-            if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                return f.default_factory()  # type: ignore[misc]
-    return None
+    return field_default(cls, key)
 
 
 def config_values(cls, raw: dict) -> dict:

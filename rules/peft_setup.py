@@ -77,6 +77,7 @@ from typing import Any
 from trl_doctor import Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
 
 from ._common import TRAINER_CLASS, embedding_rows
+from ._common import line_of as _line, line_text as _line_text, read_json as _read_json
 
 PEFT_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_parameters",
              "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora")
@@ -437,19 +438,6 @@ def _guard(text: str, pos: int) -> str:
     return "?"
 
 
-def _line(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
 
 
-def _line_text(text: str, pos: int) -> str:
-    start = text.rfind("\n", 0, pos) + 1
-    end = text.find("\n", pos)
-    return text[start:end if end >= 0 else None].strip()
 
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -59,7 +59,6 @@ What the fix does
 from __future__ import annotations
 
 import copy
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -67,6 +66,7 @@ from typing import Any
 from trl_doctor import Unavailable, fail, passed, rule, skip, warn
 
 from ._common import TRAINER_CLASS
+from ._common import read_json as _read_json
 from ._rewards import (RewardCall, RewardImportError, bind_problem, is_async, new_stats, raised_info, record_values,
                        reward_call, reward_problem, resolve_reward)
 
@@ -257,12 +257,6 @@ def _token(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 # -- calling the functions --------------------------------------------------------------------------------------------

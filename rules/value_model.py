@@ -70,6 +70,7 @@ import warnings
 from pathlib import Path
 
 from trl_doctor import Edit, Fix, InputError, fail, passed, rule, warn
+from ._common import line_of as _line, line_text as _line_text
 
 LAST_PPO_RELEASE = "1.12.0"
 PPO_REMOVED_IN = "1.13.0"
@@ -254,14 +255,8 @@ def _import_error() -> str:
     return last
 
 
-def _line(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
 
 
-def _line_text(text: str, pos: int) -> str:
-    start = text.rfind("\n", 0, pos) + 1
-    end = text.find("\n", pos)
-    return text[start:end if end >= 0 else None].strip()
 
 
 # -- the policy and the models --------------------------------------------------------------------------

@@ -294,15 +294,14 @@ def _field_default(trainer: str, key: str) -> Any:
         classes += [getattr(trl, "ModelConfig", None), getattr(trl, "ScriptArguments", None)]
     except Exception:  # no TRL: no defaults to read
         return _MISSING
+    from ._trl import field_default
+
     for cls in classes:
         if cls is None or not dataclasses.is_dataclass(cls):
             continue
-        for f in dataclasses.fields(cls):
-            if f.name == key:
-                if f.default is not dataclasses.MISSING:
-                    return f.default
-                if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                    return f.default_factory()  # type: ignore[misc]
+        value = field_default(cls, key, _MISSING)
+        if value is not _MISSING:
+            return value
     return _MISSING
 
 

@@ -42,6 +42,17 @@ def config_class(trainer: str):
     return _lookup(trainer, 1)
 
 
+def field_default(cls, key: str, missing=None):
+    """The default of dataclass `cls`'s field `key` (its default_factory called), or `missing`."""
+    for f in dataclasses.fields(cls):
+        if f.name == key:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                return f.default_factory()  # type: ignore[misc]
+    return missing
+
+
 def script_fields() -> set[str]:
     """Fields of TRL's ScriptArguments and ModelConfig: keys `trl <trainer> --config` accepts."""
     import trl
