@@ -44,7 +44,9 @@ def check(ctx):
             f"trl {info.trl_version} does not know {listed}: `trl {ctx.trainer} --config` would stop on it",
             **details,
         )
-    deferred = info.error and _batch_error_at_other_process_count(ctx, info.error, details)
+    if info.launch_note:
+        details["batch arithmetic"] = f"left to batch-geometry: {info.launch_note}"
+    deferred = bool(info.launch_note) or (info.error and _batch_error_at_other_process_count(ctx, info.error, details))
     if info.error and not deferred:
         yield fail(f"{info.class_name} rejects the config: {info.error}", **details)
     if not info.unknown_keys and (not info.error or deferred):

@@ -47,6 +47,7 @@ class TrainerConfigInfo:
     suggestions: dict[str, str] = field(default_factory=dict)
     passed_keys: list[str] = field(default_factory=list)
     injected: dict[str, Any] = field(default_factory=dict)  # keys the doctor set to build it on this machine
+    launch_note: str | None = None  # built at the launch's process count (batch sizes scaled), and why
 
 
 def _lazy(fn: Callable[["Context"], Any]) -> property:
@@ -235,7 +236,33 @@ class Context:
             info.config = cls(**kwargs)
         except Exception as exc:  # TRL's __post_init__ raises ValueError, TypeError, ImportError...
             info.error = f"{type(exc).__name__}: {_one_line(exc)}"
+            self._build_for_the_launch(cls, kwargs, info)
         return info
+
+    def _build_for_the_launch(self, cls, kwargs: dict, info: TrainerConfigInfo) -> None:
+        """TRL checks the batch arithmetic against the processes it runs in: one, here. For a launch of N
+        processes, build the config once more with the same global batch seen from one process (per-device
+        batches times N); when that is accepted, the error was only this machine's process count and the
+        config object serves the other rules (batch-geometry judges the arithmetic at N)."""
+        from trl_doctor.rules.batch_geometry import _is_geometry_error, launch_processes
+
+        if not _is_geometry_error(info.error or ""):
+            return
+        procs, where = launch_processes(self)
+        if procs == 1:
+            return
+        scaled = dict(kwargs)
+        for key in ("per_device_train_batch_size", "per_device_eval_batch_size"):
+            value = scaled.get(key, _field_default(cls, key))
+            if isinstance(value, int):
+                scaled[key] = value * procs
+        try:
+            info.config = cls(**scaled)
+        except Exception:
+            return
+        info.launch_note = (f"built with the global batch of the launch's {procs} processes ({where['words']}) seen from "
+                            f"one process; at 1 process TRL says: {info.error}")
+        info.error = None
 
     @_lazy
     def trainer_config(self):
@@ -331,3 +358,9 @@ def _one_line(exc: BaseException) -> str:
     if "trust_remote_code" in text:
         text = "it contains custom code (auto_map) that trl-doctor runs only with --trust-remote-code"
     return text if len(text) <= 400 else text[:397] + "..."
+
+
+def _field_default(cls, key: str):
+    from ._trl import field_default
+
+    return field_default(cls, key)
