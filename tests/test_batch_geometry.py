@@ -21,6 +21,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from test_fixture_cases import case_fake_gpus
 from conftest import FIXTURES, real_trl, result_of, run_json
 from trl_doctor._trl import config_class
 
@@ -287,10 +288,8 @@ def test_no_false_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
     for case in sorted(built_fixtures.glob("*/ok_*")):
         if case.suffix not in (".yaml", ".yml", ".json"):
             continue
-        expected = case.parent / "expected.yaml"
-        spec = yaml.safe_load(expected.read_text()) if expected.is_file() else {}
-        named = (spec.get("fake_gpus") or {}).get(case.name)
-        for gpus in ([case.parent / named] if named else ("one-a10g.json", a100(4))):
+        named = case_fake_gpus(case)
+        for gpus in ([named] if named else ("one-a10g.json", a100(4))):
             fake_gpus(gpus)
             _, r = check(case)
             assert r["status"] in ("pass", "skip"), (gpus, case, r["message"])

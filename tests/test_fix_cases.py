@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from conftest import FIXTURES, result_of, run_json
-from test_fixture_cases import fake_gpu_env
+from test_fixture_cases import case_fake_gpus, fake_gpu_env
 from trl_doctor._registry import builtin_rules
 
 SLUGS = {r.slug: r for r in builtin_rules() if r.has_fix}
@@ -18,9 +18,8 @@ CASES = [pytest.param(folder.name, case.name, id=f"{folder.name}/{case.name}")
 
 def _case_env(fixture_copy, slug: str, case: str) -> dict:
     """The case's fake GPUs (expected.yaml's `fake_gpus`), so that fixes judged against a GPU are re-checked on it."""
-    spec = yaml.safe_load((fixture_copy / slug / "expected.yaml").read_text())
-    gpus = (spec.get("fake_gpus") or {}).get(case)
-    return {"env": fake_gpu_env(fixture_copy / slug / gpus)} if gpus else {}
+    gpus = case_fake_gpus(fixture_copy / slug / case)
+    return {"env": fake_gpu_env(gpus)} if gpus else {}
 
 
 def _runnable(config: str) -> bool:

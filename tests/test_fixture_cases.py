@@ -19,6 +19,14 @@ from conftest import FIXTURES, result_of, run_json
 
 FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
 
+def case_fake_gpus(case: Path) -> Path | None:
+    """The fake-GPU file a fixture case is judged against (its folder's expected.yaml `fake_gpus`), or None."""
+    expected = case.parent / "expected.yaml"
+    spec = yaml.safe_load(expected.read_text()) if expected.is_file() else {}
+    named = (spec.get("fake_gpus") or {}).get(case.name)
+    return case.parent / named if named else None
+
+
 CASES = []
 for expected_file in sorted(FIXTURES.glob("*/expected.yaml")):
     spec = yaml.safe_load(expected_file.read_text())

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from test_fixture_cases import case_fake_gpus
 from conftest import FIXTURES, result_of, run_json
 
 HERE = FIXTURES / "precision-and-attention"
@@ -223,10 +224,8 @@ def test_no_false_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
     for case in sorted(built_fixtures.glob("*/ok_*")):
         if case.suffix not in (".yaml", ".yml", ".json"):
             continue
-        expected = case.parent / "expected.yaml"
-        spec = yaml.safe_load(expected.read_text()) if expected.is_file() else {}
-        named = (spec.get("fake_gpus") or {}).get(case.name)
-        for gpus in ([case.parent / named] if named else ("a100-80g.json", "no-driver.json")):
+        named = case_fake_gpus(case)
+        for gpus in ([named] if named else ("a100-80g.json", "no-driver.json")):
             fake_gpus(gpus)
             _, r = check(case)
             assert r["status"] in ("pass", "skip"), (gpus, case, r["message"])
