@@ -70,7 +70,6 @@ from __future__ import annotations
 import ast
 import builtins
 import math
-import os
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +77,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from trl_doctor import DELETE, Edit, Fix, fail, passed, rule, skip
+from trl_doctor.facts.launch import is_geometry_error, launch_processes
+from trl_doctor.facts.trl import TRAINER_CLASS
 
 # Names (attributes or locals) of TRL's batch arithmetic: statements that read or write one are evaluated.
 GEOMETRY = frozenset({
@@ -103,7 +104,6 @@ KNOBS = (
 )
 UNSET_COST = 1.0  # removing a key the user set (its default is None: TRL derives it)
 MAX_TRIALS = 600  # evaluations of the reading per check, for the fix search
-TRAINER_CLASS = {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "ppo": "PPOTrainer"}
 SAFE_BUILTINS = {name: getattr(builtins, name) for name in (
     "int", "float", "str", "bool", "len", "range", "max", "min", "abs", "round", "sum", "list", "tuple", "set",
     "isinstance", "any", "all", "ValueError", "TypeError")}
@@ -116,7 +116,7 @@ SAFE_BUILTINS = {name: getattr(builtins, name) for name in (
     fixable="sometimes",
 )
 def check(ctx):
-    from trl_doctor._trl import config_class
+    from trl_doctor.facts.trl import config_class
 
     cls = config_class(ctx.trainer)
     trl_version = ctx.version("trl") or "not installed"
@@ -171,98 +171,6 @@ def check(ctx):
     yield fail(head + "; ".join(lines), fix=fix, **details)
 
 
-# -- the number of processes ------------------------------------------------------------------------------
-
-def launch_processes(ctx) -> tuple[int, dict]:
-    """(training processes, {"words": where the number comes from, "note": optional}) for this launch."""
-    opt = getattr(ctx.options, "num_processes", None)
-    if opt:
-        return int(opt), {"words": "--num-processes"}
-    raw = ctx.config.raw
-    n = _positive_int(raw.get("num_processes"))
-    if n:
-        return n, {"words": "`num_processes` in the config, passed to accelerate launch"}
-    notes = []
-    for key in ("accelerate_config", "config_file"):
-        ref = raw.get(key)
-        if not isinstance(ref, str) or not ref:
-            continue
-        path = _accelerate_config_path(ref, ctx.config.base_dir)
-        if path is None:
-            notes.append(f"`{key}: {ref}` names no file (nor a TRL built-in accelerate config): not read")
-            continue
-        n, why = _accelerate_num_processes(path)
-        if n:
-            return n, {"words": f"`{key}: {ref}` sets num_processes {n}", "note": f"{key}: {path}"}
-        notes.append(f"`{key}: {ref}` ({path}): {why}")
-    default = _default_accelerate_config()
-    if default is not None:
-        n, why = _accelerate_num_processes(default)
-        if n:
-            return n, {"words": f"num_processes in accelerate's default config {default}", "note": "; ".join(notes) or None}
-        notes.append(f"{default}: {why}")
-    visible, reason = _visible_gpus()
-    if visible:
-        return len(visible), {"words": f"{len(visible)} visible GPU{'s' if len(visible) != 1 else ''}: accelerate launch "
-                                       "starts one process per GPU", "note": "; ".join(notes) or None}
-    notes.append(f"no GPU here ({reason}); pass --num-processes N (or set num_processes) for the training machine")
-    return 1, {"words": "no GPU visible, no num_processes given", "note": "; ".join(notes)}
-
-
-def _positive_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    return value if isinstance(value, int) and value > 0 else None
-
-
-def _accelerate_config_path(ref: str, base: Path) -> Path | None:
-    p = Path(ref).expanduser()
-    p = p if p.is_absolute() else base / p
-    if p.is_file():
-        return p.resolve()
-    from trl_doctor._trl import trl_root
-
-    root = trl_root()
-    builtin = root / "accelerate_configs" / f"{ref}.yaml" if root else None
-    return builtin if builtin is not None and builtin.is_file() else None
-
-
-def _accelerate_num_processes(path: Path) -> tuple[int | None, str]:
-    import json
-
-    import yaml
-
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
-        return None, f"cannot read it ({type(exc).__name__})"
-    if not isinstance(data, dict):
-        return None, "not a mapping"
-    n = _positive_int(data.get("num_processes"))
-    return (n, "") if n else (None, f"num_processes is {data.get('num_processes')!r}")
-
-
-def _default_accelerate_config() -> Path | None:
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    folder = Path(home).expanduser() / "accelerate"
-    for name in ("default_config.yaml", "default_config.json"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
-def _visible_gpus() -> tuple[list[dict], str | None]:
-    from trl_doctor._env import gpus
-    from trl_doctor.rules.gpu_capacity import visible_gpus
-
-    found, why = gpus()
-    visible, note = visible_gpus(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    return visible, why or note or "NVML reports no GPU"
-
-
 # -- reading the installed TRL's geometry code ------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -306,7 +214,7 @@ def installed_reading(trainer: str, cls) -> Reading:
 
 
 def _rel(path: str) -> str:
-    from trl_doctor._trl import trl_root
+    from trl_doctor.facts.trl import trl_root
 
     root = trl_root()
     try:
@@ -338,7 +246,7 @@ def _config_units(cls) -> _Unit | None:
 
 
 def _trainer_unit(trainer: str) -> _Unit | None:
-    from trl_doctor._trl import trainer_source
+    from trl_doctor.facts.trl import trainer_source
 
     src = trainer_source(trainer)
     if src is None:
@@ -546,7 +454,7 @@ def _plain(value: Any) -> Any:
 
 
 def _field_default(cls, key: str) -> Any:
-    from trl_doctor._trl import field_default
+    from trl_doctor.facts.trl import field_default
 
     return field_default(cls, key)
 
@@ -662,7 +570,6 @@ def _plan_fixes(state: _State, base: dict, problems: list[Problem], cls, user_ke
 
 # -- the installed config class as a cross-check ----------------------------------------------------------
 
-_GEOMETRY_WORDS = ("batch", "generations", "steps_per_generation", "mini_batch", "rloo_k")
 
 
 def _probe_class(cls, procs: int):
@@ -703,10 +610,6 @@ def _build(ctx, cls, raw: dict, changes: dict, procs: int) -> str | None:
     return None
 
 
-def _is_geometry_error(text: str) -> bool:
-    return any(w in text for w in _GEOMETRY_WORDS)
-
-
 def _cross_check(ctx, cls, raw: dict, procs: int, problems: list[Problem]) -> tuple[list[Problem], list[str], str | None]:
     """(problems kept, TRL errors the reading missed, words) from building the installed config class."""
     error = _build(ctx, cls, raw, {}, procs)
@@ -717,7 +620,7 @@ def _cross_check(ctx, cls, raw: dict, procs: int, problems: list[Problem]) -> tu
             return kept, [], (f"{cls.__name__} accepts the config at {procs} processes; not reported: "
                               + "; ".join(p.message for p in config_sites))
         return problems, [], f"{cls.__name__} built with world_size {procs}: accepted"
-    if not _is_geometry_error(error):
+    if not is_geometry_error(error):
         return problems, [], f"{cls.__name__} stops first on another error (see trainer-config): {error}"
     message = error.split(": ", 1)[-1]
     if any(_same(message, p.message) for p in problems):
@@ -731,7 +634,7 @@ def _same(a: str, b: str) -> bool:
 
 def _accepted(ctx, cls, raw: dict, changes: dict, procs: int) -> tuple[bool, str]:
     error = _build(ctx, cls, raw, changes, procs)
-    if error is None or not _is_geometry_error(error):
+    if error is None or not is_geometry_error(error):
         return True, ""
     return False, error
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from trl_doctor import fail, passed, rule, skip, warn
 
-from ._chat import _MARK, prompt_lengths, prompt_rendering, special_ids
+from trl_doctor.facts.chat import _MARK, prompt_lengths, prompt_rendering, special_ids
 
 
 @rule(

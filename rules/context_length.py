@@ -62,7 +62,7 @@ import re
 
 from trl_doctor import Edit, Fix, Unavailable, fail, passed, rule, skip, warn
 
-from ._chat import prompt_lengths, prompt_rendering
+from trl_doctor.facts.chat import prompt_lengths, prompt_rendering
 
 TRUNCATION_WARN = 0.02  # warn when TRL would truncate more than this share of the prompts
 _STRIP_DECODE = re.compile(r"batch_decode\(\s*prompt_ids\s*,\s*skip_special_tokens\s*=\s*True")
@@ -161,7 +161,7 @@ class _Settings:
     def __init__(self, ctx):
         import dataclasses
 
-        from trl_doctor._trl import config_class, trainer_source, trl_root
+        from trl_doctor.facts.trl import config_class, trainer_source, trl_root
 
         self.ctx = ctx
         self.trl = ctx.version("trl") or "not installed"

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from trl_doctor import InputError, Unavailable, fail, passed, rule, skip, warn
 
-from ._chat import prompt_format, sample_indices
+from trl_doctor.facts.chat import prompt_format, sample_indices
 
 SCAN_ROWS = 10000  # rows looked at one by one when the Arrow column type does not settle the format
 SHOWN_ROWS = 8
@@ -306,7 +306,7 @@ def _reward_columns(ctx, columns, details) -> list:
 def _reward_contract(trainer: str) -> tuple[list[str], list[str], str]:
     """(keywords the installed trainer always passes reward functions, dataset columns it keeps out, evidence), read
     from its source by the helper the reward-functions rule and the smoke step share."""
-    from ._rewards import reward_call
+    from trl_doctor.facts.rewards import reward_call
 
     call = reward_call(trainer)
     if call is None or not call.keywords:
@@ -336,7 +336,7 @@ def _reward_params(name: str, base_dir: Path):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
             return _ast_params(node.args), f"{file}:{node.lineno}"
     # not a plain def (an assignment, a class, a partial, an import): ask the object itself
-    from ._rewards import RewardImportError, resolve_reward
+    from trl_doctor.facts.rewards import RewardImportError, resolve_reward
 
     try:
         return _signature(resolve_reward(name, base_dir)), str(file)
@@ -391,7 +391,7 @@ def _streaming(ctx, details: dict):
     key = next((k for k in ("dataset_streaming", "streaming") if raw.get(k)), None)
     if key is None:
         return []
-    from trl_doctor._trl import script_fields, trainer_source
+    from trl_doctor.facts.trl import script_fields, trainer_source
 
     trl = ctx.version("trl") or "not installed"
     details.update({key: True, "trl": trl})

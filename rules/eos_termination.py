@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from trl_doctor import Edit, Fix, Unavailable, fail, passed, rule, warn
 
-from ._chat import completion_terminator
-from ._common import as_id_list
-from ._trainer_run import FORCE_AFTER, MAX_COMPLETION, start, trainer_run
+from trl_doctor.facts.chat import completion_terminator
+from trl_doctor.facts.tokens import as_id_list
+from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, start, trainer_run
 
 
 @rule(

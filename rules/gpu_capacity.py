@@ -65,6 +65,7 @@ import os
 import re
 
 from trl_doctor import fail, passed, rule, skip, warn
+from trl_doctor.facts.launch import visible_gpus
 
 TIGHT = 0.10  # within 10% of the free memory: warn
 
@@ -76,8 +77,8 @@ TIGHT = 0.10  # within 10% of the free memory: warn
     needs=("model_config",),
 )
 def check(ctx):
-    from trl_doctor._env import gpus, torch_cuda_version
-    from trl_doctor._memory import config_value, precision
+    from trl_doctor.facts.launch import gpus, torch_cuda_version
+    from trl_doctor.facts.settings import config_value, precision
 
     raw = ctx.config.raw
     if raw.get("use_cpu") is True:
@@ -105,7 +106,7 @@ def check(ctx):
     if not visible:
         reason = why or visible_note or "NVML reports no GPU"
         if plan is not None:  # the summary only: without a GPU there is nothing to compare it with
-            from trl_doctor._memory import estimate
+            from trl_doctor.facts.memory import estimate
 
             est = estimate(plan)
             details["memory estimate per GPU"] = (f"{est.total_gib:.1f} GiB at the peak ({est.peak_phase}, without "
@@ -167,27 +168,6 @@ def driver_cuda_problem(driver_cuda: str | None, torch_cuda: str | None) -> tupl
         f"CUDA_ERROR_UNSUPPORTED_PTX_VERSION; update the driver to one for CUDA {torch_cuda} or newer")
 
 
-def visible_gpus(found: list[dict], env_value: str | None) -> tuple[list[dict], str | None]:
-    """The GPUs CUDA_VISIBLE_DEVICES leaves visible (indices in NVML's order, or GPU- UUID prefixes), and a note."""
-    if env_value is None:
-        return found, None
-    if not env_value.strip():
-        return [], "CUDA_VISIBLE_DEVICES is set and empty: no GPU is visible to the job"
-    out: list[dict] = []
-    for item in (x.strip() for x in env_value.split(",")):
-        if re.fullmatch(r"-?\d+", item):
-            hit = [g for g in found if g["index"] == int(item)]
-        elif item.startswith("GPU-"):
-            hit = [g for g in found if (g.get("uuid") or "").startswith(item)]
-        else:
-            return found, f"CUDA_VISIBLE_DEVICES={env_value!r} (MIG or another form) is not applied: all GPUs counted"
-        if not hit or hit[0] in out:
-            break  # CUDA stops at the first entry that names no device
-        out.append(hit[0])
-    names = ", ".join(str(g["index"]) for g in out) or "none"
-    return out, f"CUDA_VISIBLE_DEVICES={env_value!r}: NVML GPUs {names} (assuming CUDA_DEVICE_ORDER=PCI_BUS_ID order)"
-
-
 def _version(text: str) -> tuple[int, int] | None:
     m = re.match(r"(\d+)\.(\d+)", str(text))
     return (int(m.group(1)), int(m.group(2))) if m else None
@@ -214,7 +194,7 @@ def _describe(g: dict) -> str:
 
 def _vllm_mode(ctx) -> str:
     """colocate, server, or 'device' (TRL 0.14-0.15's vLLM on a spare GPU, before vllm_mode existed)."""
-    from trl_doctor._memory import config_value, trainer_config_or_none
+    from trl_doctor.facts.settings import config_value, trainer_config_or_none
 
     cfg = trainer_config_or_none(ctx)
     if cfg is not None and not hasattr(cfg, "vllm_mode") and "vllm_mode" not in ctx.config.raw:
@@ -223,7 +203,7 @@ def _vllm_mode(ctx) -> str:
 
 
 def _server_is_local(ctx) -> bool:
-    from trl_doctor._memory import LOCAL_HOSTS, config_value
+    from trl_doctor.facts.settings import LOCAL_HOSTS, config_value
 
     url = config_value(ctx, "vllm_server_base_url", None)
     if url:
@@ -233,7 +213,7 @@ def _server_is_local(ctx) -> bool:
 
 
 def _vllm_words(ctx, mode: str) -> str:
-    from trl_doctor._memory import config_value
+    from trl_doctor.facts.settings import config_value
 
     if mode == "colocate":
         return (f"colocate: tensor parallel {config_value(ctx, 'vllm_tensor_parallel_size', 1)}, "
@@ -245,7 +225,7 @@ def _vllm_words(ctx, mode: str) -> str:
 
 def _launch(ctx, visible: list[dict], use_vllm: bool, mode: str | None) -> tuple[list[dict], list, str]:
     """(training GPUs, count problems, words) for the GPUs this launch takes."""
-    from trl_doctor._memory import config_value
+    from trl_doctor.facts.settings import config_value
 
     n = len(visible)
     problems = []
@@ -284,7 +264,7 @@ def _launch(ctx, visible: list[dict], use_vllm: bool, mode: str | None) -> tuple
 def _plan(ctx):
     """(Plan, None) or (None, why the memory cannot be estimated)."""
     from trl_doctor import InputError, Unavailable
-    from trl_doctor._memory import plan_from_context
+    from trl_doctor.facts.memory import plan_from_context
 
     try:
         return plan_from_context(ctx), None
@@ -303,7 +283,7 @@ def _estimate_details(details: dict, plan, est) -> None:
 
 def _judge_memory(plan, training: list[dict], details: dict, sharded: list[str]) -> tuple[str, str]:
     """('pass' / 'warn' / 'fail', message) for the tightest training GPU."""
-    from trl_doctor._memory import estimate
+    from trl_doctor.facts.memory import estimate
 
     worst = None
     for g in training:

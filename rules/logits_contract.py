@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from trl_doctor import fail, passed, rule, skip
 
-from ._trainer_run import start, trainer_run
+from trl_doctor.facts.trainer_run import start, trainer_run
 
 
 @rule(
@@ -120,7 +120,7 @@ def _memory(ctx, vocab: int) -> dict[str, str]:
 def _longest_prompt(ctx) -> int:
     """Tokens in the longest prompt, rendered as the trainer renders them (measured once per run, shared with
     context-length)."""
-    from ._chat import prompt_lengths
+    from trl_doctor.facts.chat import prompt_lengths
 
     return prompt_lengths(ctx)["max"] or 0
 

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 from trl_doctor import Edit, Fix, fail, passed, rule, warn
 
-from ._common import TRAINER_CLASS, as_id_list, embedding_rows, trainer_sets_pad_to_eos
+from trl_doctor.facts.tokens import as_id_list, embedding_rows
+from trl_doctor.facts.trl import TRAINER_CLASS, trainer_sets_pad_to_eos
 
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_pad_id|>", "<|endoftext|>")
 

@@ -76,8 +76,9 @@ from typing import Any
 
 from trl_doctor import Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
 
-from ._common import TRAINER_CLASS, embedding_rows
-from ._common import line_of as _line, line_text as _line_text, read_json as _read_json
+from trl_doctor.facts.tokens import embedding_rows
+from trl_doctor.facts.trl import TRAINER_CLASS
+from trl_doctor.facts.text import line_of as _line, line_text as _line_text, read_json as _read_json
 
 PEFT_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_parameters",
              "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora")
@@ -170,7 +171,7 @@ def _adapter_as_model(ctx, adapter: Path, use_peft: bool, cls: str, details: dic
 
 def _model_loader(ctx) -> tuple[str, bool, str]:
     """(how the installed trainer loads model_name_or_path, whether it reads AutoConfig first, evidence)."""
-    from trl_doctor._trl import trainer_source, trl_root
+    from trl_doctor.facts.trl import trainer_source, trl_root
 
     found = trainer_source(ctx.trainer)
     script = ("AutoModelForCausalLM.from_pretrained (TRL's example script, examples/scripts/ppo/ppo.py)", False,
@@ -284,7 +285,7 @@ def _names(value: Any) -> list[str]:
 # -- gradient checkpointing ------------------------------------------------------------------------------------------
 
 def _checkpointing(ctx, details: dict):
-    from trl_doctor._memory import config_value
+    from trl_doctor.facts.settings import config_value
 
     if not config_value(ctx, "gradient_checkpointing", False):
         details["gradient checkpointing"] = "gradient checkpointing off"
@@ -331,7 +332,7 @@ def _checkpointing(ctx, details: dict):
 
 def _trl_input_grads(ctx) -> tuple[bool, str]:
     """Whether the installed trainer (or a TRL helper it calls) calls enable_input_require_grads(), with where."""
-    from trl_doctor._trl import trainer_source, trl_root
+    from trl_doctor.facts.trl import trainer_source, trl_root
 
     found = trainer_source(ctx.trainer)
     if found is None:
@@ -398,7 +399,7 @@ def _transformers_input_grads() -> tuple[bool, str, bool]:
 
 def _trainer_takes_peft(ctx) -> bool | None:
     """Whether the installed trainer's __init__ takes a peft_config, read from its source (no import)."""
-    from trl_doctor._trl import trainer_source
+    from trl_doctor.facts.trl import trainer_source
 
     found = trainer_source(ctx.trainer)
     if found is None:

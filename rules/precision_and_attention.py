@@ -56,11 +56,11 @@ What the fix does
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
 from trl_doctor import Edit, Fix, fail, passed, rule, warn
+from trl_doctor.facts.launch import job_gpus
 
 BF16_MIN_CC = (8, 0)
 FLASH = {  # version: (module, distributions that provide it, minimum compute capability, GPU family)
@@ -81,11 +81,11 @@ GiB = 2**30
     fixable="sometimes",
 )
 def check(ctx):
-    from trl_doctor._memory import precision
+    from trl_doctor.facts.settings import precision
 
     raw = ctx.config.raw
     bf16, fp16 = precision(ctx)
-    visible, gpu_reason = _visible_gpus()
+    visible, gpu_reason = job_gpus()
     on_cpu = raw.get("use_cpu") is True
     bf16_words = _bf16_origin(ctx)
     ckpt = _checkpoint_dtype(ctx)
@@ -111,7 +111,7 @@ def check(ctx):
 # -- precision against the device -------------------------------------------------------------------------
 
 def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt, findings, details) -> str:
-    from trl_doctor._memory import config_value
+    from trl_doctor.facts.settings import config_value
 
     if bf16 and fp16:
         findings.append(("fail", "bf16 and fp16 are both on: transformers stops with \"At most one of fp16 and bf16 can "
@@ -162,7 +162,7 @@ def _bf16_origin(ctx) -> str:
     raw = ctx.config.raw
     if "bf16" in raw:
         return f"`bf16: {str(raw['bf16']).lower()}` in the config"
-    from trl_doctor._trl import config_class
+    from trl_doctor.facts.trl import config_class
 
     cls = config_class(ctx.trainer)
     if cls is None:
@@ -192,7 +192,7 @@ def _post_init_sets_bf16(cls) -> bool:
 # -- attention --------------------------------------------------------------------------------------------
 
 def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
-    from trl_doctor._memory import model_init_kwargs
+    from trl_doctor.facts.settings import model_init_kwargs
 
     kwargs = model_init_kwargs(ctx)
     if kwargs.get("attn_implementation"):
@@ -252,7 +252,7 @@ def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
 def _flash_installed(module: str, dists: tuple) -> str | None:
     import importlib.util
 
-    from trl_doctor._env import package_version
+    from trl_doctor.facts.launch import package_version
 
     try:
         if importlib.util.find_spec(module) is None:
@@ -271,7 +271,7 @@ def _kernels_fallback() -> str | None:
     import importlib.util
     from pathlib import Path
 
-    from trl_doctor._env import package_version
+    from trl_doctor.facts.launch import package_version
 
     if package_version("kernels") is None:
         return None
@@ -312,7 +312,7 @@ def _checkpoint_dtype(ctx) -> str | None:
 
 
 def _dtype(ctx, raw, bf16, fp16, ckpt, visible, findings, details) -> str:
-    from trl_doctor._memory import config_value, model_init_kwargs, policy_dtype
+    from trl_doctor.facts.settings import config_value, model_init_kwargs, policy_dtype
 
     load, load_from = policy_dtype(ctx)
     details["load dtype"] = f"{load} ({load_from})"
@@ -384,7 +384,7 @@ def _explicit_dtype(raw: dict, kwargs: dict) -> str | None:
 
 def _params(ctx) -> int | None:
     from trl_doctor import InputError, Unavailable
-    from trl_doctor._memory import count_params
+    from trl_doctor.facts.memory import count_params
 
     try:
         return count_params(ctx.meta_model)
@@ -396,7 +396,7 @@ def _params(ctx) -> int | None:
 
 def _dtype_key(ctx) -> str:
     """The model_init_kwargs key the installed TRL reads the dtype from: `dtype` (1.x) or `torch_dtype` (0.x)."""
-    from trl_doctor._trl import trainer_source, trl_root
+    from trl_doctor.facts.trl import trainer_source, trl_root
 
     texts = []
     found = trainer_source(ctx.trainer)
@@ -439,15 +439,6 @@ def _dtype_fix(ctx, raw, dtype: str, override: bool = False) -> Fix | None:
 
 
 # -- GPUs -------------------------------------------------------------------------------------------------
-
-def _visible_gpus() -> tuple[list[dict], str | None]:
-    from trl_doctor._env import gpus
-    from trl_doctor.rules.gpu_capacity import visible_gpus
-
-    found, why = gpus()
-    visible, note = visible_gpus(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    return visible, why or note or "NVML reports no GPU"
-
 
 def _cc(g: dict) -> tuple[int, int]:
     m = re.match(r"(\d+)\.(\d+)", str(g.get("compute_capability", "")))

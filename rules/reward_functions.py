@@ -65,9 +65,9 @@ from typing import Any
 
 from trl_doctor import Unavailable, fail, passed, rule, skip, warn
 
-from ._common import TRAINER_CLASS
-from ._common import read_json as _read_json
-from ._rewards import (RewardCall, RewardImportError, bind_problem, is_async, new_stats, raised_info, record_values,
+from trl_doctor.facts.text import read_json as _read_json
+from trl_doctor.facts.trl import TRAINER_CLASS
+from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, is_async, new_stats, raised_info, record_values,
                        reward_call, reward_problem, resolve_reward)
 
 ROWS = 2  # dataset rows the functions are called on
@@ -111,7 +111,7 @@ def check(ctx):
     sources = ([f"reward model {rm_ref}"] if rm_ref else []) + names
     details["reward sources (in order)"] = sources
     if not sources:
-        from trl_doctor._trl import trainer_source
+        from trl_doctor.facts.trl import trainer_source
 
         stops = "No reward source provided" in (trainer_source(ctx.trainer) or ("", ""))[1]
         outcome = (f"trl {trl_version}'s {cls} stops at start-up with 'No reward source provided'" if stops else
@@ -181,7 +181,7 @@ def _weights(cfg, sources: list[str], cls: str, trainer: str) -> list[tuple[Any,
 # -- the reward model ------------------------------------------------------------------------------------------------
 
 def _reward_model(ctx, ref: str, call: RewardCall, cls: str) -> tuple[list, str, dict]:
-    from trl_doctor._config import resolve_artifact
+    from trl_doctor.facts.models import resolve_artifact
 
     cfg = ctx.config
     path = resolve_artifact(ref, cfg.base_dir, str(cfg.path), "reward_model_name_or_path", need="config.json").path
@@ -307,7 +307,7 @@ def _probe_inputs(ctx, call: RewardCall) -> tuple[dict | None, str]:
     n = min(ROWS, len(ds))
     if n == 0:
         return None, "functions imported and signatures checked, not called: the dataset has no rows"
-    from ._chat import is_conversational
+    from trl_doctor.facts.chat import is_conversational
 
     rows = [ds[i] for i in range(n)]
     conversational = is_conversational(rows[0])

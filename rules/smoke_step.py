@@ -58,7 +58,7 @@ import os
 
 from trl_doctor import fail, passed, rule, skip
 
-from ._trainer_run import start, trainer_gap, trainer_run
+from trl_doctor.facts.trainer_run import start, trainer_gap, trainer_run
 
 
 @rule(
@@ -124,7 +124,7 @@ def explain_failure(error: dict, spec: dict, ctx) -> tuple[str, dict]:
 
 
 def _reward_problem(name: str, s: dict, ctx) -> str | None:
-    from ._rewards import reward_problem
+    from trl_doctor.facts.rewards import reward_problem
 
     return reward_problem(name, s, ctx.version("trl"), lambda path: _short(path, ctx))
 
@@ -149,7 +149,7 @@ def _dtype_problem(error: dict, spec: dict) -> str | None:
 
 def oom_details(ctx) -> dict:
     """The memory estimate shown beside an out-of-memory error."""
-    from ._trainer_run import smoke_estimate_details
+    from trl_doctor.facts.trainer_run import smoke_estimate_details
 
     try:
         return smoke_estimate_details(ctx)

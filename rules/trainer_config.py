@@ -57,9 +57,9 @@ def check(ctx):
 def _batch_error_at_other_process_count(ctx, error: str, details: dict) -> bool:
     """TRL's config class checks the batch arithmetic against the processes it runs in: one, here. When the
     launch has another count, that error says nothing about the job; batch-geometry decides at the real count."""
-    from .batch_geometry import _is_geometry_error, launch_processes
+    from trl_doctor.facts.launch import is_geometry_error, launch_processes
 
-    if not _is_geometry_error(error):
+    if not is_geometry_error(error):
         return False
     procs, where = launch_processes(ctx)
     if procs == 1:

@@ -70,7 +70,7 @@ import warnings
 from pathlib import Path
 
 from trl_doctor import Edit, Fix, InputError, fail, passed, rule, warn
-from ._common import line_of as _line, line_text as _line_text
+from trl_doctor.facts.text import line_of as _line, line_text as _line_text
 
 LAST_PPO_RELEASE = "1.12.0"
 PPO_REMOVED_IN = "1.13.0"
@@ -190,7 +190,7 @@ def check(ctx):
 
 def _installed_ppo(trl_version: str) -> dict:
     """Where the installed PPOTrainer is, what value_model=None makes it raise, or why there is none."""
-    from trl_doctor._trl import trainer_class, trainer_source
+    from trl_doctor.facts.trl import trainer_class, trainer_source
 
     with warnings.catch_warnings(record=True):  # trl.experimental warns on import
         cls = trainer_class("ppo")
@@ -273,7 +273,7 @@ def _policy_facts(ctx) -> dict:
 
 
 def _resolve(cfg, key: str, ref: str):
-    from trl_doctor._config import resolve_artifact
+    from trl_doctor.facts.models import resolve_artifact
 
     return resolve_artifact(ref, cfg.base_dir, str(cfg.path), key, need="config.json")
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 from trl_doctor import fail, passed, rule, warn
-from trl_doctor._skew import (  # the pure core, testable with injected versions
+from trl_doctor.facts.versions import (  # the pure core, testable with injected versions
     WATCHED,
     installed_requirements,
     known_issue_findings,

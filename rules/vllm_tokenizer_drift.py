@@ -100,8 +100,9 @@ from typing import Any
 
 from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
 
-from ._common import TRAINER_CLASS, as_id_list, embedding_rows
-from ._vllm import installed_config_field, installed_trl_vllm_path, load_as_vllm
+from trl_doctor.facts.tokens import as_id_list, embedding_rows
+from trl_doctor.facts.trl import TRAINER_CLASS
+from trl_doctor.facts.vllm import installed_config_field, installed_trl_vllm_path, load_as_vllm
 
 RESIZE_LIMIT = 256 * 2**20  # bytes of model.safetensors the unsafe fix loads and rewrites
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt")

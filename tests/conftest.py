@@ -85,7 +85,7 @@ def real_trl(release: str) -> dict:
             pytest.skip(f"trl=={release} cannot be installed here: {proc.stderr.strip().splitlines()[-1:]}")
     # the doctor imports the release's PPOTrainer: that must work with the installed transformers (trl 1.12.0
     # needs >= 4.56.2, so the legacy lane cannot run it)
-    probe = subprocess.run([sys.executable, "-c", "from trl_doctor._trl import trainer_class; assert trainer_class('ppo')"],
+    probe = subprocess.run([sys.executable, "-c", "from trl_doctor.facts.trl import trainer_class; assert trainer_class('ppo')"],
                            env={**os.environ, "PYTHONPATH": str(cache)}, capture_output=True, text=True)
     if probe.returncode != 0:
         pytest.skip(f"trl {release}'s PPOTrainer does not import with transformers {version('transformers')}: "

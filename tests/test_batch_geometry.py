@@ -23,7 +23,7 @@ from packaging.version import Version
 
 from test_fixture_cases import case_fake_gpus
 from conftest import FIXTURES, real_trl, result_of, run_json
-from trl_doctor._trl import config_class
+from trl_doctor.facts.trl import config_class
 
 HERE = FIXTURES / "batch-geometry"
 FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml" / "pynvml.py"
@@ -155,7 +155,7 @@ def test_process_count_sources(built_fixtures, fake_gpus, tmp_path, monkeypatch)
     (tmp_path / "acc.yaml").write_text("distributed_type: MULTI_GPU\nnum_machines: 2\nnum_processes: 16\n")
     assert procs("accelerate_config: acc.yaml\n") == (16, "16 (`accelerate_config: acc.yaml` sets num_processes 16)")
     assert procs("config_file: acc.yaml\n")[0] == 16  # accelerate launch's own flag
-    from trl_doctor._trl import trl_root
+    from trl_doctor.facts.trl import trl_root
 
     if (trl_root() / "accelerate_configs" / "zero2.yaml").is_file():  # TRL's built-in names (trl >= 1.0's CLI)
         shipped = yaml.safe_load((trl_root() / "accelerate_configs" / "zero2.yaml").read_text())["num_processes"]

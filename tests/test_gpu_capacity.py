@@ -19,8 +19,8 @@ import pytest
 from conftest import FIXTURES, result_of, run_json
 from trl_doctor._config import load_config
 from trl_doctor._context import Context, Options
-from trl_doctor._env import gpus, torch_cuda_version
-from trl_doctor._memory import (
+from trl_doctor.facts.launch import gpus, torch_cuda_version
+from trl_doctor.facts.memory import (
     CUDA_CONTEXT_BYTES, GiB, Plan, count_params, estimate, lora_adapter_params, plan_from_context, policy_dtype,
     seq_classifier_params,
 )
@@ -181,7 +181,7 @@ def test_quantized_base_weights():
 # -- filling the plan from a config -------------------------------------------------------------------------
 
 def test_plan_from_context_matches_the_hand_estimate(tmp_path):
-    from trl_doctor._trl import trainer_source
+    from trl_doctor.facts.trl import trainer_source
 
     keys = dict(model_name_or_path=str(MODELS / "qwen2.5-0.5b"), model_init_kwargs={"dtype": "float32"}, bf16=True,
                 per_device_train_batch_size=8, num_generations=8, max_prompt_length=512, max_completion_length=512,
@@ -262,7 +262,7 @@ def test_cuda_visible_devices():
 
 def test_fake_nvml_answers_like_pynvml():
     spec = {"driver": "535.104.05", "cuda_driver": "12.2", "gpus": [gpu(free=40000, processes=2)]}
-    code = "import json; from trl_doctor._env import gpus; print(json.dumps(gpus()))"
+    code = "import json; from trl_doctor.facts.launch import gpus; print(json.dumps(gpus()))"
     env = {**os.environ, **fake_env(spec)}
     found, why = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                            check=True).stdout)

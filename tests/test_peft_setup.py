@@ -22,7 +22,7 @@ def check(config, *extra):
 
 
 def loads_through_create_model_from_path() -> bool:
-    from trl_doctor._trl import trainer_source
+    from trl_doctor.facts.trl import trainer_source
 
     return "create_model_from_path(" in trainer_source("grpo")[1]
 
@@ -161,7 +161,7 @@ def test_no_peft_is_a_skip(built_fixtures):
 
 
 def test_rloo_without_peft_support_says_lora_is_ignored(built_fixtures, tmp_path):
-    from trl_doctor.rules._rewards import reward_call
+    from trl_doctor.facts.rewards import reward_call
 
     config = tmp_path / "rloo.yaml"
     config.write_text(f"trainer: rloo\nmodel_name_or_path: {built_fixtures / 'models' / 'gpt2-nopad'}\n"

@@ -79,7 +79,7 @@ def test_bf16_on_a_t4_fails_and_the_fix_turns_it_off(fixture_copy, fake_gpus):
 def test_bf16_by_trl_default(built_fixtures, fake_gpus):
     fake_gpus("t4.json")
     code, r = check(HERE / "bad_bf16_default_t4.yaml")
-    from trl_doctor._trl import config_class
+    from trl_doctor.facts.trl import config_class
 
     default = next(f.default for f in __import__("dataclasses").fields(config_class("grpo")) if f.name == "bf16")
     if default is None:  # trl >= 0.19: bf16=None becomes `not fp16`

@@ -14,7 +14,7 @@ import pytest
 from packaging.version import Version
 
 from conftest import result_of, run_json
-from trl_doctor.rules._rewards import reward_call
+from trl_doctor.facts.rewards import reward_call
 
 TRL = Version(version("trl"))
 GRPO_CALL = reward_call("grpo")
@@ -229,7 +229,7 @@ def test_call_contract_of_trl_0152():
     """The source reading on a known release's trainer text (trl 0.15.2, as its wheel ships it, when present)."""
     from pathlib import Path
 
-    from trl_doctor.rules._rewards import parse_reward_call
+    from trl_doctor.facts.rewards import parse_reward_call
 
     legacy = Path.home() / ".cache" / "trl-doctor-ci" / "venv-legacy-trl0152" / "lib"
     found = sorted(legacy.glob("python3*/site-packages/trl/trainer/grpo_trainer.py"))

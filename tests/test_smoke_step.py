@@ -114,7 +114,7 @@ def test_ppo_step_with_the_last_trl_that_has_ppo(built_fixtures):
 
 
 def test_ppo_on_a_trl_without_ppo_names_the_release_to_pin(built_fixtures):
-    from trl_doctor._trl import trainer_class
+    from trl_doctor.facts.trl import trainer_class
 
     if trainer_class("ppo") is not None:
         pytest.skip(f"trl {version('trl')} has a PPO trainer")
@@ -186,7 +186,7 @@ def _gpu(free_gib: float, total_gib: float = 80.0, index: int = 0) -> dict:
 
 
 def test_real_model_is_used_only_when_its_step_fits(tmp_path, built_fixtures):
-    from trl_doctor.rules._trainer_run import real_model_fits, smoke_plan
+    from trl_doctor.trainer_run.parent import real_model_fits, smoke_plan
 
     with _real_size_ctx(tmp_path, built_fixtures, weights=True) as ctx:
         plan = smoke_plan(ctx)
@@ -195,7 +195,7 @@ def test_real_model_is_used_only_when_its_step_fits(tmp_path, built_fixtures):
         assert plan.policy_params == 494_032_768
         fits, why = real_model_fits(ctx, _gpu(70))
         assert fits, why
-        from trl_doctor._memory import estimate
+        from trl_doctor.facts.memory import estimate
 
         est = estimate(plan, gpu_total_bytes=70 * 2**30)
         assert float(why.split("~")[1].split()[0]) == round(est.total_bytes / 2**30, 1)
@@ -207,7 +207,7 @@ def test_real_model_is_used_only_when_its_step_fits(tmp_path, built_fixtures):
 
 
 def test_real_model_needs_safetensors_weights(tmp_path, built_fixtures):
-    from trl_doctor.rules._trainer_run import real_model_fits
+    from trl_doctor.trainer_run.parent import real_model_fits
 
     with _real_size_ctx(tmp_path, built_fixtures, weights=False) as ctx:
         fits, why = real_model_fits(ctx, _gpu(70))
@@ -215,7 +215,7 @@ def test_real_model_needs_safetensors_weights(tmp_path, built_fixtures):
 
 
 def test_step_runs_on_the_first_visible_gpu():
-    from trl_doctor.rules._trainer_run import step_gpu
+    from trl_doctor.trainer_run.parent import step_gpu
 
     gpus = [_gpu(10, index=0), _gpu(70, index=1)]
     assert step_gpu(gpus, None)["index"] == 0

@@ -16,7 +16,7 @@ import pytest
 from packaging.version import Version
 
 from conftest import real_trl, result_of, run_doctor, run_json
-from trl_doctor._trl import trainer_class
+from trl_doctor.facts.trl import trainer_class
 
 INSTALLED_TRL = version("trl")
 with warnings.catch_warnings(record=True):  # trl.experimental warns when imported

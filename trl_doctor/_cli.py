@@ -198,7 +198,7 @@ def env(fmt):
     """Print python, torch (and its CUDA), transformers, trl, accelerate, vllm versions, the GPUs and the
     version-skew findings (declared ranges the installed packages miss, known breakages that apply)."""
     from ._env import environment
-    from ._skew import env_section, environment_findings
+    from .facts.versions import env_section, environment_findings
 
     e = environment()
     skew = environment_findings()

@@ -199,7 +199,7 @@ class Context:
     # -- trainer config -----------------------------------------------------------------------------
     @_lazy
     def trainer_config_info(self) -> TrainerConfigInfo:
-        from ._trl import config_class, script_fields
+        from .facts.trl import config_class, script_fields
 
         trl_version = self.version("trl") or "not installed"
         cls = config_class(self.trainer)
@@ -244,9 +244,9 @@ class Context:
         processes, build the config once more with the same global batch seen from one process (per-device
         batches times N); when that is accepted, the error was only this machine's process count and the
         config object serves the other rules (batch-geometry judges the arithmetic at N)."""
-        from trl_doctor.rules.batch_geometry import _is_geometry_error, launch_processes
+        from .facts.launch import is_geometry_error, launch_processes
 
-        if not _is_geometry_error(info.error or ""):
+        if not is_geometry_error(info.error or ""):
             return
         procs, where = launch_processes(self)
         if procs == 1:
@@ -361,6 +361,6 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _field_default(cls, key: str):
-    from ._trl import field_default
+    from .facts.trl import field_default
 
     return field_default(cls, key)

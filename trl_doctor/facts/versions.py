@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 WATCHED = ("trl", "transformers", "accelerate", "torch", "vllm", "peft", "deepspeed", "datasets")
-TABLE_PATH = Path(__file__).with_name("data") / "known_issues.yaml"
+TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "known_issues.yaml"
 SEVERITIES = ("fail", "warn")
 ENTRY_KEYS = ("id", "title", "when", "config", "severity", "breaks", "description", "fix", "decided_by", "evidence")
 REQUIRED_KEYS = ("id", "title", "when", "severity", "breaks", "description", "fix", "evidence")

@@ -1,4 +1,5 @@
-"""What the installed TRL provides: its trainer and config classes, and the source text of its trainers.
+"""What the installed TRL provides and does: its trainer and config classes, the source text of its trainers,
+and the readings of that source more than one rule needs.
 
 Rules decide version-dependent questions by reading what the installed release actually does (its
 source), not only from a table of versions.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import re
 from pathlib import Path
 
 # Where each trainer has lived across TRL releases, newest first.
@@ -82,3 +84,25 @@ def trainer_source(trainer: str) -> tuple[str, str] | None:
         if path.is_file():
             return f"trl/{rel}", path.read_text(encoding="utf-8")
     return None
+
+
+# -- readings of the installed trainers' source ------------------------------------------------------------
+
+TRAINER_CLASS = {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "ppo": "PPOTrainer"}
+
+# `x.pad_token = x.eos_token` for the policy's tokenizer (reward tokenizers are handled separately by TRL)
+_POLICY_PAD_RE = re.compile(r"^\s*([\w.]+)\.pad_token\s*=\s*\1\.eos_token\b", re.M)
+
+
+def trainer_sets_pad_to_eos(trainer: str) -> tuple[bool | None, str]:
+    """Whether the installed TRL trainer fills a missing pad token with eos, and the evidence (file:line)."""
+    found = trainer_source(trainer)
+    if found is None:
+        return None, f"trl has no {TRAINER_CLASS[trainer]} source installed"
+    rel, text = found
+    for m in _POLICY_PAD_RE.finditer(text):
+        if "reward" in m.group(1):
+            continue
+        line = text.count("\n", 0, m.start()) + 1
+        return True, f"{rel}:{line}: `{m.group(0).strip()}`"
+    return False, f"{rel} never assigns the policy tokenizer's pad_token"

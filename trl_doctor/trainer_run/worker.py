@@ -1,7 +1,7 @@
 """The trainer-run child process: builds the installed TRL's real trainer for a tiny version of the config,
 runs the probes other rules ask for on it (the logits contract), then, unless the smoke step is off, one
 optimizer step (with the end-of-turn token forced early, so the step also shows whether generation stops).
-Run as `python -m trl_doctor.rules._smoke_child SPEC RESULT`.
+Run as `python -m trl_doctor.trainer_run.worker SPEC RESULT`.
 
 It runs apart from the doctor so that a hang, a segfault or an out-of-memory becomes a finding with the
 captured error, never a dead doctor. With `--wait` it is started early: it imports torch, transformers
@@ -23,7 +23,7 @@ def warm(trainer: str) -> float:
     import torch  # noqa: F401
     import datasets  # noqa: F401
     import transformers  # noqa: F401
-    from trl_doctor import _trl
+    from trl_doctor.facts import trl as _trl
 
     _trl.trainer_class(trainer)
     return time.perf_counter() - started
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
 
 def _trim(frames: list[str], user_dir: str | None) -> str:
     """Keep the user's own frames (their reward code) and the last few of the library's."""
-    frames = [f for f in frames if "_smoke_child.py" not in f]
+    frames = [f for f in frames if "trainer_run/worker.py" not in f]
     keep = [f for f in frames if user_dir and user_dir in f]
     tail = frames[-4:]
     return "".join(keep + [f for f in tail if f not in keep]).rstrip()
@@ -83,7 +83,7 @@ def run(spec: dict, started: float) -> dict:
     import torch
     from transformers import AutoTokenizer
 
-    from trl_doctor import _trl
+    from trl_doctor.facts import trl as _trl
 
     trainer_cls = _trl.trainer_class(spec["trainer"])
     config_cls = _trl.config_class(spec["trainer"])
@@ -196,7 +196,7 @@ def _peft_config(spec: dict):
 def _build_grpo_style(trainer_cls, args, tokenizer, spec):
     from datasets import Dataset
 
-    from trl_doctor.rules._rewards import resolve_reward
+    from trl_doctor.facts.rewards import resolve_reward
 
     stage(spec, "reward functions")
     calls: dict[str, dict] = spec.setdefault("_calls", {})
@@ -460,11 +460,11 @@ def force_token(model, token_id, after: int, suppress_ids: list[int]):
 def _recorded(func, name, calls):
     """Wrap a reward function to record how TRL calls it and what it returns, keeping the name and signature
     TRL inspects. Problems are recorded before TRL trips over them, so the report names the cause. The checks
-    are the ones the reward-functions rule runs without a model (rules/_rewards.py)."""
+    are the ones the reward-functions rule runs without a model (trl_doctor/facts/rewards.py)."""
     import functools
     import inspect
 
-    from trl_doctor.rules._rewards import bind_problem, new_stats, raised_info, record_values
+    from trl_doctor.facts.rewards import bind_problem, new_stats, raised_info, record_values
 
     stats = calls.setdefault(name, new_stats())
     try:

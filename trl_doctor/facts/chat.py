@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from ._common import line_of as _line
+from .text import line_of as _line
 
 _MARK = "TRLDOCTORMARK"
 
@@ -119,7 +119,7 @@ def prompt_rendering(ctx) -> dict[str, Any]:
         return ctx.scratch["prompt_rendering"]
     import json
 
-    from trl_doctor._trl import trainer_source
+    from trl_doctor.facts.trl import trainer_source
 
     found = trainer_source(ctx.trainer)
     rel, text = found if found is not None else (None, "")

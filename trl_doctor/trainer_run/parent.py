@@ -26,7 +26,7 @@ PROGRESS_EVERY = 0.25
 
 def start(ctx) -> None:
     """prepare hook: start the child early (idempotent)."""
-    from trl_doctor._trl import trainer_source
+    from trl_doctor.facts.trl import trainer_source
 
     if ctx.trainer in TRAINERS and "trainer_run_proc" not in ctx.scratch and "trainer_run" not in ctx.scratch \
             and trainer_source(ctx.trainer) is not None:  # no child for a trainer the installed TRL lacks
@@ -44,7 +44,7 @@ def _spawn(ctx) -> subprocess.Popen:
     ctx.scratch["trainer_run_log"] = log_path
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "trl_doctor.rules._smoke_child", "--wait", ctx.trainer],
+            [sys.executable, "-m", "trl_doctor.trainer_run.worker", "--wait", ctx.trainer],
             cwd=str(ctx.workdir), env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
         )
 
@@ -63,14 +63,14 @@ def _cpu_only(ctx) -> bool:
         return True
     if ctx.options.device == "cuda":
         return False
-    from trl_doctor._env import gpus
+    from trl_doctor.facts.launch import gpus
 
     return not gpus()[0]
 
 
 def trainer_gap(ctx) -> str | None:
     """Why the installed TRL has no trainer for this config (with the version to pin), or None."""
-    from trl_doctor._trl import trainer_class
+    from trl_doctor.facts.trl import trainer_class
 
     trl_version = ctx.version("trl")
     if trl_version is None:
@@ -195,9 +195,9 @@ PRECISION_KEYS = ("bf16", "fp16")
 
 
 def _spec(ctx) -> dict[str, Any]:
-    from trl_doctor._twin import parameter_count
+    from trl_doctor.facts.models import parameter_count
 
-    from ._chat import completion_terminator
+    from trl_doctor.facts.chat import completion_terminator
 
     info = ctx.trainer_config_info
     raw = ctx.config.raw
@@ -282,7 +282,7 @@ def _spec(ctx) -> dict[str, Any]:
 
 def _path(ctx, ref: str) -> str:
     """A reward or value model reference as the child loads it: a folder relative to the config, or a cached hub id."""
-    from trl_doctor._config import resolve_artifact
+    from trl_doctor.facts.models import resolve_artifact
 
     try:
         return str(resolve_artifact(ref, ctx.config.base_dir, str(ctx.config.path), "reward_model_path", "config.json").path)
@@ -299,7 +299,7 @@ def _tokenizer_dir(ctx) -> str:
 
 def _model_choice(ctx) -> tuple[str, str, bool, str | None]:
     """(model path, label, is the twin, why) for the step: the real model on a GPU when it fits, else the twin."""
-    from trl_doctor._twin import parameter_count
+    from trl_doctor.facts.models import parameter_count
 
     arch = ctx.model_config.__class__.__name__.replace("Config", "")
     twin_label = f"miniature twin of {arch} ({parameter_count(ctx.twin) / 1e6:.2f}M parameters)"
@@ -320,7 +320,7 @@ def smoke_plan(ctx):
     reference and reward models, at the step's batch of 2 and completions of MAX_COMPLETION tokens, no vLLM."""
     from dataclasses import replace
 
-    from trl_doctor._memory import plan_from_context
+    from trl_doctor.facts.memory import plan_from_context
 
     plan = plan_from_context(ctx)
     completion = ctx.config.get("max_completion_length") or ctx.config.get("response_length") or 256
@@ -334,7 +334,7 @@ def smoke_plan(ctx):
 
 def step_gpu(gpus: list[dict], visible: str | None) -> dict | None:
     """The GPU the step's process gets (CUDA's device 0: the first one CUDA_VISIBLE_DEVICES leaves)."""
-    from trl_doctor.rules.gpu_capacity import visible_gpus
+    from trl_doctor.facts.launch import visible_gpus
 
     shown, _ = visible_gpus(gpus, visible)
     return shown[0] if shown else None
@@ -348,13 +348,13 @@ def has_safetensors(folder) -> bool:
 
 def real_model_fits(ctx, gpu: dict | None = None) -> tuple[bool, str]:
     """Whether one smoke step of the real model fits in the free memory of the GPU it would run on, and why."""
-    from trl_doctor._memory import GiB, estimate
+    from trl_doctor.facts.memory import GiB, estimate
 
     if not has_safetensors(ctx.config.model.path):
         return False, (f"{ctx.config.model.ref} has no .safetensors weights (the doctor loads no pickle files) or no "
                        "weights at all")
     if gpu is None:
-        from trl_doctor._env import gpus
+        from trl_doctor.facts.launch import gpus
 
         found, why = gpus()
         gpu = step_gpu(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -369,7 +369,7 @@ def real_model_fits(ctx, gpu: dict | None = None) -> tuple[bool, str]:
 
 def smoke_estimate_details(ctx) -> dict:
     """The step's memory estimate (and the free memory), shown beside an out-of-memory error."""
-    from trl_doctor._memory import estimate
+    from trl_doctor.facts.memory import estimate
 
     est = estimate(smoke_plan(ctx))
     out = {"memory estimate (one smoke step, real model)": f"~{est.total_gib:.1f} GiB: {est.summary()}"}

@@ -1,0 +1,303 @@
+"""The job's memory plan, read from the context: model dimensions and parameter counts (meta-device model),
+LoRA adapters, reward and reference models, the logits path the installed TRL takes, and the settings the
+trainer resolves. The arithmetic over a plan lives in `trl_doctor._memory`; rules reach it through here."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .._memory import CUDA_CONTEXT_BYTES, DEFAULT_PROMPT_LENGTH, GiB, MiB, QUANT_BYTES, Component, Estimate, Plan, estimate, optimizer_state_bytes  # noqa: F401
+from .settings import (  # noqa: F401
+    _MISSING, DTYPE_BYTES, LOCAL_HOSTS, _field_default, config_value, model_init_kwargs, policy_dtype, precision,
+    trainer_config_or_none,
+)
+
+# -- filling a Plan from a check context ----------------------------------------------------------------
+
+def _text_config(model_config):
+    return model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+
+
+def _dims(model_config, meta_model) -> dict[str, int]:
+    t = _text_config(model_config)
+    hidden = int(getattr(t, "hidden_size", 0) or getattr(t, "n_embd", 0) or 0)
+    heads = int(getattr(t, "num_attention_heads", 0) or getattr(t, "n_head", 0) or 1)
+    kv_heads = int(getattr(t, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(t, "head_dim", None) or (hidden // heads if heads else 0))
+    inter = getattr(t, "intermediate_size", None) or getattr(t, "n_inner", None) or 4 * hidden
+    layers = int(getattr(t, "num_hidden_layers", 0) or getattr(t, "n_layer", 0) or 0)
+    vocab = int(getattr(t, "vocab_size", 0) or 0)
+    out = meta_model.get_output_embeddings() if hasattr(meta_model, "get_output_embeddings") else None
+    weight = getattr(out, "weight", None)
+    if weight is not None and weight.dim() == 2:
+        vocab = int(weight.shape[0])
+    return {"hidden_size": hidden, "num_heads": heads, "kv_dim": kv_heads * head_dim,
+            "intermediate_size": int(inter), "num_layers": layers, "vocab_size": vocab}
+
+
+def count_params(model) -> int:
+    """Parameters of a (meta-device) model, tied weights counted once."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def lora_adapter_params(model, r: int, targets: Any, use_dora: bool = False) -> tuple[int, list[str]]:
+    """Parameters LoRA adds: r × (in + out) for each targeted linear (+ out for DoRA's magnitude), and the
+    module names matched. `targets` as PEFT takes them: a list of name suffixes, a regex string, 'all-linear'."""
+    linears = _linear_modules(model)
+    if targets == "all-linear" or targets == ["all-linear"]:
+        out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        chosen = [(n, i, o) for n, m, i, o in linears if m is not out_emb]
+    elif isinstance(targets, str):
+        chosen = [(n, i, o) for n, _, i, o in linears if re.fullmatch(targets, n)]
+    else:
+        wanted = list(targets or [])
+        chosen = [(n, i, o) for n, _, i, o in linears if any(n == t or n.endswith("." + t) for t in wanted)]
+    total = sum(r * (i + o) + (o if use_dora else 0) for _, i, o in chosen)
+    return total, [n for n, _, _ in chosen]
+
+
+def _linear_modules(model) -> list[tuple[str, Any, int, int]]:
+    import torch
+
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            found.append((name, module, module.in_features, module.out_features))
+        elif type(module).__name__ == "Conv1D" and getattr(module, "weight", None) is not None:  # GPT-2's linear
+            found.append((name, module, module.weight.shape[0], module.weight.shape[1]))
+    return found
+
+
+def _peft_default_targets(model_type: str) -> tuple[Any, str]:
+    try:
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as mapping
+    except Exception:
+        return ["q_proj", "v_proj"], "peft is not importable here: assumed PEFT's usual default q_proj, v_proj"
+    found = mapping.get(model_type)
+    if found is None:
+        return ["q_proj", "v_proj"], f"PEFT has no default target modules for {model_type!r}: assumed q_proj, v_proj"
+    return list(found), f"PEFT's default target modules for {model_type}: {', '.join(found)}"
+
+
+def _quantized_linear_params(model) -> int:
+    out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return sum(m.weight.numel() for _, m, _, _ in _linear_modules(model) if m is not out_emb)
+
+
+def reward_model_refs(ctx) -> list[tuple[str, Any]]:
+    """(config key, local folder) of every reward / value model the config loads besides the policy."""
+    from pathlib import Path
+
+    from .._config import resolve_artifact
+
+    cfg = ctx.config
+    refs: list[tuple[str, Any]] = []
+    keys = ["reward_model_name_or_path", "reward_model_path"]
+    for key in keys:
+        ref = cfg.get(key)
+        if isinstance(ref, str) and ref:
+            refs.append((key, resolve_artifact(ref, cfg.base_dir, str(cfg.path), key, need="config.json").path))
+    for name in cfg.reward_funcs:  # TRL also takes a reward model's folder or hub id in reward_funcs
+        folder = Path(name).expanduser()
+        folder = folder if folder.is_absolute() else cfg.base_dir / folder
+        if (folder / "config.json").is_file():
+            refs.append(("reward_funcs", folder.resolve()))
+    return refs
+
+
+def seq_classifier_params(ctx, folder) -> int:
+    """Exact parameters of the 1-label sequence classifier TRL builds from `folder`, on the meta device."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from .._errors import InputError
+
+    trc = ctx.options.trust_remote_code
+    try:
+        mcfg = AutoConfig.from_pretrained(str(folder), trust_remote_code=trc, local_files_only=True, num_labels=1)
+        with torch.device("meta"):
+            model = AutoModelForSequenceClassification.from_config(mcfg, trust_remote_code=trc)
+    except Exception as exc:
+        raise InputError(f"{folder / 'config.json'}: cannot build it as a sequence classifier: "
+                         f"{' '.join(str(exc).split())[:300]}") from None
+    return count_params(model)
+
+
+def logits_path(ctx, model) -> dict:
+    """How the installed trainer gets log-probs, read from its source: a fused, tiled LM head (TRL 1.x:
+    `fused_lm_head=True`, no logits tensor), or logits for the completion only (when the model's forward takes
+    the keyword the trainer passes), or logits for the whole sequence (trl#2770)."""
+    import inspect
+
+    from .trl import trainer_source, trl_root
+
+    found = trainer_source(ctx.trainer) if ctx.trainer in ("grpo", "rloo") else None
+    src = found[1] if found else ""
+    if re.search(r"fused_lm_head\s*=\s*True", src):
+        tile = [4096, 32768]
+        root = trl_root()
+        for i, (rel, name) in enumerate((("kernels/chunked_logprob.py", "TOKEN_CHUNK_SIZE"),
+                                         ("trainer/utils.py", "_CHUNKED_LOGPROB_CHUNK_SIZE"))):
+            path = root / rel if root else None
+            m = re.search(rf"^{name}\s*=\s*(\d+)", path.read_text(), re.M) if path and path.is_file() else None
+            if m:
+                tile[i] = int(m.group(1))
+        return {"fused": True, "keeps": True, "tile": tuple(tile),
+                "words": f"{found[0]} scores completions through TRL's fused LM head, in {tile[0]} × {tile[1]} tiles"}
+    kwarg = None
+    if re.search(r"\bnum_logits_to_keep\s*=", src):
+        kwarg = "num_logits_to_keep"
+    elif re.search(r"""\blogits_to_keep\s*=\s*logits_to_keep|\[["']logits_to_keep["']\]\s*=""", src):
+        kwarg = "logits_to_keep"
+    try:
+        accepted = inspect.signature(type(model).forward).parameters
+    except (TypeError, ValueError):
+        accepted = {}
+    keeps = kwarg is not None and kwarg in accepted
+    if keeps:
+        words = f"the trainer passes {kwarg} and {type(model).__name__}.forward takes it: logits for the completion only"
+    elif kwarg:
+        words = (f"the trainer passes {kwarg} but {type(model).__name__}.forward does not take it: logits for the whole "
+                 "sequence (see logits-contract)")
+    else:
+        words = "logits for the whole sequence"
+    return {"fused": False, "keeps": keeps, "tile": (4096, 32768), "words": words}
+
+
+def plan_from_context(ctx, meta_model=None) -> Plan:
+    """A Plan for the config in `ctx`, with how each number was read in `notes`."""
+    model = ctx.meta_model if meta_model is None else meta_model
+    mcfg = ctx.model_config
+    raw = ctx.config.raw
+    notes: list[str] = []
+    labels: list[tuple[str, Any]] = []
+
+    params = count_params(model)
+    dtype, dtype_from = policy_dtype(ctx)
+    bf16, fp16 = precision(ctx)
+    labels += [("policy parameters", f"{params:,} (meta-device model, exact)"),
+               ("policy dtype", f"{dtype} ({dtype_from})"), ("bf16", bf16), ("fp16", fp16)]
+    param_bytes = DTYPE_BYTES[dtype]
+
+    quantized, qbytes = 0, 0.0
+    for key, kind in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
+        if config_value(ctx, key, False):
+            quantized, qbytes = _quantized_linear_params(model), QUANT_BYTES[kind]
+            notes.append(f"{key}: the linear layers' {quantized:,} weights at {qbytes:g} bytes (bitsandbytes, with "
+                         "block scales); embeddings, norms and the output layer at the load dtype")
+            labels.append((key, True))
+
+    peft = 0
+    use_peft = bool(config_value(ctx, "use_peft", False))
+    if use_peft:
+        r = int(config_value(ctx, "lora_r", 16) or 16)
+        targets = raw.get("lora_target_modules", _field_default(ctx.trainer, "lora_target_modules"))
+        if targets is _MISSING or targets is None:
+            targets, why = _peft_default_targets(getattr(mcfg, "model_type", ""))
+            notes.append(why)
+        peft, names = lora_adapter_params(model, r, targets, bool(config_value(ctx, "use_dora", False)))
+        saved = config_value(ctx, "lora_modules_to_save", None) or []
+        if isinstance(saved, str):
+            saved = [saved]
+        for name, module in model.named_modules():
+            if any(name == s or name.endswith("." + s) for s in saved):
+                peft += sum(p.numel() for p in module.parameters())
+        labels += [("PEFT", f"LoRA r={r} on {len(names)} linear layers: {peft:,} trainable parameters")]
+        notes.append("PEFT: LoRA adapters train in fp32 (PEFT's autocast_adapter_dtype); the base stays frozen")
+
+    beta = config_value(ctx, "beta", 0.0)
+    beta = 0.0 if beta is None else float(beta)
+    reference = beta != 0.0 and not use_peft
+    labels.append(("beta", beta))
+    if beta != 0.0 and use_peft:
+        notes.append("beta != 0 with PEFT: the reference is the base model with the adapter disabled (no copy)")
+    elif beta == 0.0:
+        notes.append("beta = 0: no reference model is loaded")
+    if ctx.trainer == "ppo":
+        reference = True  # PPO always holds a reference policy
+        notes.append("PPO holds a reference copy of the policy")
+
+    reward, value = [], 0
+    for key, folder in reward_model_refs(ctx):
+        n = seq_classifier_params(ctx, folder)
+        reward.append(n)
+        labels.append((f"reward model ({key})", f"{folder}: {n:,} parameters"))
+    vref = ctx.config.get("value_model_path")
+    if ctx.trainer == "ppo" and isinstance(vref, str) and vref:
+        from .._config import resolve_artifact
+
+        folder = resolve_artifact(vref, ctx.config.base_dir, str(ctx.config.path), "value_model_path", need="config.json").path
+        value = seq_classifier_params(ctx, folder)
+        labels.append(("value model", f"{folder}: {value:,} parameters (trained)"))
+
+    optim = config_value(ctx, "optim", "adamw_torch")
+    optimizer = str(getattr(optim, "value", optim))  # TrainingArguments holds an OptimizerNames enum
+    batch = int(config_value(ctx, "per_device_train_batch_size", 8) or 8)
+    completion = config_value(ctx, "max_completion_length", None)
+    if completion is None:
+        completion = config_value(ctx, "response_length", None)  # PPO's name
+    if completion is None:
+        completion = 256
+        notes.append("no max_completion_length: assumed 256 completion tokens")
+    prompt = config_value(ctx, "max_prompt_length", None)
+    if prompt is None:
+        prompt = DEFAULT_PROMPT_LENGTH
+        notes.append(f"no max_prompt_length (TRL >= 0.28 does not truncate prompts): assumed {DEFAULT_PROMPT_LENGTH} "
+                     "prompt tokens; long prompts need more")
+    completion, prompt = int(completion), int(prompt)
+    seq = prompt + completion
+    dims = _dims(mcfg, model)
+    head = logits_path(ctx, model)
+    if head["fused"]:
+        positions = completion
+    else:
+        positions = completion + 1 if head["keeps"] else seq
+
+    gc = bool(config_value(ctx, "gradient_checkpointing", False))
+    mixed = bf16 or fp16 or param_bytes == 2
+    act_bytes = 2.0 if mixed else 4.0
+    attn = model_init_kwargs(ctx).get("attn_implementation") or raw.get("attn_implementation")
+    use_vllm = bool(config_value(ctx, "use_vllm", False))
+    mode = config_value(ctx, "vllm_mode", None) if use_vllm else None
+    share = 0.0
+    if use_vllm and mode == "colocate":
+        share = float(config_value(ctx, "vllm_gpu_memory_utilization", 0.3) or 0.0)
+    gen = 0
+    if not use_vllm:
+        steps = config_value(ctx, "steps_per_generation", None) or config_value(ctx, "gradient_accumulation_steps", 1) or 1
+        gen = batch * int(steps)
+    labels += [("optimizer", optimizer), ("per_device_train_batch_size", batch),
+               ("tokens per sequence", f"{prompt} prompt + {completion} completion"),
+               ("log-probs", head["words"]),
+               ("gradient_checkpointing", gc), ("use_vllm", use_vllm)]
+    if use_vllm:
+        labels.append(("vllm_mode", mode or "a separate GPU (TRL < 0.16)"))
+    if gen:
+        labels.append(("sequences generated at once", gen))
+    notes += [
+        "one training process per GPU, nothing sharded: DeepSpeed ZeRO and FSDP are not modelled",
+        "weights, gradients and AdamW states in the trained parameters' dtype; no fp32 master copy (the HF Trainer "
+        "keeps none; DeepSpeed's bf16 optimizer would add one)",
+        "activations: 6·hidden + 2·kv + 4·intermediate values per token and layer (Llama-style decoder with SDPA or "
+        "flash attention), layer inputs only with gradient checkpointing; allocator fragmentation not counted",
+    ]
+    return Plan(
+        policy_params=params, param_bytes=param_bytes, quantized_params=quantized, quantized_bytes=qbytes,
+        peft_params=peft, reference=reference, reward_params=tuple(reward), reward_bytes=param_bytes,
+        value_params=value, optimizer=optimizer, batch_size=batch, seq_len=seq, logits_positions=positions,
+        fused_lm_head=head["fused"], logits_tile=head["tile"],
+        activation_bytes=act_bytes, gradient_checkpointing=gc, eager_attention=attn == "eager",
+        generation_batch=gen, vllm_gpu_memory_utilization=share, overhead_bytes=CUDA_CONTEXT_BYTES,
+        notes=tuple(notes), labels=tuple(labels), **dims,
+    )
+
+
+def from_context(ctx, gpu_total_bytes: int | None = None) -> Estimate:
+    """The estimate for the config in `ctx` on a GPU of `gpu_total_bytes` (which sizes vLLM's colocate share)."""
+    return estimate(plan_from_context(ctx), gpu_total_bytes)
+
+
+__all__ = ["Plan", "Component", "Estimate", "estimate", "plan_from_context", "from_context", "optimizer_state_bytes",
+           "config_value", "precision", "policy_dtype", "lora_adapter_params", "count_params", "GiB", "MiB",
+           "CUDA_CONTEXT_BYTES"]
