@@ -94,6 +94,8 @@ def test_failed_loads_are_remembered(tmp_path, built_fixtures):
     with Context(load_config(cfg)) as ctx:
         from trl_doctor import Unavailable
 
-        with pytest.raises(Unavailable):
+        with pytest.raises(Unavailable) as first:
             ctx.dataset
-        assert ctx._cache["dataset"][0] is False  # the failure is cached, not retried by each rule
+        with pytest.raises(Unavailable) as second:
+            ctx.dataset
+        assert second.value is first.value  # the failure is cached, not retried by each rule

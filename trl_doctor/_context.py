@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ._cache import fact, lazy
 from ._config import DOCTOR_KEYS, DoctorConfig
 from ._errors import InputError, Unavailable
 
@@ -48,26 +49,6 @@ class TrainerConfigInfo:
     passed_keys: list[str] = field(default_factory=list)
     injected: dict[str, Any] = field(default_factory=dict)  # keys the doctor set to build it on this machine
     launch_note: str | None = None  # built at the launch's process count (batch sizes scaled), and why
-
-
-def _lazy(fn: Callable[["Context"], Any]) -> property:
-    """cached_property that also caches the exception, so a failed load is not retried by every rule."""
-    name = fn.__name__
-
-    def get(self: "Context") -> Any:
-        cache = self._cache
-        if name not in cache:
-            try:
-                cache[name] = (True, fn(self))
-            except (InputError, Unavailable) as exc:
-                cache[name] = (False, exc)
-        ok, value = cache[name]
-        if ok:
-            return value
-        raise value
-
-    get.__doc__ = fn.__doc__
-    return property(get)
 
 
 class Context:
@@ -113,19 +94,7 @@ class Context:
     # -- raw files (cheap) --------------------------------------------------------------------------
     def read_json(self, path: Path) -> dict | None:
         """A JSON file next to the model or tokenizer, or None when it does not exist."""
-        key = f"json:{path}"
-        if key not in self._cache:
-            if not path.is_file():
-                self._cache[key] = (True, None)
-            else:
-                try:
-                    data = json.loads(path.read_text(encoding="utf-8"))
-                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                    raise InputError(f"{path}: cannot read JSON: {exc}") from None
-                if not isinstance(data, dict):
-                    raise InputError(f"{path}: expected a JSON object")
-                self._cache[key] = (True, data)
-        return self._cache[key][1]
+        return _read_json(self, Path(path))
 
     def model_file(self, name: str) -> Path:
         return self.config.model.path / name
@@ -140,7 +109,7 @@ class Context:
         return package_version(dist)
 
     # -- tokenizer ----------------------------------------------------------------------------------
-    @_lazy
+    @lazy
     def tokenizer(self):
         """The tokenizer the trainer will hold: loaded from disk, then `added_tokens` added as special tokens."""
         tok = self.disk_tokenizer_copy()
@@ -161,7 +130,7 @@ class Context:
             raise InputError(f"{path}: cannot load the tokenizer: {_one_line(exc)}") from None
 
     # -- model config -------------------------------------------------------------------------------
-    @_lazy
+    @lazy
     def model_config(self):
         from transformers import AutoConfig
 
@@ -184,7 +153,7 @@ class Context:
                 ) from None
             raise InputError(f"{path / 'config.json'}: cannot load the model config: {_one_line(exc)}") from None
 
-    @_lazy
+    @lazy
     def generation_config(self):
         """The model's GenerationConfig, or None when it ships no generation_config.json."""
         if not self.model_file("generation_config.json").is_file():
@@ -197,7 +166,7 @@ class Context:
             raise InputError(f"{self.model_file('generation_config.json')}: {_one_line(exc)}") from None
 
     # -- trainer config -----------------------------------------------------------------------------
-    @_lazy
+    @lazy
     def trainer_config_info(self) -> TrainerConfigInfo:
         from .facts.trl import config_class, script_fields
 
@@ -264,7 +233,7 @@ class Context:
                             f"one process; at 1 process TRL says: {info.error}")
         info.error = None
 
-    @_lazy
+    @lazy
     def trainer_config(self):
         info = self.trainer_config_info
         if info.config is None:
@@ -272,7 +241,7 @@ class Context:
         return info.config
 
     # -- models -------------------------------------------------------------------------------------
-    @_lazy
+    @lazy
     def meta_model(self):
         """The candidate model's structure on the meta device: exact shapes and parameter counts, no memory."""
         import torch
@@ -281,13 +250,13 @@ class Context:
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(self.model_config, trust_remote_code=self.options.trust_remote_code)
 
-    @_lazy
+    @lazy
     def twin(self):
         from ._twin import build_twin
 
         return build_twin(self.model_config, trust_remote_code=self.options.trust_remote_code)
 
-    @_lazy
+    @lazy
     def twin_dir(self) -> Path:
         """The twin saved with the trainer's tokenizer, for code (the smoke step) that loads from a path."""
         out = self.workdir / "twin"
@@ -299,7 +268,7 @@ class Context:
         return out
 
     # -- dataset ------------------------------------------------------------------------------------
-    @_lazy
+    @lazy
     def dataset(self):
         """The training split, loaded offline into a private cache folder."""
         cfg = self.config
@@ -336,7 +305,7 @@ class Context:
         return torch.cuda.is_available()
 
     # -- device -------------------------------------------------------------------------------------
-    @_lazy
+    @lazy
     def device(self) -> str:
         want = self.options.device
         if want == "cpu":
@@ -364,3 +333,16 @@ def _field_default(cls, key: str):
     from .facts.trl import field_default
 
     return field_default(cls, key)
+
+
+@fact
+def _read_json(ctx: Context, path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: cannot read JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return data
