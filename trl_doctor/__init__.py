@@ -7,10 +7,10 @@ Importing this package imports nothing heavy: torch, transformers and trl load i
 from ._context import Context, Options
 from ._errors import InputError, Unavailable
 from ._registry import Rule, rule
-from ._types import DELETE, Edit, Finding, Fix, Status, fail, passed, skip, warn
+from ._types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
 from ._version import __version__
 
 __all__ = [
     "Context", "Options", "InputError", "Unavailable", "Rule", "rule", "DELETE", "Edit", "Finding", "Fix",
-    "Status", "fail", "passed", "skip", "warn", "__version__",
+    "Status", "Location", "fail", "manual", "passed", "skip", "warn", "__version__",
 ]

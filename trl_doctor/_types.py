@@ -54,14 +54,62 @@ class Edit:
             raise ValueError("an Edit takes exactly one of `set` or `content`")
 
 
+APPLICABILITIES = ("safe", "unsafe", "manual")
+
+
 @dataclass(frozen=True)
 class Fix:
-    """What a rule would change, as data. `unsafe` fixes (those that rewrite model weights) only apply
-    with --unsafe-fixes."""
+    """What a rule would change, as data, with its applicability (as ruff's Applicability):
+
+    - `safe`: applied by `--fix`;
+    - `unsafe`: applied only with `--fix --unsafe-fixes` (fixes that rewrite model weights, or change what
+      the job trains);
+    - `manual`: instructions only (the description says what to do), never applied; it carries no edits.
+
+    `unsafe=True` is the older spelling of `applicability="unsafe"` and stays accepted.
+    """
 
     description: str
     edits: tuple[Edit, ...] = ()
     unsafe: bool = False
+    applicability: str = ""
+
+    def __post_init__(self) -> None:
+        level = self.applicability or ("unsafe" if self.unsafe else "safe")
+        if level not in APPLICABILITIES:
+            raise ValueError(f"a Fix's applicability is one of {APPLICABILITIES}, not {level!r}")
+        if level == "manual" and self.edits:
+            raise ValueError("a manual Fix describes what to do by hand; it carries no edits")
+        object.__setattr__(self, "applicability", level)
+        object.__setattr__(self, "unsafe", level == "unsafe")
+
+    def applies(self, unsafe_fixes: bool = False) -> bool:
+        """Whether `--fix` applies it (with `--unsafe-fixes` when that flag is given)."""
+        return self.applicability == "safe" or (self.applicability == "unsafe" and unsafe_fixes)
+
+
+def manual(description: str) -> Fix:
+    """A fix the user makes by hand: shown with the finding, never applied."""
+    return Fix(description, (), applicability="manual")
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a finding points: a file (the config, a model or tokenizer file), and within it the key it
+    concerns with the key's 1-based line and column when the file is JSON or YAML and the key is in it."""
+
+    file: str
+    key: str | None = None
+    line: int | None = None
+    column: int | None = None
+
+    def short(self) -> str:
+        """`config.yaml:12 num_generations`, as the table shows it."""
+        import os
+
+        name = os.path.basename(self.file) or self.file
+        where = f"{name}:{self.line}" if self.line else name
+        return f"{where} {self.key}" if self.key else where
 
 
 @dataclass(frozen=True)
@@ -72,22 +120,23 @@ class Finding:
     message: str
     details: Mapping[str, Any] = field(default_factory=dict)
     fix: Fix | None = None
+    location: Location | None = None
 
 
-def passed(message: str, **details: Any) -> Finding:
-    return Finding(Status.PASS, message, details)
+def passed(message: str, location: Location | None = None, **details: Any) -> Finding:
+    return Finding(Status.PASS, message, details, location=location)
 
 
-def warn(message: str, fix: Fix | None = None, **details: Any) -> Finding:
-    return Finding(Status.WARN, message, details, fix)
+def warn(message: str, fix: Fix | None = None, location: Location | None = None, **details: Any) -> Finding:
+    return Finding(Status.WARN, message, details, fix, location)
 
 
-def fail(message: str, fix: Fix | None = None, **details: Any) -> Finding:
-    return Finding(Status.FAIL, message, details, fix)
+def fail(message: str, fix: Fix | None = None, location: Location | None = None, **details: Any) -> Finding:
+    return Finding(Status.FAIL, message, details, fix, location)
 
 
-def skip(message: str, **details: Any) -> Finding:
-    return Finding(Status.SKIP, message, details)
+def skip(message: str, location: Location | None = None, **details: Any) -> Finding:
+    return Finding(Status.SKIP, message, details, location=location)
 
 
 @dataclass(frozen=True)
@@ -96,6 +145,7 @@ class AppliedFix:
     applied: bool
     unsafe: bool = False
     files: tuple[str, ...] = ()
+    applicability: str = "safe"
 
 
 @dataclass(frozen=True)
@@ -111,3 +161,4 @@ class Result:
     fix: AppliedFix | None
     duration_s: float
     pending_fix: Fix | None = None  # the Fix object behind `fix`, for the fixer; not reported
+    location: Location | None = None
