@@ -37,16 +37,15 @@ from trl_doctor import Edit, Fix, Unavailable, fail, passed, rule, warn
 
 from trl_doctor.facts.chat import completion_terminator
 from trl_doctor.facts.tokens import as_id_list
-from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, start, trainer_run
+from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
 
 
 @rule(
     id="TD004",
     slug="eos-termination",
     title="Generation stops at the model's end-of-turn token",
-    needs=("tokenizer", "model_config"),
+    needs=("tokenizer", "model_config", "trainer_run"),
     fixable="sometimes",
-    prepare=start,
 )
 def check(ctx):
     if ctx.trainer == "ppo":
@@ -129,9 +128,9 @@ def _probe(ctx, term) -> dict:
         run = trainer_run(ctx)
     except Unavailable as exc:
         return {"details": {"termination probe": f"not run: {exc}"}}
-    if run["outcome"] != "ok" or not run["result"].get("train"):
-        return {"details": {"termination probe": f"not run: the trainer run {run['outcome']} (see smoke-step)"}}
-    train = run["result"]["train"]
+    if run.outcome != "ok" or not run.result.get("train"):
+        return {"details": {"termination probe": f"not run: the trainer run {run.outcome} (see smoke-step)"}}
+    train = run.result["train"]
     steps = max(train.get("generate_steps") or [0])
     if train.get("forced_token_id") != term["id"] or not steps:
         return {"details": {"termination probe": "not run: no generation was observed"}}

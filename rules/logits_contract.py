@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from trl_doctor import fail, passed, rule, skip
 
-from trl_doctor.facts.trainer_run import start, trainer_run
+from trl_doctor.facts.trainer_run import trainer_run
 
 
 @rule(
@@ -45,14 +45,14 @@ from trl_doctor.facts.trainer_run import start, trainer_run
     slug="logits-contract",
     title="The model returns only the logits the trainer asks for",
     trainers=("grpo", "rloo"),
-    prepare=start,
+    needs=("trainer_run",),
 )
 def check(ctx):
     run = trainer_run(ctx)
-    probes = run["result"]["probes"] if run["outcome"] == "ok" else (run.get("error") or {}).get("probes", {})
+    probes = run.probes
     if "logits" not in probes:
-        yield skip(f"the trainer could not be built for the probe ({run['outcome']}; the smoke-step rule shows why)",
-                   **run["details"])
+        yield skip(f"the trainer could not be built for the probe ({run.outcome}; the smoke-step rule shows why)",
+                   **run.details)
         return
     probe = probes["logits"]
     if "skipped" in probe:

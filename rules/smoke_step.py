@@ -58,7 +58,7 @@ import os
 
 from trl_doctor import fail, passed, rule, skip
 
-from trl_doctor.facts.trainer_run import start, trainer_gap, trainer_run
+from trl_doctor.facts.trainer_run import trainer_gap, trainer_run
 
 
 @rule(
@@ -66,7 +66,7 @@ from trl_doctor.facts.trainer_run import start, trainer_gap, trainer_run
     slug="smoke-step",
     title="One real training step of the installed trainer succeeds",
     trainers=("grpo", "rloo", "ppo"),
-    prepare=start,
+    needs=("trainer_run",),
 )
 def check(ctx):
     if not ctx.options.smoke:
@@ -77,25 +77,25 @@ def check(ctx):
         yield fail(gap)
         return
     run = trainer_run(ctx)
-    details = dict(run["details"])
-    if run["outcome"] == "timeout":
-        yield fail(f"the smoke step did not finish within --smoke-timeout {run['limit']:g}s (stage: "
+    details = dict(run.details)
+    if run.outcome == "timeout":
+        yield fail(f"the smoke step did not finish within --smoke-timeout {run.limit:g}s (stage: "
                    f"{_last_stage(run)}); raise --smoke-timeout if the machine is just slow", **details,
-                   log_tail=run["log_tail"])
+                   log_tail=run.log_tail)
         return
-    if run["outcome"] == "crashed":
-        yield fail(f"the smoke step's process died with exit status {run['code']} at stage {_last_stage(run)} "
-                   f"({_signal(run['code'])}) before reporting", **details, log_tail=run["log_tail"])
+    if run.outcome == "crashed":
+        yield fail(f"the smoke step's process died with exit status {run.code} at stage {_last_stage(run)} "
+                   f"({_signal(run.code)}) before reporting", **details, log_tail=run.log_tail)
         return
-    if run["outcome"] == "failed":
-        error = run["error"]
-        message, extra = explain_failure(error, run["spec"], ctx)
+    if run.outcome == "failed":
+        error = run.error
+        message, extra = explain_failure(error, run.spec.to_json(), ctx)
         yield fail(message, **details, **extra, traceback=error.get("traceback", ""))
         return
-    result = dict(run["result"]["train"])
-    result["trainer"] = run["result"]["trainer"]
-    result["import_s"] = run["result"]["import_s"]
-    result["model"] = run["result"].get("model", {})
+    result = dict(run.result["train"])
+    result["trainer"] = run.result["trainer"]
+    result["import_s"] = run.result["import_s"]
+    result["model"] = run.result.get("model", {})
     yield from _judge(result, details, ctx)
 
 
@@ -157,8 +157,8 @@ def oom_details(ctx) -> dict:
         return {"memory estimate": f"not available ({type(exc).__name__}: {exc})"}
 
 
-def _last_stage(run: dict) -> str:
-    return run.get("last_stage") or "start-up"
+def _last_stage(run) -> str:
+    return run.last_stage or "start-up"
 
 
 def _signal(code: int) -> str:

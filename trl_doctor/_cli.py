@@ -85,24 +85,24 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
 
     from . import _fixer
     from ._config import load_config
-    from ._context import Context, Options
-    from ._engine import exit_status, run_rules
-    from ._registry import all_rules, select_rules
+    from ._context import Options
+    from ._engine import exit_status
+    from ._registry import all_rules, run_order, select_rules
+    from ._session import run_check
 
-    rules = select_rules(all_rules(), _names(select), _names(ignore))
+    rules = run_order(select_rules(all_rules(), _names(select), _names(ignore)))
     options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout,
                       unsafe_fixes=unsafe_fixes and (fix or show_diff), num_processes=num_processes)
     progress = _progress() if sys.stderr.isatty() else None
 
     def run_once():
-        cfg = load_config(config)
-        with Context(cfg, options) as ctx:
-            return cfg, run_rules(rules, ctx, progress)
+        cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
+        return cfg, run_check(cfg.path, rules, options, on_progress=progress)
 
     cfg, results = run_once()
     applied_files: list[dict] = []
     if fix or show_diff:
-        fixes = [r.pending_fix for r in results if r.pending_fix and (unsafe_fixes or not r.pending_fix.unsafe)]
+        fixes = [r.pending_fix for r in results if r.pending_fix and r.pending_fix.applies(unsafe_fixes)]
         changes = _fixer.plan(fixes)
         if show_diff:
             _clear(progress)
@@ -142,8 +142,8 @@ def _write_report(fmt, cfg, results, applied, output, color) -> None:
 
 
 def _progress():
-    def show(rule) -> None:
-        click.echo(f"\r\033[Kchecking {rule.id} {rule.slug}...", nl=False, err=True)
+    def show(text: str) -> None:
+        click.echo(f"\r\033[Kchecking {text}...", nl=False, err=True)
 
     return show
 

@@ -34,6 +34,7 @@ class Options:
     smoke_timeout: float = 300.0
     unsafe_fixes: bool = False  # rules prepare costly unsafe fixes (rewritten weights) only when they may apply
     num_processes: int | None = None  # training processes of the launch (--num-processes); None: read the launch config
+    trainer_run: dict | None = None  # a RunResult (JSON) the supervisor hands a fresh worker when a run hung or died
 
 
 @dataclass
@@ -58,7 +59,8 @@ class Context:
         self._cache: dict[str, tuple[bool, Any]] = {}
         self._workdir: Path | None = None
         self._cleanups: list[Callable[[], None]] = []
-        self.scratch: dict[str, Any] = {}  # per-run state rules share with their own prepare hooks
+        self.events: Callable[[str, dict], None] | None = None  # the worker's channel to the printing process
+        self.scratch: dict[str, Any] = {}  # TODO(issue 10): gone once facts/chat.py caches through fact()
 
     # -- housekeeping -------------------------------------------------------------------------------
     @property
@@ -67,6 +69,11 @@ class Context:
         if self._workdir is None:
             self._workdir = Path(tempfile.mkdtemp(prefix="trl-doctor-"))
         return self._workdir
+
+    def emit(self, kind: str, payload: dict) -> None:
+        """Tell the supervising process something (a trainer run starts, its stage); nothing without one."""
+        if self.events is not None:
+            self.events(kind, payload)
 
     def on_close(self, fn: Callable[[], None]) -> None:
         self._cleanups.append(fn)
@@ -213,11 +220,12 @@ class Context:
         processes, build the config once more with the same global batch seen from one process (per-device
         batches times N); when that is accepted, the error was only this machine's process count and the
         config object serves the other rules (batch-geometry judges the arithmetic at N)."""
-        from .facts.launch import is_geometry_error, launch_processes
+        from .facts.launch import is_geometry_error, launch
 
         if not is_geometry_error(info.error or ""):
             return
-        procs, where = launch_processes(self)
+        the_launch = launch(self)
+        procs = the_launch.processes
         if procs == 1:
             return
         scaled = dict(kwargs)
@@ -229,7 +237,7 @@ class Context:
             info.config = cls(**scaled)
         except Exception:
             return
-        info.launch_note = (f"built with the global batch of the launch's {procs} processes ({where['words']}) seen from "
+        info.launch_note = (f"built with the global batch of the launch's {procs} processes ({the_launch.processes_from}) seen from "
                             f"one process; at 1 process TRL says: {info.error}")
         info.error = None
 
@@ -319,6 +327,8 @@ class Context:
 
     def need(self, name: str) -> Any:
         """Resolve one of a rule's declared needs (raises Unavailable or InputError)."""
+        if name == "trainer_run":
+            return None  # an ordering need: the rule reads the run itself, and reports why it could not run
         return getattr(self, name)
 
 

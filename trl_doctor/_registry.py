@@ -26,6 +26,7 @@ NEEDS = (
     "meta_model",
     "twin",
     "dataset",
+    "trainer_run",  # reads the check's one trainer run: runs after the static rules, in the trainer-run group
 )
 ENTRY_POINT_GROUP = "trl_doctor.rules"
 _ID_RE = re.compile(r"^[A-Z]{2,5}\d{3,4}$")
@@ -54,6 +55,12 @@ class Rule:
     @property
     def has_fix(self) -> bool:
         return self.fixable != "never"
+
+    @property
+    def group(self) -> str:
+        """`static` rules read files, configs and the installed packages; `trainer run` rules read the one
+        trainer run of the check, so they run (and are listed) after the static ones."""
+        return "trainer run" if "trainer_run" in self.needs else "static"
 
 
 def rule(
@@ -179,6 +186,11 @@ def select_rules(rules: list[Rule], select: Iterable[str] = (), ignore: Iterable
     chosen = resolve(select)
     dropped = resolve(ignore)
     return [r for r in rules if (not chosen or r.id in chosen) and r.id not in dropped]
+
+
+def run_order(rules: Iterable[Rule]) -> list[Rule]:
+    """The order rules run and are listed in: the static group, then the trainer-run group, each by id."""
+    return sorted(rules, key=lambda r: (r.group != "static", r.id))
 
 
 def find_rule(rules: list[Rule], name: str) -> Rule:

@@ -4,6 +4,7 @@ the smoke step's own memory estimate. The run itself is the `trl_doctor.trainer_
 
 from __future__ import annotations
 
+from ..trainer_run.protocol import RunResult, Spec  # noqa: F401
 from ..trainer_run.parent import (  # noqa: F401
-    FORCE_AFTER, MAX_COMPLETION, smoke_estimate_details, start, trainer_gap, trainer_run,
+    FORCE_AFTER, MAX_COMPLETION, smoke_estimate_details, trainer_gap, trainer_run,
 )

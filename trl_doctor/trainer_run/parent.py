@@ -1,19 +1,22 @@
-"""The trainer run shared by the probes and the smoke step: one child process builds the installed TRL's
-real trainer on the miniature twin, runs the logits probe, then (unless --no-smoke) one optimizer step
-with the termination probe's end-of-turn forcing. Rules read one cached result; nothing runs twice.
+"""The trainer run's parent side: decides whether the installed TRL can build the config's trainer at all,
+builds the `Spec` (the miniature twin, or the real model on a GPU when one step fits), runs it through the
+worker side in this process, and turns what came back into a `RunResult` the rules read. One run per check,
+cached on the context: the logits probe, the termination probe and the smoke step share it.
 
-The child is started by the rules' `prepare` hook before any check runs, so its imports overlap the
-static rules; the spec is sent when the first rule asks for the result.
+The printing process supervises the run through `ctx.emit` events: "trainer-run" (the run starts: the smoke
+timeout starts counting), "trainer-stage" (each stage, for progress and for a failure's last stage) and
+"trainer-run-end". When
+it had to stop a run that hung or died, it hands the outcome to a fresh worker as `ctx.options.trainer_run`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import time
-from typing import Any
+
+from trl_doctor._cache import fact
+
+from .protocol import RunResult, Spec
 
 ROWS = 4  # prompts handed to the child: enough for one generation batch and a spare
 FORCE_AFTER = 3  # the termination probe forces the end-of-turn token as the 4th completion token
@@ -21,51 +24,6 @@ MAX_COMPLETION = 8
 
 TRAINERS = ("grpo", "rloo", "ppo")
 LAST_PPO_RELEASE = "1.12.0"  # trl.experimental.ppo.PPOTrainer's last release (see the value-model rule)
-PROGRESS_EVERY = 0.25
-
-
-def start(ctx) -> None:
-    """prepare hook: start the child early (idempotent)."""
-    from trl_doctor.facts.trl import trainer_source
-
-    if ctx.trainer in TRAINERS and "trainer_run_proc" not in ctx.scratch and "trainer_run" not in ctx.scratch \
-            and trainer_source(ctx.trainer) is not None:  # no child for a trainer the installed TRL lacks
-        ctx.scratch["trainer_run_proc"] = _spawn(ctx)
-
-
-def _spawn(ctx) -> subprocess.Popen:
-    env = dict(os.environ)
-    env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "WANDB_DISABLED": "true", "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false",
-                "PYTHONWARNINGS": "ignore"})
-    if _cpu_only(ctx):
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    log_path = ctx.workdir / "trainer-run.log"
-    ctx.scratch["trainer_run_log"] = log_path
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "trl_doctor.trainer_run.worker", "--wait", ctx.trainer],
-            cwd=str(ctx.workdir), env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-        )
-
-    def stop() -> None:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-    ctx.on_close(stop)
-    return proc
-
-
-def _cpu_only(ctx) -> bool:
-    """Decided without importing torch: --device cpu, or NVML sees no GPU."""
-    if ctx.options.device == "cpu":
-        return True
-    if ctx.options.device == "cuda":
-        return False
-    from trl_doctor.facts.launch import gpus
-
-    return not gpus()[0]
 
 
 def trainer_gap(ctx) -> str | None:
@@ -99,102 +57,37 @@ def _ppo_style_class(cls) -> bool:
     return "reward_funcs" not in inspect.signature(cls.__init__).parameters
 
 
-def trainer_run(ctx) -> dict[str, Any]:
-    """The run's outcome: {"outcome": ok|timeout|crashed|failed, "result" or "error"..., "details": {...}}.
-    Raises Unavailable when the trainer cannot be built for a reason another rule reports."""
-    if "trainer_run" not in ctx.scratch:
-        ctx.scratch["trainer_run"] = _run(ctx)
-    return ctx.scratch["trainer_run"]
-
-
-def _run(ctx) -> dict[str, Any]:
+@fact
+def trainer_run(ctx) -> RunResult:
+    """The run's outcome (ok, failed, timeout, crashed). Raises Unavailable when the trainer cannot be built for
+    a reason another rule reports (trainer_gap, or a missing tokenizer, config or dataset)."""
     from trl_doctor import Unavailable
 
+    handed = getattr(ctx.options, "trainer_run", None)
+    if handed is not None:  # a previous worker's run hung or died: its outcome, from the supervisor
+        return RunResult.from_json(handed)
     gap = trainer_gap(ctx)
     if gap:
         raise Unavailable(gap)
     for need in ("trainer_config", "tokenizer", "model_config", "dataset"):
         ctx.need(need)
+    spec = build_spec(ctx)
+    ctx.emit("trainer-run", {"details": spec.details(), "limit": ctx.options.smoke_timeout})
+    from . import worker
 
-    spec = _spec(ctx)
-    spec_path = ctx.workdir / "trainer-run-spec.json"
-    result_path = ctx.workdir / "trainer-run-result.json"
-    spec_path.write_text(json.dumps(spec, default=str))
-    proc = ctx.scratch.pop("trainer_run_proc", None) or _spawn(ctx)
     started = time.perf_counter()
-    try:
-        proc.stdin.write(f"{spec_path} {result_path}\n".encode())
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass  # the child already died while importing: its log says why
-    code = _wait(proc, ctx, started)
-    details = {"device": spec["device"], "model": spec["model_label"], "wall_s": round(time.perf_counter() - started, 2)}
-    if spec.get("model_note"):
-        details["model choice"] = spec["model_note"]
-    if spec.get("precision"):
-        details["precision"] = spec["precision"]
-    tail = _tail(ctx.scratch["trainer_run_log"])
-    last_stage = _stage(ctx.scratch["trainer_run_log"]) or "start-up"
-    if code is None:
-        return {"outcome": "timeout", "details": details, "log_tail": tail, "limit": ctx.options.smoke_timeout, "spec": spec,
-                "last_stage": last_stage}
-    result = json.loads(result_path.read_text()) if result_path.is_file() else None
-    if result is None:
-        return {"outcome": "crashed", "details": details, "log_tail": tail, "code": code, "spec": spec,
-                "last_stage": last_stage}
-    if not result.get("ok"):
-        return {"outcome": "failed", "details": details, "error": result, "log_tail": tail, "spec": spec}
-    return {"outcome": "ok", "details": details, "result": result, "spec": spec}
-
-
-def _wait(proc, ctx, started: float) -> int | None:
-    """Wait for the child within --smoke-timeout (None: it was stopped), showing its stage on a terminal."""
-    limit = ctx.options.smoke_timeout
-    show = _progress_wanted(ctx)
-    try:
-        while True:
-            elapsed = time.perf_counter() - started
-            try:
-                return proc.wait(timeout=PROGRESS_EVERY if show else max(0.0, limit - elapsed))
-            except subprocess.TimeoutExpired:
-                if time.perf_counter() - started >= limit:
-                    proc.kill()
-                    proc.wait()
-                    return None
-                if show:
-                    stage = _stage(ctx.scratch["trainer_run_log"]) or "starting"
-                    sys.stderr.write(f"\r\x1b[2K  trl-doctor: {ctx.trainer.upper()} trainer run: {stage} "
-                                     f"({time.perf_counter() - started:.0f}s of {limit:g}s)")
-                    sys.stderr.flush()
-    finally:
-        if show:
-            sys.stderr.write("\r\x1b[2K")
-            sys.stderr.flush()
-
-
-def _progress_wanted(ctx) -> bool:
-    forced = os.environ.get("TRL_DOCTOR_PROGRESS")
-    if forced is not None:
-        return forced not in ("", "0")
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _stage(log_path) -> str | None:
-    try:
-        text = log_path.read_text(errors="replace")
-    except OSError:
-        return None
-    marks = [line.split("stage:", 1)[1].strip() for line in text.splitlines() if line.startswith("[trl-doctor] stage:")]
-    return marks[-1] if marks else None
+    ok, data = worker.execute(spec, on_stage=lambda s: ctx.emit("trainer-stage", s.to_json()))
+    ctx.emit("trainer-run-end", {"ok": ok})
+    details = {**spec.details(), "wall_s": round(time.perf_counter() - started, 2)}
+    if not ok:
+        return RunResult("failed", details, spec=spec, error=data, last_stage=data.get("stage"))
+    return RunResult("ok", details, spec=spec, result=data)
 
 
 PRECISION_KEYS = ("bf16", "fp16")
 
 
-def _spec(ctx) -> dict[str, Any]:
+def build_spec(ctx) -> Spec:
     from trl_doctor.facts.models import parameter_count
 
     from trl_doctor.facts.chat import completion_terminator
@@ -249,7 +142,7 @@ def _spec(ctx) -> dict[str, Any]:
         model_kwargs = raw.get("model_init_kwargs") or {k: raw[k] for k in ("dtype", "torch_dtype", "attn_implementation")
                                                            if raw.get(k) is not None} or None
         overrides["model_init_kwargs"] = model_kwargs
-    return {
+    return Spec(**{
         "trainer": ctx.trainer,
         "device": device,
         "model_path": model_path,
@@ -277,7 +170,7 @@ def _spec(ctx) -> dict[str, Any]:
         "force_after": FORCE_AFTER,
         "suppress_ids": sorted(suppress),
         "twin_parameters": parameter_count(ctx.twin) if twin else None,
-    }
+    })
 
 
 def _path(ctx, ref: str) -> str:
@@ -378,11 +271,3 @@ def smoke_estimate_details(ctx) -> dict:
         fits, words = real_model_fits(ctx)
         out["memory check"] = words
     return out
-
-
-def _tail(path, lines=15) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])

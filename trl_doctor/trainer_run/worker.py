@@ -1,65 +1,50 @@
-"""The trainer-run child process: builds the installed TRL's real trainer for a tiny version of the config,
+"""The trainer run's worker side: builds the installed TRL's real trainer for a tiny version of the config,
 runs the probes other rules ask for on it (the logits contract), then, unless the smoke step is off, one
 optimizer step (with the end-of-turn token forced early, so the step also shows whether generation stops).
-Run as `python -m trl_doctor.trainer_run.worker SPEC RESULT`.
 
-It runs apart from the doctor so that a hang, a segfault or an out-of-memory becomes a finding with the
-captured error, never a dead doctor. With `--wait` it is started early: it imports torch, transformers
-and TRL while the doctor runs the other rules, then reads "SPEC RESULT" from stdin (EOF: nothing to do). The result is written as JSON; an exception is reported in it
-with the traceback trimmed to the frames that matter.
+It runs inside the check's one heavy worker process, after the static rules, so torch, transformers and TRL
+are imported once per check. `execute` never raises: the trainer's exception comes back as data with the
+traceback trimmed to the frames that matter. A hang, a segfault or an out-of-memory kill takes the worker
+process down instead; the printing process, which supervises it (`trl_doctor._session`), then reports the
+run as `timeout` or `crashed` and hands that outcome to a fresh worker for the rules still to run.
 """
 
 from __future__ import annotations
 
-import json
-import sys
+import os
 import time
 import traceback
+from typing import Callable
+
+from .protocol import Progress, Spec, Stage
 
 
-def warm(trainer: str) -> float:
-    """Import what the step needs; returns the seconds it took."""
+def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None) -> tuple[bool, dict]:
+    """(True, {"trainer", "import_s", "probes", "model", "train"}) or (False, the error as data)."""
     started = time.perf_counter()
-    import torch  # noqa: F401
-    import datasets  # noqa: F401
-    import transformers  # noqa: F401
-    from trl_doctor.facts import trl as _trl
+    progress = Progress()
 
-    _trl.trainer_class(trainer)
-    return time.perf_counter() - started
+    def stage(name: str) -> None:
+        progress.stage = name
+        print(f"[trl-doctor] stage: {name}", flush=True)  # in the worker's log, beside what the trainer prints
+        if on_stage is not None:
+            on_stage(Stage(name, round(time.perf_counter() - started, 3)))
 
-
-def main(argv: list[str]) -> int:
-    if argv[0] == "--wait":
-        import_s = warm(argv[1])
-        line = sys.stdin.readline().split()
-        if not line:
-            return 0
-        spec_path, result_path = line
-    else:
-        spec_path, result_path = argv
-        import_s = None
-    started = time.perf_counter()
-    with open(spec_path, encoding="utf-8") as fh:
-        spec = json.load(fh)
-    out: dict = {"ok": False}
+    here = os.getcwd()
     try:
-        out.update(run(spec, started))
-        if import_s is not None:
-            out["import_s"] = round(import_s, 2)
-        out["ok"] = True
-        code = 0
-    except BaseException as exc:  # everything must reach the parent as data
-        out["error_type"] = type(exc).__name__
-        out["error"] = " ".join(str(exc).split())[:2000]
-        out["traceback"] = _trim(traceback.format_exception(type(exc), exc, exc.__traceback__), spec.get("user_dir"))
-        out["stage"] = spec.get("_stage")
-        out["rewards"] = spec.get("_calls", {})
-        out["probes"] = spec.get("_probes", {})  # probes that finished before the failure
-        code = 1
-    with open(result_path, "w", encoding="utf-8") as fh:
-        json.dump(out, fh, indent=2, default=str)
-    return code
+        os.chdir(spec.work_dir)  # whatever the trainer writes beside itself lands in the check's own folder
+        return True, run(spec, progress, stage, started)
+    except BaseException as exc:  # everything, sys.exit() in a reward function included, must come back as data
+        return False, {
+            "error_type": type(exc).__name__,
+            "error": " ".join(str(exc).split())[:2000],
+            "traceback": _trim(traceback.format_exception(type(exc), exc, exc.__traceback__), spec.user_dir),
+            "stage": progress.stage,
+            "rewards": progress.calls,
+            "probes": progress.probes,  # probes that finished before the failure
+        }
+    finally:
+        os.chdir(here)
 
 
 def _trim(frames: list[str], user_dir: str | None) -> str:
@@ -70,14 +55,8 @@ def _trim(frames: list[str], user_dir: str | None) -> str:
     return "".join(keep + [f for f in tail if f not in keep]).rstrip()
 
 
-def stage(spec: dict, name: str) -> None:
-    """Mark the stage the run is in: the parent shows it as progress, and a failure names it."""
-    spec["_stage"] = name
-    print(f"[trl-doctor] stage: {name}", flush=True)
-
-
-def run(spec: dict, started: float) -> dict:
-    stage(spec, "import")
+def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: float) -> dict:
+    stage("import")
     import resource
 
     import torch
@@ -85,33 +64,33 @@ def run(spec: dict, started: float) -> dict:
 
     from trl_doctor.facts import trl as _trl
 
-    trainer_cls = _trl.trainer_class(spec["trainer"])
-    config_cls = _trl.config_class(spec["trainer"])
+    trainer_cls = _trl.trainer_class(spec.trainer)
+    config_cls = _trl.config_class(spec.trainer)
     import_s = time.perf_counter() - started
     grads = _GradNorms()
 
-    stage(spec, "config")
+    stage("config")
     args = config_cls(**_config_kwargs(config_cls, spec))
 
-    tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer_path"], local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_path, local_files_only=True)
     if _ppo_style(trainer_cls):
-        trainer, policy, model = _build_ppo_style(trainer_cls, args, tokenizer, spec)
+        trainer, policy, model = _build_ppo_style(trainer_cls, args, tokenizer, spec, progress, stage)
     else:
-        trainer, policy, model = _build_grpo_style(trainer_cls, args, tokenizer, spec)
-    probes = spec.setdefault("_probes", {})
+        trainer, policy, model = _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage)
+    probes = progress.probes
     if hasattr(trainer, LOGPS_METHODS[0]) or hasattr(trainer, LOGPS_METHODS[1]):
-        stage(spec, "logits probe")
+        stage("logits probe")
         probes["logits"] = probe_logits(trainer, model, tokenizer)
     info = {"trainer": trainer_cls.__name__, "import_s": round(import_s, 2), "probes": probes,
             "model": _model_info(policy, spec)}
-    if not spec.get("train", True):
+    if not spec.train:
         return {**info, "train": None}
 
     trainable = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
 
-    stage(spec, "train")
-    forcing = force_token(policy, spec.get("force_token_id"), spec.get("force_after", 3), spec.get("suppress_ids", []))
+    stage("train")
+    forcing = force_token(policy, spec.force_token_id, spec.force_after, spec.suppress_ids)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
@@ -120,7 +99,7 @@ def run(spec: dict, started: float) -> dict:
     step_s = time.perf_counter() - t0
     forcing.remove()
 
-    stage(spec, "inspect")
+    stage("inspect")
     params = dict(model.named_parameters())
     updated = [n for n, before in trainable.items() if not torch.equal(before, params[n].detach().to(before.device))]
     frozen_changed = [n for n, before in frozen.items() if not torch.equal(before, params[n].detach().to(before.device))]
@@ -132,9 +111,9 @@ def run(spec: dict, started: float) -> dict:
     if loss is None and "loss/policy_avg" in logs:  # PPO logs its losses apart
         loss = logs["loss/policy_avg"] + logs.get("loss/value_avg", 0.0)
     result = {
-        "forced_token_id": spec.get("force_token_id"),
+        "forced_token_id": spec.force_token_id,
         "generate_steps": forcing.generated,
-        "forced_after": spec.get("force_after", 3),
+        "forced_after": spec.force_after,
         "step_s": round(step_s, 2),
         "loss": loss,
         "grad_norm": logs.get("grad_norm", grads.last),
@@ -149,13 +128,13 @@ def run(spec: dict, started: float) -> dict:
         "trainable_names": _name_kinds(trainable),
         "updated_tensors": len(updated),
         "frozen_changed": frozen_changed[:10],
-        "rewards": spec.get("_calls", {}),
+        "rewards": progress.calls,
         "reward_model_score": logs.get("objective/scores"),
         "peak_host_mb": round(host_peak_mb, 1),
         "global_steps": trainer.state.global_step,
         "logs": {k: v for k, v in logs.items() if isinstance(v, (int, float))},
     }
-    if torch.cuda.is_available() and spec.get("device") == "cuda":
+    if torch.cuda.is_available() and spec.device == "cuda":
         result["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     return {**info, "train": result}
 
@@ -164,9 +143,9 @@ def _config_kwargs(config_cls, spec: dict) -> dict:
     import dataclasses
 
     fields = {f.name for f in dataclasses.fields(config_cls) if f.init}
-    kwargs = {k: v for k, v in spec["config"].items() if k in fields}
-    kwargs.update({k: v for k, v in spec["overrides"].items() if k in fields})
-    if spec.get("device") == "cpu" and "use_cpu" in fields:
+    kwargs = {k: v for k, v in spec.config.items() if k in fields}
+    kwargs.update({k: v for k, v in spec.overrides.items() if k in fields})
+    if spec.device == "cpu" and "use_cpu" in fields:
         kwargs["use_cpu"] = True
     return kwargs
 
@@ -185,7 +164,7 @@ def _peft_config(spec: dict):
     import trl
 
     model_config_cls = getattr(trl, "ModelConfig", None)
-    raw = spec.get("raw", {})
+    raw = spec.raw
     if model_config_cls is None or not raw.get("use_peft"):
         return None
     fields = {f.name for f in dataclasses.fields(model_config_cls) if f.init}
@@ -193,45 +172,45 @@ def _peft_config(spec: dict):
     return trl.get_peft_config(model_args)
 
 
-def _build_grpo_style(trainer_cls, args, tokenizer, spec):
+def _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage):
     from datasets import Dataset
 
     from trl_doctor.facts.rewards import resolve_reward
 
-    stage(spec, "reward functions")
-    calls: dict[str, dict] = spec.setdefault("_calls", {})
-    funcs = [_recorded(resolve_reward(name, spec["user_dir"]), name, calls) for name in spec["reward_funcs"]]
-    reward_models = [_aux_model_path(path, spec) for path in spec.get("reward_models") or []]
+    stage("reward functions")
+    calls: dict[str, dict] = progress.calls
+    funcs = [_recorded(resolve_reward(name, spec.user_dir), name, calls) for name in spec.reward_funcs]
+    reward_models = [_aux_model_path(path, spec) for path in spec.reward_models or []]
 
-    stage(spec, "trainer init")
+    stage("trainer init")
     kwargs = {}
     peft_config = _peft_config(spec)
     if peft_config is not None:
         kwargs["peft_config"] = peft_config
     trainer = trainer_cls(
-        model=spec["model_path"],
+        model=spec.model_path,
         reward_funcs=funcs + reward_models,
         args=args,
-        train_dataset=Dataset.from_list(spec["rows"]),
+        train_dataset=Dataset.from_list(spec.rows),
         processing_class=tokenizer,
         **kwargs,
     )
     return trainer, trainer.model, trainer.model
 
 
-def _build_ppo_style(trainer_cls, args, tokenizer, spec):
+def _build_ppo_style(trainer_cls, args, tokenizer, spec, progress, stage):
     """PPO (and the old RLOO) take model instances and a tokenized dataset, as TRL's example scripts build them."""
     import inspect
 
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    stage(spec, "models")
+    stage("models")
     params = inspect.signature(trainer_cls.__init__).parameters
-    load = dict(spec.get("model_kwargs") or {}, local_files_only=True)
-    policy = AutoModelForCausalLM.from_pretrained(spec["model_path"], **load)
-    ref = AutoModelForCausalLM.from_pretrained(spec["model_path"], **load)
-    reward_path = spec.get("reward_model_path")
+    load = dict(spec.model_kwargs or {}, local_files_only=True)
+    policy = AutoModelForCausalLM.from_pretrained(spec.model_path, **load)
+    ref = AutoModelForCausalLM.from_pretrained(spec.model_path, **load)
+    reward_path = spec.reward_model_path
     if not reward_path:
         raise ValueError("the config names no `reward_model_path`: PPO scores completions with a reward model")
 
@@ -241,14 +220,14 @@ def _build_ppo_style(trainer_cls, args, tokenizer, spec):
                                                                   local_files_only=True)
 
     reward_model = classifier(reward_path)
-    value_path = spec.get("value_model_path")
+    value_path = spec.value_model_path
     value_model = classifier(value_path) if value_path else None
 
-    stage(spec, "dataset")
-    rows = [{"input_ids": _prompt_ids(tokenizer, row)} for row in spec["rows"]]
+    stage("dataset")
+    rows = [{"input_ids": _prompt_ids(tokenizer, row)} for row in spec.rows]
     dataset = Dataset.from_list(rows)
 
-    stage(spec, "trainer init")
+    stage("trainer init")
     kwargs = {"processing_class": tokenizer, "train_dataset": dataset}
     if "policy" in params:  # RLOOTrainer before trl 0.22
         kwargs.update(config=args, policy=policy, ref_policy=ref, reward_model=reward_model)
@@ -275,7 +254,7 @@ def _prompt_ids(tokenizer, row: dict) -> list[int]:
 def _aux_model_path(path: str, spec: dict) -> str:
     """A reward or value model for the step: the checkpoint itself with the real model, or its miniature
     twin (same class, vocabulary, label count and special ids) saved beside the policy's twin."""
-    if not spec.get("twin_aux"):
+    if not spec.twin_aux:
         return path
     import hashlib
     import os
@@ -285,7 +264,7 @@ def _aux_model_path(path: str, spec: dict) -> str:
 
     from trl_doctor._twin import TWIN_SEED, twin_config
 
-    out = os.path.join(spec["work_dir"], "aux-" + hashlib.sha1(path.encode()).hexdigest()[:10])
+    out = os.path.join(spec.work_dir, "aux-" + hashlib.sha1(path.encode()).hexdigest()[:10])
     if os.path.isdir(out):
         return out
     small = twin_config(AutoConfig.from_pretrained(path, local_files_only=True))
@@ -302,7 +281,7 @@ def _model_info(policy, spec: dict) -> dict:
     total = sum(p.numel() for p in policy.parameters())
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     dtype = str(next(policy.parameters()).dtype).replace("torch.", "")
-    return {"label": spec["model_label"], "parameters": total, "trainable_parameters": trainable, "dtype": dtype,
+    return {"label": spec.model_label, "parameters": total, "trainable_parameters": trainable, "dtype": dtype,
             "class": type(policy).__name__}
 
 
@@ -488,7 +467,3 @@ def _recorded(func, name, calls):
         return values
 
     return wrapper
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

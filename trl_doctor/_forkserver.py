@@ -1,0 +1,213 @@
+"""A warm fork server for check workers: one process imports torch, transformers and TRL once, then forks a
+fresh worker for each check it is asked to run.
+
+A single `trl-doctor check` never needs it (its one worker imports the heavy stack once anyway). It is for
+callers that run many checks: the test suite starts one per session, so hundreds of checks pay the imports
+once, and each check still runs in its own fresh process, exactly the worker code a user's check runs.
+
+Only a caller whose environment resolves the same Python and the same torch, transformers, TRL and datasets
+as the server is served (a test that puts another TRL release first on PYTHONPATH gets a fresh process).
+The forked worker takes the caller's environment variables, working directory and PYTHONPATH before it
+imports anything else, so a stand-in pynvml or a plugin on the caller's path is the one the worker sees.
+
+    python -m trl_doctor._forkserver SOCKET_PATH    # serve until killed; TRL_DOCTOR_FORKSERVER=SOCKET_PATH uses it
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+ENV = "TRL_DOCTOR_FORKSERVER"
+PRELOAD = ("torch", "transformers", "trl", "datasets")
+_MAX_HEADER = 1 << 24
+
+
+def _origins() -> dict[str, str | None]:
+    out = {}
+    for name in PRELOAD:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        out[name] = spec.origin if spec is not None else None
+    return out
+
+
+def _info_path(sock_path: str) -> Path:
+    return Path(sock_path + ".json")
+
+
+# -- the caller's side ----------------------------------------------------------------------------------------
+
+class _Handle:
+    """A forked worker as the caller sees it: the same poll / kill / wait as subprocess.Popen."""
+
+    def __init__(self, conn: socket.socket, pid: int):
+        self.conn = conn
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.conn.setblocking(False)
+            try:
+                self._read_status()
+            except (BlockingIOError, InterruptedError):
+                pass
+            finally:
+                self.conn.setblocking(True)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, 9)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.conn.settimeout(timeout)
+            try:
+                self._read_status()
+            except socket.timeout:
+                import subprocess
+
+                raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout) from None
+            finally:
+                self.conn.settimeout(None)
+        return self.returncode if self.returncode is not None else -9
+
+    def _read_status(self) -> None:
+        data = self.conn.recv(64)
+        self.returncode = int(data.decode().strip() or -9) if data else -9
+        self.conn.close()
+
+
+def spawn(request: Any, channel_fd: int, log_fd: int) -> _Handle | None:
+    """Fork a worker for `request` from the server named in TRL_DOCTOR_FORKSERVER, or None (start a process)."""
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    try:
+        info = json.loads(_info_path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if info.get("executable") != os.path.realpath(sys.executable) or info.get("origins") != _origins():
+        return None  # another Python or another release of the heavy stack: a fresh process reads the right one
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+        header = json.dumps({"request": request.to_json(), "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+        socket.send_fds(conn, [len(header).to_bytes(8, "big") + header], [channel_fd, log_fd])
+        pid = int(_readline(conn))
+    except (OSError, ValueError):
+        conn.close()
+        return None
+    return _Handle(conn, pid)
+
+
+def _readline(conn: socket.socket) -> str:
+    out = b""
+    while not out.endswith(b"\n"):
+        chunk = conn.recv(1)
+        if not chunk:
+            raise OSError("the fork server closed the connection")
+        out += chunk
+    return out.decode()
+
+
+# -- the server's side -----------------------------------------------------------------------------------------
+
+def serve(path: str) -> None:
+    from ._worker import quiet_environment
+
+    quiet_environment()
+    for name in PRELOAD:
+        __import__(name)
+    import trl.trainer.grpo_trainer  # noqa: F401  (the floor every GRPO check pays)
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(16)
+    _info_path(path).write_text(json.dumps({"executable": os.path.realpath(sys.executable), "origins": _origins(),
+                                            "pid": os.getpid()}))
+    while True:
+        conn, _ = server.accept()
+        try:
+            msg, fds, _, _ = socket.recv_fds(conn, _MAX_HEADER + 8, 2)
+            size = int.from_bytes(msg[:8], "big")
+            while len(msg) < size + 8:
+                msg += conn.recv(size + 8 - len(msg))
+            header = json.loads(msg[8:].decode())
+        except (OSError, ValueError):
+            conn.close()
+            continue
+        pid = os.fork()
+        if pid == 0:
+            server.close()
+            conn.close()
+            _child(header, *fds)
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(f"{pid}\n".encode())
+        threading.Thread(target=_reap, args=(conn, pid), daemon=True).start()
+
+
+def _reap(conn: socket.socket, pid: int) -> None:
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    try:
+        conn.sendall(f"{code}\n".encode())
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+def _child(header: dict, channel_fd: int, log_fd: int) -> None:
+    """Become the caller's worker: its environment, folder and path first, then the worker's own code."""
+    code = 1
+    try:
+        os.setsid()  # a signal meant for the server's terminal group is not the worker's
+        os.environ.clear()
+        os.environ.update(header["env"])
+        os.chdir(header["cwd"])
+        extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:0] = [p for p in extra if p not in sys.path]
+        sys.modules.pop("pynvml", None)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        from ._protocol import Request
+        from ._worker import serve as serve_request
+
+        channel = os.fdopen(channel_fd, "w", encoding="utf-8")
+
+        def send(line: str) -> None:
+            channel.write(line)
+            channel.flush()
+
+        serve_request(Request.from_json(header["request"]), send)
+        channel.close()
+        code = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

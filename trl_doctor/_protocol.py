@@ -1,0 +1,128 @@
+"""The messages between the printing process and the check's one heavy worker, typed and versioned.
+
+The printing process sends one `Request` (the worker's stdin, JSON); the worker answers with one JSON object
+per line on its channel: `rule-start`, `result` (a Result, as `encode_result` writes it), the trainer run's
+`trainer-run`, `trainer-stage` and `trainer-run-end` events, `input-error` (the check cannot go on: exit 2), and `done`. Each
+line carries the protocol version; a line of another version is refused, never misread. Results round-trip
+exactly (findings' fixes included, so `--fix` can apply what a worker found).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._types import DELETE, AppliedFix, Edit, Fix, Location, Result, Status
+
+VERSION = 1
+KINDS = ("rule-start", "result", "trainer-run", "trainer-stage", "trainer-run-end", "input-error", "done")
+
+
+class ProtocolError(ValueError):
+    """A message of another protocol version or shape."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one worker is asked to do: check `config` with these rules (in this order) and options."""
+
+    config: str  # absolute path of the config file
+    rules: tuple[str, ...]  # rule ids, in run order; those in `done` are skipped
+    options: dict[str, Any] = field(default_factory=dict)  # the fields of trl_doctor.Options
+    done: tuple[str, ...] = ()  # rules a previous worker already reported (a resumed check)
+
+    def to_json(self) -> str:
+        return json.dumps({"version": VERSION, **dataclasses.asdict(self)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Request":
+        data = _checked(json.loads(text))
+        return cls(config=data["config"], rules=tuple(data["rules"]), options=dict(data.get("options") or {}),
+                   done=tuple(data.get("done") or ()))
+
+
+def message(kind: str, **payload: Any) -> str:
+    """One channel line."""
+    if kind not in KINDS:
+        raise ProtocolError(f"unknown message kind {kind!r}")
+    return json.dumps({"version": VERSION, "kind": kind, **payload}, default=str) + "\n"
+
+
+def read_message(line: str) -> dict[str, Any]:
+    data = _checked(json.loads(line))
+    if data.get("kind") not in KINDS:
+        raise ProtocolError(f"unknown message kind {data.get('kind')!r}")
+    return data
+
+
+def _checked(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ProtocolError("a message must be a JSON object")
+    if data.get("version") != VERSION:
+        raise ProtocolError(f"protocol version {data.get('version')!r}; this trl-doctor speaks version {VERSION}")
+    return data
+
+
+# -- results ------------------------------------------------------------------------------------------------
+
+def encode_result(r: Result) -> dict[str, Any]:
+    return {
+        "id": r.id, "rule": r.rule, "title": r.title, "status": r.status.value, "message": r.message,
+        "details": _plain(r.details), "duration_s": r.duration_s,
+        "fix": None if r.fix is None else dataclasses.asdict(r.fix),
+        "pending_fix": None if r.pending_fix is None else _encode_fix(r.pending_fix),
+        "location": None if r.location is None else dataclasses.asdict(r.location),
+    }
+
+
+def decode_result(data: dict[str, Any]) -> Result:
+    fix = data.get("fix")
+    applied = None
+    if fix is not None:
+        names = {f.name for f in dataclasses.fields(AppliedFix)}
+        fix = {k: v for k, v in fix.items() if k in names}
+        applied = AppliedFix(**{**fix, "files": tuple(fix.get("files") or ())})
+    loc = data.get("location")
+    return Result(
+        id=data["id"], rule=data["rule"], title=data["title"], status=Status(data["status"]), message=data["message"],
+        details=data.get("details") or {}, fix=applied, duration_s=data.get("duration_s", 0.0),
+        pending_fix=_decode_fix(data["pending_fix"]) if data.get("pending_fix") else None,
+        location=Location(**loc) if loc else None,
+    )
+
+
+def _encode_fix(fix: Fix) -> dict[str, Any]:
+    return {"description": fix.description, "applicability": fix.applicability,
+            "edits": [_encode_edit(e) for e in fix.edits]}
+
+
+def _decode_fix(data: dict[str, Any]) -> Fix:
+    return Fix(data["description"], tuple(_decode_edit(e) for e in data.get("edits") or ()),
+               applicability=data.get("applicability") or "safe")
+
+
+def _encode_edit(edit: Edit) -> dict[str, Any]:
+    if edit.content is not None:
+        return {"path": edit.path, "content": base64.b64encode(edit.content).decode("ascii")}
+    return {"path": edit.path, "set": [[k, {"delete": True} if v is DELETE else {"value": v}] for k, v in edit.set]}
+
+
+def _decode_edit(data: dict[str, Any]) -> Edit:
+    if "content" in data:
+        return Edit(data["path"], content=base64.b64decode(data["content"]))
+    pairs = tuple((k, DELETE if v.get("delete") else v.get("value")) for k, v in data["set"])
+    return Edit(data["path"], set=pairs)
+
+
+def _plain(value: Any) -> Any:
+    """JSON's own types only: what the report formats show anyway (they print other objects as str)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

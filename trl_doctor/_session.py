@@ -1,0 +1,251 @@
+"""The printing process's side of a check: start the one heavy worker, read its results as they stream in,
+and supervise it. This module imports no torch, transformers or TRL.
+
+Isolation: the worker runs the user's code (reward functions, chat templates, the trainer). When the
+trainer run outlives --smoke-timeout the worker is killed; when the worker dies (a segfault, the kernel's
+out-of-memory killer) the results it already streamed are kept. A run that hung or died is handed, as a
+`RunResult`, to a fresh worker that reports the rules still to run (the smoke step then fails with the
+cause); a worker that dies outside the trainer run gives the rule it was running an `error` and the next
+worker goes on after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ._errors import InputError
+from ._protocol import Request, decode_result, read_message
+from ._types import Result, Status
+
+POLL_S = 0.25  # how often the supervisor looks at the clock while the worker is quiet
+LOG_TAIL_LINES = 15
+MAX_WORKERS = 6  # fresh workers one check may start after deaths (each death moves the check forward)
+
+
+@dataclass
+class _Run:
+    """The trainer run in progress, as the worker announced it."""
+
+    details: dict
+    limit: float
+    started: float
+    log_offset: int
+    stage: str | None = None
+
+
+@dataclass
+class _Watch:
+    """What the supervisor knows about one worker."""
+
+    current: str | None = None  # the rule it is running
+    run: _Run | None = None
+    done: bool = False
+    buffer: bytes = b""
+    results: list[Result] = field(default_factory=list)
+
+
+class Worker:
+    """A started worker: its channel (read end), its log file, and how to stop it and collect its status."""
+
+    def __init__(self, channel: int, log_path: Path, proc: Any):
+        self.channel = channel
+        self.log_path = log_path
+        self.proc = proc  # a subprocess.Popen, or the fork server's handle with the same kill/wait/poll
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+    def finish(self, graceful: bool) -> None:
+        """Let a worker that reported `done` clean up its temporary folder; stop any other at once."""
+        if graceful:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        self.proc.wait()
+        self.close()
+
+    def wait(self) -> int:
+        return self.proc.wait()
+
+    def close(self) -> None:
+        try:
+            os.close(self.channel)
+        except OSError:
+            pass
+
+
+def start_worker(request: Request, log_path: Path) -> Worker:
+    """A fresh worker for `request`: forked from a warm fork server when one serves this environment, else a
+    new `python -m trl_doctor._worker` process."""
+    from . import _forkserver
+
+    read_end, write_end = os.pipe()
+    try:
+        with open(log_path, "ab") as log:
+            proc = _forkserver.spawn(request, write_end, log.fileno())
+            if proc is None:
+                env = dict(os.environ, TRL_DOCTOR_CHANNEL_FD=str(write_end), PYTHONUNBUFFERED="1")
+                proc = subprocess.Popen([sys.executable, "-m", "trl_doctor._worker"], stdin=subprocess.PIPE,
+                                        stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end,), env=env)
+                try:
+                    proc.stdin.write(request.to_json().encode())
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass  # it died while starting: its status and log say why
+    finally:
+        os.close(write_end)
+    return Worker(read_end, log_path, proc)
+
+
+def run_check(config: Path, rules: list, options: Any, on_result: Callable[[Result], None] | None = None,
+              on_progress: Callable[[str], None] | None = None) -> list[Result]:
+    """Every rule's Result, in run order; `on_result` sees each as soon as it is known. Raises InputError."""
+    from ._registry import run_order
+
+    ordered = run_order(rules)
+    by_id = {r.id: r for r in ordered}
+    results: dict[str, Result] = {}
+    handed: dict | None = None  # a trainer run that hung or died, for the next worker
+
+    def accept(r: Result) -> None:
+        results[r.id] = r
+        if on_result is not None:
+            on_result(r)
+
+    with tempfile.TemporaryDirectory(prefix="trl-doctor-session-") as tmp:
+        for attempt in range(MAX_WORKERS):
+            opts = dataclasses.replace(options, trainer_run=handed) if handed else options
+            request = Request(str(Path(config).resolve()), tuple(r.id for r in ordered), dataclasses.asdict(opts),
+                              done=tuple(results))
+            worker = start_worker(request, Path(tmp) / f"worker-{attempt}.log")
+            watch = _Watch()
+            try:
+                _supervise(worker, watch, accept, on_progress, by_id)
+            finally:
+                worker.finish(graceful=watch.done)
+            if watch.done or len(results) == len(ordered):
+                break
+            code = worker.wait()
+            if watch.run is not None:  # the trainer run hung or died: the next worker reports it
+                handed = _stopped_run(watch.run, code, worker)
+                continue
+            victim = watch.current or next(r.id for r in ordered if r.id not in results)
+            accept(_died(by_id[victim], code, worker))
+        else:
+            for r in ordered:
+                if r.id not in results:
+                    accept(_died(r, None, None, f"not run: the worker died {MAX_WORKERS} times in this check"))
+    return [results[r.id] for r in ordered if r.id in results]
+
+
+def _supervise(worker: Worker, watch: _Watch, accept: Callable[[Result], None], on_progress, by_id: dict) -> None:
+    """Read the worker's messages until it is done, closes its channel, or overruns the smoke timeout."""
+    while True:
+        ready, _, _ = select.select([worker.channel], [], [], POLL_S)
+        if ready:
+            chunk = os.read(worker.channel, 1 << 16)
+            if not chunk:
+                return  # the worker closed its channel: it finished or died
+            watch.buffer += chunk
+            *lines, watch.buffer = watch.buffer.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    _handle(read_message(line.decode("utf-8")), watch, worker, accept, on_progress, by_id)
+            if watch.done:
+                return
+        run = watch.run
+        if run is not None:
+            elapsed = time.monotonic() - run.started
+            if elapsed >= run.limit:
+                worker.kill()
+                run.details["timed_out"] = True
+                return
+            if on_progress is not None:
+                rule = by_id.get(watch.current)
+                head = f"{rule.id} {rule.slug}: " if rule else ""
+                on_progress(f"{head}trainer run: {run.stage or 'starting'} ({elapsed:.0f}s of {run.limit:g}s)")
+
+
+def _handle(msg: dict, watch: _Watch, worker: Worker, accept, on_progress, by_id: dict) -> None:
+    kind = msg["kind"]
+    if kind == "rule-start":
+        watch.current = msg["id"]
+        rule = by_id.get(msg["id"])
+        if on_progress is not None and rule is not None:
+            on_progress(f"{rule.id} {rule.slug}")
+    elif kind == "result":
+        accept(decode_result(msg["result"]))
+        watch.current = None
+    elif kind == "trainer-run":
+        watch.run = _Run(dict(msg.get("details") or {}), float(msg.get("limit") or 300.0), time.monotonic(),
+                         _size(worker.log_path))
+    elif kind == "trainer-stage" and watch.run is not None:
+        watch.run.stage = msg.get("name")
+    elif kind == "trainer-run-end":
+        watch.run = None
+    elif kind == "input-error":
+        worker.kill()
+        raise InputError(msg["message"])
+    elif kind == "done":
+        watch.done = True
+
+
+def _stopped_run(run: _Run, code: int, worker: Worker) -> dict:
+    from .trainer_run.protocol import RunResult
+
+    timed_out = run.details.pop("timed_out", False)
+    details = dict(run.details, wall_s=round(time.monotonic() - run.started, 2))
+    tail = _tail(worker.log_path, run.log_offset)
+    if timed_out:
+        return RunResult("timeout", details, log_tail=tail, last_stage=run.stage, limit=run.limit).to_json()
+    return RunResult("crashed", details, log_tail=tail, last_stage=run.stage, code=code).to_json()
+
+
+def _died(rule, code: int | None, worker: Worker | None, message: str | None = None) -> Result:
+    how = _how(code)
+    details = {"log_tail": _tail(worker.log_path, 0)} if worker is not None else {}
+    return Result(rule.id, rule.slug, rule.title, Status.ERROR,
+                  message or f"the check's worker process died ({how}) while running this rule", details, None, 0.0)
+
+
+def _how(code: int | None) -> str:
+    if code is None:
+        return "status unknown"
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}" + (": the kernel's out-of-memory killer sends it" if -code == 9 else "")
+    return f"exit status {code}"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _tail(path: Path, offset: int, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

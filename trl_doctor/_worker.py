@@ -1,0 +1,89 @@
+"""The check's one heavy worker: the only process of a check that imports torch, transformers and TRL.
+
+It loads the config, builds the context, runs the rules in run order (the static group, then the rules
+that read the trainer run) and streams each rule's Result to the printing process as soon as it is
+known. The trainer run happens here too, after the static rules, so the heavy stack is imported once.
+What the user's code prints (reward functions, the trainer) goes to the worker's log, never the report.
+
+Run as `python -m trl_doctor._worker` with the Request on stdin and the channel's file descriptor in
+TRL_DOCTOR_CHANNEL_FD; the fork server (`trl_doctor._forkserver`) calls `serve` directly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+from ._protocol import Request, encode_result, message
+
+CHANNEL_ENV = "TRL_DOCTOR_CHANNEL_FD"
+
+
+def quiet_environment() -> None:
+    """Nothing may be fetched, no tracker may start, and library chatter must not bury the report."""
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+        os.environ[key] = "1"
+    os.environ.update({"WANDB_DISABLED": "true", "WANDB_MODE": "disabled"})
+    for key, value in (("TRANSFORMERS_VERBOSITY", "error"), ("TOKENIZERS_PARALLELISM", "false"),
+                       ("TRL_EXPERIMENTAL_SILENCE", "1"), ("HF_DATASETS_DISABLE_PROGRESS_BARS", "1"),
+                       ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("PYTHONWARNINGS", "ignore")):
+        os.environ.setdefault(key, value)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+
+
+def serve(request: Request, send: Callable[[str], None]) -> None:
+    """Run the request's rules and send every message; an input error ends the check (exit status 2)."""
+    from ._config import load_config
+    from ._context import Context, Options
+    from ._engine import run_rule
+    from ._errors import InputError
+    from ._registry import RegistryError, all_rules
+
+    quiet_environment()
+    try:
+        by_id = {r.id: r for r in all_rules()}
+        rules = [by_id[i] for i in request.rules if i in by_id]
+        cfg = load_config(request.config)
+    except (InputError, RegistryError) as exc:
+        send(message("input-error", message=str(exc)))
+        return
+    options = Options(**request.options)
+    with Context(cfg, options) as ctx:
+        ctx.events = lambda kind, payload: send(message(kind, **payload))
+        for r in rules:  # preparation is only a head start; the check itself reports real problems
+            if r.prepare is not None and ctx.trainer in r.trainers and r.id not in request.done:
+                try:
+                    r.prepare(ctx)
+                except Exception:
+                    pass
+        for r in rules:
+            if r.id in request.done:
+                continue
+            send(message("rule-start", id=r.id))
+            try:
+                result = run_rule(r, ctx)
+            except InputError as exc:
+                send(message("input-error", message=str(exc)))
+                return
+            send(message("result", result=encode_result(result)))
+    send(message("done"))
+
+
+def main() -> int:
+    channel = os.fdopen(int(os.environ.pop(CHANNEL_ENV)), "w", encoding="utf-8")
+
+    def send(line: str) -> None:
+        channel.write(line)
+        channel.flush()
+
+    request = Request.from_json(sys.stdin.read())
+    serve(request, send)
+    channel.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
