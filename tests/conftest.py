@@ -20,6 +20,32 @@ sys.path.insert(0, str(FIXTURES))
 import build as fixture_build  # noqa: E402  (fixtures/build.py)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def warm_worker_server(tmp_path_factory):
+    """A fork server for the check workers of this session (trl_doctor/_forkserver.py): every check still runs
+    in a fresh worker process of its own, forked from one that imported torch, transformers and TRL once.
+    TRL_DOCTOR_TEST_NO_FORKSERVER=1 makes every check start its worker from scratch, as a user's does."""
+    if os.environ.get("TRL_DOCTOR_TEST_NO_FORKSERVER"):
+        yield None
+        return
+    import time
+
+    sock = str(tmp_path_factory.mktemp("forkserver") / "s")
+    proc = subprocess.Popen([sys.executable, "-m", "trl_doctor._forkserver", sock], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not Path(sock + ".json").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    previous = os.environ.get("TRL_DOCTOR_FORKSERVER")
+    if Path(sock + ".json").exists():
+        os.environ["TRL_DOCTOR_FORKSERVER"] = sock
+    yield sock
+    if previous is None:
+        os.environ.pop("TRL_DOCTOR_FORKSERVER", None)
+    proc.kill()
+    proc.wait()
+
+
 @pytest.fixture(scope="session")
 def built_fixtures() -> Path:
     """fixtures/ with its tiny models built (once per session, skipped when the stamp is current)."""

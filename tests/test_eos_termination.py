@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from conftest import result_of, run_json
 
 
+@pytest.mark.slow
 def test_base_checkpoint_turn_end_is_fixed_and_generation_then_stops(fixture_copy):
     config = str(fixture_copy / "eos-termination" / "bad_base_template_turn_end.yaml")
     gen = fixture_copy / "models" / "qwen2-base" / "generation_config.json"

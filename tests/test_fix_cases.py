@@ -10,6 +10,8 @@ from conftest import FIXTURES, result_of, run_json
 from test_fixture_cases import case_fake_gpus, fake_gpu_env
 from trl_doctor._registry import builtin_rules
 
+pytestmark = pytest.mark.slow  # the re-check after --fix runs the smoke step
+
 SLUGS = {r.slug: r for r in builtin_rules() if r.has_fix}
 CASES = [pytest.param(folder.name, case.name, id=f"{folder.name}/{case.name}")
          for folder in sorted(FIXTURES.iterdir()) if folder.name in SLUGS

@@ -64,7 +64,9 @@ def expected_statuses(expected) -> tuple[list[str], bool]:
     raise AssertionError(f"no entry matches the installed versions: {expected}")
 
 
-@pytest.mark.parametrize("config, rule, expected, fake_gpus", CASES)
+@pytest.mark.parametrize("config, rule, expected, fake_gpus", [  # the rules that run the trainer are slow
+    pytest.param(*c.values, id=c.id, marks=[*c.marks, pytest.mark.slow]) if c.values[1] in ("TD003", "TD004", "TD006") else c
+    for c in CASES])
 def test_case_status(built_fixtures, config, rule, expected, fake_gpus):
     kw = {} if fake_gpus is None else {"env": fake_gpu_env(fake_gpus)}
     code, report = run_json("check", str(config), "--select", rule, **kw)

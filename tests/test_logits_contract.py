@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from importlib.metadata import version
 
+import pytest
 from packaging.version import Version
 
 from conftest import result_of, run_json
+
+pytestmark = pytest.mark.slow  # the probe builds the installed trainer
 
 LEGACY = Version(version("transformers")) < Version("4.49")
 

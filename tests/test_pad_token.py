@@ -30,6 +30,7 @@ def test_gpt2_without_pad_token_is_reported_and_fixed(fixture_copy):
         "description": pad["fix"]["description"],
         "applied": False,
         "unsafe": False,
+        "applicability": "safe",
         "files": sorted(str(model / f) for f in ("config.json", "generation_config.json", "tokenizer_config.json",
                                                  "special_tokens_map.json") if (model / f).exists()),
     }

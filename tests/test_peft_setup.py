@@ -111,6 +111,7 @@ def test_gpt2_names_and_kept_entries(fixture_copy):
     assert yaml.safe_load(config.read_text())["lora_modules_to_save"] == ["lm_head", "wte"]
 
 
+@pytest.mark.slow
 def test_reentrant_checkpointing(fixture_copy):
     config = fixture_copy / "peft-setup" / "bad_gc_reentrant.yaml"
     code, r, _ = check(config)

@@ -37,6 +37,8 @@ def fake_gpus(monkeypatch):
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "pynvml", module)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # the check's worker is another process: it finds the stand-in first on its PYTHONPATH
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAKE_NVML_DIR), os.environ.get("PYTHONPATH")])))
 
     def use(gpus):
         monkeypatch.setenv("TRL_DOCTOR_FAKE_GPUS", str(HERE / "gpus" / gpus) if isinstance(gpus, (str, Path)) else json.dumps(gpus))

@@ -54,6 +54,7 @@ def test_missing_kwargs_is_named_with_what_trl_passes(built_fixtures):
     assert "got an unexpected keyword argument" in r["message"] and "`**kwargs`" in r["message"]
 
 
+@pytest.mark.slow
 def test_static_probe_passes_what_the_real_trainer_passes(built_fixtures):
     """The smoke step records the keywords the installed trainer really passes; the static probe must bind the same."""
     config = built_fixtures / "smoke-step" / "bad_reward_no_kwargs.yaml"

@@ -11,6 +11,7 @@ import pytest
 from conftest import real_trl, result_of, run_doctor, run_json
 
 
+@pytest.mark.slow
 def test_healthy_grpo_step_on_the_twin(built_fixtures):
     code, report = run_json("check", str(built_fixtures / "smoke-step" / "ok_grpo_qwen2.yaml"), "--select", "smoke-step,TD009")
     smoke = result_of(report, "smoke-step")
@@ -26,6 +27,7 @@ def test_healthy_grpo_step_on_the_twin(built_fixtures):
     assert code == 0
 
 
+@pytest.mark.slow
 def test_reward_that_raises_names_the_function_file_and_error(built_fixtures):
     code, report = run_json("check", str(built_fixtures / "smoke-step" / "bad_reward_raises.yaml"), "--select", "smoke-step")
     smoke = result_of(report, "smoke-step")
@@ -34,6 +36,7 @@ def test_reward_that_raises_names_the_function_file_and_error(built_fixtures):
     assert 'kwargs["answer"]' in smoke["details"]["traceback"]
 
 
+@pytest.mark.slow
 def test_reward_with_wrong_length_is_named(built_fixtures):
     code, report = run_json("check", str(built_fixtures / "smoke-step" / "bad_reward_wrong_length.yaml"), "--select", "smoke-step")
     smoke = result_of(report, "smoke-step")
@@ -41,6 +44,7 @@ def test_reward_with_wrong_length_is_named(built_fixtures):
     assert "wrong_length_reward" in smoke["message"] and "1" in smoke["message"] and "2" in smoke["message"]
 
 
+@pytest.mark.slow
 def test_issue_end_to_end_gpt2_check_fix_recheck(fixture_copy):
     """The whole path: pad-token finding, the smoke step on the twin, --fix, and a clean re-check."""
     config = str(fixture_copy / "pad-token" / "bad_gpt2_nopad.yaml")
@@ -65,6 +69,7 @@ def smoke(built_fixtures, name: str, *extra: str, **kw) -> tuple[int, dict]:
     return code, result_of(report, "smoke-step")
 
 
+@pytest.mark.slow
 def test_reward_without_kwargs_is_a_signature_problem(built_fixtures):
     code, r = smoke(built_fixtures, "bad_reward_no_kwargs.yaml")
     assert code == 1 and r["status"] == "fail"
@@ -74,12 +79,14 @@ def test_reward_without_kwargs_is_a_signature_problem(built_fixtures):
     assert "unexpected keyword argument" in r["details"]["error"]
 
 
+@pytest.mark.slow
 def test_reward_returning_labels_is_named(built_fixtures):
     code, r = smoke(built_fixtures, "bad_reward_non_numeric.yaml")
     assert code == 1 and r["status"] == "fail"
     assert r["message"].startswith("reward function rewards.text_reward returned non-numbers (e.g. 'good')")
 
 
+@pytest.mark.slow
 def test_dataset_without_prompt_column_names_the_columns(built_fixtures):
     code, r = smoke(built_fixtures, "bad_dataset_no_prompt.yaml")
     assert code == 1 and r["status"] == "fail"
@@ -87,6 +94,7 @@ def test_dataset_without_prompt_column_names_the_columns(built_fixtures):
     assert r["details"]["error"] == "KeyError: 'prompt'"  # the trainer's own error, kept beside the explanation
 
 
+@pytest.mark.slow
 def test_lora_step_updates_only_the_adapters(built_fixtures):
     code, r = smoke(built_fixtures, "ok_grpo_peft.yaml")
     assert r["status"] == "pass", r
@@ -99,6 +107,7 @@ def test_lora_step_updates_only_the_adapters(built_fixtures):
     assert tensors == 8 and updated >= 4  # every lora_B moves; lora_A has no gradient while lora_B is still zero
 
 
+@pytest.mark.slow
 def test_ppo_step_with_the_last_trl_that_has_ppo(built_fixtures):
     env = real_trl("1.12.0")
     code, r = smoke(built_fixtures, "ok_ppo_qwen2.yaml", env=env)
@@ -123,6 +132,7 @@ def test_ppo_on_a_trl_without_ppo_names_the_release_to_pin(built_fixtures):
     assert f"trl {version('trl')} has no PPO trainer" in r["message"] and "pin trl==1.12.0" in r["message"]
 
 
+@pytest.mark.slow
 def test_progress_is_shown_on_stderr_while_the_step_runs(built_fixtures):
     proc = run_doctor("check", str(built_fixtures / "smoke-step" / "ok_grpo_qwen2.yaml"), "--select", "smoke-step",
                       env={"TRL_DOCTOR_PROGRESS": "1"})
@@ -132,6 +142,7 @@ def test_progress_is_shown_on_stderr_while_the_step_runs(built_fixtures):
     assert "\x1b" not in proc.stdout  # the report itself stays clean
 
 
+@pytest.mark.slow
 def test_time_limit_turns_a_slow_step_into_a_failure(built_fixtures):
     code, r = smoke(built_fixtures, "ok_grpo_qwen2.yaml", "--smoke-timeout", "0.5")
     assert code == 1 and r["status"] == "fail"

@@ -93,11 +93,16 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
     rules = run_order(select_rules(all_rules(), _names(select), _names(ignore)))
     options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout,
                       unsafe_fixes=unsafe_fixes and (fix or show_diff), num_processes=num_processes)
-    progress = _progress() if sys.stderr.isatty() else None
+    progress = _progress() if _progress_wanted() else None
+    color = output is None and fmt == "table" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    stream = _Stream(rules, color, progress) if fmt == "table" and output is None and not (fix or show_diff) \
+        and _streaming_wanted() else None
 
     def run_once():
         cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
-        return cfg, run_check(cfg.path, rules, options, on_progress=progress)
+        if stream is not None:
+            stream.start(cfg)
+        return cfg, run_check(cfg.path, rules, options, on_result=stream.row if stream else None, on_progress=progress)
 
     cfg, results = run_once()
     applied_files: list[dict] = []
@@ -123,27 +128,84 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
                 for r in results
             ]
     _clear(progress)
-    color = output is None and fmt == "table" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    _write_report(fmt, cfg, results, applied_files, output, color)
+    if stream is not None:
+        stream.finish(_report(cfg, results, applied_files))
+    else:
+        _write_report(fmt, cfg, results, applied_files, output, color)
     return exit_status(results, fail_on)
 
 
-def _write_report(fmt, cfg, results, applied, output, color) -> None:
+class _Stream:
+    """The table on a terminal: the header at once, each rule's row as its result arrives (in run order), then
+    the details and the summary. The lines are the ones the table format writes at once."""
+
+    def __init__(self, rules, color: bool, progress):
+        self.slugs = [r.slug for r in rules]
+        self.color = color
+        self.progress = progress
+
+    def start(self, cfg) -> None:
+        from ._formats import _table
+
+        click.echo("\n".join(_table.header(__version__, str(cfg.path), cfg.trainer, self.slugs)))
+
+    def row(self, result) -> None:
+        from ._formats import _table
+
+        _clear(self.progress)
+        click.echo(_table.row(result, self.slugs, self.color))
+
+    def finish(self, report) -> None:
+        from ._formats import _table
+
+        click.echo("\n".join(_table.tail(report, self.color)))
+
+
+def _streaming_wanted() -> bool:
+    """Rows as rules finish when stdout is a terminal (TRL_DOCTOR_STREAM=1 or 0 forces it on or off)."""
+    forced = os.environ.get("TRL_DOCTOR_STREAM")
+    if forced is not None:
+        return forced not in ("", "0")
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _report(cfg, results, applied):
     from ._engine import summarize
     from ._env import environment
-    from ._formats import Report, render
+    from ._formats import Report
 
-    report = Report(__version__, str(cfg.path), cfg.trainer, environment(), results, summarize(results), applied)
-    text = render(fmt, report, color=color)
+    return Report(__version__, str(cfg.path), cfg.trainer, environment(), results, summarize(results), applied)
+
+
+def _write_report(fmt, cfg, results, applied, output, color) -> None:
+    from ._formats import render
+
+    if fmt != "table":  # the machine formats list rules by id, as they always have; the table in run order
+        results = sorted(results, key=lambda r: r.id)
+    text = render(fmt, _report(cfg, results, applied), color=color)
     if output:
         Path(output).write_text(text, encoding="utf-8")
     else:
         click.echo(text, nl=False)
 
 
+def _progress_wanted() -> bool:
+    """Progress on stderr when it is a terminal (TRL_DOCTOR_PROGRESS=1 or 0 forces it on or off)."""
+    forced = os.environ.get("TRL_DOCTOR_PROGRESS")
+    if forced is not None:
+        return forced not in ("", "0")
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _progress():
     def show(text: str) -> None:
-        click.echo(f"\r\033[Kchecking {text}...", nl=False, err=True)
+        click.echo(f"\r\033[Ktrl-doctor: {text}", nl=False, err=True)
 
     return show
 

@@ -14,16 +14,19 @@ from typing import Any, Callable, Iterable
 from ._context import Context
 from ._errors import InputError, Unavailable
 from ._registry import Rule
-from ._types import AppliedFix, Finding, Fix, Result, Status
+from ._locations import locate
+from ._types import AppliedFix, Finding, Fix, Location, Result, Status, manual
 
 
 def run_rule(rule: Rule, ctx: Context) -> Result:
     start = time.perf_counter()
 
-    def result(status: Status, message: str, details: dict | None = None, fix: Fix | None = None) -> Result:
-        applied = AppliedFix(fix.description, False, fix.unsafe, tuple(sorted({e.path for e in fix.edits}))) if fix else None
+    def result(status: Status, message: str, details: dict | None = None, fix: Fix | None = None,
+               location: Location | None = None) -> Result:
+        applied = AppliedFix(fix.description, False, fix.unsafe, tuple(sorted({e.path for e in fix.edits})),
+                             fix.applicability) if fix else None
         return Result(rule.id, rule.slug, rule.title, status, message, details or {}, applied,
-                      round(time.perf_counter() - start, 3), fix)
+                      round(time.perf_counter() - start, 3), fix, location)
 
     if ctx.trainer not in rule.trainers:
         return result(Status.SKIP, f"applies to {', '.join(rule.trainers)}, not {ctx.trainer}")
@@ -41,24 +44,47 @@ def run_rule(rule: Rule, ctx: Context) -> Result:
                       {"traceback": "".join(tb[-6:]).rstrip()})
     if not findings:
         return result(Status.ERROR, "the rule returned no finding")
-    return fold(rule, findings, result)
+    return fold(rule, findings, result, ctx.config.path)
 
 
-def fold(rule: Rule, findings: list[Finding], result: Callable[..., Result]) -> Result:
+def fold(rule: Rule, findings: list[Finding], result: Callable[..., Result], config_path: Any = None) -> Result:
+    """One Result from a rule's findings: the worst finding's status, message, details and location
+    (see `_locations.locate`; `config_path` is the config file, preferred when a fix edits several files),
+    the others listed under `also`, and their fixes merged by `merge_fixes`."""
     worst = max(findings, key=lambda f: f.status.rank)
     details: dict[str, Any] = dict(worst.details)
     others = [f for f in findings if f is not worst and f.status is not Status.PASS]
     if others:
         details["also"] = [f"{f.status.value}: {f.message}" for f in others]
-    fixes = [f.fix for f in findings if f.fix is not None]
-    fix = None
-    if fixes:
-        fix = fixes[0] if len(fixes) == 1 else Fix(
-            "; ".join(f.description for f in fixes),
-            tuple(e for f in fixes for e in f.edits),
-            any(f.unsafe for f in fixes),
-        )
-    return result(worst.status, worst.message, details, fix)
+    fix = merge_fixes([f.fix for f in findings if f.fix is not None])
+    return result(worst.status, worst.message, details, fix, locate(worst, config_path))
+
+
+_RESTRICTION = {"safe": 0, "unsafe": 1, "manual": 2}
+
+
+def merge_fixes(fixes: list[Fix]) -> Fix | None:
+    """One Fix from several, so that a result carries one.
+
+    The applicability is the most restrictive present (manual > unsafe > safe), with one exception that
+    keeps edits from disappearing: a manual part (which has no edits) never turns appliable parts into
+    instructions. When manual and appliable parts mix, the merged Fix holds every appliable edit, takes the
+    most restrictive applicability among the appliable parts, and its description ends with the manual
+    parts' instructions after "by hand: ". Only fixes that are all manual merge into a manual Fix.
+    """
+    if not fixes:
+        return None
+    if len(fixes) == 1:
+        return fixes[0]
+    by_hand = [f for f in fixes if f.applicability == "manual"]
+    appliable = [f for f in fixes if f.applicability != "manual"]
+    if not appliable:
+        return manual("; ".join(f.description for f in by_hand))
+    description = "; ".join(f.description for f in appliable)
+    if by_hand:
+        description += "; by hand: " + "; ".join(f.description for f in by_hand)
+    level = max((f.applicability for f in appliable), key=_RESTRICTION.__getitem__)
+    return Fix(description, tuple(e for f in appliable for e in f.edits), applicability=level)
 
 
 def run_rules(rules: Iterable[Rule], ctx: Context, progress: Callable[[Rule], None] | None = None) -> list[Result]:

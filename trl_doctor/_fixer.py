@@ -32,9 +32,14 @@ class FileChange:
 
 
 def plan(fixes: Iterable[Fix]) -> list[FileChange]:
-    """The file changes that applying these fixes in order would make (files that would not change are left out)."""
+    """The file changes that applying these fixes in order would make (files that would not change are left out).
+
+    Which fixes to pass is the caller's choice (`Fix.applies`); a manual fix is skipped here whatever it
+    carries, since it is instructions for a person, never a change to make."""
     edits: dict[Path, list[Edit]] = {}
     for fix in fixes:
+        if fix.applicability == "manual":
+            continue
         for edit in fix.edits:
             edits.setdefault(Path(edit.path), []).append(edit)
     changes = []

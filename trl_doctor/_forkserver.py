@@ -40,6 +40,20 @@ def _origins() -> dict[str, str | None]:
     return out
 
 
+# variables the preloaded libraries never read at import time: they may differ between the server and a caller
+_FREE_PREFIXES = ("TRL_DOCTOR_", "PYTEST_")
+_FREE = {"PYTHONPATH", "NO_COLOR", "COLUMNS", "LINES", "PWD", "OLDPWD", "_", "TERM", "SHLVL", "CUDA_VISIBLE_DEVICES"}
+
+
+def _effective(env, set_by_imports=()) -> dict[str, str]:
+    """The environment as the worker will run with it, less the variables that may differ."""
+    from ._worker import quiet
+
+    out = quiet(dict(env))
+    free = _FREE | set(set_by_imports)
+    return {k: v for k, v in out.items() if k not in free and not k.startswith(_FREE_PREFIXES)}
+
+
 def _info_path(sock_path: str) -> Path:
     return Path(sock_path + ".json")
 
@@ -62,7 +76,7 @@ class _Handle:
             except (BlockingIOError, InterruptedError):
                 pass
             finally:
-                self.conn.setblocking(True)
+                self._restore(None)
         return self.returncode
 
     def kill(self) -> None:
@@ -82,13 +96,18 @@ class _Handle:
 
                 raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout) from None
             finally:
-                self.conn.settimeout(None)
+                self._restore(None)
         return self.returncode if self.returncode is not None else -9
 
     def _read_status(self) -> None:
-        data = self.conn.recv(64)
+        data = self.conn.recv(64)  # the server sends the exit status when it has reaped the worker
         self.returncode = int(data.decode().strip() or -9) if data else -9
-        self.conn.close()
+
+    def _restore(self, timeout: float | None) -> None:
+        if self.returncode is not None:
+            self.conn.close()
+        else:
+            self.conn.settimeout(timeout)
 
 
 def spawn(request: Any, channel_fd: int, log_fd: int) -> _Handle | None:
@@ -102,6 +121,8 @@ def spawn(request: Any, channel_fd: int, log_fd: int) -> _Handle | None:
         return None
     if info.get("executable") != os.path.realpath(sys.executable) or info.get("origins") != _origins():
         return None  # another Python or another release of the heavy stack: a fresh process reads the right one
+    if _effective(os.environ, info.get("set_by_imports", ())) != info.get("environment"):
+        return None  # libraries read some variables (HF_HOME, HF_MODULES_CACHE...) once, when they are imported
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
@@ -130,15 +151,20 @@ def serve(path: str) -> None:
     from ._worker import quiet_environment
 
     quiet_environment()
+    before = dict(os.environ)
     for name in PRELOAD:
         __import__(name)
     import trl.trainer.grpo_trainer  # noqa: F401  (the floor every GRPO check pays)
+
+    # what the imports set themselves (torch sets TORCHINDUCTOR_CACHE_DIR): a caller that imported them too has it
+    set_by_imports = sorted(k for k, v in os.environ.items() if before.get(k) != v)
 
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(16)
     _info_path(path).write_text(json.dumps({"executable": os.path.realpath(sys.executable), "origins": _origins(),
-                                            "pid": os.getpid()}))
+                                            "environment": _effective(before, set_by_imports),
+                                            "set_by_imports": set_by_imports, "pid": os.getpid()}))
     while True:
         conn, _ = server.accept()
         try:

@@ -39,6 +39,7 @@ class _Run:
     limit: float
     started: float
     log_offset: int
+    trainer: str = ""
     stage: str | None = None
 
 
@@ -173,9 +174,8 @@ def _supervise(worker: Worker, watch: _Watch, accept: Callable[[Result], None], 
                 run.details["timed_out"] = True
                 return
             if on_progress is not None:
-                rule = by_id.get(watch.current)
-                head = f"{rule.id} {rule.slug}: " if rule else ""
-                on_progress(f"{head}trainer run: {run.stage or 'starting'} ({elapsed:.0f}s of {run.limit:g}s)")
+                on_progress(f"{run.trainer.upper()} trainer run: {run.stage or 'starting'} "
+                            f"({elapsed:.0f}s of {run.limit:g}s)")
 
 
 def _handle(msg: dict, watch: _Watch, worker: Worker, accept, on_progress, by_id: dict) -> None:
@@ -184,13 +184,13 @@ def _handle(msg: dict, watch: _Watch, worker: Worker, accept, on_progress, by_id
         watch.current = msg["id"]
         rule = by_id.get(msg["id"])
         if on_progress is not None and rule is not None:
-            on_progress(f"{rule.id} {rule.slug}")
+            on_progress(f"checking {rule.id} {rule.slug}...")
     elif kind == "result":
         accept(decode_result(msg["result"]))
         watch.current = None
     elif kind == "trainer-run":
         watch.run = _Run(dict(msg.get("details") or {}), float(msg.get("limit") or 300.0), time.monotonic(),
-                         _size(worker.log_path))
+                         _size(worker.log_path), str(msg.get("trainer") or ""))
     elif kind == "trainer-stage" and watch.run is not None:
         watch.run.stage = msg.get("name")
     elif kind == "trainer-run-end":

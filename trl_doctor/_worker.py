@@ -20,15 +20,21 @@ from ._protocol import Request, encode_result, message
 CHANNEL_ENV = "TRL_DOCTOR_CHANNEL_FD"
 
 
-def quiet_environment() -> None:
-    """Nothing may be fetched, no tracker may start, and library chatter must not bury the report."""
+def quiet(env: dict) -> dict:
+    """`env` as a worker runs with it: nothing may be fetched, no tracker may start, and library chatter must
+    not bury the report."""
     for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
-        os.environ[key] = "1"
-    os.environ.update({"WANDB_DISABLED": "true", "WANDB_MODE": "disabled"})
+        env[key] = "1"
+    env.update({"WANDB_DISABLED": "true", "WANDB_MODE": "disabled"})
     for key, value in (("TRANSFORMERS_VERBOSITY", "error"), ("TOKENIZERS_PARALLELISM", "false"),
                        ("TRL_EXPERIMENTAL_SILENCE", "1"), ("HF_DATASETS_DISABLE_PROGRESS_BARS", "1"),
                        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("PYTHONWARNINGS", "ignore")):
-        os.environ.setdefault(key, value)
+        env.setdefault(key, value)
+    return env
+
+
+def quiet_environment() -> None:
+    quiet(os.environ)
     import warnings
 
     warnings.filterwarnings("ignore")

@@ -6,7 +6,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._types import Result
+from .._types import AppliedFix, Location, Result
 
 FORMATS = ("table", "json", "junit", "github", "sarif")
 
@@ -40,9 +40,28 @@ def result_dict(r: Result) -> dict[str, Any]:
         "details": _plain(r.details),
         "fix": None
         if r.fix is None
-        else {"description": r.fix.description, "applied": r.fix.applied, "unsafe": r.fix.unsafe, "files": list(r.fix.files)},
+        else {"description": r.fix.description, "applied": r.fix.applied, "unsafe": r.fix.unsafe, "files": list(r.fix.files),
+              "applicability": applicability(r.fix)},
         "duration_s": r.duration_s,
+        "location": location_dict(r.location),
     }
+
+
+def applicability(fix: AppliedFix) -> str:
+    """safe, unsafe or manual; an AppliedFix built with only the older `unsafe=True` reads as unsafe."""
+    if fix.applicability == "safe" and fix.unsafe:
+        return "unsafe"
+    return fix.applicability
+
+
+def location_dict(loc: Location | None) -> dict[str, Any] | None:
+    return None if loc is None else {"file": loc.file, "key": loc.key, "line": loc.line, "column": loc.column}
+
+
+def location_text(loc: Location) -> str:
+    """`/path/config.yaml:12:1 (num_generations)`: the file:line:column form editors and terminals open."""
+    where = loc.file + (f":{loc.line}" if loc.line else "") + (f":{loc.column}" if loc.line and loc.column else "")
+    return f"{where} ({loc.key})" if loc.key else where
 
 
 def _plain(value: Any) -> Any:

@@ -1,10 +1,17 @@
-"""GitHub Actions workflow commands: one ::error / ::warning annotation per failing or warning rule,
-attached to the config file, escaped as the runner expects (%, CR, LF in data; also : and , in properties)."""
+"""GitHub Actions workflow commands: one ::error / ::warning annotation per failing or warning rule, at the
+file and line the finding points to (the config's line 1 for a finding about the setup as a whole),
+escaped as the runner expects (%, CR, LF in data; also : and , in properties).
+
+A file inside the workspace ($GITHUB_WORKSPACE, else the current folder) is named relative to it, as
+GitHub needs to attach the annotation to that file in a pull request's diff."""
 
 from __future__ import annotations
 
-from .._types import Status
-from . import Report
+import os
+from pathlib import Path
+
+from .._types import Location, Status
+from . import Report, applicability
 
 LEVEL = {Status.FAIL: "error", Status.ERROR: "error", Status.WARN: "warning"}
 
@@ -17,14 +24,28 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+def _shown(file: str) -> str:
+    root = Path(os.environ.get("GITHUB_WORKSPACE") or os.getcwd())
+    try:
+        return Path(file).resolve().relative_to(root.resolve()).as_posix()
+    except (ValueError, OSError):
+        return file
+
+
 def render(report: Report, color: bool = False) -> str:
     lines = []
     for r in report.results:
         level = LEVEL.get(r.status)
         if level is None:
             continue
-        message = r.message + (f"\nfix: {r.fix.description}" if r.fix else "")
-        props = f"file={escape_property(report.config)},line=1,title={escape_property(f'{r.id} {r.rule}')}"
+        message = r.message
+        if r.fix:
+            message += f"\nfix{' (manual)' if applicability(r.fix) == 'manual' else ''}: {r.fix.description}"
+        loc = r.location or Location(report.config)
+        props = f"file={escape_property(_shown(loc.file))},line={loc.line or 1}"
+        if loc.line and loc.column:
+            props += f",col={loc.column}"
+        props += f",title={escape_property(f'{r.id} {r.rule}')}"
         lines.append(f"::{level} {props}::{escape_data(message)}")
     s = report.summary
     lines.append(f"trl-doctor: {s['pass']} pass, {s['warn']} warn, {s['fail']} fail, {s['skip']} skip, {s['error']} error")

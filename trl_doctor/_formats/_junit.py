@@ -1,7 +1,9 @@
 """JUnit XML: one testcase per rule, the shape Jenkins, GitLab and GitHub test reporters read.
 
 fail -> <failure>, error -> <error>, skip -> <skipped>; warnings pass but carry their message in
-<system-out> so dashboards show them without failing the build.
+<system-out> so dashboards show them without failing the build. Where the finding points (`at:
+file:line:column (key)`) follows the message in that text, and the testcase's `file` (and `line`, as
+pytest's xunit1 writes them) attributes name that file.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from .._types import Status
-from . import Report, details_lines
+from . import Report, applicability, details_lines, location_text
 
 
 def render(report: Report, color: bool = False) -> str:
@@ -24,10 +26,13 @@ def render(report: Report, color: bool = False) -> str:
     ET.SubElement(props, "property", name="trl_doctor", value=report.version)
     for r in report.results:
         case = ET.SubElement(suite, "testcase", classname=f"trl_doctor.{r.rule}", name=f"{r.id} {r.rule}",
-                             file=report.config, time=f"{r.duration_s:.3f}")
-        body = "\n".join([r.message, *details_lines(dict(r.details), indent="  ")])
+                             file=r.location.file if r.location else report.config, time=f"{r.duration_s:.3f}")
+        if r.location is not None and r.location.line:
+            case.set("line", str(r.location.line))
+        where = [f"at: {location_text(r.location)}"] if r.location is not None else []
+        body = "\n".join([r.message, *where, *details_lines(dict(r.details), indent="  ")])
         if r.fix is not None:
-            body += f"\nfix: {r.fix.description}"
+            body += f"\nfix{' (manual)' if applicability(r.fix) == 'manual' else ''}: {r.fix.description}"
         if r.status is Status.FAIL:
             ET.SubElement(case, "failure", message=r.message, type=r.rule).text = body
         elif r.status is Status.ERROR:

@@ -1,12 +1,15 @@
-"""The default human format: one row per rule, then the details and fixes of everything that did not pass."""
+"""The default human format: one row per rule (with where it points: `config.yaml:12 num_generations`),
+then the details, location and fix of everything that did not pass.
+
+Column widths come from the rules alone, never from the results, so a terminal can show each row as its
+rule finishes (`header`, then `row` per result, then `tail`) and get the lines `render` writes at once."""
 
 from __future__ import annotations
 
 import click
-from tabulate import tabulate
 
 from .._types import Status
-from . import Report, details_lines
+from . import Report, applicability, details_lines, location_text
 
 COLORS = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status.SKIP: "bright_black", Status.ERROR: "magenta"}
 
@@ -16,22 +19,58 @@ def _one_line(text: str, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render(report: Report, color: bool = False) -> str:
-    def paint(status: Status, text: str) -> str:
-        return click.style(text, fg=COLORS[status], bold=status in (Status.FAIL, Status.ERROR)) if color else text
+def _fix_state(fix) -> str:
+    level = applicability(fix)
+    if level == "manual":
+        return "manual"  # instructions: --fix never applies them
+    if fix.applied:
+        return "applied"
+    return "available with --fix --unsafe-fixes" if level == "unsafe" else "available with --fix"
 
-    rows = [[r.id, r.rule, paint(r.status, r.status.value), _one_line(r.message)] for r in report.results]
-    lines = [f"trl-doctor {report.version}: {report.config} (trainer: {report.trainer})", ""]
-    lines.append(tabulate(rows, headers=["id", "rule", "status", "message"], tablefmt="simple"))
+
+MESSAGE_WIDTH = 100
+STATUS_WIDTH = 6
+
+
+def widths(slugs) -> tuple[int, int]:
+    """(id, rule) column widths, from the rules alone: rows can be printed as each rule finishes."""
+    slugs = list(slugs)
+    return 5, max([len("rule"), *(len(s) for s in slugs)])
+
+
+def header(version: str, config: str, trainer: str, slugs) -> list[str]:
+    w_id, w_rule = widths(slugs)
+    cols = ["id".ljust(w_id), "rule".ljust(w_rule), "status".ljust(STATUS_WIDTH), "message".ljust(MESSAGE_WIDTH),
+            "location"]
+    return [f"trl-doctor {version}: {config} (trainer: {trainer})", "", "  ".join(cols).rstrip(),
+            "  ".join("-" * len(c) for c in cols)]
+
+
+def row(r, slugs, color: bool = False) -> str:
+    w_id, w_rule = widths(slugs)
+    status = _paint(r.status, r.status.value.ljust(STATUS_WIDTH), color)
+    where = r.location.short() if r.location else ""
+    return "  ".join([r.id.ljust(w_id), r.rule.ljust(w_rule), status, _one_line(r.message, MESSAGE_WIDTH).ljust(MESSAGE_WIDTH),
+                      where]).rstrip()
+
+
+def _paint(status: Status, text: str, color: bool) -> str:
+    return click.style(text, fg=COLORS[status], bold=status in (Status.FAIL, Status.ERROR)) if color else text
+
+
+def tail(report: Report, color: bool = False) -> list[str]:
+    """What follows the rows: the details, location and fix of everything that did not pass, then the summary."""
+    lines: list[str] = []
     for r in report.results:
         if r.status is Status.PASS and not (r.fix and r.fix.applied):
             continue
         lines.append("")
-        lines.append(paint(r.status, f"{r.id} {r.rule}: {r.status.value}") + f": {r.message}")
+        lines.append(_paint(r.status, f"{r.id} {r.rule}: {r.status.value}", color) + f": {r.message}")
+        if r.location is not None:
+            lines.append(f"    at: {location_text(r.location)}")
         lines.extend(details_lines(dict(r.details)))
         if r.fix is not None:
-            state = "applied" if r.fix.applied else ("available with --fix --unsafe-fixes" if r.fix.unsafe else "available with --fix")
-            lines.append(f"    fix ({state}): {r.fix.description}")
+            lines.append(f"    fix ({_fix_state(r.fix)}): {r.fix.description}")
     if report.applied:
         lines.append("")
         lines.append("files written by --fix:")
@@ -41,4 +80,13 @@ def render(report: Report, color: bool = False) -> str:
     s = report.summary
     lines.append("")
     lines.append(", ".join(f"{s[k]} {k}" for k in ("pass", "warn", "fail", "skip", "error")))
+    return lines
+
+
+def render(report: Report, color: bool = False) -> str:
+    """The whole table at once: the same lines the terminal shows as rows stream in."""
+    slugs = [r.rule for r in report.results]
+    lines = header(report.version, report.config, report.trainer, slugs)
+    lines.extend(row(r, slugs, color) for r in report.results)
+    lines.extend(tail(report, color))
     return "\n".join(lines) + "\n"

@@ -72,7 +72,7 @@ def trainer_run(ctx) -> RunResult:
     for need in ("trainer_config", "tokenizer", "model_config", "dataset"):
         ctx.need(need)
     spec = build_spec(ctx)
-    ctx.emit("trainer-run", {"details": spec.details(), "limit": ctx.options.smoke_timeout})
+    ctx.emit("trainer-run", {"details": spec.details(), "limit": ctx.options.smoke_timeout, "trainer": spec.trainer})
     from . import worker
 
     started = time.perf_counter()

@@ -1,0 +1,56 @@
+"""The check's one heavy worker runs the user's code; the printing process survives whatever that code does.
+
+Through the real command: a reward function that hangs (the smoke timeout stops it), that segfaults, or that
+is killed as the out-of-memory killer kills; the step fails with the cause, and every result streamed before
+stays in the report. A worker that dies during a static rule gives that rule an `error` and the check goes on.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIXTURES, result_of, run_json
+
+HERE = FIXTURES / "isolation"
+pytestmark = pytest.mark.slow
+
+
+def check(case: str, *args: str) -> tuple[int, dict]:
+    return run_json("check", str(HERE / case), "--select", "trainer-config,chat-template,smoke-step", *args)
+
+
+def test_a_hanging_step_is_stopped_at_the_smoke_timeout(built_fixtures):
+    code, report = check("hanging.yaml", "--smoke-timeout", "25")
+    smoke = result_of(report, "smoke-step")
+    assert code == 1 and smoke["status"] == "fail"
+    assert smoke["message"].startswith("the smoke step did not finish within --smoke-timeout 25s (stage: train)")
+    assert smoke["details"]["device"] == "cpu" and smoke["details"]["wall_s"] >= 25
+    # the rules that finished before the step are kept
+    assert result_of(report, "trainer-config")["status"] == "pass"
+    assert result_of(report, "chat-template")["status"] == "pass"
+
+
+@pytest.mark.parametrize("case, signal_words", [
+    ("segfault.yaml", "killed by SIGSEGV"),
+    ("killed.yaml", "out-of-memory killer"),
+])
+def test_a_step_that_kills_its_process_fails_with_the_cause(built_fixtures, case, signal_words):
+    code, report = check(case)
+    smoke = result_of(report, "smoke-step")
+    assert code == 1 and smoke["status"] == "fail", smoke
+    assert "the smoke step's process died with exit status" in smoke["message"] and "at stage train" in smoke["message"]
+    assert signal_words in smoke["message"]
+    assert "[trl-doctor] stage: train" in smoke["details"]["log_tail"]
+    assert result_of(report, "trainer-config")["status"] == "pass"
+
+
+def test_a_worker_that_dies_in_a_static_rule_errors_that_rule_only(built_fixtures):
+    # the reward-functions rule calls the reward itself (without a model): the segfault takes the worker down there
+    code, report = run_json("check", str(HERE / "segfault.yaml"), "--select",
+                            "trainer-config,reward-functions,precision-and-attention")
+    rewards = result_of(report, "reward-functions")
+    assert code == 1 and rewards["status"] == "error"
+    assert rewards["message"] == "the check's worker process died (killed by SIGSEGV) while running this rule"
+    # the rules before it were streamed, the ones after it ran in a fresh worker
+    assert result_of(report, "trainer-config")["status"] == "pass"
+    assert result_of(report, "precision-and-attention")["status"] in ("pass", "warn")
