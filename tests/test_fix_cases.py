@@ -41,7 +41,7 @@ def test_fix_then_recheck_and_smoke(fixture_copy, slug, case):
     kw = _case_env(fixture_copy, slug, case)
     code, report = run_json("check", config, "--select", slug, "--no-smoke", **kw)
     before = result_of(report, slug)
-    if before["fix"] is None or before["fix"]["unsafe"]:
+    if before["fix"] is None or before["fix"]["applicability"] != "safe":
         pytest.skip(f"{case}: no safe fix offered ({before['status']}: {before['message'][:120]})")
     runnable = _runnable(config)
     # every safe fix, not only this rule's: the smoke step needs the whole setup healthy (a Llama 3 checkpoint
