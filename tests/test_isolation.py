@@ -54,3 +54,16 @@ def test_a_worker_that_dies_in_a_static_rule_errors_that_rule_only(built_fixture
     # the rules before it were streamed, the ones after it ran in a fresh worker
     assert result_of(report, "trainer-config")["status"] == "pass"
     assert result_of(report, "precision-and-attention")["status"] in ("pass", "warn")
+
+
+def test_a_worker_that_dies_at_start_up_errors_every_rule_at_once(built_fixtures, tmp_path):
+    # a broken environment (here a sitecustomize that exits in the worker only) is not one rule's doing
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os\nif os.environ.get('TRL_DOCTOR_CHANNEL_FD'):\n    print('broken environment', flush=True)\n    os._exit(3)\n")
+    code, report = run_json("check", str(FIXTURES / "smoke-step" / "ok_grpo_qwen2.yaml"), "--select",
+                            "trainer-config,smoke-step", env={"PYTHONPATH": str(tmp_path), "TRL_DOCTOR_FORKSERVER": ""})
+    assert code == 1 and [r["id"] for r in report["results"]] == ["TD006", "TD009"]
+    for r in report["results"]:
+        assert r["status"] == "error"
+        assert r["message"].startswith("not run: the check's worker process died at start-up (exit status 3)")
+        assert "broken environment" in r["details"]["log_tail"]

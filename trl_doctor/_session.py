@@ -48,6 +48,7 @@ class _Watch:
     """What the supervisor knows about one worker."""
 
     current: str | None = None  # the rule it is running
+    heard: bool = False  # it sent at least one message
     run: _Run | None = None
     done: bool = False
     buffer: bytes = b""
@@ -142,6 +143,12 @@ def run_check(config: Path, rules: list, options: Any, on_result: Callable[[Resu
             if watch.run is not None:  # the trainer run hung or died: the next worker reports it
                 handed = _stopped_run(watch.run, code, worker)
                 continue
+            if not watch.heard:  # it died before it said anything: a broken environment, not one rule's doing
+                for r in ordered:
+                    if r.id not in results:
+                        accept(_died(r, code, worker, f"not run: the check's worker process died at start-up "
+                                                       f"({_how(code)}); its log is in the details"))
+                break
             victim = watch.current or next(r.id for r in ordered if r.id not in results)
             accept(_died(by_id[victim], code, worker))
         else:
@@ -180,6 +187,7 @@ def _supervise(worker: Worker, watch: _Watch, accept: Callable[[Result], None], 
 
 def _handle(msg: dict, watch: _Watch, worker: Worker, accept, on_progress, by_id: dict) -> None:
     kind = msg["kind"]
+    watch.heard = True
     if kind == "rule-start":
         watch.current = msg["id"]
         rule = by_id.get(msg["id"])
