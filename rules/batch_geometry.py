@@ -67,27 +67,15 @@ What the fix does
 
 from __future__ import annotations
 
-import ast
-import builtins
 import math
-import textwrap
 from dataclasses import dataclass
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from trl_doctor import DELETE, Edit, Fix, fail, passed, rule, skip
-from trl_doctor.facts.launch import is_geometry_error, launch_processes
-from trl_doctor.facts.trl import TRAINER_CLASS
+from trl_doctor.facts.launch import is_geometry_error, launch
+from trl_doctor.facts.trl import config_class, field_default
+from trl_doctor.facts.trl_geometry import Evaluator, Problem, config_values, geometry_reading, plain, probe_class
 
-# Names (attributes or locals) of TRL's batch arithmetic: statements that read or write one are evaluated.
-GEOMETRY = frozenset({
-    "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-    "generation_batch_size", "steps_per_generation", "num_generations", "num_generations_eval", "num_processes",
-    "world_size", "num_mini_batches", "local_batch_size", "batch_size", "micro_batch_size", "mini_batch_size",
-    "local_mini_batch_size", "local_dataloader_batch_size", "rloo_k", "local_rollout_forward_batch_size",
-    "global_batch_size", "effective_batch_size", "global_eval_batch_size",
-})
 # The knobs a fix may change: (key, tier, direction). Lower tiers change less of what the job does: gradient
 # accumulation keeps the per-device memory and the group size; per_device_train_batch_size changes memory.
 KNOBS = (
@@ -104,9 +92,6 @@ KNOBS = (
 )
 UNSET_COST = 1.0  # removing a key the user set (its default is None: TRL derives it)
 MAX_TRIALS = 600  # evaluations of the reading per check, for the fix search
-SAFE_BUILTINS = {name: getattr(builtins, name) for name in (
-    "int", "float", "str", "bool", "len", "range", "max", "min", "abs", "round", "sum", "list", "tuple", "set",
-    "isinstance", "any", "all", "ValueError", "TypeError")}
 
 
 @rule(
@@ -116,22 +101,21 @@ SAFE_BUILTINS = {name: getattr(builtins, name) for name in (
     fixable="sometimes",
 )
 def check(ctx):
-    from trl_doctor.facts.trl import config_class
-
     cls = config_class(ctx.trainer)
     trl_version = ctx.version("trl") or "not installed"
     if cls is None:
         yield skip(f"trl {trl_version} has no {ctx.trainer.upper()}Config, so there is no batch geometry to check "
                    "(see value-model / smoke-step for the trainer itself)")
         return
-    procs, launch = launch_processes(ctx)
-    reading = installed_reading(ctx.trainer, cls)
+    the_launch = launch(ctx)
+    procs, where = the_launch.processes, the_launch.processes_from
+    reading = geometry_reading(ctx)
     base = config_values(cls, ctx.config.raw)
-    state = _State(reading, procs)
+    state = Evaluator(reading, procs)
     problems, resolved = state.run(base)
-    details: dict[str, Any] = {"trl": trl_version, "processes": f"{procs} ({launch['words']})"}
-    if launch.get("note"):
-        details["process count note"] = launch["note"]
+    details: dict[str, Any] = {"trl": trl_version, "processes": f"{procs} ({where})"}
+    if the_launch.processes_note:
+        details["process count note"] = the_launch.processes_note
     details["geometry"] = _geometry(resolved, procs)
     details["read from"] = [f"{u.where} ({u.kind})" for u in reading.units] or "no geometry code found"
 
@@ -141,7 +125,7 @@ def check(ctx):
     problems = confirmed
 
     if not problems and not extra:
-        yield passed(f"at {procs} process{'es' if procs != 1 else ''} ({launch['words']}): {_summary(resolved, procs)}",
+        yield passed(f"at {procs} process{'es' if procs != 1 else ''} ({where}): {_summary(resolved, procs)}",
                      **details)
         return
 
@@ -167,317 +151,8 @@ def check(ctx):
             details["fix not offered"] = f"TRL's {cls.__name__} rejects the changed config: {why}"
     count = len(lines)
     head = (f"{count} batch-geometry violation{'s' if count != 1 else ''} at {procs} process{'es' if procs != 1 else ''} "
-            f"({launch['words']}), where trl {trl_version} stops: ")
+            f"({where}), where trl {trl_version} stops: ")
     yield fail(head + "; ".join(lines), fix=fix, **details)
-
-
-# -- reading the installed TRL's geometry code ------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Problem:
-    site: str  # "trl/trainer/grpo_config.py:1131"
-    message: str  # TRL's own message, with this config's numbers
-    kind: str = "trainer"  # "config" (the config class raises it), "trainer" (the trainer's __init__), "loop"
-
-
-@dataclass(frozen=True)
-class _Unit:
-    kind: str  # "config" (the config class's __post_init__) or "trainer" (the trainer's __init__)
-    where: str  # "trl/trainer/grpo_config.py:1048"
-    body: tuple  # the function's statements, keeping only those that touch the geometry
-    file: str  # relative path for sites
-    offset: int  # line number of the function's first line minus 1
-    supers: tuple = ()  # for a config unit: the parent __post_init__ units, called by super().__post_init__()
-
-
-@dataclass(frozen=True)
-class Reading:
-    units: tuple  # the top-level units, config first
-
-
-_READINGS: dict = {}
-
-
-def installed_reading(trainer: str, cls) -> Reading:
-    """The geometry statements of the installed TRL for `trainer` (cached per config class)."""
-    key = (trainer, cls)
-    if key not in _READINGS:
-        units = []
-        chain = _config_units(cls)
-        if chain:
-            units.append(chain)
-        unit = _trainer_unit(trainer)
-        if unit is not None:
-            units.append(unit)
-        _READINGS[key] = Reading(tuple(units))
-    return _READINGS[key]
-
-
-def _rel(path: str) -> str:
-    from trl_doctor.facts.trl import trl_root
-
-    root = trl_root()
-    try:
-        return "trl/" + Path(path).resolve().relative_to(root.resolve()).as_posix() if root else Path(path).name
-    except ValueError:
-        return Path(path).name
-
-
-def _config_units(cls) -> _Unit | None:
-    """The `__post_init__` of the TRL classes in the config class's MRO, each with its parent for super()."""
-    import inspect
-
-    found = []
-    for klass in cls.__mro__:
-        if "__post_init__" not in vars(klass) or not klass.__module__.startswith("trl"):
-            continue
-        fn = vars(klass)["__post_init__"]
-        try:
-            lines, start = inspect.getsourcelines(fn)
-            tree = ast.parse(textwrap.dedent("".join(lines)))
-            file = _rel(inspect.getsourcefile(fn) or "")
-        except (OSError, TypeError, SyntaxError):
-            continue
-        found.append((tree.body[0], file, start - 1))
-    unit = None
-    for func, file, offset in reversed(found):  # innermost parent first
-        unit = _Unit("config", f"{file}:{offset + 1}", _prune(func.body), file, offset, (unit,) if unit else ())
-    return unit
-
-
-def _trainer_unit(trainer: str) -> _Unit | None:
-    from trl_doctor.facts.trl import trainer_source
-
-    src = trainer_source(trainer)
-    if src is None:
-        return None
-    rel, text = src
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == TRAINER_CLASS[trainer]:
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    body = _prune(item.body)
-                    return _Unit("trainer", f"{rel}:{item.lineno}", body, rel, 0) if body else None
-    return None
-
-
-def _identifiers(node) -> set[str]:
-    out = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name):
-            out.add(n.id)
-        elif isinstance(n, ast.Attribute):
-            out.add(n.attr)
-    return out
-
-
-def _is_super_post_init(stmt) -> bool:
-    call = stmt.value if isinstance(stmt, ast.Expr) else None
-    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__post_init__"
-            and isinstance(call.func.value, ast.Call) and isinstance(call.func.value.func, ast.Name)
-            and call.func.value.func.id == "super")
-
-
-def _prune(body) -> tuple:
-    """The statements of a function body that touch the geometry names (or names they assign), recursively."""
-    wanted = set(GEOMETRY) | {"exact_div"}
-    changed = True
-    keep: list = []
-    while changed:  # a fixpoint: locals assigned from geometry values (possible_values) are geometry too
-        changed = False
-        keep = [s for s in body if _is_super_post_init(s) or (
-            isinstance(s, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.If, ast.Raise, ast.Assert, ast.Expr))
-            and _identifiers(s) & wanted)]
-        for s in keep:
-            targets = s.targets if isinstance(s, ast.Assign) else [getattr(s, "target", None)]
-            for t in targets:
-                if isinstance(t, ast.Name) and t.id not in wanted:
-                    wanted.add(t.id)
-                    changed = True
-    return tuple(keep)
-
-
-class _State:
-    """Evaluates a Reading on concrete values: every raise, failed assert and inexact exact_div is recorded."""
-
-    def __init__(self, reading: Reading, procs: int):
-        self.reading = reading
-        self.procs = procs
-        self.trials = 0
-        self._code: dict[int, Any] = {}
-
-    def run(self, values: dict) -> tuple[list[Problem], dict]:
-        self.trials += 1
-        args = SimpleNamespace(**values)
-        args.world_size = self.procs
-        args.do_eval = bool(values.get("do_eval")) or str(_plain(values.get("eval_strategy", "no"))) != "no"
-        accelerator = SimpleNamespace(num_processes=self.procs, process_index=0, is_main_process=True,
-                                      local_process_index=0)
-        problems: list[Problem] = []
-        for unit in self.reading.units:
-            if unit.kind == "config":
-                env = {"self": args}
-            else:
-                env = {"self": SimpleNamespace(args=args, accelerator=accelerator), "args": args,
-                       "accelerator": accelerator}
-            env.update({"__builtins__": SAFE_BUILTINS, "math": math})
-            env["exact_div"] = self._exact_div(env, problems, unit)
-            self._block(unit.body, env, unit, problems)
-        rollout = values.get("local_rollout_forward_batch_size")
-        if "local_rollout_forward_batch_size" in values and isinstance(rollout, int) and rollout < 1:
-            # PPO and old RLOO step their rollout loops with range(0, n, local_rollout_forward_batch_size)
-            problems.append(Problem("rollout loop", f"local_rollout_forward_batch_size ({rollout}) must be at least 1: "
-                                    "the rollout loop range(0, n, local_rollout_forward_batch_size) stops with "
-                                    "'range() arg 3 must not be zero'", "loop"))
-        seen, unique = set(), []
-        for p in problems:
-            if p.site not in seen:
-                seen.add(p.site)
-                unique.append(p)
-        return unique, vars(args)
-
-    # -- statements
-    def _block(self, body, env, unit: _Unit, problems: list) -> bool:
-        """Run statements; True when one of them raised (the rest of this block is unreachable)."""
-        for stmt in body:
-            env["__stmt__"] = stmt
-            if _is_super_post_init(stmt):
-                for parent in unit.supers:
-                    self._block(parent.body, env, parent, problems)
-                continue
-            if isinstance(stmt, ast.If):
-                try:
-                    branch = stmt.body if self._eval(stmt.test, env) else stmt.orelse
-                except Exception:
-                    continue  # a condition on something the config does not decide (the model, the dataset)
-                if self._block(_kept(branch), env, unit, problems):
-                    continue
-            elif isinstance(stmt, ast.Raise):
-                problems.append(Problem(self._site(unit, stmt), self._raise_message(stmt, env), unit.kind))
-                return True
-            elif isinstance(stmt, ast.Assert):
-                try:
-                    ok = self._eval(stmt.test, env)
-                except Exception:
-                    continue
-                if not ok:
-                    msg = ast.unparse(stmt.test)
-                    if stmt.msg is not None:
-                        try:
-                            msg = str(self._eval(stmt.msg, env))
-                        except Exception:
-                            pass
-                    problems.append(Problem(self._site(unit, stmt), msg, unit.kind))
-                    return True
-            elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                self._assign(stmt, env)
-            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
-                    isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "exact_div":
-                try:
-                    self._eval(stmt.value, env)
-                except Exception:
-                    pass
-        return False
-
-    def _assign(self, stmt, env) -> None:
-        if stmt.value is None:
-            return
-        try:
-            value = self._eval(stmt.value, env)
-            if isinstance(stmt, ast.AugAssign):
-                value = self._eval(ast.BinOp(left=_load(stmt.target), op=stmt.op, right=ast.Constant(value)), env)
-        except Exception:
-            return
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        for t in targets:
-            if isinstance(t, ast.Name):
-                env[t.id] = value
-            elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
-                    isinstance(env.get(t.value.id), SimpleNamespace):
-                setattr(env[t.value.id], t.attr, value)
-            elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Attribute) and \
-                    isinstance(t.value.value, ast.Name) and t.value.value.id == "self":
-                holder = getattr(env.get("self"), t.value.attr, None)  # self.args.x = ...
-                if isinstance(holder, SimpleNamespace):
-                    setattr(holder, t.attr, value)
-
-    def _exact_div(self, env, problems, unit):
-        def exact_div(a, b, custom_error_message=""):
-            if b == 0 or a % b:
-                stmt = env.get("__stmt__")
-                text = (f"{custom_error_message}: ZeroDivisionError ({a} / 0)" if b == 0 else
-                        f"{custom_error_message}, inexact division: {a} / {b} = {a / b}")
-                problems.append(Problem(self._site(unit, stmt), text, unit.kind))
-                return a // b if b else 0
-            return a // b
-        return exact_div
-
-    def _raise_message(self, stmt, env) -> str:
-        exc = stmt.exc
-        if isinstance(exc, ast.Call) and exc.args:
-            try:
-                return " ".join(str(self._eval(exc.args[0], env)).split())
-            except Exception:
-                return ast.unparse(exc.args[0])
-        return ast.unparse(exc) if exc is not None else "raise"
-
-    def _site(self, unit: _Unit, stmt) -> str:
-        line = getattr(stmt, "lineno", 0) + unit.offset
-        return f"{unit.file}:{line}"
-
-    def _eval(self, node, env):
-        code = self._code.get(id(node))
-        if code is None:
-            expr = ast.Expression(body=node)
-            ast.fix_missing_locations(expr)
-            code = self._code[id(node)] = compile(expr, "<trl>", "eval")
-        return eval(code, env)  # noqa: S307 (the installed TRL's own expressions, on plain numbers, no builtins)
-
-
-def _kept(branch) -> list:
-    return [s for s in branch if _is_super_post_init(s) or isinstance(
-        s, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.If, ast.Raise, ast.Assert, ast.Expr))]
-
-
-def _load(target):
-    if isinstance(target, ast.Name):
-        return ast.Name(id=target.id, ctx=ast.Load())
-    return ast.Attribute(value=target.value, attr=target.attr, ctx=ast.Load())
-
-
-def _plain(value: Any) -> Any:
-    return getattr(value, "value", value)  # enums (IntervalStrategy) to their string
-
-
-def _field_default(cls, key: str) -> Any:
-    from trl_doctor.facts.trl import field_default
-
-    return field_default(cls, key)
-
-
-def config_values(cls, raw: dict) -> dict:
-    """The config class's defaults overlaid with the user's keys (numbers given as strings made ints)."""
-    import dataclasses
-
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            values[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            try:
-                values[f.name] = f.default_factory()  # type: ignore[misc]
-            except Exception:
-                values[f.name] = None
-        else:
-            values[f.name] = None
-    for key, value in raw.items():
-        if key in values:
-            values[key] = int(value) if key in GEOMETRY and isinstance(value, str) and value.strip().isdigit() else value
-    return values
 
 
 # -- the smallest change ----------------------------------------------------------------------------------
@@ -499,7 +174,7 @@ def _candidates(cls, values: dict, user_keys: set) -> list[tuple[float, str, Any
         if key not in fields or current is None or isinstance(current, bool) or not isinstance(current, int):
             continue
         tie = order * 1e-3  # equal costs: the order of KNOBS decides
-        if key in user_keys and _field_default(cls, key) is None:
+        if key in user_keys and field_default(cls, key) is None:
             out.append((tier + UNSET_COST + tie, key, DELETE))  # let TRL derive it again
         if current < 1:
             out.append((tier + 1 + tie, key, 1))
@@ -514,7 +189,7 @@ def _candidates(cls, values: dict, user_keys: set) -> list[tuple[float, str, Any
 ALT_TRIALS = 80  # evaluations spent looking for an alternative once the best change is known
 
 
-def _plan_fixes(state: _State, base: dict, problems: list[Problem], cls, user_keys: set) -> _Plan:
+def _plan_fixes(state: Evaluator, base: dict, problems: list[Problem], cls, user_keys: set) -> _Plan:
     """One change per violation, cheapest first, each removing its violation without adding another."""
     values = dict(base)
     keys = set(user_keys)
@@ -537,7 +212,7 @@ def _plan_fixes(state: _State, base: dict, problems: list[Problem], cls, user_ke
                     continue
                 spent += 1
             trial = dict(values)
-            trial[key] = _field_default(cls, key) if value is DELETE else value
+            trial[key] = field_default(cls, key) if value is DELETE else value
             after, _ = state.run(trial)
             sites = {p.site for p in after}
             if target.site in sites or not sites <= before:
@@ -572,17 +247,6 @@ def _plan_fixes(state: _State, base: dict, problems: list[Problem], cls, user_ke
 
 
 
-def _probe_class(cls, procs: int):
-    """The config class with its `world_size` property answering `procs`. Where world_size is a plain field
-    (PPOConfig, PPO-style RLOOConfig: the trainer fills it in), the class itself: its __post_init__ does not
-    read the process count."""
-    import dataclasses
-
-    if any(f.name == "world_size" for f in dataclasses.fields(cls)):
-        return cls
-    return type(f"{cls.__name__}AtWorldSize{procs}", (cls,), {"world_size": property(lambda self: procs),
-                                                                "__module__": __name__})
-
 
 def _build(ctx, cls, raw: dict, changes: dict, procs: int) -> str | None:
     """None when the installed config class accepts the config at `procs` processes, else its error."""
@@ -604,7 +268,7 @@ def _build(ctx, cls, raw: dict, changes: dict, procs: int) -> str | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _probe_class(cls, procs)(**kwargs)
+            probe_class(cls, procs)(**kwargs)
     except Exception as exc:
         return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
     return None
@@ -649,7 +313,7 @@ def _geometry(v: dict, procs: int) -> dict:
     out = {"processes": procs}
     for k in keys:
         if k in v and v[k] is not None:
-            out[k] = _plain(v[k])
+            out[k] = plain(v[k])
     return out
 
 
@@ -674,7 +338,7 @@ def _summary(v: dict, procs: int) -> str:
     elif g:
         total = pd * procs
         parts.append(f"{pd} per device × {procs} = {total} completions per step, num_generations {g}")
-    if str(_plain(v.get("eval_strategy", "no"))) != "no" and g:
+    if str(plain(v.get("eval_strategy", "no"))) != "no" and g:
         ge = v.get("num_generations_eval") or g
         parts.append(f"eval batch {v.get('per_device_eval_batch_size')} × {procs} divides into groups of {ge}")
     return "; ".join(parts) + "; nothing the installed TRL checks fails" if parts else "nothing the installed TRL checks fails"

@@ -77,11 +77,11 @@ def check(ctx):
         "plain-text prompts": len(plain),
     }
     if conv:
-        details["chat prompts rendered with"] = how["chat"] + (f", chat_template_kwargs {how['template_kwargs']}"
-                                                               if how["template_kwargs"] else "")
+        details["chat prompts rendered with"] = how.chat + (f", chat_template_kwargs {how.template_kwargs}"
+                                                               if how.template_kwargs else "")
     if plain:
-        details["plain prompts tokenized"] = ("with" if how["plain_special_tokens"] else "without") + \
-            f" special tokens: {how['evidence']}"
+        details["plain prompts tokenized"] = ("with" if how.plain_special_tokens else "without") + \
+            f" special tokens: {how.evidence}"
     if not conv and not plain:
         yield skip("no row has a text or message-list prompt to render (see dataset-schema)", **details)
         return
@@ -163,7 +163,7 @@ def _generation_prompt(ctx, tok, how, facts, i, details) -> list:
         return []  # TRL continues a final assistant message instead of opening a new turn
     try:
         full = tok.apply_chat_template(list(prompt) + [{"role": "assistant", "content": _MARK}], tokenize=False,
-                                       **how["template_kwargs"])
+                                       **how.template_kwargs)
     except Exception as exc:  # a template that cannot render an answer says nothing about the prompt
         details["generation prompt check"] = f"not run: the template cannot render an assistant reply ({type(exc).__name__})"
         return []
@@ -179,7 +179,7 @@ def _generation_prompt(ctx, tok, how, facts, i, details) -> list:
         details["generation prompt"] = "the prompt ends where the assistant's content starts"
         return []
     try:
-        without = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=False, **how["template_kwargs"])
+        without = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=False, **how.template_kwargs)
     except Exception:
         without = None
     ignored = (" (the template gives the same text with add_generation_prompt=False: it ignores the flag)"
@@ -215,7 +215,7 @@ def _bos(ctx, tok, how, facts, conv, plain, details) -> list:
             details[f"{label} prompt with two BOS (row {rows[i]})"] = _short(facts["texts"][i])
             if label == "plain-text":
                 why = (f"the prompt text already starts with {name!r} (rendered chat text?) and the trainer tokenizes plain "
-                       f"prompts with special tokens ({how['evidence']}), which prepends another; strip {name!r} from the "
+                       f"prompts with special tokens ({how.evidence}), which prepends another; strip {name!r} from the "
                        "start of the prompts, or store them as message lists")
             else:
                 why = (f"the rendered prompt holds {name!r} twice at its start; remove the duplicate from the template "
@@ -226,7 +226,7 @@ def _bos(ctx, tok, how, facts, conv, plain, details) -> list:
             i = missing[0]
             details[f"{label} prompt without BOS (row {rows[i]})"] = _short(facts["texts"][i])
             if label == "plain-text":
-                why = (f"the trainer tokenizes plain prompts without special tokens ({how['evidence']}; trl#3520): prepend "
+                why = (f"the trainer tokenizes plain prompts without special tokens ({how.evidence}; trl#3520): prepend "
                        f"{name!r} to the prompts, use message lists, or upgrade trl (0.26 and later tokenize plain prompts "
                        "with special tokens)")
             else:
@@ -234,7 +234,7 @@ def _bos(ctx, tok, how, facts, conv, plain, details) -> list:
                        "add `{{ bos_token }}` at the start of the chat template")
             out.append(warn(f"{len(missing)} of {len(done)} {label} prompts reach the model without the BOS {name!r} "
                             f"its tokenizer prepends to text (id {bos}): {why}", **details))
-    if conv and how["vllm_gets_text"] and ctx.config.get("use_vllm"):
+    if conv and how.vllm_gets_text and ctx.config.get("use_vllm"):
         texts = [facts["texts"][i] for i in conv if facts["texts"][i] is not None]
         if texts:
             ids = tok(texts, add_special_tokens=True)["input_ids"]

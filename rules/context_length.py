@@ -58,14 +58,12 @@ What the fix does
 
 from __future__ import annotations
 
-import re
-
-from trl_doctor import Edit, Fix, Unavailable, fail, passed, rule, skip, warn
-
+from trl_doctor import Edit, Fix, fail, passed, rule, skip, warn
 from trl_doctor.facts.chat import prompt_lengths, prompt_rendering
+from trl_doctor.facts.settings import field_value, settings
+from trl_doctor.facts.trl import strips_truncated_prompts, trainer_mentions, vllm_code_mentions
 
 TRUNCATION_WARN = 0.02  # warn when TRL would truncate more than this share of the prompts
-_STRIP_DECODE = re.compile(r"batch_decode\(\s*prompt_ids\s*,\s*skip_special_tokens\s*=\s*True")
 
 
 @rule(
@@ -84,12 +82,13 @@ def check(ctx):
         yield skip(f"none of the {facts['measured']} measured has a prompt that renders (see chat-template and "
                    "dataset-schema)")
         return
-    s = _Settings(ctx)
+    s = settings(ctx)
+    trl = ctx.version("trl") or "not installed"
     tok = ctx.tokenizer
-    completion_key = "response_length" if ctx.trainer == "ppo" else "max_completion_length"
-    completion, completion_known = s.get(completion_key)
+    completion_key = s.completion_key
+    completion, completion_known = field_value(ctx, completion_key)
     if not completion_known and completion is None:
-        yield skip(f"trl {s.trl} has no {ctx.trainer.upper()}Config to read the default `{completion_key}` from; set "
+        yield skip(f"trl {trl} has no {ctx.trainer.upper()}Config to read the default `{completion_key}` from; set "
                    f"`{completion_key}` in the config to have it checked")
         return
     completion = int(completion or 0)
@@ -112,10 +111,10 @@ def check(ctx):
         details["rows not measured"] = f"{skipped} (no renderable prompt: see chat-template and dataset-schema)"
 
     # -- TRL's own prompt truncation, where the installed release has it --------------------------------------
-    limit_prompt, has_truncation = s.get("max_prompt_length")
+    limit_prompt, has_truncation = field_value(ctx, "max_prompt_length")
     if not has_truncation:
-        details["max_prompt_length"] = (f"not a field of {s.class_name} in trl {s.trl}: prompts are not truncated"
-                                        if s.class_name else "not used")
+        details["max_prompt_length"] = (f"not a field of {s.config_class} in trl {trl}: prompts are not truncated"
+                                        if s.config_class else "not used")
         limit_prompt = None
     else:
         details["max_prompt_length"] = limit_prompt
@@ -125,7 +124,7 @@ def check(ctx):
 
     findings = []
     if limit_prompt:
-        findings += _truncation(ctx, facts, s, tok, limit_prompt, lengths, rows, completion, positions, details)
+        findings += _truncation(ctx, facts, trl, tok, limit_prompt, lengths, rows, completion, positions, details)
 
     # -- the model's own positions -------------------------------------------------------------------------------
     if positions is not None and need > positions:
@@ -137,7 +136,7 @@ def check(ctx):
             return
 
     # -- vLLM's context ------------------------------------------------------------------------------------------
-    if s.get("use_vllm")[0]:
+    if s.use_vllm:
         findings += _vllm(ctx, s, details, need, positions, rows, effective, completion, completion_key, eff_longest)
 
     for finding in findings:
@@ -152,48 +151,6 @@ def check(ctx):
         else:
             text = f"{prompt} + {completion_key} {completion} = {need} fits {where}" + (f" and vLLM's {vllm}" if vllm else "")
         yield passed(text, **details)
-
-
-class _Settings:
-    """Values of the installed TRL's config class: the built object when TRL accepts the config, else the
-    config's raw value or the field's default. `get` returns (value, whether the installed class has the field)."""
-
-    def __init__(self, ctx):
-        import dataclasses
-
-        from trl_doctor.facts.trl import config_class, trainer_source, trl_root
-
-        self.ctx = ctx
-        self.trl = ctx.version("trl") or "not installed"
-        cls = config_class(ctx.trainer)
-        self.class_name = cls.__name__ if cls is not None else None
-        self.fields = {f.name: f for f in dataclasses.fields(cls) if f.init} if cls is not None else {}
-        try:
-            self.obj = ctx.trainer_config
-        except Unavailable:
-            self.obj = None
-        found = trainer_source(ctx.trainer)
-        self.source = found[1] if found else ""
-        self.source_path = found[0] if found else None
-        root = trl_root()
-        generation = root / "generation" / "vllm_generation.py" if root else None
-        self.vllm_source = self.source + (generation.read_text(encoding="utf-8") if generation and generation.is_file() else "")
-
-    def get(self, name: str):
-        import dataclasses
-
-        if name not in self.fields:
-            return self.ctx.config.get(name), False
-        if self.obj is not None:
-            return getattr(self.obj, name, None), True
-        if name in self.ctx.config.raw:
-            return self.ctx.config.raw[name], True
-        f = self.fields[name]
-        if f.default is not dataclasses.MISSING:
-            return f.default, True
-        if f.default_factory is not dataclasses.MISSING:
-            return f.default_factory(), True
-        return None, True
 
 
 def _positions(ctx, facts, details, rows, effective, lengths, completion, completion_key, positions, limit_prompt,
@@ -262,7 +219,7 @@ def _learned_positions(ctx, positions: int) -> str | None:
     return None
 
 
-def _truncation(ctx, facts, s, tok, limit, lengths, rows, completion, positions, details) -> list:
+def _truncation(ctx, facts, trl, tok, limit, lengths, rows, completion, positions, details) -> list:
     cut = [r for r, n in zip(rows, lengths) if n > limit]
     details["prompts TRL truncates"] = _rows(cut, len(lengths))
     if not cut:
@@ -286,11 +243,11 @@ def _truncation(ctx, facts, s, tok, limit, lengths, rows, completion, positions,
                 **details,
             ))
             return out
-        m = _STRIP_DECODE.search(s.source)
-        if m is not None and s.get("use_vllm")[0]:
-            details["trainer behaviour"] = f"{s.source_path}:{s.source.count(chr(10), 0, m.start()) + 1}: `{m.group(0)})`"
+        strips = strips_truncated_prompts(ctx.trainer)
+        if strips is not None and settings(ctx).use_vllm:
+            details["trainer behaviour"] = strips
             out.append(fail(
-                f"trl {s.trl} decodes truncated prompts with skip_special_tokens=True before sending them to vLLM (trl#3644): "
+                f"trl {trl} decodes truncated prompts with skip_special_tokens=True before sending them to vLLM (trl#3644): "
                 f"the {len(cut)} prompts longer than max_prompt_length {limit} lose every chat-template token, the generation "
                 "prompt included; upgrade trl (fixed in 0.19.1) or drop the prompts longer than max_prompt_length",
                 **details,
@@ -314,14 +271,15 @@ def _truncation(ctx, facts, s, tok, limit, lengths, rows, completion, positions,
 
 def _vllm(ctx, s, details, need, positions, rows, effective, completion, completion_key, eff_longest) -> list:
     mode_known = "vllm_mode" in s.fields
-    mode = s.get("vllm_mode")[0] if mode_known else ("server" if "vllm_client" in s.source else "in-process")
+    mode = s.vllm_mode if mode_known else ("server" if trainer_mentions(ctx.trainer, "vllm_client") else "in-process")
     details["vLLM mode"] = mode
     if mode == "server":
         details["vLLM context"] = (f"the server's --max-model-len (default: the model's {positions}); start "
                                    f"`trl vllm-serve` with --max-model-len {need} or more")
         return []
-    field = next((f for f in ("vllm_max_model_length", "vllm_max_model_len") if f in s.fields and f in s.vllm_source), None)
-    value = s.get(field)[0] if field else None
+    field = next((f for f in ("vllm_max_model_length", "vllm_max_model_len")
+                  if f in s.fields and vllm_code_mentions(ctx.trainer, f)), None)
+    value = field_value(ctx, field)[0] if field else None
     if not value:
         details["vLLM context"] = f"{positions} (no {field or 'max_model_len setting'}: vLLM takes the model's)"
         return []
@@ -375,10 +333,10 @@ def _rendering(facts, how) -> str:
     kinds = set(k for k, n in zip(facts["formats"], facts["lengths"]) if n is not None)
     parts = []
     if "conversational" in kinds:
-        parts.append(f"conversational prompts through the chat template ({how['chat']}), no extra special tokens")
+        parts.append(f"conversational prompts through the chat template ({how.chat}), no extra special tokens")
     if "standard" in kinds:
-        parts.append("plain-text prompts tokenized " + ("with" if how["plain_special_tokens"] else "without")
-                     + f" special tokens ({how['evidence']})")
+        parts.append("plain-text prompts tokenized " + ("with" if how.plain_special_tokens else "without")
+                     + f" special tokens ({how.evidence})")
     return "; ".join(parts)
 
 

@@ -47,12 +47,12 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 from pathlib import Path
 
 from trl_doctor import InputError, Unavailable, fail, passed, rule, skip, warn
 
 from trl_doctor.facts.chat import prompt_format, sample_indices
+from trl_doctor.facts.trl import script_fields, stream_support
 
 SCAN_ROWS = 10000  # rows looked at one by one when the Arrow column type does not settle the format
 SHOWN_ROWS = 8
@@ -391,8 +391,6 @@ def _streaming(ctx, details: dict):
     key = next((k for k in ("dataset_streaming", "streaming") if raw.get(k)), None)
     if key is None:
         return []
-    from trl_doctor.facts.trl import script_fields, trainer_source
-
     trl = ctx.version("trl") or "not installed"
     details.update({key: True, "trl": trl})
     try:
@@ -401,35 +399,30 @@ def _streaming(ctx, details: dict):
         known = False
     if not known:
         details[f"{key} in trl {trl}"] = "not a field of ScriptArguments or DatasetMixtureConfig (see trainer-config)"
-    found = trainer_source(ctx.trainer)
-    if found is None:
+    support = stream_support(ctx.trainer)
+    if support is None:
         return []
-    rel, text = found
     cls = {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "ppo": "PPOTrainer"}[ctx.trainer]
-    if "repeat_iterable_dataset" in text:
+    if support.kind == "repeats":
         steps = raw.get("max_steps", -1)
         details["max_steps"] = steps
-        details["trainer behaviour"] = f"{rel} repeats a streamed dataset's prompts (repeat_iterable_dataset)"
+        details["trainer behaviour"] = support.evidence
         if not isinstance(steps, int) or steps <= 0:
             return [
                 f"`{key}: true` streams the dataset (an IterableDataset has no length) and max_steps is {steps}: "
                 f"{cls} in trl {trl} accepts the stream, but the Trainer stops with 'ValueError: The train_dataset does "
                 "not implement __len__, max_steps has to be specified'; set max_steps"]
         return []
-    m = re.search(r"Iterable datasets are not yet supported[^\"]*", text)
-    if m is not None:
-        details["trainer behaviour"] = f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: NotImplementedError('{m.group(0)}')"
+    details["trainer behaviour"] = support.evidence
+    if support.kind == "refuses":
         return [
             f"`{key}: true` streams the dataset, but {cls} in trl {trl} refuses an IterableDataset at start-up "
-            f"(NotImplementedError: {m.group(0).strip()}); drop `{key}` (the dataset loads as a map-style dataset) or "
+            f"(NotImplementedError: {support.refusal}); drop `{key}` (the dataset loads as a map-style dataset) or "
             "upgrade trl (1.9.0 and later repeat a stream's prompts, with max_steps set)"]
-    m = re.search(r"len\(train_dataset\)", text)
-    if m is not None:
-        details["trainer behaviour"] = f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: `{m.group(0)}`"
+    if support.kind == "len":
         return [
             f"`{key}: true` streams the dataset, but {cls} in trl {trl} takes len(train_dataset) at start-up: "
             f"'TypeError: object of type 'IterableDataset' has no len()'; drop `{key}`"]
-    details["trainer behaviour"] = f"{rel} neither refuses nor repeats an IterableDataset"
     return [
         f"`{key}: true` streams the dataset, but {cls} in trl {trl} has no support for an IterableDataset: its sampler "
         "cannot repeat each prompt num_generations times, so the advantages compare completions of unrelated prompts "

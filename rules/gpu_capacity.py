@@ -61,11 +61,11 @@ What the fix does
 
 from __future__ import annotations
 
-import os
 import re
 
 from trl_doctor import fail, passed, rule, skip, warn
-from trl_doctor.facts.launch import visible_gpus
+from trl_doctor.facts.launch import launch, torch_cuda_version
+from trl_doctor.facts.settings import LOCAL_HOSTS, config_value, settings, trainer_config_or_none
 
 TIGHT = 0.10  # within 10% of the free memory: warn
 
@@ -77,18 +77,16 @@ TIGHT = 0.10  # within 10% of the free memory: warn
     needs=("model_config",),
 )
 def check(ctx):
-    from trl_doctor.facts.launch import gpus, torch_cuda_version
-    from trl_doctor.facts.settings import config_value, precision
-
     raw = ctx.config.raw
     if raw.get("use_cpu") is True:
         yield skip("use_cpu: true: the job trains on the CPU, so there is no GPU to check")
         return
-    bf16, fp16 = precision(ctx)
-    use_vllm = bool(config_value(ctx, "use_vllm", False))
+    resolved = settings(ctx)
+    bf16, fp16 = resolved.bf16, resolved.fp16
+    use_vllm = resolved.use_vllm
     mode = _vllm_mode(ctx) if use_vllm else None
-    found, why = gpus()
-    visible, visible_note = visible_gpus(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    the_launch = launch(ctx)
+    visible, visible_note, why = list(the_launch.gpus), the_launch.visible_note, the_launch.nvml_error
     torch_cuda = torch_cuda_version()
     details: dict = {"GPUs": [_describe(g) for g in visible] or f"none ({why or visible_note or 'NVML reports no GPU'})"}
     if visible_note:
@@ -123,8 +121,8 @@ def check(ctx):
     if problem is not None:
         findings.append(problem)
 
-    training, count_problems, launch = _launch(ctx, visible, use_vllm, mode)
-    details["launch"] = launch
+    training, count_problems, launch_words = _launch(ctx, visible, use_vllm, mode)
+    details["launch"] = launch_words
     findings += count_problems
 
     sharded = [k for k in ("deepspeed", "fsdp") if raw.get(k)]
@@ -143,7 +141,7 @@ def check(ctx):
         extra.append(f"driver CUDA {visible[0]['driver_cuda']} runs torch's CUDA {torch_cuda}")
     tail = f"; {', '.join(extra)}" if extra else ""
     if memory_message is None:
-        yield skip(f"{launch}{tail}; memory not estimated: {est_error or 'no training GPU'}", **details)
+        yield skip(f"{launch_words}{tail}; memory not estimated: {est_error or 'no training GPU'}", **details)
         return
     yield passed(f"{memory_message}{tail}", **details)
 
@@ -194,17 +192,13 @@ def _describe(g: dict) -> str:
 
 def _vllm_mode(ctx) -> str:
     """colocate, server, or 'device' (TRL 0.14-0.15's vLLM on a spare GPU, before vllm_mode existed)."""
-    from trl_doctor.facts.settings import config_value, trainer_config_or_none
-
     cfg = trainer_config_or_none(ctx)
     if cfg is not None and not hasattr(cfg, "vllm_mode") and "vllm_mode" not in ctx.config.raw:
         return "device"
-    return str(config_value(ctx, "vllm_mode", "server") or "server")
+    return str(settings(ctx).vllm_mode or "server")
 
 
 def _server_is_local(ctx) -> bool:
-    from trl_doctor.facts.settings import LOCAL_HOSTS, config_value
-
     url = config_value(ctx, "vllm_server_base_url", None)
     if url:
         m = re.match(r"\w+://\[?([^/\]:]*)", str(url))
@@ -213,8 +207,6 @@ def _server_is_local(ctx) -> bool:
 
 
 def _vllm_words(ctx, mode: str) -> str:
-    from trl_doctor.facts.settings import config_value
-
     if mode == "colocate":
         return (f"colocate: tensor parallel {config_value(ctx, 'vllm_tensor_parallel_size', 1)}, "
                 f"vllm_gpu_memory_utilization {config_value(ctx, 'vllm_gpu_memory_utilization', 0.3)}")
@@ -225,8 +217,6 @@ def _vllm_words(ctx, mode: str) -> str:
 
 def _launch(ctx, visible: list[dict], use_vllm: bool, mode: str | None) -> tuple[list[dict], list, str]:
     """(training GPUs, count problems, words) for the GPUs this launch takes."""
-    from trl_doctor.facts.settings import config_value
-
     n = len(visible)
     problems = []
     if use_vllm and mode == "colocate":

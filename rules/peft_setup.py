@@ -76,14 +76,13 @@ from typing import Any
 
 from trl_doctor import Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
 
+from trl_doctor.facts.settings import config_value
+from trl_doctor.facts.text import line_of as _line, read_json as _read_json
 from trl_doctor.facts.tokens import embedding_rows
-from trl_doctor.facts.trl import TRAINER_CLASS
-from trl_doctor.facts.text import line_of as _line, line_text as _line_text, read_json as _read_json
+from trl_doctor.facts.trl import TRAINER_CLASS, enables_input_grads, model_loader, trainer_takes_peft
 
 PEFT_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_parameters",
              "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora")
-HELPER_MODULES = ("trainer/utils.py", "models/utils.py")
-_CALL_GRADS = re.compile(r"\.enable_input_require_grads\(\)")
 
 
 @rule(
@@ -119,7 +118,7 @@ def check(ctx):
         yield fail(f"`use_peft: true` but peft is not installed: `trl {ctx.trainer}` stops at once ('You need to have "
                    "PEFT library installed'); `pip install peft`", **details)
         return
-    takes = _trainer_takes_peft(ctx)
+    takes = trainer_takes_peft(ctx.trainer)
     if takes is False:
         which = " (the PPO-style RLOOTrainer of trl < 0.22)" if ctx.trainer == "rloo" else ""
         pin = "; pin trl>=0.22 for LoRA with RLOO" if ctx.trainer == "rloo" else ""
@@ -147,7 +146,7 @@ def _adapter_as_model(ctx, adapter: Path, use_peft: bool, cls: str, details: dic
     kind = f"{info.get('peft_type', 'PEFT')} r={info.get('r')} on {targets}" if info.get("r") else info.get("peft_type", "PEFT")
     details.update({"adapter_config.json": str(adapter), "adapter": kind, "adapter base model": base,
                     "config.json in the folder": (cfg.model.path / "config.json").is_file()})
-    loader, reads_config, evidence = _model_loader(ctx)
+    loader, reads_config, evidence = model_loader(ctx.trainer)
     details["model loading"] = evidence
     ref = cfg.model.ref
     merged = f"{ref.rstrip('/')}-merged"
@@ -167,39 +166,6 @@ def _adapter_as_model(ctx, adapter: Path, use_peft: bool, cls: str, details: dic
     return fail(f"{head}: {loader} loads {base} with this adapter attached and frozen, and nothing else is trainable: "
                 "the first backward fails with 'element 0 of tensors does not require grad and does not have a "
                 f"grad_fn'; {merge}", **details)
-
-
-def _model_loader(ctx) -> tuple[str, bool, str]:
-    """(how the installed trainer loads model_name_or_path, whether it reads AutoConfig first, evidence)."""
-    from trl_doctor.facts.trl import trainer_source, trl_root
-
-    found = trainer_source(ctx.trainer)
-    script = ("AutoModelForCausalLM.from_pretrained (TRL's example script, examples/scripts/ppo/ppo.py)", False,
-              "PPO-style trainers take model instances: TRL's example script loads them with "
-              "AutoModelForCausalLM.from_pretrained")
-    if found is None or ctx.trainer == "ppo" or (ctx.trainer == "rloo" and "reward_funcs" not in found[1]):
-        return script
-    rel, text = found
-    m = re.search(r"\bcreate_model_from_path\(", text)
-    root = trl_root()
-    if m is not None and root is not None:
-        for helper in HELPER_MODULES:
-            body, line = _function(root / helper, "create_model_from_path")
-            if body is not None:
-                reads = "AutoConfig.from_pretrained(" in body
-                return ("TRL's create_model_from_path", reads,
-                        f"{rel}:{_line(text, m.start())} calls create_model_from_path (trl/{helper}:{line}), which "
-                        + ("reads AutoConfig.from_pretrained(model_id) first" if reads else "does not read AutoConfig first"))
-    m = re.search(r"AutoConfig\.from_pretrained\(model", text)
-    if m is not None:  # trl 0.21-0.25: the architecture is read from config.json inside the trainer
-        return ("AutoConfig.from_pretrained and the architecture it names", True,
-                f"{rel}:{_line(text, m.start())}: `{_line_text(text, m.start())}` before loading the model")
-    m = re.search(r"AutoModelForCausalLM\.from_pretrained\(", text)
-    if m is not None:
-        return ("AutoModelForCausalLM.from_pretrained", False,
-                f"{rel}:{_line(text, m.start())}: AutoModelForCausalLM.from_pretrained (transformers attaches an adapter "
-                "folder's adapter to its base)")
-    return ("the trainer's model loader", False, f"{rel}: no model loading call recognised")
 
 
 # -- rows of new tokens ----------------------------------------------------------------------------------------------
@@ -285,8 +251,6 @@ def _names(value: Any) -> list[str]:
 # -- gradient checkpointing ------------------------------------------------------------------------------------------
 
 def _checkpointing(ctx, details: dict):
-    from trl_doctor.facts.settings import config_value
-
     if not config_value(ctx, "gradient_checkpointing", False):
         details["gradient checkpointing"] = "gradient checkpointing off"
         return
@@ -298,7 +262,7 @@ def _checkpointing(ctx, details: dict):
             kwargs = None
     kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
     tf_enables, tf_evidence, tf_default = _transformers_input_grads()
-    trl_enables, trl_evidence = _trl_input_grads(ctx)
+    trl_enables, trl_evidence = enables_input_grads(ctx.trainer)
     reentrant = kwargs.get("use_reentrant", tf_default)
     where = ("gradient_checkpointing_kwargs" if "use_reentrant" in kwargs else
              f"transformers {ctx.version('transformers')}'s default")
@@ -330,44 +294,6 @@ def _checkpointing(ctx, details: dict):
         f"grad_fn' (trl#3089); {action}"), fix)
 
 
-def _trl_input_grads(ctx) -> tuple[bool, str]:
-    """Whether the installed trainer (or a TRL helper it calls) calls enable_input_require_grads(), with where."""
-    from trl_doctor.facts.trl import trainer_source, trl_root
-
-    found = trainer_source(ctx.trainer)
-    if found is None:
-        return False, f"trl has no {TRAINER_CLASS[ctx.trainer]} source"
-    rel, text = found
-    m = _CALL_GRADS.search(text)
-    if m is not None:
-        return True, f"{rel}:{_line(text, m.start())}: `{_line_text(text, m.start())}` (under `{_guard(text, m.start())}`)"
-    root = trl_root()
-    callers: dict[str, str] = {}  # helper function -> where it (or what it calls) enables input gradients
-    bodies: dict[str, tuple[str, str]] = {}
-    for helper in HELPER_MODULES:
-        path = root / helper if root is not None else None
-        if path is None or not path.is_file():
-            continue
-        for name, body, line in _functions(path.read_text(encoding="utf-8")):
-            bodies[name] = (body, f"trl/{helper}:{line}")
-    for name, (body, where) in bodies.items():
-        if _CALL_GRADS.search(body):
-            callers[name] = where
-    changed = True
-    while changed:  # helpers calling helpers (prepare_peft_model -> enable_gradient_checkpointing)
-        changed = False
-        for name, (body, where) in bodies.items():
-            called = [c for c in callers if re.search(rf"\b{c}\(", body)]
-            if name not in callers and called:
-                callers[name] = f"{where} via {called[0]}"
-                changed = True
-    for name, where in callers.items():
-        m = re.search(rf"(?<!def )\b{name}\(", text)
-        if m is not None:
-            return True, f"{rel}:{_line(text, m.start())} calls {name} ({where}), which calls enable_input_require_grads()"
-    return False, f"{rel} (and trl/{', trl/'.join(HELPER_MODULES)}) never call enable_input_require_grads() for it"
-
-
 def _transformers_input_grads() -> tuple[bool, str, bool]:
     """(transformers enables input gradients for every text model when checkpointing starts, evidence, its default
     use_reentrant), read from transformers/modeling_utils.py."""
@@ -393,52 +319,3 @@ def _transformers_input_grads() -> tuple[bool, str, bool]:
                        "when `_hf_peft_config_loaded` (adapters transformers loaded itself)"), reentrant_default
     return False, "transformers/modeling_utils.py: gradient_checkpointing_enable never calls enable_input_require_grads()", \
         reentrant_default
-
-
-# -- source reading helpers ------------------------------------------------------------------------------------------
-
-def _trainer_takes_peft(ctx) -> bool | None:
-    """Whether the installed trainer's __init__ takes a peft_config, read from its source (no import)."""
-    from trl_doctor.facts.trl import trainer_source
-
-    found = trainer_source(ctx.trainer)
-    if found is None:
-        return None
-    text = found[1]
-    start = text.find(f"class {TRAINER_CLASS[ctx.trainer]}(")
-    init = re.compile(r"def __init__\((.*?)\)\s*(?:->\s*None\s*)?:", re.S).search(text, max(start, 0))
-    return None if init is None else "peft_config" in init.group(1)
-
-
-def _functions(text: str):
-    """(name, body, line) of every top-level function of a module's source."""
-    starts = [m for m in re.finditer(r"^def (\w+)\(", text, re.M)]
-    for i, m in enumerate(starts):
-        end = re.compile(r"^[^\s)#]", re.M).search(text, m.end())  # the next top-level statement
-        stop = end.start() if end else len(text)
-        yield m.group(1), text[m.start():stop], _line(text, m.start())
-
-
-def _function(path: Path, name: str) -> tuple[str | None, int | None]:
-    if not path.is_file():
-        return None, None
-    for fname, body, line in _functions(path.read_text(encoding="utf-8")):
-        if fname == name:
-            return body, line
-    return None, None
-
-
-def _guard(text: str, pos: int) -> str:
-    """The nearest enclosing `if` line above `pos`."""
-    start = text.rfind("\n", 0, pos) + 1
-    indent = len(text[start:pos]) - len(text[start:pos].lstrip())
-    for prev in reversed(text[:start].splitlines()):
-        stripped = prev.strip()
-        if stripped and not stripped.startswith("#") and len(prev) - len(prev.lstrip()) < indent:
-            return " ".join(stripped.split())[:160]
-    return "?"
-
-
-
-
-

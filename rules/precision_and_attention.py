@@ -60,7 +60,9 @@ import re
 from typing import Any
 
 from trl_doctor import Edit, Fix, fail, passed, rule, warn
-from trl_doctor.facts.launch import job_gpus
+from trl_doctor.facts.launch import launch, package_version
+from trl_doctor.facts.settings import config_value, settings
+from trl_doctor.facts.trl import config_class, dtype_key, post_init_sets_bf16
 
 BF16_MIN_CC = (8, 0)
 FLASH = {  # version: (module, distributions that provide it, minimum compute capability, GPU family)
@@ -81,11 +83,11 @@ GiB = 2**30
     fixable="sometimes",
 )
 def check(ctx):
-    from trl_doctor.facts.settings import precision
-
     raw = ctx.config.raw
-    bf16, fp16 = precision(ctx)
-    visible, gpu_reason = job_gpus()
+    resolved = settings(ctx)
+    bf16, fp16 = resolved.bf16, resolved.fp16
+    the_launch = launch(ctx)
+    visible, gpu_reason = list(the_launch.gpus), the_launch.gpus_missing
     on_cpu = raw.get("use_cpu") is True
     bf16_words = _bf16_origin(ctx)
     ckpt = _checkpoint_dtype(ctx)
@@ -111,8 +113,6 @@ def check(ctx):
 # -- precision against the device -------------------------------------------------------------------------
 
 def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt, findings, details) -> str:
-    from trl_doctor.facts.settings import config_value
-
     if bf16 and fp16:
         findings.append(("fail", "bf16 and fp16 are both on: transformers stops with \"At most one of fp16 and bf16 can "
                                  "be True, but not both\"; keep one (`bf16: false` or `fp16: false`)", None))
@@ -131,7 +131,7 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt,
                                      "training machine", None))
         return f"{mode} ({bf16_words}); no GPU here to check it against ({gpu_reason})"
     lowest = min(visible, key=_cc)
-    use_vllm = bool(config_value(ctx, "use_vllm", False))
+    use_vllm = settings(ctx).use_vllm
     if bf16 and _cc(lowest) < BF16_MIN_CC:
         where = "" if raw.get("bf16") is True else f" ({bf16_words})"
         fix = Fix(f"set bf16: false in {ctx.config.path.name} (train in fp32 on {lowest['name']})",
@@ -142,7 +142,7 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt,
             "emulated, many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to NaN), "
             "or use an Ampere or newer GPU"), fix))
     if use_vllm and ckpt == "bfloat16" and _cc(lowest) < BF16_MIN_CC:
-        mode_v = str(config_value(ctx, "vllm_mode", "server") or "server")
+        mode_v = str(settings(ctx).vllm_mode or "server")
         how = ("TRL builds vLLM's LLM(...) without a dtype, so the trainer's precision settings do not reach it; save "
                "the checkpoint in float16" if mode_v == "colocate" else
                "start the server with `trl vllm-serve --dtype half`")
@@ -162,39 +162,19 @@ def _bf16_origin(ctx) -> str:
     raw = ctx.config.raw
     if "bf16" in raw:
         return f"`bf16: {str(raw['bf16']).lower()}` in the config"
-    from trl_doctor.facts.trl import config_class
-
     cls = config_class(ctx.trainer)
     if cls is None:
         return "bf16 not set"
     default = next((f.default for f in dataclasses.fields(cls) if f.name == "bf16"), False)
-    if default is None and _post_init_sets_bf16(cls):
+    if default is None and post_init_sets_bf16(cls):
         return f"the installed TRL's default: {cls.__name__}.bf16 is None, which its __post_init__ makes `not fp16`"
     return f"the installed TRL's default: {cls.__name__}.bf16 = {default}"
-
-
-def _post_init_sets_bf16(cls) -> bool:
-    """Whether a TRL __post_init__ in the config class's MRO turns bf16=None into `not fp16` (TRL >= 0.19)."""
-    import inspect
-
-    for klass in cls.__mro__:
-        fn = vars(klass).get("__post_init__")
-        if fn is None or not klass.__module__.startswith("trl"):
-            continue
-        try:
-            if re.search(r"self\.bf16\s*=\s*not\b", inspect.getsource(fn)):
-                return True
-        except (OSError, TypeError):
-            continue
-    return False
 
 
 # -- attention --------------------------------------------------------------------------------------------
 
 def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
-    from trl_doctor.facts.settings import model_init_kwargs
-
-    kwargs = model_init_kwargs(ctx)
+    kwargs = settings(ctx).model_init_kwargs
     if kwargs.get("attn_implementation"):
         attn, where = kwargs["attn_implementation"], "model_init_kwargs"
     elif raw.get("attn_implementation"):
@@ -252,8 +232,6 @@ def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
 def _flash_installed(module: str, dists: tuple) -> str | None:
     import importlib.util
 
-    from trl_doctor.facts.launch import package_version
-
     try:
         if importlib.util.find_spec(module) is None:
             return None
@@ -270,8 +248,6 @@ def _kernels_fallback() -> str | None:
     """The Hub kernel transformers uses when flash_attn is missing and `kernels` is installed, read from its source."""
     import importlib.util
     from pathlib import Path
-
-    from trl_doctor.facts.launch import package_version
 
     if package_version("kernels") is None:
         return None
@@ -312,14 +288,13 @@ def _checkpoint_dtype(ctx) -> str | None:
 
 
 def _dtype(ctx, raw, bf16, fp16, ckpt, visible, findings, details) -> str:
-    from trl_doctor.facts.settings import config_value, model_init_kwargs, policy_dtype
-
-    load, load_from = policy_dtype(ctx)
+    resolved = settings(ctx)
+    load, load_from = resolved.policy_dtype, resolved.policy_dtype_from
     details["load dtype"] = f"{load} ({load_from})"
     if any(config_value(ctx, k, False) for k in ("load_in_4bit", "load_in_8bit")):
         return f"weights load quantized ({load} for the rest)"
-    explicit = bool(_explicit_dtype(raw, model_init_kwargs(ctx)))
-    use_peft = bool(config_value(ctx, "use_peft", False))
+    explicit = bool(_explicit_dtype(raw, resolved.model_init_kwargs))
+    use_peft = resolved.use_peft
     beta = config_value(ctx, "beta", 0.0)
     reference = ctx.trainer == "ppo" or (beta not in (None, 0, 0.0) and not use_peft)
 
@@ -328,7 +303,7 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible, findings, details) -> str:
         findings.append(("fail", (
             f"the weights load in float16 ({load_from}) and fp16: true trains them in place: the first optimizer step "
             "stops with \"ValueError: Attempting to unscale FP16 gradients.\" (the gradient scaler needs fp32 "
-            f"parameters); load them in float32 (`model_init_kwargs: {{{_dtype_key(ctx)}: float32}}`, fp16 autocast keeps "
+            f"parameters); load them in float32 (`model_init_kwargs: {{{dtype_key(ctx.trainer)}: float32}}`, fp16 autocast keeps "
             "the speed), "
             "or train LoRA adapters"), fix))
         return ""
@@ -352,7 +327,7 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible, findings, details) -> str:
         findings.append(("warn", (
             f"the {ckpt} checkpoint loads in float32 ({load_from}): {what} take{'s' if frozen == params else ''} "
             f"{frozen * 4 / GiB:.1f} GiB instead of {frozen * 2 / GiB:.1f} GiB ({params:,} parameters), {waste:.1f} GiB "
-            f"for no gain in precision; load it in {ckpt} (`model_init_kwargs: {{{_dtype_key(ctx)}: {ckpt}}}`)"), fix))
+            f"for no gain in precision; load it in {ckpt} (`model_init_kwargs: {{{dtype_key(ctx.trainer)}: {ckpt}}}`)"), fix))
         return ""
     if use_peft:
         return f"weights load as float32 ({load_from}), checkpoint {ckpt}: {waste:.1f} GiB more for the frozen base"
@@ -367,7 +342,7 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible, findings, details) -> str:
         findings.append(("warn", (
             f"the {ckpt} checkpoint loads in float32 ({load_from}): weights, gradients and AdamW's two states of the "
             f"{params:,} parameters take {state32:.1f} GiB, more than {budget_words}, before any activation "
-            f"({state16:.1f} GiB in {ckpt}); load in {ckpt} (`model_init_kwargs: {{{_dtype_key(ctx)}: {ckpt}}}`, no fp32 master "
+            f"({state16:.1f} GiB in {ckpt}); load in {ckpt} (`model_init_kwargs: {{{dtype_key(ctx.trainer)}: {ckpt}}}`, no fp32 master "
             "weights), train LoRA adapters (`use_peft: true`), or shard with ZeRO-3 / FSDP"), None))
         return ""
     return (f"weights load as float32 ({load_from}), checkpoint {ckpt}: fp32 master weights for a full fine-tune, "
@@ -394,25 +369,6 @@ def _params(ctx) -> int | None:
         return None
 
 
-def _dtype_key(ctx) -> str:
-    """The model_init_kwargs key the installed TRL reads the dtype from: `dtype` (1.x) or `torch_dtype` (0.x)."""
-    from trl_doctor.facts.trl import trainer_source, trl_root
-
-    texts = []
-    found = trainer_source(ctx.trainer)
-    if found:
-        texts.append(found[1])
-    root = trl_root()
-    if root is not None and (root / "trainer" / "utils.py").is_file():
-        texts.append((root / "trainer" / "utils.py").read_text(encoding="utf-8"))
-    text = "\n".join(texts)
-    if re.search(r"""\.get\(\s*["']dtype["']""", text):
-        return "dtype"
-    if re.search(r"""\.get\(\s*["']torch_dtype["']""", text):
-        return "torch_dtype"
-    return "dtype"
-
-
 def _dtype_fix(ctx, raw, dtype: str, override: bool = False) -> Fix | None:
     """Write `dtype` where the load dtype is decided: into model_init_kwargs, or over an explicit key when
     `override` (only for a choice that cannot train)."""
@@ -432,7 +388,7 @@ def _dtype_fix(ctx, raw, dtype: str, override: bool = False) -> Fix | None:
             if not override:
                 return None
             return Fix(f"set {key}: {dtype} in {name}", (Edit(path, set=((key, dtype),)),))
-    key = _dtype_key(ctx)
+    key = dtype_key(ctx.trainer)
     new = dict(current or {})
     new[key] = dtype
     return Fix(f"set model_init_kwargs.{key}: {dtype} in {name}", (Edit(path, set=(("model_init_kwargs", new),)),))

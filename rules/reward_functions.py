@@ -66,7 +66,7 @@ from typing import Any
 from trl_doctor import Unavailable, fail, passed, rule, skip, warn
 
 from trl_doctor.facts.text import read_json as _read_json
-from trl_doctor.facts.trl import TRAINER_CLASS
+from trl_doctor.facts.trl import TRAINER_CLASS, trainer_mentions
 from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, is_async, new_stats, raised_info, record_values,
                        reward_call, reward_problem, resolve_reward)
 
@@ -111,9 +111,7 @@ def check(ctx):
     sources = ([f"reward model {rm_ref}"] if rm_ref else []) + names
     details["reward sources (in order)"] = sources
     if not sources:
-        from trl_doctor.facts.trl import trainer_source
-
-        stops = "No reward source provided" in (trainer_source(ctx.trainer) or ("", ""))[1]
+        stops = trainer_mentions(ctx.trainer, "No reward source provided")
         outcome = (f"trl {trl_version}'s {cls} stops at start-up with 'No reward source provided'" if stops else
                    f"trl {trl_version}'s {cls} takes the empty list and trains on no reward at all (loss 0 and grad "
                    "norm 0 at every step)")

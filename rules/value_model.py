@@ -65,12 +65,11 @@ What the fix does
 
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
 
 from trl_doctor import Edit, Fix, InputError, fail, passed, rule, warn
-from trl_doctor.facts.text import line_of as _line, line_text as _line_text
+from trl_doctor.facts.trl import ppo_without_value_model, trainer_class, trainer_source
 
 LAST_PPO_RELEASE = "1.12.0"
 PPO_REMOVED_IN = "1.13.0"
@@ -82,12 +81,6 @@ ERR_PREFIX = "AttributeError: 'NoneType' object has no attribute 'base_model_pre
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
 SHOWN_DIFFS = 3
 KEPT_DIFFS = 10
-
-# the dropout loop over the four models, with or without the `if module is not None` guard (0.13+)
-_DROPOUT_LOOP = re.compile(
-    r"for module in \[[^\]]*value_model[^\]]*\]:\s*\n\s*(if module is not None:\s*\n\s*)?disable_dropout_in_model\(module\)"
-)
-_WRAPPER = re.compile(r"getattr\(value_model,\s*value_model\.base_model_prefix\)")
 
 
 @rule(
@@ -190,8 +183,6 @@ def check(ctx):
 
 def _installed_ppo(trl_version: str) -> dict:
     """Where the installed PPOTrainer is, what value_model=None makes it raise, or why there is none."""
-    from trl_doctor.facts.trl import trainer_class, trainer_source
-
     with warnings.catch_warnings(record=True):  # trl.experimental warns on import
         cls = trainer_class("ppo")
     found = trainer_source("ppo")
@@ -227,17 +218,12 @@ def _installed_ppo(trl_version: str) -> dict:
             f"these keys do not configure; pin `trl=={LAST_PPO_RELEASE}` ({LAST_PPO_PATH})"
         )
         return out
-    if found is not None:
-        rel, text = found
-        m = _DROPOUT_LOOP.search(text)
-        if m is not None and m.group(1) is None:
-            out["none_error"] = f"{ERR_MODULES} in trl {trl_version}"
-            out["evidence"] = f"{rel}:{_line(text, m.end())}: `{_line_text(text, m.end())}`"
-        else:
-            w = _WRAPPER.search(text)
-            out["none_error"] = f"{ERR_PREFIX} in trl {trl_version}"
-            if w is not None:
-                out["evidence"] = f"{rel}:{_line(text, w.start())}: `{_line_text(text, w.start())}`"
+    failure = ppo_without_value_model()
+    if failure is not None:
+        trips_on, where = failure
+        out["none_error"] = f"{ERR_MODULES if trips_on == 'modules' else ERR_PREFIX} in trl {trl_version}"
+        if where is not None:
+            out["evidence"] = where
     return out
 
 

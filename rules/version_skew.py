@@ -34,15 +34,16 @@ How it is detected
     not change this rule's status: the table explains, the probe decides.
 
 What the fix does
-    Nothing automatic: each finding names the range, who declares it, and the pin or upgrade that resolves
-    it (for example `pip install "vllm>=0.22.0,<=0.31.0"`, or `pip install "trl==1.12.0"` for PPO).
+    Nothing automatic: each finding names the range, who declares it, and carries a manual fix (shown, never
+    applied) with the pin or upgrade that resolves it (for example `pip install "vllm>=0.22.0,<=0.31.0"`, or
+    `pip install "trl==1.12.0"` for PPO).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from trl_doctor import fail, passed, rule, warn
+from trl_doctor import fail, manual, passed, rule, warn
 from trl_doctor.facts.versions import (  # the pure core, testable with injected versions
     WATCHED,
     installed_requirements,
@@ -89,8 +90,8 @@ def check(ctx):
     found = False
     for f in violations + [i for i in issues if i.status != "info"]:
         found = True
-        details = {**f.details, "fix (by hand)": f.fix, **common}
-        yield (fail if f.status == "fail" else warn)(f.message, **details)
+        details = {**f.details, **common}
+        yield (fail if f.status == "fail" else warn)(f.message, manual(f.fix) if f.fix else None, **details)
     if found:
         return
     listed = ", ".join(f"{k} {v}" for k, v in present.items())

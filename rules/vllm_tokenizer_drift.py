@@ -80,7 +80,7 @@ What the fix does
     `generation_kwargs`, so vLLM's text contains the token and the match can fire (TRL reads token ids,
     so the text it ignores changes nothing else). When something no file change can repair is left (the
     installed TRL does not forward `generation_kwargs`: upgrade to 0.19 or later; a stop id past the
-    embedding rows), no fix is offered and the details list the steps by hand.
+    embedding rows), the fix is a manual one: the steps by hand, shown with the finding and never applied.
 
     When new ids are past the embedding rows, the tokenizer is not written on its own (vLLM would then
     accept ids the model cannot embed). With `--unsafe-fixes` the model is loaded, its embeddings are
@@ -98,8 +98,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
+from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, manual, passed, rule, skip, warn
 
+from trl_doctor.facts.locations import config_key
 from trl_doctor.facts.tokens import as_id_list, embedding_rows
 from trl_doctor.facts.trl import TRAINER_CLASS
 from trl_doctor.facts.vllm import installed_config_field, installed_trl_vllm_path, load_as_vllm
@@ -122,49 +123,127 @@ _MISSING = object()
 def check(ctx):
     tok = ctx.tokenizer
     rows = embedding_rows(ctx)
-    raw = ctx.config.raw
-    trl_version = ctx.version("trl") or "not installed"
-    trainer_cls = TRAINER_CLASS[ctx.trainer]
-    model_dir = ctx.config.model.path
     beyond = _ids_beyond(tok, rows)
+    details = _common_details(ctx, tok, rows, beyond)
+    if not _truthy(ctx.config.raw.get("use_vllm")):
+        yield _without_vllm(ctx, tok, rows, beyond, details)
+        return
+    path = installed_trl_vllm_path(ctx.trainer)
+    no_vllm = _no_vllm_generation(ctx, path)
+    if no_vllm:
+        yield skip(no_vllm)
+        return
+    mode, fwd = _vllm_setup(ctx, path, details)
+    loaded = load_as_vllm(ctx.config.model.path, ctx.options.trust_remote_code)
+    details["vLLM tokenizer loaded with"] = loaded.loader
+    stop = _stop_settings(ctx.config.raw)
+    if stop.gen:
+        details["generation_kwargs"] = stop.gen
+    found = _Verdicts()
+    if beyond:
+        found.add("fail", _beyond_message(ctx, beyond, rows, "; vLLM rejects a prompt holding them ('Token id N is out "
+                                          "of vocabulary') and the model can never sample them"))
+    forwarded = _forwarding(ctx, mode, fwd, stop, details, found)
+    drift = None
+    if loaded.tokenizer is None:
+        found.add("fail", f"vLLM cannot load a tokenizer from {ctx.config.model.path} ({loaded.error}): "
+                          f"{'LLM(...)' if mode == 'colocate' else '`trl vllm-serve`'} fails at start-up")
+        details["vLLM loader error"] = loaded.error
+    else:
+        drift = compare(tok, loaded.tokenizer)
+        _tokenizer_drift(ctx, tok, loaded.tokenizer, drift, path, stop, forwarded, details, found)
+        _stop_resolution(ctx, tok, loaded.tokenizer, rows, stop, forwarded, details, found)
+    if not found.findings:
+        yield _matches(ctx, tok, rows, drift, stop, details)
+        return
+    # one Fix for the whole rule (fold would mark a safe part unsafe if it were merged with the resize)
+    needs_tokenizer = loaded.tokenizer is None or (drift is not None and drift.any())
+    fix = _the_fix(ctx, tok, rows, beyond, needs_tokenizer, stop, found, details)
+    yield from _findings(ctx, found, fix, details)
+
+
+# -- the steps of the check --------------------------------------------------------------------------------
+
+@dataclass
+class _Verdicts:
+    """What the check found, and what a fix must (or cannot) do about it."""
+
+    findings: list[tuple[str, str, str | None]] = field(default_factory=list)  # (status, message, config key)
+    unfixable: list[str] = field(default_factory=list)  # what no file change can repair: then only steps by hand
+    config_pairs: dict[str, Any] = field(default_factory=dict)  # generation_kwargs the fix sets
+
+    def add(self, status: str, message: str, key: str | None = None) -> None:
+        """A finding; `key` is the config key it is about, when it is about one."""
+        self.findings.append((status, message, key))
+
+
+@dataclass(frozen=True)
+class _Stops:
+    """The stop settings of the config's generation_kwargs."""
+
+    gen: dict  # generation_kwargs as a mapping
+    strings: list  # `stop`
+    ids: list[int]  # `stop_token_ids`
+    skip_special: bool  # skip_special_tokens (vLLM's default true)
+
+
+def _stop_settings(raw: dict) -> _Stops:
+    gen = _generation_kwargs(raw)
+    return _Stops(gen, _as_list(gen.get("stop")), [i for i in _as_list(gen.get("stop_token_ids")) if isinstance(i, int)],
+                  gen.get("skip_special_tokens", True) is not False)
+
+
+def _common_details(ctx, tok, rows, beyond) -> dict[str, Any]:
     details: dict[str, Any] = {
         "trainer tokenizer": str(ctx.config.tokenizer.path),
         "added_tokens": list(ctx.config.added_tokens),
         "trainer tokenizer size": len(tok),
         "vocab_size (embedding rows)": rows,
-        "trl": trl_version,
+        "trl": ctx.version("trl") or "not installed",
     }
     if beyond:
         details["ids past the embedding rows"] = {t: i for t, i in beyond}
+    return details
 
-    if not _truthy(raw.get("use_vllm")):
-        if not beyond:
-            yield skip("use_vllm is not set: generation runs in the trainer with its own tokenizer, nothing for vLLM to drift from")
-            return
-        fix, why = _resize_fix(ctx, tok, rows, write_tokenizer=False)
-        if why:
-            details["fix (by hand)"] = why
-        yield fail(
-            f"{_listed(beyond)} {'is' if len(beyond) == 1 else 'are'} past the model's {rows} embedding rows "
-            f"({model_dir / 'config.json'} vocab_size): resize_token_embeddings was not done, so a prompt holding "
-            "them fails the forward pass with 'index out of range in self' and the model can never sample them "
-            "(with or without vLLM)",
-            fix, **details,
-        )
-        return
 
-    path = installed_trl_vllm_path(ctx.trainer)
+def _beyond_message(ctx, beyond, rows, effect: str) -> str:
+    return (f"{_listed(beyond)} {'is' if len(beyond) == 1 else 'are'} past the model's {rows} embedding rows "
+            f"({ctx.config.model.path / 'config.json'} vocab_size): resize_token_embeddings was not done{effect}")
+
+
+def _without_vllm(ctx, tok, rows, beyond, details):
+    """Without use_vllm only ids past the embedding rows matter: they break the trainer's own forward too."""
+    if not beyond:
+        return skip("use_vllm is not set: generation runs in the trainer with its own tokenizer, nothing for vLLM to drift from")
+    fix, why = _resize_fix(ctx, tok, rows, write_tokenizer=False)
+    if fix is None and why:
+        fix = manual(why)
+    return fail(
+        _beyond_message(ctx, beyond, rows, ", so a prompt holding them fails the forward pass with 'index out of range "
+                                           "in self' and the model can never sample them (with or without vLLM)"),
+        fix, **details,
+    )
+
+
+def _no_vllm_generation(ctx, path) -> str | None:
+    """Why there is nothing to check with use_vllm on this TRL (the skip's message), or None."""
+    trainer_cls = TRAINER_CLASS[ctx.trainer]
     if path is None:
-        yield skip(f"trl is not installed, so what {trainer_cls} sends to vLLM cannot be read")
-        return
+        return f"trl is not installed, so what {trainer_cls} sends to vLLM cannot be read"
     if path.colocate.forwards is None and path.server.forwards is None:
-        yield skip(f"{trainer_cls} in trl {trl_version} has no vLLM generation ({', '.join(path.files)}): use_vllm has no effect")
-        return
+        return (f"{trainer_cls} in trl {ctx.version('trl') or 'not installed'} has no vLLM generation "
+                f"({', '.join(path.files)}): use_vllm has no effect")
+    return None
+
+
+def _vllm_setup(ctx, path, details: dict) -> tuple[str, Any]:
+    """(the vLLM mode the job runs, its generation_kwargs forwarding), with where vLLM loads from in `details`."""
+    trl_version = ctx.version("trl") or "not installed"
+    model_dir = ctx.config.model.path
     mode, mode_source = _vllm_mode(ctx, path)
     if (path.colocate if mode == "colocate" else path.server).forwards is None:
         other = "server" if mode == "colocate" else "colocate"
         mode, mode_source = other, f"trl {trl_version} has no {mode} mode (the config's vllm_mode is TD009's to report), so {other}"
-    fwd = path.colocate if mode == "colocate" else path.server
     details["vllm_mode"] = f"{mode} ({mode_source})"
     details["vLLM loads from"] = str(model_dir) + (
         f" (colocate: LLM(model={path.llm_model_arg or 'model.name_or_path'}, ...) with no tokenizer argument)"
@@ -176,161 +255,156 @@ def check(ctx):
                                       "which the doctor does not evaluate: the model folder is checked)")
     details["prompts reach vLLM as"] = sorted(path.prompts) or ["unknown"]
     details["trl source read"] = path.files
+    return mode, path.colocate if mode == "colocate" else path.server
 
-    loaded = load_as_vllm(model_dir, ctx.options.trust_remote_code)
-    details["vLLM tokenizer loaded with"] = loaded.loader
-    gen = _generation_kwargs(raw)
-    stops = _as_list(gen.get("stop"))
-    stop_ids = [i for i in _as_list(gen.get("stop_token_ids")) if isinstance(i, int)]
-    skip_special = gen.get("skip_special_tokens", True) is not False
-    if gen:
-        details["generation_kwargs"] = gen
-    findings: list[tuple[str, str]] = []  # (status, message), most important first
-    unfixable: list[str] = []  # what no file change can repair: then no fix is offered, only the manual steps
-    config_pairs: dict[str, Any] = {}
 
-    # 1. embedding rows
-    if beyond:
-        findings.append(("fail", (
-            f"{_listed(beyond)} {'is' if len(beyond) == 1 else 'are'} past the model's {rows} embedding rows "
-            f"({model_dir / 'config.json'} vocab_size): resize_token_embeddings was not done; vLLM rejects a prompt "
-            "holding them ('Token id N is out of vocabulary') and the model can never sample them")))
-
-    # 2. is generation_kwargs forwarded at all?
-    relied = [k for k in STOP_KEYS if k in gen]
+def _forwarding(ctx, mode: str, fwd, stop: _Stops, details: dict, found: _Verdicts) -> bool:
+    """Whether generation_kwargs reaches vLLM's SamplingParams in this mode; a finding when the config relies on it
+    and it does not."""
+    trl_version = ctx.version("trl") or "not installed"
+    relied = [k for k in STOP_KEYS if k in stop.gen]
     field_exists = installed_config_field(ctx.trainer, "generation_kwargs")[0]
     details[f"generation_kwargs -> vLLM ({mode})"] = fwd.evidence
     forwarded = bool(fwd.forwards) and field_exists is not False
     if relied and not forwarded:
         reason = (
-            f"{trainer_cls.replace('Trainer', 'Config')} in trl {trl_version} has no generation_kwargs field"
+            f"{TRAINER_CLASS[ctx.trainer].replace('Trainer', 'Config')} in trl {trl_version} has no generation_kwargs field"
             if field_exists is False else
             f"trl {trl_version} builds vLLM's sampling parameters without generation_kwargs in {mode} mode ({fwd.evidence[0]})"
         )
-        findings.append(("fail", (
-            f"generation_kwargs {', '.join(relied)} never reach vLLM: {reason}; "
-            f"so {_describe_stops(stops, stop_ids)} cannot stop a completion (trl 0.19 and later forward them)")))
-        unfixable.append(f"upgrade trl to a release that forwards generation_kwargs to vLLM (0.19 or later; installed: {trl_version})")
+        found.add("fail", (f"generation_kwargs {', '.join(relied)} never reach vLLM: {reason}; "
+                           f"so {_describe_stops(stop.strings, stop.ids)} cannot stop a completion (trl 0.19 and later "
+                           "forward them)"), "generation_kwargs")
+        found.unfixable.append(f"upgrade trl to a release that forwards generation_kwargs to vLLM (0.19 or later; "
+                               f"installed: {trl_version})")
+    return forwarded
 
-    # 3. the tokenizer vLLM loads
-    vtok = loaded.tokenizer
-    drift = None
-    if vtok is None:
-        findings.append(("fail", (
-            f"vLLM cannot load a tokenizer from {model_dir} ({loaded.error}): "
-            f"{'LLM(...)' if mode == 'colocate' else '`trl vllm-serve`'} fails at start-up")))
-        details["vLLM loader error"] = loaded.error
-    else:
-        drift = compare(tok, vtok)
-        details.update(drift.as_details())
-        text_prompts = bool(path.prompts & {"text", "messages"})
-        if drift.missing_in_vllm:
-            miss = ", ".join(f"{t!r} (id {i})" for t, i in drift.missing_in_vllm.items())
-            in_prompts = _tokens_in_prompts(ctx, tok, list(drift.missing_in_vllm)) if text_prompts else None
-            if in_prompts:
-                details["prompts holding them"] = in_prompts
-                findings.append(("fail", (
-                    f"vLLM's tokenizer ({model_dir}) lacks {miss}, and trl {trl_version} sends prompts as "
-                    f"{'/'.join(sorted(path.prompts & {'text', 'messages'}))} that vLLM tokenizes itself: {in_prompts[0]}")))
-            else:
-                findings.append(("warn", (
-                    f"vLLM's tokenizer ({model_dir}) lacks {miss} that the trainer's tokenizer has: the text vLLM produces "
-                    f"for {'that id' if len(drift.missing_in_vllm) == 1 else 'those ids'} is "
-                    f"{_texts(drift.vllm_text)}" + ("" if text_prompts else
-                        f"; trl {trl_version} sends and reads token ids, so only vLLM's own text and stop strings are affected"))))
-        if drift.id_diff:
-            listed = ", ".join(f"{t!r} is id {a} for the trainer but {b} for vLLM" for t, (a, b) in drift.id_diff.items())
-            findings.append(("fail" if text_prompts else "warn", f"the same token has another id: {listed}"))
-        if drift.missing_in_trainer:
-            listed = ", ".join(f"{t!r} (id {i})" for t, i in drift.missing_in_trainer.items())
-            findings.append(("warn", f"vLLM's tokenizer ({model_dir}) has {listed} that the trainer's tokenizer lacks"))
-        eos_problem = _eos_problem(ctx, tok, vtok, stop_ids if forwarded else [])
-        if eos_problem:
-            findings.append(("warn", eos_problem))
-        if drift.template_differs:
-            if "messages" in path.prompts:
-                findings.append(("fail", (
-                    f"vLLM's chat template ({model_dir}) differs from the trainer's, and trl {trl_version} lets vLLM "
-                    "render chat prompts with its own template")))
-            else:
-                details["chat template"] = (
-                    f"differs, harmless with trl {trl_version}: it renders prompts with the trainer's template itself")
 
-        # 4. stop strings and stop ids, resolved by both tokenizers
-        resolved = {}
-        for s in stops:
-            if not isinstance(s, str):
-                continue
-            ids = tok.encode(s, add_special_tokens=False)
-            seen = _decode(vtok, ids, skip_special)
-            seen_raw = _decode(vtok, ids, False)
-            resolved[s] = {"trainer ids": ids, "vLLM text for them": seen}
-            if s in seen:
-                continue
-            if s in seen_raw and skip_special:
-                findings.append(("fail", (
-                    f"stop string {s!r} (id {ids[0] if len(ids) == 1 else ids}) never fires: it is a special token and vLLM "
-                    "leaves special tokens out of the text it matches stop strings on (skip_special_tokens defaults to true)")))
-                if forwarded:
-                    config_pairs.update(skip_special_tokens=False, include_stop_str_in_output=True)
-            else:
-                special = any(i in tok.added_tokens_decoder and tok.added_tokens_decoder[i].special for i in ids)
-                also = (" (and as a special token it would be left out of that text even once vLLM knows it: "
-                        "skip_special_tokens defaults to true)") if special and skip_special else ""
-                findings.append(("fail", (
-                    f"stop string {s!r} never fires: the trainer's tokenizer writes it as ids {ids}, which vLLM's tokenizer "
-                    f"({model_dir}) decodes as {seen!r}{also}; completions run to max_completion_length")))
-                if forwarded and special and skip_special:
-                    config_pairs.update(skip_special_tokens=False, include_stop_str_in_output=True)
-        for i in stop_ids:
-            t_tok = _id_to_token(tok, i)
-            v_tok = _id_to_token(vtok, i)
-            resolved[f"stop_token_ids {i}"] = {"trainer token": t_tok, "vLLM token": v_tok}
-            if rows is not None and i >= rows:
-                findings.append(("fail", f"stop_token_ids {i} is past the {rows} embedding rows: the model never samples it"))
-                unfixable.append(f"remove stop_token_ids {i} from generation_kwargs or name an id below {rows}")
-            elif t_tok is None:
-                findings.append(("warn", f"stop_token_ids {i} is no token of the trainer's tokenizer ({len(tok)} tokens)"))
-                unfixable.append(f"check stop_token_ids {i}: the trainer's tokenizer has no token with that id")
-        if resolved:
-            details["stop settings resolved"] = resolved
+def _tokenizer_drift(ctx, tok, vtok, drift: Drift, path, stop: _Stops, forwarded: bool, details: dict,
+                     found: _Verdicts) -> None:
+    """What the differences between the trainer's tokenizer and vLLM's break, given how prompts reach vLLM."""
+    trl_version = ctx.version("trl") or "not installed"
+    model_dir = ctx.config.model.path
+    details.update(drift.as_details())
+    text_prompts = bool(path.prompts & {"text", "messages"})
+    if drift.missing_in_vllm:
+        miss = ", ".join(f"{t!r} (id {i})" for t, i in drift.missing_in_vllm.items())
+        in_prompts = _tokens_in_prompts(ctx, tok, list(drift.missing_in_vllm)) if text_prompts else None
+        if in_prompts:
+            details["prompts holding them"] = in_prompts
+            found.add("fail", (
+                f"vLLM's tokenizer ({model_dir}) lacks {miss}, and trl {trl_version} sends prompts as "
+                f"{'/'.join(sorted(path.prompts & {'text', 'messages'}))} that vLLM tokenizes itself: {in_prompts[0]}"))
+        else:
+            found.add("warn", (
+                f"vLLM's tokenizer ({model_dir}) lacks {miss} that the trainer's tokenizer has: the text vLLM produces "
+                f"for {'that id' if len(drift.missing_in_vllm) == 1 else 'those ids'} is "
+                f"{_texts(drift.vllm_text)}" + ("" if text_prompts else
+                    f"; trl {trl_version} sends and reads token ids, so only vLLM's own text and stop strings are affected")))
+    if drift.id_diff:
+        listed = ", ".join(f"{t!r} is id {a} for the trainer but {b} for vLLM" for t, (a, b) in drift.id_diff.items())
+        found.add("fail" if text_prompts else "warn", f"the same token has another id: {listed}")
+    if drift.missing_in_trainer:
+        listed = ", ".join(f"{t!r} (id {i})" for t, i in drift.missing_in_trainer.items())
+        found.add("warn", f"vLLM's tokenizer ({model_dir}) has {listed} that the trainer's tokenizer lacks")
+    eos_problem = _eos_problem(ctx, tok, vtok, stop.ids if forwarded else [])
+    if eos_problem:
+        found.add("warn", eos_problem)
+    if drift.template_differs:
+        if "messages" in path.prompts:
+            found.add("fail", (f"vLLM's chat template ({model_dir}) differs from the trainer's, and trl {trl_version} "
+                               "lets vLLM render chat prompts with its own template"))
+        else:
+            details["chat template"] = (
+                f"differs, harmless with trl {trl_version}: it renders prompts with the trainer's template itself")
 
-    # the fix: one Fix for the whole rule (fold would mark a safe part unsafe if it were merged with the resize)
-    needs_tokenizer = vtok is None or (drift is not None and drift.any())
-    fix, fix_note = None, None
-    if findings and unfixable:
-        steps = list(unfixable)
+
+def _stop_resolution(ctx, tok, vtok, rows, stop: _Stops, forwarded: bool, details: dict, found: _Verdicts) -> None:
+    """Every stop string encoded by the trainer's tokenizer and decoded by vLLM's, every stop id resolved in both."""
+    resolved = {}
+    for s in stop.strings:
+        if isinstance(s, str):
+            resolved[s] = _stop_string(ctx, tok, vtok, s, stop, forwarded, found)
+    for i in stop.ids:
+        t_tok = _id_to_token(tok, i)
+        resolved[f"stop_token_ids {i}"] = {"trainer token": t_tok, "vLLM token": _id_to_token(vtok, i)}
+        if rows is not None and i >= rows:
+            found.add("fail", f"stop_token_ids {i} is past the {rows} embedding rows: the model never samples it",
+                      "generation_kwargs")
+            found.unfixable.append(f"remove stop_token_ids {i} from generation_kwargs or name an id below {rows}")
+        elif t_tok is None:
+            found.add("warn", f"stop_token_ids {i} is no token of the trainer's tokenizer ({len(tok)} tokens)",
+                      "generation_kwargs")
+            found.unfixable.append(f"check stop_token_ids {i}: the trainer's tokenizer has no token with that id")
+    if resolved:
+        details["stop settings resolved"] = resolved
+
+
+def _stop_string(ctx, tok, vtok, s: str, stop: _Stops, forwarded: bool, found: _Verdicts) -> dict:
+    """Whether vLLM's text can ever contain stop string `s` (what it resolves to, for the details)."""
+    ids = tok.encode(s, add_special_tokens=False)
+    seen = _decode(vtok, ids, stop.skip_special)
+    seen_raw = _decode(vtok, ids, False)
+    out = {"trainer ids": ids, "vLLM text for them": seen}
+    if s in seen:
+        return out
+    if s in seen_raw and stop.skip_special:
+        found.add("fail", (
+            f"stop string {s!r} (id {ids[0] if len(ids) == 1 else ids}) never fires: it is a special token and vLLM "
+            "leaves special tokens out of the text it matches stop strings on (skip_special_tokens defaults to true)"),
+            "generation_kwargs")
+        if forwarded:
+            found.config_pairs.update(skip_special_tokens=False, include_stop_str_in_output=True)
+        return out
+    special = any(i in tok.added_tokens_decoder and tok.added_tokens_decoder[i].special for i in ids)
+    also = (" (and as a special token it would be left out of that text even once vLLM knows it: "
+            "skip_special_tokens defaults to true)") if special and stop.skip_special else ""
+    found.add("fail", (
+        f"stop string {s!r} never fires: the trainer's tokenizer writes it as ids {ids}, which vLLM's tokenizer "
+        f"({ctx.config.model.path}) decodes as {seen!r}{also}; completions run to max_completion_length"), "generation_kwargs")
+    if forwarded and special and stop.skip_special:
+        found.config_pairs.update(skip_special_tokens=False, include_stop_str_in_output=True)
+    return out
+
+
+def _the_fix(ctx, tok, rows, beyond, needs_tokenizer: bool, stop: _Stops, found: _Verdicts, details: dict) -> Fix | None:
+    """The files to change, or the steps by hand when something no file change repairs is left."""
+    if found.unfixable:
+        steps = list(found.unfixable)
         if needs_tokenizer:
-            steps.append(f"save the trainer's tokenizer into {model_dir}, where vLLM loads it")
-        details["fix (by hand)"] = "; ".join(steps)
-    elif findings:
-        fix, fix_note = _plan_fix(ctx, tok, rows, beyond, needs_tokenizer, config_pairs, gen)
-        if fix_note:
-            details["fix (by hand)" if fix is None else "fix note"] = fix_note
+            steps.append(f"save the trainer's tokenizer into {ctx.config.model.path}, where vLLM loads it")
+        return manual("; ".join(steps))
+    fix, note = _plan_fix(ctx, tok, rows, beyond, needs_tokenizer, found.config_pairs, stop.gen)
+    if fix is None:
+        return manual(note) if note else None
+    if note:
+        details["fix note"] = note
+    return fix
 
-    if not findings:
-        checked = f"{len(tok)} tokens, eos {tok.eos_token!r}"
-        if stops or stop_ids:
-            checked += f", {_describe_stops(stops, stop_ids)}"
-        within = f"every id is within the {rows} embedding rows" if rows is not None else "config.json names no vocab_size"
-        if drift is not None and drift.any():
-            what = [name for name, on in (("chat template", drift.template_differs), ("eos", drift.eos_differs)) if on]
-            yield passed(
-                f"vLLM's tokenizer ({model_dir}) differs from the trainer's only in its {' and '.join(what)}, which trl "
-                f"{trl_version} does not act on here (see details): {checked}; {within}",
-                **details,
-            )
-            return
-        yield passed(
-            f"vLLM's tokenizer ({model_dir}) matches the trainer's: {checked}; {within}",
+
+def _findings(ctx, found: _Verdicts, fix: Fix | None, details: dict):
+    """The findings, fails first; the first carries the fix."""
+    order = {"fail": 0, "warn": 1}
+    for n, (status, message, key) in enumerate(sorted(found.findings, key=lambda f: order[f[0]])):
+        where = config_key(ctx, key) if key else None
+        yield (fail if status == "fail" else warn)(message, fix if n == 0 else None, where, **details)
+
+
+def _matches(ctx, tok, rows, drift: Drift | None, stop: _Stops, details: dict):
+    """The pass: what was compared, and the differences the installed TRL does not act on."""
+    model_dir = ctx.config.model.path
+    checked = f"{len(tok)} tokens, eos {tok.eos_token!r}"
+    if stop.strings or stop.ids:
+        checked += f", {_describe_stops(stop.strings, stop.ids)}"
+    within = f"every id is within the {rows} embedding rows" if rows is not None else "config.json names no vocab_size"
+    if drift is not None and drift.any():
+        what = [name for name, on in (("chat template", drift.template_differs), ("eos", drift.eos_differs)) if on]
+        return passed(
+            f"vLLM's tokenizer ({model_dir}) differs from the trainer's only in its {' and '.join(what)}, which trl "
+            f"{ctx.version('trl') or 'not installed'} does not act on here (see details): {checked}; {within}",
             **details,
         )
-        return
-    order = {"fail": 0, "warn": 1}
-    findings.sort(key=lambda f: order[f[0]])
-    for n, (status, message) in enumerate(findings):
-        make = fail if status == "fail" else warn
-        yield make(message, fix if n == 0 else None, **details)
+    return passed(f"vLLM's tokenizer ({model_dir}) matches the trainer's: {checked}; {within}", **details)
 
 
 # -- comparison ------------------------------------------------------------------------------------------
@@ -614,13 +688,13 @@ def _resize_fix(ctx, tok, rows, write_tokenizer: bool) -> tuple[Fix | None, str 
     """The unsafe fix: resize the embeddings to cover every id and rewrite the weights (and the tokenizer)."""
     cfg = ctx.config
     need = max(len(tok), max(tok.get_vocab().values()) + 1)
-    manual = (f"model.resize_token_embeddings({need}) on the model loaded from {cfg.model.path}, then save_pretrained "
+    by_hand = (f"model.resize_token_embeddings({need}) on the model loaded from {cfg.model.path}, then save_pretrained "
               "the model and the trainer's tokenizer into one folder and train (and serve vLLM) from it")
     if cfg.model.in_cache:
-        return None, f"{cfg.model.path} is in the Hugging Face cache, which is never rewritten: {manual}"
+        return None, f"{cfg.model.path} is in the Hugging Face cache, which is never rewritten: {by_hand}"
     weights = cfg.model.path / "model.safetensors"
     if not weights.is_file():
-        return None, f"only single-file model.safetensors checkpoints are resized automatically: {manual}"
+        return None, f"only single-file model.safetensors checkpoints are resized automatically: {by_hand}"
     size = weights.stat().st_size
     if not ctx.options.unsafe_fixes:
         # only described: loading and rewriting the weights is done when --unsafe-fixes asks for it
@@ -628,7 +702,7 @@ def _resize_fix(ctx, tok, rows, write_tokenizer: bool) -> tuple[Fix | None, str 
                 "config.json vocab_size" + (", and saves the trainer's tokenizer there" if write_tokenizer else "") + ")")
         return Fix(what, (), unsafe=True), None
     if size > RESIZE_LIMIT:
-        return None, f"model.safetensors is {size / 2**30:.1f} GiB, more than the doctor loads to resize: {manual}"
+        return None, f"model.safetensors is {size / 2**30:.1f} GiB, more than the doctor loads to resize: {by_hand}"
     try:
         import torch
         from transformers import AutoModelForCausalLM
@@ -646,9 +720,9 @@ def _resize_fix(ctx, tok, rows, write_tokenizer: bool) -> tuple[Fix | None, str 
             shutil.rmtree(out)
         model.save_pretrained(str(out), safe_serialization=True)
     except Exception as exc:
-        return None, f"resizing failed here ({type(exc).__name__}: {exc}): {manual}"
+        return None, f"resizing failed here ({type(exc).__name__}: {exc}): {by_hand}"
     if sorted(p.name for p in out.glob("*.safetensors")) != ["model.safetensors"]:
-        return None, f"the resized model does not save as one model.safetensors: {manual}"
+        return None, f"the resized model does not save as one model.safetensors: {by_hand}"
     old_cfg = json.loads((cfg.model.path / "config.json").read_text(encoding="utf-8"))
     new_cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
     pairs = tuple((k, v) for k, v in new_cfg.items() if k != "transformers_version" and old_cfg.get(k, _MISSING) != v)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import itertools
+import os
 import sys
 import warnings
 from importlib.metadata import version
@@ -44,6 +45,8 @@ def fake_gpus(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", module)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")  # no accelerate default config from this machine
+    # the check's worker is another process: it finds the stand-in first on its PYTHONPATH
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAKE_NVML.parent), os.environ.get("PYTHONPATH")])))
 
     def use(gpus):
         monkeypatch.setenv("TRL_DOCTOR_FAKE_GPUS", str(HERE / "gpus" / gpus) if isinstance(gpus, (str, Path)) else json.dumps(gpus))
@@ -65,7 +68,9 @@ def a100(n: int) -> dict:
 def test_reading_agrees_with_the_installed_config_class():
     """Every config of a grid: the reading finds a violation in the config class exactly where the class itself
     (built at that world_size) raises, and TRL's first error is one of the reading's messages."""
-    from trl_doctor.rules.batch_geometry import _probe_class, _same, _State, config_values, installed_reading
+    from trl_doctor.facts.trl_geometry import Evaluator as _State, config_values, installed_reading
+    from trl_doctor.facts.trl_geometry import probe_class as _probe_class
+    from trl_doctor.rules.batch_geometry import _same
 
     for trainer in ("grpo", "rloo"):
         cls = config_class(trainer)
@@ -100,7 +105,7 @@ def test_reading_agrees_with_the_installed_config_class():
 
 def test_reading_covers_the_trainer_checks_of_older_trl():
     """Where the checks live in the trainer's __init__ (trl < 0.18), they are read from its source too."""
-    from trl_doctor.rules.batch_geometry import installed_reading
+    from trl_doctor.facts.trl_geometry import installed_reading
 
     reading = installed_reading("grpo", config_class("grpo"))
     kinds = {u.kind for u in reading.units}
@@ -173,6 +178,53 @@ def test_process_count_sources(built_fixtures, fake_gpus, tmp_path, monkeypatch)
     _, r = check(config)
     assert r["details"]["geometry"]["processes"] == 1
     assert "pass --num-processes N" in r["details"]["process count note"]
+
+
+def test_the_launch_fact_reads_the_accelerate_settings(built_fixtures, fake_gpus, tmp_path):
+    """The Launch fact: processes and where they come from, the visible GPUs, and the accelerate config read
+    as written (its DeepSpeed JSON too); TRL's built-in configs by name."""
+    import json
+
+    from trl_doctor._config import load_config
+    from trl_doctor._context import Context
+    from trl_doctor.facts.launch import DeepSpeedSettings, launch
+    from trl_doctor.facts.trl import trl_root
+
+    fake_gpus(a100(2))
+    base = f"model_name_or_path: {built_fixtures / 'models' / 'qwen2-chat'}\nper_device_train_batch_size: 4\nnum_generations: 4\n"
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "none"}}}))
+    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\nmixed_precision: bf16\nnum_processes: 8\n"
+                                       "deepspeed_config:\n  deepspeed_config_file: ds.json\n")
+    config = tmp_path / "c.yaml"
+
+    def read(extra: str = ""):
+        config.write_text(base + extra)
+        with Context(load_config(config)) as ctx:
+            found = launch(ctx)
+            assert launch(ctx) is found  # one answer per check
+            return found
+
+    found = read("accelerate_config: acc.yaml\n")
+    assert (found.processes, found.processes_from) == (8, "`accelerate_config: acc.yaml` sets num_processes 8")
+    assert len(found.gpus) == 2 and found.nvml_error is None and found.visible_note is None
+    acc = found.accelerate
+    assert acc.path == (tmp_path / "acc.yaml").resolve() and acc.named_by == "`accelerate_config: acc.yaml`"
+    assert (acc.distributed_type, acc.mixed_precision, acc.fsdp) == ("DEEPSPEED", "bf16", None)
+    assert acc.deepspeed == DeepSpeedSettings(3, "cpu", "none", str(tmp_path / "ds.json"))
+
+    found = read()
+    assert found.accelerate is None and (found.processes, found.processes_note) == (2, None)
+    root = trl_root() / "accelerate_configs"
+    if (root / "zero2.yaml").is_file() and (root / "fsdp1.yaml").is_file():  # TRL's built-in names (trl >= 1.0)
+        zero2 = read("accelerate_config: zero2\n").accelerate
+        assert zero2.distributed_type == "DEEPSPEED" and zero2.deepspeed.zero_stage == 2
+        assert (zero2.deepspeed.offload_optimizer, zero2.deepspeed.offload_param) == ("none", "none")
+        fsdp = read("accelerate_config: fsdp1\n").accelerate
+        assert fsdp.distributed_type == "FSDP" and fsdp.fsdp.version == 1 and fsdp.fsdp.sharding_strategy == "FULL_SHARD"
+    fake_gpus({"error": "driver_not_loaded"})
+    found = read()
+    assert found.gpus == () and found.nvml_error and found.gpus_missing == found.nvml_error and found.processes == 1
 
 
 def test_all_violations_at_once_and_fix(fixture_copy, fake_gpus):

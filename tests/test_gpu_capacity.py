@@ -19,12 +19,12 @@ import pytest
 from conftest import FIXTURES, result_of, run_json
 from trl_doctor._config import load_config
 from trl_doctor._context import Context, Options
-from trl_doctor.facts.launch import gpus, torch_cuda_version
+from trl_doctor.facts.launch import gpus, torch_cuda_version, visible_gpus
 from trl_doctor.facts.memory import (
     CUDA_CONTEXT_BYTES, GiB, Plan, count_params, estimate, lora_adapter_params, plan_from_context, policy_dtype,
     seq_classifier_params,
 )
-from trl_doctor.rules.gpu_capacity import driver_cuda_problem, visible_gpus
+from trl_doctor.rules.gpu_capacity import driver_cuda_problem
 
 HERE = FIXTURES / "gpu-capacity"
 MODELS = HERE / "models"
@@ -233,6 +233,27 @@ def test_policy_dtype(tmp_path):
     with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b"), model_init_kwargs={"dtype": "auto"}) as ctx:
         dtype, where = policy_dtype(ctx)
         assert dtype == "bfloat16" and "config.json" in where  # the checkpoint's torch_dtype
+
+
+
+def test_settings_fact_resolves_as_the_installed_trl(tmp_path):
+    """The Settings fact: one answer per check, the values the trainer sees (TRL's defaults included), the same as
+    the generic accessor gives."""
+    from trl_doctor.facts.settings import config_value, field_value, settings
+
+    with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b"), fp16=True, max_completion_length=64,
+                 model_init_kwargs='{"dtype": "auto"}', use_vllm=True) as ctx:
+        s = settings(ctx)
+        assert settings(ctx) is s
+        assert (s.bf16, s.fp16) == (False, True)  # bf16's default None resolves to `not fp16` (TRL >= 0.19)
+        assert (s.policy_dtype, s.policy_dtype_from) == policy_dtype(ctx) and s.policy_dtype == "bfloat16"
+        assert s.model_init_kwargs == {"dtype": "auto"}  # a JSON string decoded
+        assert s.max_completion_length == 64 and s.completion_key == "max_completion_length"
+        assert s.per_device_train_batch_size == config_value(ctx, "per_device_train_batch_size")
+        assert s.num_generations == config_value(ctx, "num_generations") and s.use_vllm is True
+        assert s.vllm_mode == config_value(ctx, "vllm_mode") and s.config_class == "GRPOConfig"
+        assert "max_completion_length" in s.fields and field_value(ctx, "max_completion_length") == (64, True)
+        assert field_value(ctx, "not_a_trl_key") == (None, False)
 
 
 # -- pure pieces of the rule ---------------------------------------------------------------------------------

@@ -188,6 +188,21 @@ def test_no_reward_source(built_fixtures):
     assert r["message"].startswith("the config names no `reward_funcs` and no `reward_model_name_or_path`")
 
 
+def rule_in_this_process(config, slug: str) -> tuple[int, dict]:
+    """(exit status, json result) of one rule run by the engine in this process: a check's rules run in a worker
+    process, which a monkeypatch made here does not reach."""
+    from trl_doctor._config import load_config
+    from trl_doctor._context import Context, Options
+    from trl_doctor._engine import exit_status, run_rule
+    from trl_doctor._formats import result_dict
+    from trl_doctor._registry import builtin_rules
+
+    (the_rule,) = [r for r in builtin_rules() if r.slug == slug]
+    with Context(load_config(config), Options(smoke=False)) as ctx:
+        result = run_rule(the_rule, ctx)
+    return exit_status([result]), result_dict(result)
+
+
 def test_printing_reward_keeps_the_report_clean_and_a_slow_one_is_named(built_fixtures, tmp_path, monkeypatch):
     (tmp_path / "noisy.py").write_text(textwrap.dedent("""
         import time
@@ -211,7 +226,7 @@ def test_printing_reward_keeps_the_report_clean_and_a_slow_one_is_named(built_fi
 
     monkeypatch.setattr(td014, "CALL_TIMEOUT", 0.5)
     config.write_text(config.read_text().replace("noisy.chatty", "noisy.slow"))
-    code, r = check(config)
+    code, r = rule_in_this_process(config, "reward-functions")  # the monkeypatch reaches no worker process
     assert r["status"] == "warn" and r["message"].startswith("reward function noisy.slow did not return within 0.5s")
 
 

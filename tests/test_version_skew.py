@@ -290,6 +290,21 @@ def in_process(*args):
     return result.exit_code, result.stdout
 
 
+def rule_in_this_process(config, slug: str) -> tuple[int, dict]:
+    """(exit status, json result) of one rule run by the engine in this process: a check's rules run in a worker
+    process, which a monkeypatch made here does not reach."""
+    from trl_doctor._config import load_config
+    from trl_doctor._context import Context, Options
+    from trl_doctor._engine import exit_status, run_rule
+    from trl_doctor._formats import result_dict
+    from trl_doctor._registry import builtin_rules
+
+    (the_rule,) = [r for r in builtin_rules() if r.slug == slug]
+    with Context(load_config(config), Options(smoke=False)) as ctx:
+        result = run_rule(the_rule, ctx)
+    return exit_status([result]), result_dict(result)
+
+
 def test_ppo_on_a_trl_without_ppo(built_fixtures):
     code, result = check("bad_ppo_on_recent_trl.yaml")
     if TRL < Version("1.13"):
@@ -297,7 +312,7 @@ def test_ppo_on_a_trl_without_ppo(built_fixtures):
         return
     assert code == 1 and result["status"] == "fail"
     assert result["message"].startswith(f"KI008 trl 1.13 and later have no PPOTrainer (trl {TRL})")
-    assert 'pip install "trl==1.12.0"' in result["details"]["fix (by hand)"]
+    assert 'pip install "trl==1.12.0"' in result["fix"]["description"] and result["fix"]["applicability"] == "manual"
     assert result["details"]["installed"]["trl"] == str(TRL)
 
 
@@ -337,8 +352,7 @@ def test_a_skewed_environment_fails_the_rule(built_fixtures, monkeypatch):
     import trl_doctor.rules.version_skew as module
 
     monkeypatch.setattr(module, "installed_requirements", _skew.installed_requirements)
-    code, out = in_process("check", str(SKEW / "ok_grpo.yaml"), "--select", "version-skew", "--no-smoke", "--format", "json")
-    result = result_of(json.loads(out), "version-skew")
+    code, result = rule_in_this_process(SKEW / "ok_grpo.yaml", "version-skew")
     assert code == 1 and result["status"] == "fail"
     assert result["message"].startswith("vllm 0.99.0 is outside trl[vllm]'s range vllm")
     assert result["details"]["declared by"] == f"trl[vllm] {TRL}"

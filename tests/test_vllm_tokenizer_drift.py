@@ -50,7 +50,7 @@ def test_stop_string_on_unsaved_added_token_fails_and_fix_saves_the_tokenizer(fi
         # trl before 0.19: the stop string cannot reach vLLM at all; saving the tokenizer would not help
         assert "never reach vLLM" in r["message"] and "'</search>'" in r["message"]
         assert any(never_fires in a for a in d["also"])
-        assert r["fix"] is None and "upgrade trl" in d["fix (by hand)"]
+        assert r["fix"]["applicability"] == "manual" and "upgrade trl" in r["fix"]["description"]
         return
     assert r["message"].startswith(never_fires) and str(model) in r["message"]
     assert d["vllm_mode"].startswith("colocate")  # TRL 1.x's default
@@ -103,6 +103,42 @@ def test_stop_token_id_severity_follows_what_the_installed_trl_forwards(fixture_
         assert code == 0 and result_of(report, "TD002")["status"] == "pass"
         assert _tokenizer(model).convert_tokens_to_ids("</tool_call>") == 321
         assert {a["file"] for a in report["applied"]} == {str(model / "tokenizer.json"), str(model / "tokenizer_config.json")}
+
+
+def test_what_no_file_change_repairs_is_a_manual_fix(fixture_copy):
+    """A stop id past the embedding rows: the steps by hand are the fix (manual: shown, never applied), and the
+    finding points at generation_kwargs in the config."""
+    config = fixture_copy / "vllm-tokenizer-drift" / "bad_stop_token_ids.yaml"
+    spec = yaml.safe_load(config.read_text())
+    spec["generation_kwargs"] = {"stop_token_ids": [1_000_000]}
+    config.write_text(yaml.safe_dump(spec))
+    code, report = run_json("check", str(config), *SELECT)
+    r = result_of(report, "TD002")
+    assert code == 1 and r["status"] == "fail", r
+    if _installed_trl_forwards():
+        assert r["message"].startswith("stop_token_ids 1000000 is past the")
+    assert r["fix"]["applicability"] == "manual" and r["fix"]["files"] == []
+    assert "remove stop_token_ids 1000000 from generation_kwargs" in r["fix"]["description"]
+    assert "save the trainer's tokenizer into" in r["fix"]["description"]  # the drift is left to do by hand too
+    assert "fix (by hand)" not in r["details"]
+    assert r["location"]["file"] == str(config) and r["location"]["key"] == "generation_kwargs"
+    before = config.read_text()
+    code, report = run_json("check", str(config), *SELECT, "--fix")
+    assert report["applied"] == [] and config.read_text() == before  # never applied
+
+
+def test_a_resize_the_doctor_cannot_do_is_a_manual_fix(fixture_copy):
+    """Ids past the embedding rows of a checkpoint without a single model.safetensors: the resize is described
+    as steps by hand."""
+    config = fixture_copy / "vllm-tokenizer-drift" / "bad_beyond_vocab_without_vllm.yaml"
+    model = fixture_copy / "models" / "gpt2-unresized-novllm"
+    (model / "model.safetensors").rename(model / "weights-elsewhere.bin")
+    code, report = run_json("check", str(config), *SELECT)
+    r = result_of(report, "TD002")
+    assert code == 1 and r["status"] == "fail" and "(with or without vLLM)" in r["message"]
+    assert r["fix"]["applicability"] == "manual"
+    assert r["fix"]["description"].startswith("only single-file model.safetensors checkpoints are resized automatically: "
+                                              "model.resize_token_embeddings(322)")
 
 
 def test_separate_tokenizer_past_the_embedding_needs_the_unsafe_resize(fixture_copy):

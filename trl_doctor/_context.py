@@ -60,7 +60,6 @@ class Context:
         self._workdir: Path | None = None
         self._cleanups: list[Callable[[], None]] = []
         self.events: Callable[[str, dict], None] | None = None  # the worker's channel to the printing process
-        self.scratch: dict[str, Any] = {}  # TODO(issue 10): gone once facts/chat.py caches through fact()
 
     # -- housekeeping -------------------------------------------------------------------------------
     @property

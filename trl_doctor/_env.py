@@ -1,11 +1,13 @@
 """The environment as a bug report needs it: package versions (read from metadata, without importing the
-packages) and the GPUs (read through NVML, which answers in milliseconds and needs no CUDA context)."""
+packages) and the GPUs (read through NVML, which answers in milliseconds and needs no CUDA context).
+
+Plain functions, read afresh at each call (`trl-doctor env`, a report's header). A check reads the GPUs once,
+as a fact of its context: `trl_doctor.facts.launch.nvml_gpus(ctx)`."""
 
 from __future__ import annotations
 
 import platform
 import sys
-from functools import lru_cache
 from typing import Any
 
 PACKAGES = ("trl", "transformers", "torch", "accelerate", "datasets", "peft", "vllm", "deepspeed", "tokenizers")
@@ -94,7 +96,6 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-@lru_cache(maxsize=1)
 def environment() -> dict[str, Any]:
     versions = {name: package_version(name) for name in PACKAGES}
     gpu_list, why = gpus()

@@ -1,10 +1,10 @@
 """How much GPU memory one training process of an RL job needs: a per-component estimate from plain numbers.
 
-`estimate(plan)` is pure arithmetic on a `Plan` (no torch, no transformers), so any rule, the smoke step
-or a test can call it with numbers of its own. `plan_from_context(ctx)` fills a Plan from a check context
-(the meta-device model's exact parameter count, the trainer config's precision, batch, lengths, reference
-and reward models, PEFT and vLLM settings); `from_context(ctx, gpu_total_bytes)` does both. Heavy imports
-happen only inside the context readers.
+`estimate(plan)` is pure arithmetic on a `Plan` (no torch, no transformers, no context), so any rule, the
+smoke step or a test can call it with numbers of its own. Filling a Plan from a check is the facts layer's:
+`trl_doctor.facts.memory.plan_from_context(ctx)` reads the meta-device model's exact parameter count and the
+resolved settings (`facts.settings.settings(ctx)`: precision, dtype, batch, lengths, PEFT, vLLM), the reference
+and reward models; `facts.memory.from_context(ctx, gpu_total_bytes)` does both.
 
 The model of one process (no sharding):
 - weights: the policy as loaded (fp32 unless a dtype is given: TRL's `model_init_kwargs` / the CLI's `dtype`),

@@ -1,12 +1,14 @@
 """Chat-template facts several rules need: whether the dataset is conversational, which token ends an
 assistant turn in the template the tokenizer will render, and the dataset's prompts rendered and tokenized
-the way the installed trainer does (measured once per run and shared through ctx.scratch)."""
+the way the installed trainer does (measured once per check: `prompt_rendering` and `prompt_lengths` are facts
+of the context)."""
 
 from __future__ import annotations
 
-import re
-from typing import Any
-from .text import line_of as _line
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .._cache import fact
 
 _MARK = "TRLDOCTORMARK"
 
@@ -66,12 +68,6 @@ CHAR_BUDGET = 400_000  # characters tokenized at most (0.1-0.3 s); beyond it the
 LONGEST_EXACT = 100  # rows always tokenized when over the budget: the longest by characters (the maximum stays exact)
 HEAD_CHARS = 200  # prefix tokenized for the first ids (the BOS checks) of estimated rows
 
-# the policy tokenizer's call on plain-text prompts: `self.processing_class(text=prompts ...)` (1.x),
-# `self.processing_class(text=prompts_text, ..., add_special_tokens=False)` (0.16-0.24), positional in 0.14-0.15
-_PLAIN_CALL = re.compile(r"self\.processing_class\(\s*(?:text=)?prompts(?:_text)?\b")
-_NO_SPECIALS = re.compile(r"""add_special_tokens["']?\s*[=:]\s*False""")
-
-
 def sample_indices(total: int, limit: int = SAMPLE_ROWS) -> list[int]:
     """Up to `limit` row indices spread evenly over `total` rows (all of them when there are few)."""
     if total <= limit:
@@ -101,72 +97,46 @@ def prompt_format(value: Any) -> str:
 
 
 
-def _call_args(text: str, start: int) -> str:
-    """The argument text of the call whose name ends at `start` (just after the opening parenthesis)."""
-    depth, i = 1, start
-    while i < len(text) and depth:
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        i += 1
-    return text[start:i - 1]
+@dataclass(frozen=True)
+class PromptRendering:
+    """How the check's prompts become token ids in the installed trainer (`trl.prompt_tokenization`), with the
+    config's chat_template_kwargs where the trainer hands them to the template."""
+
+    chat: str  # how conversational prompts are rendered, in words
+    maybe_apply: bool  # TRL's maybe_apply_chat_template (the generation prompt by the last message's role)
+    plain_special_tokens: bool  # plain-text prompts are tokenized with special tokens
+    evidence: str  # where the plain-prompt call is, or what was assumed
+    vllm_gets_text: bool  # vLLM gets the rendered text and tokenizes it again
+    template_kwargs: Mapping[str, Any]  # the chat_template_kwargs the template gets
 
 
-def prompt_rendering(ctx) -> dict[str, Any]:
-    """How the installed trainer turns a dataset prompt into token ids, read from its source (cached per run):
-    {"chat": how conversational prompts are rendered, "maybe_apply": bool (TRL's maybe_apply_chat_template, which
-    picks the generation prompt from the last role), "plain_special_tokens": bool, "evidence": str,
-    "vllm_gets_text": bool (vLLM gets the rendered text and tokenizes it again), "template_kwargs": dict}."""
-    if "prompt_rendering" in ctx.scratch:
-        return ctx.scratch["prompt_rendering"]
+@fact
+def prompt_rendering(ctx) -> PromptRendering:
+    """How the installed trainer turns the config's dataset prompts into token ids, once per check."""
     import json
 
-    from trl_doctor.facts.trl import trainer_source
+    from .trl import prompt_tokenization
 
-    found = trainer_source(ctx.trainer)
-    rel, text = found if found is not None else (None, "")
-    out: dict[str, Any] = {"maybe_apply": "maybe_apply_chat_template(" in text, "plain_special_tokens": True,
-                           "vllm_gets_text": False, "template_kwargs": {}}
-    ppo_style = ctx.trainer == "ppo" or (ctx.trainer == "rloo" and found is not None and "reward_funcs" not in text)
-    if found is None or ppo_style:
-        # PPO (and RLOO before 0.22) take pre-tokenized input_ids: TRL's example scripts tokenize `prompt` with the
-        # tokenizer's defaults (examples/scripts/ppo/ppo.py: `tokenizer(element["prompt"], padding=False)`)
-        out["evidence"] = ("TRL's example script tokenizes `prompt` with the tokenizer's defaults "
-                           "(examples/scripts/ppo/ppo.py), special tokens included")
-    else:
-        m = _PLAIN_CALL.search(text)
-        if m is None:
-            out["evidence"] = f"{rel}: no plain-prompt tokenizer call found; assumed the tokenizer's defaults"
-        else:
-            opened = text.index("(", m.start()) + 1
-            args = _call_args(text, opened)
-            # 0.25 passes the options as a dict built just before the call (`**processor_kwargs`)
-            before = text[max(0, m.start() - 1500):m.start()]
-            off = bool(_NO_SPECIALS.search(args)) or ("**" in args and bool(_NO_SPECIALS.search(before)))
-            out["plain_special_tokens"] = not off
-            call = " ".join(text[m.start():opened + len(args) + 1].split())
-            out["evidence"] = f"{rel}:{_line(text, m.start())}: `{call if len(call) < 160 else call[:157] + '...'}`"
-    out["chat"] = ("maybe_apply_chat_template (add_generation_prompt when the last message is the user's)"
-                   if out["maybe_apply"] else "apply_chat_template(add_generation_prompt=True)")
-    # up to 0.24 the rendered text itself went to vLLM, which tokenizes text with add_special_tokens=True (trl#3853)
-    out["vllm_gets_text"] = out["maybe_apply"] and not ppo_style
+    how = prompt_tokenization(ctx.trainer)
     kwargs = ctx.config.get("chat_template_kwargs")
     if isinstance(kwargs, str):
         try:
             kwargs = json.loads(kwargs)
         except ValueError:
             kwargs = None
-    if isinstance(kwargs, dict) and "chat_template_kwargs" in text:
-        out["template_kwargs"] = kwargs
-    ctx.scratch["prompt_rendering"] = out
-    return out
+    chat = ("maybe_apply_chat_template (add_generation_prompt when the last message is the user's)"
+            if how.maybe_apply else "apply_chat_template(add_generation_prompt=True)")
+    return PromptRendering(chat, how.maybe_apply, how.plain_special_tokens, how.evidence, how.vllm_gets_text,
+                           kwargs if isinstance(kwargs, dict) and how.takes_template_kwargs else {})
 
 
-def render_prompt(tok, prompt: Any, how: dict[str, Any]) -> str:
+def render_prompt(tok, prompt: Any, how: PromptRendering) -> str:
     """One conversational prompt rendered to text as the installed trainer renders it (may raise)."""
-    if how["maybe_apply"]:
+    if how.maybe_apply:
         from trl.data_utils import maybe_apply_chat_template
 
         return maybe_apply_chat_template({"prompt": prompt}, tok)["prompt"]
-    return tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **how["template_kwargs"])
+    return tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **how.template_kwargs)
 
 
 def _exact_rows(texts: list[str | None]) -> set[int]:
@@ -183,14 +153,13 @@ def _exact_rows(texts: list[str | None]) -> set[int]:
     return keep
 
 
+@fact
 def prompt_lengths(ctx) -> dict[str, Any]:
     """The dataset's prompts rendered and tokenized as the installed trainer does, on up to SAMPLE_ROWS rows spread
     over the dataset, measured once per run and shared (context-length, chat-template, logits-contract).
 
     {"total", "indices", "formats", "texts", "lengths", "heads" (first 2 ids), "errors" {row: message},
      "max", "p99", "longest_row", "measured", "column"}; "column" False when there is no `prompt` column."""
-    if "prompt_lengths" in ctx.scratch:
-        return ctx.scratch["prompt_lengths"]
     ds = ctx.dataset
     tok = ctx.tokenizer
     total = len(ds)
@@ -198,7 +167,6 @@ def prompt_lengths(ctx) -> dict[str, Any]:
                            "texts": [], "lengths": [], "heads": [], "errors": {}, "max": None, "p99": None,
                            "longest_row": None, "measured": measured_label(total, 0)}
     if not out["column"] or not total:
-        ctx.scratch["prompt_lengths"] = out
         return out
     how = prompt_rendering(ctx)
     indices = sample_indices(total)
@@ -220,7 +188,7 @@ def prompt_lengths(ctx) -> dict[str, Any]:
     lengths: list[int | None] = [None] * len(texts)
     heads: list[list[int]] = [[] for _ in texts]
     exact = _exact_rows(texts)
-    for chat, special in ((True, False), (False, how["plain_special_tokens"])):
+    for chat, special in ((True, False), (False, how.plain_special_tokens)):
         group = [i for i, t in enumerate(texts) if t is not None and (formats[i] == "conversational") == chat]
         pick = [i for i in group if i in exact]
         if pick:
@@ -244,5 +212,4 @@ def prompt_lengths(ctx) -> dict[str, Any]:
         out["max"] = known[-1]
         out["p99"] = known[max(0, -(-99 * len(known) // 100) - 1)]
         out["longest_row"] = indices[lengths.index(known[-1])]
-    ctx.scratch["prompt_lengths"] = out
     return out

@@ -1,7 +1,9 @@
 """The launch: how many training processes it starts and where that number comes from, the GPUs the job
 can see (NVML, after CUDA_VISIBLE_DEVICES), and the accelerate settings it is started with.
 
-Read without torch: NVML answers in milliseconds and needs no CUDA context.
+`launch(ctx)` answers all of it once per check as a `Launch`; `nvml_gpus(ctx)` is the GPU list alone. Read
+without torch: NVML answers in milliseconds and needs no CUDA context. The accelerate config (and a DeepSpeed
+JSON it names) is only read here; rules decide what its settings mean.
 """
 
 from __future__ import annotations
@@ -9,13 +11,16 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._cache import fact
 from .._env import gpus, package_version, torch_cuda_version
 from .trl import trl_root
 
-__all__ = ["gpus", "package_version", "torch_cuda_version", "visible_gpus", "launch_processes", "is_geometry_error", "job_gpus"]
+__all__ = ["gpus", "package_version", "torch_cuda_version", "visible_gpus", "is_geometry_error", "nvml_gpus",
+           "launch", "Launch", "AccelerateSettings", "DeepSpeedSettings", "FsdpSettings", "read_accelerate_config"]
 
 _GEOMETRY_WORDS = ("batch", "generations", "steps_per_generation", "mini_batch", "rloo_k")
 
@@ -24,6 +29,78 @@ def is_geometry_error(text: str) -> bool:
     """Whether TRL's error text is about the batch arithmetic (a process count can explain it)."""
     return any(w in text for w in _GEOMETRY_WORDS)
 
+
+# -- the facts -------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeepSpeedSettings:
+    """DeepSpeed as the accelerate config sets it (its `deepspeed_config` block, or the JSON file it names)."""
+
+    zero_stage: int | str | None  # 0-3, or "auto" as a DeepSpeed JSON may say
+    offload_optimizer: str | None  # the device: "none", "cpu", "nvme"
+    offload_param: str | None
+    config_file: str | None = None  # the DeepSpeed JSON read, when the accelerate config names one
+    error: str | None = None  # why that JSON could not be read
+
+
+@dataclass(frozen=True)
+class FsdpSettings:
+    """FSDP as the accelerate config sets it (its `fsdp_config` block)."""
+
+    version: int | None  # 1 or 2 (accelerate >= 1.7)
+    sharding_strategy: str | None  # FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD (FSDP1's name for it)
+    reshard_after_forward: Any  # FSDP2's bool, or FSDP1's strategy name under accelerate's newer key
+    offload_params: bool | None
+
+
+@dataclass(frozen=True)
+class AccelerateSettings:
+    """One accelerate config file as read (no verdict on it)."""
+
+    path: Path
+    named_by: str  # "`accelerate_config: zero2`", "accelerate's default config"
+    num_processes: int | None
+    num_processes_problem: str = ""  # why num_processes gives no count ("num_processes is None")
+    distributed_type: str | None = None  # NO, MULTI_GPU, DEEPSPEED, FSDP, ...
+    mixed_precision: str | None = None  # no, fp16, bf16, fp8
+    deepspeed: DeepSpeedSettings | None = None
+    fsdp: FsdpSettings | None = None
+    error: str | None = None  # the file could not be read: "cannot read it (YAMLError)", "not a mapping"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The launch of the training job, as the doctor reads it on this machine."""
+
+    processes: int  # training processes
+    processes_from: str  # where that number comes from, in words ("--num-processes", "4 visible GPUs: ...")
+    processes_note: str | None  # what else was looked at and why it gave no number
+    gpus: tuple[dict, ...]  # the GPUs the job sees (NVML's, after CUDA_VISIBLE_DEVICES)
+    gpus_missing: str  # why there are none (NVML's error, the CUDA_VISIBLE_DEVICES note, or "NVML reports no GPU")
+    nvml_gpus: tuple[dict, ...]  # every GPU NVML reports
+    nvml_error: str | None  # why NVML gave no list (no driver, no pynvml)
+    visible_note: str | None  # what CUDA_VISIBLE_DEVICES left visible, when it is set
+    accelerate: AccelerateSettings | None  # the accelerate config `accelerate launch` reads, when there is one
+
+
+@fact
+def nvml_gpus(ctx) -> tuple[tuple[dict, ...], str | None]:
+    """(every GPU NVML reports, why there is no list), read once per check."""
+    found, why = gpus()
+    return tuple(found), why
+
+
+@fact
+def launch(ctx) -> Launch:
+    """The launch's processes, GPUs and accelerate settings (see `Launch`)."""
+    found, why = nvml_gpus(ctx)
+    visible, note = visible_gpus(list(found), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    missing = why or note or "NVML reports no GPU"
+    procs, words, procs_note = _processes(ctx, visible, missing)
+    return Launch(procs, words, procs_note, tuple(visible), missing, found, why, note, _accelerate(ctx))
+
+
+# -- GPUs --------------------------------------------------------------------------------------------------------
 
 def visible_gpus(found: list[dict], env_value: str | None) -> tuple[list[dict], str | None]:
     """The GPUs CUDA_VISIBLE_DEVICES leaves visible (indices in NVML's order, or GPU- UUID prefixes), and a note."""
@@ -46,16 +123,17 @@ def visible_gpus(found: list[dict], env_value: str | None) -> tuple[list[dict], 
     return out, f"CUDA_VISIBLE_DEVICES={env_value!r}: NVML GPUs {names} (assuming CUDA_DEVICE_ORDER=PCI_BUS_ID order)"
 
 
+# -- the process count -------------------------------------------------------------------------------------------
 
-def launch_processes(ctx) -> tuple[int, dict]:
-    """(training processes, {"words": where the number comes from, "note": optional}) for this launch."""
+def _processes(ctx, visible: list[dict], missing: str) -> tuple[int, str, str | None]:
+    """(processes, where the number comes from, note), in the order `accelerate launch` decides it."""
     opt = getattr(ctx.options, "num_processes", None)
     if opt:
-        return int(opt), {"words": "--num-processes"}
+        return int(opt), "--num-processes", None
     raw = ctx.config.raw
     n = _positive_int(raw.get("num_processes"))
     if n:
-        return n, {"words": "`num_processes` in the config, passed to accelerate launch"}
+        return n, "`num_processes` in the config, passed to accelerate launch", None
     notes = []
     for key in ("accelerate_config", "config_file"):
         ref = raw.get(key)
@@ -65,22 +143,22 @@ def launch_processes(ctx) -> tuple[int, dict]:
         if path is None:
             notes.append(f"`{key}: {ref}` names no file (nor a TRL built-in accelerate config): not read")
             continue
-        n, why = _accelerate_num_processes(path)
-        if n:
-            return n, {"words": f"`{key}: {ref}` sets num_processes {n}", "note": f"{key}: {path}"}
-        notes.append(f"`{key}: {ref}` ({path}): {why}")
+        read = read_accelerate_config(path, f"`{key}: {ref}`")
+        if read.num_processes:
+            return read.num_processes, f"`{key}: {ref}` sets num_processes {read.num_processes}", f"{key}: {path}"
+        notes.append(f"`{key}: {ref}` ({path}): {read.num_processes_problem}")
     default = _default_accelerate_config()
     if default is not None:
-        n, why = _accelerate_num_processes(default)
-        if n:
-            return n, {"words": f"num_processes in accelerate's default config {default}", "note": "; ".join(notes) or None}
-        notes.append(f"{default}: {why}")
-    visible, reason = job_gpus()
+        read = read_accelerate_config(default, "accelerate's default config")
+        if read.num_processes:
+            return (read.num_processes, f"num_processes in accelerate's default config {default}",
+                    "; ".join(notes) or None)
+        notes.append(f"{default}: {read.num_processes_problem}")
     if visible:
-        return len(visible), {"words": f"{len(visible)} visible GPU{'s' if len(visible) != 1 else ''}: accelerate launch "
-                                       "starts one process per GPU", "note": "; ".join(notes) or None}
-    notes.append(f"no GPU here ({reason}); pass --num-processes N (or set num_processes) for the training machine")
-    return 1, {"words": "no GPU visible, no num_processes given", "note": "; ".join(notes)}
+        return (len(visible), f"{len(visible)} visible GPU{'s' if len(visible) != 1 else ''}: accelerate launch "
+                              "starts one process per GPU", "; ".join(notes) or None)
+    notes.append(f"no GPU here ({missing}); pass --num-processes N (or set num_processes) for the training machine")
+    return 1, "no GPU visible, no num_processes given", "; ".join(notes)
 
 
 def _positive_int(value: Any) -> int | None:
@@ -89,6 +167,22 @@ def _positive_int(value: Any) -> int | None:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     return value if isinstance(value, int) and value > 0 else None
+
+
+# -- the accelerate config ---------------------------------------------------------------------------------------
+
+def _accelerate(ctx) -> AccelerateSettings | None:
+    """The accelerate config `accelerate launch` reads: the first of `accelerate_config` / `config_file` that names
+    a file (or one of TRL's built-in configs), else accelerate's default config; None when there is none."""
+    raw = ctx.config.raw
+    for key in ("accelerate_config", "config_file"):
+        ref = raw.get(key)
+        if isinstance(ref, str) and ref:
+            path = _accelerate_config_path(ref, ctx.config.base_dir)
+            if path is not None:
+                return read_accelerate_config(path, f"`{key}: {ref}`", ctx.config.base_dir)
+    default = _default_accelerate_config()
+    return read_accelerate_config(default, "accelerate's default config") if default is not None else None
 
 
 def _accelerate_config_path(ref: str, base: Path) -> Path | None:
@@ -101,21 +195,6 @@ def _accelerate_config_path(ref: str, base: Path) -> Path | None:
     return builtin if builtin is not None and builtin.is_file() else None
 
 
-def _accelerate_num_processes(path: Path) -> tuple[int | None, str]:
-
-    import yaml
-
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
-        return None, f"cannot read it ({type(exc).__name__})"
-    if not isinstance(data, dict):
-        return None, "not a mapping"
-    n = _positive_int(data.get("num_processes"))
-    return (n, "") if n else (None, f"num_processes is {data.get('num_processes')!r}")
-
-
 def _default_accelerate_config() -> Path | None:
     home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
     folder = Path(home).expanduser() / "accelerate"
@@ -125,8 +204,75 @@ def _default_accelerate_config() -> Path | None:
     return None
 
 
-def job_gpus() -> tuple[list[dict], str | None]:
-    """The GPUs the job sees (NVML after CUDA_VISIBLE_DEVICES), and why there are none, when there are none."""
-    found, why = gpus()
-    visible, note = visible_gpus(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    return visible, why or note or "NVML reports no GPU"
+def _load_mapping(path: Path) -> tuple[dict | None, str]:
+    """(the file's mapping, "") or (None, why it is not one)."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+        return None, f"cannot read it ({type(exc).__name__})"
+    if not isinstance(data, dict):
+        return None, "not a mapping"
+    return data, ""
+
+
+def read_accelerate_config(path: Path, named_by: str, base: Path | None = None) -> AccelerateSettings:
+    """What an accelerate config file sets (the process count, the distributed type, mixed precision, DeepSpeed's
+    ZeRO stage and offload, FSDP's sharding), read as it is written. A DeepSpeed JSON it names
+    (`deepspeed_config_file`) is looked up beside the accelerate config, then in `base`."""
+    data, why = _load_mapping(path)
+    if data is None:
+        return AccelerateSettings(path, named_by, None, why, error=why)
+    n = _positive_int(data.get("num_processes"))
+    return AccelerateSettings(
+        path, named_by, n, "" if n else f"num_processes is {data.get('num_processes')!r}",
+        distributed_type=_text(data.get("distributed_type")),
+        mixed_precision=_text(data.get("mixed_precision")),
+        deepspeed=_deepspeed(data.get("deepspeed_config"), path, base),
+        fsdp=_fsdp(data.get("fsdp_config")),
+    )
+
+
+def _deepspeed(block: Any, path: Path, base: Path | None) -> DeepSpeedSettings | None:
+    if not isinstance(block, dict) or not block:
+        return None
+    ref = block.get("deepspeed_config_file")
+    if isinstance(ref, str) and ref and ref.lower() != "none":
+        candidates = [Path(ref).expanduser()] if Path(ref).expanduser().is_absolute() else \
+            [path.parent / ref] + ([base / ref] if base is not None else [])
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            return DeepSpeedSettings(None, None, None, ref, f"{ref}: no such file (looked beside {path.name}"
+                                     + (f" and in {base})" if base is not None else ")"))
+        data, why = _load_mapping(found)
+        if data is None:
+            return DeepSpeedSettings(None, None, None, str(found), why)
+        zero = data.get("zero_optimization") if isinstance(data.get("zero_optimization"), dict) else {}
+        return DeepSpeedSettings(zero.get("stage"), _device(zero.get("offload_optimizer")), _device(zero.get("offload_param")),
+                                 str(found))
+    return DeepSpeedSettings(block.get("zero_stage"), _text(block.get("offload_optimizer_device")),
+                             _text(block.get("offload_param_device")))
+
+
+def _device(value: Any) -> str | None:
+    """A DeepSpeed JSON's offload block ({"device": "cpu", ...}) as its device."""
+    return _text(value.get("device")) if isinstance(value, dict) else _text(value)
+
+
+def _fsdp(block: Any) -> FsdpSettings | None:
+    if not isinstance(block, dict) or not block:
+        return None
+    reshard = block.get("fsdp_reshard_after_forward")
+    strategy = block.get("fsdp_sharding_strategy")
+    if strategy is None and isinstance(reshard, str):
+        strategy = reshard  # accelerate's newer key for FSDP1 takes the strategy's name
+    version = block.get("fsdp_version")
+    offload = block.get("fsdp_offload_params")
+    return FsdpSettings(version if isinstance(version, int) else None, _text(strategy), reshard,
+                        offload if isinstance(offload, bool) else None)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

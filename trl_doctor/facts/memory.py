@@ -10,7 +10,7 @@ from typing import Any
 from .._memory import CUDA_CONTEXT_BYTES, DEFAULT_PROMPT_LENGTH, GiB, MiB, QUANT_BYTES, Component, Estimate, Plan, estimate, optimizer_state_bytes  # noqa: F401
 from .settings import (  # noqa: F401
     _MISSING, DTYPE_BYTES, LOCAL_HOSTS, _field_default, config_value, model_init_kwargs, policy_dtype, precision,
-    trainer_config_or_none,
+    settings, trainer_config_or_none,
 )
 
 # -- filling a Plan from a check context ----------------------------------------------------------------
@@ -125,31 +125,19 @@ def seq_classifier_params(ctx, folder) -> int:
 
 
 def logits_path(ctx, model) -> dict:
-    """How the installed trainer gets log-probs, read from its source: a fused, tiled LM head (TRL 1.x:
+    """How the installed trainer gets log-probs (`trl.logits_reading`): a fused, tiled LM head (TRL 1.x:
     `fused_lm_head=True`, no logits tensor), or logits for the completion only (when the model's forward takes
     the keyword the trainer passes), or logits for the whole sequence (trl#2770)."""
     import inspect
 
-    from .trl import trainer_source, trl_root
+    from .trl import logits_reading
 
-    found = trainer_source(ctx.trainer) if ctx.trainer in ("grpo", "rloo") else None
-    src = found[1] if found else ""
-    if re.search(r"fused_lm_head\s*=\s*True", src):
-        tile = [4096, 32768]
-        root = trl_root()
-        for i, (rel, name) in enumerate((("kernels/chunked_logprob.py", "TOKEN_CHUNK_SIZE"),
-                                         ("trainer/utils.py", "_CHUNKED_LOGPROB_CHUNK_SIZE"))):
-            path = root / rel if root else None
-            m = re.search(rf"^{name}\s*=\s*(\d+)", path.read_text(), re.M) if path and path.is_file() else None
-            if m:
-                tile[i] = int(m.group(1))
-        return {"fused": True, "keeps": True, "tile": tuple(tile),
-                "words": f"{found[0]} scores completions through TRL's fused LM head, in {tile[0]} × {tile[1]} tiles"}
-    kwarg = None
-    if re.search(r"\bnum_logits_to_keep\s*=", src):
-        kwarg = "num_logits_to_keep"
-    elif re.search(r"""\blogits_to_keep\s*=\s*logits_to_keep|\[["']logits_to_keep["']\]\s*=""", src):
-        kwarg = "logits_to_keep"
+    reading = logits_reading(ctx.trainer)
+    if reading.fused:
+        tile = reading.tile
+        return {"fused": True, "keeps": True, "tile": tile,
+                "words": f"{reading.source} scores completions through TRL's fused LM head, in {tile[0]} × {tile[1]} tiles"}
+    kwarg = reading.keep_kwarg
     try:
         accepted = inspect.signature(type(model).forward).parameters
     except (TypeError, ValueError):
@@ -174,8 +162,9 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
     labels: list[tuple[str, Any]] = []
 
     params = count_params(model)
-    dtype, dtype_from = policy_dtype(ctx)
-    bf16, fp16 = precision(ctx)
+    resolved = settings(ctx)
+    dtype, dtype_from = resolved.policy_dtype, resolved.policy_dtype_from
+    bf16, fp16 = resolved.bf16, resolved.fp16
     labels += [("policy parameters", f"{params:,} (meta-device model, exact)"),
                ("policy dtype", f"{dtype} ({dtype_from})"), ("bf16", bf16), ("fp16", fp16)]
     param_bytes = DTYPE_BYTES[dtype]
@@ -189,7 +178,7 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
             labels.append((key, True))
 
     peft = 0
-    use_peft = bool(config_value(ctx, "use_peft", False))
+    use_peft = resolved.use_peft
     if use_peft:
         r = int(config_value(ctx, "lora_r", 16) or 16)
         targets = raw.get("lora_target_modules", _field_default(ctx.trainer, "lora_target_modules"))
@@ -233,14 +222,12 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
 
     optim = config_value(ctx, "optim", "adamw_torch")
     optimizer = str(getattr(optim, "value", optim))  # TrainingArguments holds an OptimizerNames enum
-    batch = int(config_value(ctx, "per_device_train_batch_size", 8) or 8)
-    completion = config_value(ctx, "max_completion_length", None)
-    if completion is None:
-        completion = config_value(ctx, "response_length", None)  # PPO's name
+    batch = int(resolved.per_device_train_batch_size or 8)
+    completion = resolved.max_completion_length  # PPO's response_length
     if completion is None:
         completion = 256
         notes.append("no max_completion_length: assumed 256 completion tokens")
-    prompt = config_value(ctx, "max_prompt_length", None)
+    prompt = resolved.max_prompt_length
     if prompt is None:
         prompt = DEFAULT_PROMPT_LENGTH
         notes.append(f"no max_prompt_length (TRL >= 0.28 does not truncate prompts): assumed {DEFAULT_PROMPT_LENGTH} "
@@ -254,18 +241,18 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
     else:
         positions = completion + 1 if head["keeps"] else seq
 
-    gc = bool(config_value(ctx, "gradient_checkpointing", False))
+    gc = resolved.gradient_checkpointing
     mixed = bf16 or fp16 or param_bytes == 2
     act_bytes = 2.0 if mixed else 4.0
-    attn = model_init_kwargs(ctx).get("attn_implementation") or raw.get("attn_implementation")
-    use_vllm = bool(config_value(ctx, "use_vllm", False))
-    mode = config_value(ctx, "vllm_mode", None) if use_vllm else None
+    attn = resolved.model_init_kwargs.get("attn_implementation") or raw.get("attn_implementation")
+    use_vllm = resolved.use_vllm
+    mode = resolved.vllm_mode if use_vllm else None
     share = 0.0
     if use_vllm and mode == "colocate":
         share = float(config_value(ctx, "vllm_gpu_memory_utilization", 0.3) or 0.0)
     gen = 0
     if not use_vllm:
-        steps = config_value(ctx, "steps_per_generation", None) or config_value(ctx, "gradient_accumulation_steps", 1) or 1
+        steps = config_value(ctx, "steps_per_generation", None) or resolved.gradient_accumulation_steps or 1
         gen = batch * int(steps)
     labels += [("optimizer", optimizer), ("per_device_train_batch_size", batch),
                ("tokens per sequence", f"{prompt} prompt + {completion} completion"),

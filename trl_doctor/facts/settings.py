@@ -1,12 +1,18 @@
 """The resolved launch settings: the value the trainer will see for each config key (TRL's built config object,
 else the user's value, else the installed class's default), the precision and the policy's dtype as the
-installed TRL resolves them."""
+installed TRL resolves them.
+
+`settings(ctx)` answers the values several rules read, once per check, as a `Settings`; `config_value(ctx, key)`
+is the generic accessor for any other key, and `field_value(ctx, key)` says too whether the installed config
+class has the key at all."""
 
 from __future__ import annotations
 
 import json
-import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .._cache import fact
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "float64": 8}
 
@@ -25,6 +31,84 @@ def config_value(ctx, key: str, default: Any = None) -> Any:
         return raw[key]
     found = _field_default(ctx.trainer, key)
     return default if found is _MISSING else found
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings several rules read, resolved as the installed TRL resolves them. Values are what the trainer
+    sees (TRL's built config object; the user's raw value, or the class default, when TRL rejects the config)."""
+
+    config_class: str | None  # the installed TRL's config class for the trainer (GRPOConfig), None without one
+    fields: frozenset[str]  # its fields that take a value: keys the installed TRL knows for this trainer
+    bf16: bool  # as the trainer resolves it (TRL >= 0.19 turns bf16=None into `not fp16`)
+    fp16: bool
+    policy_dtype: str  # the dtype the policy's weights load in ("float32", "bfloat16", ...)
+    policy_dtype_from: str  # where that comes from, in words
+    model_init_kwargs: Mapping[str, Any]  # the config's model_init_kwargs as a mapping (a JSON string decoded)
+    max_prompt_length: int | None
+    max_completion_length: int | None  # the completion limit: max_completion_length, else PPO's response_length
+    completion_key: str  # the key the trainer reads it from: "max_completion_length" ("response_length" for PPO)
+    per_device_train_batch_size: int | None
+    gradient_accumulation_steps: int | None
+    num_generations: int | None
+    use_vllm: bool
+    vllm_mode: str | None  # "colocate" / "server"; None when neither the config nor the installed TRL names one
+    use_peft: bool
+    gradient_checkpointing: bool
+
+
+@fact
+def settings(ctx) -> Settings:
+    """The resolved settings of the check's config (see `Settings`)."""
+    class_name, fields = config_fields(ctx)
+    bf16, fp16 = precision(ctx)
+    dtype, dtype_from = policy_dtype(ctx)
+    completion = config_value(ctx, "max_completion_length", None)
+    if completion is None:
+        completion = config_value(ctx, "response_length", None)  # PPO's name
+    return Settings(
+        config_class=class_name,
+        fields=fields,
+        bf16=bf16,
+        fp16=fp16,
+        policy_dtype=dtype,
+        policy_dtype_from=dtype_from,
+        model_init_kwargs=model_init_kwargs(ctx),
+        max_prompt_length=config_value(ctx, "max_prompt_length", None),
+        max_completion_length=completion,
+        completion_key="response_length" if ctx.trainer == "ppo" else "max_completion_length",
+        per_device_train_batch_size=config_value(ctx, "per_device_train_batch_size", None),
+        gradient_accumulation_steps=config_value(ctx, "gradient_accumulation_steps", None),
+        num_generations=config_value(ctx, "num_generations", None),
+        use_vllm=bool(config_value(ctx, "use_vllm", False)),
+        vllm_mode=config_value(ctx, "vllm_mode", None),
+        use_peft=bool(config_value(ctx, "use_peft", False)),
+        gradient_checkpointing=bool(config_value(ctx, "gradient_checkpointing", False)),
+    )
+
+
+@fact
+def config_fields(ctx) -> tuple[str | None, frozenset[str]]:
+    """(the installed TRL's config class for the trainer, its fields that take a value); (None, empty) without one."""
+    import dataclasses
+
+    from .trl import config_class
+
+    try:
+        cls = config_class(ctx.trainer)
+    except Exception:  # no importable TRL: no class
+        cls = None
+    if cls is None:
+        return None, frozenset()
+    return cls.__name__, frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+
+
+def field_value(ctx, key: str) -> tuple[Any, bool]:
+    """(the value the trainer sees for `key`, whether the installed config class has that field). A key the class
+    does not have is the user's raw value (None when unset), which the trainer never reads."""
+    if key in config_fields(ctx)[1]:
+        return config_value(ctx, key), True
+    return ctx.config.get(key), False
 
 
 def trainer_config_or_none(ctx):
@@ -91,11 +175,9 @@ def policy_dtype(ctx) -> tuple[str, str]:
         if found is not _MISSING and found is not None:
             return _resolve_dtype(ctx, found, f"TRL's ModelConfig default {key}={found!r}")
     # no dtype anywhere: TRL 1.x's create_model_from_path loads fp32; bare transformers 5 loads "auto"
-    from .trl import trl_root
+    from .trl import create_model_default_dtype
 
-    root = trl_root()
-    utils = root / "trainer" / "utils.py" if root else None
-    if utils and utils.is_file() and re.search(r"""get\(\s*["']dtype["']\s*,\s*["']float32["']\s*\)""", utils.read_text()):
+    if create_model_default_dtype() == "float32":
         return "float32", "TRL's create_model_from_path default (float32 when no dtype is given)"
     version = ctx.version("transformers") or "0"
     if int(version.split(".")[0]) >= 5:

@@ -19,8 +19,7 @@ STAGES = ("import", "config", "reward functions", "models", "dataset", "trainer 
 OUTCOMES = ("ok", "failed", "timeout", "crashed")
 
 
-class ProtocolError(ValueError):
-    """A message that is not of this protocol version or shape."""
+from .._protocol import ProtocolError  # noqa: E402,F401  (one error for every message of trl-doctor)
 
 
 @dataclass(frozen=True)

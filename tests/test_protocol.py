@@ -1,0 +1,64 @@
+"""The messages across the process boundaries round-trip exactly and refuse another protocol version: a
+worker's results (fixes, edits, locations) as the printing process gets them, and the trainer run's Spec and
+RunResult as the supervisor hands them to a fresh worker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trl_doctor import DELETE, Edit, Fix, Location, Status, manual
+from trl_doctor._protocol import ProtocolError, Request, decode_result, encode_result, message, read_message
+from trl_doctor._types import AppliedFix, Result
+from trl_doctor.trainer_run import protocol as run_protocol
+
+
+def _result(fix: Fix | None, location: Location | None) -> Result:
+    applied = AppliedFix(fix.description, False, fix.unsafe, tuple(sorted({e.path for e in fix.edits})),
+                         fix.applicability) if fix else None
+    return Result("TD010", "batch-geometry", "t", Status.FAIL, "m", {"a": (1, 2), "p": object.__name__}, applied, 0.5,
+                  fix, location)
+
+
+@pytest.mark.parametrize("fix", [
+    Fix("set and delete", (Edit("/c.yaml", set=(("num_generations", 8), ("generation_batch_size", DELETE))),)),
+    Fix("whole file", (Edit("/m/tokenizer.json", content=b"\x00\xffbytes"),), unsafe=True),
+    manual("raise ulimit -n"),
+    None,
+])
+def test_results_round_trip_through_a_channel_line(fix):
+    r = _result(fix, Location("/c.yaml", "num_generations", 3, 1) if fix else None)
+    back = decode_result(read_message(message("result", result=encode_result(r)))["result"])
+    assert back.pending_fix == r.pending_fix and back.fix == r.fix and back.location == r.location
+    assert (back.id, back.status, back.message, back.duration_s) == (r.id, r.status, r.message, r.duration_s)
+    assert back.details == {"a": [1, 2], "p": "object"}  # plain JSON: what every format prints anyway
+    if fix is not None and fix.edits and fix.edits[0].set:
+        assert back.pending_fix.edits[0].set[1][1] is DELETE
+
+
+def test_another_protocol_version_is_refused():
+    line = json.loads(message("done"))
+    line["version"] = 99
+    with pytest.raises(ProtocolError, match="protocol version 99"):
+        read_message(json.dumps(line))
+    with pytest.raises(ProtocolError):
+        read_message(json.dumps({"version": 1, "kind": "shout"}))
+    with pytest.raises(ProtocolError):
+        Request.from_json(json.dumps({"version": 2, "config": "c", "rules": []}))
+    with pytest.raises(ProtocolError):
+        run_protocol.RunResult.from_json({"version": 0, "outcome": "ok", "details": {}})
+
+
+def test_trainer_run_messages_round_trip():
+    spec = run_protocol.Spec(trainer="grpo", device="cpu", model_path="/t", tokenizer_path="/t", model_label="twin",
+                             work_dir="/w", user_dir="/u", config={"beta": 0.0}, overrides={"max_steps": 1},
+                             rows=[{"prompt": "hi"}], reward_funcs=["rewards.f"], force_token_id=2)
+    run = run_protocol.RunResult("crashed", spec.details(), spec=spec, log_tail="x", last_stage="train", code=-11)
+    back = run_protocol.RunResult.from_json(json.loads(json.dumps(run.to_json())))
+    assert back == run and back.spec.details() == {"device": "cpu", "model": "twin", "precision": "fp32"}
+    assert run_protocol.Stage.from_json(run_protocol.Stage("train", 1.5).to_json()) == run_protocol.Stage("train", 1.5)
+    with pytest.raises(run_protocol.ProtocolError):
+        run_protocol.RunResult("exploded", {})
+    request = Request("/c.yaml", ("TD001", "TD006"), {"smoke": False}, done=("TD001",))
+    assert Request.from_json(request.to_json()) == request
