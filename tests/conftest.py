@@ -100,6 +100,21 @@ def result_of(report: dict, rule: str) -> dict:
     return hits[0]
 
 
+def rule_in_this_process(config, slug: str) -> tuple[int, dict]:
+    """(exit status, json result) of one rule run by the engine in this process: a check's rules run in a worker
+    process, which a monkeypatch made here does not reach."""
+    from trl_doctor._config import load_config
+    from trl_doctor._context import Context, Options
+    from trl_doctor._engine import exit_status, run_rule
+    from trl_doctor._formats import result_dict
+    from trl_doctor._registry import builtin_rules
+
+    (the_rule,) = [r for r in builtin_rules() if r.slug == slug]
+    with Context(load_config(config), Options(smoke=False)) as ctx:
+        result = run_rule(the_rule, ctx)
+    return exit_status([result]), result_dict(result)
+
+
 def real_trl(release: str) -> dict:
     """The real trl `release` from PyPI, installed without dependencies into a cache folder (kept between runs),
     put first on PYTHONPATH so that the doctor reads and imports it instead of the installed TRL."""

@@ -44,7 +44,11 @@ def fake_gpus(monkeypatch):
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "pynvml", module)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")  # no accelerate default config from this machine
+    from trl_doctor.facts.launch import _default_accelerate_config
+
+    if _default_accelerate_config() is not None:  # hide this machine's accelerate default config
+        # (only then: HF_HOME is read when the libraries are imported, so the checks start fresh workers)
+        monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
     # the check's worker is another process: it finds the stand-in first on its PYTHONPATH
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAKE_NVML.parent), os.environ.get("PYTHONPATH")])))
 

@@ -13,7 +13,7 @@ from importlib.metadata import version
 import pytest
 from packaging.version import Version
 
-from conftest import result_of, run_json
+from conftest import result_of, rule_in_this_process, run_json
 from trl_doctor.facts.rewards import reward_call
 
 TRL = Version(version("trl"))
@@ -186,21 +186,6 @@ def test_no_reward_source(built_fixtures):
     code, r = check(folder(built_fixtures) / "bad_no_reward_source.yaml")
     assert code == 1 and r["status"] == "fail"
     assert r["message"].startswith("the config names no `reward_funcs` and no `reward_model_name_or_path`")
-
-
-def rule_in_this_process(config, slug: str) -> tuple[int, dict]:
-    """(exit status, json result) of one rule run by the engine in this process: a check's rules run in a worker
-    process, which a monkeypatch made here does not reach."""
-    from trl_doctor._config import load_config
-    from trl_doctor._context import Context, Options
-    from trl_doctor._engine import exit_status, run_rule
-    from trl_doctor._formats import result_dict
-    from trl_doctor._registry import builtin_rules
-
-    (the_rule,) = [r for r in builtin_rules() if r.slug == slug]
-    with Context(load_config(config), Options(smoke=False)) as ctx:
-        result = run_rule(the_rule, ctx)
-    return exit_status([result]), result_dict(result)
 
 
 def test_printing_reward_keeps_the_report_clean_and_a_slow_one_is_named(built_fixtures, tmp_path, monkeypatch):

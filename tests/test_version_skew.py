@@ -13,7 +13,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from conftest import FIXTURES, result_of, run_doctor, run_json
+from conftest import FIXTURES, result_of, rule_in_this_process, run_doctor, run_json
 from trl_doctor.facts import versions as _skew
 from trl_doctor.facts.versions import (
     entry_matches_config,
@@ -288,21 +288,6 @@ def in_process(*args):
 
     result = CliRunner().invoke(main, list(args), catch_exceptions=False)
     return result.exit_code, result.stdout
-
-
-def rule_in_this_process(config, slug: str) -> tuple[int, dict]:
-    """(exit status, json result) of one rule run by the engine in this process: a check's rules run in a worker
-    process, which a monkeypatch made here does not reach."""
-    from trl_doctor._config import load_config
-    from trl_doctor._context import Context, Options
-    from trl_doctor._engine import exit_status, run_rule
-    from trl_doctor._formats import result_dict
-    from trl_doctor._registry import builtin_rules
-
-    (the_rule,) = [r for r in builtin_rules() if r.slug == slug]
-    with Context(load_config(config), Options(smoke=False)) as ctx:
-        result = run_rule(the_rule, ctx)
-    return exit_status([result]), result_dict(result)
 
 
 def test_ppo_on_a_trl_without_ppo(built_fixtures):

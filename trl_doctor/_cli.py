@@ -163,11 +163,16 @@ class _Stream:
 
 def _streaming_wanted() -> bool:
     """Rows as rules finish when stdout is a terminal (TRL_DOCTOR_STREAM=1 or 0 forces it on or off)."""
-    forced = os.environ.get("TRL_DOCTOR_STREAM")
+    return _wanted("TRL_DOCTOR_STREAM", sys.stdout)
+
+
+def _wanted(variable: str, stream) -> bool:
+    """On when `stream` is a terminal, unless `variable` says 1 (on) or 0 / empty (off)."""
+    forced = os.environ.get(variable)
     if forced is not None:
         return forced not in ("", "0")
     try:
-        return sys.stdout.isatty()
+        return stream.isatty()
     except (AttributeError, ValueError):
         return False
 
@@ -194,13 +199,7 @@ def _write_report(fmt, cfg, results, applied, output, color) -> None:
 
 def _progress_wanted() -> bool:
     """Progress on stderr when it is a terminal (TRL_DOCTOR_PROGRESS=1 or 0 forces it on or off)."""
-    forced = os.environ.get("TRL_DOCTOR_PROGRESS")
-    if forced is not None:
-        return forced not in ("", "0")
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
+    return _wanted("TRL_DOCTOR_PROGRESS", sys.stderr)
 
 
 def _progress():

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._types import DELETE, AppliedFix, Edit, Fix, Location, Result, Status
+from ._types import DELETE, AppliedFix, Edit, Fix, Location, Result, Status, plain
 
 VERSION = 1
 KINDS = ("rule-start", "result", "trainer-run", "trainer-stage", "trainer-run-end", "input-error", "done")
@@ -71,7 +71,7 @@ def _checked(data: Any) -> dict[str, Any]:
 def encode_result(r: Result) -> dict[str, Any]:
     return {
         "id": r.id, "rule": r.rule, "title": r.title, "status": r.status.value, "message": r.message,
-        "details": _plain(r.details), "duration_s": r.duration_s,
+        "details": plain(r.details), "duration_s": r.duration_s,
         "fix": None if r.fix is None else dataclasses.asdict(r.fix),
         "pending_fix": None if r.pending_fix is None else _encode_fix(r.pending_fix),
         "location": None if r.location is None else dataclasses.asdict(r.location),
@@ -115,14 +115,3 @@ def _decode_edit(data: dict[str, Any]) -> Edit:
         return Edit(data["path"], content=base64.b64decode(data["content"]))
     pairs = tuple((k, DELETE if v.get("delete") else v.get("value")) for k, v in data["set"])
     return Edit(data["path"], set=pairs)
-
-
-def _plain(value: Any) -> Any:
-    """JSON's own types only: what the report formats show anyway (they print other objects as str)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)

@@ -162,3 +162,14 @@ class Result:
     duration_s: float
     pending_fix: Fix | None = None  # the Fix object behind `fix`, for the fixer; not reported
     location: Location | None = None
+
+
+def plain(value: Any) -> Any:
+    """`value` in JSON's own types (other objects as their str): what the reports print and the worker sends."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

@@ -6,7 +6,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._types import AppliedFix, Location, Result
+from .._types import AppliedFix, Location, Result, plain
 
 FORMATS = ("table", "json", "junit", "github", "sarif")
 
@@ -37,7 +37,7 @@ def result_dict(r: Result) -> dict[str, Any]:
         "title": r.title,
         "status": r.status.value,
         "message": r.message,
-        "details": _plain(r.details),
+        "details": plain(r.details),
         "fix": None
         if r.fix is None
         else {"description": r.fix.description, "applied": r.fix.applied, "unsafe": r.fix.unsafe, "files": list(r.fix.files),
@@ -64,16 +64,6 @@ def location_text(loc: Location) -> str:
     return f"{where} ({loc.key})" if loc.key else where
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
-
-
 def details_lines(details: dict[str, Any], indent: str = "    ") -> list[str]:
     out = []
     for key, value in details.items():
@@ -84,5 +74,5 @@ def details_lines(details: dict[str, Any], indent: str = "    ") -> list[str]:
             out.append(f"{indent}{key}:")
             out.extend(f"{indent}  - {v}" for v in value)
         else:
-            out.append(f"{indent}{key}: {_plain(value)}")
+            out.append(f"{indent}{key}: {plain(value)}")
     return out
