@@ -58,7 +58,7 @@ def main() -> None:
 @click.option("--select", help="Only these rules: ids (TD001) or slugs (pad-token), comma-separated.")
 @click.option("--ignore", help="Skip these rules: ids or slugs, comma-separated.")
 @click.option("--smoke/--no-smoke", default=True, show_default=True, help="Run the one-step training smoke test.")
-@click.option("--smoke-timeout", type=float, default=300.0, show_default=True, help="Seconds before the smoke step is stopped.")
+@click.option("--smoke-timeout", type=float, default=300.0, show_default=True, help="Seconds the trainer run (probes and smoke step) may take, counted from its start in the worker.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--trust-remote-code", is_flag=True, help="Allow the model's own Python code (auto_map) to run.")
 @click.option("--num-processes", type=click.IntRange(min=1), default=None,
