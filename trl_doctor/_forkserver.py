@@ -40,18 +40,23 @@ def _origins() -> dict[str, str | None]:
     return out
 
 
-# variables the preloaded libraries never read at import time: they may differ between the server and a caller
-_FREE_PREFIXES = ("TRL_DOCTOR_", "PYTEST_")
-_FREE = {"PYTHONPATH", "NO_COLOR", "COLUMNS", "LINES", "PWD", "OLDPWD", "_", "TERM", "SHLVL", "CUDA_VISIBLE_DEVICES"}
+# The variables the preloaded libraries (or Python itself) read when they are imported or start: a caller whose
+# values differ gets a fresh process. Everything else (ACCELERATE_*, TRL_DOCTOR_*, WANDB_*...) is read at run time,
+# and the forked worker takes the caller's values before it runs anything.
+_AT_IMPORT_PREFIXES = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "DATASETS_", "TOKENIZERS_",
+                       "TRL_", "XDG_", "OMP_", "MKL_", "KMP_", "LD_", "CUDA_", "NCCL_", "PYTHON")
+_AT_RUN_TIME = {"TRL_DOCTOR_FORKSERVER", "TRL_DOCTOR_FAKE_GPUS", "TRL_DOCTOR_PROGRESS", "TRL_DOCTOR_STREAM",
+                "PYTHONPATH", "CUDA_VISIBLE_DEVICES"}
 
 
 def _effective(env, set_by_imports=()) -> dict[str, str]:
-    """The environment as the worker will run with it, less the variables that may differ."""
+    """The variables that decide how the preloaded libraries were imported, as the worker would run with them."""
     from ._worker import quiet
 
     out = quiet(dict(env))
-    free = _FREE | set(set_by_imports)
-    return {k: v for k, v in out.items() if k not in free and not k.startswith(_FREE_PREFIXES)}
+    skip = _AT_RUN_TIME | set(set_by_imports)
+    return {k: v for k, v in out.items()
+            if k not in skip and (k.startswith(_AT_IMPORT_PREFIXES) or k == "HOME") and not k.startswith("TRL_DOCTOR_")}
 
 
 def _info_path(sock_path: str) -> Path:
@@ -165,8 +170,16 @@ def serve(path: str) -> None:
     _info_path(path).write_text(json.dumps({"executable": os.path.realpath(sys.executable), "origins": _origins(),
                                             "environment": _effective(before, set_by_imports),
                                             "set_by_imports": set_by_imports, "pid": os.getpid()}))
+    parent = os.getppid()
+    server.settimeout(2.0)
     while True:
-        conn, _ = server.accept()
+        try:
+            conn, _ = server.accept()
+        except socket.timeout:
+            if os.getppid() != parent:  # whoever started it is gone (a test session killed midway): so is it
+                return
+            continue
+        conn.settimeout(None)
         try:
             msg, fds, _, _ = socket.recv_fds(conn, _MAX_HEADER + 8, 2)
             size = int.from_bytes(msg[:8], "big")
