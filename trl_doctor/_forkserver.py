@@ -42,8 +42,9 @@ def _origins() -> dict[str, str | None]:
 
 # The variables the preloaded libraries (or Python itself) read when they are imported or start: a caller whose
 # values differ gets a fresh process. Everything else (ACCELERATE_*, TRL_DOCTOR_*, WANDB_*...) is read at run time,
-# and the forked worker takes the caller's values before it runs anything.
-_AT_IMPORT_PREFIXES = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "DATASETS_", "TOKENIZERS_",
+# and the forked worker takes the caller's values before it runs anything (TORCHINDUCTOR_CACHE_DIR, which torch sets
+# itself when inductor is imported, among them).
+_AT_IMPORT_PREFIXES = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH_", "PYTORCH_", "DATASETS_", "TOKENIZERS_",
                        "TRL_", "XDG_", "OMP_", "MKL_", "KMP_", "LD_", "CUDA_", "NCCL_", "PYTHON")
 _AT_RUN_TIME = {"TRL_DOCTOR_FORKSERVER", "TRL_DOCTOR_FAKE_GPUS", "TRL_DOCTOR_PROGRESS", "TRL_DOCTOR_STREAM",
                 "PYTHONPATH", "CUDA_VISIBLE_DEVICES"}
