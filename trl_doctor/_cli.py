@@ -14,20 +14,6 @@ from ._version import __version__
 EXIT_INPUT = 2
 
 
-def _offline_environment() -> None:
-    """Nothing may be fetched, and library chatter must not bury the report."""
-    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
-        os.environ[key] = "1"
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    import warnings
-
-    warnings.filterwarnings("ignore")
-
-
 def _input_error(message: str) -> "click.exceptions.Exit":
     click.echo(f"trl-doctor: error: {message}", err=True)
     return click.exceptions.Exit(EXIT_INPUT)
@@ -67,7 +53,9 @@ def main() -> None:
 def check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code,
           num_processes, fail_on):
     """Check CONFIG (a TRL CLI config, JSON or YAML) and print a report."""
-    _offline_environment()
+    from ._worker import quiet_environment
+
+    quiet_environment()  # the worker's own rules, for anything this process loads too (the config, a hub id)
     from ._errors import InputError
     from ._registry import RegistryError
 

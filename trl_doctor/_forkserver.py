@@ -82,7 +82,7 @@ class _Handle:
             except (BlockingIOError, InterruptedError):
                 pass
             finally:
-                self._restore(None)
+                self._settle()
         return self.returncode
 
     def kill(self) -> None:
@@ -102,18 +102,19 @@ class _Handle:
 
                 raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout) from None
             finally:
-                self._restore(None)
+                self._settle()
         return self.returncode if self.returncode is not None else -9
 
     def _read_status(self) -> None:
         data = self.conn.recv(64)  # the server sends the exit status when it has reaped the worker
         self.returncode = int(data.decode().strip() or -9) if data else -9
 
-    def _restore(self, timeout: float | None) -> None:
+    def _settle(self) -> None:
+        """Close the connection once the status is known; else back to blocking reads."""
         if self.returncode is not None:
             self.conn.close()
         else:
-            self.conn.settimeout(timeout)
+            self.conn.settimeout(None)
 
 
 def spawn(request: Any, channel_fd: int, log_fd: int) -> _Handle | None:

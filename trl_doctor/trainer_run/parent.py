@@ -18,11 +18,10 @@ from trl_doctor._cache import fact
 
 from .protocol import RunResult, Spec
 
-ROWS = 4  # prompts handed to the child: enough for one generation batch and a spare
+ROWS = 4  # prompts handed to the worker side: enough for one generation batch and a spare
 FORCE_AFTER = 3  # the termination probe forces the end-of-turn token as the 4th completion token
 MAX_COMPLETION = 8
 
-TRAINERS = ("grpo", "rloo", "ppo")
 LAST_PPO_RELEASE = "1.12.0"  # trl.experimental.ppo.PPOTrainer's last release (see the value-model rule)
 
 
@@ -174,13 +173,13 @@ def build_spec(ctx) -> Spec:
 
 
 def _path(ctx, ref: str) -> str:
-    """A reward or value model reference as the child loads it: a folder relative to the config, or a cached hub id."""
+    """A reward or value model reference as the worker side loads it: a folder relative to the config, or a cached hub id."""
     from trl_doctor.facts.models import resolve_artifact
 
     try:
         return str(resolve_artifact(ref, ctx.config.base_dir, str(ctx.config.path), "reward_model_path", "config.json").path)
     except Exception:
-        return ref  # the child's loader then fails with the real error
+        return ref  # the worker side's loader then fails with the real error
 
 
 def _tokenizer_dir(ctx) -> str:
