@@ -317,6 +317,14 @@ def _reward_contract(trainer: str) -> tuple[list[str], list[str], str]:
 def _reward_params(name: str, base_dir: Path):
     """([(parameter, kind, has_default)], where) of one `reward_funcs` entry, read from its source without importing
     it when it is a plain function; (None, why) when it cannot be read (the reward-functions rule reports imports)."""
+    from trl_doctor.facts.rewards import live_reward
+
+    live = live_reward(name)
+    if live is not None:  # built by a launch command's script: the object itself
+        try:
+            return _signature(live), _source_of(live)
+        except (TypeError, ValueError) as exc:
+            return None, f"{name}: {exc}"
     if "." not in name:
         try:
             import trl.rewards as builtin
@@ -342,6 +350,11 @@ def _reward_params(name: str, base_dir: Path):
         return _signature(resolve_reward(name, base_dir)), str(file)
     except (RewardImportError, TypeError, ValueError) as exc:
         return None, f"{file}: {exc}"
+
+
+def _source_of(func) -> str:
+    code = getattr(func, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(func)
 
 
 def _module_file(module: str, base_dir: Path) -> Path | None:

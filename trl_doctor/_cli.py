@@ -34,8 +34,8 @@ def main() -> None:
     """
 
 
-@main.command()
-@click.argument("config", type=click.Path(dir_okay=True, path_type=str))
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("target", nargs=-1, required=True)
 @click.option("--fix", is_flag=True, help="Apply the safe fixes, then check again.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that rewrite model weights.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print what --fix would change as a unified diff; change nothing.")
@@ -50,9 +50,22 @@ def main() -> None:
 @click.option("--num-processes", type=click.IntRange(min=1), default=None,
               help="Training processes of the launch (accelerate's --num_processes); default: the config's accelerate settings, else the visible GPUs.")
 @click.option("--fail-on", type=click.Choice(["fail", "warn"]), default="fail", show_default=True, help="Lowest status that makes the exit status 1.")
-def check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code,
-          num_processes, fail_on):
-    """Check CONFIG (a TRL CLI config, JSON or YAML) and print a report."""
+@click.option("--load-weights", is_flag=True, help="With a launch command: let the script load real weights (default: models on the meta device).")
+@click.option("--script-timeout", type=float, default=300.0, show_default=True, help="Seconds a launch command's script may take to construct its trainer.")
+@click.option("-v", "--verbose", is_flag=True, help="Show the script's traceback when a launch command fails before its trainer.")
+def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code,
+          num_processes, fail_on, load_weights, script_timeout, verbose):
+    """Check CONFIG (a TRL CLI config, JSON or YAML), or what a launch command's script gives its trainer.
+
+    \b
+    trl-doctor check recipe.yaml
+    trl-doctor check [OPTIONS] -- python train.py ARGS
+    trl-doctor check [OPTIONS] -- accelerate launch [ACCELERATE OPTIONS] train.py ARGS
+    trl-doctor check [OPTIONS] -- trl grpo --config recipe.yaml
+
+    A launch command runs the user's script (user code) in the check's worker until it constructs a TRL trainer
+    (GRPO, RLOO, PPO or a subclass), with models on the meta device and no training, saving, hub or tracker;
+    the rules then check exactly what that trainer was given."""
     from ._worker import quiet_environment
 
     quiet_environment()  # the worker's own rules, for anything this process loads too (the config, a hub id)
@@ -60,15 +73,24 @@ def check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smo
     from ._registry import RegistryError
 
     try:
-        code = _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device,
-                      trust_remote_code, fail_on, num_processes)
+        launch = _launch(target)
+        code = _check(None if launch else target[0], fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke,
+                      smoke_timeout, device, trust_remote_code, fail_on, num_processes,
+                      launch=launch, load_weights=load_weights, script_timeout=script_timeout, verbose=verbose)
     except (InputError, RegistryError) as exc:
         raise _input_error(str(exc)) from None
     raise click.exceptions.Exit(code)
 
 
+def _launch(target: tuple[str, ...]):
+    """The launch command TARGET names, or None when it is one config file."""
+    from .capture.command import is_launch_command, parse_command
+
+    return parse_command(target) if is_launch_command(target) else None
+
+
 def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code, fail_on,
-           num_processes=None) -> int:
+           num_processes=None, launch=None, load_weights=False, script_timeout=300.0, verbose=False) -> int:
     from dataclasses import replace
 
     from . import _fixer
@@ -80,13 +102,27 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
 
     rules = run_order(select_rules(all_rules(), _names(select), _names(ignore)))
     options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout,
-                      unsafe_fixes=unsafe_fixes and (fix or show_diff), num_processes=num_processes)
+                      unsafe_fixes=unsafe_fixes and (fix or show_diff), num_processes=num_processes,
+                      launch=launch.to_json() if launch else None, load_weights=load_weights,
+                      script_timeout=script_timeout, verbose=verbose)
     progress = _progress() if _progress_wanted() else None
     color = output is None and fmt == "table" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     stream = _Stream(rules, color, progress) if fmt == "table" and output is None and not (fix or show_diff) \
         and _streaming_wanted() else None
 
     def run_once():
+        if launch is not None:
+            target = _Target(launch.script or launch.cwd, "?", launch.text)
+
+            def captured(info: dict) -> None:
+                target.path, target.trainer, target.launch = info.get("constructed_at", "").rsplit(":", 1)[0] or \
+                    target.path, info["trainer"], info
+                if stream is not None:
+                    stream.start(target)
+
+            results = run_check(None, rules, options, on_result=stream.row if stream else None, on_progress=progress,
+                                on_capture=captured)
+            return target, results
         cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
         if stream is not None:
             stream.start(cfg)
@@ -123,6 +159,14 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
     return exit_status(results, fail_on)
 
 
+class _Target:
+    """What a launch command's report is about: the file that built the trainer, the trainer, the capture."""
+
+    def __init__(self, path: str, trainer: str, command: str):
+        self.path, self.trainer, self.command = path, trainer, command
+        self.launch: dict | None = None
+
+
 class _Stream:
     """The table on a terminal: the header at once, each rule's row as its result arrives (in run order), then
     the details and the summary. The lines are the ones the table format writes at once."""
@@ -135,7 +179,7 @@ class _Stream:
     def start(self, cfg) -> None:
         from ._formats import _table
 
-        click.echo("\n".join(_table.header(__version__, str(cfg.path), cfg.trainer, self.slugs)))
+        click.echo("\n".join(_table.header(__version__, _shown(cfg), cfg.trainer, self.slugs, _launch_of(cfg))))
 
     def row(self, result) -> None:
         from ._formats import _table
@@ -170,7 +214,16 @@ def _report(cfg, results, applied):
     from ._env import environment
     from ._formats import Report
 
-    return Report(__version__, str(cfg.path), cfg.trainer, environment(), results, summarize(results), applied)
+    return Report(__version__, str(cfg.path), cfg.trainer, environment(), results, summarize(results), applied,
+                  _launch_of(cfg))
+
+
+def _shown(cfg) -> str:
+    return getattr(cfg, "command", None) or str(cfg.path)
+
+
+def _launch_of(cfg) -> dict | None:
+    return getattr(cfg, "launch", None) if isinstance(cfg, _Target) else None
 
 
 def _write_report(fmt, cfg, results, applied, output, color) -> None:

@@ -60,7 +60,8 @@ class DoctorConfig:
         return self.raw.get(key, default)
 
 
-def load_config(path: str | os.PathLike) -> DoctorConfig:
+def load_raw(path: str | os.PathLike) -> dict[str, Any]:
+    """The mapping a JSON or YAML config file holds; InputError naming the file otherwise."""
     p = Path(path).expanduser()
     shown = str(path)
     if not p.exists():
@@ -71,11 +72,17 @@ def load_config(path: str | os.PathLike) -> DoctorConfig:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{shown}: cannot read: {exc}") from None
-    fmt = "json" if p.suffix.lower() == ".json" else "yaml"
-    raw = _parse(text, fmt, shown)
-    p = p.resolve()
+    raw = _parse(text, "json" if p.suffix.lower() == ".json" else "yaml", shown)
     if not isinstance(raw, dict):
         raise InputError(f"{shown}: the config must be a mapping of keys to values, not {type(raw).__name__}")
+    return raw
+
+
+def load_config(path: str | os.PathLike) -> DoctorConfig:
+    shown = str(path)
+    raw = load_raw(path)
+    p = Path(path).expanduser().resolve()
+    fmt = "json" if p.suffix.lower() == ".json" else "yaml"
 
     trainer, inferred = _trainer(raw, shown)
     model_ref = raw.get("model_name_or_path")

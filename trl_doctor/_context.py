@@ -35,6 +35,30 @@ class Options:
     unsafe_fixes: bool = False  # rules prepare costly unsafe fixes (rewritten weights) only when they may apply
     num_processes: int | None = None  # training processes of the launch (--num-processes); None: read the launch config
     trainer_run: dict | None = None  # a RunResult (JSON) the supervisor hands a fresh worker when a run hung or died
+    launch: dict | None = None  # a launch command (trl_doctor.capture.command.LaunchCommand as JSON): check what it builds
+    load_weights: bool = False  # the script's from_pretrained loads real weights (default: the meta device)
+    script_timeout: float = 300.0  # seconds a launch command's script may take to construct its trainer
+    verbose: bool = False  # input errors carry the script's traceback
+
+
+@dataclass(frozen=True)
+class Live:
+    """What a launch command's script built, judged instead of what the files alone would give."""
+
+    command: str  # the command as typed
+    script: str | None  # the training script that ran
+    where: tuple[str, int] | None  # (file, line) that constructed the trainer
+    trainer_cls: Any = None  # the class the script constructed (a subclass of TRL's, maybe)
+    args: Any = None  # TRL's config object as the script built it
+    tokenizer: Any = None  # processing_class, with the script's added tokens and pad token
+    model: Any = None  # the policy the script built (meta device unless --load-weights); None when given as a path
+    dataset: Any = None  # train_dataset as the script prepared it
+    relaxed: dict = field(default_factory=dict)  # settings let through on this machine: {key: (set to, why)}
+    recipe: str | None = None  # the config file the script was given (--config), when there is one
+    recipe_keys: tuple[str, ...] = ()  # the keys that file sets
+    processes: int | None = None  # training processes the launcher starts, when it says
+    processes_from: str | None = None
+    notes: tuple[str, ...] = ()  # what the launcher sets that the doctor does not read
 
 
 @dataclass
@@ -53,9 +77,10 @@ class TrainerConfigInfo:
 
 
 class Context:
-    def __init__(self, config: DoctorConfig, options: Options | None = None):
+    def __init__(self, config: DoctorConfig, options: Options | None = None, live: Live | None = None):
         self.config = config
         self.options = options or Options()
+        self.live = live  # set for a launch command: the script's own objects
         self._cache: dict[str, tuple[bool, Any]] = {}
         self._workdir: Path | None = None
         self._cleanups: list[Callable[[], None]] = []
@@ -117,7 +142,10 @@ class Context:
     # -- tokenizer ----------------------------------------------------------------------------------
     @lazy
     def tokenizer(self):
-        """The tokenizer the trainer will hold: loaded from disk, then `added_tokens` added as special tokens."""
+        """The tokenizer the trainer will hold: the script's own, or loaded from disk with `added_tokens` added as
+        special tokens."""
+        if self.live is not None and self.live.tokenizer is not None:
+            return self.live.tokenizer
         tok = self.disk_tokenizer_copy()
         if self.config.added_tokens:
             tok.add_tokens(list(self.config.added_tokens), special_tokens=True)
@@ -138,6 +166,8 @@ class Context:
     # -- model config -------------------------------------------------------------------------------
     @lazy
     def model_config(self):
+        if self.live is not None and self.live.model is not None:
+            return _base_model(self.live.model).config
         from transformers import AutoConfig
 
         path = self.config.model.path
@@ -175,6 +205,12 @@ class Context:
     @lazy
     def trainer_config_info(self) -> TrainerConfigInfo:
         from .facts.trl import config_class, script_fields
+
+        if self.live is not None and self.live.args is not None:
+            args = self.live.args
+            return TrainerConfigInfo(type(args).__name__, self.version("trl") or "not installed", config=args,
+                                     passed_keys=sorted(k for k in self.config.raw if hasattr(args, k)),
+                                     injected={k: v for k, (v, _) in self.live.relaxed.items()})
 
         trl_version = self.version("trl") or "not installed"
         cls = config_class(self.trainer)
@@ -251,6 +287,8 @@ class Context:
     @lazy
     def meta_model(self):
         """The candidate model's structure on the meta device: exact shapes and parameter counts, no memory."""
+        if self.live is not None and self.live.model is not None:
+            return _base_model(self.live.model)
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -277,7 +315,11 @@ class Context:
     # -- dataset ------------------------------------------------------------------------------------
     @lazy
     def dataset(self):
-        """The training split, loaded offline into a private cache folder."""
+        """The training split, loaded offline into a private cache folder (or the script's own)."""
+        if self.live is not None and self.live.dataset is not None:
+            return self.live.dataset
+        if self.live is not None:
+            raise Unavailable(f"{self.live.command}: the trainer was given no train_dataset")
         cfg = self.config
         split = cfg.get("dataset_train_split") or "train"
         cache = str(self.workdir / "datasets-cache")
@@ -329,6 +371,11 @@ class Context:
         if name == "trainer_run":
             return None  # an ordering need: the rule reads the run itself, and reports why it could not run
         return getattr(self, name)
+
+
+def _base_model(model):
+    """A PEFT-wrapped model's base model; any other model itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,7 +1,7 @@
 """The messages between the printing process and the check's one heavy worker, typed and versioned.
 
 The printing process sends one `Request` (the worker's stdin, JSON); the worker answers with one JSON object
-per line on its channel: `rule-start`, `result` (a Result, as `encode_result` writes it), the trainer run's
+per line on its channel: `captured` (a launch command's script built its trainer: what was captured), `rule-start`, `result` (a Result, as `encode_result` writes it), the trainer run's
 `trainer-run`, `trainer-stage` and `trainer-run-end` events, `input-error` (the check cannot go on: exit 2), and `done`. Each
 line carries the protocol version; a line of another version is refused, never misread. Results round-trip
 exactly (findings' fixes included, so `--fix` can apply what a worker found).
@@ -18,7 +18,7 @@ from typing import Any
 from ._types import DELETE, AppliedFix, Edit, Fix, Location, Result, Status, plain
 
 VERSION = 1
-KINDS = ("rule-start", "result", "trainer-run", "trainer-stage", "trainer-run-end", "input-error", "done")
+KINDS = ("captured", "rule-start", "result", "trainer-run", "trainer-stage", "trainer-run-end", "input-error", "done")
 
 
 class ProtocolError(ValueError):

@@ -51,6 +51,8 @@ class _Watch:
     heard: bool = False  # it sent at least one message
     run: _Run | None = None
     done: bool = False
+    captured: dict | None = None  # a launch command's script built its trainer (the `captured` message)
+    on_capture: Callable[[dict], None] | None = None
     buffer: bytes = b""
     results: list[Result] = field(default_factory=list)
 
@@ -111,9 +113,13 @@ def start_worker(request: Request, log_path: Path) -> Worker:
     return Worker(read_end, log_path, proc)
 
 
-def run_check(config: Path, rules: list, options: Any, on_result: Callable[[Result], None] | None = None,
-              on_progress: Callable[[str], None] | None = None) -> list[Result]:
-    """Every rule's Result, in run order; `on_result` sees each as soon as it is known. Raises InputError."""
+def run_check(config: Path | None, rules: list, options: Any, on_result: Callable[[Result], None] | None = None,
+              on_progress: Callable[[str], None] | None = None,
+              on_capture: Callable[[dict], None] | None = None) -> list[Result]:
+    """Every rule's Result, in run order; `on_result` sees each as soon as it is known. Raises InputError.
+
+    With `options.launch` (a launch command) there is no config file: the worker runs the command until its script
+    builds the trainer, and `on_capture` sees what was captured (once, before any result)."""
     from ._registry import run_order
 
     ordered = run_order(rules)
@@ -129,14 +135,16 @@ def run_check(config: Path, rules: list, options: Any, on_result: Callable[[Resu
     with tempfile.TemporaryDirectory(prefix="trl-doctor-session-") as tmp:
         for attempt in range(MAX_WORKERS):
             opts = dataclasses.replace(options, trainer_run=handed) if handed else options
-            request = Request(str(Path(config).resolve()), tuple(r.id for r in ordered), dataclasses.asdict(opts),
-                              done=tuple(results))
+            request = Request(str(Path(config).resolve()) if config is not None else "", tuple(r.id for r in ordered),
+                              dataclasses.asdict(opts), done=tuple(results))
             worker = start_worker(request, Path(tmp) / f"worker-{attempt}.log")
-            watch = _Watch()
+            watch = _Watch(on_capture=on_capture)
             try:
-                _supervise(worker, watch, accept, on_progress, by_id)
+                _supervise(worker, watch, accept, on_progress, by_id, _capture_limit(options))
             finally:
                 worker.finish(graceful=watch.done)
+            if watch.captured is not None:
+                on_capture = None  # a fresh worker captures again; the report shows the first capture
             if watch.done or len(results) == len(ordered):
                 break
             code = worker.wait()
@@ -158,9 +166,23 @@ def run_check(config: Path, rules: list, options: Any, on_result: Callable[[Resu
     return [results[r.id] for r in ordered if r.id in results]
 
 
-def _supervise(worker: Worker, watch: _Watch, accept: Callable[[Result], None], on_progress, by_id: dict) -> None:
-    """Read the worker's messages until it is done, closes its channel, or overruns the smoke timeout."""
+def _capture_limit(options: Any) -> float | None:
+    """How long a launch command may take to build its trainer before the supervisor stops it: the worker's
+    own watchdog (which names where the script was) gets a head start."""
+    if getattr(options, "launch", None) is None:
+        return None
+    return float(options.script_timeout) + 30.0
+
+
+def _supervise(worker: Worker, watch: _Watch, accept: Callable[[Result], None], on_progress, by_id: dict,
+               capture_limit: float | None = None) -> None:
+    """Read the worker's messages until it is done, closes its channel, or overruns a time limit."""
+    started = time.monotonic()
     while True:
+        if capture_limit is not None and watch.captured is None and time.monotonic() - started > capture_limit:
+            worker.kill()
+            raise InputError(f"the launch command did not construct a TRL trainer within {capture_limit - 30:g}s "
+                             "(--script-timeout), and its worker did not answer")
         ready, _, _ = select.select([worker.channel], [], [], POLL_S)
         if ready:
             chunk = os.read(worker.channel, 1 << 16)
@@ -188,7 +210,13 @@ def _supervise(worker: Worker, watch: _Watch, accept: Callable[[Result], None], 
 def _handle(msg: dict, watch: _Watch, worker: Worker, accept, on_progress, by_id: dict) -> None:
     kind = msg["kind"]
     watch.heard = True
-    if kind == "rule-start":
+    if kind == "captured":
+        watch.captured = {k: v for k, v in msg.items() if k not in ("version", "kind")}
+        if watch.on_capture is not None:
+            watch.on_capture(watch.captured)
+        if on_progress is not None:
+            on_progress(f"captured {watch.captured.get('trainer_class')} at {watch.captured.get('constructed_at')}")
+    elif kind == "rule-start":
         watch.current = msg["id"]
         rule = by_id.get(msg["id"])
         if on_progress is not None and rule is not None:

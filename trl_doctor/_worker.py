@@ -16,6 +16,7 @@ import sys
 from typing import Callable
 
 from ._protocol import Request, encode_result, message
+from .capture.report import adapt
 
 CHANNEL_ENV = "TRL_DOCTOR_CHANNEL_FD"
 
@@ -49,15 +50,19 @@ def serve(request: Request, send: Callable[[str], None]) -> None:
     from ._registry import RegistryError, all_rules
 
     quiet_environment()
+    options = Options(**request.options)
+    live = None
     try:
         by_id = {r.id: r for r in all_rules()}
         rules = [by_id[i] for i in request.rules if i in by_id]
-        cfg = load_config(request.config)
+        if options.launch is not None:
+            cfg, live = _capture(options, send)
+        else:
+            cfg = load_config(request.config)
     except (InputError, RegistryError) as exc:
         send(message("input-error", message=str(exc)))
         return
-    options = Options(**request.options)
-    with Context(cfg, options) as ctx:
+    with Context(cfg, options, live) as ctx:
         ctx.events = lambda kind, payload: send(message(kind, **payload))
         for r in rules:  # preparation is only a head start; the check itself reports real problems
             if r.prepare is not None and ctx.trainer in r.trainers and r.id not in request.done:
@@ -74,8 +79,34 @@ def serve(request: Request, send: Callable[[str], None]) -> None:
             except InputError as exc:
                 send(message("input-error", message=str(exc)))
                 return
+            if live is not None:
+                result = adapt(result, cfg, live)
             send(message("result", result=encode_result(result)))
     send(message("done"))
+
+
+def _capture(options, send: Callable[[str], None]):
+    """Run the launch command until it builds its trainer; the check's config and live objects from what it built."""
+    from .capture.command import LaunchCommand
+    from .capture.report import describe
+    from .capture.run import capture
+    from .capture.to_config import to_config
+
+    command = LaunchCommand.from_json(options.launch)
+    captured = capture(command, timeout=options.script_timeout, load_weights=options.load_weights,
+                       has_cuda=_has_cuda(options), trust_remote_code=options.trust_remote_code,
+                       verbose=options.verbose, on_timeout=lambda text: send(message("input-error", message=text)))
+    cfg, live = to_config(captured)
+    send(message("captured", **describe(cfg, live)))
+    return cfg, live
+
+
+def _has_cuda(options) -> bool:
+    if options.device == "cpu":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def main() -> int:

@@ -20,6 +20,7 @@ class Report:
     results: list[Result]
     summary: dict[str, int]
     applied: list[dict[str, str | None]] = field(default_factory=list)  # files --fix wrote, with backups
+    launch: dict[str, Any] | None = None  # a launch command's capture (trl_doctor.capture.report.describe)
 
 
 def render(fmt: str, report: Report, color: bool = False) -> str:

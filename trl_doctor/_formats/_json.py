@@ -17,4 +17,6 @@ def render(report: Report, color: bool = False) -> str:
         "summary": report.summary,
         "applied": report.applied,
     }
+    if report.launch is not None:
+        doc["launch"] = report.launch
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

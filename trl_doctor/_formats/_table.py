@@ -38,12 +38,23 @@ def widths(slugs) -> tuple[int, int]:
     return 5, max([len("rule"), *(len(s) for s in slugs)])
 
 
-def header(version: str, config: str, trainer: str, slugs) -> list[str]:
+def header(version: str, config: str, trainer: str, slugs, launch: dict | None = None) -> list[str]:
     w_id, w_rule = widths(slugs)
     cols = ["id".ljust(w_id), "rule".ljust(w_rule), "status".ljust(STATUS_WIDTH), "message".ljust(MESSAGE_WIDTH),
             "location"]
-    return [f"trl-doctor {version}: {config} (trainer: {trainer})", "", "  ".join(cols).rstrip(),
-            "  ".join("-" * len(c) for c in cols)]
+    return [f"trl-doctor {version}: {launch['command'] if launch else config} (trainer: {trainer})",
+            *launch_lines(launch), "", "  ".join(cols).rstrip(), "  ".join("-" * len(c) for c in cols)]
+
+
+def launch_lines(launch: dict | None) -> list[str]:
+    """What a launch command's check judged: the trainer the script built, where, and what was let through."""
+    if not launch:
+        return []
+    lines = [f"captured: {launch.get('trainer_class')} constructed at {launch.get('constructed_at')}"
+             + (f", config {launch['recipe']}" if launch.get("recipe") else "")]
+    lines += [f"relaxed on this machine: {key}: {why}" for key, why in (launch.get("relaxed") or {}).items()]
+    lines += [f"note: {note}" for note in launch.get("notes") or ()]
+    return lines
 
 
 def row(r, slugs, color: bool = False) -> str:
@@ -86,7 +97,7 @@ def tail(report: Report, color: bool = False) -> list[str]:
 def render(report: Report, color: bool = False) -> str:
     """The whole table at once: the same lines the terminal shows as rows stream in."""
     slugs = [r.rule for r in report.results]
-    lines = header(report.version, report.config, report.trainer, slugs)
+    lines = header(report.version, report.config, report.trainer, slugs, report.launch)
     lines.extend(row(r, slugs, color) for r in report.results)
     lines.extend(tail(report, color))
     return "\n".join(lines) + "\n"

@@ -130,6 +130,9 @@ def _processes(ctx, visible: list[dict], missing: str) -> tuple[int, str, str | 
     opt = getattr(ctx.options, "num_processes", None)
     if opt:
         return int(opt), "--num-processes", None
+    live = getattr(ctx, "live", None)
+    if live is not None and live.processes:
+        return live.processes, live.processes_from or "the launch command", None
     raw = ctx.config.raw
     n = _positive_int(raw.get("num_processes"))
     if n:

@@ -23,7 +23,32 @@ class RewardImportError(Exception):
     pass
 
 
+# Reward callables a launch command's script built, by the name the check knows them under: the one registry of
+# live objects in the worker (`trl_doctor.capture`), filled before the rules run.
+_LIVE: dict[str, Callable[..., Any]] = {}
+
+
+def register_live(func: Callable[..., Any]) -> str:
+    """Register a callable the script passed as a reward function; its name is `module.qualname`
+    (`__main__.accuracy_reward` for one defined in the script)."""
+    module = getattr(func, "__module__", None) or "script"
+    base = f"{module}.{getattr(func, '__qualname__', None) or getattr(func, '__name__', None) or type(func).__name__}"
+    name, n = base, 1
+    while name in _LIVE and _LIVE[name] is not func:
+        n += 1
+        name = f"{base}#{n}"
+    _LIVE[name] = func
+    return name
+
+
+def live_reward(name: str) -> Callable[..., Any] | None:
+    """The callable a script passed under this name, or None for a name from a config."""
+    return _LIVE.get(name)
+
+
 def resolve_reward(name: str, base_dir: str | Path) -> Callable[..., Any]:
+    if name in _LIVE:
+        return _LIVE[name]
     if "." not in name:
         try:
             import trl.rewards as builtin

@@ -1,0 +1,110 @@
+"""A launch command as the user would type it (`python train.py ...`, `accelerate launch ... train.py ...`,
+`trl grpo --config recipe.yaml`, `torchrun ... train.py ...`), classified without any heavy import.
+
+Only the shape is decided here, so that a command that cannot be run is exit 2 before a worker starts. The
+launcher's own options are parsed in the worker, by the launcher's own parser (accelerate's, torchrun's, TRL's).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._errors import InputError
+
+LAUNCHERS = ("python", "accelerate", "trl", "torchrun")
+# the TRL CLI subcommands whose trainers trl-doctor checks (`trl sft`, `trl dpo` train nothing it knows)
+TRL_TRAINERS = ("grpo", "rloo", "ppo")
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    argv: tuple[str, ...]  # the whole command, as typed
+    launcher: str  # python | accelerate | trl | torchrun
+    cwd: str  # the folder it runs in (the doctor's own)
+    script: str | None = None  # the training script, when the command names it directly (python and -m aside)
+    module: str | None = None  # `python -m MODULE`
+    script_args: tuple[str, ...] = ()  # for `python`: what follows the script or module
+
+    @property
+    def text(self) -> str:
+        import shlex
+
+        return " ".join(shlex.quote(a) for a in self.argv)
+
+    def to_json(self) -> dict:
+        return {"argv": list(self.argv), "launcher": self.launcher, "cwd": self.cwd, "script": self.script,
+                "module": self.module, "script_args": list(self.script_args)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LaunchCommand":
+        return cls(tuple(data["argv"]), data["launcher"], data["cwd"], data.get("script"), data.get("module"),
+                   tuple(data.get("script_args") or ()))
+
+
+def is_launch_command(target: tuple[str, ...]) -> bool:
+    """Whether `trl-doctor check TARGET...` names a command rather than one config file."""
+    if len(target) != 1:
+        return True
+    return target[0].endswith(".py") or _launcher(target[0]) is not None
+
+
+def _launcher(word: str) -> str | None:
+    name = os.path.basename(word)
+    if re.fullmatch(r"python(\d+(\.\d+)?)?", name):
+        return "python"
+    return name if name in ("accelerate", "trl", "torchrun") else None
+
+
+def parse_command(target: tuple[str, ...], cwd: str | None = None) -> LaunchCommand:
+    """The command's launcher and, for `python`, its script or module; InputError for what cannot run."""
+    argv = tuple(target)
+    cwd = cwd or os.getcwd()
+    if not argv:
+        raise InputError("no launch command after `--`")
+    if argv[0].endswith(".py"):  # `trl-doctor check -- train.py ARGS`: run as `python train.py ARGS`
+        argv = ("python",) + argv
+    launcher = _launcher(argv[0])
+    if launcher is None:
+        raise InputError(f"{argv[0]}: not a launcher trl-doctor can run (python, accelerate launch, trl, torchrun)")
+    if launcher == "python":
+        return _python(argv, cwd)
+    if launcher == "accelerate":
+        if len(argv) < 3 or argv[1] != "launch":
+            raise InputError(f"{' '.join(argv[:2])}: only `accelerate launch [OPTIONS] SCRIPT [ARGS]` starts a job")
+        return LaunchCommand(argv, "accelerate", cwd)
+    if launcher == "trl":
+        if len(argv) < 2 or argv[1] not in TRL_TRAINERS:
+            got = argv[1] if len(argv) > 1 else "nothing"
+            raise InputError(f"trl {got}: trl-doctor checks `trl {'|'.join(TRL_TRAINERS)} ...` (the RL trainers)")
+        return LaunchCommand(argv, "trl", cwd)
+    if len(argv) < 2:
+        raise InputError("torchrun: no training script")
+    return LaunchCommand(argv, "torchrun", cwd)
+
+
+def _python(argv: tuple[str, ...], cwd: str) -> LaunchCommand:
+    i = 1
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-m":
+        if argv[i] in ("-c", "-"):
+            raise InputError(f"{argv[0]} {argv[i]}: give the training script as a file (python train.py ...)")
+        i += 1 + (argv[i] in ("-W", "-X"))  # options of python's own that take a value
+    if i >= len(argv):
+        raise InputError(f"{' '.join(argv)}: no training script")
+    if argv[i] == "-m":
+        if i + 1 >= len(argv):
+            raise InputError(f"{' '.join(argv)}: -m names no module")
+        return LaunchCommand(argv, "python", cwd, module=argv[i + 1], script_args=argv[i + 2:])
+    return LaunchCommand(argv, "python", cwd, script=str(check_script(argv[i], cwd)), script_args=argv[i + 1:])
+
+
+def check_script(script: str, cwd: str) -> Path:
+    p = Path(script).expanduser()
+    p = p if p.is_absolute() else Path(cwd) / p
+    if not p.exists():
+        raise InputError(f"{script}: no such training script")
+    if p.is_dir():
+        raise InputError(f"{script}: is a folder, not a training script")
+    return p.resolve()

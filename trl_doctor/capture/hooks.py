@@ -1,0 +1,274 @@
+"""The hooks a training script runs under in the worker: they record what it builds and stop it at its trainer.
+
+- Trainer constructors (GRPO, RLOO, PPO / PPOv2 in whichever form the installed TRL has them; subclasses
+  reach them through `super().__init__`): the call's arguments are bound to the constructor's signature,
+  the script line that built the trainer is noted, and `TrainerBuilt` (a BaseException, so the script's
+  own `except Exception` cannot swallow it) ends the script before the trainer does any work.
+- TRL config constructors: the keyword arguments the script (or TRL's parser) passed are kept, since they are
+  what the user set; the defaults and what `__post_init__` derives are not.
+- `TrainingArguments.__post_init__`: settings this machine cannot honour but the launch machine will (bf16
+  and tf32 without a GPU) are let through and listed as relaxed, so the script reaches its trainer.
+- `PreTrainedModel.from_pretrained`: the model is built on the meta device from its config (structure and
+  shapes, no weights, no memory), unless `--load-weights`; the keywords it was loaded with are kept.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+_LIBRARY_ROOTS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+                                                     sysconfig.get_paths()["platlib"])})
+_DOCTOR_ROOT = os.path.realpath(os.path.dirname(os.path.dirname(__file__)))
+
+# from_pretrained keywords that decide how weights load, not what the config says
+_LOADER_KEYS = ("dtype", "torch_dtype", "attn_implementation", "device_map", "quantization_config", "low_cpu_mem_usage",
+                "revision", "cache_dir", "token", "use_auth_token", "local_files_only", "trust_remote_code",
+                "use_safetensors", "load_in_8bit", "load_in_4bit", "offload_folder", "offload_state_dict",
+                "max_memory", "subfolder", "variant", "force_download", "proxies", "_fast_init", "key_mapping",
+                "tp_plan", "weights_only", "use_kernels", "gguf_file", "adapter_kwargs", "adapter_name")
+
+
+class TrainerBuilt(BaseException):
+    """Raised inside the trainer's constructor once its arguments are recorded: the script stops there."""
+
+
+@dataclass
+class ModelLoad:
+    """One `from_pretrained` call the script made."""
+
+    cls_name: str
+    path: str
+    kwargs: dict[str, Any]
+    model: Any
+
+
+@dataclass
+class Recorder:
+    """What the hooks saw while the script ran."""
+
+    trainer_cls: type | None = None
+    trainer_kind: str | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    where: tuple[str, int] | None = None  # (file, line) of the script line that built the trainer
+    config_kwargs: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)  # id(config) -> (it, kwargs)
+    relaxed: dict[int, dict[str, tuple[Any, str]]] = field(default_factory=dict)  # id(config) -> {key: (set to, why)}
+    loads: list[ModelLoad] = field(default_factory=list)
+
+
+def is_user_file(filename: str) -> bool:
+    """A file of the user's (their script, their modules), not Python's, a package's, or the doctor's."""
+    if not filename or filename.startswith("<"):
+        return False
+    real = os.path.realpath(filename)
+    return not real.startswith(_LIBRARY_ROOTS) and not real.startswith(_DOCTOR_ROOT + os.sep)
+
+
+def user_frame(frame) -> tuple[str, int] | None:
+    """(file, line) of the innermost user frame at or above `frame`."""
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def trainer_classes() -> dict[type, str]:
+    """The installed TRL's RL trainer classes and their kind (grpo, rloo, ppo)."""
+    import importlib
+
+    from ..facts.trl import trainer_class
+
+    found: dict[type, str] = {}
+    for kind in ("grpo", "rloo", "ppo"):
+        cls = trainer_class(kind)
+        if cls is not None:
+            found.setdefault(cls, kind)
+    for module_name in ("trl", "trl.trainer", "trl.experimental.ppo"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        for name, kind in (("PPOv2Trainer", "ppo"), ("PPOTrainer", "ppo")):
+            try:
+                cls = getattr(module, name, None)
+            except Exception:  # a lazy module whose import fails with this transformers
+                cls = None
+            if isinstance(cls, type):
+                found.setdefault(cls, kind)
+    return found
+
+
+def config_classes() -> list[type]:
+    from ..facts.trl import config_class
+
+    out = []
+    for kind in ("grpo", "rloo", "ppo"):
+        cls = config_class(kind)
+        if cls is not None and cls not in out:
+            out.append(cls)
+    try:
+        import trl
+
+        v2 = getattr(trl, "PPOv2Config", None)
+        if isinstance(v2, type) and v2 not in out:
+            out.append(v2)
+    except ImportError:
+        pass
+    return out
+
+
+class Hooks:
+    """Install with `with Hooks(recorder, load_weights, has_cuda):`; everything is put back on exit."""
+
+    def __init__(self, recorder: Recorder, load_weights: bool = False, has_cuda: bool = False,
+                 trust_remote_code: bool = False):
+        self.recorder = recorder
+        self.load_weights = load_weights
+        self.has_cuda = has_cuda
+        self.trust_remote_code = trust_remote_code
+        self._undo: list[Callable[[], None]] = []
+
+    def __enter__(self) -> "Hooks":
+        for cls, kind in trainer_classes().items():
+            self._patch(cls, "__init__", self._trainer_init(cls.__init__, kind))
+        for cls in config_classes():
+            self._patch(cls, "__init__", self._config_init(cls.__init__))
+        from transformers import PreTrainedModel, TrainingArguments
+
+        self._patch(TrainingArguments, "__post_init__", self._post_init(TrainingArguments.__post_init__))
+        if not self.load_weights:
+            original = PreTrainedModel.__dict__["from_pretrained"].__func__
+            self._patch(PreTrainedModel, "from_pretrained", classmethod(self._from_pretrained(original)))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    def _patch(self, owner: type, name: str, value: Any) -> None:
+        had = name in owner.__dict__
+        old = owner.__dict__.get(name)
+        setattr(owner, name, value)
+        self._undo.append(lambda: setattr(owner, name, old) if had else delattr(owner, name))
+
+    # -- the trainer ---------------------------------------------------------------------------------------
+    def _trainer_init(self, original: Callable, kind: str) -> Callable:
+        recorder = self.recorder
+        signature = inspect.signature(original)
+
+        def __init__(trainer_self, *args: Any, **kwargs: Any) -> None:
+            bound = signature.bind_partial(trainer_self, *args, **kwargs)
+            arguments = dict(bound.arguments)
+            arguments.pop(next(iter(signature.parameters)), None)  # self
+            for name, param in signature.parameters.items():
+                if param.kind is inspect.Parameter.VAR_KEYWORD and name in arguments:
+                    arguments.update(arguments.pop(name))
+            recorder.trainer_cls = type(trainer_self)
+            recorder.trainer_kind = kind
+            recorder.arguments = arguments
+            recorder.where = _constructor_line(sys._getframe(1), trainer_self)
+            raise TrainerBuilt()
+
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]
+        return __init__
+
+    # -- TRL's config classes --------------------------------------------------------------------------------
+    def _config_init(self, original: Callable) -> Callable:
+        recorder = self.recorder
+
+        def __init__(config_self, *args: Any, **kwargs: Any) -> None:
+            recorder.config_kwargs[id(config_self)] = (config_self, dict(kwargs))
+            original(config_self, *args, **kwargs)
+
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]
+        return __init__
+
+    def _post_init(self, original: Callable) -> Callable:
+        recorder, has_cuda = self.recorder, self.has_cuda
+
+        def __post_init__(config_self) -> None:
+            relaxed: dict[str, tuple[Any, str]] = {}
+            if not has_cuda and not getattr(config_self, "use_cpu", False) and hasattr(config_self, "use_cpu"):
+                config_self.use_cpu = True
+                relaxed["use_cpu"] = (True, "set on this GPU-less machine so that TrainingArguments accepts the GPU "
+                                            "settings (bf16, fp16) the launch machine will use")
+            if not has_cuda and getattr(config_self, "tf32", None):
+                relaxed["tf32"] = (None, f"{config_self.tf32!r} kept aside: TrainingArguments refuses tf32 without an "
+                                         "Ampere GPU")
+                config_self.tf32 = None
+            original(config_self)
+            if relaxed:
+                recorder.relaxed[id(config_self)] = relaxed
+
+        __post_init__.__wrapped__ = original  # type: ignore[attr-defined]
+        return __post_init__
+
+    # -- models on the meta device ---------------------------------------------------------------------------
+    def _from_pretrained(self, original: Callable) -> Callable:
+        recorder, trust = self.recorder, self.trust_remote_code
+
+        def from_pretrained(cls, pretrained_model_name_or_path, *model_args: Any, **kwargs: Any):
+            model = meta_model(cls, pretrained_model_name_or_path, dict(kwargs), trust)
+            recorder.loads.append(ModelLoad(cls.__name__, str(pretrained_model_name_or_path),
+                                            {k: v for k, v in kwargs.items() if k != "config"}, model))
+            return model
+
+        return from_pretrained
+
+
+def _constructor_line(frame, trainer) -> tuple[str, int] | None:
+    """The script line that built the trainer: the first user frame outside the trainer's own constructors
+    (a subclass's `super().__init__` line is inside one)."""
+    while frame is not None:
+        if frame.f_locals.get("self") is not trainer and is_user_file(frame.f_code.co_filename):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def meta_model(cls, path, kwargs: dict[str, Any], trust_remote_code: bool):
+    """`cls.from_pretrained(path, **kwargs)` as structure only: the config as transformers reads it (keywords
+    such as num_labels applied), the model built on the meta device, in the dtype the script asked for."""
+    import torch
+    from transformers import GenerationConfig, PretrainedConfig
+
+    config = kwargs.pop("config", None)
+    loader = {k: kwargs.pop(k) for k in _LOADER_KEYS if k in kwargs}
+    trust = bool(loader.get("trust_remote_code")) and trust_remote_code
+    if not isinstance(config, PretrainedConfig):
+        config_cls = getattr(cls, "config_class", None) or PretrainedConfig
+        source = config if isinstance(config, (str, os.PathLike)) else path
+        from transformers import AutoConfig
+
+        reader = AutoConfig if config_cls is PretrainedConfig else config_cls
+        config, kwargs = reader.from_pretrained(str(source), return_unused_kwargs=True, trust_remote_code=trust,
+                                                **{k: loader[k] for k in ("revision", "subfolder") if k in loader},
+                                                **kwargs)
+    for key, value in kwargs.items():  # what transformers applies to the config from leftover keywords
+        if hasattr(config, key):
+            setattr(config, key, value)
+    with torch.device("meta"):
+        model = cls._from_config(config)
+    dtype = loader.get("dtype", loader.get("torch_dtype"))
+    if dtype == "auto":
+        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None)
+    if isinstance(dtype, torch.dtype):
+        model = model.to(dtype)
+    name = str(path)
+    model.config._name_or_path = name
+    model.name_or_path = name
+    folder = Path(name)
+    if (folder / "generation_config.json").is_file():
+        try:
+            model.generation_config = GenerationConfig.from_pretrained(name)
+        except Exception:
+            pass
+    return model

@@ -1,0 +1,269 @@
+"""Running the user's launch command in the worker, under the hooks, until it builds its trainer.
+
+Each launcher's own parser reads its own options: accelerate's `launch_command_parser`, torchrun's
+`get_args_parser`, and TRL's CLI itself (`trl grpo ...` runs `trl.cli.main`, whose call to accelerate's
+`launch_command` is served here: the script runs once, in this process, as the main process would). What the
+launcher says about the job (the process count, the accelerate config) becomes launch facts.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import runpy
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .._errors import InputError
+from .command import LaunchCommand, check_script
+from .hooks import Hooks, Recorder, TrainerBuilt, is_user_file, user_frame
+
+
+@dataclass
+class Launched:
+    """How the launcher starts the training script."""
+
+    script: str | None
+    module: str | None
+    args: list[str]
+    processes: int | None = None
+    processes_from: str | None = None
+    accelerate_config: str | None = None  # the file `accelerate launch` reads (--config_file), when named
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.script) if self.script else f"-m {self.module}"
+
+
+@dataclass
+class Captured:
+    command: LaunchCommand
+    launched: Launched
+    recorder: Recorder
+
+
+def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_cuda: bool, trust_remote_code: bool,
+            verbose: bool = False, on_timeout: Callable[[str], None] | None = None) -> Captured:
+    """Run `command` until it builds a TRL trainer; InputError (exit 2) when it fails, ends or hangs first."""
+    recorder = Recorder()
+    seen: dict[str, Launched] = {}
+
+    def run_script(launched: Launched) -> None:
+        seen["launched"] = launched
+        _run_script(launched)
+
+    tail = _Tail()
+    watchdog = _Watchdog(timeout, command, seen, on_timeout)
+    old_cwd, old_argv, old_path = os.getcwd(), sys.argv[:], sys.path[:]
+    os.chdir(command.cwd)
+    try:
+        with Hooks(recorder, load_weights=load_weights, has_cuda=has_cuda, trust_remote_code=trust_remote_code), \
+                _stderr_to(tail), watchdog:
+            _launch(command, run_script)
+    except TrainerBuilt:
+        return Captured(command, seen["launched"], recorder)
+    except SystemExit as exc:
+        code = exc.code
+        if code in (None, 0):
+            raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
+                             "(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass)") from None
+        raise InputError(f"{_shown(command, seen)} exited with status {code} before constructing a TRL trainer"
+                         f"{_where(exc)}{tail.last_line()}") from None
+    except InputError:
+        raise
+    except BaseException as exc:
+        message = f"{_shown(command, seen)} failed before constructing a TRL trainer: {type(exc).__name__}: " \
+                  f"{_one_line(exc)}{_where(exc)}"
+        if verbose:
+            message += "\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+        raise InputError(message) from None
+    finally:
+        os.chdir(old_cwd)
+        sys.argv[:] = old_argv
+        sys.path[:] = old_path
+    raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
+                     "(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass)")
+
+
+# -- the launchers -----------------------------------------------------------------------------------------------
+
+def _launch(command: LaunchCommand, run_script: Callable[[Launched], None]) -> None:
+    argv = list(command.argv)
+    if command.launcher == "python":
+        run_script(Launched(command.script, command.module, list(command.script_args)))
+    elif command.launcher == "accelerate":
+        from accelerate.commands.launch import launch_command_parser
+
+        run_script(from_accelerate(_parse(launch_command_parser(), argv[2:], "accelerate launch"), command.cwd))
+    elif command.launcher == "torchrun":
+        from torch.distributed.run import get_args_parser
+
+        run_script(_from_torchrun(_parse(get_args_parser(), argv[1:], "torchrun"), command.cwd))
+    else:
+        _trl_cli(argv, lambda ns: run_script(from_accelerate(ns, command.cwd, via=f"trl {argv[1]}")))
+
+
+def _parse(parser, argv: list[str], name: str):
+    try:
+        return parser.parse_args(argv)
+    except SystemExit:
+        raise InputError(f"{name}: cannot parse its options: {' '.join(argv)}") from None
+
+
+def from_accelerate(ns: Any, cwd: str, via: str = "accelerate launch") -> Launched:
+    script = ns.training_script
+    module = script if getattr(ns, "module", False) else None
+    if module is None:
+        script = str(check_script(script, cwd))
+    launched = Launched(None if module else script, module, list(ns.training_script_args or []))
+    if getattr(ns, "num_processes", None):
+        launched.processes = int(ns.num_processes)
+        launched.processes_from = f"{via} --num_processes {ns.num_processes}"
+    if getattr(ns, "config_file", None):
+        path = Path(ns.config_file).expanduser()
+        launched.accelerate_config = str(path if path.is_absolute() else Path(cwd) / path)
+    flags = [f"--{k} {getattr(ns, k)}" for k in ("mixed_precision", "zero_stage", "num_machines")
+             if getattr(ns, k, None) not in (None, "no", 1)]
+    flags += [f"--{k}" for k in ("use_deepspeed", "use_fsdp", "multi_gpu", "cpu") if getattr(ns, k, False)]
+    if flags:
+        launched.notes.append(f"{via} flags not read by the doctor (set them in the accelerate config to have them "
+                              f"judged): {' '.join(flags)}")
+    return launched
+
+
+def _from_torchrun(ns: Any, cwd: str) -> Launched:
+    module = ns.training_script if ns.module else None
+    script = None if module else str(check_script(ns.training_script, cwd))
+    launched = Launched(script, module, list(ns.training_script_args or []))
+    per_node = str(ns.nproc_per_node)
+    nodes = str(ns.nnodes).split(":")[-1]
+    if per_node.isdigit() and nodes.isdigit():
+        launched.processes = int(per_node) * int(nodes)
+        launched.processes_from = f"torchrun --nproc_per_node {per_node} --nnodes {ns.nnodes}"
+    return launched
+
+
+def _trl_cli(argv: list[str], launch: Callable[[Any], None]) -> None:
+    """`trl grpo ARGS` through TRL's own CLI, whatever the installed release does with ARGS; its hand-over to
+    `accelerate launch` runs the script here instead of in new processes."""
+    import importlib
+
+    import accelerate.commands.launch as accelerate_launch
+
+    for name in [m for m in sys.modules if m == "trl.cli" or m.startswith("trl.cli.")]:
+        del sys.modules[name]  # its functions bind accelerate's launch_command when they are defined
+    original = accelerate_launch.launch_command
+    accelerate_launch.launch_command = launch
+    try:
+        cli = importlib.import_module("trl.cli")
+        sys.argv[:] = ["trl", *argv[1:]]
+        cli.main()
+    finally:
+        accelerate_launch.launch_command = original
+        for name in [m for m in sys.modules if m == "trl.cli" or m.startswith("trl.cli.")]:
+            del sys.modules[name]
+
+
+def _run_script(launched: Launched) -> None:
+    if launched.module:
+        sys.argv[:] = [launched.module, *launched.args]
+        runpy.run_module(launched.module, run_name="__main__", alter_sys=True)
+        return
+    script = launched.script or ""
+    sys.argv[:] = [script, *launched.args]
+    sys.path.insert(0, os.path.dirname(script))
+    runpy.run_path(script, run_name="__main__")
+
+
+# -- reporting what went wrong ------------------------------------------------------------------------------
+
+def _shown(command: LaunchCommand, seen: dict) -> str:
+    launched = seen.get("launched")
+    if launched is not None:
+        return launched.name
+    return os.path.basename(command.script) if command.script else " ".join(command.argv[:2])
+
+
+def _where(exc: BaseException) -> str:
+    """` (at train.py:12)`: the innermost frame of the user's own files in the exception's traceback."""
+    tb, found = exc.__traceback__, None
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return f" (at {found[0]}:{found[1]})" if found else ""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class _Tail(io.TextIOBase):
+    """What the script wrote to stderr, passed on, with its last lines kept (argparse's error, say)."""
+
+    def __init__(self):
+        self.target = sys.stderr
+        self.kept = ""
+
+    def write(self, text: str) -> int:
+        self.kept = (self.kept + text)[-4000:]
+        try:
+            return self.target.write(text)
+        except Exception:
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.target.flush()
+        except Exception:
+            pass
+
+    def last_line(self) -> str:
+        lines = [line.strip() for line in self.kept.splitlines() if line.strip()]
+        return f": {lines[-1]}" if lines else ""
+
+
+class _stderr_to:
+    def __init__(self, tail: _Tail):
+        self.tail = tail
+
+    def __enter__(self):
+        self.old = sys.stderr
+        self.tail.target = self.old
+        sys.stderr = self.tail
+
+    def __exit__(self, *exc):
+        sys.stderr = self.old
+
+
+class _Watchdog:
+    """Ends a script that has not built its trainer within `timeout` seconds, naming where it was."""
+
+    def __init__(self, timeout: float, command: LaunchCommand, seen: dict, on_timeout: Callable[[str], None] | None):
+        self.timeout, self.command, self.seen, self.on_timeout = timeout, command, seen, on_timeout
+        self.stop = threading.Event()
+        self.main = threading.get_ident()
+
+    def __enter__(self):
+        threading.Thread(target=self._watch, daemon=True, name="trl-doctor-capture-watchdog").start()
+
+    def __exit__(self, *exc):
+        self.stop.set()
+
+    def _watch(self) -> None:
+        if self.stop.wait(self.timeout):
+            return
+        frame = sys._current_frames().get(self.main)
+        where = user_frame(frame) if frame is not None else None
+        at = f"; it was at {where[0]}:{where[1]}" if where else ""
+        message = (f"{_shown(self.command, self.seen)} did not construct a TRL trainer within {self.timeout:g}s "
+                   f"(--script-timeout){at}")
+        if self.on_timeout is not None:
+            self.on_timeout(message)
+        os._exit(2)

@@ -1,0 +1,241 @@
+"""What the script built, turned into the check's config and live objects.
+
+The rules read a `DoctorConfig` (the trainer, its keys, the model and tokenizer folders, reward function names)
+and the context's artifacts. For a launch command the keys are the ones the script set on TRL's config object
+(as TRL's parser typed them), plus the keys TRL's own scripts use for what the script passed as objects (the
+model's folder, `reward_model_path`, `value_model_path`, the LoRA settings); the artifacts are the live objects
+(the tokenizer with the script's added tokens and pad token, the dataset as the script prepared it, the model's
+structure, the reward callables).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from .._config import DoctorConfig, resolve_artifact
+from .._context import Live
+from .._errors import InputError
+from .run import Captured
+
+_CONFIG_KEYWORDS = ("args", "config")  # TRL's config object: `args`, or `config` in old PPO/RLOO
+_POLICY_KEYWORDS = ("model", "policy")
+_REF_KEYWORDS = ("ref_model", "ref_policy")
+_TOKENIZER_KEYWORDS = ("processing_class", "tokenizer")
+
+
+def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
+    rec = captured.recorder
+    arguments = rec.arguments
+    cwd = Path(captured.command.cwd)
+    shown = captured.launched.name
+    args = _first(arguments, _CONFIG_KEYWORDS)
+    raw: dict[str, Any] = {}
+    recipe = _recipe(captured.launched.args, cwd)
+    recipe_keys = _recipe_keys(recipe)
+    set_keys, relaxed = _config_keys(rec, args, set(recipe_keys) | _flags(captured.launched.args))
+    raw.update(set_keys)
+
+    model = _first(arguments, _POLICY_KEYWORDS)
+    model_path = _model_path(model)
+    if model_path is None:
+        raise InputError(f"{shown}: the trainer got a model trl-doctor cannot place on disk ({type(model).__name__})")
+    raw["model_name_or_path"] = _absolute(model_path, cwd)
+    if not isinstance(model, str):
+        init = _init_kwargs(rec, model)
+        if init and not raw.get("model_init_kwargs"):
+            raw["model_init_kwargs"] = init
+    tokenizer = _first(arguments, _TOKENIZER_KEYWORDS)
+    tok_path = getattr(tokenizer, "name_or_path", None) if tokenizer is not None else None
+    if tok_path and _absolute(tok_path, cwd) != raw["model_name_or_path"]:
+        raw["tokenizer_name_or_path"] = _absolute(tok_path, cwd)
+
+    rewards = _rewards(arguments.get("reward_funcs"), cwd, raw)
+    for key, names in (("reward_model_path", ("reward_model",)), ("value_model_path", ("value_model",)),
+                       ("sft_model_path", _REF_KEYWORDS)):
+        path = _model_path(_first(arguments, names))
+        if path is not None:
+            raw[key] = _absolute(path, cwd)
+    raw.update(_peft_keys(arguments.get("peft_config"), model))
+    if captured.launched.accelerate_config:
+        raw["accelerate_config"] = captured.launched.accelerate_config
+
+    where = rec.where
+    path = recipe or Path(captured.launched.script or (where[0] if where else cwd / "script"))
+    model_artifact = resolve_artifact(raw["model_name_or_path"], cwd, shown, "model", need="config.json")
+    tok_artifact = model_artifact if "tokenizer_name_or_path" not in raw else \
+        resolve_artifact(raw["tokenizer_name_or_path"], cwd, shown, "processing_class", need="tokenizer_config.json")
+    fmt = "json" if path.suffix.lower() == ".json" else ("yaml" if recipe else "script")
+    cfg = DoctorConfig(path, fmt, raw, rec.trainer_kind or "grpo", False, model_artifact, tok_artifact,
+                       _added_tokens(tokenizer, tok_artifact.path), rewards)
+    live = Live(
+        command=captured.command.text, script=captured.launched.script, where=where, trainer_cls=rec.trainer_cls,
+        args=args, tokenizer=tokenizer, model=None if isinstance(model, str) else model,
+        dataset=arguments.get("train_dataset"), relaxed=relaxed, recipe=str(recipe) if recipe else None,
+        recipe_keys=recipe_keys, processes=captured.launched.processes,
+        processes_from=captured.launched.processes_from, notes=tuple(captured.launched.notes),
+    )
+    return cfg, live
+
+
+def _first(arguments: dict, names) -> Any:
+    return next((arguments[n] for n in names if arguments.get(n) is not None), None)
+
+
+def _config_keys(rec, args, explicit: set[str]) -> tuple[dict[str, Any], dict[str, tuple[Any, str]]]:
+    """The keys the script set on TRL's config object: of the keywords its constructor got (TRL's parser passes
+    every field), those that differ from the field's default or that the recipe sets; for a config class of the
+    script's own, its fields as built. The keys relaxed for this machine are reported, not kept."""
+    if args is None:
+        return {}, {}
+    relaxed = dict(rec.relaxed.get(id(args), {}))
+    recorded = rec.config_kwargs.get(id(args))
+    given = dict(recorded[1]) if recorded is not None and recorded[0] is args else \
+        {f.name: getattr(args, f.name, None) for f in dataclasses.fields(args) if f.init}
+    keys = {}
+    for f in dataclasses.fields(args):
+        if f.init and f.name in given and (f.name in explicit or _differs(given[f.name], f)):
+            keys[f.name] = given[f.name]
+    if "use_cpu" in relaxed:
+        keys.pop("use_cpu", None)
+    return {k: _plain(v) for k, v in keys.items()}, relaxed
+
+
+def _differs(value: Any, f: dataclasses.Field) -> bool:
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        default = f.default_factory()  # type: ignore[misc]
+    else:
+        return True
+    try:
+        return bool(_plain(value) != _plain(default))
+    except Exception:  # an object without a usable ==
+        return value is not default
+
+
+def _plain(value: Any) -> Any:
+    """Enum values as their strings (TRL's parser gives SchedulerType and friends), containers walked."""
+    import enum
+
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _model_path(model: Any) -> str | None:
+    if model is None:
+        return None
+    if isinstance(model, (str, os.PathLike)):
+        return str(model)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    name = getattr(base, "name_or_path", None) or getattr(getattr(base, "config", None), "_name_or_path", None)
+    return str(name) if name else None
+
+
+def _absolute(ref: str, cwd: Path) -> str:
+    p = Path(ref).expanduser()
+    q = p if p.is_absolute() else cwd / p
+    return str(q.resolve()) if q.exists() else ref  # a hub id stays one
+
+
+def _init_kwargs(rec, model) -> dict[str, Any]:
+    """The dtype and attention the script loaded the policy with, as `model_init_kwargs` says them."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for load in rec.loads:
+        if load.model is base:
+            out = {}
+            for key in ("dtype", "torch_dtype", "attn_implementation"):
+                if load.kwargs.get(key) is not None:
+                    value = load.kwargs[key]
+                    out[key] = str(value).replace("torch.", "") if not isinstance(value, str) else value
+            return out
+    return {}
+
+
+def _rewards(value: Any, cwd: Path, raw: dict) -> list[str]:
+    """Reward functions as names the facts layer resolves (live callables registered under theirs); a reward
+    model (a path or a model) becomes `reward_model_name_or_path`, as in TRL's GRPO script."""
+    from ..facts.rewards import register_live
+
+    names = []
+    for item in value if isinstance(value, (list, tuple)) else ([value] if value is not None else []):
+        if isinstance(item, str):
+            if Path(cwd, item).is_dir() or Path(item).is_dir():
+                raw["reward_model_name_or_path"] = _absolute(item, cwd)
+            else:
+                names.append(item)
+        elif hasattr(item, "config") and hasattr(item, "forward"):
+            path = _model_path(item)
+            if path:
+                raw["reward_model_name_or_path"] = _absolute(path, cwd)
+        elif callable(item):
+            names.append(register_live(item))
+    if names:
+        raw["reward_funcs"] = list(names)
+    return names
+
+
+def _peft_keys(peft_config: Any, model: Any) -> dict[str, Any]:
+    """A LoraConfig (given, or already applied to the model) as TRL's `use_peft` / `lora_*` keys."""
+    if peft_config is None and hasattr(model, "peft_config"):
+        peft_config = next(iter(model.peft_config.values()), None)
+    if peft_config is None:
+        return {}
+    out: dict[str, Any] = {"use_peft": True}
+    for key, attr in (("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_dropout", "lora_dropout"),
+                      ("lora_target_modules", "target_modules"), ("lora_modules_to_save", "modules_to_save"),
+                      ("lora_task_type", "task_type")):
+        value = getattr(peft_config, attr, None)
+        if value is not None:
+            out[key] = sorted(value) if isinstance(value, (set, frozenset)) else _plain(value)
+    return out
+
+
+def _added_tokens(tokenizer: Any, folder: Path) -> list[str]:
+    """Tokens the script added to the tokenizer that its folder does not have."""
+    if tokenizer is None or not hasattr(tokenizer, "get_added_vocab"):
+        return []
+    from transformers import AutoTokenizer
+
+    try:
+        disk = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception:
+        return []
+    known = set(disk.get_vocab())
+    return [t for t in tokenizer.get_added_vocab() if t not in known]
+
+
+def _recipe(args: list[str], cwd: Path) -> Path | None:
+    """The config file the script was given (`--config FILE`, TRL's parser's convention)."""
+    for i, arg in enumerate(args):
+        value = args[i + 1] if arg == "--config" and i + 1 < len(args) else (
+            arg.split("=", 1)[1] if arg.startswith("--config=") else None)
+        if value:
+            p = Path(value).expanduser()
+            p = p if p.is_absolute() else cwd / p
+            if p.is_file():
+                return p.resolve()
+    return None
+
+
+def _flags(args: list[str]) -> set[str]:
+    """The `--key` names on the script's command line."""
+    return {a[2:].split("=", 1)[0].replace("-", "_") for a in args if a.startswith("--")}
+
+
+def _recipe_keys(recipe: Path | None) -> tuple[str, ...]:
+    if recipe is None:
+        return ()
+    from .._config import load_raw
+
+    try:
+        return tuple(load_raw(recipe))
+    except InputError:
+        return ()
