@@ -43,7 +43,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trl_doctor import fail, manual, passed, rule, warn
+from trl_doctor import Location, fail, manual, passed, rule, warn
+from trl_doctor.facts.launch import launch
 from trl_doctor.facts.versions import (  # the pure core, testable with injected versions
     WATCHED,
     installed_requirements,
@@ -60,6 +61,28 @@ def config_facts(ctx) -> dict[str, Any]:
     facts = dict(ctx.config.raw)
     facts["trainer"] = ctx.trainer
     return facts
+
+
+def _launch_packages(ctx, installed: dict[str, Any]):
+    """The accelerate config the job launches with names DeepSpeed: `accelerate launch` stops at once without the
+    package. A fail where GPUs are visible (this looks like the launch machine), a warn elsewhere."""
+    acc = launch(ctx).accelerate
+    if acc is None or not ((acc.distributed_type or "").upper() == "DEEPSPEED" or acc.deepspeed is not None):
+        return
+    if installed.get("deepspeed") is not None:
+        return
+    from trl_doctor.facts.launch import package_version
+
+    if package_version("deepspeed") is not None:
+        return
+    stage = acc.deepspeed.zero_stage if acc.deepspeed is not None else None
+    here = launch(ctx).gpus
+    verdict = fail if here else warn
+    where = "" if here else " (no GPU here: if this is not the training machine, check that one has it)"
+    yield verdict(f"{acc.named_by} ({acc.path}) launches with DeepSpeed{f' ZeRO-{stage}' if stage is not None else ''} "
+                  f"but the deepspeed package is not installed: accelerate launch stops at start-up{where}",
+                  manual("pip install deepspeed (trl[deepspeed] pins the range TRL supports)"),
+                  location=Location(str(acc.path), "distributed_type"), **{"accelerate config": str(acc.path)})
 
 
 @rule(
@@ -88,6 +111,9 @@ def check(ctx):
             for f in explained
         ]
     found = False
+    for finding in _launch_packages(ctx, installed):
+        found = True
+        yield finding
     for f in violations + [i for i in issues if i.status != "info"]:
         found = True
         details = {**f.details, **common}

@@ -115,8 +115,8 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
             target = _Target(launch.script or launch.cwd, "?", launch.text)
 
             def captured(info: dict) -> None:
-                target.path, target.trainer, target.launch = info.get("constructed_at", "").rsplit(":", 1)[0] or \
-                    target.path, info["trainer"], info
+                target.path = (info.get("constructed_at") or "").rsplit(":", 1)[0] or target.path
+                target.trainer, target.launch = info["trainer"], info
                 if stream is not None:
                     stream.start(target)
 

@@ -59,6 +59,7 @@ class Live:
     processes: int | None = None  # training processes the launcher starts, when it says
     processes_from: str | None = None
     notes: tuple[str, ...] = ()  # what the launcher sets that the doctor does not read
+    batch_note: tuple[str, str] | None = None  # ("launch" | "refused", TRL's error) when the batch sizes were relaxed
 
 
 @dataclass
@@ -207,10 +208,7 @@ class Context:
         from .facts.trl import config_class, script_fields
 
         if self.live is not None and self.live.args is not None:
-            args = self.live.args
-            return TrainerConfigInfo(type(args).__name__, self.version("trl") or "not installed", config=args,
-                                     passed_keys=sorted(k for k in self.config.raw if hasattr(args, k)),
-                                     injected={k: v for k, (v, _) in self.live.relaxed.items()})
+            return self._live_config_info(self.live)
 
         trl_version = self.version("trl") or "not installed"
         cls = config_class(self.trainer)
@@ -248,6 +246,25 @@ class Context:
         except Exception as exc:  # TRL's __post_init__ raises ValueError, TypeError, ImportError...
             info.error = f"{type(exc).__name__}: {_one_line(exc)}"
             self._build_for_the_launch(cls, kwargs, info)
+        return info
+
+    def _live_config_info(self, live: Live) -> TrainerConfigInfo:
+        """The config object the script built, as the file view would have built it: at the launch's process
+        count (with a note) when TRL refuses the batch at one process, and rejected when it refuses it there too."""
+        args = live.args
+        info = TrainerConfigInfo(type(args).__name__, self.version("trl") or "not installed", config=args,
+                                 passed_keys=sorted(k for k in self.config.raw if hasattr(args, k)),
+                                 injected={k: v for k, (v, _) in live.relaxed.items()
+                                           if k != "per_device_train_batch_size"})
+        if live.batch_note is not None:
+            kind, error = live.batch_note
+            if kind == "launch":
+                from .facts.launch import launch
+
+                info.launch_note = (f"built with the global batch of the launch's {launch(self).processes} processes "
+                                    f"seen from one process; at 1 process TRL says: ValueError: {error}")
+            else:
+                info.config, info.error = None, f"ValueError: {error}"
         return info
 
     def _build_for_the_launch(self, cls, kwargs: dict, info: TrainerConfigInfo) -> None:

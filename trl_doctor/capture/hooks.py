@@ -59,6 +59,9 @@ class Recorder:
     config_kwargs: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)  # id(config) -> (it, kwargs)
     relaxed: dict[int, dict[str, tuple[Any, str]]] = field(default_factory=dict)  # id(config) -> {key: (set to, why)}
     loads: list[ModelLoad] = field(default_factory=list)
+    # id(config) -> ("launch", TRL's error at 1 process) when built at the launch's process count, or ("refused",
+    # TRL's error) when TRL refuses the batch sizes at the launch too
+    batch_notes: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 def is_user_file(filename: str) -> bool:
@@ -132,6 +135,7 @@ class Hooks:
         self.load_weights = load_weights
         self.has_cuda = has_cuda
         self.trust_remote_code = trust_remote_code
+        self.processes = 1  # the launch's training processes, once the launcher has said
         self._undo: list[Callable[[], None]] = []
 
     def __enter__(self) -> "Hooks":
@@ -184,7 +188,19 @@ class Hooks:
 
         def __init__(config_self, *args: Any, **kwargs: Any) -> None:
             recorder.config_kwargs[id(config_self)] = (config_self, dict(kwargs))
-            original(config_self, *args, **kwargs)
+            try:
+                original(config_self, *args, **kwargs)
+            except ValueError as exc:
+                for kind, built_with, why in self._batch_candidates(kwargs, exc):
+                    try:
+                        original(config_self, *args, **built_with)
+                    except ValueError:
+                        continue
+                    relaxed = recorder.relaxed.setdefault(id(config_self), {})
+                    relaxed["per_device_train_batch_size"] = (built_with.get("per_device_train_batch_size"), why)
+                    recorder.batch_notes[id(config_self)] = (kind, str(exc))
+                    return
+                raise
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]
         return __init__
@@ -209,6 +225,28 @@ class Hooks:
         __post_init__.__wrapped__ = original  # type: ignore[attr-defined]
         return __post_init__
 
+    def _batch_candidates(self, kwargs: dict[str, Any], exc: ValueError):
+        """TRL checks the batch arithmetic in the config, against the one process the script runs in here. So
+        that the script reaches its trainer, build the config once more: first with the launch's global batch
+        seen from one process (for a launch of N processes), then with a batch that divides (the arithmetic as
+        written is then batch-geometry's to judge, at the launch's process count). (kwargs, why) pairs."""
+        from ..facts.launch import is_geometry_error
+
+        if not is_geometry_error(str(exc)):
+            return
+        if self.processes > 1:
+            scaled = dict(kwargs)
+            for key in ("per_device_train_batch_size", "per_device_eval_batch_size"):
+                if isinstance(scaled.get(key, 8), int):
+                    scaled[key] = scaled.get(key, 8) * self.processes
+            yield "launch", scaled, (f"built with the global batch of the launch's {self.processes} processes seen from one "
+                           f"process; at 1 process TRL says: {exc}")
+        generations = kwargs.get("num_generations") or kwargs.get("rloo_k") or 2
+        divides = {k: v for k, v in kwargs.items() if k not in ("generation_batch_size", "steps_per_generation")}
+        divides.update(per_device_train_batch_size=generations, per_device_eval_batch_size=generations)
+        yield "refused", divides, (f"TRL refuses the batch sizes as written ({exc}); built with per_device_train_batch_size="
+                        f"{generations} so the script reaches its trainer: batch-geometry judges the real ones")
+
     # -- models on the meta device ---------------------------------------------------------------------------
     def _from_pretrained(self, original: Callable) -> Callable:
         recorder, trust = self.recorder, self.trust_remote_code
@@ -224,12 +262,17 @@ class Hooks:
 
 def _constructor_line(frame, trainer) -> tuple[str, int] | None:
     """The script line that built the trainer: the first user frame outside the trainer's own constructors
-    (a subclass's `super().__init__` line is inside one)."""
+    (a subclass's `super().__init__` line is inside one), else the first frame outside them at all."""
+    first = None  # TRL's own scripts (`trl grpo`) live in site-packages: the script line there, then
     while frame is not None:
-        if frame.f_locals.get("self") is not trainer and is_user_file(frame.f_code.co_filename):
-            return frame.f_code.co_filename, frame.f_lineno
+        name = frame.f_code.co_filename
+        if frame.f_locals.get("self") is not trainer and not name.startswith("<"):
+            if is_user_file(name):
+                return name, frame.f_lineno
+            if first is None and not os.path.realpath(name).startswith(_DOCTOR_ROOT + os.sep):
+                first = (name, frame.f_lineno)
         frame = frame.f_back
-    return None
+    return first
 
 
 def meta_model(cls, path, kwargs: dict[str, Any], trust_remote_code: bool):

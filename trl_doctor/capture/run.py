@@ -53,8 +53,11 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
     recorder = Recorder()
     seen: dict[str, Launched] = {}
 
+    hooks = Hooks(recorder, load_weights=load_weights, has_cuda=has_cuda, trust_remote_code=trust_remote_code)
+
     def run_script(launched: Launched) -> None:
         seen["launched"] = launched
+        hooks.processes = _processes(launched)
         _run_script(launched)
 
     tail = _Tail()
@@ -62,8 +65,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
     old_cwd, old_argv, old_path = os.getcwd(), sys.argv[:], sys.path[:]
     os.chdir(command.cwd)
     try:
-        with Hooks(recorder, load_weights=load_weights, has_cuda=has_cuda, trust_remote_code=trust_remote_code), \
-                _stderr_to(tail), watchdog:
+        with hooks, _stderr_to(tail), watchdog:
             _launch(command, run_script)
     except TrainerBuilt:
         return Captured(command, seen["launched"], recorder)
@@ -167,6 +169,17 @@ def _trl_cli(argv: list[str], launch: Callable[[Any], None]) -> None:
         accelerate_launch.launch_command = original
         for name in [m for m in sys.modules if m == "trl.cli" or m.startswith("trl.cli.")]:
             del sys.modules[name]
+
+
+def _processes(launched: Launched) -> int:
+    """The launch's training processes as far as the launcher says: its flag, else its accelerate config."""
+    if launched.processes:
+        return launched.processes
+    if launched.accelerate_config:
+        from ..facts.launch import read_accelerate_config
+
+        return read_accelerate_config(Path(launched.accelerate_config), "--config_file").num_processes or 1
+    return 1
 
 
 def _run_script(launched: Launched) -> None:

@@ -76,6 +76,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         dataset=arguments.get("train_dataset"), relaxed=relaxed, recipe=str(recipe) if recipe else None,
         recipe_keys=recipe_keys, processes=captured.launched.processes,
         processes_from=captured.launched.processes_from, notes=tuple(captured.launched.notes),
+        batch_note=rec.batch_notes.get(id(args)) if args is not None else None,
     )
     return cfg, live
 
