@@ -96,6 +96,11 @@ def check(ctx):
         yield from findings
         yield fail(f"the dataset {_where(ctx)} has no rows", **details)
         return
+    if "prompt" not in columns and ctx.trainer == "ppo" and ctx.live is not None and "input_ids" in columns:
+        # a launch command's PPO script tokenized the prompts itself: PPOTrainer reads `input_ids` as they are
+        yield from findings
+        yield passed(f"{total} rows of `input_ids`, tokenized by the script as PPOTrainer reads them", **details)
+        return
     if "prompt" not in columns:
         near = [c for c in CANDIDATES if c in columns]
         hint = (f"rename `{near[0]}` to `prompt`" if near else "add a `prompt` column") + \
@@ -446,6 +451,8 @@ def _streaming(ctx, details: dict):
 
 def _where(ctx) -> str:
     cfg = ctx.config
+    if ctx.live is not None:
+        return f"train_dataset from {ctx.live.command}"
     return str(cfg.dataset_file or cfg.dataset_dir or cfg.get("dataset_name"))
 
 

@@ -10,7 +10,21 @@ from ._registry import Rule, rule
 from ._types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
 from ._version import __version__
 
+
+def __getattr__(name: str):
+    """The Python API, imported on first use: `check`, `Report` and `DoctorCallback`."""
+    if name in ("check", "Report"):
+        from . import _api
+
+        return getattr(_api, name)
+    if name == "DoctorCallback":
+        from ._callback import DoctorCallback
+
+        return DoctorCallback
+    raise AttributeError(f"module 'trl_doctor' has no attribute {name!r}")
+
+
 __all__ = [
     "Context", "Options", "InputError", "Unavailable", "Rule", "rule", "DELETE", "Edit", "Finding", "Fix",
-    "Status", "Location", "fail", "manual", "passed", "skip", "warn", "__version__",
+    "Status", "Location", "fail", "manual", "passed", "skip", "warn", "__version__", "check", "Report", "DoctorCallback",
 ]

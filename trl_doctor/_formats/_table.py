@@ -50,8 +50,8 @@ def launch_lines(launch: dict | None) -> list[str]:
     """What a launch command's check judged: the trainer the script built, where, and what was let through."""
     if not launch:
         return []
-    lines = [f"captured: {launch.get('trainer_class')} constructed at {launch.get('constructed_at')}"
-             + (f", config {launch['recipe']}" if launch.get("recipe") else "")]
+    where = f"constructed at {launch['constructed_at']}" if launch.get("constructed_at") else "checked in the running job"
+    lines = [f"captured: {launch.get('trainer_class')} {where}" + (f", config {launch['recipe']}" if launch.get("recipe") else "")]
     lines += [f"relaxed on this machine: {key}: {why}" for key, why in (launch.get("relaxed") or {}).items()]
     lines += [f"note: {note}" for note in launch.get("notes") or ()]
     return lines

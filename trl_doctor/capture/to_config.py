@@ -93,15 +93,34 @@ def _config_keys(rec, args, explicit: set[str]) -> tuple[dict[str, Any], dict[st
         return {}, {}
     relaxed = dict(rec.relaxed.get(id(args), {}))
     recorded = rec.config_kwargs.get(id(args))
-    given = dict(recorded[1]) if recorded is not None and recorded[0] is args else \
-        {f.name: getattr(args, f.name, None) for f in dataclasses.fields(args) if f.init}
+    built = recorded is None or recorded[0] is not args
+    given = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(args) if f.init} if built else \
+        dict(recorded[1])
     keys = {}
     for f in dataclasses.fields(args):
         if f.init and f.name in given and (f.name in explicit or _differs(given[f.name], f)):
             keys[f.name] = given[f.name]
+    if built:
+        keys = _not_derived(type(args), keys)
     if "use_cpu" in relaxed:
         keys.pop("use_cpu", None)
     return {k: _plain(v) for k, v in keys.items()}, relaxed
+
+
+def _not_derived(cls: type, keys: dict[str, Any]) -> dict[str, Any]:
+    """Of a built config's non-default fields, those its `__post_init__` did not derive from the others (TRL
+    fills generation_batch_size, steps_per_generation, bf16...): a field is derived when the config rebuilt
+    without it gets the same value."""
+    out = {}
+    for key, value in keys.items():
+        try:
+            rebuilt = cls(**{k: v for k, v in keys.items() if k != key})
+        except Exception:  # it cannot be left out
+            out[key] = value
+            continue
+        if _plain(getattr(rebuilt, key, None)) != _plain(value):
+            out[key] = value
+    return out
 
 
 def _differs(value: Any, f: dataclasses.Field) -> bool:
@@ -240,3 +259,32 @@ def _recipe_keys(recipe: Path | None) -> tuple[str, ...]:
         return tuple(load_raw(recipe))
     except InputError:
         return ()
+
+
+def from_trainer(trainer: Any) -> tuple[DoctorConfig, Live]:
+    """The check's config and live objects from a trainer that is already built (`trl_doctor.check(trainer)`,
+    `DoctorCallback`): the same reading as a captured construction, from the trainer's own attributes."""
+    import sys
+
+    from .command import LaunchCommand
+    from .hooks import Recorder, trainer_classes
+    from .run import Launched
+
+    kind = next((k for cls, k in trainer_classes().items() if isinstance(trainer, cls)), None)
+    if kind is None:
+        raise ValueError(f"{type(trainer).__name__} is not a TRL GRPO, RLOO or PPO trainer (nor a subclass of one)")
+    policy = getattr(trainer, "policy_model", None) or getattr(trainer, "model", None)  # PPO wraps the policy
+    arguments = {
+        "model": policy, "args": trainer.args, "processing_class": getattr(trainer, "processing_class", None),
+        "train_dataset": getattr(trainer, "train_dataset", None), "reward_funcs": getattr(trainer, "reward_funcs", None),
+        "ref_model": getattr(trainer, "ref_model", None), "reward_model": getattr(trainer, "reward_model", None),
+        "value_model": getattr(trainer, "value_model", None),
+    }
+    main = sys.modules.get("__main__")
+    script = str(Path(getattr(main, "__file__", None) or sys.argv[0] or "script").resolve())
+    cwd = os.getcwd()
+    command = LaunchCommand(("python", script, *sys.argv[1:]), "python", cwd, script=script,
+                            script_args=tuple(sys.argv[1:]))
+    recorder = Recorder(trainer_cls=type(trainer), trainer_kind=kind, arguments=arguments)
+    cfg, live = to_config(Captured(command, Launched(script, None, list(sys.argv[1:])), recorder))
+    return cfg, dataclasses.replace(live, command=f"{type(trainer).__name__} in {command.text}")

@@ -242,6 +242,8 @@ def _build_ppo_style(trainer_cls, args, tokenizer, spec, progress, stage):
 
 
 def _prompt_ids(tokenizer, row: dict) -> list[int]:
+    if row.get("prompt") is None and isinstance(row.get("input_ids"), list):  # tokenized by the user's script
+        return list(row["input_ids"])
     prompt = row.get("prompt")
     if prompt is None:
         raise KeyError("prompt")

@@ -1,0 +1,146 @@
+"""The Python API: `trl_doctor.check(target, **options) -> Report`, and the gate inside a job,
+`trl_doctor.DoctorCallback`.
+
+`target` is a config file (a path), a launch command (a list of strings: `["python", "train.py", ...]`) or a
+trainer the caller already built. A path or a command is checked as the command line checks it: in the one
+heavy worker, so that the user's code cannot take the caller down. A trainer object lives in the caller's
+process, so its check runs there, on the trainer's own objects (the static rules; the trainer run only when
+`smoke=True`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ._version import __version__
+
+
+@dataclass
+class Report:
+    """What a check found: `ok` (no rule at or above `fail_on`), the results, the summary, and the report texts."""
+
+    target: str
+    trainer: str
+    results: list
+    fail_on: str = "fail"
+    launch: dict | None = None
+    environment: dict = field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict[str, int]:
+        from ._engine import summarize
+
+        return summarize(self.results)
+
+    @property
+    def ok(self) -> bool:
+        from ._engine import exit_status
+
+        return exit_status(self.results, self.fail_on) == 0
+
+    def render(self, fmt: str = "table", color: bool = False) -> str:
+        from ._formats import Report as Rendered, render
+
+        results = self.results if fmt == "table" else sorted(self.results, key=lambda r: r.id)
+        return render(fmt, Rendered(__version__, self.target, self.trainer, self.environment, results, self.summary,
+                                    [], self.launch), color=color)
+
+    @property
+    def table(self) -> str:
+        return self.render("table")
+
+    def to_json(self) -> str:
+        return self.render("json")
+
+    def __str__(self) -> str:
+        return self.table
+
+
+def check(target: Any, *, select: Sequence[str] = (), ignore: Sequence[str] = (), fail_on: str = "fail",
+          smoke: bool = True, **options: Any) -> Report:
+    """Check a config file, a launch command or a built trainer; `options` are trl_doctor.Options fields
+    (device, trust_remote_code, smoke_timeout, num_processes, load_weights, script_timeout)."""
+    from ._context import Options
+    from ._env import environment
+    from ._registry import all_rules, run_order, select_rules
+
+    rules = run_order(select_rules(all_rules(), list(select), list(ignore)))
+    if _is_trainer(target):
+        trainer_kind, results, launch = _check_trainer(target, rules, Options(smoke=smoke, **options))
+        return Report(launch["command"], trainer_kind, results, fail_on, launch, environment())
+    from ._session import run_check
+
+    if isinstance(target, (list, tuple)):
+        from .capture.command import parse_command
+
+        command = parse_command(tuple(str(a) for a in target))
+        captured: dict = {}
+        results = run_check(None, rules, Options(smoke=smoke, launch=command.to_json(), **options),
+                            on_capture=captured.update)
+        return Report(command.text, captured.get("trainer", "?"), results, fail_on, captured or None, environment())
+    from ._config import load_config
+
+    cfg = load_config(target)
+    results = run_check(cfg.path, rules, Options(smoke=smoke, **options))
+    return Report(str(cfg.path), cfg.trainer, results, fail_on, None, environment())
+
+
+def _is_trainer(target: Any) -> bool:
+    return not isinstance(target, (str, os.PathLike, list, tuple)) and hasattr(target, "args") \
+        and hasattr(target, "model")
+
+
+def _check_trainer(trainer: Any, rules: list, options) -> tuple[str, list, dict]:
+    """Run the rules in this process on a trainer that is already built."""
+    from ._context import Context
+    from .capture.report import describe
+    from .capture.to_config import from_trainer
+
+    with _accelerate_state_kept():
+        cfg, live = from_trainer(trainer)
+        with Context(cfg, options, live) as ctx:
+            results = _run_rules(ctx, rules, options.smoke)
+    return cfg.trainer, results, describe(cfg, live)
+
+
+def _run_rules(ctx, rules: list, smoke: bool) -> list:
+    """The rules over a context in this process; the trainer run (probes and step) only with `smoke`."""
+    from ._engine import run_rule
+    from ._errors import InputError
+    from .capture.report import adapt
+
+    rules = [r for r in rules if smoke or r.group != "trainer run"]
+    for r in rules:
+        if r.prepare is not None and ctx.trainer in r.trainers:
+            try:
+                r.prepare(ctx)
+            except Exception:
+                pass  # preparation is only a head start
+    results = []
+    for r in rules:
+        try:
+            results.append(adapt(run_rule(r, ctx), ctx.config, ctx.live))
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+    return results
+
+
+class _accelerate_state_kept:
+    """Keep the job's accelerate state: building a TrainingArguments (as rules do) resets accelerate's shared
+    state, which the trainer the check runs inside still needs."""
+
+    def __enter__(self):
+        try:
+            from accelerate.state import AcceleratorState, GradientState, PartialState
+        except ImportError:
+            self.saved = {}
+            return self
+        self.saved = {cls: dict(cls._shared_state) for cls in (PartialState, AcceleratorState, GradientState)}
+        return self
+
+    def __exit__(self, *exc):
+        for cls, state in self.saved.items():
+            cls._shared_state.clear()
+            cls._shared_state.update(state)
