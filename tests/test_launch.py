@@ -1,0 +1,273 @@
+"""`trl-doctor check -- LAUNCH COMMAND`: the user's script runs in the worker until it builds its TRL trainer, and
+the rules judge what that trainer was given. Each test runs the real command on the scripts in fixtures/launch/
+(scripts in the styles people write: an R1-reproduction recipe script, TRL's quickstart, a trainer subclass,
+TRL's PPO example, `trl grpo`, `accelerate launch`), with the installed TRL and transformers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import result_of, run_doctor
+
+pytestmark = pytest.mark.usefixtures("built_fixtures")
+
+LAUNCH = Path(__file__).resolve().parent.parent / "fixtures" / "launch"
+
+
+@pytest.fixture(autouse=True)
+def in_launch_folder(monkeypatch):
+    """The scripts use paths relative to their folder, as users run them from theirs."""
+    monkeypatch.chdir(LAUNCH)
+
+
+def run_json(*args: str) -> tuple[int, dict]:
+    """`trl-doctor check OPTIONS -- COMMAND` with `--format json` among the options (after `--` is the command)."""
+    i = args.index("--") if "--" in args else len(args)
+    proc = run_doctor(*args[:i], "--format", "json", *args[i:])
+    assert proc.stdout, f"no report on stdout; stderr:\n{proc.stderr}"
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def line_of(script: str, text: str) -> int:
+    lines = (LAUNCH / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def has_trl_trainer(kind: str) -> bool:
+    from trl_doctor.facts.trl import trainer_class
+
+    return trainer_class(kind) is not None
+
+
+STATIC = "pad-token,trainer-config,batch-geometry,context-length,chat-template,dataset-schema,reward-functions"
+
+
+def test_script_that_builds_its_prompts_is_checked_as_the_trainer_gets_them():
+    code, report = run_json("check", "--no-smoke", "--select", STATIC, "--",
+                            "python", "grpo_system_prompt.py", "--config", "grpo_system_prompt.yaml")
+    assert code == 0, report
+    launch = report["launch"]
+    assert launch["trainer"] == "grpo" and launch["trainer_class"].endswith("GRPOTrainer")
+    assert launch["constructed_at"] == f"{LAUNCH / 'grpo_system_prompt.py'}:{line_of('grpo_system_prompt.py', 'trainer = GRPOTrainer(')}"
+    assert launch["recipe"] == str(LAUNCH / "grpo_system_prompt.yaml")
+    schema = result_of(report, "dataset-schema")
+    assert schema["status"] == "pass" and "`prompt` is conversational" in schema["message"]
+    rewards = result_of(report, "reward-functions")
+    assert rewards["status"] == "pass", rewards
+    assert "__main__.accuracy_reward" in rewards["message"] and "__main__.format_reward" in rewards["message"]
+    # the system prompt the script prepends is in what the chat template renders
+    assert result_of(report, "chat-template")["status"] == "pass"
+    assert result_of(report, "context-length")["status"] == "pass"
+
+
+def test_the_file_view_of_the_same_data_sees_no_prompt_column():
+    code, report = run_json("check", "--no-smoke", "--select", "dataset-schema", "file_view.yaml")
+    assert code == 1
+    assert "no `prompt` column" in result_of(report, "dataset-schema")["message"]
+
+
+def test_gpu_settings_are_let_through_and_reported_on_a_machine_without_one():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: nothing is relaxed")
+    proc = run_doctor("check", "--no-smoke", "--select", "trainer-config", "--",
+                      "python", "grpo_system_prompt.py", "--config", "grpo_system_prompt.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert "relaxed on this machine: use_cpu:" in proc.stdout
+    assert "captured: trl.trainer.grpo_trainer.GRPOTrainer constructed at" in proc.stdout
+
+
+def test_quickstart_style_model_path_and_reward_defined_in_the_script():
+    code, report = run_json("check", "--no-smoke", "--select", STATIC, "--", "python", "grpo_quickstart.py")
+    assert code == 0, report
+    assert report["config"] == str(LAUNCH / "grpo_quickstart.py")
+    rewards = result_of(report, "reward-functions")
+    assert rewards["status"] == "pass" and "__main__.reward_len" in rewards["message"]
+    assert "accepts all" in result_of(report, "trainer-config")["message"]
+
+
+def test_a_trainer_subclass_is_captured_at_the_line_that_builds_it():
+    code, report = run_json("check", "--no-smoke", "--select", "vllm-tokenizer-drift,reward-functions", "--",
+                            "python", "grpo_subclass.py")
+    launch = report["launch"]
+    assert launch["trainer_class"] == "__main__.ToolGRPOTrainer"
+    # the line in main() that constructs the subclass, not its super().__init__ line
+    assert launch["constructed_at"].endswith(f"grpo_subclass.py:{line_of('grpo_subclass.py', 'trainer = ToolGRPOTrainer(')}")
+    drift = result_of(report, "vllm-tokenizer-drift")
+    # the token the script added to its tokenizer is one the checkpoint has no embedding row for
+    assert code == 1 and drift["status"] == "fail" and "'<search>'" in drift["message"]
+
+
+def test_accelerate_launch_with_zero3_on_four_processes():
+    code, report = run_json("check", "--no-smoke", "--select", "batch-geometry,trainer-config,version-skew", "--",
+                            "accelerate", "launch", "--config_file", "zero3_4gpu.yaml",
+                            "grpo_system_prompt.py", "--config", "grpo_bad_geometry.yaml")
+    assert code == 1
+    geometry = result_of(report, "batch-geometry")
+    assert geometry["status"] == "fail" and "at 4 processes" in geometry["message"]
+    assert "generation_batch_size (12) must be divisible by num_generations (8)" in geometry["message"]
+    # the fix names a key the recipe does not set: the script might not read it there, so it is for a person
+    assert geometry["fix"]["applicability"] == "manual"
+    assert geometry["location"]["file"] == str(LAUNCH / "grpo_system_prompt.py")
+    # TRL refuses the batch at 1 process and at 4: the script still reached its trainer, and says how
+    assert "per_device_train_batch_size" in report["launch"]["relaxed"]
+    skew = result_of(report, "version-skew")
+    from importlib.util import find_spec
+
+    if find_spec("deepspeed") is None:
+        assert skew["status"] in ("warn", "fail") and "deepspeed package is not installed" in skew["message"]
+        assert skew["location"]["file"] == str(LAUNCH / "zero3_4gpu.yaml")
+
+
+def test_accelerate_launch_num_processes_flag_sets_the_process_count():
+    code, report = run_json("check", "--no-smoke", "--select", "batch-geometry", "--",
+                            "accelerate", "launch", "--num_processes", "2", "grpo_quickstart.py")
+    geometry = result_of(report, "batch-geometry")
+    assert "at 2 processes (accelerate launch --num_processes 2)" in geometry["message"], geometry
+
+
+def test_trl_cli_with_a_datasets_mixture():
+    try:
+        from trl.scripts.utils import DatasetMixtureConfig  # noqa: F401
+    except ImportError:
+        pytest.skip("the installed TRL's scripts take no `datasets:` mixture")
+    code, report = run_json("check", "--no-smoke", "--select", STATIC, "--", "trl", "grpo", "--config",
+                            "trl_grpo_mixture.yaml")
+    assert code == 0, report
+    schema = result_of(report, "dataset-schema")
+    assert schema["status"] == "pass" and schema["details"]["rows"] == 32  # both files of the mixture
+    assert "rewards.short_answer" in result_of(report, "reward-functions")["message"]
+    assert report["launch"]["constructed_at"].split(":")[0].endswith(os.path.join("trl", "scripts", "grpo.py"))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX paths")
+def test_models_load_on_the_meta_device_unless_load_weights(tmp_path):
+    script = tmp_path / "probe_device.py"
+    out = tmp_path / "device.txt"
+    script.write_text(
+        "from datasets import load_dataset\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "from trl import GRPOConfig, GRPOTrainer\n"
+        f"model = AutoModelForCausalLM.from_pretrained({str(LAUNCH.parent / 'models' / 'qwen2-chat')!r})\n"
+        f"open({str(out)!r}, 'w').write(next(model.parameters()).device.type)\n"
+        f"data = load_dataset('json', data_files={str(LAUNCH.parent / 'data' / 'chat.jsonl')!r}, split='train')\n"
+        "GRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],\n"
+        "            args=GRPOConfig(output_dir='out', num_generations=2, per_device_train_batch_size=2), train_dataset=data)\n"
+    )
+    proc = run_doctor("check", "--no-smoke", "--select", "pad-token", "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == "meta"
+    proc = run_doctor("check", "--no-smoke", "--load-weights", "--select", "pad-token", "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == "cpu"
+
+
+def test_nothing_is_written_beside_the_script():
+    run_doctor("check", "--no-smoke", "--select", "pad-token", "--", "python", "grpo_quickstart.py")
+    assert not (LAUNCH / "out").exists()
+
+
+# -- bad input: exit 2 and one line --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, words", [
+    (["python", "bad_raises.py"], ["bad_raises.py failed before constructing a TRL trainer: KeyError: 'problem'",
+                                  f"bad_raises.py:{line_of('bad_raises.py', 'row["problem"]')}"]),
+    (["python", "bad_no_trainer.py"], ["bad_no_trainer.py finished without constructing a TRL trainer"]),
+    (["python", "not_there.py"], ["not_there.py: no such training script"]),
+    (["make", "train"], ["make: not a launcher trl-doctor can run"]),
+    (["trl", "sft", "--config", "x.yaml"], ["trl sft: trl-doctor checks `trl grpo|rloo|ppo ...`"]),
+    (["accelerate", "config"], ["only `accelerate launch [OPTIONS] SCRIPT [ARGS]` starts a job"]),
+])
+def test_bad_launch_commands_are_one_line_and_exit_2(args, words):
+    proc = run_doctor("check", "--", *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trl-doctor: error: "), proc.stderr
+    for w in words:
+        assert w in lines[0]
+
+
+def test_a_script_that_hangs_is_stopped_and_named_where_it_was():
+    proc = run_doctor("check", "--script-timeout", "2", "--", "python", "bad_hangs.py")
+    assert proc.returncode == 2
+    assert "did not construct a TRL trainer within 2s" in proc.stderr
+    assert f"bad_hangs.py:{line_of('bad_hangs.py', 'time.sleep')}" in proc.stderr
+
+
+def test_verbose_shows_the_script_traceback():
+    proc = run_doctor("check", "-v", "--", "python", "bad_raises.py")
+    assert proc.returncode == 2
+    assert "Traceback (most recent call last)" in proc.stderr and "KeyError: 'problem'" in proc.stderr
+
+
+# -- the Python API and the gate inside the job --------------------------------------------------------------------
+
+def test_python_api_on_a_launch_command_and_on_a_config():
+    import trl_doctor
+
+    report = trl_doctor.check(["python", "grpo_quickstart.py"], select=["reward-functions", "pad-token"], smoke=False)
+    assert report.ok and report.trainer == "grpo"
+    assert report.summary["pass"] == 2
+    assert json.loads(report.to_json())["launch"]["constructed_at"].endswith("grpo_quickstart.py:19")
+    assert "captured: trl.trainer.grpo_trainer.GRPOTrainer" in report.table
+    bad = trl_doctor.check("file_view.yaml", select=["dataset-schema"], smoke=False)
+    assert not bad.ok and bad.results[0].status.value == "fail"
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "TRL_DOCTOR_TEST_NO_FORKSERVER": "1"}
+    return subprocess.run([sys.executable, *args], cwd=LAUNCH, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_doctor_callback_stops_the_job_before_step_one():
+    proc = run_script("grpo_with_callback.py", "--bad")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "DoctorStop: trl-doctor stopped the job before step 1: TD014 reward-functions" in proc.stdout
+    assert "global_step=0" in proc.stdout
+    assert "reward function __main__.reward_no_kwargs cannot be called" in proc.stderr  # the table, on stderr
+
+
+@pytest.mark.slow
+def test_doctor_callback_lets_a_healthy_job_train():
+    proc = run_script("grpo_with_callback.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "trained: global_step=1" in proc.stdout
+
+
+# -- the trainer run on the script's own objects ------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_smoke_step_runs_on_the_scripts_rewards_and_prompts():
+    code, report = run_json("check", "--select", "smoke-step,eos-termination", "--",
+                            "python", "grpo_system_prompt.py", "--config", "grpo_system_prompt.yaml")
+    assert code == 0, report
+    smoke = result_of(report, "smoke-step")
+    assert smoke["status"] == "pass", smoke
+    assert "__main__.accuracy_reward" in json.dumps(smoke["details"])
+
+
+@pytest.mark.slow
+def test_base_checkpoint_under_the_script_never_stops():
+    code, report = run_json("check", "--no-smoke", "--select", "eos-termination", "--",
+                            "python", "grpo_system_prompt.py", "--config", "grpo_system_prompt_base.yaml")
+    eos = result_of(report, "eos-termination")
+    assert code == 1 and eos["status"] == "fail" and "'<|im_end|>'" in eos["message"]
+
+
+@pytest.mark.skipif(not has_trl_trainer("ppo"), reason="the installed TRL has no PPO trainer")
+def test_ppo_example_builds_its_value_model_from_the_reward_model_path():
+    args = ["python", "ppo_example.py", "--sft_model_path", "../models/qwen2-chat", "--reward_model_path",
+            "../models/rm-qwen2", "--output_dir", "out/ppo", "--per_device_train_batch_size", "2",
+            "--response_length", "16", "--stop_token", "eos", "--report_to", "none"]
+    code, report = run_json("check", "--no-smoke", "--select", "value-model,pad-token,dataset-schema", "--", *args)
+    assert code == 0, report
+    assert report["trainer"] == "ppo"
+    assert result_of(report, "value-model")["status"] == "pass"
+    assert "tokenized by the script" in result_of(report, "dataset-schema")["message"]
