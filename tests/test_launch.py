@@ -178,7 +178,7 @@ def test_nothing_is_written_beside_the_script():
 
 @pytest.mark.parametrize("args, words", [
     (["python", "bad_raises.py"], ["bad_raises.py failed before constructing a TRL trainer: KeyError: 'problem'",
-                                  f"bad_raises.py:{line_of('bad_raises.py', 'row["problem"]')}"]),
+                                  f"bad_raises.py:{line_of('bad_raises.py', 'prompts = [')}"]),
     (["python", "bad_no_trainer.py"], ["bad_no_trainer.py finished without constructing a TRL trainer"]),
     (["python", "not_there.py"], ["not_there.py: no such training script"]),
     (["make", "train"], ["make: not a launcher trl-doctor can run"]),
