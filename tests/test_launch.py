@@ -162,6 +162,22 @@ def test_trl_cli_with_a_datasets_mixture():
     assert report["launch"]["constructed_at"].split(":")[0].endswith(os.path.join("trl", "scripts", "grpo.py"))
 
 
+def test_trl_cli_passes_num_processes_to_its_launch():
+    try:
+        from trl.scripts.utils import DatasetMixtureConfig  # noqa: F401
+    except ImportError:
+        pytest.skip("the installed TRL's scripts take no `datasets:` mixture")
+    code, report = run_json("check", "--no-smoke", "--select", "batch-geometry", "--", "trl", "grpo", "--config",
+                            "trl_grpo_two_processes.yaml")
+    assert "at 2 processes (trl grpo --num_processes 2)" in result_of(report, "batch-geometry")["message"]
+
+
+def test_torchrun_processes_per_node():
+    code, report = run_json("check", "--no-smoke", "--select", "batch-geometry", "--",
+                            "torchrun", "--nproc_per_node", "2", "grpo_quickstart.py")
+    assert "at 2 processes (torchrun --nproc_per_node 2" in result_of(report, "batch-geometry")["message"]
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX paths")
 def test_models_load_on_the_meta_device_unless_load_weights(tmp_path):
     script = tmp_path / "probe_device.py"
