@@ -302,3 +302,25 @@ def test_ppo_example_builds_its_value_model_from_the_reward_model_path():
     assert report["trainer"] == "ppo"
     assert result_of(report, "value-model")["status"] == "pass"
     assert "tokenized by the script" in result_of(report, "dataset-schema")["message"]
+
+
+def test_python_dash_m_runs_the_module_from_the_current_folder():
+    code, report = run_json("check", "--no-smoke", "--select", "reward-functions", "--", "python", "-m", "grpo_quickstart")
+    assert code == 0, report
+    assert report["launch"]["constructed_at"].endswith("grpo_quickstart.py:19")
+
+
+@pytest.mark.slow
+def test_fix_through_a_launch_command_edits_the_checkpoint_the_script_loads(tmp_path, monkeypatch):
+    import shutil
+
+    for part in ("launch", "data"):
+        shutil.copytree(LAUNCH.parent / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__", "out"))
+    shutil.copytree(LAUNCH.parent / "models" / "qwen2-base", tmp_path / "models" / "qwen2-base")
+    monkeypatch.chdir(tmp_path / "launch")
+    command = ["--", "python", "grpo_system_prompt.py", "--config", "grpo_system_prompt_base.yaml"]
+    code, report = run_json("check", "--fix", "--no-smoke", "--select", "eos-termination", *command)
+    assert code == 0, report
+    assert result_of(report, "eos-termination")["status"] == "pass"
+    assert [a["file"] for a in report["applied"]] == [str(tmp_path / "models" / "qwen2-base" / "generation_config.json")]
+    assert 2 in json.loads((tmp_path / "models" / "qwen2-base" / "generation_config.json").read_text())["eos_token_id"]

@@ -185,6 +185,7 @@ def _processes(launched: Launched) -> int:
 def _run_script(launched: Launched) -> None:
     if launched.module:
         sys.argv[:] = [launched.module, *launched.args]
+        sys.path.insert(0, os.getcwd())  # as `python -m` puts the current folder first
         runpy.run_module(launched.module, run_name="__main__", alter_sys=True)
         return
     script = launched.script or ""
