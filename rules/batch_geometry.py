@@ -94,6 +94,12 @@ UNSET_COST = 1.0  # removing a key the user set (its default is None: TRL derive
 MAX_TRIALS = 600  # evaluations of the reading per check, for the fix search
 
 
+def field_names(cls) -> list[str]:
+    import dataclasses
+
+    return [f.name for f in dataclasses.fields(cls)]
+
+
 @rule(
     id="TD010",
     slug="batch-geometry",
@@ -106,6 +112,11 @@ def check(ctx):
     if cls is None:
         yield skip(f"trl {trl_version} has no {ctx.trainer.upper()}Config, so there is no batch geometry to check "
                    "(see value-model / smoke-step for the trainer itself)")
+        return
+    refused = sorted(set(ctx.trainer_config_info.type_errors) & set(field_names(cls)))
+    if refused:
+        yield skip(f"{', '.join(refused)} has a value TRL's parser refuses (see trainer-config): no batch arithmetic "
+                   "to judge until it is a number")
         return
     the_launch = launch(ctx)
     procs, where = the_launch.processes, the_launch.processes_from

@@ -15,9 +15,13 @@ Versions
     real GPU is another rule's job.
 
 How it is detected
-    The doctor's own keys (trainer, tokenizer_name_or_path, added_tokens, dataset_path, ...) are set
-    aside; every other key must be a field of TRL's ScriptArguments, ModelConfig or the trainer's config
-    class, and the config class is built from its keys so that TRL's validation runs.
+    The values are read as TRL's own parser reads them (the `make_parser()` of the installed release's
+    `trl/scripts/<trainer>.py`): argparse converts every string with the argument's type, so `2e-5` is a
+    float and `num_generations: eight` is refused with the parser's own message, naming the key. The
+    doctor's own keys (trainer, tokenizer_name_or_path, added_tokens, dataset_path, ...) are set aside;
+    every other key must be an argument of that parser (script arguments, the trainer's config class,
+    ModelConfig, DatasetMixtureConfig's `datasets:`), and the config class is built from its keys so that
+    TRL's validation runs.
 
 What the fix does
     Nothing automatic: an unknown key is reported with the closest known field name, and TRL's own
@@ -26,7 +30,7 @@ What the fix does
 
 from __future__ import annotations
 
-from trl_doctor import fail, passed, rule
+from trl_doctor import Location, fail, passed, rule
 
 
 @rule(id="TD009", slug="trainer-config", title="The installed TRL accepts every key and value of the config")
@@ -35,6 +39,13 @@ def check(ctx):
     details = {"config class": info.class_name, "trl": info.trl_version}
     if info.injected:
         details["set by the doctor to build it here"] = ", ".join(f"{k}={v}" for k, v in info.injected.items())
+    if info.parser:
+        details["read with"] = info.parser
+    if info.typed:
+        details["typed by TRL's parser"] = {k: repr(v) for k, v in info.typed.items()}
+    for key, why in info.type_errors.items():
+        yield fail(f"{why}: `trl {ctx.trainer} --config` stops before training starts", location=Location(str(ctx.config.path), key),
+                   **details)
     if info.unknown_keys:
         listed = ", ".join(
             f"{k!r} (did you mean {info.suggestions[k]!r}?)" if k in info.suggestions else repr(k) for k in info.unknown_keys
@@ -49,7 +60,7 @@ def check(ctx):
     deferred = bool(info.launch_note) or (info.error and _batch_error_at_other_process_count(ctx, info.error, details))
     if info.error and not deferred:
         yield fail(f"{info.class_name} rejects the config: {info.error}", **details)
-    if not info.unknown_keys and (not info.error or deferred):
+    if not info.unknown_keys and not info.type_errors and (not info.error or deferred):
         extra = "; its batch check at 1 process is left to batch-geometry" if deferred else ""
         yield passed(f"{info.class_name} (trl {info.trl_version}) accepts all {len(info.passed_keys)} trainer keys{extra}", **details)
 

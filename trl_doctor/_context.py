@@ -75,6 +75,9 @@ class TrainerConfigInfo:
     passed_keys: list[str] = field(default_factory=list)
     injected: dict[str, Any] = field(default_factory=dict)  # keys the doctor set to build it on this machine
     launch_note: str | None = None  # built at the launch's process count (batch sizes scaled), and why
+    parser: str | None = None  # the TRL parser the values were read with
+    typed: dict[str, Any] = field(default_factory=dict)  # values TRL's parser converts (`2e-5` -> 2e-05)
+    type_errors: dict[str, str] = field(default_factory=dict)  # values TRL's parser refuses, with its message
 
 
 class Context:
@@ -221,11 +224,20 @@ class Context:
         import dataclasses
         import difflib
 
+        from .facts.parsing import parse_as_trl
+
         own = {f.name for f in dataclasses.fields(cls) if f.init}
-        known = own | script_fields() | set(DOCTOR_KEYS) | set(SCRIPT_EXTRA_KEYS)
+        parsed = parse_as_trl(self.trainer, self.config.raw)
+        known = own | script_fields() | set(DOCTOR_KEYS) | set(SCRIPT_EXTRA_KEYS) | (parsed.keys if parsed else set())
         info = TrainerConfigInfo(class_name=cls.__name__, trl_version=trl_version)
+        if parsed is not None:
+            # what TRL's parser makes of the values is what every rule judges: `2e-5` is a float to TRL
+            info.parser, info.typed, info.type_errors = parsed.parser, dict(parsed.typed), dict(parsed.errors)
+            self.config.raw.update(parsed.typed)
         kwargs = {}
         for key, value in self.config.raw.items():
+            if key in info.type_errors:
+                continue  # trainer-config reports it; the config object is built without it
             if key in own:
                 kwargs[key] = value
             elif key not in known:
@@ -353,9 +365,11 @@ class Context:
                     ds = datasets.load_from_disk(str(cfg.dataset_dir))
                     return ds[split] if isinstance(ds, datasets.DatasetDict) else ds
                 return datasets.load_dataset(str(cfg.dataset_dir), cfg.get("dataset_config"), split=split, cache_dir=cache)
+            if isinstance(cfg.get("datasets"), list) and cfg.get("datasets"):
+                return _mixture(cfg, cache)
             name = cfg.get("dataset_name")
             if name is None:
-                raise Unavailable("the config names no dataset (`dataset_name` or `dataset_path`)")
+                raise Unavailable("the config names no dataset (`dataset_name`, `dataset_path` or a `datasets:` mixture)")
             return datasets.load_dataset(name, cfg.get("dataset_config"), split=split)
         except (InputError, Unavailable):
             raise
@@ -388,6 +402,38 @@ class Context:
         if name == "trainer_run":
             return None  # an ordering need: the rule reads the run itself, and reports why it could not run
         return getattr(self, name)
+
+
+def _mixture(cfg, cache: str):
+    """TRL's `datasets:` mixture (DatasetMixtureConfig) as `trl <trainer>` loads it (trl.scripts.utils.get_dataset):
+    each entry loaded offline, its `columns` kept, the train splits concatenated. Local `path` / `data_files` are
+    read relative to the config file."""
+    import datasets
+
+    parts = []
+    for i, entry in enumerate(cfg.get("datasets")):
+        if not isinstance(entry, dict) or not entry.get("path"):
+            raise InputError(f"{cfg.path}: `datasets` entry {i + 1} needs a `path` (a hub id, a folder or a builder "
+                             "such as json)")
+        files = entry.get("data_files")
+        if isinstance(files, str):
+            files = _beside(cfg, files)
+        elif isinstance(files, list):
+            files = [_beside(cfg, f) if isinstance(f, str) else f for f in files]
+        path = entry["path"]
+        local = cfg.base_dir / path
+        ds = datasets.load_dataset(str(local) if local.exists() else path, entry.get("name"), data_dir=entry.get("data_dir"),
+                                   data_files=files, split=entry.get("split") or "train", cache_dir=cache)
+        if entry.get("columns"):
+            ds = ds.select_columns(entry["columns"])
+        parts.append(ds)
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+
+
+def _beside(cfg, ref: str) -> str:
+    p = Path(ref).expanduser()
+    q = p if p.is_absolute() else cfg.base_dir / p
+    return str(q) if q.exists() else ref
 
 
 def _base_model(model):

@@ -64,6 +64,8 @@ def serve(request: Request, send: Callable[[str], None]) -> None:
         return
     with Context(cfg, options, live) as ctx:
         ctx.events = lambda kind, payload: send(message(kind, **payload))
+        if live is None:
+            _typed_as_trl(ctx)
         for r in rules:  # preparation is only a head start; the check itself reports real problems
             if r.prepare is not None and ctx.trainer in r.trainers and r.id not in request.done:
                 try:
@@ -99,6 +101,14 @@ def _capture(options, send: Callable[[str], None]):
     cfg, live = to_config(captured)
     send(message("captured", **describe(cfg, live)))
     return cfg, live
+
+
+def _typed_as_trl(ctx) -> None:
+    """Read the config's values through TRL's own parser before any rule reads them (`2e-5` is a float to TRL)."""
+    try:
+        ctx.trainer_config_info
+    except Exception:
+        pass  # the rules that need it report why it cannot be built
 
 
 def _has_cuda(options) -> bool:
