@@ -91,7 +91,9 @@ def check(ctx):
     details: dict = {"GPUs": [_describe(g) for g in visible] or f"none ({why or visible_note or 'NVML reports no GPU'})"}
     if visible_note:
         details["CUDA_VISIBLE_DEVICES"] = visible_note
-    if visible:
+    if the_launch.target:
+        details["judged against"] = f"--target {the_launch.target} (the launch machine; its driver is not known here)"
+    elif visible:
         details["driver"] = f"{visible[0]['driver']} (CUDA {visible[0]['driver_cuda']})"
     details["torch CUDA build"] = torch_cuda or "none (a CPU build of torch): the driver's CUDA is not compared"
     details["bf16 / fp16"] = f"{bf16} / {fp16}" + ("" if "bf16" in raw else " (bf16 is the installed TRL's default)")
@@ -109,15 +111,15 @@ def check(ctx):
             est = estimate(plan)
             details["memory estimate per GPU"] = (f"{est.total_gib:.1f} GiB at the peak ({est.peak_phase}, without "
                                                   f"a vLLM share): {est.summary()}")
-        if use_vllm:  # precision without a GPU is TD015's (precision-and-attention)
-            yield fail(f"use_vllm: true (vLLM generates on a CUDA GPU) needs a GPU, but there is none here: {reason}; "
-                       "run the job (and trl-doctor) on the training machine, or drop use_vllm", **details)
-        else:
-            yield skip(f"no GPU to check: {reason}; the config asks for none (no use_vllm)", **details)
+        # this machine is not the launch machine: the GPU verdicts need that one (--target), never a fail here
+        needs = "vLLM (use_vllm: true) and the training need a CUDA GPU there" if use_vllm else \
+            "the config asks for no vLLM"
+        yield skip(f"no GPU here ({reason}): pass --target (e.g. --target 8xH100-80GB) to check against the launch "
+                   f"machine; {needs}", **details)
         return
 
     findings = []
-    problem = driver_cuda_problem(visible[0]["driver_cuda"], torch_cuda)
+    problem = driver_cuda_problem(visible[0]["driver_cuda"], torch_cuda) if visible[0].get("driver_cuda") else None
     if problem is not None:
         findings.append(problem)
 

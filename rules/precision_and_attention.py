@@ -120,16 +120,9 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt,
     mode = "bf16" if bf16 else "fp16" if fp16 else "fp32"
     if on_cpu:
         return f"use_cpu: true: {mode} on the CPU" + (" (fp16 mixed precision is not applied there)" if fp16 else "")
-    if not visible:
-        if fp16:
-            findings.append(("warn", f"fp16: true but there is no GPU here ({gpu_reason}): accelerate applies fp16 mixed "
-                                     "precision only on a GPU, so here the job would train in fp32; run trl-doctor on the "
-                                     "training machine", None))
-        elif bf16 and raw.get("bf16") is True:
-            findings.append(("warn", f"bf16: true is set but there is no GPU here ({gpu_reason}): torch runs bf16 on the "
-                                     "CPU, so nothing crashes, but the job would train on the CPU; run trl-doctor on the "
-                                     "training machine", None))
-        return f"{mode} ({bf16_words}); no GPU here to check it against ({gpu_reason})"
+    if not visible:  # not the launch machine: its GPUs decide (--target), never a verdict from this one
+        return (f"{mode} ({bf16_words}); no GPU here to check it against ({gpu_reason}): pass --target (e.g. "
+                "--target 8xH100-80GB) to check against the launch machine")
     lowest = min(visible, key=_cc)
     use_vllm = settings(ctx).use_vllm
     if bf16 and _cc(lowest) < BF16_MIN_CC:
@@ -141,6 +134,13 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt,
             "needs 8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs it "
             "emulated, many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to NaN), "
             "or use an Ampere or newer GPU"), fix))
+    if raw.get("tf32") is True and _cc(lowest) < BF16_MIN_CC:
+        fix = Fix(f"set tf32: false in {ctx.config.path.name} ({lowest['name']} has no TF32 units)",
+                  (Edit(str(ctx.config.path), set=(("tf32", False),)),))
+        findings.append(("fail", (
+            f"tf32: true but {_name(lowest)} has compute capability {lowest['compute_capability']} and TF32 needs 8.0 "
+            "(Ampere) or newer: TrainingArguments stops with \"--tf32 requires Ampere or a newer GPU arch\"; set "
+            "`tf32: false`"), fix))
     if use_vllm and ckpt == "bfloat16" and _cc(lowest) < BF16_MIN_CC:
         mode_v = str(settings(ctx).vllm_mode or "server")
         how = ("TRL builds vLLM's LLM(...) without a dtype, so the trainer's precision settings do not reach it; save "
@@ -196,7 +196,10 @@ def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
     details["flash attention package"] = installed or f"not installed ({' or '.join(dists)}, module {module})"
     fix = _sdpa_fix(ctx, raw, where, kwargs)
     name = f"FlashAttention{version}"
-    if not installed:
+    if not installed and not launch(ctx).judged_here:
+        # installed or not on the launch machine is that machine's business: judged there (a GPU here) only
+        details["flash attention package"] += ": not judged, this is not the launch machine (no GPU here, or --target)"
+    elif not installed:
         fallback = _kernels_fallback()
         if fallback:
             findings.append(("warn", (
@@ -215,9 +218,7 @@ def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
                                  "`attn_implementation: sdpa`", fix))
         return ""
     if not visible:
-        findings.append(("warn", f"{where}: {attn}: {installed} is installed but there is no GPU here, and {name} runs "
-                                 "only on a CUDA GPU; run trl-doctor on the training machine", None))
-        return ""
+        return f"attention: {attn} (no GPU here to check it against: pass --target)"
     old = [g for g in visible if _cc(g) < need_cc]
     if old:
         g = old[0]

@@ -363,7 +363,8 @@ def test_no_gpu(built_fixtures, tmp_path):
     vllm = tmp_path / "vllm.yaml"
     vllm.write_text(f"model_name_or_path: {MODELS / 'qwen2.5-0.5b'}\nuse_vllm: true\nmax_completion_length: 64\n")
     code, r = check_with(vllm, none)
-    assert r["status"] == "fail" and r["message"].startswith("use_vllm: true")
+    # vLLM needs a GPU on the launch machine, which this is not: no verdict from here, and the way to get one
+    assert code == 0 and r["status"] == "skip" and "pass --target" in r["message"] and "use_vllm: true" in r["message"]
     # precision without a GPU (fp16, an explicit bf16) is TD015 precision-and-attention's, not reported here twice
     for name, keys in (("fp16.yaml", "fp16: true\nbf16: false\n"), ("bf16.yaml", "bf16: true\n")):
         config = tmp_path / name

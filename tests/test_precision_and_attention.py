@@ -100,13 +100,14 @@ def test_bf16_by_trl_default(built_fixtures, fake_gpus):
 
 def test_no_gpu(built_fixtures, fake_gpus, tmp_path):
     fake_gpus("no-driver.json")
-    code, r = check(HERE / "bad_fp16_no_gpu.yaml")
-    assert code == 0 and r["status"] == "warn" and r["message"].startswith("fp16: true but there is no GPU here")
-    assert "Driver Not Loaded" in r["message"]
+    # this machine is not the launch machine: no verdict from its lack of a GPU, and the way to get one
+    code, r = check(HERE / "ok_fp16_no_gpu_here.yaml")
+    assert code == 0 and r["status"] == "pass" and r["message"].startswith("fp16 (")
+    assert "Driver Not Loaded" in r["message"] and "pass --target" in r["message"]
     config = tmp_path / "bf16.yaml"
     config.write_text(f"model_name_or_path: {HERE / 'models' / 'qwen2.5-0.5b'}\nbf16: true\n")
     code, r = check(config)
-    assert r["status"] == "warn" and "torch runs bf16 on the CPU" in r["message"], r
+    assert r["status"] == "pass" and "no GPU here to check it against" in r["message"], r
     # a config that names no precision raises no alarm on a CPU development box
     code, r = check(HERE / "ok_bf16_default_a10g.yaml")
     assert r["status"] == "pass" and "no GPU here to check it against" in r["message"], r

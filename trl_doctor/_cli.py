@@ -50,11 +50,12 @@ def main() -> None:
 @click.option("--num-processes", type=click.IntRange(min=1), default=None,
               help="Training processes of the launch (accelerate's --num_processes); default: the config's accelerate settings, else the visible GPUs.")
 @click.option("--fail-on", type=click.Choice(["fail", "warn"]), default="fail", show_default=True, help="Lowest status that makes the exit status 1.")
+@click.option("--target", "target_gpus", help="The launch machine's GPUs, e.g. 8xH100-80GB, 4xA100-40GB, 1xA10G, 2xL4, 1xT4: the GPU verdicts judge them instead of this machine's.")
 @click.option("--load-weights", is_flag=True, help="With a launch command: let the script load real weights (default: models on the meta device).")
 @click.option("--script-timeout", type=float, default=300.0, show_default=True, help="Seconds a launch command's script may take to construct its trainer.")
 @click.option("-v", "--verbose", is_flag=True, help="Show the script's traceback when a launch command fails before its trainer.")
 def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code,
-          num_processes, fail_on, load_weights, script_timeout, verbose):
+          num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose):
     """Check CONFIG (a TRL CLI config, JSON or YAML), or what a launch command's script gives its trainer.
 
     \b
@@ -73,10 +74,15 @@ def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smo
     from ._registry import RegistryError
 
     try:
+        if target_gpus:
+            from ._target import target_gpus as described
+
+            described(target_gpus)  # a bad --target is exit 2 before any worker starts
         launch = _launch(target)
         code = _check(None if launch else target[0], fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke,
                       smoke_timeout, device, trust_remote_code, fail_on, num_processes,
-                      launch=launch, load_weights=load_weights, script_timeout=script_timeout, verbose=verbose)
+                      launch=launch, load_weights=load_weights, script_timeout=script_timeout, verbose=verbose,
+                      target=target_gpus)
     except (InputError, RegistryError) as exc:
         raise _input_error(str(exc)) from None
     raise click.exceptions.Exit(code)
@@ -90,7 +96,7 @@ def _launch(target: tuple[str, ...]):
 
 
 def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code, fail_on,
-           num_processes=None, launch=None, load_weights=False, script_timeout=300.0, verbose=False) -> int:
+           num_processes=None, launch=None, load_weights=False, script_timeout=300.0, verbose=False, target=None) -> int:
     from dataclasses import replace
 
     from . import _fixer
@@ -104,7 +110,7 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
     options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout,
                       unsafe_fixes=unsafe_fixes and (fix or show_diff), num_processes=num_processes,
                       launch=launch.to_json() if launch else None, load_weights=load_weights,
-                      script_timeout=script_timeout, verbose=verbose)
+                      script_timeout=script_timeout, verbose=verbose, target=target)
     progress = _progress() if _progress_wanted() else None
     color = output is None and fmt == "table" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     stream = _Stream(rules, color, progress) if fmt == "table" and output is None and not (fix or show_diff) \

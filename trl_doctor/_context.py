@@ -39,6 +39,7 @@ class Options:
     load_weights: bool = False  # the script's from_pretrained loads real weights (default: the meta device)
     script_timeout: float = 300.0  # seconds a launch command's script may take to construct its trainer
     verbose: bool = False  # input errors carry the script's traceback
+    target: str | None = None  # the launch machine's GPUs (--target 8xH100-80GB), judged instead of this machine's
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,11 @@ class Context:
             # training machine, so judge it as it would run here. Precision rules check the real GPU.
             kwargs["use_cpu"] = True
             info.injected["use_cpu"] = True
+            if kwargs.get("tf32"):
+                # TrainingArguments refuses tf32 without an Ampere GPU here; the launch machine's GPUs decide
+                # (precision-and-attention, with --target), and the probes run with what this machine has
+                kwargs["tf32"] = None
+                info.injected["tf32"] = None
         info.passed_keys = sorted(kwargs)
         try:
             info.config = cls(**kwargs)

@@ -81,6 +81,8 @@ class Launch:
     nvml_error: str | None  # why NVML gave no list (no driver, no pynvml)
     visible_note: str | None  # what CUDA_VISIBLE_DEVICES left visible, when it is set
     accelerate: AccelerateSettings | None  # the accelerate config `accelerate launch` reads, when there is one
+    target: str | None = None  # --target: `gpus` describe the launch machine named there, not this one
+    judged_here: bool = False  # `gpus` are this machine's own: what is installed here is what the job gets
 
 
 @fact
@@ -94,10 +96,17 @@ def nvml_gpus(ctx) -> tuple[tuple[dict, ...], str | None]:
 def launch(ctx) -> Launch:
     """The launch's processes, GPUs and accelerate settings (see `Launch`)."""
     found, why = nvml_gpus(ctx)
-    visible, note = visible_gpus(list(found), os.environ.get("CUDA_VISIBLE_DEVICES"))
-    missing = why or note or "NVML reports no GPU"
+    target = getattr(ctx.options, "target", None)
+    if target:
+        from .._target import target_gpus
+
+        visible, note, missing = target_gpus(target), None, ""
+    else:
+        visible, note = visible_gpus(list(found), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        missing = why or note or "NVML reports no GPU"
     procs, words, procs_note = _processes(ctx, visible, missing)
-    return Launch(procs, words, procs_note, tuple(visible), missing, found, why, note, _accelerate(ctx))
+    return Launch(procs, words, procs_note, tuple(visible), missing, found, why, note, _accelerate(ctx),
+                  target=visible[0]["target"] if target else None, judged_here=bool(visible) and not target)
 
 
 # -- GPUs --------------------------------------------------------------------------------------------------------
@@ -157,6 +166,9 @@ def _processes(ctx, visible: list[dict], missing: str) -> tuple[int, str, str | 
             return (read.num_processes, f"num_processes in accelerate's default config {default}",
                     "; ".join(notes) or None)
         notes.append(f"{default}: {read.num_processes_problem}")
+    if visible and getattr(ctx.options, "target", None):
+        return (len(visible), f"--target {visible[0]['target']}: accelerate launch starts one process per GPU",
+                "; ".join(notes) or None)
     if visible:
         return (len(visible), f"{len(visible)} visible GPU{'s' if len(visible) != 1 else ''}: accelerate launch "
                               "starts one process per GPU", "; ".join(notes) or None)

@@ -108,6 +108,9 @@ def build_spec(ctx) -> Spec:
         "output_dir": str(ctx.workdir / "smoke-output"),
         "max_steps": 1,
         "num_train_epochs": 1,
+        # warm-up would make the one step's learning rate 0: no parameter could move, whatever the job's health
+        "warmup_steps": 0,
+        "warmup_ratio": 0.0,
         "per_device_train_batch_size": 2,
         "gradient_accumulation_steps": 1,
         "num_generations": 2,
@@ -151,7 +154,8 @@ def build_spec(ctx) -> Spec:
         "twin_aux": twin,
         "model_kwargs": model_kwargs or {},
         "work_dir": str(ctx.workdir),
-        "precision": ", ".join(f"{k}={v}" for k, v in precision.items()) or "fp32",
+        "precision": (", ".join(f"{k}={v}" for k, v in precision.items()) or "fp32")
+                     + ("; tf32 off on this CPU (the launch machine's GPU decides)" if device == "cpu" and raw.get("tf32") else ""),
         "config": {k: raw[k] for k in info.passed_keys if k in raw},
         "raw": {k: v for k, v in raw.items() if isinstance(v, (str, int, float, bool, list, type(None)))},
         "overrides": overrides,

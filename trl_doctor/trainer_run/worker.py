@@ -147,6 +147,8 @@ def _config_kwargs(config_cls, spec: dict) -> dict:
     kwargs.update({k: v for k, v in spec.overrides.items() if k in fields})
     if spec.device == "cpu" and "use_cpu" in fields:
         kwargs["use_cpu"] = True
+    if spec.device == "cpu" and kwargs.get("tf32"):
+        kwargs["tf32"] = None  # TF32 is a GPU's; the launch machine's is judged by precision-and-attention
     return kwargs
 
 

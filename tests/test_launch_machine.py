@@ -1,0 +1,96 @@
+"""The launch machine, not the checking machine: a recipe written for GPUs, checked on a machine without one (a
+laptop, a CPU CI runner), gets no verdict from the missing GPU; `--target NxMODEL` judges the GPUs it names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import result_of, run_doctor, run_json
+
+HERE = Path(__file__).resolve().parent.parent / "fixtures" / "launch-machine"
+RECIPE = str(HERE / "recipe_r1_math.yaml")
+STATIC = "trainer-config,gpu-capacity,precision-and-attention,batch-geometry,version-skew,vllm-tokenizer-drift"
+
+
+@pytest.fixture(autouse=True)
+def no_gpu_here(built_fixtures):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: it may be the launch machine")
+
+
+def test_a_gpu_recipe_checked_without_a_gpu_fails_nothing():
+    code, report = run_json("check", RECIPE, "--no-smoke", "--select", STATIC)
+    assert code == 0, [(r["id"], r["status"], r["message"]) for r in report["results"] if r["status"] != "pass"]
+    gpu = result_of(report, "gpu-capacity")
+    assert gpu["status"] == "skip" and "pass --target" in gpu["message"]
+    # tf32 is refused by TrainingArguments here, not on the launch machine: the config still builds
+    config = result_of(report, "trainer-config")
+    assert config["status"] == "pass" and "tf32=None" in config["details"]["set by the doctor to build it here"]
+    precision = result_of(report, "precision-and-attention")
+    assert precision["status"] == "pass" and "not judged, this is not the launch machine" in \
+        precision["details"]["flash attention package"]
+
+
+@pytest.mark.slow
+def test_the_probes_and_the_step_run_with_what_this_machine_has():
+    code, report = run_json("check", RECIPE, "--select", "smoke-step,logits-contract")
+    assert code == 0, report
+    smoke = result_of(report, "smoke-step")
+    assert smoke["status"] == "pass"
+    assert "tf32 off on this CPU" in smoke["details"]["precision"]  # what it changed, said
+
+
+def test_target_judges_the_named_gpus():
+    code, report = run_json("check", RECIPE, "--no-smoke", "--select", STATIC, "--target", "8xH100-80GB")
+    assert code == 0, report
+    geometry = result_of(report, "batch-geometry")
+    assert "at 8 processes (--target 8xH100-80GB" in geometry["message"]
+    gpu = result_of(report, "gpu-capacity")
+    assert gpu["status"] == "pass" and gpu["details"]["judged against"].startswith("--target 8xH100-80GB")
+    assert "compute capability 9.0" in result_of(report, "precision-and-attention")["message"]
+
+
+def test_target_an_older_gpu_fails_what_it_cannot_do():
+    code, report = run_json("check", RECIPE, "--no-smoke", "--select", "precision-and-attention", "--target", "1xT4")
+    precision = result_of(report, "precision-and-attention")
+    assert code == 1 and precision["status"] == "fail"
+    assert "Tesla T4" in precision["message"] and "bfloat16 needs 8.0" in precision["message"]
+    assert any("tf32: true but GPU 0 (Tesla T4)" in a for a in precision["details"]["also"])
+
+
+def test_target_memory_for_a_small_gpu():
+    code, report = run_json("check", RECIPE, "--no-smoke", "--select", "gpu-capacity", "--target", "2xl4")
+    gpu = result_of(report, "gpu-capacity")
+    assert gpu["details"]["judged against"].startswith("--target 2xL4")  # model names are case-insensitive
+
+
+@pytest.mark.parametrize("spec", ["3xFOO", "0xH100-80GB", "H100"])
+def test_a_bad_target_is_one_line_and_exit_2(spec):
+    proc = run_doctor("check", RECIPE, "--target", spec)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"trl-doctor: error: --target {spec!r}")
+
+
+def test_deepspeed_missing_is_judged_on_the_launch_machine_only(tmp_path):
+    from importlib.util import find_spec
+
+    if find_spec("deepspeed") is not None:
+        pytest.skip("deepspeed is installed here")
+    recipe = tmp_path / "ds.yaml"
+    recipe.write_text((HERE / "recipe_r1_math.yaml").read_text().replace("../", str(HERE.parent) + "/")
+                      + f"accelerate_config: {HERE.parent / 'launch' / 'zero3_4gpu.yaml'}\n")
+    code, report = run_json("check", str(recipe), "--no-smoke", "--select", "version-skew")
+    skew = result_of(report, "version-skew")
+    assert skew["status"] == "pass" and "must be installed there" in skew["message"]
+    # on a machine with GPUs (NVML faked), this is the launch machine: accelerate launch would stop here
+    from test_fixture_cases import fake_gpu_env
+
+    env = fake_gpu_env(Path(__file__).resolve().parent.parent / "fixtures" / "batch-geometry" / "gpus" / "four-a100.json")
+    code, report = run_json("check", str(recipe), "--no-smoke", "--select", "version-skew", env=env)
+    skew = result_of(report, "version-skew")
+    assert code == 1 and skew["status"] == "fail" and "deepspeed package is not installed" in skew["message"]
