@@ -44,6 +44,7 @@ def main() -> None:
 @click.option("--select", help="Only these rules: ids (TD001) or slugs (pad-token), comma-separated.")
 @click.option("--ignore", help="Skip these rules: ids or slugs, comma-separated.")
 @click.option("--smoke/--no-smoke", default=True, show_default=True, help="Run the one-step training smoke test.")
+@click.option("--static", "static_only", is_flag=True, help="Only the static rules: no trainer run (no probes, no step), for pre-commit.")
 @click.option("--smoke-timeout", type=float, default=300.0, show_default=True, help="Seconds the trainer run (probes and smoke step) may take, counted from its start in the worker.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--trust-remote-code", is_flag=True, help="Allow the model's own Python code (auto_map) to run.")
@@ -55,11 +56,13 @@ def main() -> None:
 @click.option("--script-timeout", type=float, default=300.0, show_default=True, help="Seconds a launch command's script may take to construct its trainer.")
 @click.option("-v", "--verbose", is_flag=True, help="Show the script's traceback when a launch command fails before its trainer.")
 def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code,
-          num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose):
-    """Check CONFIG (a TRL CLI config, JSON or YAML), or what a launch command's script gives its trainer.
+          num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only):
+    """Check CONFIG files (TRL CLI configs, JSON or YAML; globs too), or what a launch command's script gives its
+    trainer.
 
     \b
     trl-doctor check recipe.yaml
+    trl-doctor check recipes/*.yaml other.yaml
     trl-doctor check [OPTIONS] -- python train.py ARGS
     trl-doctor check [OPTIONS] -- accelerate launch [ACCELERATE OPTIONS] train.py ARGS
     trl-doctor check [OPTIONS] -- trl grpo --config recipe.yaml
@@ -73,13 +76,21 @@ def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smo
     from ._errors import InputError
     from ._registry import RegistryError
 
+    if static_only:  # the trainer-run group (the probes and the step) stays out
+        ignore = ",".join(filter(None, [ignore, "logits-contract,eos-termination,smoke-step"]))
+        smoke = False
     try:
         if target_gpus:
             from ._target import target_gpus as described
 
             described(target_gpus)  # a bad --target is exit 2 before any worker starts
         launch = _launch(target)
-        code = _check(None if launch else target[0], fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke,
+        configs = [] if launch else _configs(target)
+        if len(configs) > 1:
+            raise click.exceptions.Exit(_check_many(
+                configs, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device,
+                trust_remote_code, fail_on, num_processes, target_gpus))
+        code = _check(None if launch else configs[0], fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke,
                       smoke_timeout, device, trust_remote_code, fail_on, num_processes,
                       launch=launch, load_weights=load_weights, script_timeout=script_timeout, verbose=verbose,
                       target=target_gpus)
@@ -95,8 +106,54 @@ def _launch(target: tuple[str, ...]):
     return parse_command(target) if is_launch_command(target) else None
 
 
+def _configs(args: tuple[str, ...]) -> list[str]:
+    """The config files named, globs expanded (`recipes/**/*.yaml`); a glob that matches nothing is an input error."""
+    import glob
+
+    out: list[str] = []
+    for arg in args:
+        if any(c in arg for c in "*?[") and not Path(arg).exists():
+            found = sorted(glob.glob(arg, recursive=True))
+            if not found:
+                from ._errors import InputError
+
+                raise InputError(f"{arg}: no config file matches")
+            out += [f for f in found if f not in out]
+        elif arg not in out:
+            out.append(arg)
+    return out
+
+
+def _check_many(configs, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device,
+                trust_remote_code, fail_on, num_processes, target) -> int:
+    """Each config checked in turn (a worker each), one combined report and exit status: 2 when a config could not
+    be read (its one line on stderr, the others still checked), else 1 when any failed."""
+    from ._errors import InputError
+    from ._formats._combine import combine
+
+    collected: list[tuple[str, dict]] = []
+    errors: list[str] = []
+    worst = 0
+    for config in configs:
+        try:
+            code = _check(config, fix, unsafe_fixes, show_diff, fmt, None, select, ignore, smoke, smoke_timeout, device,
+                          trust_remote_code, fail_on, num_processes, target=target, collect=collected)
+        except InputError as exc:
+            click.echo(f"trl-doctor: error: {exc}", err=True)
+            errors.append(str(exc))
+            continue
+        worst = max(worst, code)
+    text = combine(fmt, [t for t, _ in collected], [s for _, s in collected], errors)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+    return EXIT_INPUT if errors else worst
+
+
 def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code, fail_on,
-           num_processes=None, launch=None, load_weights=False, script_timeout=300.0, verbose=False, target=None) -> int:
+           num_processes=None, launch=None, load_weights=False, script_timeout=300.0, verbose=False, target=None,
+           collect: list | None = None) -> int:
     from dataclasses import replace
 
     from . import _fixer
@@ -114,7 +171,7 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
     progress = _progress() if _progress_wanted() else None
     color = output is None and fmt == "table" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     stream = _Stream(rules, color, progress) if fmt == "table" and output is None and not (fix or show_diff) \
-        and _streaming_wanted() else None
+        and collect is None and _streaming_wanted() else None
 
     def run_once():
         if launch is not None:
@@ -160,6 +217,9 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
     _clear(progress)
     if stream is not None:
         stream.finish(_report(cfg, results, applied_files))
+    elif collect is not None:
+        report = _report(cfg, results, applied_files)
+        collect.append((_render(fmt, report, color), report.summary))
     else:
         _write_report(fmt, cfg, results, applied_files, output, color)
     return exit_status(results, fail_on)
@@ -232,12 +292,18 @@ def _launch_of(cfg) -> dict | None:
     return getattr(cfg, "launch", None) if isinstance(cfg, _Target) else None
 
 
-def _write_report(fmt, cfg, results, applied, output, color) -> None:
+def _render(fmt, report, color) -> str:
+    from dataclasses import replace
+
     from ._formats import render
 
     if fmt != "table":  # the machine formats list rules by id, as they always have; the table in run order
-        results = sorted(results, key=lambda r: r.id)
-    text = render(fmt, _report(cfg, results, applied), color=color)
+        report = replace(report, results=sorted(report.results, key=lambda r: r.id))
+    return render(fmt, report, color=color)
+
+
+def _write_report(fmt, cfg, results, applied, output, color) -> None:
+    text = _render(fmt, _report(cfg, results, applied), color)
     if output:
         Path(output).write_text(text, encoding="utf-8")
     else:

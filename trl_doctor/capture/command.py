@@ -45,10 +45,9 @@ class LaunchCommand:
 
 
 def is_launch_command(target: tuple[str, ...]) -> bool:
-    """Whether `trl-doctor check TARGET...` names a command rather than one config file."""
-    if len(target) != 1:
-        return True
-    return target[0].endswith(".py") or _launcher(target[0]) is not None
+    """Whether `trl-doctor check TARGET...` names a command (it starts with a launcher or a .py script) rather
+    than config files."""
+    return bool(target) and (target[0].endswith(".py") or _launcher(target[0]) is not None)
 
 
 def _launcher(word: str) -> str | None:
