@@ -66,16 +66,14 @@ def check(ctx):
 
 
 def _batch_error_at_other_process_count(ctx, error: str, details: dict) -> bool:
-    """TRL's config class checks the batch arithmetic against the processes it runs in: one, here. When the
-    launch has another count, that error says nothing about the job; batch-geometry decides at the real count."""
+    """TRL's config class checks the batch arithmetic against the processes it runs in: one, here. That is
+    batch-geometry's question, which it answers at the launch's real process count with the fix: not repeated here."""
     from trl_doctor.facts.launch import is_geometry_error, launch
 
     if not is_geometry_error(error):
         return False
     the_launch = launch(ctx)
-    procs = the_launch.processes
-    if procs == 1:
-        return False
-    details["batch arithmetic"] = (f"left to batch-geometry: the launch has {procs} processes ({the_launch.processes_from}), and "
-                                   f"TRL's check in this single process says: {error}")
+    details["batch arithmetic"] = (f"left to batch-geometry (the launch has {the_launch.processes} process"
+                                   f"{'es' if the_launch.processes != 1 else ''}, {the_launch.processes_from}); TRL's "
+                                   f"check in this single process says: {error}")
     return True

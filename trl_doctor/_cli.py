@@ -43,14 +43,14 @@ def main() -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), help="Write the report to this file.")
 @click.option("--select", help="Only these rules: ids (TD001) or slugs (pad-token), comma-separated.")
 @click.option("--ignore", help="Skip these rules: ids or slugs, comma-separated.")
-@click.option("--smoke/--no-smoke", default=True, show_default=True, help="Run the one-step training smoke test.")
+@click.option("--smoke/--no-smoke", default=None, help="Run the one-step training smoke test (default: on).")
 @click.option("--static", "static_only", is_flag=True, help="Only the static rules: no trainer run (no probes, no step), for pre-commit.")
 @click.option("--smoke-timeout", type=float, default=300.0, show_default=True, help="Seconds the trainer run (probes and smoke step) may take, counted from its start in the worker.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--trust-remote-code", is_flag=True, help="Allow the model's own Python code (auto_map) to run.")
 @click.option("--num-processes", type=click.IntRange(min=1), default=None,
               help="Training processes of the launch (accelerate's --num_processes); default: the config's accelerate settings, else the visible GPUs.")
-@click.option("--fail-on", type=click.Choice(["fail", "warn"]), default="fail", show_default=True, help="Lowest status that makes the exit status 1.")
+@click.option("--fail-on", type=click.Choice(["fail", "warn"]), default=None, help="Lowest status that makes the exit status 1 (default: fail).")
 @click.option("--target", "target_gpus", help="The launch machine's GPUs, e.g. 8xH100-80GB, 4xA100-40GB, 1xA10G, 2xL4, 1xT4: the GPU verdicts judge them instead of this machine's.")
 @click.option("--load-weights", is_flag=True, help="With a launch command: let the script load real weights (default: models on the meta device).")
 @click.option("--script-timeout", type=float, default=300.0, show_default=True, help="Seconds a launch command's script may take to construct its trainer.")
@@ -160,10 +160,23 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
     from ._config import load_config
     from ._context import Options
     from ._engine import exit_status
+    from ._project import find_project_config
     from ._registry import all_rules, run_order, select_rules
     from ._session import run_check
+    from ._suppress import Suppressor
 
-    rules = run_order(select_rules(all_rules(), _names(select), _names(ignore)))
+    # the project's settings ([tool.trl-doctor] / .trl-doctor.toml, nearest the config), under the command line's
+    project = find_project_config(Path(config).expanduser().parent if config else Path.cwd())
+    chosen = _names(select) or list(project.select)
+    ignored = _names(ignore) + list(project.ignore) + project.ignores_for(Path(config) if config else None)
+    fail_on = fail_on or project.fail_on or "fail"
+    smoke = smoke if smoke is not None else (project.smoke if project.smoke is not None else True)
+    target = target or project.target
+    if target:
+        from ._target import target_gpus
+
+        target_gpus(target)
+    rules = run_order(select_rules(all_rules(), chosen, ignored))
     options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout,
                       unsafe_fixes=unsafe_fixes and (fix or show_diff), num_processes=num_processes,
                       launch=launch.to_json() if launch else None, load_weights=load_weights,
@@ -189,7 +202,10 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
         cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
         if stream is not None:
             stream.start(cfg)
-        return cfg, run_check(cfg.path, rules, options, on_result=stream.row if stream else None, on_progress=progress)
+        suppress = Suppressor(cfg.path)  # `# trl-doctor: ignore[rule]` on a key's line
+        results = run_check(cfg.path, rules, options, on_progress=progress,
+                            on_result=(lambda r: stream.row(suppress(r))) if stream else None)
+        return cfg, [suppress(r) for r in results]
 
     cfg, results = run_once()
     applied_files: list[dict] = []

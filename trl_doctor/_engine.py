@@ -104,12 +104,14 @@ def run_rules(rules: Iterable[Rule], ctx: Context, progress: Callable[[Rule], No
 
 
 def summarize(results: Iterable[Result]) -> dict[str, int]:
+    """Counts per status; a suppressed result counts under `suppressed`, not under its status."""
     summary = {s.value: 0 for s in (Status.PASS, Status.WARN, Status.FAIL, Status.SKIP, Status.ERROR)}
+    summary["suppressed"] = 0
     for r in results:
-        summary[r.status.value] += 1
+        summary["suppressed" if r.suppressed else r.status.value] += 1
     return summary
 
 
 def exit_status(results: Iterable[Result], fail_on: str = "fail") -> int:
     bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if fail_on == "warn" else set())
-    return 1 if any(r.status in bad for r in results) else 0
+    return 1 if any(r.status in bad and not r.suppressed for r in results) else 0

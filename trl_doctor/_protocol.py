@@ -75,6 +75,7 @@ def encode_result(r: Result) -> dict[str, Any]:
         "fix": None if r.fix is None else dataclasses.asdict(r.fix),
         "pending_fix": None if r.pending_fix is None else _encode_fix(r.pending_fix),
         "location": None if r.location is None else dataclasses.asdict(r.location),
+        "suppressed": r.suppressed,
     }
 
 
@@ -90,7 +91,7 @@ def decode_result(data: dict[str, Any]) -> Result:
         id=data["id"], rule=data["rule"], title=data["title"], status=Status(data["status"]), message=data["message"],
         details=data.get("details") or {}, fix=applied, duration_s=data.get("duration_s", 0.0),
         pending_fix=_decode_fix(data["pending_fix"]) if data.get("pending_fix") else None,
-        location=Location(**loc) if loc else None,
+        location=Location(**loc) if loc else None, suppressed=data.get("suppressed"),
     )
 
 

@@ -162,6 +162,7 @@ class Result:
     duration_s: float
     pending_fix: Fix | None = None  # the Fix object behind `fix`, for the fixer; not reported
     location: Location | None = None
+    suppressed: str | None = None  # `file:line` of the `# trl-doctor: ignore[...]` comment that suppresses it
 
 
 def plain(value: Any) -> Any:

@@ -45,6 +45,7 @@ def result_dict(r: Result) -> dict[str, Any]:
               "applicability": applicability(r.fix)},
         "duration_s": r.duration_s,
         "location": location_dict(r.location),
+        "suppressed": r.suppressed,
     }
 
 

@@ -39,6 +39,8 @@ def render(report: Report, color: bool = False) -> str:
         if level is None:
             continue
         message = r.message
+        if r.suppressed:
+            level, message = "notice", f"suppressed by {r.suppressed}: {message}"
         if r.fix:
             message += f"\nfix{' (manual)' if applicability(r.fix) == 'manual' else ''}: {r.fix.description}"
         loc = r.location or Location(report.config)

@@ -33,7 +33,9 @@ def render(report: Report, color: bool = False) -> str:
         body = "\n".join([r.message, *where, *details_lines(dict(r.details), indent="  ")])
         if r.fix is not None:
             body += f"\nfix{' (manual)' if applicability(r.fix) == 'manual' else ''}: {r.fix.description}"
-        if r.status is Status.FAIL:
+        if r.suppressed:
+            ET.SubElement(case, "skipped", message=f"suppressed by {r.suppressed}: {r.message}")
+        elif r.status is Status.FAIL:
             ET.SubElement(case, "failure", message=r.message, type=r.rule).text = body
         elif r.status is Status.ERROR:
             ET.SubElement(case, "error", message=r.message, type=r.rule).text = body

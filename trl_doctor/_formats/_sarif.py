@@ -65,6 +65,8 @@ def render(report: Report, color: bool = False) -> str:
             "locations": [_location(r, report.config)],
             "properties": properties,
         }
+        if r.suppressed:  # SARIF's own field: code scanning shows it as dismissed in source
+            result["suppressions"] = [{"kind": "inSource", "justification": f"# trl-doctor: ignore at {r.suppressed}"}]
         results.append(result)
     doc = {
         "$schema": SCHEMA,

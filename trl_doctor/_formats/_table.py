@@ -61,7 +61,8 @@ def row(r, slugs, color: bool = False) -> str:
     w_id, w_rule = widths(slugs)
     status = _paint(r.status, r.status.value.ljust(STATUS_WIDTH), color)
     where = r.location.short() if r.location else ""
-    return "  ".join([r.id.ljust(w_id), r.rule.ljust(w_rule), status, _one_line(r.message, MESSAGE_WIDTH).ljust(MESSAGE_WIDTH),
+    message = f"(suppressed) {r.message}" if r.suppressed else r.message
+    return "  ".join([r.id.ljust(w_id), r.rule.ljust(w_rule), status, _one_line(message, MESSAGE_WIDTH).ljust(MESSAGE_WIDTH),
                       where]).rstrip()
 
 
@@ -77,6 +78,8 @@ def tail(report: Report, color: bool = False) -> list[str]:
             continue
         lines.append("")
         lines.append(_paint(r.status, f"{r.id} {r.rule}: {r.status.value}", color) + f": {r.message}")
+        if r.suppressed:
+            lines.append(f"    suppressed by: {r.suppressed} (does not fail the check)")
         if r.location is not None:
             lines.append(f"    at: {location_text(r.location)}")
         lines.extend(details_lines(dict(r.details)))
@@ -90,7 +93,8 @@ def tail(report: Report, color: bool = False) -> list[str]:
             lines.append(f"    {item['file']}{backup}")
     s = report.summary
     lines.append("")
-    lines.append(", ".join(f"{s[k]} {k}" for k in ("pass", "warn", "fail", "skip", "error")))
+    lines.append(", ".join(f"{s[k]} {k}" for k in ("pass", "warn", "fail", "skip", "error"))
+                 + (f", {s['suppressed']} suppressed" if s.get("suppressed") else ""))
     return lines
 
 
