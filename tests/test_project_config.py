@@ -1,0 +1,116 @@
+"""Project configuration ([tool.trl-doctor] in pyproject.toml, .trl-doctor.toml) and inline suppression, through the
+real command on copies of the fixtures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import result_of, run_doctor
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.fixture()
+def project(built_fixtures, tmp_path) -> Path:
+    """A project folder: recipes/ (a healthy config and one with an unknown key) and recipes/exp/ (the same)."""
+    for sub in ("recipes", "recipes/exp"):
+        d = tmp_path / sub
+        d.mkdir(parents=True)
+        shutil.copy(FIX / "trainer-config" / "rewards.py", d)
+        for name in ("ok_grpo.yaml", "bad_unknown_key.yaml"):
+            text = (FIX / "trainer-config" / name).read_text().replace("../", f"{FIX}/")
+            (d / name).write_text(text)
+    return tmp_path
+
+
+def check_json(*args: str) -> tuple[int, dict]:
+    proc = run_doctor("check", "--static", "--format", "json", *args)
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_pyproject_settings_apply_and_the_command_line_wins(project):
+    (project / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.trl-doctor]\nselect = ["trainer-config", '
+                                           '"version-skew"]\nignore = ["version-skew"]\nfail-on = "warn"\n')
+    code, report = check_json(str(project / "recipes" / "ok_grpo.yaml"))
+    assert [r["id"] for r in report["results"]] == ["TD009"]  # select, minus ignore
+    code, report = check_json(str(project / "recipes" / "ok_grpo.yaml"), "--select", "pad-token")
+    assert [r["id"] for r in report["results"]] == ["TD001"]  # the command line's select replaces the file's
+
+
+def test_per_file_ignores_and_the_nearest_file_wins(project):
+    (project / "pyproject.toml").write_text('[tool.trl-doctor]\nselect = ["trainer-config"]\n'
+                                           '[tool.trl-doctor.per-file-ignores]\n"recipes/exp/*.yaml" = ["TD009"]\n')
+    code, report = check_json(str(project / "recipes" / "bad_unknown_key.yaml"))
+    assert code == 1 and result_of(report, "trainer-config")["status"] == "fail"
+    code, report = check_json(str(project / "recipes" / "exp" / "bad_unknown_key.yaml"))
+    assert code == 0 and report["results"] == []
+    # a .trl-doctor.toml nearer the config replaces the pyproject's settings
+    (project / "recipes" / "exp" / ".trl-doctor.toml").write_text('select = ["pad-token"]\n')
+    code, report = check_json(str(project / "recipes" / "exp" / "bad_unknown_key.yaml"))
+    assert [r["id"] for r in report["results"]] == ["TD001"]
+
+
+def test_target_and_smoke_from_the_project(project):
+    (project / ".trl-doctor.toml").write_text('target = "4xA100-40GB"\nselect = ["batch-geometry"]\n')
+    code, report = check_json(str(project / "recipes" / "ok_grpo.yaml"))
+    assert "--target 4xA100-40GB" in result_of(report, "batch-geometry")["message"]
+
+
+@pytest.mark.parametrize("text, words", [
+    ('bogus = 1\n', "unknown setting 'bogus'"),
+    ('fail-on = "always"\n', "`fail-on` must be"),
+    ('select = "TD001"\n', "`select` must be a list"),
+    ('select = [\n', "invalid TOML"),
+    ('target = "9xNOPE"\n', "--target '9xNOPE'"),
+])
+def test_a_bad_project_file_is_one_line_and_exit_2(project, text, words):
+    (project / ".trl-doctor.toml").write_text(text)
+    proc = run_doctor("check", "--static", str(project / "recipes" / "ok_grpo.yaml"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0]
+
+
+# -- inline suppression ---------------------------------------------------------------------------------------
+
+def suppressed_recipe(project: Path, comment: str) -> Path:
+    path = project / "recipes" / "sup.yaml"
+    text = (project / "recipes" / "ok_grpo.yaml").read_text().replace(
+        "num_generations: 4                  # GRPOConfig", f"num_generations: 3  {comment}")
+    assert "num_generations: 3" in text
+    path.write_text(text)
+    return path
+
+
+def test_a_suppressed_finding_is_reported_as_such_and_does_not_fail(project):
+    path = suppressed_recipe(project, "# trl-doctor: ignore[batch-geometry]")
+    code, report = check_json(str(path), "--select", "batch-geometry")
+    geometry = result_of(report, "batch-geometry")
+    assert code == 0 and geometry["status"] == "fail" and geometry["suppressed"] == f"{path}:{_line(path)}"
+    assert report["summary"]["suppressed"] == 1 and report["summary"]["fail"] == 0
+    table = run_doctor("check", "--static", "--select", "batch-geometry", str(path))
+    assert table.returncode == 0 and "(suppressed)" in table.stdout and "1 suppressed" in table.stdout
+    sarif = json.loads(run_doctor("check", "--static", "--select", "batch-geometry", "--format", "sarif", str(path)).stdout)
+    assert sarif["runs"][0]["results"][0]["suppressions"][0]["kind"] == "inSource"
+    github = run_doctor("check", "--static", "--select", "batch-geometry", "--format", "github", str(path)).stdout
+    assert github.startswith("::notice ") and "suppressed by" in github
+    junit = run_doctor("check", "--static", "--select", "batch-geometry", "--format", "junit", str(path)).stdout
+    assert "<skipped message=\"suppressed by" in junit and "<failure" not in junit
+
+
+def test_a_suppression_names_its_rules(project):
+    path = suppressed_recipe(project, "# trl-doctor: ignore[pad-token]")
+    code, report = check_json(str(path), "--select", "batch-geometry")
+    assert code == 1 and result_of(report, "batch-geometry")["suppressed"] is None
+    path = suppressed_recipe(project, "# trl-doctor: ignore")
+    code, report = check_json(str(path), "--select", "batch-geometry")
+    assert code == 0 and result_of(report, "batch-geometry")["suppressed"]
+
+
+def _line(path: Path) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "trl-doctor: ignore" in line)
