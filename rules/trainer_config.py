@@ -24,13 +24,16 @@ How it is detected
     TRL's validation runs.
 
 What the fix does
-    Nothing automatic: an unknown key is reported with the closest known field name, and TRL's own
-    error message is quoted.
+    A key renamed with the same meaning (trl_doctor/data/migrations.yaml: `torch_dtype` -> `dtype` in trl
+    0.23, `warmup_ratio` -> `warmup_steps` in transformers 5) is renamed in the config, value unchanged. A
+    removed key gets a manual fix (remove it) and the table's note on what replaced it; any other unknown key
+    gets the closest known field only when it is really close (a typo), and TRL's own messages are quoted.
+    The words follow the installed TRL: stopped at start-up (trl 0.19 and later), or dropped without a word.
 """
 
 from __future__ import annotations
 
-from trl_doctor import Location, fail, passed, rule
+from trl_doctor import DELETE, Edit, Fix, Location, fail, manual, passed, rule
 
 
 @rule(id="TD009", slug="trainer-config", title="The installed TRL accepts every key and value of the config")
@@ -47,14 +50,7 @@ def check(ctx):
         yield fail(f"{why}: `trl {ctx.trainer} --config` stops before training starts", location=Location(str(ctx.config.path), key),
                    **details)
     if info.unknown_keys:
-        listed = ", ".join(
-            f"{k!r} (did you mean {info.suggestions[k]!r}?)" if k in info.suggestions else repr(k) for k in info.unknown_keys
-        )
-        details["unknown keys"] = info.unknown_keys
-        yield fail(
-            f"trl {info.trl_version} does not know {listed}: `trl {ctx.trainer} --config` would stop on it",
-            **details,
-        )
+        yield from _unknown(ctx, info, details)
     if info.launch_note:
         details["batch arithmetic"] = f"left to batch-geometry: {info.launch_note}"
     deferred = bool(info.launch_note) or (info.error and _batch_error_at_other_process_count(ctx, info.error, details))
@@ -63,6 +59,38 @@ def check(ctx):
     if not info.unknown_keys and not info.type_errors and (not info.error or deferred):
         extra = "; its batch check at 1 process is left to batch-geometry" if deferred else ""
         yield passed(f"{info.class_name} (trl {info.trl_version}) accepts all {len(info.passed_keys)} trainer keys{extra}", **details)
+
+
+def _unknown(ctx, info, details: dict):
+    """Unknown keys: a renamed or removed key (the migration table) says when and what replaces it, with a safe
+    rename where the meaning is the same; any other gets the closest field when it is really close. What the
+    installed TRL does with it decides the words: stop at start-up, or drop it without a word."""
+    from trl_doctor.facts.migrations import migration_for, unknown_key_policy
+
+    policy, evidence = unknown_key_policy()
+    details["unknown keys"] = info.unknown_keys
+    details["trl's parser"] = evidence
+    consequence = (f"`trl {ctx.trainer} --config` stops on it at start-up" if policy == "stops" else
+                   f"trl {info.trl_version}'s `trl {ctx.trainer} --config` drops it without a word: its value never "
+                   "reaches the trainer")
+    installed = {"trl": info.trl_version, "transformers": ctx.version("transformers")}
+    plain = []
+    for key in info.unknown_keys:
+        entry = migration_for(key, installed)
+        if entry is None:
+            plain.append(f"{key!r} (did you mean {info.suggestions[key]!r}?)" if key in info.suggestions else repr(key))
+            continue
+        value = ctx.config.raw.get(key)
+        if entry.replacement and entry.same_meaning and entry.replacement not in ctx.config.raw:
+            fix = Fix(f"rename `{key}` to `{entry.replacement}` in {ctx.config.path.name} (same meaning)",
+                      (Edit(str(ctx.config.path), set=((key, DELETE), (entry.replacement, value))),))
+        else:
+            fix = manual(f"remove `{key}` from {ctx.config.path.name}" + (f" (and set `{entry.replacement}`)"
+                                                                          if entry.replacement else ""))
+        yield fail(f"{entry.words()}; with {entry.package} {installed[entry.package]}, {consequence}", fix,
+                   location=Location(str(ctx.config.path), key), **details)
+    if plain:
+        yield fail(f"trl {info.trl_version} does not know {', '.join(plain)}: {consequence}", **details)
 
 
 def _batch_error_at_other_process_count(ctx, error: str, details: dict) -> bool:

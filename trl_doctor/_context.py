@@ -243,7 +243,8 @@ class Context:
                 kwargs[key] = value
             elif key not in known:
                 info.unknown_keys.append(key)
-                near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+                # only a really close name is a hint (a typo): renamed and removed keys are the migration table's
+                near = [n for n in difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8) if abs(len(n) - len(key)) <= 2]
                 if near:
                     info.suggestions[key] = near[0]
         # Relative output paths would land in the current folder; the doctor never writes there.

@@ -1,0 +1,76 @@
+"""The migration table (trl_doctor/data/migrations.yaml) with real version strings, and trainer-config's use of it
+through the command: the hint, the consequence per release, and the safe rename."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import result_of, run_doctor
+from trl_doctor.facts.migrations import load_migrations, migration_for, unknown_key_policy
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "trainer-config"
+
+
+@pytest.mark.parametrize("key, installed, expected", [
+    ("torch_dtype", {"trl": "0.26.2"}, None),  # still accepted, as a deprecated alias
+    ("torch_dtype", {"trl": "0.27.0"}, "dtype"),
+    ("torch_dtype", {"trl": "1.16.0"}, "dtype"),
+    ("max_prompt_length", {"trl": "0.27.2"}, None),
+    ("max_prompt_length", {"trl": "0.28.0"}, ""),  # removed, no replacement
+    ("warmup_ratio", {"transformers": "5.14.1"}, None),
+    ("warmup_ratio", {"transformers": "5.15.0"}, "warmup_steps"),
+    ("overwrite_output_dir", {"transformers": "4.57.6"}, None),
+    ("overwrite_output_dir", {"transformers": "5.0.0"}, ""),
+    ("num_generation", {"trl": "1.16.0", "transformers": "5.23.0"}, None),  # a typo is not a migration
+])
+def test_the_table_answers_by_release(key, installed, expected):
+    entry = migration_for(key, installed)
+    if expected is None:
+        assert entry is None
+    else:
+        assert entry is not None and (entry.replacement or "") == expected
+
+
+def test_every_entry_is_complete():
+    for entry in load_migrations():
+        assert entry.package in ("trl", "transformers", "accelerate") and entry.since and entry.note
+        assert not entry.same_meaning or entry.replacement, entry  # a safe rename needs a new name
+
+
+def test_no_far_fetched_hints(built_fixtures, tmp_path):
+    config = tmp_path / "recipe.yaml"
+    config.write_text((FIX / "ok_grpo.yaml").read_text().replace("../", f"{FIX.parent}/")
+                      + "hub_model_revision: main\nchat_template: chatml\n")
+    shutil.copy(FIX / "rewards.py", tmp_path)
+    proc = run_doctor("check", "--static", "--select", "trainer-config", "--format", "json", str(config))
+    message = result_of(json.loads(proc.stdout), "trainer-config")["message"]
+    assert "'hub_model_revision'" in message and "'chat_template'" in message and "did you mean" not in message
+
+
+def test_the_consequence_follows_the_installed_trl(built_fixtures):
+    policy, _ = unknown_key_policy()
+    proc = run_doctor("check", "--static", "--select", "trainer-config", str(FIX / "bad_unknown_key.yaml"))
+    if policy == "stops":
+        assert "stops on it at start-up" in proc.stdout
+    else:  # trl <= 0.18: the value is lost without a word
+        assert "drops it without a word" in proc.stdout
+
+
+def test_fix_renames_a_key_with_the_same_meaning(built_fixtures, tmp_path):
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    if Version(version("trl")) < Version("0.27.0"):
+        pytest.skip("this TRL still takes torch_dtype")
+    config = tmp_path / "recipe.yaml"
+    config.write_text((FIX / "bad_renamed_torch_dtype.yaml").read_text().replace("../", f"{FIX.parent}/"))
+    shutil.copy(FIX / "rewards.py", tmp_path)
+    proc = run_doctor("check", "--static", "--select", "trainer-config", "--fix", str(config))
+    assert proc.returncode == 0, proc.stdout
+    text = config.read_text()
+    assert "\ntorch_dtype:" not in text and "\ndtype: bfloat16" in text  # the comment line keeps its words

@@ -1,0 +1,67 @@
+"""Config keys renamed or removed across trl and transformers releases (trl_doctor/data/migrations.yaml), and what
+the installed TRL's parser does with a key it does not know: stop (`Unknown arguments from config file`, trl 0.19
+and later) or drop it without a word (older releases)."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+
+TABLE = Path(__file__).resolve().parent.parent / "data" / "migrations.yaml"
+
+
+@dataclass(frozen=True)
+class Migration:
+    key: str
+    package: str
+    where: str
+    since: str  # the first release without the old key
+    replacement: str | None
+    same_meaning: bool
+    note: str
+    renamed: str | None = None  # the first release with the new name
+
+    def words(self) -> str:
+        if self.replacement:
+            return (f"`{self.key}` was renamed `{self.replacement}` in {self.package} {self.renamed or self.since} "
+                    f"and is gone from {self.since} ({self.where}): {self.note}")
+        return f"`{self.key}` was removed in {self.package} {self.since} ({self.where}): {self.note}"
+
+
+def load_migrations(path: Path = TABLE) -> list[Migration]:
+    import yaml
+
+    return [Migration(**entry) for entry in yaml.safe_load(path.read_text(encoding="utf-8"))]
+
+
+def migration_for(key: str, installed: dict[str, str | None], table: list[Migration] | None = None) -> Migration | None:
+    """The entry that explains why `key` is unknown to the installed versions (their release is at or past the
+    entry's `since`), or None."""
+    from packaging.version import InvalidVersion, Version
+
+    for entry in table if table is not None else load_migrations():
+        version = installed.get(entry.package)
+        if entry.key != key or not version:
+            continue
+        try:
+            if Version(version) >= Version(entry.since):
+                return entry
+        except InvalidVersion:
+            continue
+    return None
+
+
+def unknown_key_policy() -> tuple[str, str]:
+    """("stops" | "drops", evidence): what the installed TRL's parser does with a config key no dataclass has."""
+    try:
+        from trl import TrlParser
+    except ImportError:
+        return "stops", "HfArgumentParser"
+    try:
+        source = inspect.getsource(TrlParser.parse_args_and_config)
+    except (OSError, TypeError):
+        return "stops", "TrlParser.parse_args_and_config (source not readable)"
+    if "Unknown arguments" in source:
+        return "stops", "TrlParser.parse_args_and_config raises 'Unknown arguments from config file'"
+    return "drops", "TrlParser.parse_args_and_config returns without the config keys no dataclass takes"
