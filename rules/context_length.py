@@ -149,8 +149,17 @@ def check(ctx):
             text = (f"{prompt} fits {where} with {positions - eff_longest} positions left for completions; {completion_key} "
                     f"{completion} is more, so longer completions would run past it (no error for this model: see details)")
         else:
-            text = f"{prompt} + {completion_key} {completion} = {need} fits {where}" + (f" and vLLM's {vllm}" if vllm else "")
+            text = f"{prompt} + {completion_key} {completion} = {need} fits {where}" + _vllm_words(vllm, details)
         yield passed(text, **details)
+
+
+def _vllm_words(vllm: str | None, details: dict) -> str:
+    """How the pass message names vLLM's context: a server's is set where it starts, so it is named as such."""
+    if not vllm:
+        return ""
+    if details.get("vLLM mode") == "server":
+        return "; vLLM's server needs --max-model-len of at least that (see details)"
+    return f" and vLLM's context ({vllm})"
 
 
 def _positions(ctx, facts, details, rows, effective, lengths, completion, completion_key, positions, limit_prompt,

@@ -196,7 +196,8 @@ def _vllm_mode(ctx) -> str:
     """colocate, server, or 'device' (TRL 0.14-0.15's vLLM on a spare GPU, before vllm_mode existed)."""
     cfg = trainer_config_or_none(ctx)
     if cfg is not None and not hasattr(cfg, "vllm_mode") and "vllm_mode" not in ctx.config.raw:
-        return "device"
+        # before vllm_mode (trl 0.18): 0.14-0.15 put vLLM on a spare GPU (`vllm_device`); 0.16-0.17 used a server
+        return "device" if hasattr(cfg, "vllm_device") else "server"
     return str(settings(ctx).vllm_mode or "server")
 
 

@@ -193,3 +193,18 @@ def test_over_the_character_budget_the_longest_stay_exact(built_fixtures, monkey
     assert facts["estimated"] > 0 and "estimated from their characters" in facts["measured"]
     assert facts["max"] == len(exact) == 1271 and facts["longest_row"] == 87  # the maximum is tokenized, not estimated
     assert all(n is not None and n > 0 for n in facts["lengths"])
+
+
+def test_server_mode_pass_message_names_the_servers_setting(built_fixtures, tmp_path):
+    from conftest import result_of, run_json
+
+    fix = Path(__file__).resolve().parent.parent / "fixtures"
+    config = tmp_path / "server.yaml"
+    config.write_text(f"model_name_or_path: {fix / 'models' / 'qwen2-chat'}\ndataset_path: {fix / 'data' / 'chat.jsonl'}\n"
+                      "use_vllm: true\nvllm_mode: server\nmax_completion_length: 32\n")
+    code, report = run_json("check", str(config), "--no-smoke", "--select", "context-length")
+    r = result_of(report, "context-length")
+    if r["details"].get("vLLM mode") != "server":
+        pytest.skip("the installed TRL has no vllm_mode: server")
+    assert r["status"] == "pass" and "vLLM's server needs --max-model-len" in r["message"]
+    assert "vLLM's the server's" not in r["message"]
