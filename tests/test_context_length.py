@@ -198,6 +198,8 @@ def test_over_the_character_budget_the_longest_stay_exact(built_fixtures, monkey
 def test_server_mode_pass_message_names_the_servers_setting(built_fixtures, tmp_path):
     from conftest import result_of, run_json
 
+    from pathlib import Path
+
     fix = Path(__file__).resolve().parent.parent / "fixtures"
     config = tmp_path / "server.yaml"
     config.write_text(f"model_name_or_path: {fix / 'models' / 'qwen2-chat'}\ndataset_path: {fix / 'data' / 'chat.jsonl'}\n"
