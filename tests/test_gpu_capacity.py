@@ -239,15 +239,19 @@ def test_policy_dtype(tmp_path):
 def test_settings_fact_resolves_as_the_installed_trl(tmp_path):
     """The Settings fact: one answer per check, the values the trainer sees (TRL's defaults included), the same as
     the generic accessor gives."""
+    from trl_doctor.facts.parsing import parse_as_trl
     from trl_doctor.facts.settings import config_value, field_value, settings
 
+    # a JSON string where TRL's parser takes one (transformers 5's HfArgumentParser decodes it), else a mapping
+    as_json = '{"dtype": "auto"}'
+    refused = "model_init_kwargs" in parse_as_trl("grpo", {"model_init_kwargs": as_json}).errors
     with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b"), fp16=True, max_completion_length=64,
-                 model_init_kwargs='{"dtype": "auto"}', use_vllm=True) as ctx:
+                 model_init_kwargs={"dtype": "auto"} if refused else as_json, use_vllm=True) as ctx:
         s = settings(ctx)
         assert settings(ctx) is s
         assert (s.bf16, s.fp16) == (False, True)  # bf16's default None resolves to `not fp16` (TRL >= 0.19)
         assert (s.policy_dtype, s.policy_dtype_from) == policy_dtype(ctx) and s.policy_dtype == "bfloat16"
-        assert s.model_init_kwargs == {"dtype": "auto"}  # a JSON string decoded
+        assert s.model_init_kwargs == {"dtype": "auto"}  # a JSON string decoded, where TRL takes one
         assert s.max_completion_length == 64 and s.completion_key == "max_completion_length"
         assert s.per_device_train_batch_size == config_value(ctx, "per_device_train_batch_size")
         assert s.num_generations == config_value(ctx, "num_generations") and s.use_vllm is True

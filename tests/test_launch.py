@@ -137,8 +137,9 @@ def test_accelerate_launch_with_zero3_on_four_processes():
     from importlib.util import find_spec
 
     if find_spec("deepspeed") is None:
-        assert skew["status"] in ("warn", "fail") and "deepspeed package is not installed" in skew["message"]
-        assert skew["location"]["file"] == str(LAUNCH / "zero3_4gpu.yaml")
+        # this machine has no GPU: not the launch machine, so a note that it must be installed there (the fail
+        # where GPUs are visible is tested in test_launch_machine.py)
+        assert skew["status"] == "pass" and "must be installed there" in skew["message"]
 
 
 def test_accelerate_launch_num_processes_flag_sets_the_process_count():

@@ -44,10 +44,20 @@ class LaunchCommand:
                    tuple(data.get("script_args") or ()))
 
 
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
 def is_launch_command(target: tuple[str, ...]) -> bool:
-    """Whether `trl-doctor check TARGET...` names a command (it starts with a launcher or a .py script) rather
-    than config files."""
-    return bool(target) and (target[0].endswith(".py") or _launcher(target[0]) is not None)
+    """Whether `trl-doctor check TARGET...` names a command rather than config files: it starts with a launcher
+    or a .py script, or with a word that is neither a file nor a config name nor a glob (`make train`: a command
+    trl-doctor cannot run, said as such)."""
+    if not target:
+        return False
+    first = target[0]
+    if first.endswith(".py") or _launcher(first) is not None:
+        return True
+    return len(target) > 1 and not os.path.exists(first) and not first.lower().endswith(CONFIG_SUFFIXES) \
+        and not any(c in first for c in "*?[")
 
 
 def _launcher(word: str) -> str | None:
