@@ -69,6 +69,7 @@ import warnings
 from pathlib import Path
 
 from trl_doctor import Edit, Fix, InputError, fail, passed, rule, warn
+from trl_doctor.facts.models import score_rows
 from trl_doctor.facts.trl import ppo_without_value_model, trainer_class, trainer_source
 
 LAST_PPO_RELEASE = "1.12.0"
@@ -303,6 +304,11 @@ def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str,
         )))
     if seq_cls:
         n = int(mcfg.num_labels)
+        rows = score_rows(path)
+        if rows is not None and rows != n:
+            # the weights decide what `num_labels=1` loads: a config left at the default 2 over a 1-row head is fine
+            facts["num_labels (config.json)"] = f"{n}, but the checkpoint's score head has {rows} row(s): {rows} is what loads"
+            n = rows
         facts["num_labels"] = n
         facts["id2label"] = {str(k): v for k, v in (getattr(mcfg, "id2label", None) or {}).items()}
         head, head_error = _score_head(mcfg, trc)

@@ -68,7 +68,7 @@ def test_json_contract(mixed_config, tmp_path):
     doc = json.loads(_report(mixed_config, "json", tmp_path))
     assert set(doc) >= {"trl_doctor", "config", "trainer", "environment", "results", "summary"}
     assert doc["config"] == str(mixed_config) and doc["trainer"] == "grpo"
-    assert doc["summary"] == {"pass": 0, "warn": 1, "fail": 1, "skip": 1, "error": 0}
+    assert doc["summary"] == {"pass": 0, "warn": 1, "fail": 1, "skip": 1, "error": 0, "suppressed": 0}
     for r in doc["results"]:
         assert set(r) >= {"id", "rule", "status", "message", "details", "fix", "duration_s"}
         assert r["fix"] is None or set(r["fix"]) >= {"description", "applied"}

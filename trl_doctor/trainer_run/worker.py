@@ -272,6 +272,13 @@ def _aux_model_path(path: str, spec: dict) -> str:
     if os.path.isdir(out):
         return out
     small = twin_config(AutoConfig.from_pretrained(path, local_files_only=True))
+    from trl_doctor.facts.models import score_rows
+
+    rows = score_rows(path)
+    if rows is not None and rows != small.num_labels:
+        # the checkpoint's score head decides what loads (a config may leave num_labels at its default of 2 over
+        # a 1-row head, which TRL's `num_labels=1` loads fine): the twin has the real head's rows
+        small.num_labels = rows
     torch.manual_seed(TWIN_SEED)
     AutoModelForSequenceClassification.from_config(small).float().save_pretrained(out, safe_serialization=True)
     try:
