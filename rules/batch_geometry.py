@@ -113,7 +113,8 @@ def check(ctx):
         yield skip(f"trl {trl_version} has no {ctx.trainer.upper()}Config, so there is no batch geometry to check "
                    "(see value-model / smoke-step for the trainer itself)")
         return
-    refused = sorted(set(ctx.trainer_config_info.type_errors) & set(field_names(cls)))
+    refused = sorted(k for k in set(ctx.trainer_config_info.type_errors) & set(field_names(cls))
+                     if any(w in k for w in ("batch", "generation", "steps", "accumulation", "rloo_k", "epochs")))
     if refused:
         yield skip(f"{', '.join(refused)} has a value TRL's parser refuses (see trainer-config): no batch arithmetic "
                    "to judge until it is a number")
