@@ -53,7 +53,7 @@ def check(ctx):
         yield from _unknown(ctx, info, details)
     if info.launch_note:
         details["batch arithmetic"] = f"left to batch-geometry: {info.launch_note}"
-    deferred = bool(info.launch_note) or (info.error and _batch_error_at_other_process_count(ctx, info.error, details))
+    deferred = bool(info.launch_note) or (info.error and _left_to_batch_geometry(ctx, info.error, details))
     if info.error and not deferred:
         yield fail(f"{info.class_name} rejects the config: {info.error}", **details)
     if not info.unknown_keys and not info.type_errors and (not info.error or deferred):
@@ -93,7 +93,7 @@ def _unknown(ctx, info, details: dict):
         yield fail(f"trl {info.trl_version} does not know {', '.join(plain)}: {consequence}", **details)
 
 
-def _batch_error_at_other_process_count(ctx, error: str, details: dict) -> bool:
+def _left_to_batch_geometry(ctx, error: str, details: dict) -> bool:
     """TRL's config class checks the batch arithmetic against the processes it runs in: one, here. That is
     batch-geometry's question, which it answers at the launch's real process count with the fix: not repeated here."""
     from trl_doctor.facts.launch import is_geometry_error, launch

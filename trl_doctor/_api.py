@@ -107,24 +107,15 @@ def _check_trainer(trainer: Any, rules: list, options) -> tuple[str, list, dict]
 
 def _run_rules(ctx, rules: list, smoke: bool) -> list:
     """The rules over a context in this process; the trainer run (probes and step) only with `smoke`."""
-    from ._engine import run_rule
+    from ._engine import run_rules
     from ._errors import InputError
     from .capture.report import adapt
 
-    rules = [r for r in rules if smoke or r.group != "trainer run"]
-    for r in rules:
-        if r.prepare is not None and ctx.trainer in r.trainers:
-            try:
-                r.prepare(ctx)
-            except Exception:
-                pass  # preparation is only a head start
-    results = []
-    for r in rules:
-        try:
-            results.append(adapt(run_rule(r, ctx), ctx.config, ctx.live))
-        except InputError as exc:
-            raise ValueError(str(exc)) from None
-    return results
+    try:
+        results = run_rules([r for r in rules if smoke or r.group != "trainer run"], ctx)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+    return [adapt(r, ctx.config, ctx.live) for r in results]
 
 
 class _accelerate_state_kept:

@@ -76,24 +76,19 @@ def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smo
     from ._errors import InputError
     from ._registry import RegistryError
 
-    if static_only:  # the trainer-run group (the probes and the step) stays out
-        ignore = ",".join(filter(None, [ignore, "logits-contract,eos-termination,smoke-step"]))
+    if static_only:
         smoke = False
     try:
-        if target_gpus:
-            from ._target import target_gpus as described
-
-            described(target_gpus)  # a bad --target is exit 2 before any worker starts
         launch = _launch(target)
         configs = [] if launch else _configs(target)
         if len(configs) > 1:
             raise click.exceptions.Exit(_check_many(
                 configs, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device,
-                trust_remote_code, fail_on, num_processes, target_gpus))
+                trust_remote_code, fail_on, num_processes, target_gpus, static_only))
         code = _check(None if launch else configs[0], fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke,
                       smoke_timeout, device, trust_remote_code, fail_on, num_processes,
                       launch=launch, load_weights=load_weights, script_timeout=script_timeout, verbose=verbose,
-                      target=target_gpus)
+                      target=target_gpus, static=static_only)
     except (InputError, RegistryError) as exc:
         raise _input_error(str(exc)) from None
     raise click.exceptions.Exit(code)
@@ -125,7 +120,7 @@ def _configs(args: tuple[str, ...]) -> list[str]:
 
 
 def _check_many(configs, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device,
-                trust_remote_code, fail_on, num_processes, target) -> int:
+                trust_remote_code, fail_on, num_processes, target, static=False) -> int:
     """Each config checked in turn (a worker each), one combined report and exit status: 2 when a config could not
     be read (its one line on stderr, the others still checked), else 1 when any failed."""
     from ._errors import InputError
@@ -137,7 +132,7 @@ def _check_many(configs, fix, unsafe_fixes, show_diff, fmt, output, select, igno
     for config in configs:
         try:
             code = _check(config, fix, unsafe_fixes, show_diff, fmt, None, select, ignore, smoke, smoke_timeout, device,
-                          trust_remote_code, fail_on, num_processes, target=target, collect=collected)
+                          trust_remote_code, fail_on, num_processes, target=target, collect=collected, static=static)
         except InputError as exc:
             click.echo(f"trl-doctor: error: {exc}", err=True)
             errors.append(str(exc))
@@ -153,7 +148,7 @@ def _check_many(configs, fix, unsafe_fixes, show_diff, fmt, output, select, igno
 
 def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code, fail_on,
            num_processes=None, launch=None, load_weights=False, script_timeout=300.0, verbose=False, target=None,
-           collect: list | None = None) -> int:
+           collect: list | None = None, static: bool = False) -> int:
     from dataclasses import replace
 
     from . import _fixer
@@ -172,11 +167,13 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
     fail_on = fail_on or project.fail_on or "fail"
     smoke = smoke if smoke is not None else (project.smoke if project.smoke is not None else True)
     target = target or project.target
-    if target:
+    if target:  # a bad --target (or project target) is exit 2 before any worker starts
         from ._target import target_gpus
 
         target_gpus(target)
     rules = run_order(select_rules(all_rules(), chosen, ignored))
+    if static:  # the trainer-run group (the probes and the step) stays out
+        rules = [r for r in rules if r.group != "trainer run"]
     options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout,
                       unsafe_fixes=unsafe_fixes and (fix or show_diff), num_processes=num_processes,
                       launch=launch.to_json() if launch else None, load_weights=load_weights,

@@ -145,6 +145,14 @@ def _str_list(raw: dict, key: str, shown: str) -> list[str]:
     return list(value)
 
 
+def local_path(ref: str, base: Path) -> str:
+    """`ref` as an absolute path when it names something that exists (relative to `base`), else unchanged: a hub
+    id or a builder name (`json`) stays one."""
+    p = Path(ref).expanduser()
+    q = p if p.is_absolute() else Path(base) / p
+    return str(q.resolve()) if q.exists() else ref
+
+
 def _looks_like_hub_id(ref: str) -> bool:
     parts = ref.split("/")
     return len(parts) <= 2 and all(parts) and not ref.startswith((".", "~")) and "\\" not in ref

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ._cache import fact, lazy
-from ._config import DOCTOR_KEYS, DoctorConfig
+from ._config import DOCTOR_KEYS, DoctorConfig, local_path
 from ._errors import InputError, Unavailable
 
 # Keys TRL's own CLI scripts accept beside the trainer's config class (trl/scripts/grpo.py, rloo.py, ppo.py)
@@ -291,7 +291,7 @@ class Context:
         processes, build the config once more with the same global batch seen from one process (per-device
         batches times N); when that is accepted, the error was only this machine's process count and the
         config object serves the other rules (batch-geometry judges the arithmetic at N)."""
-        from .facts.launch import is_geometry_error, launch
+        from .facts.launch import global_batch_kwargs, is_geometry_error, launch
 
         if not is_geometry_error(info.error or ""):
             return
@@ -299,13 +299,8 @@ class Context:
         procs = the_launch.processes
         if procs == 1:
             return
-        scaled = dict(kwargs)
-        for key in ("per_device_train_batch_size", "per_device_eval_batch_size"):
-            value = scaled.get(key, _field_default(cls, key))
-            if isinstance(value, int):
-                scaled[key] = value * procs
         try:
-            info.config = cls(**scaled)
+            info.config = cls(**global_batch_kwargs(cls, kwargs, procs))
         except Exception:
             return
         info.launch_note = (f"built with the global batch of the launch's {procs} processes ({the_launch.processes_from}) seen from "
@@ -385,11 +380,7 @@ class Context:
             raise InputError(f"{where}: cannot load the dataset offline: {_one_line(exc)}") from None
 
     def _has_cuda(self) -> bool:
-        if self.options.device == "cpu":
-            return False
-        import torch
-
-        return torch.cuda.is_available()
+        return has_cuda(self.options)
 
     # -- device -------------------------------------------------------------------------------------
     @lazy
@@ -424,9 +415,9 @@ def _mixture(cfg, cache: str):
                              "such as json)")
         files = entry.get("data_files")
         if isinstance(files, str):
-            files = _beside(cfg, files)
+            files = local_path(files, cfg.base_dir)
         elif isinstance(files, list):
-            files = [_beside(cfg, f) if isinstance(f, str) else f for f in files]
+            files = [local_path(f, cfg.base_dir) if isinstance(f, str) else f for f in files]
         path = entry["path"]
         local = cfg.base_dir / path
         ds = datasets.load_dataset(str(local) if local.exists() else path, entry.get("name"), data_dir=entry.get("data_dir"),
@@ -437,10 +428,13 @@ def _mixture(cfg, cache: str):
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
-def _beside(cfg, ref: str) -> str:
-    p = Path(ref).expanduser()
-    q = p if p.is_absolute() else cfg.base_dir / p
-    return str(q) if q.exists() else ref
+def has_cuda(options: Options) -> bool:
+    """Whether the check may use a CUDA GPU here (`--device cpu` says no)."""
+    if options.device == "cpu":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _base_model(model):
@@ -453,12 +447,6 @@ def _one_line(exc: BaseException) -> str:
     if "trust_remote_code" in text:
         text = "it contains custom code (auto_map) that trl-doctor runs only with --trust-remote-code"
     return text if len(text) <= 400 else text[:397] + "..."
-
-
-def _field_default(cls, key: str):
-    from .facts.trl import field_default
-
-    return field_default(cls, key)
 
 
 @fact

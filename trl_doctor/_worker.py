@@ -89,6 +89,7 @@ def serve(request: Request, send: Callable[[str], None]) -> None:
 
 def _capture(options, send: Callable[[str], None]):
     """Run the launch command until it builds its trainer; the check's config and live objects from what it built."""
+    from ._context import has_cuda
     from .capture.command import LaunchCommand
     from .capture.report import describe
     from .capture.run import capture
@@ -96,7 +97,7 @@ def _capture(options, send: Callable[[str], None]):
 
     command = LaunchCommand.from_json(options.launch)
     captured = capture(command, timeout=options.script_timeout, load_weights=options.load_weights,
-                       has_cuda=_has_cuda(options), trust_remote_code=options.trust_remote_code,
+                       has_cuda=has_cuda(options), trust_remote_code=options.trust_remote_code,
                        verbose=options.verbose, on_timeout=lambda text: send(message("input-error", message=text)))
     cfg, live = to_config(captured)
     send(message("captured", **describe(cfg, live)))
@@ -111,12 +112,6 @@ def _typed_as_trl(ctx) -> None:
         pass  # the rules that need it report why it cannot be built
 
 
-def _has_cuda(options) -> bool:
-    if options.device == "cpu":
-        return False
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def main() -> int:

@@ -191,7 +191,7 @@ class Hooks:
             try:
                 original(config_self, *args, **kwargs)
             except ValueError as exc:
-                for kind, built_with, why in self._batch_candidates(kwargs, exc):
+                for kind, built_with, why in self._batch_candidates(type(config_self), kwargs, exc):
                     try:
                         original(config_self, *args, **built_with)
                     except ValueError:
@@ -225,20 +225,17 @@ class Hooks:
         __post_init__.__wrapped__ = original  # type: ignore[attr-defined]
         return __post_init__
 
-    def _batch_candidates(self, kwargs: dict[str, Any], exc: ValueError):
+    def _batch_candidates(self, cls: type, kwargs: dict[str, Any], exc: ValueError):
         """TRL checks the batch arithmetic in the config, against the one process the script runs in here. So
         that the script reaches its trainer, build the config once more: first with the launch's global batch
         seen from one process (for a launch of N processes), then with a batch that divides (the arithmetic as
         written is then batch-geometry's to judge, at the launch's process count). (kwargs, why) pairs."""
-        from ..facts.launch import is_geometry_error
+        from ..facts.launch import global_batch_kwargs, is_geometry_error
 
         if not is_geometry_error(str(exc)):
             return
         if self.processes > 1:
-            scaled = dict(kwargs)
-            for key in ("per_device_train_batch_size", "per_device_eval_batch_size"):
-                if isinstance(scaled.get(key, 8), int):
-                    scaled[key] = scaled.get(key, 8) * self.processes
+            scaled = global_batch_kwargs(cls, kwargs, self.processes)
             yield "launch", scaled, (f"built with the global batch of the launch's {self.processes} processes seen from one "
                            f"process; at 1 process TRL says: {exc}")
         generations = kwargs.get("num_generations") or kwargs.get("rloo_k") or 2

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .._config import DoctorConfig, resolve_artifact
+from .._config import DoctorConfig, local_path, resolve_artifact
 from .._context import Live
 from .._errors import InputError
 from .run import Captured
@@ -42,22 +42,22 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
     model_path = _model_path(model)
     if model_path is None:
         raise InputError(f"{shown}: the trainer got a model trl-doctor cannot place on disk ({type(model).__name__})")
-    raw["model_name_or_path"] = _absolute(model_path, cwd)
+    raw["model_name_or_path"] = local_path(model_path, cwd)
     if not isinstance(model, str):
         init = _init_kwargs(rec, model)
         if init and not raw.get("model_init_kwargs"):
             raw["model_init_kwargs"] = init
     tokenizer = _first(arguments, _TOKENIZER_KEYWORDS)
     tok_path = getattr(tokenizer, "name_or_path", None) if tokenizer is not None else None
-    if tok_path and _absolute(tok_path, cwd) != raw["model_name_or_path"]:
-        raw["tokenizer_name_or_path"] = _absolute(tok_path, cwd)
+    if tok_path and local_path(tok_path, cwd) != raw["model_name_or_path"]:
+        raw["tokenizer_name_or_path"] = local_path(tok_path, cwd)
 
     rewards = _rewards(arguments.get("reward_funcs"), cwd, raw)
     for key, names in (("reward_model_path", ("reward_model",)), ("value_model_path", ("value_model",)),
                        ("sft_model_path", _REF_KEYWORDS)):
         path = _model_path(_first(arguments, names))
         if path is not None:
-            raw[key] = _absolute(path, cwd)
+            raw[key] = local_path(path, cwd)
     raw.update(_peft_keys(arguments.get("peft_config"), model))
     if captured.launched.accelerate_config:
         raw["accelerate_config"] = captured.launched.accelerate_config
@@ -159,12 +159,6 @@ def _model_path(model: Any) -> str | None:
     return str(name) if name else None
 
 
-def _absolute(ref: str, cwd: Path) -> str:
-    p = Path(ref).expanduser()
-    q = p if p.is_absolute() else cwd / p
-    return str(q.resolve()) if q.exists() else ref  # a hub id stays one
-
-
 def _init_kwargs(rec, model) -> dict[str, Any]:
     """The dtype and attention the script loaded the policy with, as `model_init_kwargs` says them."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -188,13 +182,13 @@ def _rewards(value: Any, cwd: Path, raw: dict) -> list[str]:
     for item in value if isinstance(value, (list, tuple)) else ([value] if value is not None else []):
         if isinstance(item, str):
             if Path(cwd, item).is_dir() or Path(item).is_dir():
-                raw["reward_model_name_or_path"] = _absolute(item, cwd)
+                raw["reward_model_name_or_path"] = local_path(item, cwd)
             else:
                 names.append(item)
         elif hasattr(item, "config") and hasattr(item, "forward"):
             path = _model_path(item)
             if path:
-                raw["reward_model_name_or_path"] = _absolute(path, cwd)
+                raw["reward_model_name_or_path"] = local_path(path, cwd)
         elif callable(item):
             names.append(register_live(item))
     if names:
@@ -237,11 +231,8 @@ def _recipe(args: list[str], cwd: Path) -> Path | None:
     for i, arg in enumerate(args):
         value = args[i + 1] if arg == "--config" and i + 1 < len(args) else (
             arg.split("=", 1)[1] if arg.startswith("--config=") else None)
-        if value:
-            p = Path(value).expanduser()
-            p = p if p.is_absolute() else cwd / p
-            if p.is_file():
-                return p.resolve()
+        if value and Path(local_path(value, cwd)).is_file():
+            return Path(local_path(value, cwd))
     return None
 
 

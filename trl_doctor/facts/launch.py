@@ -19,7 +19,7 @@ from .._cache import fact
 from .._env import gpus, package_version, torch_cuda_version
 from .trl import trl_root
 
-__all__ = ["gpus", "package_version", "torch_cuda_version", "visible_gpus", "is_geometry_error", "nvml_gpus",
+__all__ = ["gpus", "package_version", "torch_cuda_version", "visible_gpus", "is_geometry_error", "global_batch_kwargs", "nvml_gpus",
            "launch", "Launch", "AccelerateSettings", "DeepSpeedSettings", "FsdpSettings", "read_accelerate_config"]
 
 _GEOMETRY_WORDS = ("batch", "generations", "steps_per_generation", "mini_batch", "rloo_k")
@@ -28,6 +28,20 @@ _GEOMETRY_WORDS = ("batch", "generations", "steps_per_generation", "mini_batch",
 def is_geometry_error(text: str) -> bool:
     """Whether TRL's error text is about the batch arithmetic (a process count can explain it)."""
     return any(w in text for w in _GEOMETRY_WORDS)
+
+
+def global_batch_kwargs(cls, kwargs: dict[str, Any], processes: int) -> dict[str, Any]:
+    """`kwargs` for TRL's config class `cls` with the per-device batches of a launch of `processes` seen from one
+    process (each times `processes`; a batch left out takes the class's default): TRL checks the batch arithmetic
+    against the processes it runs in, one, where the doctor builds it."""
+    from .trl import field_default
+
+    scaled = dict(kwargs)
+    for key in ("per_device_train_batch_size", "per_device_eval_batch_size"):
+        value = scaled.get(key, field_default(cls, key))
+        if isinstance(value, int):
+            scaled[key] = value * processes
+    return scaled
 
 
 # -- the facts -------------------------------------------------------------------------------------------------
