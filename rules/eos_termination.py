@@ -33,7 +33,7 @@ What the fix does
 
 from __future__ import annotations
 
-from trl_doctor import Edit, Fix, Unavailable, fail, passed, rule, warn
+from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
 
 from trl_doctor.facts.chat import completion_terminator
 from trl_doctor.facts.tokens import as_id_list
@@ -147,12 +147,16 @@ def _probe(ctx, term) -> dict:
 
 
 def _add_eos_fix(ctx, gen_path, gen_json, gen_eos, term):
-    if ctx.config.model.in_cache:
-        return None
     ids = list(gen_eos) + [term["id"]]
     edits = (Edit(str(gen_path), set=(("eos_token_id", ids),)),)
     action = "add" if gen_json is not None else "create generation_config.json with"
-    return Fix(f"{action} {term['token']!r} (id {term['id']}) to generation_config.json eos_token_id: {ids}", edits)
+    what = f"{action} {term['token']!r} (id {term['id']}) to generation_config.json eos_token_id: {ids}"
+    model = ctx.config.model
+    if model.in_cache:  # never rewrite the Hugging Face cache: say how, by hand
+        return manual(f"{what}: {model.path} is in the Hugging Face cache, which --fix never rewrites: copy the snapshot "
+                      f"to a folder of your own (`cp -rL {model.path} <dest>`), point `model_name_or_path` at it and "
+                      "rerun --fix")
+    return Fix(what, edits)
 
 
 def _ppo(ctx):

@@ -29,12 +29,13 @@ What the fix does
     `<|finetune_right_pad_id|>`, `<|endoftext|>` when it is not the eos), falling back to the eos token;
     it never grows the vocabulary. It writes `pad_token` to tokenizer_config.json (and
     special_tokens_map.json when present) and `pad_token_id` to config.json and generation_config.json.
-    Files in the Hugging Face cache are never rewritten: copy the model to a folder first.
+    Files in the Hugging Face cache are never rewritten: the fix is then a manual one that says how to copy the
+    snapshot to a folder of your own (`cp -rL`), point the config at it and rerun --fix.
 """
 
 from __future__ import annotations
 
-from trl_doctor import Edit, Fix, fail, passed, rule, warn
+from trl_doctor import Edit, Fix, fail, manual, passed, rule, warn
 
 from trl_doctor.facts.tokens import as_id_list, embedding_rows
 from trl_doctor.facts.trl import TRAINER_CLASS, trainer_sets_pad_to_eos
@@ -157,8 +158,9 @@ def _fix(ctx, choice, gen_json, tokenizer=True):
         return None
     token, tid, why = choice
     cfg = ctx.config
-    if cfg.tokenizer.in_cache or cfg.model.in_cache:
-        return None  # never rewrite the Hugging Face cache
+    what = f"set pad_token to {token!r} (id {tid}), {why}" if tokenizer else f"align pad_token_id to {tid}"
+    if (tokenizer and cfg.tokenizer.in_cache) or cfg.model.in_cache:  # never rewrite the Hugging Face cache: say how
+        return manual(f"{what}: {_copy_first(cfg)}")
     edits = []
     if tokenizer:
         edits.append(Edit(str(cfg.tokenizer.path / "tokenizer_config.json"), set=(("pad_token", token),)))
@@ -167,5 +169,12 @@ def _fix(ctx, choice, gen_json, tokenizer=True):
     edits.append(Edit(str(cfg.model.path / "config.json"), set=(("pad_token_id", tid),)))
     if gen_json is not None:
         edits.append(Edit(str(cfg.model.path / "generation_config.json"), set=(("pad_token_id", tid),)))
-    what = f"set pad_token to {token!r} (id {tid}), {why}" if tokenizer else f"align pad_token_id to {tid}"
     return Fix(f"{what}; write pad_token_id {tid} to config.json" + (" and generation_config.json" if gen_json is not None else ""), tuple(edits))
+
+
+def _copy_first(cfg) -> str:
+    """The steps that take a model out of the Hugging Face cache so that --fix can write to it."""
+    cached = [(a, key) for a, key in ((cfg.model, "model_name_or_path"), (cfg.tokenizer, "tokenizer_name_or_path"))
+              if a.in_cache and (key == "model_name_or_path" or a.path != cfg.model.path)]
+    return "; ".join(f"{a.path} is in the Hugging Face cache, which --fix never rewrites: copy the snapshot to a folder "
+                     f"of your own (`cp -rL {a.path} <dest>`), point `{key}` at it and rerun --fix" for a, key in cached)

@@ -87,7 +87,8 @@ What the fix does
     resized with `resize_token_embeddings` (new rows from the old rows' mean and covariance, seeded) and
     model.safetensors and config.json's `vocab_size` are rewritten together with the tokenizer. This is
     done for single-file model.safetensors checkpoints up to 256 MiB; for larger or sharded ones the
-    message says how to do it by hand. Files in the Hugging Face cache are never rewritten.
+    message says how to do it by hand. Files in the Hugging Face cache are never rewritten: the manual fix
+    says how to copy the snapshot to a folder of your own (`cp -rL`), point the config at it and rerun --fix.
 """
 
 from __future__ import annotations
@@ -601,8 +602,7 @@ def _plan_fix(ctx, tok, rows, beyond, needs_tokenizer, config_pairs, gen) -> tup
         return _resize_fix(ctx, tok, rows, write_tokenizer=True)
     if needs_tokenizer:
         if cfg.model.in_cache:
-            notes.append(f"{cfg.model.path} is in the Hugging Face cache, which is never rewritten: copy the model to a "
-                         "folder, save the trainer's tokenizer there and train from it")
+            notes.append(f"save the trainer's tokenizer into the model folder, where vLLM loads it: {_copy_first(cfg)}")
         else:
             tok_edits, problem = _tokenizer_edits(ctx, tok, cfg.model.path)
             if problem:
@@ -684,6 +684,12 @@ def _verify(ctx, tok, target: Path, edits: list[Edit]) -> str | None:
     return None
 
 
+def _copy_first(cfg) -> str:
+    """The steps that take the model out of the Hugging Face cache so that --fix can write to it."""
+    return (f"{cfg.model.path} is in the Hugging Face cache, which --fix never rewrites: copy the snapshot to a folder of "
+            f"your own (`cp -rL {cfg.model.path} <dest>`), point `model_name_or_path` at it and rerun --fix")
+
+
 def _resize_fix(ctx, tok, rows, write_tokenizer: bool) -> tuple[Fix | None, str | None]:
     """The unsafe fix: resize the embeddings to cover every id and rewrite the weights (and the tokenizer)."""
     cfg = ctx.config
@@ -691,7 +697,7 @@ def _resize_fix(ctx, tok, rows, write_tokenizer: bool) -> tuple[Fix | None, str 
     by_hand = (f"model.resize_token_embeddings({need}) on the model loaded from {cfg.model.path}, then save_pretrained "
               "the model and the trainer's tokenizer into one folder and train (and serve vLLM) from it")
     if cfg.model.in_cache:
-        return None, f"{cfg.model.path} is in the Hugging Face cache, which is never rewritten: {by_hand}"
+        return None, f"{_copy_first(cfg)}; or by hand: {by_hand}"
     weights = cfg.model.path / "model.safetensors"
     if not weights.is_file():
         return None, f"only single-file model.safetensors checkpoints are resized automatically: {by_hand}"

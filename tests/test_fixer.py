@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from trl_doctor import DELETE, Edit, Fix
+from trl_doctor import DELETE, Edit, Fix, InputError
 from trl_doctor import _fixer
 
 YAML = """\
@@ -61,7 +61,7 @@ def test_failed_write_leaves_the_original(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="disk full; nothing was changed"):
         _fixer.apply(changes)
     assert path.read_text() == '{"v": 1}\n'
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []  # no temporary left behind

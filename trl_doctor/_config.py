@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import InputError
+from ._hubcache import in_hub_cache
 
 PPO_ONLY_KEYS = ("reward_model_path", "sft_model_path", "value_model_path", "response_length", "stop_token", "stop_token_id")
 DOCTOR_KEYS = (
@@ -60,22 +61,70 @@ class DoctorConfig:
         return self.raw.get(key, default)
 
 
+MAX_CONFIG_BYTES = 10 * 1024 * 1024  # a TRL recipe is a few KB; past this it is not a config (and YAML would crawl)
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux; one name at most 255 bytes
+
+
+def checked_path(text: str, shown: str, key: str | None = None) -> Path:
+    """`text` as a path, `~` expanded; InputError naming the file (and the key) when no system could open it:
+    a NUL byte, a name past the system's limits, or a `~user` that is not a user here."""
+    what = f"{shown}: `{key}`" if key else shown
+    if "\0" in text:
+        raise InputError(f"{what}: the path contains a NUL byte")
+    if len(text) > MAX_PATH_CHARS or any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in text.split("/")):
+        raise InputError(f"{what}: the path is too long ({len(text)} characters; a name may have 255 bytes, a path 4096)")
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        raise InputError(f"{what}: {text.split('/')[0]!r} is not a user on this machine") from None
+
+
 def load_raw(path: str | os.PathLike) -> dict[str, Any]:
     """The mapping a JSON or YAML config file holds; InputError naming the file otherwise."""
-    p = Path(path).expanduser()
+    import stat
+
     shown = str(path)
-    if not p.exists():
-        raise InputError(f"{shown}: no such file")
-    if p.is_dir():
-        raise InputError(f"{shown}: is a folder; give the config file (JSON or YAML)")
+    p = checked_path(shown, shown)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{shown}: cannot read: {exc}") from None
-    raw = _parse(text, "json" if p.suffix.lower() == ".json" else "yaml", shown)
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"{shown}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{shown}: is a folder; give the config file (JSON or YAML)")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{shown}: not a regular file (a pipe, socket or device); give the config file (JSON or YAML)")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise InputError(f"{shown}: {st.st_size / 2**20:.0f} MiB is too large for a config file (the limit is "
+                         f"{MAX_CONFIG_BYTES // 2**20} MiB)")
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    raw = _parse(_text(data, shown), "json" if p.suffix.lower() == ".json" else "yaml", shown)
     if not isinstance(raw, dict):
-        raise InputError(f"{shown}: the config must be a mapping of keys to values, not {type(raw).__name__}")
+        raise InputError(f"{shown}: the config must be a mapping of keys to values, not {_kind(raw)}")
+    bad = next((k for k in raw if not isinstance(k, str)), None)
+    if bad is not None:
+        raise InputError(f"{shown}: every key must be a name; {bad!r} is {type(bad).__name__}")
     return raw
+
+
+def _text(data: bytes, shown: str) -> str:
+    """UTF-8 text (a byte-order mark is allowed); InputError naming the line and byte offset otherwise."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"{shown}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})") from None
+    if "\0" in text:
+        raise InputError(f"{shown}: not a text file (it holds NUL bytes)")
+    return text
+
+
+def _kind(value: Any) -> str:
+    return "empty" if value is None else f"a {type(value).__name__}" if not isinstance(value, str) else "a plain string"
 
 
 def load_config(path: str | os.PathLike) -> DoctorConfig:
@@ -88,6 +137,7 @@ def load_config(path: str | os.PathLike) -> DoctorConfig:
     model_ref = raw.get("model_name_or_path")
     if not isinstance(model_ref, str) or not model_ref.strip():
         raise InputError(f"{shown}: `model_name_or_path` is required (a local folder or a cached hub id)")
+    checked_path(model_ref, shown, "model_name_or_path")
     model = resolve_artifact(model_ref, p.parent, shown, "model_name_or_path", need="config.json")
     tok_ref = raw.get("tokenizer_name_or_path")
     if tok_ref is None:
@@ -95,6 +145,7 @@ def load_config(path: str | os.PathLike) -> DoctorConfig:
     else:
         if not isinstance(tok_ref, str):
             raise InputError(f"{shown}: `tokenizer_name_or_path` must be a string")
+        checked_path(tok_ref, shown, "tokenizer_name_or_path")
         tokenizer = resolve_artifact(tok_ref, p.parent, shown, "tokenizer_name_or_path", need="tokenizer_config.json")
 
     added = _str_list(raw, "added_tokens", shown)
@@ -104,11 +155,19 @@ def load_config(path: str | os.PathLike) -> DoctorConfig:
     for key in ("reward_model_name_or_path", "reward_model_path", "value_model_path", "sft_model_path"):
         ref = raw.get(key)
         if isinstance(ref, str) and ref:
+            checked_path(ref, shown, key)
             resolve_artifact(ref, p.parent, shown, key, need="config.json")
     return cfg
 
 
 def _parse(text: str, fmt: str, shown: str) -> Any:
+    try:
+        return _parse_text(text, fmt, shown)
+    except RecursionError:
+        raise InputError(f"{shown}: nested too deeply to be a config (lists or mappings hundreds of levels deep)") from None
+
+
+def _parse_text(text: str, fmt: str, shown: str) -> Any:
     if fmt == "json":
         try:
             return json.loads(text)
@@ -163,8 +222,8 @@ def resolve_artifact(ref: str, base: Path, shown: str, key: str, need: str) -> A
     candidate = Path(ref).expanduser()
     if not candidate.is_absolute():
         candidate = base / candidate
-    if candidate.is_dir():
-        return Artifact(ref, candidate.resolve(), in_cache=False)
+    if candidate.is_dir():  # a snapshot folder of a hub cache, or a link to one, is still the cache
+        return Artifact(ref, candidate.resolve(), in_cache=in_hub_cache(candidate))
     if candidate.exists():
         raise InputError(f"{shown}: `{key}` {ref!r} is a file; it must be a folder or a hub id")
     if _looks_like_hub_id(ref):
@@ -184,7 +243,10 @@ def _cached_snapshot(repo_id: str, filename: str) -> Path | None:
     except ImportError:
         return None
     for name in (filename, "config.json", "tokenizer_config.json", "tokenizer.json"):
-        hit = try_to_load_from_cache(repo_id, name)
+        try:
+            hit = try_to_load_from_cache(repo_id, name)
+        except Exception:  # not a valid repo id (huggingface_hub validates it): not in the cache either
+            return None
         if isinstance(hit, str):
             return Path(hit).parent
     return None
@@ -196,7 +258,7 @@ def _resolve_dataset(cfg: DoctorConfig, shown: str) -> None:
         ref = raw["dataset_path"]
         if not isinstance(ref, str):
             raise InputError(f"{shown}: `dataset_path` must be a string")
-        f = Path(ref).expanduser()
+        f = checked_path(ref, shown, "dataset_path")
         f = f if f.is_absolute() else cfg.base_dir / f
         if not f.is_file():
             raise InputError(f"{shown}: `dataset_path`: no such file {f}")
@@ -207,7 +269,7 @@ def _resolve_dataset(cfg: DoctorConfig, shown: str) -> None:
         ref = raw["dataset_name"]
         if not isinstance(ref, str):
             raise InputError(f"{shown}: `dataset_name` must be a string")
-        d = Path(ref).expanduser()
+        d = checked_path(ref, shown, "dataset_name")
         d = d if d.is_absolute() else cfg.base_dir / d
         if d.is_dir():
             cfg.dataset_dir = d.resolve()

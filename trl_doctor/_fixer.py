@@ -1,8 +1,9 @@
-"""Turning fixes into file changes: plan them as data, show them as a diff, apply them atomically.
+"""Turning fixes into file changes: plan them as data, show them as a diff, apply them as one transaction.
 
-Every changed file is written to a temporary file in the same folder, flushed, then renamed over the
-original, so a crash never leaves half a file; the replaced file is kept as a backup next to it. Key
-edits keep the file's key order, and for YAML its comments, so a second --fix finds nothing to change.
+`apply` writes through `_txn`: the touched folders are locked, the changes planned again from the files as they
+are then, and every file is written to a temporary file and renamed into place behind a journal, with the
+replaced file kept as a backup next to it, so that a kill or a refused write never leaves half a file or half a
+set. Key edits keep the file's key order, and for YAML its comments, so a second --fix finds nothing to change.
 """
 
 from __future__ import annotations
@@ -10,18 +11,16 @@ from __future__ import annotations
 import difflib
 import io
 import json
-import os
 import re
-import shutil
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from . import _txn
 from ._errors import InputError
+from ._hubcache import in_hub_cache
+from ._txn import BACKUP_SUFFIX, backup_path  # noqa: F401  (re-exported)
 from ._types import DELETE, Edit, Fix
-
-BACKUP_SUFFIX = ".trl-doctor.bak"
 
 
 @dataclass(frozen=True)
@@ -127,37 +126,38 @@ def _shown(path: Path) -> str:
         return str(path).lstrip("/")
 
 
-def backup_path(path: Path) -> Path:
-    """The first free backup name: file.trl-doctor.bak, then .bak.1, .bak.2, ... (earlier backups are kept)."""
-    candidate = path.with_name(path.name + BACKUP_SUFFIX)
-    n = 1
-    while candidate.exists():
-        candidate = path.with_name(f"{path.name}{BACKUP_SUFFIX}.{n}")
-        n += 1
-    return candidate
+def apply(changes: Iterable[FileChange], fixes: Iterable[Fix] | None = None, config=None) -> list[tuple[Path, Path | None]]:
+    """Write the changes as one transaction; returns (file, backup or None for a new file).
+
+    With the `fixes` they were planned from, the changes are planned again under the folders' locks, so a run that
+    lost a race to another --fix writes only what is still left to change; without them, a file that changed since
+    `changes` were planned is an InputError and nothing is written. With the loaded `config`, its own, its model's
+    and its tokenizer's folders are recovered too (a fix a killed --fix left half done is finished, and listed
+    first), even when there is nothing to change."""
+    changes = [replace(c, path=c.path.absolute()) for c in changes]
+    fixes = None if fixes is None else [f for f in fixes if f.applicability != "manual"]
+    paths = {c.path for c in changes} | {Path(e.path).absolute() for f in fixes or () for e in f.edits}
+    _txn.check(changes)  # before any lock or write: the cache, links, read-only files and folders
+    folders = {next(p for p in (path.parent, *path.parent.parents) if p.is_dir()) for path in paths}
+    folders |= _config_folders(config)
+    if not folders:
+        return []
+
+    def replan() -> list[FileChange]:
+        if fixes is not None:
+            return [replace(c, path=c.path.absolute()) for c in plan(fixes)]
+        for c in changes:
+            if (c.path.read_bytes() if c.path.is_file() else None) != c.old:
+                raise InputError(f"{c.path}: changed since the fix was planned; nothing was changed")
+        return changes
+
+    return _txn.transact(folders, replan)
 
 
-def apply(changes: Iterable[FileChange]) -> list[tuple[Path, Path | None]]:
-    """Write every change atomically; returns (file, backup or None for a new file)."""
-    done = []
-    for c in changes:
-        c.path.parent.mkdir(parents=True, exist_ok=True)
-        backup = None
-        if c.old is not None:
-            backup = backup_path(c.path)
-            shutil.copy2(c.path, backup)
-        fd, tmp = tempfile.mkstemp(prefix=f".{c.path.name}.", suffix=".tmp", dir=c.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(c.new)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if c.old is not None:
-                shutil.copymode(backup, tmp)
-            os.replace(tmp, c.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        done.append((c.path, backup))
-    return done
+def _config_folders(config) -> set[Path]:
+    """The folders --fix writes for a loaded config, outside any hub cache (a launch target has no model folder:
+    its fixes name their folders)."""
+    if config is None or not hasattr(config, "model"):
+        return set()
+    folders = {Path(config.path).parent, Path(config.model.path), Path(config.tokenizer.path)}
+    return {f.absolute() for f in folders if f.is_dir() and not in_hub_cache(f)}
