@@ -1,0 +1,232 @@
+"""TD018 vllm-server: in vLLM server mode, the server is up, serves the trained model and has room for it.
+
+What goes wrong
+    With `use_vllm: true` in server mode the trainer generates through a separate `trl vllm-serve` process
+    at `vllm_server_base_url` (or `vllm_server_host`:`vllm_server_port`). Nothing starts it for you:
+    - a server that is not up makes every process log "Server is not up yet. Retrying in 2.0 seconds..."
+      for `vllm_server_timeout` (240 s by default), after the job has taken its GPUs and loaded the
+      model, then die with "ConnectionError: The vLLM server can't be reached at ..." (open-r1#568,
+      open-r1#543: users upgrading from 0.15, where vLLM ran in-process on a spare GPU);
+    - a server started with another model generates the other model's completions, trained on as if the
+      policy wrote them, until the first weight sync fails on names or shapes;
+    - a server whose `--max-model-len` is below the longest prompt + `max_completion_length` rejects those
+      requests ("The decoder prompt (length 3353) is longer than the maximum model length of 2560",
+      trl#3569) or returns nothing for them, and TRL fails with an IndexError (trl#3180).
+
+Versions
+    Server mode is the default for `use_vllm: true` in TRL 0.16-0.29 (0.16-0.17 have no `vllm_mode`: server
+    only; 0.18 adds `vllm_mode`, default "server"); TRL 1.0 and later default to "colocate". TRL 0.14-0.15
+    ran vLLM in-process on a spare GPU (`vllm_device`, catalog G3: gpu-capacity and version-skew judge it).
+    What the server can be asked, read from TRL's sources:
+    - TRL 0.16-1.10: `trl vllm-serve` is TRL's own FastAPI app: `GET /health/` (`{"status": "ok"}`),
+      `GET /get_tensor_parallel_size/` (0.16-0.17) or `GET /get_world_size/` (0.18-1.10). No endpoint reports
+      the served model or its max_model_len, so those two checks cannot be made: the pass says so.
+    - TRL 1.11 and later: `trl vllm-serve` runs vLLM's own `vllm serve`; the client checks `GET /health` and
+      reads `GET /v1/models`, whose entries carry `id`, `root` (the model path) and `max_model_len`. The same
+      answers come from a plain `vllm serve`, whichever TRL is installed.
+    The health path probed first is the one the installed client uses (read from its source), then the other
+    spelling; the client's needs are read too: a 1.11+ client stops at start-up on a server without
+    `/v1/models` (one from TRL 1.10 or older), a 0.16-1.10 client posts `/generate/`, which vLLM's own server
+    lacks.
+
+How it is detected
+    Skipped without `use_vllm` and in TRL 0.14-0.15's in-process mode; colocate mode passes (vLLM runs
+    inside the training processes: there is no server to be down). Otherwise the
+    server the trainer would connect to is asked for its health, then `/v1/models` (and the world size on
+    TRL's own server), each request with a 2 s timeout (standard library HTTP, no retries), so a dead server
+    costs at most a few seconds:
+    - refused, no answer, or an unhealthy answer from this machine's server: fail, with the command that
+      starts it (`CUDA_VISIBLE_DEVICES=<spare GPUs> trl vllm-serve --model <the trained model>
+      --tensor-parallel-size <vllm_tensor_parallel_size or 1> --max-model-len <longest prompt +
+      max_completion_length>`) or `vllm_mode: colocate` where the installed TRL has it;
+    - a server on another host: the check may run on a laptop or a login node while the job and its
+      server run on the launch machine, so an unreachable remote server is no proof the job will not reach
+      it. A refusal (the host answered, nothing listens on the port) is a `warn`; no answer, no route or a
+      name that does not resolve here is a `skip` saying that the probe must run where the job launches;
+    - served model (`root`, else `id`) not the trained one: fail; the same last path component under
+      another folder (a copy on the server's machine) is a warn;
+    - served `max_model_len` below the longest dataset prompt (rendered and tokenized as the trainer
+      does, shared with context-length; after `max_prompt_length` truncation where TRL truncates) plus
+      `max_completion_length`: fail;
+    - otherwise pass, with what could not be read (TRL's own server reports neither model nor length).
+
+What the fix does
+    Nothing automatic: the doctor never starts processes. The manual fix is the start command above, or
+    `vllm_mode: colocate`.
+"""
+
+from __future__ import annotations
+
+from trl_doctor import fail, manual, passed, rule, skip, warn
+from trl_doctor.facts.settings import config_value, settings
+from trl_doctor.facts.vllm_server import (
+    installed_client_endpoints, is_local, model_names, probe, same_model, server_target,
+)
+
+
+@rule(
+    id="TD018",
+    slug="vllm-server",
+    title="The vLLM server of server mode is up, serves the trained model and has room for the longest prompt",
+    trainers=("grpo", "rloo"),
+    fixable="never",
+)
+def check(ctx):
+    s = settings(ctx)
+    if not s.use_vllm:
+        yield skip("use_vllm is off: generation runs in the trainer, no vLLM server is involved")
+        return
+    mode, why = _mode(ctx, s)
+    if mode == "colocate":
+        yield passed(why, **{"vLLM mode": "colocate"})
+        return
+    if mode != "server":
+        yield skip(why)
+        return
+    target = server_target(ctx)
+    endpoints = installed_client_endpoints()
+    local = is_local(target.host)
+    need, need_words = _need(ctx, s)
+    details = {
+        "vLLM mode": why,
+        "server": f"{target.base_url} (from {target.source})",
+        "server host": "this machine" if local else "another machine",
+        "client": f"{endpoints.where}: health {endpoints.health}"
+                  + (", reads /v1/models" if endpoints.reads_models else "")
+                  + (", posts /generate/" if endpoints.posts_generate else ""),
+        "max-model-len needed": need_words,
+    }
+    start = _start_command(ctx, need)
+    colocate = "vllm_mode" in s.fields
+    fix = manual(f"start the server first: `{start}`" + (" (on the server machine)" if not local else "")
+                 + (", or set `vllm_mode: colocate` to run vLLM inside the training processes" if colocate else ""))
+    got = probe(target, endpoints)
+    details["probe"] = f"{got.elapsed:.2f} s"
+    h = got.health
+    timeout = config_value(ctx, "vllm_server_timeout", 240)
+    if h.status is None:
+        details["health"] = f"GET {got.health_path}: {h.error}"
+        consequence = (f"the job would retry for vllm_server_timeout ({timeout} s), after taking its GPUs and loading "
+                       "the model, then stop with \"ConnectionError: The vLLM server can't be reached\"")
+        if not local:
+            text = (f"the vLLM server at {target.base_url} is on another machine and {h.error} from here: ")
+            if h.kind == "refused":
+                yield warn(text + "its host answered but nothing listens on that port; unless the launch machine "
+                           f"reaches another server there, {consequence}", fix, **details)
+            else:
+                yield skip(text + "this check may run away from the launch machine (a laptop, a login node); run it "
+                           f"where the job launches to probe the server. If the server is not up, {consequence}",
+                           **details)
+            return
+        yield fail(f"no vLLM server answers at {target.base_url} ({h.error}): {consequence}; start it with `{start}`"
+                   + (" or set `vllm_mode: colocate`" if colocate else ""), fix, **details)
+        return
+    if h.status >= 400:
+        details["health"] = f"GET {got.health_path}: HTTP {h.status}"
+        if not local and h.status in (502, 503, 504):
+            yield warn(f"the vLLM server at {target.base_url} answers HTTP {h.status} (a proxy or a server still "
+                       "loading): the job waits for it for vllm_server_timeout " f"({timeout} s)", fix, **details)
+            return
+        yield fail(f"{target.base_url} answers but is not a healthy vLLM server: GET {got.health_path} gives HTTP "
+                   f"{h.status}; the trainer waits for vllm_server_timeout ({timeout} s) and then stops with "
+                   f"ConnectionError; start the server with `{start}`", fix, **details)
+        return
+    details["health"] = f"GET {got.health_path}: HTTP {h.status}"
+    yield from _served(ctx, got, endpoints, target, need, details, fix, start)
+
+
+def _mode(ctx, s) -> tuple[str, str]:
+    """("server" / "colocate" / "in-process" / "unknown", the reason in words)."""
+    trl = ctx.version("trl")
+    if "vllm_mode" in s.fields or "vllm_mode" in ctx.config.raw or not s.config_class:
+        mode = s.vllm_mode or ctx.config.raw.get("vllm_mode")
+        if mode is None:
+            return "unknown", "the installed TRL names no vllm_mode and the config sets none"
+        source = "the config's vllm_mode" if "vllm_mode" in ctx.config.raw else f"trl {trl}'s default vllm_mode"
+        if mode == "server":
+            return "server", f"server ({source})"
+        return str(mode), (f"vllm_mode is {mode!r} ({source}): vLLM runs inside the training processes, no server "
+                           "to start or reach")
+    if "vllm_device" in s.fields:
+        return "in-process", (f"trl {trl} runs vLLM in-process on a spare GPU (`vllm_device`), no server "
+                              "(gpu-capacity and version-skew judge that mode)")
+    return "server", f"server (trl {trl} has no vllm_mode: server mode only)"
+
+
+def _need(ctx, s) -> tuple[int | None, str]:
+    """(longest prompt + completion, in words); (None, why) when the prompts cannot be measured."""
+    completion = s.max_completion_length
+    try:
+        from trl_doctor.facts.chat import prompt_lengths
+
+        longest = prompt_lengths(ctx)["max"]
+    except Exception as exc:  # no dataset, no tokenizer, a template that raises: other rules report them
+        return None, f"unknown (the prompts could not be measured: {type(exc).__name__})"
+    if longest is None or completion is None:
+        return None, "unknown (no prompt measured, or no max_completion_length)"
+    limit = s.max_prompt_length if "max_prompt_length" in s.fields else None
+    eff = min(longest, limit) if limit else longest
+    cut = f" after max_prompt_length {limit}" if limit and longest > limit else ""
+    return eff + completion, f"{eff + completion} (longest prompt {eff} tokens{cut} + max_completion_length {completion})"
+
+
+def _start_command(ctx, need: int | None) -> str:
+    tp = config_value(ctx, "vllm_tensor_parallel_size", 1) or 1
+    model = ctx.config.model
+    where = model.ref if model.in_cache or not model.path.is_dir() else str(model.path)
+    cmd = (f"CUDA_VISIBLE_DEVICES=<spare GPUs> trl vllm-serve --model {where} "
+           f"--tensor-parallel-size {tp}")
+    if need:
+        cmd += f" --max-model-len {need}"
+    target_port = server_target(ctx).port
+    if target_port != 8000:
+        cmd += f" --port {target_port}"
+    return cmd
+
+
+def _served(ctx, got, endpoints, target, need, details, fix, start):
+    if not got.served:
+        models = got.models
+        details["/v1/models"] = (f"HTTP {models.status}" if models and models.status is not None
+                                 else (models.error if models else "not asked"))
+        if got.world_size is not None:
+            details["world size"] = got.world_size
+        if endpoints.reads_models and models is not None and models.status == 404:
+            yield fail(f"the server at {target.base_url} is up but has no /v1/models, which the installed TRL's client "
+                       f"({endpoints.where}) reads at start-up: it is a `trl vllm-serve` of TRL 1.10 or older (TRL's own "
+                       f"server); restart it with the installed TRL: `{start}`", fix, **details)
+            return
+        yield passed(f"the vLLM server at {target.base_url} is up ({got.health_path} answers); it does not report its "
+                     "model or max_model_len (TRL's own server, 0.16-1.10), so they are not checked", **details)
+        return
+    entry = got.served[0]
+    served_path = str(entry.get("root") or entry.get("id") or "")
+    served_len = entry.get("max_model_len")
+    details["served model"] = f"{entry.get('id')} (root {entry.get('root')})"
+    details["served max_model_len"] = served_len
+    trained = model_names(ctx.config.model.ref) | {str(ctx.config.model.path)}
+    names = [str(v) for v in (entry.get("root"), entry.get("id")) if v]
+    match = max((same_model(trained, n) or "" for n in names), key=lambda m: {"same": 2, "same name": 1}.get(m, 0))
+    problems = []
+    if not match:
+        problems.append(fail(f"the vLLM server at {target.base_url} serves {served_path}, not the trained model "
+                             f"{ctx.config.model.ref}: completions would come from another model (until the first "
+                             f"weight sync fails on its names or shapes); restart it with `{start}`", fix, **details))
+    elif match == "same name":
+        problems.append(warn(f"the vLLM server serves {served_path} and the trained model is {ctx.config.model.ref}: "
+                             "the same name under another folder; make sure it is the same checkpoint", fix, **details))
+    if isinstance(served_len, int) and need is not None and served_len < need:
+        problems.append(fail(f"the vLLM server's max_model_len {served_len} is below the longest prompt + "
+                             f"max_completion_length = {details['max-model-len needed']}: vLLM rejects or cuts those "
+                             f"requests (\"The decoder prompt ... is longer than the maximum model length of "
+                             f"{served_len}\"); restart it with --max-model-len {need}: `{start}`", fix, **details))
+    if endpoints.posts_generate:
+        problems.append(fail(f"the server at {target.base_url} is vLLM's own OpenAI server, but the installed TRL's "
+                             f"client ({endpoints.where}) posts /generate/, which only TRL's `trl vllm-serve` serves; "
+                             f"start it with `{start}`", fix, **details))
+    if problems:
+        yield from problems
+        return
+    room = f", max_model_len {served_len} ≥ {need} needed" if isinstance(served_len, int) and need else (
+        f", max_model_len {served_len}" if served_len else "")
+    yield passed(f"the vLLM server at {target.base_url} is up and serves {served_path}{room}", **details)

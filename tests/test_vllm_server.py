@@ -1,0 +1,233 @@
+"""TD018 vllm-server against live servers: a small HTTP server in a thread answers as vLLM's `vllm serve` (what
+`trl vllm-serve` runs in TRL 1.11+) or as TRL's own `trl vllm-serve` app (0.16-1.10) does; a listening socket that
+never answers stands for a hung server, a closed port for one that is not running."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, real_trl, result_of, run_doctor, run_json
+
+from trl_doctor.facts.vllm_server import Target, client_endpoints, get, installed_client_endpoints, probe
+
+MODEL = FIXTURES / "models" / "qwen2-chat"
+COMPLETION = 64
+
+
+class Server:
+    """A thread serving GET requests from a table {path: (status, json or None, headers)}."""
+
+    def __init__(self, routes: dict):
+        routes = dict(routes)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                status, body, headers = routes.get(self.path.split("?")[0], (404, {"detail": "Not Found"}, {}))
+                data = b"" if body is None else json.dumps(body).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def vllm_routes(model: str, max_model_len: int) -> dict:
+    """vLLM's OpenAI server: /health answers 200 with no body, /health/ is redirected (FastAPI's slash redirect)."""
+    entry = {"id": model, "object": "model", "owned_by": "vllm", "root": model, "parent": None,
+             "max_model_len": max_model_len}
+    return {"/health": (200, None, {}), "/health/": (307, None, {"Location": "/health"}),
+            "/v1/models": (200, {"object": "list", "data": [entry]}, {})}
+
+
+TRL_OWN_ROUTES = {"/health/": (200, {"status": "ok"}, {}), "/health": (307, None, {"Location": "/health/"}),
+                  "/get_world_size/": (200, {"world_size": 1}, {})}
+
+
+def write_config(tmp_path: Path, **keys) -> Path:
+    shutil.copy(FIXTURES / "vllm-server" / "rewards.py", tmp_path / "rewards.py")
+    lines = {"model_name_or_path": str(MODEL), "dataset_path": str(FIXTURES / "data" / "chat.jsonl"),
+             "reward_funcs": "[rewards.format_reward]", "num_generations": 2, "per_device_train_batch_size": 2,
+             "max_completion_length": COMPLETION, "use_vllm": "true", "vllm_mode": "server", **keys}
+    path = tmp_path / "config.yaml"
+    path.write_text("".join(f"{k}: {v}\n" for k, v in lines.items()))
+    return path
+
+
+def check(config: Path) -> tuple[int, dict, float]:
+    start = time.monotonic()
+    code, report = run_json("check", str(config), "--select", "vllm-server", "--no-smoke")
+    return code, result_of(report, "TD018"), time.monotonic() - start
+
+
+def needed(result: dict) -> int:
+    return int(result["details"]["max-model-len needed"].split()[0])
+
+
+def test_healthy_vllm_server_with_the_model_and_room_passes(built_fixtures, tmp_path):
+    with Server(vllm_routes(str(MODEL), 4096)) as srv:
+        code, result, _ = check(write_config(tmp_path, vllm_server_base_url=srv.url))
+    assert result["status"] == "pass", result
+    assert code == 0
+    assert str(MODEL) in result["message"] and "4096" in result["message"]
+
+
+def test_host_and_port_keys_reach_the_server(built_fixtures, tmp_path):
+    with Server(vllm_routes(str(MODEL), 4096)) as srv:
+        _, result, _ = check(write_config(tmp_path, vllm_server_host="127.0.0.1", vllm_server_port=srv.port))
+    assert result["status"] == "pass", result
+
+
+def test_server_with_another_model_fails(built_fixtures, tmp_path):
+    with Server(vllm_routes("Qwen/Qwen2.5-7B-Instruct", 4096)) as srv:
+        code, result, _ = check(write_config(tmp_path, vllm_server_base_url=srv.url))
+    assert result["status"] == "fail", result
+    assert code == 1
+    assert "Qwen/Qwen2.5-7B-Instruct" in result["message"] and "not the trained model" in result["message"]
+    assert f"--model {MODEL}" in result["message"]
+
+
+def test_max_model_len_below_prompt_plus_completion_fails(built_fixtures, tmp_path):
+    with Server(vllm_routes(str(MODEL), 50)) as srv:
+        code, result, _ = check(write_config(tmp_path, vllm_server_base_url=srv.url))
+    assert result["status"] == "fail", result
+    need = needed(result)
+    assert need > 50 and need == int(result["details"]["max-model-len needed"].split("prompt ")[1].split()[0]) + COMPLETION
+    assert "max_model_len 50" in result["message"] and f"--max-model-len {need}" in result["message"]
+
+
+def test_server_that_never_answers_fails_within_the_timeout(built_fixtures, tmp_path):
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)  # the kernel completes the handshake; nobody ever reads or answers
+    try:
+        port = hung.getsockname()[1]
+        _, refused_run, refused_wall = check(write_config(tmp_path, vllm_server_base_url="http://127.0.0.1:9"))
+        code, result, wall = check(write_config(tmp_path, vllm_server_base_url=f"http://127.0.0.1:{port}"))
+    finally:
+        hung.close()
+    assert result["status"] == "fail", result
+    assert "no answer within 2 s" in result["message"]
+    probe_s = float(result["details"]["probe"].split()[0])
+    assert probe_s < 3.0, result["details"]
+    assert wall - refused_wall < 5.0, (wall, refused_wall)  # the hung server costs the probe's timeout, no more
+
+
+def test_refused_fails_with_the_start_command(built_fixtures, tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    code, result, _ = check(write_config(tmp_path, vllm_server_base_url=f"http://127.0.0.1:{port}",
+                                         vllm_tensor_parallel_size=2))
+    assert result["status"] == "fail", result
+    assert code == 1
+    msg = result["message"]
+    need = needed(result)
+    assert "refused" in msg
+    assert (f"CUDA_VISIBLE_DEVICES=<spare GPUs> trl vllm-serve --model {MODEL} --tensor-parallel-size 2 "
+            f"--max-model-len {need} --port {port}") in msg
+    assert "vllm_mode: colocate" in msg  # the installed TRL has vllm_mode
+    assert "vllm_server_timeout" in msg
+
+
+def test_trls_own_server_is_judged_by_what_the_installed_client_needs(built_fixtures, tmp_path):
+    with Server(TRL_OWN_ROUTES) as srv:
+        _, result, _ = check(write_config(tmp_path, vllm_server_base_url=srv.url))
+    if installed_client_endpoints().reads_models:  # TRL 1.11+: the client reads /v1/models at start-up
+        assert result["status"] == "fail", result
+        assert "/v1/models" in result["message"]
+    else:  # TRL 0.16-1.10: its own server reports no model, no length
+        assert result["status"] == "pass", result
+        assert result["details"]["world size"] == 1
+
+
+def test_unhealthy_answer_fails(built_fixtures, tmp_path):
+    with Server({"/health": (500, {"detail": "engine dead"}, {}), "/health/": (500, None, {})}) as srv:
+        _, result, _ = check(write_config(tmp_path, vllm_server_base_url=srv.url))
+    assert result["status"] == "fail", result
+    assert "HTTP 500" in result["message"]
+
+
+# -- the probe and the client reader on their own (no doctor run) ------------------------------------------
+
+
+def test_probe_follows_the_slash_redirect_both_ways():
+    for routes, first in ((vllm_routes("m", 10), "/health/"), (TRL_OWN_ROUTES, "/health")):
+        with Server(routes) as srv:
+            got = probe(Target(srv.url, "127.0.0.1", srv.port, "http", "", "test"),
+                        client_endpoints(f'url = f"{{self.base_url}}{first}"\n', "x.py"))
+        assert got.health.status == 200
+
+
+def test_client_endpoints_per_release():
+    old = 'url = f"{self.base_url}/health/"\nself.session.post(f"{self.base_url}/generate/", json=payload)\n'
+    new = 'self.model = self._get(f"{self.base_url}/v1/models")\nurl = f"{self.base_url}/health"\n'
+    e_old, e_new = client_endpoints(old, "old.py"), client_endpoints(new, "new.py")
+    assert (e_old.health, e_old.reads_models, e_old.posts_generate) == ("/health/", False, True)
+    assert (e_new.health, e_new.reads_models, e_new.posts_generate) == ("/health", True, False)
+
+
+def test_get_times_out_on_a_silent_server():
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(1)
+    try:
+        start = time.monotonic()
+        got = get(Target("", "127.0.0.1", hung.getsockname()[1], "http", "", "test"), "/health", timeout=0.5)
+        assert got.kind == "timeout" and time.monotonic() - start < 1.5
+    finally:
+        hung.close()
+
+
+def test_probe_reads_a_plain_vllm_server_for_an_old_client():
+    """A 0.16-1.10 client (posts /generate/) probing vLLM's own server: its /v1/models entry is read, and the client
+    reader says the client needs /generate/, which the rule reports as a failure."""
+    with Server(vllm_routes("Qwen/Qwen2.5-0.5B", 32768)) as srv:
+        got = probe(Target(srv.url, "127.0.0.1", srv.port, "http", "", "test"),
+                    client_endpoints('f"{self.base_url}/health/"\nf"{self.base_url}/generate/"\n', "old.py"))
+    assert got.health_path == "/health/" and got.health.status == 200  # through the slash redirect
+    assert got.served and got.served[0]["max_model_len"] == 32768
+
+
+# -- TRL 1.10, the last release whose `trl vllm-serve` is TRL's own app (health /health/, posts /generate/) ---------
+
+
+@pytest.mark.slow
+def test_trl_1_10_client_against_its_own_server_and_against_vllms(built_fixtures, tmp_path):
+    env = real_trl("1.10.0")
+    config = write_config(tmp_path)
+    for routes, status, words in ((TRL_OWN_ROUTES, "pass", "does not report its model"),
+                                  (vllm_routes(str(MODEL), 4096), "fail", "posts /generate/")):
+        with Server(routes) as srv:
+            config.write_text(config.read_text().split("vllm_server_base_url")[0] + f"vllm_server_base_url: {srv.url}\n")
+            proc = run_doctor("check", str(config), "--select", "vllm-server", "--no-smoke", "--format", "json", env=env)
+        result = result_of(json.loads(proc.stdout), "TD018")
+        assert result["status"] == status and words in result["message"], result
+        assert result["details"]["health"].startswith("GET /health/:"), result["details"]

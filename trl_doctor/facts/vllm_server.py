@@ -1,0 +1,211 @@
+"""Helpers for TD018 vllm-server: where the trainer looks for its vLLM server, what the installed TRL's client asks
+it for, and a short-timeout probe of that server (standard library only).
+
+Endpoints, read from TRL's sources (`trl/scripts/vllm_serve.py`, `trl/extras/vllm_client.py` up to 0.x,
+`trl/generation/vllm_client.py` in 1.x):
+- TRL 0.16-1.10: `trl vllm-serve` is TRL's own FastAPI app. `GET /health/` answers `{"status": "ok"}`;
+  `GET /get_tensor_parallel_size/` (0.16-0.17) or `GET /get_world_size/` (0.18-1.10) the engine's size;
+  generation is `POST /generate/` (and `/chat/`). No endpoint reports the served model or its max_model_len.
+- TRL 1.11 and later: `trl vllm-serve` runs vLLM's own `vllm serve` (with VLLM_SERVER_DEV_MODE=1). The client
+  checks `GET /health` (200, empty body) and reads `GET /v1/models`, whose entries carry `id` (the served name,
+  the model path by default), `root` (the model path) and `max_model_len`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .settings import LOCAL_HOSTS, config_value
+
+REQUEST_TIMEOUT = 2.0  # seconds per request
+CLIENT_MODULES = ("generation/vllm_client.py", "extras/vllm_client.py")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the trainer connects: the base URL, and how it was configured."""
+
+    base_url: str
+    host: str
+    port: int
+    scheme: str
+    path: str  # the base URL's path ("" usually)
+    source: str  # "vllm_server_base_url" or "vllm_server_host/vllm_server_port"
+
+
+def server_target(ctx) -> Target:
+    """The server the trainer's VLLMClient would connect to, as the installed TRL builds its URL."""
+    url = config_value(ctx, "vllm_server_base_url", None)
+    if url:
+        parsed = urlparse(str(url))
+        scheme = parsed.scheme or "http"
+        host = parsed.hostname or ""
+        port = parsed.port or (443 if scheme == "https" else 80)
+        return Target(str(url).rstrip("/"), host, port, scheme, parsed.path.rstrip("/"), "vllm_server_base_url")
+    host = str(config_value(ctx, "vllm_server_host", "0.0.0.0") or "0.0.0.0")
+    port = int(config_value(ctx, "vllm_server_port", 8000) or 8000)
+    return Target(f"http://{host}:{port}", host, port, "http", "", "vllm_server_host/vllm_server_port")
+
+
+def is_local(host: str) -> bool:
+    """Whether `host` is this machine (a loopback or wildcard name, or one of this machine's own names/addresses)."""
+    if host in LOCAL_HOSTS or host.startswith("127."):
+        return True
+    try:
+        mine = {socket.gethostname(), socket.getfqdn()}
+        if host in mine:
+            return True
+        addr = socket.gethostbyname(host)
+        if addr.startswith("127."):
+            return True
+        return addr in {socket.gethostbyname(n) for n in mine}
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class ClientEndpoints:
+    """What the installed TRL's VLLMClient asks of the server."""
+
+    health: str  # "/health/" (TRL's own server) or "/health" (vLLM's)
+    reads_models: bool  # it reads /v1/models at start-up (1.11+): a server without it stops the trainer
+    posts_generate: bool  # it posts /generate/ (TRL's own server, 0.16-1.10): vLLM's server has no such route
+    where: str  # the file it was read from
+
+
+def client_endpoints(text: str | None, rel: str = "") -> ClientEndpoints:
+    """Read from the client's source text; TRL 1.x's vLLM-server client when there is none."""
+    if not text:
+        return ClientEndpoints("/health", True, False, "no TRL client found: vLLM's endpoints assumed")
+    m = re.search(r"/health/?(?=[\"'])", text)
+    health = m.group(0) if m else "/health/"
+    return ClientEndpoints(health, "/v1/models" in text, bool(re.search(r"/generate/[\"']", text)), rel)
+
+
+def installed_client_endpoints() -> ClientEndpoints:
+    from .trl import trl_root
+
+    root = trl_root()
+    for rel in CLIENT_MODULES:
+        path = root / rel if root is not None else None
+        if path is not None and path.is_file():
+            return client_endpoints(path.read_text(encoding="utf-8"), f"trl/{rel}")
+    return client_endpoints(None)
+
+
+@dataclass
+class Answer:
+    """One request's outcome: status (None when no HTTP answer), parsed JSON (or None) and the error in words."""
+
+    status: int | None
+    data: object = None
+    error: str | None = None  # "refused", "timed out", "unreachable: ...", ...
+    kind: str | None = None  # "refused" / "timeout" / "dns" / "unreachable" when status is None
+
+
+def get(target: Target, path: str, timeout: float = REQUEST_TIMEOUT, _redirects: int = 2) -> Answer:
+    """GET `path` on the server with one socket timeout (connect and read); follows FastAPI's slash redirects."""
+    host = "127.0.0.1" if target.host in ("0.0.0.0", "") else ("::1" if target.host == "::" else target.host)
+    cls = http.client.HTTPSConnection if target.scheme == "https" else http.client.HTTPConnection
+    conn = cls(host, target.port, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    try:
+        conn.request("GET", target.path + path, headers={"Accept": "application/json"})
+        conn.sock.settimeout(max(0.05, deadline - time.monotonic()))
+        resp = conn.getresponse()
+        body = resp.read(4 * 2**20)
+        if resp.status in (301, 302, 307, 308) and _redirects:
+            loc = urlparse(resp.getheader("Location") or "")
+            if loc.path and loc.path != target.path + path:
+                return get(target, loc.path[len(target.path):], timeout, _redirects - 1)
+        try:
+            data = json.loads(body) if body else None
+        except ValueError:
+            data = None
+        return Answer(resp.status, data)
+    except ConnectionRefusedError:
+        return Answer(None, error="connection refused (nothing listens on that port)", kind="refused")
+    except (socket.timeout, TimeoutError):
+        return Answer(None, error=f"no answer within {timeout:g} s", kind="timeout")
+    except socket.gaierror as exc:
+        return Answer(None, error=f"the host name does not resolve here ({exc.strerror or exc})", kind="dns")
+    except OSError as exc:
+        return Answer(None, error=f"{type(exc).__name__}: {exc.strerror or exc}", kind="unreachable")
+    except http.client.HTTPException as exc:
+        return Answer(None, error=f"not an HTTP answer ({type(exc).__name__})", kind="unreachable")
+    finally:
+        conn.close()
+
+
+@dataclass
+class Probe:
+    """What the server answered."""
+
+    health: Answer
+    health_path: str
+    models: Answer | None = None
+    world_size: int | None = None
+    served: list[dict] = field(default_factory=list)  # /v1/models entries: id, root, max_model_len
+    elapsed: float = 0.0
+
+
+def probe(target: Target, endpoints: ClientEndpoints, timeout: float = REQUEST_TIMEOUT) -> Probe:
+    """Health first (the installed client's path, then the other spelling on a 404); then what it serves."""
+    start = time.monotonic()
+    paths = [endpoints.health] + [p for p in ("/health/", "/health") if p != endpoints.health]
+    health, used = None, paths[0]
+    for path in paths:
+        health, used = get(target, path, timeout), path
+        if health.status != 404:
+            break
+    out = Probe(health, used)
+    if health.status is None or health.status >= 400:
+        out.elapsed = time.monotonic() - start
+        return out
+    out.models = get(target, "/v1/models", timeout)
+    data = out.models.data
+    if out.models.status == 200 and isinstance(data, dict) and isinstance(data.get("data"), list):
+        out.served = [e for e in data["data"] if isinstance(e, dict)]
+    if not out.served and out.models.status is not None:
+        for path in ("/get_world_size/", "/get_tensor_parallel_size/"):
+            got = get(target, path, timeout)
+            if got.status == 200 and isinstance(got.data, dict):
+                value = got.data.get("world_size", got.data.get("tensor_parallel_size"))
+                out.world_size = value if isinstance(value, int) else None
+                break
+            if got.status is None:
+                break
+    out.elapsed = time.monotonic() - start
+    return out
+
+
+def model_names(ref: str) -> set[str]:
+    """The names a model reference can be compared by: as written, resolved, and a hub cache snapshot's repo id."""
+    names = {ref.rstrip("/")}
+    m = re.search(r"models--([^/]+)--([^/]+)", ref)
+    if m:
+        names.add(f"{m.group(1)}/{m.group(2)}")
+    try:
+        p = Path(ref).expanduser()
+        if p.exists():
+            names.add(str(p.resolve()))
+    except (OSError, ValueError):
+        pass
+    return names
+
+
+def same_model(trained: set[str], served: str) -> str | None:
+    """"same" when a name matches, "same name" when only the last path component does, None otherwise."""
+    if trained & model_names(served):
+        return "same"
+    last = served.rstrip("/").rsplit("/", 1)[-1]
+    if any(t.rstrip("/").rsplit("/", 1)[-1] == last for t in trained):
+        return "same name"
+    return None
