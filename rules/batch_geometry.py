@@ -191,11 +191,21 @@ def _candidates(cls, values: dict, user_keys: set) -> list[tuple[float, str, Any
         if current < 1:
             out.append((tier + 1 + tie, key, 1))
             continue
-        for v in range(1, max(4 * current, current + 16) + 1):
+        for v in _values_near(current):
             if v != current and not (direction == "up" and v < current):
                 out.append((tier + abs(math.log2(v / current)) + tie, key, v))
     out.sort(key=lambda c: c[0])
     return out
+
+
+def _values_near(current: int) -> list[int]:
+    """Values to try for a knob now at `current`: every one up to 4x (or +16) for real sizes; for a huge value
+    (a typo's 10**9) a sparse set, so planning never walks a billion candidates."""
+    top = max(4 * current, current + 16)
+    if top <= 4096:
+        return list(range(1, top + 1))
+    near = {current + d for d in range(-16, 17)} | {current * k for k in (2, 3, 4)} | {current // k for k in range(2, 65)}
+    return sorted(v for v in near | set(range(1, 257)) | {2**i for i in range(top.bit_length())} if 1 <= v <= top)
 
 
 ALT_TRIALS = 80  # evaluations spent looking for an alternative once the best change is known

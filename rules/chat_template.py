@@ -31,7 +31,9 @@ Versions
 
 How it is detected
     The prompts are rendered and tokenized once per run the way the installed trainer does (shared with
-    context-length; up to 1000 rows spread over the dataset). Conversational rows need a template; rows
+    context-length; up to 1000 rows spread over the dataset), in the worker's fence: a template that runs past
+    --user-code-timeout (a Jinja loop) or takes the worker down fails the rule that rendered it, and is not
+    rendered again in the check. Conversational rows need a template; rows
     whose rendering raises are counted and the first error is quoted with the row's roles. The first
     rendered prompt is compared with the same conversation plus an assistant message: what the template
     writes between the prompt and the assistant's content must hold no special token (else the generation
@@ -50,7 +52,7 @@ from __future__ import annotations
 
 from trl_doctor import fail, passed, rule, skip, warn
 
-from trl_doctor.facts.chat import _MARK, prompt_lengths, prompt_rendering, special_ids
+from trl_doctor.facts.chat import _MARK, prompt_lengths, prompt_rendering, render_template, special_ids
 
 
 @rule(
@@ -162,8 +164,8 @@ def _generation_prompt(ctx, tok, how, facts, i, details) -> list:
     if prompt[-1].get("role") == "assistant":
         return []  # TRL continues a final assistant message instead of opening a new turn
     try:
-        full = tok.apply_chat_template(list(prompt) + [{"role": "assistant", "content": _MARK}], tokenize=False,
-                                       **how.template_kwargs)
+        full = render_template(tok, list(prompt) + [{"role": "assistant", "content": _MARK}], "rendering a prompt with a "
+                               "reply", tokenize=False, **how.template_kwargs)
     except Exception as exc:  # a template that cannot render an answer says nothing about the prompt
         details["generation prompt check"] = f"not run: the template cannot render an assistant reply ({type(exc).__name__})"
         return []
@@ -179,7 +181,8 @@ def _generation_prompt(ctx, tok, how, facts, i, details) -> list:
         details["generation prompt"] = "the prompt ends where the assistant's content starts"
         return []
     try:
-        without = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=False, **how.template_kwargs)
+        without = render_template(tok, list(prompt), "rendering a prompt without the generation prompt", tokenize=False,
+                                  add_generation_prompt=False, **how.template_kwargs)
     except Exception:
         without = None
     ignored = (" (the template gives the same text with add_generation_prompt=False: it ignores the flag)"

@@ -39,9 +39,11 @@ Versions
 
 How it is detected
     No model and no GPU. Every `reward_funcs` entry is imported as TRL's scripts import it (a `trl.rewards`
-    name or a dotted path, the config file's folder first); its signature is bound to exactly the keywords
-    the installed trainer passes, dataset columns included. Then it is called, in a worker thread with a
-    20 s limit and its printed output captured, on the dataset's first two rows with two synthetic
+    name or a dotted path, the config file's folder first, then the current one as `trl grpo` does; the import
+    runs in the worker's fence too); its signature is bound to exactly the keywords
+    the installed trainer passes, dataset columns included. Then it is called, in the worker's fence (stopped
+    after --user-code-timeout, 60 s; a call that ends the worker fails this rule with the cause) and its printed
+    output captured, on the dataset's first two rows with two synthetic
     completions each, in the dataset's own format (text, or one assistant message for conversational
     prompts), `completion_ids` from the real tokenizer, and stand-ins for `trainer_state`, `log_extra` and
     `log_metric`. It must return one float (or None, where the installed TRL takes None) per completion;
@@ -68,14 +70,13 @@ from trl_doctor import Unavailable, fail, passed, rule, skip, warn
 from trl_doctor.facts.text import read_json as _read_json
 from trl_doctor.facts.trl import TRAINER_CLASS, trainer_mentions
 from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, is_async, new_stats, raised_info, record_values,
-                       reward_call, reward_problem, resolve_reward)
+                       reward_call, reward_fence, reward_problem, resolve_reward)
 
 ROWS = 2  # dataset rows the functions are called on
 COMPLETIONS = (  # two synthetic completions per prompt, so group-relative rewards can differ
     "The answer is 4.",
     "<think>\nTwo plus two is four.\n</think>\nThe answer is 4.",
 )
-CALL_TIMEOUT = 20.0
 ASYNC_FROM = "0.27"  # first release whose trainers await async reward functions (read from the wheels)
 TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json")
 
@@ -372,11 +373,13 @@ def _probe(ctx, name: str, func, call: RewardCall, inputs: dict | None, trl_vers
     if inputs is None:
         return None, f"{name} (signature fits; not called)", None, extra
 
-    outcome = _call(func, kwargs, is_async(func))
+    limit = ctx.options.user_code_timeout
+    with reward_fence(name, func, ctx.config.base_dir, limit) as (label, wait):
+        outcome = _call(func, kwargs, is_async(func), wait)
     if outcome.get("printed"):
         extra[f"printed by {name}"] = outcome["printed"]
-    if "timeout" in outcome:
-        return (warn, (f"reward function {name} did not return within {CALL_TIMEOUT:g}s on {len(inputs['prompts'])} "
+    if "timeout" in outcome:  # in-process use only: in the worker, the supervisor stops it and fails this rule
+        return (fail, (f"{label} did not finish within {limit:g} s (--user-code-timeout) on {len(inputs['prompts'])} "
                        "completions: it would stall every training step (a remote judge or a model loaded per call?)")), \
             "", None, extra
     if "raised" in outcome:
@@ -419,8 +422,8 @@ def _probe(ctx, name: str, func, call: RewardCall, inputs: dict | None, trl_vers
     return None, f"{name} ({len(scores)} scores {span}{nones})", scores, extra
 
 
-def _call(func, kwargs: dict, awaited: bool) -> dict:
-    """Call `func(**kwargs)` in a worker thread with a time limit, capturing what it prints."""
+def _call(func, kwargs: dict, awaited: bool, wait: float) -> dict:
+    """Call `func(**kwargs)` in a thread waited on for `wait` seconds, capturing what it prints."""
     import contextlib
     import io
     import threading
@@ -444,7 +447,7 @@ def _call(func, kwargs: dict, awaited: bool) -> dict:
     worker = threading.Thread(target=target, name="trl-doctor-reward-probe", daemon=True)
     with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
         worker.start()
-        worker.join(CALL_TIMEOUT)
+        worker.join(wait)
     out = dict(box)
     if worker.is_alive():
         out["timeout"] = True

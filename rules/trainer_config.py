@@ -47,7 +47,7 @@ def check(ctx):
     if info.typed:
         details["typed by TRL's parser"] = {k: repr(v) for k, v in info.typed.items()}
     for key, why in info.type_errors.items():
-        yield fail(f"{why}: `trl {ctx.trainer} --config` stops before training starts", location=Location(str(ctx.config.path), key),
+        yield fail(why, location=Location(str(ctx.config.path), key),
                    **details)
     if info.unknown_keys:
         yield from _unknown(ctx, info, details)

@@ -31,8 +31,8 @@ def warm_worker_server(tmp_path_factory):
     import time
 
     sock = str(tmp_path_factory.mktemp("forkserver") / "s")
-    proc = subprocess.Popen([sys.executable, "-m", "trl_doctor._forkserver", sock], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "trl_doctor._forkserver",
+                             sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
     while not Path(sock + ".json").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -132,3 +132,13 @@ def real_trl(release: str) -> dict:
         pytest.skip(f"trl {release}'s PPOTrainer does not import with transformers {version('transformers')}: "
                     f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
     return {"PYTHONPATH": str(cache)}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `fuzz` (the whole fuzz suite) run only when asked for: `-m fuzz` (or any -m naming fuzz)."""
+    if "fuzz" in (config.getoption("markexpr") or ""):
+        return
+    kept = [item for item in items if item.get_closest_marker("fuzz") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("fuzz") is not None])
+        items[:] = kept

@@ -13,7 +13,7 @@ from importlib.metadata import version
 import pytest
 from packaging.version import Version
 
-from conftest import result_of, rule_in_this_process, run_json
+from conftest import result_of, run_json
 from trl_doctor.facts.rewards import reward_call
 
 TRL = Version(version("trl"))
@@ -188,7 +188,7 @@ def test_no_reward_source(built_fixtures):
     assert r["message"].startswith("the config names no `reward_funcs` and no `reward_model_name_or_path`")
 
 
-def test_printing_reward_keeps_the_report_clean_and_a_slow_one_is_named(built_fixtures, tmp_path, monkeypatch):
+def test_printing_reward_keeps_the_report_clean_and_a_slow_one_is_named(built_fixtures, tmp_path):
     (tmp_path / "noisy.py").write_text(textwrap.dedent("""
         import time
 
@@ -207,12 +207,10 @@ def test_printing_reward_keeps_the_report_clean_and_a_slow_one_is_named(built_fi
     code, r = check(config)  # run_json parses stdout: a print inside the probe would break it
     assert r["status"] == "pass"
     assert r["details"]["printed by noisy.chatty"] == "scoring 4 completions"
-    import trl_doctor.rules.reward_functions as td014
-
-    monkeypatch.setattr(td014, "CALL_TIMEOUT", 0.5)
     config.write_text(config.read_text().replace("noisy.chatty", "noisy.slow"))
-    code, r = rule_in_this_process(config, "reward-functions")  # the monkeypatch reaches no worker process
-    assert r["status"] == "warn" and r["message"].startswith("reward function noisy.slow did not return within 0.5s")
+    code, r = check(config, "reward-functions", "--user-code-timeout", "1")  # the worker's fence stops it
+    assert code == 1 and r["status"] == "fail"
+    assert r["message"] == "noisy.py (calling noisy.slow) did not finish within 1 s (--user-code-timeout): stopped"
 
 
 def test_each_config_gets_its_own_rewards_module(built_fixtures, tmp_path):

@@ -54,9 +54,12 @@ def main() -> None:
 @click.option("--target", "target_gpus", help="The launch machine's GPUs, e.g. 8xH100-80GB, 4xA100-40GB, 1xA10G, 2xL4, 1xT4: the GPU verdicts judge them instead of this machine's.")
 @click.option("--load-weights", is_flag=True, help="With a launch command: let the script load real weights (default: models on the meta device).")
 @click.option("--script-timeout", type=float, default=300.0, show_default=True, help="Seconds a launch command's script may take to construct its trainer.")
-@click.option("-v", "--verbose", is_flag=True, help="Show the script's traceback when a launch command fails before its trainer.")
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks: a launch command's script that fails before its trainer, and any unexpected stop of the check.")
+@click.option("--user-code-timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True, help="Seconds the user's code (importing a reward module, one reward call, rendering the chat template) may run before it is stopped.")
+@click.option("--max-memory", type=click.FloatRange(min=0), default=None, help="GiB of address space the check's worker may use where it uses no CUDA (default: 85% of physical memory; 0: no limit).")
 def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code,
-          num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only):
+          num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only, user_code_timeout,
+          max_memory):
     """Check CONFIG files (TRL CLI configs, JSON or YAML; globs too), or what a launch command's script gives its
     trainer.
 
@@ -91,7 +94,26 @@ def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smo
                       target=target_gpus, static=static_only)
     except (InputError, RegistryError) as exc:
         raise _input_error(str(exc)) from None
+    except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # the doctor's own bug, met on some input: one line, the traceback only with -v
+        if verbose:
+            import traceback
+
+            traceback.print_exc()
+        raise _input_error(_unexpected(exc, target, verbose)) from None
     raise click.exceptions.Exit(code)
+
+
+def _unexpected(exc: Exception, target: tuple[str, ...], verbose: bool) -> str:
+    what = " ".join(target)
+    if isinstance(exc, RecursionError):
+        return f"{what}: an input is nested too deeply to check"
+    if isinstance(exc, MemoryError):
+        return f"{what}: an input is too large to check in this machine's memory"
+    text = str(exc).splitlines()[0][:300] if str(exc) else ""
+    hint = "" if verbose else " (-v shows the traceback)"
+    return f"{what}: the check stopped on {type(exc).__name__}: {text}{hint}"
 
 
 def _launch(target: tuple[str, ...]):
@@ -161,7 +183,9 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
     from ._suppress import Suppressor
 
     # the project's settings ([tool.trl-doctor] / .trl-doctor.toml, nearest the config), under the command line's
-    project = find_project_config(Path(config).expanduser().parent if config else Path.cwd())
+    from ._config import checked_path
+
+    project = find_project_config(checked_path(str(config), str(config)).parent if config else Path.cwd())
     chosen = _names(select) or list(project.select)
     ignored = _names(ignore) + list(project.ignore) + project.ignores_for(Path(config) if config else None)
     fail_on = fail_on or project.fail_on or "fail"
@@ -177,7 +201,7 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
     options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout,
                       unsafe_fixes=unsafe_fixes and (fix or show_diff), num_processes=num_processes,
                       launch=launch.to_json() if launch else None, load_weights=load_weights,
-                      script_timeout=script_timeout, verbose=verbose, target=target)
+                      script_timeout=script_timeout, verbose=verbose, target=target, **_worker_limits())
     progress = _progress() if _progress_wanted() else None
     color = output is None and fmt == "table" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     stream = _Stream(rules, color, progress) if fmt == "table" and output is None and not (fix or show_diff) \
@@ -218,8 +242,8 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
             if output:
                 _write_report(fmt, cfg, results, [], output, color=False)
             return exit_status(results, fail_on)
-        if changes:
-            written = _fixer.apply(changes)
+        written = _fixer.apply(changes, fixes, cfg)  # under the folders' locks: finishes a killed --fix, plans again
+        if fixes or written:  # re-checked too when a concurrent --fix already made the changes
             applied_files = [{"file": str(p), "backup": str(b) if b else None} for p, b in written]
             fixed_ids = {r.id: r.fix for r in results if r.pending_fix in fixes}
             cfg, results = run_once()
@@ -236,6 +260,13 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
     else:
         _write_report(fmt, cfg, results, applied_files, output, color)
     return exit_status(results, fail_on)
+
+
+def _worker_limits() -> dict:
+    """--user-code-timeout and --max-memory, from the command's parameters (every config of one call shares them)."""
+    ctx = click.get_current_context(silent=True)
+    params = ctx.params if ctx is not None else {}
+    return {"user_code_timeout": params.get("user_code_timeout", 60.0), "max_memory": params.get("max_memory")}
 
 
 class _Target:

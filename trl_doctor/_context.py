@@ -7,6 +7,8 @@ fails remembers its failure, so a second rule asking for the same thing gets the
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import shutil
 import tempfile
@@ -40,6 +42,9 @@ class Options:
     script_timeout: float = 300.0  # seconds a launch command's script may take to construct its trainer
     verbose: bool = False  # input errors carry the script's traceback
     target: str | None = None  # the launch machine's GPUs (--target 8xH100-80GB), judged instead of this machine's
+    max_memory: float | None = None  # GiB of address space for the worker (None: 85% of RAM; 0: no limit); see _limits
+    memory_limit: int | None = None  # the limit the worker set, in bytes (recorded by the worker)
+    user_code_timeout: float = 60.0  # seconds the user's code (a reward module's import, one call, a chat template) may run
 
 
 @dataclass(frozen=True)
@@ -160,7 +165,12 @@ class Context:
         """A fresh load of the tokenizer exactly as it is on disk."""
         from transformers import AutoTokenizer
 
+        from ._inputs import check_model_config, check_tokenizer_files
+
         path = self.config.tokenizer.path
+        check_tokenizer_files(path, remote_code=self.options.trust_remote_code)
+        if (path / "config.json").is_file():
+            check_model_config(path)  # AutoTokenizer reads it too, and would name the tokenizer for its faults
         try:
             return AutoTokenizer.from_pretrained(
                 str(path), trust_remote_code=self.options.trust_remote_code, local_files_only=True
@@ -175,7 +185,10 @@ class Context:
             return _base_model(self.live.model).config
         from transformers import AutoConfig
 
+        from ._inputs import check_model_config
+
         path = self.config.model.path
+        check_model_config(path)
         try:
             return AutoConfig.from_pretrained(
                 str(path), trust_remote_code=self.options.trust_remote_code, local_files_only=True
@@ -201,6 +214,9 @@ class Context:
             return None
         from transformers import GenerationConfig
 
+        from ._inputs import check_generation_config
+
+        check_generation_config(self.model_file("generation_config.json"))
         try:
             return GenerationConfig.from_pretrained(str(self.config.model.path), local_files_only=True)
         except Exception as exc:
@@ -323,14 +339,26 @@ class Context:
         import torch
         from transformers import AutoModelForCausalLM
 
-        with torch.device("meta"):
+        with torch.device("meta"), self._building():
             return AutoModelForCausalLM.from_config(self.model_config, trust_remote_code=self.options.trust_remote_code)
 
     @lazy
     def twin(self):
         from ._twin import build_twin
 
-        return build_twin(self.model_config, trust_remote_code=self.options.trust_remote_code)
+        with self._building():
+            return build_twin(self.model_config, trust_remote_code=self.options.trust_remote_code)
+
+    @contextlib.contextmanager
+    def _building(self):
+        """A config transformers reads but cannot build a model from (`rope_scaling: {type: 5}`) stops the job in
+        from_pretrained too: an input error naming config.json. ValueError, ImportError and OSError keep their
+        meanings for the rules (an architecture the auto class lacks, a missing package, remote code)."""
+        try:
+            yield
+        except (KeyError, TypeError, IndexError, AttributeError, ZeroDivisionError) as exc:
+            raise InputError(f"{self.model_file('config.json')}: transformers {self.version('transformers')} cannot "
+                             f"build the model from it: {type(exc).__name__}: {_one_line(exc)}") from None
 
     @lazy
     def twin_dir(self) -> Path:
@@ -359,6 +387,9 @@ class Context:
 
             if cfg.dataset_file is not None:
                 from ._config import DATASET_SUFFIXES
+                from ._inputs import check_dataset_file
+
+                check_dataset_file(cfg.dataset_file)
 
                 builder = DATASET_SUFFIXES[cfg.dataset_file.suffix.lower()]
                 return datasets.load_dataset(builder, data_files=str(cfg.dataset_file), split="train", cache_dir=cache)
@@ -443,7 +474,7 @@ def _base_model(model):
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    text = " ".join(str(exc).split()) or type(exc).__name__
     if "trust_remote_code" in text:
         text = "it contains custom code (auto_map) that trl-doctor runs only with --trust-remote-code"
     return text if len(text) <= 400 else text[:397] + "..."
@@ -453,10 +484,9 @@ def _one_line(exc: BaseException) -> str:
 def _read_json(ctx: Context, path: Path) -> dict | None:
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: cannot read JSON: {exc}") from None
+    from ._inputs import check_generation_config, read_json_file
+
+    data = check_generation_config(path) if path.name == "generation_config.json" else read_json_file(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object")
     return data

@@ -38,6 +38,12 @@ def run_rule(rule: Rule, ctx: Context) -> Result:
         raise
     except Unavailable as exc:
         return result(Status.SKIP, str(exc))
+    except MemoryError:
+        from ._limits import describe
+
+        limit = describe(getattr(ctx.options, "memory_limit", None))
+        return result(Status.ERROR, f"the check's worker ran out of memory in this rule (limit: {limit}): an input is "
+                                    "larger than this machine can check; --max-memory raises the limit")
     except Exception as exc:
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         return result(Status.ERROR, f"the rule crashed: {type(exc).__name__}: {exc}",

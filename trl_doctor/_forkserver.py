@@ -10,7 +10,10 @@ as the server is served (a test that puts another TRL release first on PYTHONPAT
 The forked worker takes the caller's environment variables, working directory and PYTHONPATH before it
 imports anything else, so a stand-in pynvml or a plugin on the caller's path is the one the worker sees.
 
-    python -m trl_doctor._forkserver SOCKET_PATH    # serve until killed; TRL_DOCTOR_FORKSERVER=SOCKET_PATH uses it
+    python -P -m trl_doctor._forkserver SOCKET_PATH    # serve until killed; TRL_DOCTOR_FORKSERVER=SOCKET_PATH uses it
+
+(-P, as for a started worker: the folder it is started from is not put first on sys.path, so a `json.py` there
+shadows nothing.)
 """
 
 from __future__ import annotations
@@ -245,8 +248,11 @@ def _child(header: dict, channel_fd: int, log_fd: int) -> None:
 
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # the user's code closed it: the exit status must still be the worker's own
+                pass
         os._exit(code)
 
 

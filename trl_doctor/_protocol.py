@@ -2,7 +2,8 @@
 
 The printing process sends one `Request` (the worker's stdin, JSON); the worker answers with one JSON object
 per line on its channel: `captured` (a launch command's script built its trainer: what was captured), `rule-start`, `result` (a Result, as `encode_result` writes it), the trainer run's
-`trainer-run`, `trainer-stage` and `trainer-run-end` events, `input-error` (the check cannot go on: exit 2), and `done`. Each
+`trainer-run`, `trainer-stage` and `trainer-run-end` events, the fence's `user-code` and `user-code-end` (the user's code
+runs: `what`, `key`, `limit`; see trl_doctor._fence), `input-error` (the check cannot go on: exit 2), and `done`. Each
 line carries the protocol version; a line of another version is refused, never misread. Results round-trip
 exactly (findings' fixes included, so `--fix` can apply what a worker found).
 """
@@ -18,7 +19,8 @@ from typing import Any
 from ._types import DELETE, AppliedFix, Edit, Fix, Location, Result, Status, plain
 
 VERSION = 1
-KINDS = ("captured", "rule-start", "result", "trainer-run", "trainer-stage", "trainer-run-end", "input-error", "done")
+KINDS = ("captured", "rule-start", "result", "trainer-run", "trainer-stage", "trainer-run-end", "user-code", "user-code-end",
+         "input-error", "done")
 
 
 class ProtocolError(ValueError):
@@ -33,6 +35,7 @@ class Request:
     rules: tuple[str, ...]  # rule ids, in run order; those in `done` are skipped
     options: dict[str, Any] = field(default_factory=dict)  # the fields of trl_doctor.Options
     done: tuple[str, ...] = ()  # rules a previous worker already reported (a resumed check)
+    failed: dict[str, str] = field(default_factory=dict)  # user code that ended a previous worker: {fence key: cause}
 
     def to_json(self) -> str:
         return json.dumps({"version": VERSION, **dataclasses.asdict(self)})
@@ -41,7 +44,7 @@ class Request:
     def from_json(cls, text: str) -> "Request":
         data = _checked(json.loads(text))
         return cls(config=data["config"], rules=tuple(data["rules"]), options=dict(data.get("options") or {}),
-                   done=tuple(data.get("done") or ()))
+                   done=tuple(data.get("done") or ()), failed=dict(data.get("failed") or {}))
 
 
 def message(kind: str, **payload: Any) -> str:

@@ -7,6 +7,12 @@ out-of-memory killer) the results it already streamed are kept. A run that hung 
 `RunResult`, to a fresh worker that reports the rules still to run (the smoke step then fails with the
 cause); a worker that dies outside the trainer run gives the rule it was running an `error` and the next
 worker goes on after it.
+
+The user's code (importing a reward module, calling a reward function, rendering a chat template) runs inside
+the worker's fence (trl_doctor._fence): a fence that outlives its limit (--user-code-timeout) is stopped, and a
+worker that dies inside a fence gives the rule it was running a `fail` naming the code and the cause; the next
+worker is told (`Request.failed`) not to run that code again. What the worker prints goes to its log, which is
+kept under LOG_CAP bytes (its start and its end).
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ from ._types import Result, Status
 
 POLL_S = 0.25  # how often the supervisor looks at the clock while the worker is quiet
 LOG_TAIL_LINES = 15
+FENCE_TAIL_LINES = 30  # what the user's code printed, or the Python stack of its crash (the innermost frame first)
+LOG_TAIL_BYTES = 64 * 1024  # a log tail is read from at most this many bytes at the log's end
+LOG_LINE_CHARS = 500  # a longer line of a log tail keeps its start and its end
+LOG_CAP = 16 << 20  # a worker's log beyond this many bytes keeps its first and last LOG_KEEP bytes
+LOG_KEEP = 1 << 20
 MAX_WORKERS = 6  # fresh workers one check may start after deaths (each death moves the check forward)
 
 
@@ -44,12 +55,25 @@ class _Run:
 
 
 @dataclass
+class _Fence:
+    """User code the worker announced it runs (trl_doctor._fence)."""
+
+    what: str
+    key: str
+    limit: float
+    started: float
+    log_offset: int
+    timed_out: bool = False
+
+
+@dataclass
 class _Watch:
     """What the supervisor knows about one worker."""
 
     current: str | None = None  # the rule it is running
     heard: bool = False  # it sent at least one message
     run: _Run | None = None
+    fences: list[_Fence] = field(default_factory=list)  # the user code running now, innermost last
     done: bool = False
     captured: dict | None = None  # a launch command's script built its trainer (the `captured` message)
     on_capture: Callable[[dict], None] | None = None
@@ -92,7 +116,8 @@ class Worker:
 
 def start_worker(request: Request, log_path: Path) -> Worker:
     """A fresh worker for `request`: forked from a warm fork server when one serves this environment, else a
-    new `python -m trl_doctor._worker` process."""
+    new `python -P -m trl_doctor._worker` process (-P: no folder of the user's, such as a `json.py` beside the
+    config, shadows a module the worker imports)."""
     from . import _forkserver
 
     read_end, write_end = os.pipe()
@@ -101,7 +126,7 @@ def start_worker(request: Request, log_path: Path) -> Worker:
             proc = _forkserver.spawn(request, write_end, log.fileno())
             if proc is None:
                 env = dict(os.environ, TRL_DOCTOR_CHANNEL_FD=str(write_end), PYTHONUNBUFFERED="1")
-                proc = subprocess.Popen([sys.executable, "-m", "trl_doctor._worker"], stdin=subprocess.PIPE,
+                proc = subprocess.Popen(safe_python("trl_doctor._worker"), stdin=subprocess.PIPE,
                                         stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end,), env=env)
                 try:
                     proc.stdin.write(request.to_json().encode())
@@ -111,6 +136,14 @@ def start_worker(request: Request, log_path: Path) -> Worker:
     finally:
         os.close(write_end)
     return Worker(read_end, log_path, proc)
+
+
+def safe_python(module: str) -> list[str]:
+    """`python -P -m MODULE`: -P (Python 3.11+) keeps the current folder off sys.path; on 3.10 the same by hand."""
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", module]
+    return [sys.executable, "-c", f"import sys; del sys.path[0]; import runpy; runpy.run_module({module!r}, "
+                                  "run_name='__main__', alter_sys=True)"]
 
 
 def run_check(config: Path | None, rules: list, options: Any, on_result: Callable[[Result], None] | None = None,
@@ -126,6 +159,7 @@ def run_check(config: Path | None, rules: list, options: Any, on_result: Callabl
     by_id = {r.id: r for r in ordered}
     results: dict[str, Result] = {}
     handed: dict | None = None  # a trainer run that hung or died, for the next worker
+    failed: dict[str, str] = {}  # user code that ended a worker: {fence key: cause}, for the next workers
 
     def accept(r: Result) -> None:
         results[r.id] = r
@@ -136,7 +170,7 @@ def run_check(config: Path | None, rules: list, options: Any, on_result: Callabl
         for attempt in range(MAX_WORKERS):
             opts = dataclasses.replace(options, trainer_run=handed) if handed else options
             request = Request(str(Path(config).resolve()) if config is not None else "", tuple(r.id for r in ordered),
-                              dataclasses.asdict(opts), done=tuple(results))
+                              dataclasses.asdict(opts), done=tuple(results), failed=dict(failed))
             worker = start_worker(request, Path(tmp) / f"worker-{attempt}.log")
             watch = _Watch(on_capture=on_capture)
             try:
@@ -148,6 +182,13 @@ def run_check(config: Path | None, rules: list, options: Any, on_result: Callabl
             if watch.done or len(results) == len(ordered):
                 break
             code = worker.wait()
+            if watch.fences and not (watch.run is not None and watch.run.details.get("timed_out")):
+                fence = watch.fences[-1]  # the user's code ended the worker, or overran its limit
+                victim = watch.current or next(r.id for r in ordered if r.id not in results)
+                result = _fenced(by_id[victim], fence, code, worker)
+                failed[fence.key] = result.message
+                accept(result)
+                continue
             if watch.run is not None:  # the trainer run hung or died: the next worker reports it
                 handed = _stopped_run(watch.run, code, worker)
                 continue
@@ -177,7 +218,7 @@ def _capture_limit(options: Any) -> float | None:
 def _supervise(worker: Worker, watch: _Watch, accept: Callable[[Result], None], on_progress, by_id: dict,
                capture_limit: float | None = None) -> None:
     """Read the worker's messages until it is done, closes its channel, or overruns a time limit."""
-    started = time.monotonic()
+    started = checked = time.monotonic()
     while True:
         if capture_limit is not None and watch.captured is None and time.monotonic() - started > capture_limit:
             worker.kill()
@@ -195,16 +236,35 @@ def _supervise(worker: Worker, watch: _Watch, accept: Callable[[Result], None], 
                     _handle(read_message(line.decode("utf-8")), watch, worker, accept, on_progress, by_id)
             if watch.done:
                 return
-        run = watch.run
-        if run is not None:
-            elapsed = time.monotonic() - run.started
-            if elapsed >= run.limit:
-                worker.kill()
-                run.details["timed_out"] = True
-                return
-            if on_progress is not None:
-                on_progress(f"{run.trainer.upper()} trainer run: {run.stage or 'starting'} "
-                            f"({elapsed:.0f}s of {run.limit:g}s)")
+        if time.monotonic() - checked > 1.0:
+            checked = time.monotonic()
+            _cap_log(worker.log_path, watch)
+        if _overran(watch, worker, on_progress):
+            return
+
+
+def _overran(watch: _Watch, worker: Worker, on_progress) -> bool:
+    """Stop the worker when the user's code it runs (its innermost fence) or its trainer run is past its limit."""
+    fence = watch.fences[-1] if watch.fences else None
+    if fence is not None:
+        elapsed = time.monotonic() - fence.started
+        if elapsed >= fence.limit:
+            worker.kill()
+            fence.timed_out = True
+            return True
+        if on_progress is not None and elapsed >= 2:
+            on_progress(f"{fence.what} ({elapsed:.0f}s of {fence.limit:g}s)")
+    run = watch.run
+    if run is not None:
+        elapsed = time.monotonic() - run.started
+        if elapsed >= run.limit:
+            worker.kill()
+            run.details["timed_out"] = True
+            return True
+        if on_progress is not None and fence is None:
+            on_progress(f"{run.trainer.upper()} trainer run: {run.stage or 'starting'} "
+                        f"({elapsed:.0f}s of {run.limit:g}s)")
+    return False
 
 
 def _handle(msg: dict, watch: _Watch, worker: Worker, accept, on_progress, by_id: dict) -> None:
@@ -224,6 +284,15 @@ def _handle(msg: dict, watch: _Watch, worker: Worker, accept, on_progress, by_id
     elif kind == "result":
         accept(decode_result(msg["result"]))
         watch.current = None
+        watch.fences.clear()
+    elif kind == "user-code":
+        offset = msg.get("log_offset")  # the worker's own: what it wrote before the supervisor reads this is its code's
+        watch.fences.append(_Fence(str(msg.get("what") or "the user's code"), str(msg.get("key") or msg.get("what")),
+                                   float(msg.get("limit") or 60.0), time.monotonic(),
+                                   int(offset) if offset is not None else _size(worker.log_path)))
+    elif kind == "user-code-end":
+        if watch.fences:
+            watch.fences.pop()
     elif kind == "trainer-run":
         watch.run = _Run(dict(msg.get("details") or {}), float(msg.get("limit") or 300.0), time.monotonic(),
                          _size(worker.log_path), str(msg.get("trainer") or ""))
@@ -247,6 +316,19 @@ def _stopped_run(run: _Run, code: int, worker: Worker) -> dict:
     if timed_out:
         return RunResult("timeout", details, log_tail=tail, last_stage=run.stage, limit=run.limit).to_json()
     return RunResult("crashed", details, log_tail=tail, last_stage=run.stage, code=code).to_json()
+
+
+def _fenced(rule, fence: _Fence, code: int, worker: Worker) -> Result:
+    """The rule's result when the user's code it ran ended the worker (or was stopped at its limit)."""
+    if fence.timed_out:
+        cause = f"did not finish within {fence.limit:g} s (--user-code-timeout): stopped"
+    else:
+        cause = f"ended the check's worker: {_how(code)}"
+    tail = _tail(worker.log_path, fence.log_offset, FENCE_TAIL_LINES).splitlines()  # a crash's Python stack too
+    details = {"user code": fence.what, "log_tail": "\n".join(x for x in tail if not x.startswith("Extension modules:")),
+               "next": "the rules after this one ran in a fresh worker, which does not run this code again"}
+    return Result(rule.id, rule.slug, rule.title, Status.FAIL, f"{fence.what} {cause}", details, None,
+                  round(time.monotonic() - fence.started, 3))
 
 
 def _died(rule, code: int | None, worker: Worker | None, message: str | None = None) -> Result:
@@ -278,10 +360,30 @@ def _size(path: Path) -> int:
 
 
 def _tail(path: Path, offset: int, lines: int = LOG_TAIL_LINES) -> str:
+    """The log's last `lines` lines after `offset` (read from its last LOG_TAIL_BYTES, long lines shortened)."""
     try:
         with open(path, "rb") as fh:
-            fh.seek(offset)
+            end = fh.seek(0, os.SEEK_END)
+            fh.seek(max(offset, end - LOG_TAIL_BYTES))
             text = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    half = LOG_LINE_CHARS // 2
+    return "\n".join(line if len(line) <= LOG_LINE_CHARS else f"{line[:half]} [... {len(line) - 2 * half} characters ...] "
+                     f"{line[-half:]}" for line in text.splitlines()[-lines:])
+
+
+def _cap_log(path: Path, watch: _Watch) -> None:
+    """Keep a flooded log (user code printing without end) within LOG_CAP: its first and last LOG_KEEP bytes.
+    The worker appends (O_APPEND), so it goes on writing at the new end; what it writes meanwhile may be lost."""
+    size = _size(path)
+    if size <= LOG_CAP:
+        return
+    with open(path, "r+b") as fh:
+        fh.seek(size - LOG_KEEP)
+        end = fh.read(LOG_KEEP)
+        fh.seek(LOG_KEEP)
+        fh.write(f"\n[trl-doctor: {size - 2 * LOG_KEEP} bytes of output left out]\n".encode() + end)
+        fh.truncate()
+    for mark in watch.fences + ([watch.run] if watch.run is not None else []):
+        mark.log_offset = min(mark.log_offset, LOG_KEEP)

@@ -3,9 +3,11 @@
 It loads the config, builds the context, runs the rules in run order (the static group, then the rules
 that read the trainer run) and streams each rule's Result to the printing process as soon as it is
 known. The trainer run happens here too, after the static rules, so the heavy stack is imported once.
-What the user's code prints (reward functions, the trainer) goes to the worker's log, never the report.
+What the user's code prints (reward functions, the trainer) goes to the worker's log, never the report. The user's
+code runs inside the fence (trl_doctor._fence), set up here: its messages go on the channel, its limit is
+--user-code-timeout, and a result whose rule ran user code that changed an input file becomes a fail.
 
-Run as `python -m trl_doctor._worker` with the Request on stdin and the channel's file descriptor in
+Run as `python -P -m trl_doctor._worker` with the Request on stdin and the channel's file descriptor in
 TRL_DOCTOR_CHANNEL_FD; the fork server (`trl_doctor._forkserver`) calls `serve` directly.
 """
 
@@ -15,6 +17,7 @@ import os
 import sys
 from typing import Callable
 
+from . import _fence
 from ._protocol import Request, encode_result, message
 from .capture.report import adapt
 
@@ -44,13 +47,12 @@ def quiet_environment() -> None:
 def serve(request: Request, send: Callable[[str], None]) -> None:
     """Run the request's rules and send every message; an input error ends the check (exit status 2)."""
     from ._config import load_config
-    from ._context import Context, Options
-    from ._engine import run_rule
+    from ._context import Options
     from ._errors import InputError
     from ._registry import RegistryError, all_rules
 
     quiet_environment()
-    options = Options(**request.options)
+    options = _limit_memory(Options(**request.options))
     live = None
     try:
         by_id = {r.id: r for r in all_rules()}
@@ -62,6 +64,32 @@ def serve(request: Request, send: Callable[[str], None]) -> None:
     except (InputError, RegistryError) as exc:
         send(message("input-error", message=str(exc)))
         return
+    _fence.configure(send, options.user_code_timeout, request.failed, _input_files(cfg))
+    try:
+        _run_rules(request, rules, cfg, options, live, send)
+    finally:
+        _fence.configure()
+
+
+def _limit_memory(options):
+    """Set the worker's address-space limit (trl_doctor/_limits.py; none where it may use CUDA); the options with
+    the limit recorded, for the message when a rule hits it."""
+    import dataclasses
+
+    from ._context import has_cuda
+    from ._limits import apply_memory_limit, memory_limit
+
+    uses_cuda = options.device == "cuda" or (options.device == "auto" and has_cuda(options))
+    limit = memory_limit(options.max_memory, uses_cuda)
+    apply_memory_limit(limit)
+    return dataclasses.replace(options, memory_limit=limit)
+
+
+def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable[[str], None]) -> None:
+    from ._context import Context
+    from ._engine import run_rule
+    from ._errors import InputError
+
     with Context(cfg, options, live) as ctx:
         ctx.events = lambda kind, payload: send(message(kind, **payload))
         if live is None:
@@ -83,8 +111,31 @@ def serve(request: Request, send: Callable[[str], None]) -> None:
                 return
             if live is not None:
                 result = adapt(result, cfg, live)
-            send(message("result", result=encode_result(result)))
+            send(message("result", result=encode_result(_inputs_kept(result, _fence.take_changes()))))
     send(message("done"))
+
+
+def _input_files(cfg) -> tuple:
+    """The check's inputs whose size and mtime the fence compares around the user's code."""
+    folders = [getattr(getattr(cfg, name, None), "path", None) for name in ("model", "tokenizer")]
+    return _fence.input_files(getattr(cfg, "path", None), getattr(cfg, "dataset_file", None),
+                              getattr(cfg, "dataset_dir", None), *folders)
+
+
+def _inputs_kept(result, changes: list[str]):
+    """`result`, or a fail when the user's code it ran changed or removed one of the check's input files. (The
+    doctor cannot stop a process from deleting or rewriting files the user may change: it can only say so.)"""
+    if not changes:
+        return result
+    import dataclasses
+
+    from ._types import Status
+
+    message = (f"{changes[0]} while the check ran: the check's input files must not change under it, and training runs "
+               "the same code; restore the files and rerun the check")
+    details = dict(result.details, **{"input files changed": changes,
+                                      "result before": f"{result.status.value}: {result.message}"})
+    return dataclasses.replace(result, status=Status.FAIL, message=message, details=details, fix=None, pending_fix=None)
 
 
 def _capture(options, send: Callable[[str], None]):

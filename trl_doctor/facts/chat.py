@@ -1,13 +1,20 @@
 """Chat-template facts several rules need: whether the dataset is conversational, which token ends an
 assistant turn in the template the tokenizer will render, and the dataset's prompts rendered and tokenized
 the way the installed trainer does (measured once per check: `prompt_rendering` and `prompt_lengths` are facts
-of the context)."""
+of the context).
+
+The template is the user's code (Jinja): every render runs in the worker's fence (`render_template`, and one fence
+around `prompt_lengths`' renders), and a template that ended an earlier worker is not rendered again: its renders
+raise UserCodeFailed, which the rules report as they report a template that raises."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
+from .. import _fence
 from .._cache import fact
 
 _MARK = "TRLDOCTORMARK"
@@ -26,6 +33,30 @@ def special_ids(tok) -> set[int]:
     return ids
 
 
+def template_fence(tok, doing: str):
+    """The fence around renders of `tok`'s chat template; raises UserCodeFailed when it ended an earlier worker."""
+    _fence.check_failed(_template_key(tok))
+    return _fence.user_code(f"the chat template in {_template_file(tok)} ({doing})", key=_template_key(tok))
+
+
+def _template_key(tok) -> str:
+    return f"chat-template:{getattr(tok, 'name_or_path', '')}"
+
+
+def _template_file(tok) -> str:
+    folder = Path(str(getattr(tok, "name_or_path", "") or "."))
+    for name in ("chat_template.jinja", "chat_template.json", "tokenizer_config.json"):
+        if (folder / name).is_file():
+            return str(folder / name)
+    return str(folder)
+
+
+def render_template(tok, conversation: list, doing: str, **kwargs) -> Any:
+    """`tok.apply_chat_template(conversation, **kwargs)` in the fence (may raise, UserCodeFailed included)."""
+    with template_fence(tok, doing):
+        return tok.apply_chat_template(conversation, **kwargs)
+
+
 def turn_terminator(tok) -> dict[str, Any] | None:
     """The first special token the template puts after an assistant message's content, e.g. <|im_end|>,
     <|eot_id|>: the token a model trained on this template emits to end its turn. None without a template."""
@@ -33,7 +64,9 @@ def turn_terminator(tok) -> dict[str, Any] | None:
         return None
     conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _MARK}]
     try:
-        text = tok.apply_chat_template(conversation, tokenize=False)
+        text = render_template(tok, conversation, "rendering a test conversation", tokenize=False)
+    except _fence.UserCodeFailed:
+        raise
     except Exception as exc:  # a template that cannot render is the chat-template rule's finding
         return {"error": f"{type(exc).__name__}: {exc}"}
     if _MARK not in text:
@@ -48,11 +81,18 @@ def turn_terminator(tok) -> dict[str, Any] | None:
 
 def completion_terminator(tok, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The token a completion should end with: the template's turn terminator for conversational prompts,
-    else the tokenizer's eos. {"id", "token", "why", "conversational", "template_error"}."""
+    else the tokenizer's eos. {"id", "token", "why", "conversational", "template_error"}. Raises Unavailable for
+    conversational prompts when the template ended (or overran) an earlier worker: every rule that renders them (the
+    trainer run's too) is skipped, and the rule that ran it reported why."""
     conversational = bool(rows) and is_conversational(rows[0])
     out = {"conversational": conversational, "template_error": None}
     if conversational:
-        term = turn_terminator(tok)
+        try:
+            term = turn_terminator(tok)
+        except _fence.UserCodeFailed as exc:
+            from .._errors import Unavailable
+
+            raise Unavailable(f"the prompts are rendered with the chat template, and {exc}") from None
         if term and term.get("error"):
             out["template_error"] = term["error"]
         elif term and term.get("id") is not None:
@@ -131,7 +171,9 @@ def prompt_rendering(ctx) -> PromptRendering:
 
 
 def render_prompt(tok, prompt: Any, how: PromptRendering) -> str:
-    """One conversational prompt rendered to text as the installed trainer renders it (may raise)."""
+    """One conversational prompt rendered to text as the installed trainer renders it (may raise), inside a
+    `template_fence` the caller holds."""
+    _fence.check_failed(_template_key(tok))
     if how.maybe_apply:
         from trl.data_utils import maybe_apply_chat_template
 
@@ -153,6 +195,25 @@ def _exact_rows(texts: list[str | None]) -> set[int]:
     return keep
 
 
+def _render_rows(tok, how: PromptRendering, indices: list[int], prompts: list, texts: list, formats: list,
+                 errors: dict) -> None:
+    """Each prompt's format and text (conversational ones rendered); a row whose rendering raises gets its error."""
+    for row, prompt in zip(indices, prompts):
+        kind = prompt_format(prompt)
+        formats.append(kind)
+        text = None
+        if kind == "conversational":
+            try:
+                text = render_prompt(tok, prompt, how)
+            except _fence.UserCodeFailed as exc:
+                errors[row] = str(exc)
+            except Exception as exc:  # a template that raises is the chat-template rule's finding
+                errors[row] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        elif kind == "standard":
+            text = prompt
+        texts.append(text)
+
+
 @fact
 def prompt_lengths(ctx) -> dict[str, Any]:
     """The dataset's prompts rendered and tokenized as the installed trainer does, on up to SAMPLE_ROWS rows spread
@@ -172,19 +233,13 @@ def prompt_lengths(ctx) -> dict[str, Any]:
     indices = sample_indices(total)
     prompts = ds.select_columns(["prompt"])[indices]["prompt"]  # one batched read (iterating a Column is per row)
     texts: list[str | None] = []
-    formats = []
-    for row, prompt in zip(indices, prompts):
-        kind = prompt_format(prompt)
-        formats.append(kind)
-        text = None
-        if kind == "conversational":
-            try:
-                text = render_prompt(tok, prompt, how)
-            except Exception as exc:  # a template that raises is the chat-template rule's finding
-                out["errors"][row] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-        elif kind == "standard":
-            text = prompt
-        texts.append(text)
+    formats: list[str] = []
+    try:
+        fence = template_fence(tok, f"rendering {len(indices)} dataset prompts")
+    except _fence.UserCodeFailed:
+        fence = contextlib.nullcontext()  # each render raises it: the rows' errors say why
+    with fence:
+        _render_rows(tok, how, indices, prompts, texts, formats, out["errors"])
     lengths: list[int | None] = [None] * len(texts)
     heads: list[list[int]] = [[] for _ in texts]
     exact = _exact_rows(texts)

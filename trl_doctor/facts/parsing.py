@@ -61,17 +61,110 @@ def parse_as_trl(trainer: str, raw: dict[str, Any]) -> Parsed | None:
     errors: dict[str, str] = {}
     for key, value in raw.items():
         action = actions.get(key)
-        if action is None or not isinstance(value, str):
-            continue  # PyYAML already typed it, and argparse converts only strings
+        if action is None:
+            continue
+        if value is None:
+            if not _takes_none(parser, key):
+                errors[key] = f"`{key}: null`: the field takes no null (its default is {action.default!r}): {UNCHECKED}"
+            continue
+        if not isinstance(value, str):  # PyYAML already typed it, and argparse converts only strings
+            problem = _unusable(key, value, action)
+            if problem:
+                errors[key] = f"`{key}: {_shown(value)}`: {problem}: {UNCHECKED}"
+            continue
         try:
             converted = parser._get_value(action, value)
             parser._check_value(action, converted)
         except (argparse.ArgumentError, TypeError, ValueError) as exc:
-            errors[key] = f"`{key}: {value!r}`: TRL's parser refuses it ({_expected(action)}): {_text(exc)}"
+            errors[key] = (f"`{key}: {value!r}`: TRL's parser refuses it ({_expected(action)}): {_text(exc)}: "
+                           f"`trl {trainer} --config` stops before training starts")
             continue
-        if converted != value or type(converted) is not type(value):
+        problem = _unusable(key, converted, action)
+        if problem:
+            errors[key] = f"`{key}: {value!r}`: {problem}: {UNCHECKED}"
+        elif converted != value or type(converted) is not type(value):
             typed[key] = converted
     return Parsed(described, frozenset(actions), typed, errors)
+
+
+UNCHECKED = "TRL's parser passes it on unchecked, and the trainer fails on it (or trains with it)"
+MAX_COUNT = 2**31 - 1  # no batch, length, step or process count of a real run comes near this
+SEED_KEYS = ("seed", "data_seed")
+
+
+def _unusable(key: str, value: Any, action: argparse.Action) -> str | None:
+    """Why a value PyYAML typed cannot be what a numeric argument of TRL's parser holds (None when it can): the
+    parser passes a non-string default through unchecked, and the trainer then fails on it (or trains on NaN)."""
+    import math
+
+    kind = _scalar_kind(action) if action.nargs is None else None
+    if kind is None:
+        return None
+    if isinstance(value, (list, dict)):
+        return f"expects a single {kind.__name__}, not a {type(value).__name__}"
+    if kind is bool:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"expects {kind.__name__}, not {'a bool' if isinstance(value, bool) else 'a ' + type(value).__name__}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"expects a finite {kind.__name__}, not {value}"
+    if kind is int and isinstance(value, float) and not value.is_integer():
+        return "expects int, not a fraction"
+    if key not in SEED_KEYS and abs(value) > MAX_COUNT:
+        return f"{_shown(value)} is past any real run (more than {MAX_COUNT:,})"
+    return None
+
+
+def _takes_none(parser, key: str) -> bool:
+    """Whether the dataclass field behind `key` is Optional (or unknown: then the benefit of the doubt)."""
+    import dataclasses
+    import types
+    import typing
+
+    for cls in getattr(parser, "dataclass_types", ()) or ():
+        for f in dataclasses.fields(cls):
+            if f.name != key:
+                continue
+            hint = f.type
+            if isinstance(hint, str):
+                try:
+                    hint = typing.get_type_hints(cls).get(key, hint)
+                except Exception:
+                    return True
+            if hint is typing.Any or isinstance(hint, str):
+                return True
+            origin = typing.get_origin(hint)
+            return (origin is typing.Union or origin is types.UnionType) and type(None) in typing.get_args(hint)
+    return True
+
+
+def _scalar_kind(action: argparse.Action) -> type | None:
+    """int, float or bool when the argument converts to that scalar (its type may be wrapped, e.g. to accept
+    "None"): asked by converting sample strings, as argparse would; None for anything else."""
+    convert = action.type
+    if convert in (int, float):
+        return convert
+    if convert is None or action.choices:
+        return None
+    try:
+        one = convert("1")
+    except Exception:
+        return None
+    if isinstance(one, bool):
+        return bool
+    if isinstance(one, float):
+        return float
+    if isinstance(one, int):
+        try:
+            return float if isinstance(convert("1.5"), float) else int
+        except Exception:
+            return int
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _expected(action: argparse.Action) -> str:

@@ -1,7 +1,11 @@
 """Reward functions as TRL uses them, shared by the reward-functions rule (TD014) and the smoke step (TD006):
 
 - `resolve_reward`: a `reward_funcs` entry resolved the way TRL's scripts do: a built-in name from
-  `trl.rewards`, or a dotted import path, looked up from the config file's folder first;
+  `trl.rewards`, or a dotted import path, looked up from the config file's folder first, then the current
+  folder (as `trl grpo` does; both on sys.path for the import only); the import runs in the worker's fence,
+  and a module whose import ended an earlier worker is not imported again;
+- `reward_fence`: the fence around calls of one reward function (a call that ended an earlier worker keeps
+  `resolve_reward` from handing the function out again);
 - `reward_call`: how the installed GRPO/RLOO trainer calls reward functions, read from its source (which
   keywords, which extra arguments, which dataset columns, whether None, NaN and async functions are handled);
 - `bind_problem`, `raised_info`, `new_stats`, `record_values`, `reward_problem`: the checks on one call and
@@ -12,11 +16,15 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import re
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+from .. import _fence
 
 
 class RewardImportError(Exception):
@@ -58,24 +66,65 @@ def resolve_reward(name: str, base_dir: str | Path) -> Callable[..., Any]:
             raise RewardImportError(f"reward function {name!r} is neither a dotted path nor one of trl.rewards") from None
     module_name, _, attr = name.rpartition(".")
     base = str(Path(base_dir).resolve())
-    _forget_shadowed(module_name.split(".")[0], Path(base))
-    added = base not in sys.path
-    if added:
-        sys.path.insert(0, base)
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
+        _fence.check_failed(_call_key(name, base), *_import_keys(module_name, base))
+    except _fence.UserCodeFailed as exc:
+        raise RewardImportError(str(exc)) from None
+    _forget_shadowed(module_name.split(".")[0], Path(base))
+    # the config's folder, then the current one (where `trl grpo` looks), on sys.path for this import only
+    added = [p for p in dict.fromkeys((base, os.getcwd())) if p not in sys.path]
+    sys.path[:0] = added
+    try:
+        with _fence.user_code(f"{_module_label(module_name, base)} (importing {name})",
+                              key=_import_keys(module_name, base)[0]):
+            module = importlib.import_module(module_name)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # sys.exit() or a raised KeyboardInterrupt at import too
         raise RewardImportError(f"cannot import {module_name!r} for reward {name!r} (looked in {base} first): "
                                 f"{type(exc).__name__}: {exc}") from None
     finally:
-        if added:
-            sys.path.remove(base)
+        for folder in added:
+            if folder in sys.path:
+                sys.path.remove(folder)
     func = getattr(module, attr, None)
     if func is None:
         raise RewardImportError(f"module {module_name!r} ({getattr(module, '__file__', '?')}) has no {attr!r}")
     if not callable(func):
         raise RewardImportError(f"reward {name!r} is not callable")
     return func
+
+
+def _import_keys(module_name: str, base: str) -> list[str]:
+    """The fence keys of importing `module_name` from `base`, then of its parent packages (whose failure it shares)."""
+    parts = module_name.split(".")
+    return [f"reward-import:{base}:{'.'.join(parts[:n])}" for n in range(len(parts), 0, -1)]
+
+
+def _call_key(name: str, base: str) -> str:
+    return f"reward-call:{base}:{name}"
+
+
+def _module_label(module_name: str, base: str) -> str:
+    """`rewards.py` (the module's file, relative to the config's folder), or `module rewards` when not there."""
+    path = Path(base, *module_name.split("."))
+    for file in (path.with_suffix(".py"), path / "__init__.py"):
+        if file.is_file():
+            return str(file.relative_to(base))
+    return f"module {module_name}"
+
+
+GRACE_S = 10.0  # in a supervised worker the supervisor stops an overrunning call first: the caller waits longer
+
+
+@contextmanager
+def reward_fence(name: str, func: Callable[..., Any], base_dir: str | Path, limit: float) -> Iterator[tuple[str, float]]:
+    """The fence around calls of reward function `name`. Yields its label (`rewards.py (calling rewards.f)`) and how
+    long the caller's own wait may last: `limit` in-process, longer where a supervisor stops the call at `limit`."""
+    base = str(Path(base_dir).resolve())
+    code = getattr(func, "__code__", None) or getattr(getattr(func, "__call__", None), "__code__", None)
+    where = code.co_filename if code is not None else None
+    label = f"{(os.path.relpath(where, base) if where and where.startswith(base) else where) or name} (calling {name})"
+    with _fence.user_code(label, limit, key=_call_key(name, base)):
+        yield label, limit + GRACE_S if _fence.supervised() else limit
 
 
 def _forget_shadowed(top: str, base: Path) -> None:

@@ -22,7 +22,15 @@ _MISSING = object()
 
 def config_value(ctx, key: str, default: Any = None) -> Any:
     """The value the trainer will see for `key`: TRL's built config object when it builds, else the user's
-    raw value, else the default of the installed config class (or TRL's ModelConfig / ScriptArguments)."""
+    raw value, else the default of the installed config class (or TRL's ModelConfig / ScriptArguments).
+
+    A value TRL's parser refuses (a list for a batch size, `.nan`, `10**30`) is no value a rule can judge: the
+    rule that reads it is skipped (Unavailable) and trainer-config reports the value."""
+    refused = _refused(ctx, key)
+    if refused:
+        from .._errors import Unavailable
+
+        raise Unavailable(f"{refused} (trainer-config reports it)")
     cfg = trainer_config_or_none(ctx)
     if cfg is not None and hasattr(cfg, key):
         return getattr(cfg, key)
@@ -31,6 +39,14 @@ def config_value(ctx, key: str, default: Any = None) -> Any:
         return raw[key]
     found = _field_default(ctx.trainer, key)
     return default if found is _MISSING else found
+
+
+def _refused(ctx, key: str) -> str | None:
+    try:
+        errors = ctx.trainer_config_info.type_errors
+    except Exception:
+        return None
+    return errors.get(key)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,100 @@
+"""TD017 model-files: every model the trainer loads has its weights, whole.
+
+What goes wrong
+    The rules that probe a model build it on the meta device or as a tiny twin of its config, so none of them
+    reads the weights, and neither does the rest of a CPU check. The job does, at start-up, after its
+    processes have started, its GPUs are held and vLLM has begun loading:
+    - a `model.safetensors` cut short by a failed copy, a full disk or an interrupted download stops
+      `from_pretrained` with "SafetensorError: Error while deserializing header: MetadataIncompleteBuffer"
+      (or "incomplete metadata, file not fully covered");
+    - a sharded checkpoint whose index names a shard that is not there stops it with "OSError: ... does not
+      appear to have a file named model-00002-of-00004.safetensors";
+    - a folder with a config and a tokenizer but no weights at all (a `save_pretrained` of the tokenizer only,
+      a partial `huggingface-cli download --include "*.json"`) stops it with "does not appear to have a file
+      named model.safetensors".
+
+How it is detected
+    For the policy (`model_name_or_path`, or the folder a launch command's script loaded), the reward model
+    (`reward_model_name_or_path`, `reward_model_path`), `value_model_path` and `sft_model_path` when they are
+    local folders or cached snapshots: `model.safetensors.index.json` and every shard it maps to, else
+    `model.safetensors`, else `pytorch_model*.bin` (pickle: never opened), else any `*.safetensors`. Each
+    safetensors file's header is read (8 bytes of length, then the JSON header): every tensor's byte range must
+    match its shape and dtype, and the file must be as long as the largest range says. Nothing else is read,
+    so a 140 GB checkpoint is checked in milliseconds.
+
+    A broken or missing file the checkpoint names is a `fail`. A folder with no weights at all is a `warn`,
+    not a failure: a config-only copy on the machine that runs the check (a laptop, a CI runner) is normal
+    when the launch machine holds the full checkpoint; the message says what the launch will need.
+
+What the fix does
+    Nothing automatic (the doctor never downloads or rewrites weights): the manual fix names the file to copy
+    or download again (`huggingface-cli download REPO --include FILE`, or the copy command's source).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trl_doctor import InputError, fail, manual, passed, rule, skip, warn
+from trl_doctor.facts.models import resolve_artifact
+from trl_doctor.facts.weights import weights
+
+OTHER_MODELS = (("reward_model_name_or_path", "reward model"), ("reward_model_path", "reward model"),
+                ("value_model_path", "value model"), ("sft_model_path", "SFT model"))
+
+
+@rule(
+    id="TD017",
+    slug="model-files",
+    title="Every model the trainer loads has its weights, and no weight file is cut short",
+    trainers=("grpo", "rloo", "ppo"),
+    fixable="never",
+)
+def check(ctx):
+    folders = _folders(ctx)
+    if not folders:
+        yield skip("no model folder to read: the trainer's models come from the script's own objects")
+        return
+    for role, folder in folders:
+        yield _judge(role, folder)
+
+
+def _folders(ctx) -> list[tuple[str, Path]]:
+    cfg = ctx.config
+    out: list[tuple[str, Path]] = []
+    if cfg.model.path.is_dir():
+        out.append(("policy", cfg.model.path))
+    for key, role in OTHER_MODELS:
+        ref = cfg.get(key)
+        if not isinstance(ref, str) or not ref:
+            continue
+        try:
+            folder = resolve_artifact(ref, cfg.base_dir, str(cfg.path), key, need="config.json").path
+        except InputError:
+            continue  # not here (a hub id the launch downloads): nothing to read
+        if folder.is_dir() and all(folder != f for _, f in out):
+            out.append((role, folder))
+    return out
+
+
+def _judge(role: str, folder: Path):
+    w = weights(folder)
+    details = {"folder": str(folder), "format": w.format, "files": [f.name for f in w.files]}
+    if w.problems:
+        listed = "; ".join(f"{p.name}: {why}" for p, why in w.problems[:3])
+        more = f" (and {len(w.problems) - 3} more)" if len(w.problems) > 3 else ""
+        return fail(f"the {role}'s weights in {folder} are broken: {listed}{more}: from_pretrained stops at "
+                    "start-up, after the job has taken its GPUs", fix=manual(
+                        f"copy or download again: {', '.join(p.name for p, _ in w.problems)} (e.g. "
+                        f"`huggingface-cli download REPO --include {w.problems[0][0].name}`)"), **details)
+    if w.format == "none":
+        return warn(f"the {role} folder {folder} holds no weights (no model.safetensors, shards or "
+                    "pytorch_model.bin): the launch fails in from_pretrained unless the launch machine's copy has "
+                    "them", fix=manual("copy the checkpoint's weight files into the folder (or point the config at "
+                                       "the full checkpoint)"), **details)
+    if w.format == "pickle":
+        return passed(f"the {role} has pickle weights ({', '.join(f.name for f in w.files)}), not opened by the "
+                      "doctor", **details)
+    details["tensors"] = w.tensors
+    return passed(f"the {role}'s {w.format} weights are whole: {w.tensors} tensors, {w.nbytes / 2**20:,.1f} MiB "
+                  f"in {len([f for f in w.files if f.suffix == '.safetensors'])} file(s)", **details)

@@ -1,0 +1,201 @@
+"""Cheap checks of the files a check reads, before any library parses them: a broken input is one line naming the
+file and what is wrong with it (InputError, exit status 2), never a library's own message about something else
+(transformers reports a bad config.json as "cannot load the tokenizer") and never a crash in a rule.
+
+Only the standard library is used here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ._errors import InputError
+
+MAX_JSON_BYTES = 256 * 2**20  # a config or tokenizer file past this is not one (a real tokenizer.json is a few MB)
+
+# a model config's sizes: each must be a positive integer; the bound is far past any released model
+_SIZES = {
+    "vocab_size": 10_000_000,
+    "hidden_size": 1_000_000,
+    "intermediate_size": 10_000_000,
+    "num_hidden_layers": 10_000,
+    "num_attention_heads": 100_000,
+    "num_key_value_heads": 100_000,
+    "max_position_embeddings": 100_000_000,
+    "head_dim": 100_000,
+    "n_embd": 1_000_000,
+    "n_layer": 10_000,
+    "n_head": 100_000,
+    "n_positions": 100_000_000,
+}
+# the files a tokenizer's vocabulary can live in (any one is enough)
+VOCAB_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "tokenizer.model", "spiece.model",
+               "sentencepiece.bpe.model", "vocab.model", "tekken.json")
+
+
+def read_json_file(path: Path, what: str = "JSON") -> Any:
+    """The JSON value in `path`; InputError naming the file, the line and the problem otherwise."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise InputError(f"{path}: {size / 2**20:.0f} MiB is too large for a {what} file")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"{path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to be a {what} file") from None
+
+
+def check_model_config(folder: Path) -> dict:
+    """config.json of a model folder, read and sanity-checked: a JSON object with a `model_type` and sizes that
+    are positive integers of a real model (a negative or 10**12 vocab_size would be allocated by the probes)."""
+    path = folder / "config.json"
+    if not path.is_file():
+        if (folder / "adapter_config.json").is_file():
+            return {}  # a PEFT adapter: the context says what to do with it
+        raise InputError(f"{path}: no such file (a model folder holds config.json)")
+    cfg = read_json_file(path, "model config")
+    if not isinstance(cfg, dict):
+        raise InputError(f"{path}: expected a JSON object of settings, not a {type(cfg).__name__}")
+    if not isinstance(cfg.get("model_type"), str) or not cfg["model_type"]:
+        raise InputError(f"{path}: has no `model_type` (every transformers model config names its architecture)")
+    for section, values in _sections(cfg):
+        for key, limit in _SIZES.items():
+            value = values.get(key)
+            if value is None:
+                continue
+            where = f"{section}.{key}" if section else key
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
+                raise InputError(f"{path}: `{where}` is {value!r}; it must be a positive integer"
+                                 + (f" (at most {limit:,})" if isinstance(value, int) and value > limit else ""))
+        check_token_ids(path, values, section)
+        heads, hidden = values.get("num_attention_heads"), values.get("hidden_size")
+        if isinstance(heads, int) and isinstance(hidden, int) and values.get("head_dim") is None and hidden % heads:
+            raise InputError(f"{path}: `hidden_size` {hidden} is not divisible by `num_attention_heads` {heads}")
+    return cfg
+
+
+TOKEN_ID_KEYS = ("eos_token_id", "bos_token_id", "pad_token_id", "decoder_start_token_id")
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "min_p", "max_new_tokens", "max_length")
+
+
+def check_token_ids(path: Path, values: dict, section: str = "") -> None:
+    """Token ids are integers or lists of them, inside any vocabulary: a string or a negative eos id would reach
+    the tokenizer's decode and the trainer's stop test. (pad_token_id -1 is how early Llama configs said "none".)"""
+    for key in TOKEN_ID_KEYS:
+        value = values.get(key)
+        if value is None:
+            continue
+        ids = value if isinstance(value, list) else [value]
+        lowest = -1 if key == "pad_token_id" else 0
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, int) or not lowest <= i < 2**31:
+                where = f"{section}.{key}" if section else key
+                raise InputError(f"{path}: `{where}` is {value!r}; a token id is an integer from 0 "
+                                 "(or a list of them)")
+
+
+def check_generation_config(path: Path) -> dict:
+    """generation_config.json: a JSON object whose token ids are ids and whose sampling settings are numbers."""
+    cfg = read_json_file(path, "generation config")
+    if not isinstance(cfg, dict):
+        raise InputError(f"{path}: expected a JSON object of settings, not a {type(cfg).__name__}")
+    check_token_ids(path, cfg)
+    for key in SAMPLING_KEYS:
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                                  or value != value):
+            raise InputError(f"{path}: `{key}` is {value!r}; it must be a number of at least 0")
+    return cfg
+
+
+def _sections(cfg: dict):
+    yield "", cfg
+    for name in ("text_config", "llm_config", "language_config"):
+        if isinstance(cfg.get(name), dict):
+            yield name, cfg[name]
+
+
+def check_tokenizer_files(folder: Path, remote_code: bool = False) -> None:
+    """The tokenizer's JSON files parse, and some vocabulary file is there (transformers would otherwise build an
+    empty tokenizer of three special tokens and every rule would judge it)."""
+    for name in ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json"):
+        path = folder / name
+        if path.is_file():
+            value = read_json_file(path, "tokenizer")
+            if not isinstance(value, dict):
+                raise InputError(f"{path}: expected a JSON object, not a {type(value).__name__}")
+    if remote_code or any((folder / name).is_file() for name in VOCAB_FILES) or any(folder.glob("*.tiktoken")):
+        return
+    raise InputError(f"{folder}: no tokenizer vocabulary (none of {', '.join(VOCAB_FILES[:4])}, ...): the tokenizer "
+                     "cannot be loaded as trained")
+
+
+def check_dataset_file(path: Path) -> None:
+    """A parquet file's magic bytes; a .json / .jsonl dataset file: UTF-8, not empty, and JSON (one object per line, or one JSON document);
+    the first problem is named with its line (and byte offset for an encoding error)."""
+    if path.suffix.lower() == ".parquet":
+        return _check_parquet(path)
+    if path.suffix.lower() not in (".json", ".jsonl"):
+        return
+    first = None
+    with open(path, "rb") as fh:
+        offset = 0
+        for number, line in enumerate(fh, 1):
+            try:
+                text = line.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{path}: not UTF-8 text: byte 0x{line[exc.start]:02x} at offset {offset + exc.start} "
+                                 f"(line {number})") from None
+            offset += len(line)
+            if first is None and text.strip():
+                first = (number, text)
+    if first is None:
+        raise InputError(f"{path}: is empty (no rows)")
+    if path.suffix.lower() == ".json" and first[1].lstrip().startswith("["):
+        read_json_file(path, "dataset")  # one JSON array of rows
+        return
+    _check_json_lines(path)
+
+
+def _check_json_lines(path: Path) -> None:
+    with open(path, encoding="utf-8-sig") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if number == 1 and path.suffix.lower() == ".json":
+                    read_json_file(path, "dataset")  # one JSON document over several lines
+                    return
+                raise InputError(f"{path}: line {number}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+            except RecursionError:
+                raise InputError(f"{path}: line {number}: nested too deeply") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{path}: line {number}: a row must be a JSON object, not a {type(row).__name__}")
+
+
+def _check_parquet(path: Path) -> None:
+    """A parquet file starts and ends with the magic bytes PAR1 (anything else is not one, or was cut short)."""
+    size = path.stat().st_size
+    if size == 0:
+        raise InputError(f"{path}: is empty (no rows)")
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+        fh.seek(max(size - 4, 0))
+        tail = fh.read(4)
+    if head != b"PAR1":
+        raise InputError(f"{path}: not a parquet file (it does not start with the PAR1 magic bytes)")
+    if tail != b"PAR1" or size < 12:
+        raise InputError(f"{path}: truncated parquet file (it does not end with the PAR1 footer)")
