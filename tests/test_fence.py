@@ -258,3 +258,28 @@ def test_a_reward_call_past_the_limit_fails_in_process_too(built_fixtures, tmp_p
     assert result.status.value == "fail"
     assert result.message.startswith("slow_rewards.py (calling slow_rewards.slow) did not finish within 0.5 s "
                                      "(--user-code-timeout)")
+
+
+@pytest.mark.slow
+def test_a_runaway_allocation_is_a_memory_error_of_its_rule_under_max_memory(built_fixtures, tmp_path):
+    """--max-memory limits the worker's address space (no CUDA here): a reward module that asks for 64 GiB at import
+    fails its rule with the MemoryError, instead of the kernel's out-of-memory killer choosing a process."""
+    shutil.copy(FIXTURES / "data" / "chat.jsonl", tmp_path / "prompts.jsonl")
+    (tmp_path / "hog.py").write_text("big = bytearray(64 * 2**30)\n\n\ndef format_reward(completions, **kw):\n"
+                                     "    return [0.0] * len(completions)\n")
+    config = tmp_path / "hog.yaml"
+    config.write_text(f"model_name_or_path: {FIXTURES / 'models' / 'qwen2-chat'}\ndataset_path: prompts.jsonl\n"
+                      "reward_funcs: [hog.format_reward]\nnum_generations: 2\nper_device_train_batch_size: 2\n")
+    code, report, _ = doctor(config, "--select", "reward-functions,dataset-schema", "--no-smoke", "--max-memory", "6")
+    rewards = rule(report, "reward-functions")
+    assert code == 1 and rewards["status"] == "fail" and "MemoryError" in rewards["message"]
+    assert rule(report, "dataset-schema")["status"] == "pass"
+
+
+def test_the_memory_limit_is_none_with_cuda_and_at_least_4_gib():
+    from trl_doctor._limits import memory_limit, physical_memory
+
+    assert memory_limit(None, uses_cuda=True) is None and memory_limit(0, uses_cuda=False) is None
+    assert memory_limit(1, uses_cuda=False) == 4 * 2**30
+    assert memory_limit(6, uses_cuda=False) == 6 * 2**30
+    assert memory_limit(None, uses_cuda=False) == max(int(physical_memory() * 0.85), 4 * 2**30)

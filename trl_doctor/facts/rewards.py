@@ -79,8 +79,10 @@ def resolve_reward(name: str, base_dir: str | Path) -> Callable[..., Any]:
                               key=_import_keys(module_name, base)[0]):
             module = importlib.import_module(module_name)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # sys.exit() or a raised KeyboardInterrupt at import too
+        cause = str(exc) or ("allocation past the worker's memory limit (--max-memory)" if isinstance(exc, MemoryError)
+                             else "no message")
         raise RewardImportError(f"cannot import {module_name!r} for reward {name!r} (looked in {base} first): "
-                                f"{type(exc).__name__}: {exc}") from None
+                                f"{type(exc).__name__}: {cause}") from None
     finally:
         for folder in added:
             if folder in sys.path:
