@@ -176,6 +176,7 @@ class Context:
                 str(path), trust_remote_code=self.options.trust_remote_code, local_files_only=True
             )
         except Exception as exc:  # transformers raises many types here; all mean "cannot read this input"
+            check_tokenizer_files(path, remote_code=self.options.trust_remote_code, large=True)  # names the file
             raise InputError(f"{path}: cannot load the tokenizer: {_one_line(exc)}") from None
 
     # -- model config -------------------------------------------------------------------------------

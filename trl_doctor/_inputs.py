@@ -126,10 +126,11 @@ def _sections(cfg: dict):
             yield name, cfg[name]
 
 
-def check_tokenizer_files(folder: Path, remote_code: bool = False) -> None:
-    """The tokenizer's JSON files parse, and some vocabulary file is there (transformers would otherwise build an
-    empty tokenizer of three special tokens and every rule would judge it)."""
-    for name in ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json"):
+def check_tokenizer_files(folder: Path, remote_code: bool = False, large: bool = False) -> None:
+    """The tokenizer's small JSON files parse (and tokenizer.json, megabytes, with `large`: after a failed load, to
+    name the file at fault), and some vocabulary file is there (transformers would otherwise build an empty
+    tokenizer of three special tokens and every rule would judge it)."""
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json") + (("tokenizer.json",) if large else ()):
         path = folder / name
         if path.is_file():
             value = read_json_file(path, "tokenizer")
