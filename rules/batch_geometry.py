@@ -18,7 +18,10 @@ What goes wrong
     - PPO: "`local_batch_size` must be a multiple of `num_mini_batches`, inexact division: 6 / 4 = 1.5",
       "Per-rank minibatch size 4 is insufficient for whitening" (`whiten_rewards` needs 8 per mini-batch);
       old RLOO: "`local_batch_size` must be a multiple of rloo_k"; a `local_rollout_forward_batch_size` of 0
-      stops the first rollout ("range() arg 3 must not be zero").
+      stops the first rollout ("range() arg 3 must not be zero");
+    - `auto_find_batch_size: true` with GRPO or RLOO: after an out-of-memory error the per-device batch is
+      halved, the generation batch no longer holds whole groups, and the retry dies with "RuntimeError: shape
+      '[-1, 4]' is invalid for input of size 2" (trl#3842); the config refuses it from the release with PR#6411.
 
 Versions
     The rule reads the installed TRL instead of a table. TRL 0.14 counted prompts per device (no divisibility);
@@ -73,6 +76,7 @@ from typing import Any
 
 from trl_doctor import DELETE, Edit, Fix, fail, passed, rule, skip
 from trl_doctor.facts.launch import is_geometry_error, launch
+from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import config_class, field_default
 from trl_doctor.facts.trl_geometry import Evaluator, Problem, config_values, geometry_reading, plain, probe_class
 
@@ -135,8 +139,9 @@ def check(ctx):
     if verdict:
         details["cross-check"] = verdict
     problems = confirmed
+    own = _auto_find_batch_size(ctx, extra)
 
-    if not problems and not extra:
+    if not problems and not extra and not own:
         yield passed(f"at {procs} process{'es' if procs != 1 else ''} ({where}): {_summary(resolved, procs)}",
                      **details)
         return
@@ -148,9 +153,10 @@ def check(ctx):
         lines.append(f"({i}) {p.message} [{p.site}]" + (f": {hint}" if hint else ": no change of one key fixes it"))
     for msg in extra:
         lines.append(f"({len(lines) + 1}) TRL's {cls.__name__} at {procs} processes: {msg}")
+    lines += [f"({len(lines) + i}) {msg}" for i, msg in enumerate(own, 1)]
     details["violations"] = lines
     fix = None
-    if plan.changes and not extra:
+    if plan.changes and not extra and not own:
         ok, why = _accepted(ctx, cls, ctx.config.raw, plan.changes, procs)
         if ok:
             sets = ", ".join(f"{k}: {v}" for k, v in plan.changes.items() if v is not DELETE)
@@ -312,6 +318,20 @@ def _cross_check(ctx, cls, raw: dict, procs: int, problems: list[Problem]) -> tu
     if any(_same(message, p.message) for p in problems):
         return problems, [], f"{cls.__name__} built with world_size {procs}: {error}"
     return problems, [message], f"{cls.__name__} built with world_size {procs}: {error} (not found by the reading)"
+
+
+def _auto_find_batch_size(ctx, already: list[str]) -> list[str]:
+    """GRPO and RLOO need whole groups of num_generations in every generation batch; `auto_find_batch_size` halves
+    the per-device batch after an out-of-memory error (transformers' find_executable_batch_size) and breaks them.
+    TRL refuses it in the config from the release with PR#6411 (then the cross-check has it already); before, the
+    job dies at its first out-of-memory retry."""
+    if ctx.trainer not in ("grpo", "rloo") or config_value(ctx, "auto_find_batch_size", False) is not True:
+        return []
+    if any("auto_find_batch_size" in m for m in already):
+        return []
+    return ["auto_find_batch_size halves per_device_train_batch_size after an out-of-memory error, and the generation "
+            "batch then holds partial groups of num_generations: the retry dies with \"RuntimeError: shape '[-1, N]' "
+            "is invalid for input of size M\" (trl#3842); set auto_find_batch_size: false and size the batch by hand"]
 
 
 def _same(a: str, b: str) -> bool:
