@@ -283,3 +283,51 @@ def test_the_memory_limit_is_none_with_cuda_and_at_least_4_gib():
     assert memory_limit(1, uses_cuda=False) == 4 * 2**30
     assert memory_limit(6, uses_cuda=False) == 6 * 2**30
     assert memory_limit(None, uses_cuda=False) == max(int(physical_memory() * 0.85), 4 * 2**30)
+
+
+@pytest.mark.slow
+def test_a_check_killed_from_outside_leaves_no_worker_behind(built_fixtures, tmp_path):
+    """SIGKILL to the CLI (a CI job's timeout) cannot be handled, so the worker asks the kernel to kill it with its
+    parent (PR_SET_PDEATHSIG): a worker hung in user code, which never writes to its closed channel, does not
+    outlive the check."""
+    from conftest import trl_doctor_exe
+
+    marker = tmp_path / "sleeping"
+    shutil.copy(FIXTURES / "data" / "chat.jsonl", tmp_path / "prompts.jsonl")
+    (tmp_path / "sleepy.py").write_text(f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(600)\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model_name_or_path: {FIXTURES / 'models' / 'qwen2-chat'}\ndataset_path: prompts.jsonl\n"
+                      "reward_funcs: [sleepy.format_reward]\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRL_DOCTOR_FORKSERVER"}  # the worker is the CLI's child
+    proc = subprocess.Popen([trl_doctor_exe(), "check", str(config), "--no-smoke", "--select", "reward-functions",
+                             "--user-code-timeout", "600"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), "the worker never reached the reward module"
+    workers = [p.parent.name for p in Path("/proc").glob("[0-9]*/stat") if _ppid(p) == proc.pid]
+    assert workers
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while any(_state(w) != "Z" for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [w for w in workers if _state(w) != "Z"]
+    for w in left:
+        os.kill(int(w), 9)
+    assert not left, "the worker outlived its killed check"
+
+
+def _ppid(stat: Path) -> int:
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _state(pid: str) -> str:
+    try:
+        return Path("/proc", pid, "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

@@ -165,7 +165,23 @@ def _typed_as_trl(ctx) -> None:
 
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when the process that started it dies, even by SIGKILL (a CI job's
+    timeout, an OOM kill of the CLI), so no hung worker outlives its check."""
+    parent = os.getppid()
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the call
+        os._exit(1)
+
+
 def main() -> int:
+    _die_with_parent()
     channel = os.fdopen(int(os.environ.pop(CHANNEL_ENV)), "w", encoding="utf-8")
 
     def send(line: str) -> None:
