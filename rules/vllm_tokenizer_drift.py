@@ -373,7 +373,9 @@ def _the_fix(ctx, tok, rows, beyond, needs_tokenizer: bool, stop: _Stops, found:
     if found.unfixable:
         steps = list(found.unfixable)
         if needs_tokenizer:
-            steps.append(f"save the trainer's tokenizer into {ctx.config.model.path}, where vLLM loads it")
+            steps.append(f"save the trainer's tokenizer into the model folder, where vLLM loads it: {_copy_first(ctx.config)}"
+                         if ctx.config.model.in_cache else
+                         f"save the trainer's tokenizer into {ctx.config.model.path}, where vLLM loads it")
         return manual("; ".join(steps))
     fix, note = _plan_fix(ctx, tok, rows, beyond, needs_tokenizer, found.config_pairs, stop.gen)
     if fix is None:

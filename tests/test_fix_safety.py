@@ -41,6 +41,8 @@ def tree(root: Path) -> dict:
     out = {}
     for p in sorted(root.rglob("*")):
         rel = str(p.relative_to(root))
+        if rel == "version.txt":
+            continue  # transformers 4.x marks the cache's layout version at import: not the doctor's write
         if p.is_symlink():
             out[rel] = ("link", os.readlink(p))
         elif p.is_file():
@@ -69,7 +71,8 @@ def pad_fix(config: Path) -> Fix:
     with Context(load_config(config), Options(smoke=False)) as ctx:
         fix = run_rule(rule, ctx).pending_fix
     assert fix is not None and fix.applicability == "safe"
-    assert sorted(Path(e.path).name for e in fix.edits) == sorted(TOUCHED)
+    names = sorted(Path(e.path).name for e in fix.edits)
+    assert names in (sorted(TOUCHED), sorted(TOUCHED + ("special_tokens_map.json",)))  # the latter: transformers 4.x
     return fix
 
 
@@ -200,11 +203,12 @@ def test_a_kill_at_any_step_leaves_old_or_new_files_and_the_next_run_finishes(fi
         tok = model if folders == 1 else tmp_path / f"run{n}" / "tokenizer"
         for dest in {model, tok}:
             shutil.copytree(pristine, dest)
-        edits = [[str((tok if Path(e.path).name == "tokenizer_config.json" else model) / Path(e.path).name), list(e.set)]
+        tok_files = ("tokenizer_config.json", "special_tokens_map.json")  # the latter where transformers 4 wrote one
+        edits = [[str((tok if Path(e.path).name in tok_files else model) / Path(e.path).name), list(e.set)]
                  for e in fix.edits]
         planned = _fixer.plan([Fix("pad", tuple(Edit(p, set=tuple(map(tuple, s))) for p, s in edits))])
         files = {c.path: (c.old, c.new) for c in planned}
-        assert len(files) == 3
+        assert len(files) in (3, 4)  # tokenizer_config, config, generation_config (+ special_tokens_map)
         proc = _apply_killed_at(edits, n)
         if proc.returncode == 0:  # n is past the last step: the transaction ran whole
             break
@@ -221,8 +225,8 @@ def test_a_kill_at_any_step_leaves_old_or_new_files_and_the_next_run_finishes(fi
             assert [b.read_bytes() for b in backups(path.parent, path.name)] == [old], (n, path)
         assert leftovers(model, tok) == [], n
         assert json.loads(_apply_killed_at(edits, None).stdout) == []  # converged: nothing left to change
-    # 3 backups + 3 new contents written, a journal per folder, 6 renames, the journals removed
-    assert kills == 6 + folders + 6 + folders
+    # a backup and a new content written per file, a journal per folder, two renames per file, the journals removed
+    assert kills == 2 * len(files) + folders + 2 * len(files) + folders
     assert [p.read_bytes() for p in files] == [new for _, new in files.values()] and leftovers(model, tok) == []
 
 

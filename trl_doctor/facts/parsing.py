@@ -64,7 +64,7 @@ def parse_as_trl(trainer: str, raw: dict[str, Any]) -> Parsed | None:
         if action is None:
             continue
         if value is None:
-            if not _takes_none(parser, key):
+            if key in NULL_BREAKS and not _takes_none(parser, key):
                 errors[key] = f"`{key}: null`: the field takes no null (its default is {action.default!r}): {UNCHECKED}"
             continue
         if not isinstance(value, str):  # PyYAML already typed it, and argparse converts only strings
@@ -90,6 +90,10 @@ def parse_as_trl(trainer: str, raw: dict[str, Any]) -> Parsed | None:
 UNCHECKED = "TRL's parser passes it on unchecked, and the trainer fails on it (or trains with it)"
 MAX_COUNT = 2**31 - 1  # no batch, length, step or process count of a real run comes near this
 SEED_KEYS = ("seed", "data_seed")
+# keys whose null the trainer does arithmetic on at start-up (a field typed int may still take None where the code
+# checks for it: trl 0.15's `max_prompt_length: int = 512` means "no truncation" when None)
+NULL_BREAKS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+               "num_generations", "learning_rate", "num_train_epochs", "max_steps", "num_iterations")
 
 
 def _unusable(key: str, value: Any, action: argparse.Action) -> str | None:
@@ -97,7 +101,7 @@ def _unusable(key: str, value: Any, action: argparse.Action) -> str | None:
     parser passes a non-string default through unchecked, and the trainer then fails on it (or trains on NaN)."""
     import math
 
-    kind = _scalar_kind(action) if action.nargs is None else None
+    kind = _scalar_kind(action) if action.nargs in (None, "?") else None  # "?": a bool flag's optional value
     if kind is None:
         return None
     if isinstance(value, (list, dict)):
