@@ -75,22 +75,15 @@ def test_a_reward_module_that_ends_the_worker_at_import_fails_reward_functions(b
 
 
 @pytest.mark.slow
-def test_a_reward_module_whose_import_hangs_is_stopped_at_the_user_code_timeout(built_fixtures):
-    code, report, _ = doctor(HERE / "import_sleep.yaml", "--no-smoke", "--user-code-timeout", "3")
+@pytest.mark.parametrize("case, what", [
+    ("import_sleep", "import_sleep.py (importing import_sleep.format_reward)"),  # the module's import hangs
+    ("hanging", "rewards.py (calling rewards.hanging_reward)"),  # a call hangs
+])
+def test_user_code_that_hangs_is_stopped_at_the_user_code_timeout(built_fixtures, case, what):
+    code, report, _ = doctor(HERE / f"{case}.yaml", "--no-smoke", "--user-code-timeout", "3")
     rewards = rule(report, "reward-functions")
     assert code == 1 and rewards["status"] == "fail"
-    assert rewards["message"] == ("import_sleep.py (importing import_sleep.format_reward) did not finish within 3 s "
-                                  "(--user-code-timeout): stopped")
-    assert 3 <= rewards["duration_s"] < 3 + FENCE_SLACK_S
-
-
-@pytest.mark.slow
-def test_a_reward_call_that_hangs_is_stopped_at_the_user_code_timeout(built_fixtures):
-    code, report, _ = doctor(HERE / "hanging.yaml", "--no-smoke", "--user-code-timeout", "3")
-    rewards = rule(report, "reward-functions")
-    assert code == 1 and rewards["status"] == "fail"
-    assert rewards["message"] == ("rewards.py (calling rewards.hanging_reward) did not finish within 3 s "
-                                  "(--user-code-timeout): stopped")
+    assert rewards["message"] == f"{what} did not finish within 3 s (--user-code-timeout): stopped"
     assert 3 <= rewards["duration_s"] < 3 + FENCE_SLACK_S
 
 
