@@ -65,7 +65,8 @@ import re
 
 from trl_doctor import fail, passed, rule, skip, warn
 from trl_doctor.facts.launch import launch, torch_cuda_version
-from trl_doctor.facts.settings import LOCAL_HOSTS, config_value, settings, trainer_config_or_none
+from trl_doctor.facts.settings import LOCAL_HOSTS, config_value, settings, vllm_placement
+from trl_doctor.facts.vllm_server import server_target
 
 TIGHT = 0.10  # within 10% of the free memory: warn
 
@@ -194,19 +195,11 @@ def _describe(g: dict) -> str:
 
 def _vllm_mode(ctx) -> str:
     """colocate, server, or 'device' (TRL 0.14-0.15's vLLM on a spare GPU, before vllm_mode existed)."""
-    cfg = trainer_config_or_none(ctx)
-    if cfg is not None and not hasattr(cfg, "vllm_mode") and "vllm_mode" not in ctx.config.raw:
-        # before vllm_mode (trl 0.18): 0.14-0.15 put vLLM on a spare GPU (`vllm_device`); 0.16-0.17 used a server
-        return "device" if hasattr(cfg, "vllm_device") else "server"
-    return str(settings(ctx).vllm_mode or "server")
+    return str(vllm_placement(ctx)[0] or "server")
 
 
 def _server_is_local(ctx) -> bool:
-    url = config_value(ctx, "vllm_server_base_url", None)
-    if url:
-        m = re.match(r"\w+://\[?([^/\]:]*)", str(url))
-        return (m.group(1) if m else "") in LOCAL_HOSTS
-    return str(config_value(ctx, "vllm_server_host", "0.0.0.0")) in LOCAL_HOSTS
+    return server_target(ctx).host in LOCAL_HOSTS  # the host the trainer's client connects to (no name lookup)
 
 
 def _vllm_words(ctx, mode: str) -> str:

@@ -58,7 +58,7 @@ What the fix does
 from __future__ import annotations
 
 from trl_doctor import fail, manual, passed, rule, skip, warn
-from trl_doctor.facts.settings import config_value, settings
+from trl_doctor.facts.settings import config_value, settings, vllm_placement
 from trl_doctor.facts.vllm_server import (
     installed_client_endpoints, is_local, model_names, probe, same_model, server_target,
 )
@@ -76,7 +76,7 @@ def check(ctx):
     if not s.use_vllm:
         yield skip("use_vllm is off: generation runs in the trainer, no vLLM server is involved")
         return
-    mode, why = _mode(ctx, s)
+    mode, why = _mode(ctx)
     if mode == "colocate":
         yield passed(why, **{"vLLM mode": "colocate"})
         return
@@ -135,22 +135,22 @@ def check(ctx):
     yield from _served(ctx, got, endpoints, target, need, details, fix, start)
 
 
-def _mode(ctx, s) -> tuple[str, str]:
+def _mode(ctx) -> tuple[str, str]:
     """("server" / "colocate" / "in-process" / "unknown", the reason in words)."""
     trl = ctx.version("trl")
-    if "vllm_mode" in s.fields or "vllm_mode" in ctx.config.raw or not s.config_class:
-        mode = s.vllm_mode or ctx.config.raw.get("vllm_mode")
-        if mode is None:
-            return "unknown", "the installed TRL names no vllm_mode and the config sets none"
-        source = "the config's vllm_mode" if "vllm_mode" in ctx.config.raw else f"trl {trl}'s default vllm_mode"
-        if mode == "server":
-            return "server", f"server ({source})"
-        return str(mode), (f"vllm_mode is {mode!r} ({source}): vLLM runs inside the training processes, no server "
-                           "to start or reach")
-    if "vllm_device" in s.fields:
+    mode, source = vllm_placement(ctx)
+    if source == "vllm_device":
         return "in-process", (f"trl {trl} runs vLLM in-process on a spare GPU (`vllm_device`), no server "
                               "(gpu-capacity and version-skew judge that mode)")
-    return "server", f"server (trl {trl} has no vllm_mode: server mode only)"
+    if source == "no vllm_mode":
+        return "server", f"server (trl {trl} has no vllm_mode: server mode only)"
+    if mode is None:
+        return "unknown", "the installed TRL names no vllm_mode and the config sets none"
+    source = "the config's vllm_mode" if source == "config" else f"trl {trl}'s default vllm_mode"
+    if mode == "server":
+        return "server", f"server ({source})"
+    return str(mode), (f"vllm_mode is {mode!r} ({source}): vLLM runs inside the training processes, no server "
+                       "to start or reach")
 
 
 def _need(ctx, s) -> tuple[int | None, str]:

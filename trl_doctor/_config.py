@@ -112,12 +112,10 @@ def load_raw(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _text(data: bytes, shown: str) -> str:
-    """UTF-8 text (a byte-order mark is allowed); InputError naming the line and byte offset otherwise."""
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InputError(f"{shown}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})") from None
+    """UTF-8 text without NUL bytes; InputError naming the problem otherwise."""
+    from ._inputs import utf8_text
+
+    text = utf8_text(data, shown)
     if "\0" in text:
         raise InputError(f"{shown}: not a text file (it holds NUL bytes)")
     return text

@@ -34,6 +34,15 @@ VOCAB_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "tokenizer.model", "
                "sentencepiece.bpe.model", "vocab.model", "tekken.json")
 
 
+def utf8_text(data: bytes, shown: str) -> str:
+    """`data` as UTF-8 text (a byte-order mark is allowed); InputError naming the byte, its offset and line."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"{shown}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})") from None
+
+
 def read_json_file(path: Path, what: str = "JSON") -> Any:
     """The JSON value in `path`; InputError naming the file, the line and the problem otherwise."""
     try:
@@ -43,11 +52,7 @@ def read_json_file(path: Path, what: str = "JSON") -> Any:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InputError(f"{path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})") from None
+    text = utf8_text(data, str(path))
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

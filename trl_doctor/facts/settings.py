@@ -103,6 +103,20 @@ def settings(ctx) -> Settings:
     )
 
 
+def vllm_placement(ctx) -> tuple[str | None, str]:
+    """Where the installed TRL runs vLLM for this config, and what says so: (vllm_mode, "config" or "default") where
+    the config or the installed class names a mode; before vllm_mode existed (trl < 0.18), ("device", "vllm_device")
+    for 0.14-0.15's vLLM on a spare GPU and ("server", "no vllm_mode") for 0.16-0.17; (None, "default") when
+    nothing names one."""
+    s = settings(ctx)
+    raw = ctx.config.raw
+    if "vllm_mode" in s.fields or "vllm_mode" in raw or not s.config_class:
+        return (s.vllm_mode or raw.get("vllm_mode")), ("config" if "vllm_mode" in raw else "default")
+    if "vllm_device" in s.fields:
+        return "device", "vllm_device"
+    return "server", "no vllm_mode"
+
+
 @fact
 def config_fields(ctx) -> tuple[str | None, frozenset[str]]:
     """(the installed TRL's config class for the trainer, its fields that take a value); (None, empty) without one."""
