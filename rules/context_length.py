@@ -39,9 +39,9 @@ How it is detected
     - a prompt as long as the context on its own: fail;
     - a model that looks positions up in a learned table (an embedding of `max_position_embeddings` rows
       in the meta-device model: GPT-2, OPT, GPT-Neo): fail, the first long completion crashes the job;
-    - rotary and relative positions raise no error: a warning when more than half of the completion
-      budget lies past the context, else a note in the details (TRL's default `max_completion_length`
-      on a small-context model is not an alarm).
+    - rotary and relative positions raise no error, but a completion budget that runs past the context at all
+      is a warning: the model never saw those positions, quality collapses there, and vLLM refuses such a
+      length; the message names the completion length that fits.
     With vLLM (colocate, or in-process in 0.14-0.15) the prompt plus a full completion must also fit its
     `max_model_len`; in server mode the needed `--max-model-len` is reported. With `max_prompt_length`,
     the share of truncated prompts is counted (a warning above 2%), and the tokens the template writes
@@ -128,12 +128,10 @@ def check(ctx):
 
     # -- the model's own positions -------------------------------------------------------------------------------
     if positions is not None and need > positions:
-        finding = _positions(ctx, facts, details, rows, effective, lengths, completion, completion_key, positions,
-                             limit_prompt, has_truncation)
-        if finding is not None:
-            yield from findings
-            yield finding
-            return
+        yield from findings
+        yield _positions(ctx, facts, details, rows, effective, lengths, completion, completion_key, positions,
+                         limit_prompt, has_truncation)
+        return
 
     # -- vLLM's context ------------------------------------------------------------------------------------------
     if s.use_vllm:
@@ -145,12 +143,8 @@ def check(ctx):
         where = f"the model's max_position_embeddings {positions}" if positions else "the model (no max_position_embeddings)"
         vllm = details.get("vLLM context")
         prompt = f"the longest prompt ({eff_longest} tokens{_after_cut(limit_prompt, longest)}, p99 {p99})"
-        if positions is not None and need > positions:
-            text = (f"{prompt} fits {where} with {positions - eff_longest} positions left for completions; {completion_key} "
-                    f"{completion} is more, so longer completions would run past it (no error for this model: see details)")
-        else:
-            text = f"{prompt} + {completion_key} {completion} = {need} fits {where}" + _vllm_words(vllm, details)
-        yield passed(text, **details)
+        yield passed(f"{prompt} + {completion_key} {completion} = {need} fits {where}" + _vllm_words(vllm, details),
+                     **details)
 
 
 def _vllm_words(vllm: str | None, details: dict) -> str:
@@ -204,10 +198,7 @@ def _positions(ctx, facts, details, rows, effective, lengths, completion, comple
             f"max_position_embeddings {positions} after the longest prompt ({_share(len(over), len(lengths))} of the prompts "
             "leave less room than a full completion): no error, but those tokens are generated at positions the model "
             f"was never trained on, and vLLM cuts them at its limit; {' or '.join(fixes)}")
-    if room < completion / 2:
-        return warn(f"{head}: {text}", **details)
-    details["long completions"] = text
-    return None
+    return warn(f"{head}: {text}", **details)
 
 
 def _learned_positions(ctx, positions: int) -> str | None:

@@ -76,7 +76,7 @@ def _unknown(ctx, info, details: dict):
     installed = {"trl": info.trl_version, "transformers": ctx.version("transformers")}
     plain = []
     for key in info.unknown_keys:
-        entry = migration_for(key, installed)
+        entry = migration_for(key, installed, trainer=ctx.trainer)
         if entry is None:
             plain.append(f"{key!r} (did you mean {info.suggestions[key]!r}?)" if key in info.suggestions else repr(key))
             continue

@@ -21,6 +21,7 @@ class Migration:
     same_meaning: bool
     note: str
     renamed: str | None = None  # the first release with the new name
+    trainers: tuple[str, ...] = ()  # the trainers whose config had the key (all of them when empty)
 
     def words(self) -> str:
         if self.replacement:
@@ -32,17 +33,19 @@ class Migration:
 def load_migrations(path: Path = TABLE) -> list[Migration]:
     import yaml
 
-    return [Migration(**entry) for entry in yaml.safe_load(path.read_text(encoding="utf-8"))]
+    return [Migration(**{**entry, "trainers": tuple(entry.get("trainers") or ())})
+            for entry in yaml.safe_load(path.read_text(encoding="utf-8"))]
 
 
-def migration_for(key: str, installed: dict[str, str | None], table: list[Migration] | None = None) -> Migration | None:
+def migration_for(key: str, installed: dict[str, str | None], table: list[Migration] | None = None,
+                  trainer: str | None = None) -> Migration | None:
     """The entry that explains why `key` is unknown to the installed versions (their release is at or past the
-    entry's `since`), or None."""
+    entry's `since`) in `trainer`'s config (an entry for another trainer's config does not explain it), or None."""
     from packaging.version import InvalidVersion, Version
 
     for entry in table if table is not None else load_migrations():
         version = installed.get(entry.package)
-        if entry.key != key or not version:
+        if entry.key != key or not version or (trainer and entry.trainers and trainer not in entry.trainers):
             continue
         try:
             if Version(version) >= Version(entry.since):
