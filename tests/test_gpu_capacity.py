@@ -471,17 +471,23 @@ def test_sharding_is_read_from_the_config_then_the_accelerate_config(tmp_path):
     assert s.backend == "deepspeed" and not s.modelled and "missing.json: no such file" in s.unknown
 
 
-def test_zero3_turns_a_shortfall_into_a_fit(built_fixtures, tmp_path):
-    sharded_case = HERE / "ok_llama8b_full_zero3_4xa100.yaml"
+def test_sharding_turns_a_shortfall_into_a_fit(built_fixtures, tmp_path):
+    sharded_case = HERE / "ok_llama8b_full_fsdp_4xa100.yaml"
     gpus_4 = HERE / "gpus" / "4x-a100-80g.json"
     code, r = check_with(sharded_case, gpus_4)
     assert code == 0 and r["status"] == "pass", r["message"]
-    assert "DeepSpeed ZeRO-3 over 4 processes: parameters 3.7 GiB/GPU, gradients 3.7 GiB/GPU" in r["message"]
+    assert "FSDP FULL_SHARD over 4 processes: parameters 3.7 GiB/GPU, gradients 3.7 GiB/GPU" in r["message"]
+    # the same job under ZeRO-3: DeepSpeed's fp32 master copy and Adam states (12 bytes per parameter, ÷ 4) still fit
+    zero3 = tmp_path / "zero3.yaml"
+    text = sharded_case.read_text().replace("models/llama-3-8b", str(MODELS / "llama-3-8b"))
+    zero3.write_text(text.replace("accelerate_fsdp_4gpu.yaml", str(HERE / "accelerate_zero3_4gpu.yaml")))
+    code, r = check_with(zero3, gpus_4)
+    assert code == 0 and r["status"] == "pass", r["message"]
+    assert "DeepSpeed ZeRO-3 over 4 processes: parameters 3.7 GiB/GPU, gradients 3.7 GiB/GPU, AdamW states 22.4" in r["message"]
     assert "fp32 master copy" in r["details"]["memory breakdown"]["AdamW states"]
-    # the same job without the accelerate config: every process holds everything, and it does not fit
+    # without the accelerate config every process holds everything, and it does not fit
     plain = tmp_path / "plain.yaml"
-    plain.write_text(sharded_case.read_text().replace("accelerate_config: accelerate_zero3_4gpu.yaml\n", "")
-                     .replace("models/llama-3-8b", str(MODELS / "llama-3-8b")))
+    plain.write_text(text.replace("accelerate_config: accelerate_fsdp_4gpu.yaml\n", ""))
     code, r = check_with(plain, gpus_4)
     assert code == 1 and r["status"] == "fail" and "processes: parameters" not in r["message"], r["message"]
 
