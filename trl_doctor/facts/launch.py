@@ -357,10 +357,14 @@ def sharding(ctx) -> Sharding:
     if ds:
         where = f"`deepspeed: {ds if isinstance(ds, str) else '{...}'}` in the config"
         if isinstance(ds, str):
-            p = Path(ds).expanduser()
-            p = p if p.is_absolute() else ctx.config.base_dir / p
-            if not p.is_file():
-                return Sharding("deepspeed", where, unknown=f"{ds}: no such file")
+            try:
+                p = Path(ds).expanduser()
+                p = p if p.is_absolute() else ctx.config.base_dir / p
+                found = p.is_file()
+            except (OSError, ValueError, RuntimeError):  # a name no file system takes (NUL, ~nosuchuser)
+                found = False
+            if not found:
+                return Sharding("deepspeed", where, unknown=f"{ds[:200]}: no such file")
             data, why = _load_mapping(p)
             if data is None:
                 return Sharding("deepspeed", where, unknown=f"{p.name}: {why}")
