@@ -36,9 +36,18 @@ How it is detected
     output layer), or the logits tensor (batch × completion + 1 × vocabulary, twice for the temperature-scaled
     copy; the whole sequence where the model ignores the trainer's logits_to_keep keyword, trl#2770); the KV
     cache when the trainer generates itself; vLLM colocate's share; 0.5 GiB of CUDA context. It is compared with each training GPU's free memory: more
-    than free is `fail`, within 10% of it `warn`. DeepSpeed ZeRO and FSDP sharding are not modelled: with
-    `deepspeed` or `fsdp` set, a shortfall is only a `warn`. The breakdown, the inputs and the assumptions
-    are in the details.
+    than free is `fail`, within 10% of it `warn`.
+
+    Sharding (facts.launch.sharding: the config's `deepspeed` JSON or `fsdp`, else the accelerate config's
+    DEEPSPEED / FSDP settings) divides that by the training processes N (facts.memory.sharded): ZeRO-1 the
+    optimizer states, ZeRO-2 the gradients too, ZeRO-3 the parameters too (the reference and reward models
+    TRL prepares with the same stage); FSDP FULL_SHARD as ZeRO-3, SHARD_GRAD_OP as ZeRO-2, NO_SHARD nothing;
+    offload to the CPU takes what it moves off the GPU. With 16-bit weights DeepSpeed's optimizer holds an fp32
+    master copy and fp32 Adam states (12 bytes per trained parameter, before ÷ N). Sharded parameters add the
+    layer being gathered and the one prefetched, and, when the trainer generates without vLLM, the whole policy
+    gathered for generation. A shortfall after sharding is a `fail`; where the sharding cannot be read (a ZeRO
+    stage "auto", a DeepSpeed JSON that is not there) a shortfall is only a `warn`. The breakdown, the inputs
+    and the assumptions are in the details.
 
     The GPUs counted are the training processes (there is no num_processes option: every visible GPU is one
     process); vLLM server mode on this machine (host 0.0.0.0 or localhost) takes one of them for the server,
@@ -64,7 +73,7 @@ from __future__ import annotations
 import re
 
 from trl_doctor import fail, passed, rule, skip, warn
-from trl_doctor.facts.launch import launch, torch_cuda_version
+from trl_doctor.facts.launch import launch, sharding, torch_cuda_version
 from trl_doctor.facts.settings import LOCAL_HOSTS, config_value, settings, vllm_placement
 from trl_doctor.facts.vllm_server import server_target
 
@@ -128,10 +137,14 @@ def check(ctx):
     details["launch"] = launch_words
     findings += count_problems
 
-    sharded = [k for k in ("deepspeed", "fsdp") if raw.get(k)]
+    shard = sharding(ctx)
+    processes = max(1, min(the_launch.processes, len(training)))
+    if shard.backend is not None:
+        details["sharding"] = (f"{shard.words} ({shard.configured_by}) over {processes} training process"
+                               f"{'es' if processes != 1 else ''}" + (f": not modelled, {shard.unknown}" if shard.unknown else ""))
     memory_message = None
     if plan is not None and training:
-        memory_status, memory_message = _judge_memory(plan, training, details, sharded)
+        memory_status, memory_message = _judge_memory(plan, training, details, shard, processes)
         if memory_status != "pass":
             findings.append((memory_status, memory_message))
 
@@ -267,25 +280,29 @@ def _estimate_details(details: dict, plan, est) -> None:
     details["assumptions"] = list(est.assumptions)
 
 
-def _judge_memory(plan, training: list[dict], details: dict, sharded: list[str]) -> tuple[str, str]:
-    """('pass' / 'warn' / 'fail', message) for the tightest training GPU."""
-    from trl_doctor.facts.memory import estimate
+def _judge_memory(plan, training: list[dict], details: dict, shard, processes: int) -> tuple[str, str]:
+    """('pass' / 'warn' / 'fail', message) for the tightest training GPU, under the launch's sharding."""
+    from trl_doctor.facts.memory import estimate, sharded
 
     worst = None
     for g in training:
         total = g.get("memory_total_bytes", g["memory_total_mib"] * 2**20)
         free = g.get("memory_free_bytes", g["memory_free_mib"] * 2**20)
-        est = estimate(plan, total)
+        est, split = sharded(estimate(plan, total), plan, shard, processes)
         margin = free - est.total_bytes
         if worst is None or margin < worst[0]:
-            worst = (margin, g, est, free)
-    margin, g, est, free = worst
+            worst = (margin, g, est, free, split)
+    margin, g, est, free, split = worst
     _estimate_details(details, plan, est)
     details["free memory per GPU"] = {f"GPU {x['index']}": f"{_gib(x.get('memory_free_bytes', x['memory_free_mib'] * 2**20))} GiB"
                                       for x in training}
     need = f"~{est.total_gib:.1f} GiB per GPU ({est.summary()})"
+    if split:
+        need += f" with {split}"
     has = f"{_name(g)} has {_gib(free)} GiB free"
     hint = _hint(plan, est)
+    if shard.modelled and shard.shards_parameters:  # already sharded: more processes divide it further
+        hint = hint.replace("or shard it over GPUs (ZeRO-3, FSDP)", f"or more GPUs than {processes} to shard it over")
     if margin < 0:
         status = "fail"
         message = f"does not fit: needs {need} but {has}; {hint}"
@@ -294,10 +311,10 @@ def _judge_memory(plan, training: list[dict], details: dict, sharded: list[str])
         message = f"barely fits: needs {need} and {has} (within {TIGHT:.0%}); {hint}"
     else:
         return "pass", f"fits: needs {need} and {has}"
-    if sharded and status == "fail":
+    if shard.backend is not None and not shard.modelled and status == "fail":
         status = "warn"
-        message += (f"; {' and '.join(sharded)} is set, and its sharding is not modelled here (the estimate is for an "
-                    "unsharded process), so this is a warning")
+        message += (f"; {shard.words} is set ({shard.configured_by}) but its sharding is not read ({shard.unknown}): the "
+                    "estimate is for an unsharded process, so this is a warning")
     return status, message
 
 

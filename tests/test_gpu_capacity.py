@@ -403,3 +403,117 @@ def test_healthy_fixture_without_gpu_has_no_false_alarm(built_fixtures):
     if not gpus()[0]:
         assert r["status"] == "skip", r
     assert code == 0 or r["status"] not in ("fail", "error"), r
+
+
+# -- sharding: DeepSpeed ZeRO and FSDP (facts.launch.sharding, facts.memory.sharded) ---------------------------
+
+def _shard(**kw):
+    from trl_doctor.facts.launch import Sharding
+
+    return Sharding(configured_by="test", **kw)
+
+
+def test_sharded_estimate_divides_what_each_stage_partitions():
+    from trl_doctor.facts.memory import sharded
+
+    plan = Plan(policy_params=1_000_000_000, param_bytes=2, reference=True, batch_size=1, seq_len=10, hidden_size=16,
+                num_layers=10, intermediate_size=64, kv_dim=16, num_heads=1, vocab_size=100)
+    base = estimate(plan)
+    w = 2_000_000_000  # 1e9 × 2 bytes
+
+    def parts(est):
+        return {c.name: c.bytes for c in est.components}
+
+    z1, _ = sharded(base, plan, _shard(backend="deepspeed", zero_stage=1, shards_optimizer=True), 4)
+    # DeepSpeed keeps an fp32 master copy and fp32 Adam states of bf16 weights: 12 bytes per parameter, ÷ 4
+    assert parts(z1)["AdamW states"] == 3_000_000_000 and parts(z1)["gradients"] == w and parts(z1)["policy weights"] == w
+    z2, _ = sharded(base, plan, _shard(backend="deepspeed", zero_stage=2, shards_optimizer=True, shards_gradients=True), 4)
+    assert parts(z2)["gradients"] == w // 4 and parts(z2)["policy weights"] == w and parts(z2)["reference model"] == w
+    z3, words = sharded(base, plan, _shard(backend="deepspeed", zero_stage=3, shards_optimizer=True, shards_gradients=True,
+                                           shards_parameters=True), 4)
+    p3 = parts(z3)
+    assert p3["policy weights"] == w // 4 and p3["reference model"] == w // 4 and p3["gathered layers"] == 2 * w // 10
+    assert z3.total_bytes < z2.total_bytes < z1.total_bytes < base.total_bytes + 4 * w
+    assert words == ("DeepSpeed ZeRO-3 over 4 processes: parameters 0.5 GiB/GPU, gradients 0.5 GiB/GPU, "
+                     "AdamW states 2.8 GiB/GPU")
+    off, words = sharded(base, plan, _shard(backend="deepspeed", zero_stage=3, shards_optimizer=True, shards_gradients=True,
+                                            shards_parameters=True, offload_optimizer=True, offload_parameters=True), 4)
+    assert parts(off)["AdamW states"] == 0 and parts(off)["policy weights"] == 0 and "offloaded to the CPU" in words
+    # FSDP: no DeepSpeed master copy; NO_SHARD changes nothing
+    grad_op, _ = sharded(base, plan, _shard(backend="fsdp", strategy="SHARD_GRAD_OP", shards_optimizer=True,
+                                            shards_gradients=True), 2)
+    assert parts(grad_op)["AdamW states"] == 2 * w // 2 and parts(grad_op)["gradients"] == w // 2
+    same, _ = sharded(base, plan, _shard(backend="fsdp", strategy="NO_SHARD"), 4)
+    assert same.total_bytes == base.total_bytes
+    # one process, or sharding that could not be read: the unsharded estimate
+    assert sharded(base, plan, _shard(backend="deepspeed", unknown="ZeRO stage 'auto'"), 4)[0] is base
+
+
+def test_sharding_is_read_from_the_config_then_the_accelerate_config(tmp_path):
+    from trl_doctor.facts.launch import sharding
+
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}))
+    with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b"), deepspeed="ds.json") as ctx:
+        s = sharding(ctx)
+    assert (s.backend, s.zero_stage, s.shards_gradients, s.shards_parameters, s.offload_optimizer) == (
+        "deepspeed", 2, True, False, True)
+    assert s.words == "DeepSpeed ZeRO-2 with optimizer offloaded to the CPU"
+    with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b"), fsdp="shard_grad_op auto_wrap") as ctx:
+        s = sharding(ctx)
+    assert (s.backend, s.strategy, s.shards_parameters, s.shards_gradients) == ("fsdp", "SHARD_GRAD_OP", False, True)
+    (tmp_path / "fsdp2.yaml").write_text("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 2\n"
+                                         "  fsdp_reshard_after_forward: true\n")
+    with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b"), accelerate_config="fsdp2.yaml") as ctx:
+        s = sharding(ctx)
+    assert (s.backend, s.strategy, s.shards_parameters) == ("fsdp", "FULL_SHARD", True)
+    with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b"), deepspeed="missing.json") as ctx:
+        s = sharding(ctx)
+    assert s.backend == "deepspeed" and not s.modelled and "missing.json: no such file" in s.unknown
+
+
+def test_sharding_turns_a_shortfall_into_a_fit(built_fixtures, tmp_path):
+    sharded_case = HERE / "ok_llama8b_full_fsdp_4xa100.yaml"
+    gpus_4 = HERE / "gpus" / "4x-a100-80g.json"
+    code, r = check_with(sharded_case, gpus_4)
+    assert code == 0 and r["status"] == "pass", r["message"]
+    assert "FSDP FULL_SHARD over 4 processes: parameters 3.7 GiB/GPU, gradients 3.7 GiB/GPU" in r["message"]
+    # the same job under ZeRO-3: DeepSpeed's fp32 master copy and Adam states (12 bytes per parameter, ÷ 4) still fit
+    zero3 = tmp_path / "zero3.yaml"
+    text = sharded_case.read_text().replace("models/llama-3-8b", str(MODELS / "llama-3-8b"))
+    zero3.write_text(text.replace("accelerate_fsdp_4gpu.yaml", str(HERE / "accelerate_zero3_4gpu.yaml")))
+    code, r = check_with(zero3, gpus_4)
+    assert code == 0 and r["status"] == "pass", r["message"]
+    assert "DeepSpeed ZeRO-3 over 4 processes: parameters 3.7 GiB/GPU, gradients 3.7 GiB/GPU, AdamW states 22.4" in r["message"]
+    assert "fp32 master copy" in r["details"]["memory breakdown"]["AdamW states"]
+    # without the accelerate config every process holds everything, and it does not fit
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(text.replace("accelerate_config: accelerate_fsdp_4gpu.yaml\n", ""))
+    code, r = check_with(plain, gpus_4)
+    assert code == 1 and r["status"] == "fail" and "processes: parameters" not in r["message"], r["message"]
+
+
+def test_does_not_fit_even_sharded_is_a_failure(built_fixtures):
+    code, r = check_with(HERE / "bad_llama70b_full_zero3_4xh100.yaml", HERE / "gpus" / "4x-h100-80g.json")
+    assert code == 1 and r["status"] == "fail"
+    assert "with DeepSpeed ZeRO-3 over 4 processes: parameters 32.9 GiB/GPU" in r["message"]
+    assert "not read" not in r["message"] and "or more GPUs than 4 to shard it over" in r["message"]
+
+
+def test_unreadable_sharding_keeps_a_shortfall_a_warning(built_fixtures, tmp_path):
+    config = tmp_path / "ds.yaml"
+    config.write_text((HERE / "bad_llama8b_fp32_a100.yaml").read_text().replace("models/", str(MODELS) + "/")
+                      + "deepspeed: missing_ds.json\n")
+    code, r = check_with(config, HERE / "gpus" / "a100-80g.json")
+    assert code == 0 and r["status"] == "warn" and "sharding is not read (missing_ds.json: no such file)" in r["message"]
+
+
+def test_colocate_tensor_parallel_not_dividing_the_gpus(built_fixtures, tmp_path):
+    config = tmp_path / "tp.yaml"
+    # vLLM's share set as TRL 1.x defaults it (trl 0.15's 0.9 would not fit, a failure that hides the warning)
+    config.write_text(f"model_name_or_path: {MODELS / 'qwen2.5-0.5b'}\nuse_vllm: true\nvllm_mode: colocate\n"
+                      "vllm_tensor_parallel_size: 2\nvllm_gpu_memory_utilization: 0.3\nmax_completion_length: 256\n"
+                      "beta: 0.0\n")
+    code, r = check_with(config, {"gpus": [gpu(), gpu(), gpu()]})
+    assert code == 0 and r["status"] == "warn", r
+    assert "vllm_tensor_parallel_size 2 does not divide the 3 visible GPUs" in r["message"]
+    assert "must divide world size (3) evenly" in r["message"] and "launch 2 processes" in r["message"]

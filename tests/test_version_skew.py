@@ -197,6 +197,11 @@ REAL_CASES = {
     "KI014": (({"trl": "1.14.1", "requests": None}, RLOO),
               [({"trl": "1.14.2", "requests": None}, GRPO), ({"trl": "1.14.1", "requests": "2.32.3"}, GRPO),
                ({"trl": "1.12.0", "requests": None}, PPO)]),
+    "KI015": (({"deepspeed": "0.19.2", "peft": "0.17.1"}, {**GRPO, "use_peft": True}),
+              [({"deepspeed": "0.19.3", "peft": "0.17.1"}, {**GRPO, "use_peft": True}),
+               ({"deepspeed": "0.19.1", "peft": "0.17.1"}, {**GRPO, "use_peft": True}),
+               ({"deepspeed": "0.19.2", "peft": "0.11.1"}, {**GRPO, "use_peft": True}),
+               ({"deepspeed": "0.19.2", "peft": "0.17.1"}, GRPO)]),
 }
 
 

@@ -160,15 +160,19 @@ def _model_path(model: Any) -> str | None:
 
 
 def _init_kwargs(rec, model) -> dict[str, Any]:
-    """The dtype and attention the script loaded the policy with, as `model_init_kwargs` says them."""
+    """The dtype, attention and device_map the script loaded the policy with, as `model_init_kwargs` says them
+    (distributed-setup judges the device_map against the launch's processes)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     for load in rec.loads:
         if load.model is base:
             out = {}
-            for key in ("dtype", "torch_dtype", "attn_implementation"):
+            for key in ("dtype", "torch_dtype", "attn_implementation", "device_map"):
                 if load.kwargs.get(key) is not None:
                     value = load.kwargs[key]
-                    out[key] = str(value).replace("torch.", "") if not isinstance(value, str) else value
+                    if key == "device_map" and isinstance(value, dict):
+                        out[key] = {str(k): v if isinstance(v, (int, str)) else str(v) for k, v in value.items()}
+                        continue
+                    out[key] = str(value).replace("torch.", "") if not isinstance(value, (str, int)) else value
             return out
     return {}
 

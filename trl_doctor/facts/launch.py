@@ -20,7 +20,8 @@ from .._env import gpus, package_version, torch_cuda_version
 from .trl import trl_root
 
 __all__ = ["gpus", "package_version", "torch_cuda_version", "visible_gpus", "is_geometry_error", "global_batch_kwargs", "nvml_gpus",
-           "launch", "Launch", "AccelerateSettings", "DeepSpeedSettings", "FsdpSettings", "read_accelerate_config"]
+           "launch", "Launch", "AccelerateSettings", "DeepSpeedSettings", "FsdpSettings", "read_accelerate_config",
+           "sharding", "Sharding", "checkpointing_reentrant", "trainer_distributed_handling", "TrainerDistributedHandling"]
 
 _GEOMETRY_WORDS = ("batch", "generations", "steps_per_generation", "mini_batch", "rloo_k")
 
@@ -305,3 +306,225 @@ def _fsdp(block: Any) -> FsdpSettings | None:
 
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+# -- sharding: DeepSpeed ZeRO or FSDP as the trainer gets it ----------------------------------------------------
+
+@dataclass(frozen=True)
+class Sharding:
+    """How the training processes split the model's state between them, as the launch configures it: DeepSpeed
+    ZeRO (the trainer config's `deepspeed`, else an accelerate config with distributed_type DEEPSPEED) or FSDP
+    (the trainer config's `fsdp`, else distributed_type FSDP). `backend` None: plain data parallel, every process
+    holds everything."""
+
+    backend: str | None  # "deepspeed", "fsdp", or None
+    configured_by: str  # where it is set, in words ("`deepspeed: ds_z3.json` in the config")
+    zero_stage: int | None = None  # DeepSpeed's ZeRO stage, when read
+    strategy: str | None = None  # FSDP's sharding strategy (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)
+    shards_optimizer: bool = False
+    shards_gradients: bool = False
+    shards_parameters: bool = False
+    offload_optimizer: bool = False  # optimizer states on the CPU (or NVMe), not the GPU
+    offload_parameters: bool = False  # parameters on the CPU (or NVMe)
+    unknown: str | None = None  # why the split could not be read (a stage "auto", a DeepSpeed JSON that does not read)
+
+    @property
+    def words(self) -> str:
+        """'DeepSpeed ZeRO-3' / 'FSDP FULL_SHARD' / 'no sharding', with offload."""
+        if self.backend is None:
+            return "no sharding (every process holds the whole model)"
+        name = (f"DeepSpeed ZeRO-{self.zero_stage}" if self.backend == "deepspeed" and self.zero_stage is not None
+                else "DeepSpeed" if self.backend == "deepspeed" else f"FSDP {self.strategy or ''}".strip())
+        off = [w for w, on in (("optimizer", self.offload_optimizer), ("parameters", self.offload_parameters)) if on]
+        return name + (f" with {' and '.join(off)} offloaded to the CPU" if off else "")
+
+    @property
+    def modelled(self) -> bool:
+        return self.backend is not None and self.unknown is None
+
+
+_FSDP_STRATEGIES = {"1": "FULL_SHARD", "2": "SHARD_GRAD_OP", "3": "NO_SHARD", "4": "HYBRID_SHARD",
+                    "5": "HYBRID_SHARD_ZERO2", "full_shard": "FULL_SHARD", "shard_grad_op": "SHARD_GRAD_OP",
+                    "no_shard": "NO_SHARD", "hybrid_shard": "HYBRID_SHARD", "hybrid_shard_zero2": "HYBRID_SHARD_ZERO2"}
+
+
+@fact
+def sharding(ctx) -> Sharding:
+    """The launch's sharding (see `Sharding`). The trainer config's `deepspeed` / `fsdp` win over the accelerate
+    config, as the HF Trainer builds its plugin from them when they are set."""
+    raw = ctx.config.raw
+    ds = raw.get("deepspeed")
+    if ds:
+        where = f"`deepspeed: {ds if isinstance(ds, str) else '{...}'}` in the config"
+        if isinstance(ds, str):
+            try:
+                p = Path(ds).expanduser()
+                p = p if p.is_absolute() else ctx.config.base_dir / p
+                found = p.is_file()
+            except (OSError, ValueError, RuntimeError):  # a name no file system takes (NUL, ~nosuchuser)
+                found = False
+            if not found:
+                return Sharding("deepspeed", where, unknown=f"{ds[:200]}: no such file")
+            data, why = _load_mapping(p)
+            if data is None:
+                return Sharding("deepspeed", where, unknown=f"{p.name}: {why}")
+        elif isinstance(ds, dict):
+            data = ds
+        else:
+            return Sharding("deepspeed", where, unknown=f"deepspeed is {ds!r}, neither a file nor a mapping")
+        zero = data.get("zero_optimization") if isinstance(data.get("zero_optimization"), dict) else {}
+        return _zero(where, zero.get("stage", 0), _device(zero.get("offload_optimizer")), _device(zero.get("offload_param")))
+    fsdp = raw.get("fsdp")
+    if fsdp:
+        words = fsdp if isinstance(fsdp, str) else " ".join(map(str, fsdp)) if isinstance(fsdp, list) else "full_shard"
+        options = words.lower().split()
+        strategy = next((_FSDP_STRATEGIES[o] for o in options if o in _FSDP_STRATEGIES), "FULL_SHARD")
+        return _fsdp_sharding(f"`fsdp: {words}` in the config", strategy, "offload" in options)
+    acc = launch(ctx).accelerate
+    kind = (acc.distributed_type or "").upper() if acc is not None else ""
+    if acc is not None and kind == "DEEPSPEED":
+        d = acc.deepspeed
+        where = f"distributed_type DEEPSPEED in {acc.named_by} ({acc.path.name})"
+        if d is None:
+            return Sharding("deepspeed", where, unknown="the accelerate config has no deepspeed_config block")
+        if d.error:
+            return Sharding("deepspeed", where, unknown=d.error)
+        return _zero(where, d.zero_stage, d.offload_optimizer, d.offload_param)
+    if acc is not None and kind == "FSDP":
+        f = acc.fsdp
+        where = f"distributed_type FSDP in {acc.named_by} ({acc.path.name})"
+        if f is None:
+            return _fsdp_sharding(where, "FULL_SHARD", False)
+        if f.version == 2 and isinstance(f.reshard_after_forward, bool):
+            strategy = "FULL_SHARD" if f.reshard_after_forward else "SHARD_GRAD_OP"
+        else:
+            strategy = _FSDP_STRATEGIES.get(str(f.sharding_strategy or "FULL_SHARD").lower(),
+                                            str(f.sharding_strategy or "FULL_SHARD").upper())
+        return _fsdp_sharding(where, strategy, bool(f.offload_params))
+    return Sharding(None, "no DeepSpeed or FSDP in the config or the accelerate config")
+
+
+def _zero(where: str, stage: Any, offload_optimizer: str | None, offload_param: str | None) -> Sharding:
+    n = _positive_int(stage) if stage != 0 else None
+    if stage == 0 or str(stage).strip() == "0":
+        n = 0
+    if n is None or n > 3:
+        return Sharding("deepspeed", where, unknown=f"ZeRO stage {stage!r} is not read as 0-3")
+    off_opt = (offload_optimizer or "none").lower() not in ("none", "")
+    off_par = (offload_param or "none").lower() not in ("none", "") and n == 3  # ZeRO offloads parameters in stage 3 only
+    return Sharding("deepspeed", where, zero_stage=n, shards_optimizer=n >= 1, shards_gradients=n >= 2,
+                    shards_parameters=n == 3, offload_optimizer=off_opt and n >= 1, offload_parameters=off_par)
+
+
+def _fsdp_sharding(where: str, strategy: str, offload: bool) -> Sharding:
+    if strategy not in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
+        return Sharding("fsdp", where, strategy=strategy, unknown=f"FSDP sharding strategy {strategy!r} is not known")
+    full = strategy in ("FULL_SHARD", "HYBRID_SHARD")
+    some = strategy != "NO_SHARD"
+    # FSDP's CPU offload moves the parameters, their gradients and the optimizer states
+    return Sharding("fsdp", where, strategy=strategy, shards_optimizer=some, shards_gradients=some,
+                    shards_parameters=full, offload_optimizer=offload, offload_parameters=offload)
+
+
+# -- gradient checkpointing and what the installed trainer does about distributed setups --------------------------
+
+def checkpointing_reentrant(ctx) -> tuple[bool | None, str]:
+    """(use_reentrant the job's gradient checkpointing runs with, where that comes from): the config's
+    gradient_checkpointing_kwargs, else the default the installed trainer sets, else the installed transformers'
+    default; (None, why) when gradient checkpointing is off."""
+    from .settings import config_value
+
+    if not config_value(ctx, "gradient_checkpointing", False):
+        return None, "gradient checkpointing is off"
+    kwargs = config_value(ctx, "gradient_checkpointing_kwargs", None)
+    if isinstance(kwargs, str):
+        try:
+            kwargs = json.loads(kwargs)
+        except ValueError:
+            kwargs = None
+    if isinstance(kwargs, dict) and "use_reentrant" in kwargs and kwargs["use_reentrant"] is not None:
+        return bool(kwargs["use_reentrant"]), "gradient_checkpointing_kwargs in the config"
+    found = _trainer_reentrant_default(ctx.trainer)
+    if found is not None:
+        return found
+    return _transformers_reentrant_default()
+
+
+_SETDEFAULT_RE = re.compile(r"""gradient_checkpointing_kwargs\.setdefault\(\s*["']use_reentrant["']\s*,\s*(True|False)\s*\)""")
+_TF_GUARD_RE = re.compile(r"""Version\(transformers\.__version__\)\s*<\s*Version\(["']([\d.]+)["']\)""")
+
+
+def _trainer_reentrant_default(trainer: str) -> tuple[bool, str] | None:
+    from packaging.version import InvalidVersion, Version
+
+    from .trl import trainer_source
+
+    found = trainer_source(trainer)
+    if found is None:
+        return None
+    rel, text = found
+    m = _SETDEFAULT_RE.search(text)
+    if m is None:
+        return None
+    guard = _TF_GUARD_RE.search(text[max(0, m.start() - 400):m.start()])
+    installed = package_version("transformers")
+    if guard is not None and installed:
+        try:
+            if Version(installed) >= Version(guard.group(1)):
+                return None  # the trainer sets it only for older transformers
+        except InvalidVersion:
+            pass
+    return m.group(1) == "True", f"{rel}:{_line_no(text, m.start())} sets it when the config does not"
+
+
+def _transformers_reentrant_default() -> tuple[bool, str]:
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformers")
+    path = Path(list(spec.submodule_search_locations)[0]) / "modeling_utils.py" \
+        if spec and spec.submodule_search_locations else None
+    if path is None or not path.is_file():
+        return True, "transformers' modeling_utils.py not found: assumed reentrant (transformers 4.x's default)"
+    text = path.read_text(encoding="utf-8")
+    m = re.search(r"""\{\s*["']use_reentrant["']\s*:\s*(True|False)\s*\}""", text)
+    if m is None:
+        return True, "transformers/modeling_utils.py sets no default: torch's checkpoint is reentrant"
+    return (m.group(1) == "True",
+            f"transformers {package_version('transformers')}'s default (modeling_utils.py:{_line_no(text, m.start())})")
+
+
+@dataclass(frozen=True)
+class TrainerDistributedHandling:
+    """What the installed trainer does itself about distributed setups, read from its source (file:line evidence,
+    None where it does not)."""
+
+    forces_reentrant: str | None  # sets use_reentrant=True for PEFT + ZeRO-3 + gradient checkpointing (trl#6356)
+    keeps_adapter_dtype: str | None  # get_peft_model(..., autocast_adapter_dtype=False) under ZeRO-3 (trl#6091)
+    drops_device_map: tuple[str, ...]  # distributed types for which it loads a model id with device_map=None
+    drops_device_map_at: str | None
+
+
+_FORCE_REENTRANT_RE = re.compile(r"""^[^#\n]*gradient_checkpointing_kwargs\[\s*["']use_reentrant["']\s*\]\s*=\s*True""", re.M)
+_ADAPTER_DTYPE_RE = re.compile(r"""^[^#\n]*\bautocast_adapter_dtype["']?\s*\]?\s*=\s*False""", re.M)
+_DROP_MAP_RE = re.compile(r"""distributed_type\s+in\s+[\[(]([^\])]*)[\])]\s*:\s*\n\s*model_init_kwargs\[\s*["']device_map["']\s*\]\s*=\s*None""")
+
+
+def trainer_distributed_handling(trainer: str) -> TrainerDistributedHandling:
+    from .trl import trainer_source
+
+    found = trainer_source(trainer)
+    if found is None:
+        return TrainerDistributedHandling(None, None, (), None)
+    rel, text = found
+
+    def at(m):
+        return f"{rel}:{_line_no(text, m.start())}" if m is not None else None
+
+    drop = _DROP_MAP_RE.search(text)
+    types = tuple(re.findall(r"""["'](\w+)["']""", drop.group(1))) if drop else ()
+    return TrainerDistributedHandling(at(_FORCE_REENTRANT_RE.search(text)), at(_ADAPTER_DTYPE_RE.search(text)),
+                                      types, at(drop))
+
+
+def _line_no(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1

@@ -263,7 +263,8 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
     if gen:
         labels.append(("sequences generated at once", gen))
     notes += [
-        "one training process per GPU, nothing sharded: DeepSpeed ZeRO and FSDP are not modelled",
+        "one training process per GPU, nothing sharded (DeepSpeed ZeRO or FSDP, where the launch sets them, divide "
+        "this afterwards: facts.memory.sharded)",
         "weights, gradients and AdamW states in the trained parameters' dtype; no fp32 master copy (the HF Trainer "
         "keeps none; DeepSpeed's bf16 optimizer would add one)",
         "activations: 6·hidden + 2·kv + 4·intermediate values per token and layer (Llama-style decoder with SDPA or "
@@ -280,11 +281,80 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
     )
 
 
+_PARAMETERS = ("policy weights", "LoRA adapters", "value model")  # what ZeRO-3 / FSDP FULL_SHARD partitions with the model
+_FROZEN_COPIES = ("reference model", "reward models")  # TRL prepares these with the same sharding under ZeRO-3 / FSDP
+
+
+def sharded(est: Estimate, plan: Plan, sharding, processes: int) -> tuple[Estimate, str]:
+    """`est` (one unsharded process) as one of `processes` processes under `sharding` (facts.launch.Sharding):
+    DeepSpeed ZeRO-1 divides the optimizer states by the process count, ZeRO-2 the gradients too, ZeRO-3 the
+    parameters too (the policy, its adapters, a value model, and the reference and reward models TRL prepares the
+    same way); offload_optimizer / offload_param to the CPU take them off the GPU. FSDP FULL_SHARD (and
+    HYBRID_SHARD, within one machine) is ZeRO-3, SHARD_GRAD_OP ZeRO-2, NO_SHARD nothing; its CPU offload takes
+    parameters, gradients and optimizer states off the GPU. Returns the new estimate and the per-GPU words
+    ("DeepSpeed ZeRO-3 over 4 processes: parameters 3.7 GiB/GPU, ...")."""
+    import dataclasses
+
+    n = max(1, int(processes))
+    if sharding is None or not sharding.modelled:
+        return est, ""
+    s = sharding
+    comps = []
+    said: list[str] = []
+    opt_label = _optimizer_label_of(est)
+    for c in est.components:
+        new, how = c.bytes, c.how
+        if c.name == opt_label and s.backend == "deepspeed" and plan.param_bytes == 2 and not plan.peft_params \
+                and c.name == "AdamW states":
+            # DeepSpeed's ZeRO optimizer keeps an fp32 master copy and fp32 Adam states of 16-bit trained weights
+            new = c.bytes * 3
+            how = f"{plan.trainable_params:,} trained parameters × 12 bytes (DeepSpeed: fp32 master copy + two fp32 Adam states)"
+        if c.name == opt_label and s.shards_optimizer:
+            new, how = (0, how + "; offloaded to the CPU") if s.offload_optimizer else (new / n, how + f"; ÷ {n} processes")
+        elif c.name == "gradients" and s.shards_gradients:
+            off = s.backend == "fsdp" and s.offload_parameters
+            new, how = (0, how + "; offloaded to the CPU") if off else (new / n, how + f"; ÷ {n} processes")
+        elif c.name in _PARAMETERS and s.shards_parameters:
+            new, how = (0, how + "; offloaded to the CPU") if s.offload_parameters else (new / n, how + f"; ÷ {n} processes")
+        elif c.name in _FROZEN_COPIES and s.shards_parameters:
+            new, how = new / n, how + f"; ÷ {n} processes (TRL shards it like the policy)"
+        comps.append(dataclasses.replace(c, bytes=int(round(new)), how=how))
+    if s.shards_parameters and not s.offload_parameters and n > 1:
+        weights = est.component("policy weights").bytes
+        layers = max(1, plan.num_layers)
+        comps.append(Component("gathered layers", int(round(2 * weights / layers)), "training",
+                               f"the layer computed and the one prefetched, gathered whole: 2 × {weights / GiB:.1f} GiB "
+                               f"/ {layers} layers"))
+        if plan.generation_batch:
+            comps.append(Component("policy gathered for generation", int(round(weights * (n - 1) / n)), "generation",
+                                   "the trainer gathers the whole policy to generate without vLLM "
+                                   "(ds3_gather_for_generation / FSDP's full parameters)"))
+    resident = sum(c.bytes for c in comps if c.phase == "resident")
+    training = sum(c.bytes for c in comps if c.phase == "training")
+    generation = sum(c.bytes for c in comps if c.phase == "generation")
+    phase = "training" if training >= generation else "generation"
+    notes = tuple(x for x in est.assumptions if not x.startswith("one training process per GPU, nothing sharded"))
+    notes += (f"{s.words} ({s.configured_by}) over {n} process{'es' if n != 1 else ''}: what it partitions is divided "
+              "by the process count; communication buckets are not counted",)
+    out = Estimate(tuple(comps), resident + max(training, generation), phase, notes)
+
+    def per_gpu(names) -> float:
+        return sum(c.bytes for c in comps if c.name in names) / GiB
+
+    parts = [f"parameters {per_gpu(_PARAMETERS):.1f} GiB/GPU", f"gradients {per_gpu(('gradients',)):.1f} GiB/GPU",
+             f"{opt_label} {per_gpu((opt_label,)):.1f} GiB/GPU"]
+    return out, f"{s.words} over {n} process{'es' if n != 1 else ''}: " + ", ".join(parts)
+
+
+def _optimizer_label_of(est: Estimate) -> str:
+    return next((c.name for c in est.components if c.name in ("AdamW states", "optimizer states")), "optimizer states")
+
+
 def from_context(ctx, gpu_total_bytes: int | None = None) -> Estimate:
     """The estimate for the config in `ctx` on a GPU of `gpu_total_bytes` (which sizes vLLM's colocate share)."""
     return estimate(plan_from_context(ctx), gpu_total_bytes)
 
 
 __all__ = ["Plan", "Component", "Estimate", "estimate", "plan_from_context", "from_context", "optimizer_state_bytes",
-           "config_value", "precision", "policy_dtype", "lora_adapter_params", "count_params", "GiB", "MiB",
+           "config_value", "precision", "policy_dtype", "lora_adapter_params", "count_params", "GiB", "MiB", "sharded",
            "CUDA_CONTEXT_BYTES"]

@@ -1,0 +1,244 @@
+"""TD019 distributed-setup: the model loading, PEFT and gradient checkpointing settings work under the launch's
+processes and its DeepSpeed / FSDP sharding.
+
+What goes wrong
+    Settings that are fine in one process break when `accelerate launch` starts several, or under ZeRO-3:
+    - a model spread over devices by `device_map="auto"` (or "balanced", "sequential", a map with several
+      entries) in a launch of more than one process: accelerate refuses it at `prepare` with "ValueError: You
+      can't train a model that has been loaded with `device_map='auto'` in any distributed mode. Please rerun
+      your script specifying `--num_processes=1` or by launching with `python {{myscript.py}}`." (catalog H9;
+      transformers#31557). Each process also loads the whole model over every GPU it sees.
+    - PEFT + DeepSpeed ZeRO-3 + non-reentrant gradient checkpointing (`use_reentrant=False`, the default of
+      transformers 5 and of TRL's trainers on transformers 4 since trl#4811): ZeRO-3 re-partitions the frozen
+      weights before the recompute, and the first backward fails with "torch.utils.checkpoint.CheckpointError:
+      Recomputed values for the following tensors have different metadata than during the forward pass"
+      (catalog H2; trl#2514, transformers#47254). Newer trainers force reentrant checkpointing there (trl#6356).
+    - PEFT + ZeRO-3 on a 16-bit base with DeepSpeed 0.19.2: PEFT keeps the LoRA adapters in fp32
+      (autocast_adapter_dtype), and 0.19.2's `_allgather_params_coalesced` sizes every buffer by the first
+      parameter's dtype, so the first optimizer step fails with "TypeError: output tensor must have the same type
+      as input tensor" (catalog H3; deepspeed#8072, fixed in 0.19.3 by deepspeed#8073). Newer trainers build the
+      adapters with autocast_adapter_dtype=False under ZeRO-3 (trl#6091).
+    - DeepSpeed configured (the config's `deepspeed`, or an accelerate config with distributed_type DEEPSPEED)
+      on a machine without the deepspeed package: `accelerate launch` stops with "ImportError: DeepSpeed is not
+      installed => run `pip3 install deepspeed` or build it from source."
+
+How it is detected
+    The training processes and the accelerate config come from facts.launch (`--num-processes`, the launch
+    command, `num_processes`, the accelerate config, else one per visible GPU); the sharding from
+    facts.launch.sharding (the config's `deepspeed` JSON or `fsdp`, else the accelerate config).
+    - device_map: `model_init_kwargs.device_map`, or for a launch command the device_map the script loaded the
+      policy with. A model id TRL loads itself is judged by what the installed trainer does: trainers that set
+      device_map=None for the launch's distributed type (read from their source: `distributed_type in
+      ["MULTI_GPU", "DEEPSPEED"]`) pass; a model the script already loaded does not get that help.
+    - checkpointing: `use_reentrant` from gradient_checkpointing_kwargs, else the default the installed trainer
+      sets (its `setdefault("use_reentrant", ...)`, with its transformers-version guard), else the installed
+      transformers' default (modeling_utils.py); whether the trainer forces `use_reentrant=True` for PEFT +
+      ZeRO-3 is read from its source.
+    - mixed dtype: the installed deepspeed and peft versions against known issue KI015 (known_issues.yaml),
+      PEFT without 4/8-bit loading, a 16-bit policy dtype, ZeRO stage 3, and whether the installed trainer
+      passes autocast_adapter_dtype=False.
+    - deepspeed installed: judged only where the check runs on the launch machine (its GPUs are visible here
+      and no --target names another one); elsewhere the details say what the launch machine needs.
+
+What the fix does
+    No automatic fix (the changes touch the launch or the packages): the message names the key and value, why
+    it breaks, and the smallest change: remove device_map (or {"": local_rank} per process) or launch one
+    process; gradient_checkpointing_kwargs: {use_reentrant: true} or ZeRO-2, or a TRL that forces it; pip
+    install "deepspeed!=0.19.2" or a TRL that keeps the adapters in the base dtype; pip install deepspeed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from trl_doctor import Unavailable, fail, manual, passed, rule, warn
+from trl_doctor.facts.launch import (
+    checkpointing_reentrant, launch, package_version, sharding, trainer_distributed_handling,
+)
+from trl_doctor.facts.settings import config_value, settings
+from trl_doctor.facts.versions import entry_matches_versions, load_table
+
+SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")  # transformers' strategies that place layers itself
+MIXED_DTYPE_ISSUE = "KI015"
+ACCELERATE_ERROR = ("ValueError: You can't train a model that has been loaded with `device_map='auto'` in any "
+                    "distributed mode")
+
+
+@rule(
+    id="TD019",
+    slug="distributed-setup",
+    title="Model loading, PEFT and gradient checkpointing work under the launch's processes and DeepSpeed/FSDP",
+    trainers=("grpo", "rloo", "ppo"),
+    fixable="never",
+)
+def check(ctx):
+    the_launch = launch(ctx)
+    shard = sharding(ctx)
+    n = the_launch.processes
+    details: dict[str, Any] = {
+        "training processes": f"{n} ({the_launch.processes_from})",
+        "sharding": f"{shard.words} ({shard.configured_by})" + (f": {shard.unknown}" if shard.unknown else ""),
+    }
+    findings = []
+    for part in (_device_map, _deepspeed_installed, _peft_zero3_checkpointing, _peft_zero3_mixed_dtype):
+        found = part(ctx, the_launch, shard, details)
+        if found is not None:
+            findings.append(found)
+    for status, message, fix in findings:
+        yield (fail if status == "fail" else warn)(message, fix, **details)
+    if not findings:
+        yield passed(f"{n} training process{'es' if n != 1 else ''}, {shard.words}: device_map, PEFT and gradient "
+                     "checkpointing settings fit the launch", **details)
+
+
+# -- H9: a model spread over devices in a distributed launch -------------------------------------------------------
+
+def spreads(device_map: Any) -> bool:
+    """Whether a device_map places the model's layers on more than one device (what accelerate refuses)."""
+    if isinstance(device_map, str):
+        return device_map in SPREADING
+    if isinstance(device_map, Mapping):
+        return len(device_map) > 1 and len({str(v) for v in device_map.values()}) > 1
+    return False
+
+
+def _device_map(ctx, the_launch, shard, details):
+    live = getattr(ctx, "live", None)
+    preloaded = live is not None and live.model is not None
+    if preloaded:  # the script loaded the policy itself: what it passed to from_pretrained (launch capture)
+        kwargs = ctx.config.raw.get("model_init_kwargs")
+        kwargs = kwargs if isinstance(kwargs, Mapping) else {}
+        where = "the script loads the policy with"
+    else:
+        s = settings(ctx)
+        if "model_init_kwargs" not in s.fields and s.config_class:
+            details["device_map"] = f"{s.config_class} has no model_init_kwargs: the script places the model"
+            return None
+        kwargs = s.model_init_kwargs
+        where = "model_init_kwargs sets"
+    if "device_map" not in kwargs or kwargs["device_map"] is None:
+        details["device_map"] = "not set"
+        return None
+    dm = kwargs["device_map"]
+    shown = f"device_map={dm!r}"
+    n = the_launch.processes
+    kind = "DEEPSPEED" if shard.backend == "deepspeed" else "FSDP" if shard.backend == "fsdp" else "MULTI_GPU"
+    # TRL loads a model id after its arguments set up ZeRO-3, where transformers refuses any device_map
+    zero3 = shard.backend == "deepspeed" and shard.zero_stage == 3 and not preloaded
+    if not (zero3 or (spreads(dm) and n > 1)):
+        details["device_map"] = f"{shown}: " + ("one device per process" if not spreads(dm) else
+                                                "one process: accelerate lets a spread model train (no data parallel)")
+        return None
+    if not preloaded:
+        handling = trainer_distributed_handling(ctx.trainer)
+        if kind in handling.drops_device_map:
+            details["device_map"] = (f"{shown}: trl {ctx.version('trl')} loads the model id with device_map=None under "
+                                     f"{kind} ({handling.drops_device_map_at}), so the setting is dropped")
+            return None
+    if kind == "FSDP":  # with fsdp_cpu_ram_efficient_loading transformers does not dispatch the model: not judged
+        details["device_map"] = f"{shown} under FSDP: transformers skips placing it when FSDP loads the weights itself"
+        return None
+    details["device_map"] = f"{shown} under {kind} with {n} process{'es' if n != 1 else ''}"
+    remove = "from the script's from_pretrained call" if preloaded else "from model_init_kwargs"
+    if zero3:
+        return ("fail", (
+            f"{where} {shown} under {shard.words} ({shard.configured_by}): ZeRO-3 partitions the weights as they load, "
+            "and transformers refuses to place them when TRL loads the model (\"ValueError: DeepSpeed Zero-3 is not "
+            f"compatible with passing a `device_map`\"); remove device_map {remove}"),
+            manual("remove device_map: ZeRO-3 places the partitions itself"))
+    return ("fail", (
+        f"{where} {shown} and the launch starts {n} training processes ({the_launch.processes_from}, {kind}): "
+        f"accelerate refuses a model spread over devices in any distributed mode (\"{ACCELERATE_ERROR}\"), and every "
+        f"process would load the whole model over all its GPUs; remove device_map {remove} (or use "
+        "{\"\": local_rank} per process), or launch one process"),
+        manual("remove device_map (each process then loads its copy on its own GPU), or launch with --num_processes 1"))
+
+
+# -- DeepSpeed configured but not installed ----------------------------------------------------------------------
+
+def _deepspeed_installed(ctx, the_launch, shard, details):
+    if shard.backend != "deepspeed":
+        return None
+    version = package_version("deepspeed")
+    if version is not None:
+        details["deepspeed"] = f"deepspeed {version} installed"
+        return None
+    if not the_launch.judged_here:
+        where = f"--target {the_launch.target}" if the_launch.target else "the launch machine (no GPU here)"
+        details["deepspeed"] = (f"not installed here; {shard.configured_by} needs it on {where}: "
+                                "pip install deepspeed there")
+        return None
+    return ("fail", (
+        f"{shard.words} is configured ({shard.configured_by}) but the deepspeed package is not installed on this "
+        "machine, whose GPUs the job runs on: `accelerate launch` stops with \"ImportError: DeepSpeed is not installed "
+        "=> run `pip3 install deepspeed` or build it from source\"; pip install deepspeed, or drop the DeepSpeed "
+        "setting (plain data parallel)"), manual("pip install deepspeed"))
+
+
+# -- H2: PEFT + ZeRO-3 + non-reentrant gradient checkpointing ---------------------------------------------------------
+
+def _zero3_peft(ctx, shard) -> bool:
+    return shard.backend == "deepspeed" and shard.zero_stage == 3 and settings(ctx).use_peft
+
+
+def _peft_zero3_checkpointing(ctx, the_launch, shard, details):
+    if not _zero3_peft(ctx, shard):
+        return None
+    reentrant, where = checkpointing_reentrant(ctx)
+    details["gradient checkpointing"] = "off" if reentrant is None else f"use_reentrant={reentrant} ({where})"
+    if reentrant is None or reentrant:
+        return None
+    handling = trainer_distributed_handling(ctx.trainer)
+    if handling.forces_reentrant:
+        details["gradient checkpointing"] += (f"; trl {ctx.version('trl')} forces use_reentrant=True for PEFT + ZeRO-3 "
+                                              f"({handling.forces_reentrant}) and warns")
+        return None
+    return ("fail", (
+        f"PEFT + {shard.words} ({shard.configured_by}) + gradient checkpointing with use_reentrant=False ({where}): "
+        "ZeRO-3 re-partitions the frozen weights before the non-reentrant recompute, and the first backward fails "
+        "with \"CheckpointError: Recomputed values for the following tensors have different metadata than during the "
+        f"forward pass\" (trl#2514); trl {ctx.version('trl')} does not force reentrant checkpointing there; set "
+        "gradient_checkpointing_kwargs: {use_reentrant: true}, or use ZeRO-2, or upgrade TRL (trl#6356 forces it)"),
+        manual("gradient_checkpointing_kwargs: {use_reentrant: true} (or ZeRO stage 2)"))
+
+
+# -- H3: PEFT + ZeRO-3 mixed adapter dtype on DeepSpeed 0.19.2 --------------------------------------------------------
+
+def mixed_dtype_problem(installed: Mapping[str, str | None], entry: Mapping[str, Any], *, zero3_peft: bool,
+                        quantized: bool, base_dtype: str, trainer_keeps_adapter_dtype: bool) -> str | None:
+    """Why the first optimizer step fails with mixed bf16/fp32 ZeRO-3 parameters, or None. Pure: tested with real
+    version strings."""
+    if not zero3_peft or quantized or base_dtype not in ("bfloat16", "float16"):
+        return None
+    if trainer_keeps_adapter_dtype or not entry_matches_versions(entry, installed):
+        return None
+    return (f"{entry['id']}: deepspeed {installed.get('deepspeed')} with peft {installed.get('peft')}: LoRA adapters in "
+            f"fp32 on a {base_dtype} base under ZeRO-3")
+
+
+def _peft_zero3_mixed_dtype(ctx, the_launch, shard, details):
+    if not _zero3_peft(ctx, shard):
+        return None
+    entry = next((e for e in load_table() if e["id"] == MIXED_DTYPE_ISSUE), None)
+    if entry is None:
+        return None
+    installed = {pkg: package_version(pkg) for pkg in entry["when"]}
+    try:
+        quantized = bool(config_value(ctx, "load_in_4bit", False)) or bool(config_value(ctx, "load_in_8bit", False))
+    except Unavailable:
+        quantized = False
+    handling = trainer_distributed_handling(ctx.trainer)
+    dtype = settings(ctx).policy_dtype
+    why = mixed_dtype_problem(installed, entry, zero3_peft=True, quantized=quantized, base_dtype=dtype,
+                              trainer_keeps_adapter_dtype=bool(handling.keeps_adapter_dtype))
+    versions = ", ".join(f"{k} {v or 'not installed'}" for k, v in installed.items())
+    details["adapter dtype"] = (f"{versions}; policy {dtype}" + (f"; trl {ctx.version('trl')} builds the adapters in the "
+                                f"base dtype under ZeRO-3 ({handling.keeps_adapter_dtype})" if handling.keeps_adapter_dtype else ""))
+    if why is None:
+        return None
+    return ("fail", (
+        f"{why} ({shard.configured_by}): deepspeed 0.19.2 sizes ZeRO-3's all-gather buffers by the first parameter's "
+        "dtype, so the first optimizer step fails with \"TypeError: output tensor must have the same type as input "
+        f"tensor\" in _allgather_params_coalesced (deepspeed#8072), and trl {ctx.version('trl')} does not pass "
+        "autocast_adapter_dtype=False; pip install \"deepspeed>=0.19.3\" (or <=0.19.1), or upgrade TRL (trl#6091)"),
+        manual('pip install "deepspeed>=0.19.3"'))
