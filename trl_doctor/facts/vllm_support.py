@@ -222,14 +222,26 @@ def supported_architectures() -> VllmArchitectures:
 
 
 def _transformers_backend(model_path: Path, arch: str) -> bool | str | None:
+    """vLLM's `_try_resolve_transformers`: the class named `arch` in transformers (else the checkpoint's remote
+    code, which is not run here: None), usable when `is_backend_compatible()` or `_can_set_attn_implementation()`."""
+    cfg = _read_json(model_path / "config.json")
+    auto_map = cfg.get("auto_map") if isinstance(cfg, dict) else None
     try:
         import transformers
+
+        cls = getattr(transformers, arch, None)
     except Exception:
         return None
-    cls = getattr(transformers, arch, None)
     if cls is None:
+        if isinstance(auto_map, dict) and any(str(k).startswith("AutoModel") for k in auto_map):
+            return None  # remote code: vLLM would try it through its Transformers backend; not run here
+        return (f"vLLM's Transformers backend has nothing to fall back on: transformers {transformers.__version__} has "
+                f"no class {arch} and config.json has no auto_map")
+    checks = [getattr(cls, name, None) for name in ("is_backend_compatible", "_can_set_attn_implementation")]
+    try:
+        if any(callable(c) and c() for c in checks) or getattr(cls, "_supports_attention_backend", False):
+            return True
+    except Exception:
         return None
-    if getattr(cls, "_supports_attention_backend", False):
-        return True
-    return (f"its transformers class {arch} does not support custom attention backends "
-            "(`_supports_attention_backend`), which vLLM's Transformers backend needs")
+    return (f"its transformers class {arch} supports no pluggable attention, which vLLM's Transformers backend "
+            "needs")
