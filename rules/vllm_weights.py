@@ -23,6 +23,9 @@ What goes wrong
     - TRL 0.14-0.15 start vLLM on its own GPU, `vllm_device` ("auto": `cuda:<num_processes>`, the GPU after the
       training processes). Launched with one process per visible GPU (accelerate's default), that GPU does not
       exist: "The requested device for vllm (cuda:N) is not available" (open-r1#260, trl#2852).
+    - server mode with `trl vllm-serve` on this machine and a training process on every visible GPU (accelerate's
+      default): the server's GPU trains too, and the weight-sync communicator between trainer rank 0 and the
+      server hangs, or NCCL's watchdog fires, at the first update (trl#3157, open-r1#478).
     - an architecture the installed vLLM does not implement (config.json `architectures`): the engine cannot be
       built, or built through vLLM's Transformers backend only where the transformers class supports it (trl#5269).
 
@@ -33,14 +36,18 @@ How it is detected
     renames PEFT parameters, handles `modules_to_save`, starts a colocated engine with bitsandbytes quantization,
     refuses 8-bit, and whether its gather follows `ds3_gather_for_generation`; the file:line evidence is in the
     details. The DeepSpeed stage and the process count come from the launch (`accelerate_config`,
-    `num_processes`), the GPUs from NVML after CUDA_VISIBLE_DEVICES. The architectures come from the installed
+    `num_processes`), the GPUs from NVML after CUDA_VISIBLE_DEVICES; a server counts as on this machine when the
+    trainer's client connects to a local address (0.0.0.0, localhost), and GPUs that CUDA_VISIBLE_DEVICES hides from
+    the training may hold it. On TRL without `vllm_mode` (0.14-0.15), a `vllm_mode` key is not read: vLLM runs on
+    `vllm_device`. The architectures come from the installed
     vLLM's model registry (its list of implemented architectures, read without starting an engine or touching a
     GPU); without vLLM here that part is skipped (TD007 judges vLLM's absence).
 
 What the fix does
     No automatic fix: each change is the user's choice. The message names it: load the policy unquantized
     (bf16 + LoRA) or set `use_vllm: false`; upgrade TRL for the PEFT sync; keep `ds3_gather_for_generation: true`
-    (or ZeRO-2); launch with `--num_processes <GPUs - 1>`; `use_vllm: false` (generation in the trainer) for an
+    (or ZeRO-2); launch with `--num_processes <GPUs - 1>`; for a local server, `CUDA_VISIBLE_DEVICES=0 trl vllm-serve
+    ...` and `CUDA_VISIBLE_DEVICES=1,...,N-1 accelerate launch --num_processes N-1`; `use_vllm: false` (generation in the trainer) for an
     architecture vLLM lacks.
 """
 
@@ -51,7 +58,8 @@ from typing import Any
 
 from trl_doctor import fail, manual, passed, rule, skip, warn
 from trl_doctor.facts.launch import launch
-from trl_doctor.facts.settings import config_value, settings, vllm_placement
+from trl_doctor.facts.settings import LOCAL_HOSTS, config_value, settings, vllm_placement
+from trl_doctor.facts.vllm_server import server_target
 from trl_doctor.facts.trl import trainer_mentions
 from trl_doctor.facts.vllm_support import installed_sync, quantization, supported_architectures
 
@@ -74,6 +82,8 @@ def check(ctx):
         yield skip("use_vllm is off: generation runs in the trainer, no weights are pushed into vLLM")
         return
     mode, why = vllm_placement(ctx)
+    if mode and "vllm_mode" not in s.fields and "vllm_device" in s.fields:
+        mode, why = "device", f"vllm_device (this TRL has no vllm_mode: `vllm_mode: {mode}` is not read)"
     sync = installed_sync(ctx.trainer)
     details: dict[str, Any] = {"vLLM mode": f"{mode} ({why})", "trl": ctx.version("trl")}
     if sync is not None:
@@ -81,7 +91,7 @@ def check(ctx):
         if sync.push:
             details["weights pushed at"] = sync.push
     findings = []
-    for part in (_quantized, _peft, _zero3_gather, _legacy_device, _architecture):
+    for part in (_quantized, _peft, _zero3_gather, _legacy_device, _server_overlap, _architecture):
         findings += list(part(ctx, s, mode, sync, details))
     if findings:
         yield from findings
@@ -203,6 +213,31 @@ def _legacy_device(ctx, s, mode, sync, details):
                "vLLM needs a GPU of its own here: use a machine with 2 GPUs, or upgrade TRL (colocate mode)")
         yield fail(f"{said} does not exist: {n} GPU{'s' if n != 1 else ''} visible, so TRL stops at start with 'The "
                    f"requested device for vllm (cuda:{index}) is not available'; {fix}", manual(fix), **details)
+
+
+# -- G2: a server on this machine and training on every GPU ---------------------------------------------------
+
+def _server_overlap(ctx, s, mode, sync, details):
+    if mode != "server":
+        return
+    target = server_target(ctx)
+    if target.host not in LOCAL_HOSTS:
+        return  # the server runs on another machine: no GPU of this one is shared
+    where = launch(ctx)
+    n, procs = len(where.gpus), where.processes
+    if n < 2 or (where.nvml_gpus and len(where.nvml_gpus) > n):
+        return  # one GPU: TD008 says a server cannot share it; GPUs hidden by CUDA_VISIBLE_DEVICES may hold the server
+    if procs < n:
+        return
+    details["vLLM server"] = f"{target.base_url} (this machine)"
+    details["training processes"] = f"{procs} ({where.processes_from})"
+    details["visible GPUs"] = n
+    serve = f"CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model {ctx.config.raw.get('model_name_or_path', '<model>')}"
+    train = f"CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(1, n))} accelerate launch --num_processes {n - 1}"
+    yield fail(f"vLLM server mode with the server on this machine ({target.base_url}) and {procs} training processes "
+               f"on all {n} visible GPUs: the server's GPU is also a training GPU, so the weight-sync communicator "
+               "hangs or NCCL's watchdog fires at the first update (trl#3157) and both compete for its memory; give "
+               f"the server its own GPU: `{serve}` and `{train}`", manual(f"`{serve}`, then `{train} ...`"), **details)
 
 
 # -- G10: the architecture in vLLM -------------------------------------------------------------------------

@@ -225,10 +225,28 @@ def test_architecture_not_judged_without_vllm(built_fixtures):
 # -- no false alarm ------------------------------------------------------------------------------------------
 
 def test_no_false_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
-    """Every healthy case of every rule passes or skips this rule, on the GPUs its folder names, else on 4 A100s."""
+    """Every healthy case of every rule passes or skips this rule: on the GPUs its folder's expected.yaml names for
+    it, else on one A100 and without a GPU."""
     for case in sorted(built_fixtures.glob("*/ok_*")):
         if case.suffix not in (".yaml", ".yml"):
             continue
-        fake_gpus(case_fake_gpus(case) or FOUR_A100)
-        _, r = check(case)
-        assert r["status"] in ("pass", "skip"), (case, r["message"])
+        named = case_fake_gpus(case)
+        for gpus in ([named] if named else (HERE / "gpus" / "a100-80g.json", HERE / "gpus" / "no-driver.json")):
+            fake_gpus(gpus)
+            _, r = check(case)
+            assert r["status"] in ("pass", "skip"), (gpus.name, case, r["message"])
+
+
+def test_server_overlap_is_judged_on_the_visible_gpus(built_fixtures, fake_gpus, monkeypatch):
+    """All 4 GPUs training with a local server fails with the catalog's split; the same launch with
+    CUDA_VISIBLE_DEVICES hiding GPU 0 (where the server runs) passes."""
+    fake_gpus(FOUR_A100)
+    code, r = check(HERE / "bad_server_local_all_gpus.yaml")
+    if r["details"]["vLLM mode"].startswith("device"):
+        pytest.skip("this TRL has no server mode (vllm_device): bad_server_local_all_gpus is judged as G3 there")
+    assert code == 1 and r["status"] == "fail", r
+    assert "CUDA_VISIBLE_DEVICES=0 trl vllm-serve" in r["message"]
+    assert "CUDA_VISIBLE_DEVICES=1,2,3 accelerate launch --num_processes 3" in r["message"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2,3")
+    code, r = check(HERE / "bad_server_local_all_gpus.yaml")
+    assert code == 0 and r["status"] == "pass", r
