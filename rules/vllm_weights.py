@@ -144,6 +144,9 @@ def _peft(ctx, s, mode, sync, details):
     saved = config_value(ctx, "lora_modules_to_save", None) or []
     if isinstance(saved, str):
         saved = [saved]
+    elif not isinstance(saved, (list, tuple)):
+        saved = [saved]
+    saved = [str(x) for x in saved]
     upgrade = manual(f"upgrade TRL (its sync merges LoRA and renames the parameters from 0.15), or set {NO_VLLM}")
     missing = [what for what, ev in (("merge the adapter (merge_adapter)", sync.merges_peft),
                                      ("strip `base_model.model.`/`.base_layer` from the names", sync.strips_base_layer),
