@@ -1,0 +1,270 @@
+"""TD020 vllm-weights: the policy's weights can reach vLLM, and vLLM has a device and an implementation for them.
+
+What goes wrong
+    With `use_vllm`, TRL starts a vLLM engine from the model's folder and, after every optimizer step, pushes the
+    policy's current weights into it by name (`load_weights`, or `update_named_param(s)` to `trl vllm-serve`).
+    Several setups break that push or the engine's start, each only once the job runs:
+    - a bitsandbytes-quantized policy (`load_in_4bit` / `load_in_8bit`, a `quantization_config`, a checkpoint
+      saved quantized): the push sends packed 4-bit tensors (uint8, half the elements) or int8 ones to an engine
+      that holds bf16 weights, and vLLM's weight loader stops with `assert param_data.shape ==
+      loaded_weight.shape` (trl#3654 colocate, trl#4973 server). Releases that start a colocated engine with
+      `quantization="bitsandbytes"` for a Linear4bit policy load the push into matching 4-bit parameters, but the
+      merged LoRA is re-rounded to 4 bits at every sync (PEFT: "Merge lora module to 4-bit linear may get
+      different generations due to rounding errors", trl#3466); the same releases refuse an 8-bit policy at the
+      engine's start ("vLLM does not support in-flight 8-bit quantization").
+    - LoRA: vLLM has no adapter modules, so TRL must merge the adapter, rename `base_model.model.…base_layer`
+      back to the base names, leave the LoRA tensors out, and for `modules_to_save` take the trained copy
+      (`modules_to_save.default.`) instead of `original_module`. A release whose sync does not (trl 0.14 pushes
+      the PEFT state dict as is, trl#2698) leaves vLLM generating with the base weights or stops on unknown names.
+    - DeepSpeed ZeRO-3 with `ds3_gather_for_generation: false`, where the installed sync gathers the
+      parameters only when that flag is on (trl 0.15-0.18's `_move_model_to_vllm`): each process pushes its empty
+      shard ("Attempted to load weight (torch.Size([0])) into parameter"); TRL's own help says the option "is not
+      compatible with vLLM generation".
+    - TRL 0.14-0.15 start vLLM on its own GPU, `vllm_device` ("auto": `cuda:<num_processes>`, the GPU after the
+      training processes). Launched with one process per visible GPU (accelerate's default), that GPU does not
+      exist: "The requested device for vllm (cuda:N) is not available" (open-r1#260, trl#2852).
+    - server mode with `trl vllm-serve` on this machine and a training process on every visible GPU (accelerate's
+      default): the server's GPU trains too, and the weight-sync communicator between trainer rank 0 and the
+      server hangs, or NCCL's watchdog fires, at the first update (trl#3157, open-r1#478).
+    - an architecture the installed vLLM does not implement (config.json `architectures`): the engine cannot be
+      built, or built through vLLM's Transformers backend only where the transformers class supports it (trl#5269).
+
+How it is detected
+    Statically, without weights. The quantization comes from the config's `load_in_4bit`/`load_in_8bit`, its
+    `model_init_kwargs` and the checkpoint's config.json. What the weight sync does is read from the installed
+    TRL's source (the trainer and `trl/generation/vllm_generation.py` where it imports it): whether it merges and
+    renames PEFT parameters, handles `modules_to_save`, starts a colocated engine with bitsandbytes quantization,
+    refuses 8-bit, and whether its gather follows `ds3_gather_for_generation`; the file:line evidence is in the
+    details. The DeepSpeed stage and the process count come from the launch (`accelerate_config`,
+    `num_processes`), the GPUs from NVML after CUDA_VISIBLE_DEVICES; a server counts as on this machine when the
+    trainer's client connects to a local address (0.0.0.0, localhost), and GPUs that CUDA_VISIBLE_DEVICES hides from
+    the training may hold it. On TRL without `vllm_mode` (0.14-0.15), a `vllm_mode` key is not read: vLLM runs on
+    `vllm_device`. The architectures come from the installed
+    vLLM's model registry (its list of implemented architectures, read without starting an engine or touching a
+    GPU); without vLLM here that part is skipped (TD007 judges vLLM's absence).
+
+What the fix does
+    No automatic fix: each change is the user's choice. The message names it: load the policy unquantized
+    (bf16 + LoRA) or set `use_vllm: false`; upgrade TRL for the PEFT sync; keep `ds3_gather_for_generation: true`
+    (or ZeRO-2); launch with `--num_processes <GPUs - 1>`; for a local server, `CUDA_VISIBLE_DEVICES=0 trl vllm-serve
+    ...` and `CUDA_VISIBLE_DEVICES=1,...,N-1 accelerate launch --num_processes N-1`; `use_vllm: false` (generation in the trainer) for an
+    architecture vLLM lacks.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from trl_doctor import fail, manual, passed, rule, skip, warn
+from trl_doctor.facts.launch import launch
+from trl_doctor.facts.settings import LOCAL_HOSTS, config_value, settings, vllm_placement
+from trl_doctor.facts.vllm_server import server_target
+from trl_doctor.facts.trl import trainer_mentions
+from trl_doctor.facts.vllm_support import installed_sync, quantization, supported_architectures
+
+NO_VLLM = "`use_vllm: false` (the trainer generates itself)"
+
+
+@rule(
+    id="TD020",
+    slug="vllm-weights",
+    title="The policy's weights can be pushed into vLLM, and vLLM has a GPU and an implementation for them",
+    trainers=("grpo", "rloo"),
+    fixable="never",
+)
+def check(ctx):
+    s = settings(ctx)
+    if "use_vllm" not in s.fields and s.config_class:
+        yield skip(f"the installed TRL's {s.config_class} has no use_vllm: this trainer never generates with vLLM")
+        return
+    if not s.use_vllm:
+        yield skip("use_vllm is off: generation runs in the trainer, no weights are pushed into vLLM")
+        return
+    mode, why = vllm_placement(ctx)
+    if mode and "vllm_mode" not in s.fields and "vllm_device" in s.fields:
+        mode, why = "device", f"vllm_device (this TRL has no vllm_mode: `vllm_mode: {mode}` is not read)"
+    sync = installed_sync(ctx.trainer)
+    details: dict[str, Any] = {"vLLM mode": f"{mode} ({why})", "trl": ctx.version("trl")}
+    if sync is not None:
+        details["weight sync read from"] = ", ".join(sync.files)
+        if sync.push:
+            details["weights pushed at"] = sync.push
+    findings = []
+    for part in (_quantized, _peft, _zero3_gather, _legacy_device, _server_overlap, _architecture):
+        findings += list(part(ctx, s, mode, sync, details))
+    if findings:
+        yield from findings
+        return
+    arch = details.get("vLLM architectures", "")
+    yield passed("the policy's weights can be pushed into vLLM as the installed TRL syncs them "
+                 f"({mode or 'vLLM'} mode)" + ("; the architecture is not judged (vllm is not installed here)"
+                                               if arch.startswith("not judged") else ""), **details)
+
+
+# -- G7 / G5: quantized policy --------------------------------------------------------------------------------
+
+def _quantized(ctx, s, mode, sync, details):
+    q = quantization(ctx.config.raw, s.model_init_kwargs, ctx.config.model.path)
+    if q.kind is None:
+        return
+    details["quantization"] = q.source
+    unquantized = f"load the policy unquantized (remove {q.source}; bf16 + LoRA) or set {NO_VLLM}"
+    fix = manual(unquantized)
+    if q.kind == "8bit":
+        if mode == "colocate" and sync is not None and sync.refuses_8bit:
+            details["TRL refuses 8-bit"] = sync.refuses_8bit
+            yield fail(f"{q.source} with vLLM colocate: the installed TRL stops when it starts the engine ('vLLM does "
+                       f"not support in-flight 8-bit quantization'); {unquantized}, or use 4-bit", fix, **details)
+            return
+        yield fail(f"{q.source} with vLLM ({mode or 'server'} mode): each sync pushes the policy's int8 "
+                   "weights into an engine holding bf16 ones (vLLM generates from garbage, or its weight loader "
+                   f"stops on the dtype/shape); {unquantized}", fix, **details)
+        return
+    if mode == "colocate" and sync is not None and sync.quantizes_4bit_engine:
+        details["colocated engine quantized"] = sync.quantizes_4bit_engine
+        yield warn(f"{q.source} with vLLM colocate: the installed TRL starts vLLM with bitsandbytes 4-bit, so the "
+                   "push fits, but the merged LoRA is re-rounded to 4 bits at every sync and vLLM samples from a "
+                   "slightly different policy than the one trained (trl#3466); train a bf16 base with LoRA for "
+                   "exact rollouts, or accept the drift", fix, **details)
+        return
+    where = {"server": "the `trl vllm-serve` engine loads the bf16 checkpoint",
+             "colocate": "the installed TRL starts the colocated engine unquantized (no bitsandbytes quantization)",
+             "device": "TRL starts vLLM on its own GPU from the bf16 checkpoint"}.get(mode or "", "vLLM loads the bf16 checkpoint")
+    yield fail(f"{q.source} with vLLM ({mode or 'server'} mode): {where}, and each sync pushes packed 4-bit tensors "
+               "(uint8, half the elements) into it: vLLM's weight loader stops with 'assert param_data.shape == "
+               f"loaded_weight.shape' at the first sync (trl#3654, trl#4973); {unquantized}", fix, **details)
+
+
+# -- G6: LoRA names -------------------------------------------------------------------------------------------
+
+def _peft(ctx, s, mode, sync, details):
+    if not s.use_peft or sync is None or sync.push is None:
+        return
+    saved = config_value(ctx, "lora_modules_to_save", None) or []
+    if isinstance(saved, str):
+        saved = [saved]
+    elif not isinstance(saved, (list, tuple)):
+        saved = [saved]
+    saved = [str(x) for x in saved]
+    upgrade = manual(f"upgrade TRL (its sync merges LoRA and renames the parameters from 0.15), or set {NO_VLLM}")
+    missing = [what for what, ev in (("merge the adapter (merge_adapter)", sync.merges_peft),
+                                     ("strip `base_model.model.`/`.base_layer` from the names", sync.strips_base_layer),
+                                     ("leave the LoRA tensors out", sync.drops_adapter)) if ev is None]
+    if missing:
+        yield fail(f"use_peft with vLLM: the installed TRL's weight sync ({sync.push.split(': ')[0]}) does not "
+                   f"{', '.join(missing)}: vLLM gets names it has no parameter for and keeps generating with the "
+                   "base weights, or stops on them (trl#2698); upgrade TRL (0.15+) or set " + NO_VLLM,
+                   upgrade, **details)
+        return
+    details["PEFT sync"] = f"{sync.merges_peft}; {sync.strips_base_layer}"
+    if saved:
+        details["lora_modules_to_save"] = list(saved)
+        if sync.strips_modules_to_save is None or sync.drops_original_module is None:
+            yield fail(f"lora_modules_to_save {list(saved)} with vLLM: the installed TRL's weight sync does not map "
+                       "`modules_to_save.default.` back to the base names (nor drop `original_module`), so the trained "
+                       f"copies of {', '.join(saved)} never reach vLLM; upgrade TRL, or leave them out of "
+                       "lora_modules_to_save", upgrade, **details)
+            return
+        details["modules_to_save sync"] = sync.strips_modules_to_save
+
+
+# -- G5: ZeRO-3 without gathering ---------------------------------------------------------------------------
+
+def _zero3_gather(ctx, s, mode, sync, details):
+    if config_value(ctx, "ds3_gather_for_generation", True) is not False:
+        return
+    acc = launch(ctx).accelerate
+    stage = acc.deepspeed.zero_stage if acc is not None and acc.deepspeed is not None else None
+    if str(stage) != "3":
+        return
+    details["DeepSpeed"] = f"ZeRO-{stage} ({acc.named_by})"
+    if sync is not None and sync.ds3_gather_flag:
+        details["gather follows the flag"] = sync.ds3_gather_flag
+        yield fail("ds3_gather_for_generation: false under DeepSpeed ZeRO-3 with vLLM: the installed TRL gathers the "
+                   "parameters for the sync only when that flag is on, so each process pushes its empty shard "
+                   "('Attempted to load weight (torch.Size([0])) into parameter'); set `ds3_gather_for_generation: "
+                   "true` (or use ZeRO-2)", manual("set `ds3_gather_for_generation: true`"), **details)
+
+
+# -- G3: TRL 0.14-0.15's vLLM GPU -----------------------------------------------------------------------------
+
+def _legacy_device(ctx, s, mode, sync, details):
+    if mode != "device" or "vllm_device" not in s.fields:
+        return
+    value = config_value(ctx, "vllm_device", "auto")
+    where = launch(ctx)
+    if not where.gpus:
+        return  # no GPU known here: TD008 reports it; the device cannot be judged
+    n, procs = len(where.gpus), where.processes
+    details["vllm_device"] = value
+    details["training processes"] = f"{procs} ({where.processes_from})"
+    details["visible GPUs"] = n
+    if value == "auto":
+        shares_one = n == 1 and trainer_mentions(ctx.trainer, "device_count() == 1")
+        index = 0 if shares_one else procs
+        said = f"vllm_device 'auto' = cuda:{index} (the GPU after the {procs} training process{'es' if procs != 1 else ''})"
+        if shares_one:
+            return
+    else:
+        m = re.fullmatch(r"cuda:(\d+)", str(value).strip())
+        if m is None:
+            return
+        index, said = int(m.group(1)), f"vllm_device {value!r}"
+    if index >= n:
+        fix = (f"launch with `--num_processes {n - 1}` to leave cuda:{n - 1} to vLLM" if n > 1 else
+               "vLLM needs a GPU of its own here: use a machine with 2 GPUs, or upgrade TRL (colocate mode)")
+        yield fail(f"{said} does not exist: {n} GPU{'s' if n != 1 else ''} visible, so TRL stops at start with 'The "
+                   f"requested device for vllm (cuda:{index}) is not available'; {fix}", manual(fix), **details)
+
+
+# -- G2: a server on this machine and training on every GPU ---------------------------------------------------
+
+def _server_overlap(ctx, s, mode, sync, details):
+    if mode != "server":
+        return
+    target = server_target(ctx)
+    if target.host not in LOCAL_HOSTS:
+        return  # the server runs on another machine: no GPU of this one is shared
+    where = launch(ctx)
+    n, procs = len(where.gpus), where.processes
+    if n < 2 or (where.nvml_gpus and len(where.nvml_gpus) > n):
+        return  # one GPU: TD008 says a server cannot share it; GPUs hidden by CUDA_VISIBLE_DEVICES may hold the server
+    if procs < n:
+        return
+    details["vLLM server"] = f"{target.base_url} (this machine)"
+    details["training processes"] = f"{procs} ({where.processes_from})"
+    details["visible GPUs"] = n
+    serve = f"CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model {ctx.config.raw.get('model_name_or_path', '<model>')}"
+    train = f"CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(1, n))} accelerate launch --num_processes {n - 1}"
+    yield fail(f"vLLM server mode with the server on this machine ({target.base_url}) and {procs} training processes "
+               f"on all {n} visible GPUs: the server's GPU is also a training GPU, so the weight-sync communicator "
+               "hangs or NCCL's watchdog fires at the first update (trl#3157) and both compete for its memory; give "
+               f"the server its own GPU: `{serve}` and `{train}`", manual(f"`{serve}`, then `{train} ...`"), **details)
+
+
+# -- G10: the architecture in vLLM -------------------------------------------------------------------------
+
+def _architecture(ctx, s, mode, sync, details):
+    from trl_doctor.facts.text import read_json
+
+    cfg = read_json(ctx.config.model.path / "config.json")
+    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
+    if not isinstance(archs, list) or not archs:
+        return
+    known = supported_architectures()
+    if known.archs is None:
+        details["vLLM architectures"] = f"not judged: {known.why}"
+        return
+    details["vLLM architectures"] = known.why
+    missing = [a for a in archs if isinstance(a, str) and a not in known.archs]
+    if not missing or len(missing) < len(archs):
+        return
+    fallback = known.transformers_backend(ctx.config.model.path, missing[0])
+    if fallback is True:
+        details["vLLM Transformers backend"] = f"{missing[0]} runs through vLLM's Transformers backend"
+        return
+    yield fail(f"config.json architectures {missing} are not implemented by the installed vLLM {known.version} "
+               f"({len(known.archs)} architectures in its registry){'' if fallback is None else '; ' + fallback}: the "
+               f"engine cannot load the model; set {NO_VLLM}, or a vLLM release that implements it",
+               manual(f"set {NO_VLLM}"), **details)
