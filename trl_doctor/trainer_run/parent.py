@@ -1,6 +1,7 @@
 """The trainer run's parent side: decides whether the installed TRL can build the config's trainer at all,
-builds the `Spec` (the miniature twin, or the real model on a GPU when one step fits), runs it through the
-worker side in this process, and turns what came back into a `RunResult` the rules read. One run per check,
+builds the `Spec` (the miniature twin, or the real model on a GPU when one step fits, and the plan of the
+real-model sample: `sample_plan`), runs it through the worker side in this process, and turns what came back into
+a `RunResult` the rules read. One run per check,
 cached on the context: the logits probe, the termination probe and the smoke step share it.
 
 The printing process supervises the run through `ctx.emit` events: "trainer-run" (the run starts: the smoke
@@ -327,6 +328,10 @@ def _sample_plan(ctx, n: int, why: str) -> dict:
     out.update(parameters=params, num_generations=groups, max_completion_length=cap)
     if cap < 1:
         return {**out, "refused": f"max_completion_length is {cap}"}
+    if ctx.device == "cpu":  # before any prompt is rendered: a refusal costs nothing
+        refused = _cpu_refusal(ctx, params, n * groups, cap, 0)
+        if refused:
+            return {**out, "refused": refused}
     rows = ctx.dataset.select(range(min(n, len(ctx.dataset)))).to_list()
     tok = ctx.tokenizer
     how = prompt_rendering(ctx)
@@ -344,7 +349,7 @@ def _sample_plan(ctx, n: int, why: str) -> dict:
                 return {**out, "refused": f"row {i}'s prompt is {kind} (see the dataset-schema rule)"}
     longest = max((len(p) for p in prompt_ids), default=0)
     out.update(rows=rows, prompt_ids=prompt_ids, conversational=bool(rows) and prompt_format(rows[0].get("prompt")) == "conversational")
-    if ctx.device == "cpu":
+    if ctx.device == "cpu":  # again with the prompts' real length
         refused = _cpu_refusal(ctx, params, len(rows) * groups, cap, longest)
         if refused:
             return {**out, "refused": refused}

@@ -1,6 +1,8 @@
 """The trainer run's worker side: builds the installed TRL's real trainer for a tiny version of the config,
 runs the probes other rules ask for on it (the logits contract), then, unless the smoke step is off, one
-optimizer step (with the end-of-turn token forced early, so the step also shows whether generation stops).
+optimizer step (with the end-of-turn token forced early, so the step also shows whether generation stops), then,
+when the spec asks for it, the real-model sample (`sample_real`: the real weights, the trainer's sampling settings,
+the config's reward functions in the fence).
 
 It runs inside the check's one heavy worker process, after the static rules, so torch, transformers and TRL
 are imported once per check. `execute` never raises: the trainer's exception comes back as data with the
