@@ -103,9 +103,10 @@ def check(ctx):
     run = trainer_run(ctx)
     details = dict(run.details)
     if run.outcome == "timeout":
+        advice = ("the real-model sample (--sample N) ran past it: lower N or raise --smoke-timeout"
+                  if _last_stage(run) == "sample" else "raise --smoke-timeout if the machine is just slow")
         yield fail(f"the smoke step did not finish within --smoke-timeout {run.limit:g}s (stage: "
-                   f"{_last_stage(run)}); raise --smoke-timeout if the machine is just slow", **details,
-                   log_tail=run.log_tail)
+                   f"{_last_stage(run)}); {advice}", **details, log_tail=run.log_tail)
         return
     if run.outcome == "crashed":
         yield fail(f"the smoke step's process died with exit status {run.code} at stage {_last_stage(run)} "
@@ -344,7 +345,7 @@ def sample_findings(plan: dict, sample: dict | None, details: dict, ctx) -> tupl
         temperature = (plan.get("generation") or {}).get("temperature")
         findings.append(warn(
             f"every one of the {len(spreads)} group(s) of {groups} real-model completions{cut} got identical rewards "
-            f"({sample['group_rewards']}) {timing}: GRPO's group-normalised advantages are then 0, so the loss and the "
+            f"({_first(sample['group_rewards'])}) {timing}: GRPO's group-normalised advantages are then 0, so the loss and the "
             f"gradient are 0 (frac_reward_zero_std 1.0) and the run learns nothing from these prompts; give partial "
             f"credit in the reward, raise temperature ({temperature}), or use easier prompts",
             manual("make the reward graded (partial credit) so completions of one prompt score differently, sample more "
@@ -355,6 +356,12 @@ def sample_findings(plan: dict, sample: dict | None, details: dict, ctx) -> tupl
                              f"max_completion_length {cap}, {sample['zero_spread_groups']}/{len(spreads)} groups "
                              f"with no reward spread, in {sample['seconds']:.1f}s")
     return findings, note
+
+
+def _first(groups: list, shown: int = 3) -> str:
+    """The first groups' rewards, for a one-line message (the details list them all)."""
+    text = ", ".join(str(g) for g in groups[:shown])
+    return f"[{text}{', ...' if len(groups) > shown else ''}]"
 
 
 def _size(parameters: int) -> str:

@@ -276,7 +276,13 @@ def test_sample_with_a_constant_reward_warns_that_no_group_has_spread(built_fixt
     assert code == 0 and r["status"] == "warn", r
     assert r["message"].startswith("every one of the 2 group(s) of 4 real-model completions got identical rewards "
                                    "([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])")
-    assert "advantages are then 0" in r["message"] and "temperature (1.0)" in r["message"]
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    # the installed TRL's default (0.9 in trl 0.15, 1.0 later), read without building a config for this machine
+    temperature = next(f.default for f in dataclasses.fields(GRPOConfig) if f.name == "temperature")
+    assert "advantages are then 0" in r["message"] and f"raise temperature ({temperature})" in r["message"]
     d = r["details"]
     assert d["real-model completions"].startswith("0/8 ran to max_completion_length")  # they end: no C7
     assert not any("max_completion_length 24 without" in a for a in d.get("also", []))
@@ -286,11 +292,13 @@ def test_sample_with_a_constant_reward_warns_that_no_group_has_spread(built_fixt
 def test_sample_of_a_healthy_model_passes_and_says_what_it_saw(built_fixtures):
     code, r = smoke(built_fixtures, "ok_sample_stops.yaml", "--sample", "2")
     assert code == 0 and r["status"] == "pass", r
-    assert "the real model's 8 sampled completions: 0 cut at max_completion_length 24, 0/2 groups with no reward " \
-           "spread, in " in r["message"]
+    assert "the real model's 8 sampled completions: 0 cut at max_completion_length 24, " in r["message"]
     d = r["details"]
     groups = d["real-model group rewards"]
-    assert len(groups) == 2 and all(len(set(g)) > 1 for g in groups)
+    # sampled: which groups spread depends on the release's sampling, but not every group may be flat
+    assert len(groups) == 2 and any(len(set(g)) > 1 for g in groups)
+    flat = sum(len(set(g)) == 1 for g in groups)
+    assert f"{flat}/2 groups with no reward spread, in " in r["message"]
     assert float(d["real-model sample"].split(" in ")[1].split("s")[0]) < 20  # the time taken is reported
     assert d["real-model reward rewards.length_reward"].startswith("mean ")
 
@@ -385,17 +393,36 @@ def test_sample_refuses_pickle_weights(tmp_path, built_fixtures):
     assert r["details"]["real-model sample"].startswith("not run (--sample 2): ")
 
 
+def _broken_on_this_release(case) -> bool:
+    """A healthy case its own folder's expected.yaml expects to fail with the installed releases (an async reward
+    function before trl 0.27): the job would fail too, so the step's failure is no false alarm."""
+    import yaml
+
+    from test_fixture_cases import expected_statuses
+
+    expected = yaml.safe_load((case.parent / "expected.yaml").read_text())["cases"][case.name]
+    return expected_statuses(expected)[0] == ["fail"]
+
+
 @pytest.mark.slow
 def test_no_false_alarm_on_healthy_fixtures(built_fixtures):
     """Every healthy case of every rule, checked as users check it (no --sample): the step's result is what it was
     (pass, or the PPO-on-trl>=1.13 gap its own expected.yaml names), and nothing is said about real completions."""
+    import json
+
+    checked = 0
     for case in sorted(built_fixtures.glob("*/ok_*")):
         if case.suffix not in (".yaml", ".yml", ".json"):
             continue
-        _, report = run_json("check", str(case), "--select", "smoke-step")
-        r = result_of(report, "smoke-step")
+        proc = run_doctor("check", str(case), "--select", "smoke-step", "--format", "json")
+        if proc.returncode == 2:  # an input the whole check refuses (e.g. a config-only model without tokenizer)
+            assert not proc.stdout and "trl-doctor: error:" in proc.stderr, (case, proc.stderr)
+            continue
+        checked += 1
+        r = result_of(json.loads(proc.stdout), "smoke-step")
         gap = r["status"] == "fail" and "has no PPO trainer" in r["message"]
-        assert r["status"] in ("pass", "skip") or gap, (case, r["message"])
+        assert r["status"] in ("pass", "skip") or gap or _broken_on_this_release(case), (case, r["message"])
         assert not any("real-model" in a for a in r["details"].get("also", [])), case
         if r["status"] == "pass":
             assert r["details"]["real-model completions"].startswith("not sampled"), case
+    assert checked > 30

@@ -152,7 +152,14 @@ def sample_real(spec: Spec) -> dict:
     functions score them as the trainer calls them. Reported: how many completions ran to max_completion_length
     without the eos TRL looks for, how many groups got identical rewards, the time taken and the model size.
     An error of the doctor's own comes back as {"error"}; a reward function that raises is recorded by name."""
+    import gc
+
+    import torch
+
     plan = spec.sample
+    gc.collect()  # the step's trainer and models were dropped: free their memory before the real weights load
+    if spec.device == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
     t0 = time.perf_counter()
     try:
         model, tok = _load_real(plan, spec.device)
@@ -609,7 +616,7 @@ def _recorded(func, name, calls):
     import functools
     import inspect
 
-    from trl_doctor.facts.rewards import bind_problem, new_stats, raised_info, record_values
+    from trl_doctor.facts.rewards import bind_problem, is_async, new_stats, raised_info, record_values
 
     stats = calls.setdefault(name, new_stats())
     try:
@@ -617,19 +624,43 @@ def _recorded(func, name, calls):
     except (TypeError, ValueError):
         signature = None
 
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def before(args, kwargs):
         problem = bind_problem(func, name, signature, args, kwargs)
         if problem is not None:
             stats["signature"] = problem
-        try:
-            values = func(*args, **kwargs)
-        except Exception as exc:
-            if "signature" not in stats:
-                stats["raised"] = raised_info(exc, skip_files=(__file__,))
-            raise
+
+    def raised(exc):
+        if "signature" not in stats:
+            stats["raised"] = raised_info(exc, skip_files=(__file__,))
+
+    def after(values, args, kwargs):
         completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
         record_values(stats, values, len(completions) if completions is not None else None)
         return values
+
+    if is_async(func):
+        # an async wrapper for an async function: a TRL that awaits reward functions (is_async_callable) must still
+        # see one, and gets the scores; a TRL that does not gets a coroutine, as it would from the function itself
+        @functools.wraps(func)
+        async def async_wrapper(*args, **kwargs):
+            before(args, kwargs)
+            try:
+                values = await func(*args, **kwargs)
+            except Exception as exc:
+                raised(exc)
+                raise
+            return after(values, args, kwargs)
+
+        return async_wrapper
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        before(args, kwargs)
+        try:
+            values = func(*args, **kwargs)
+        except Exception as exc:
+            raised(exc)
+            raise
+        return after(values, args, kwargs)
 
     return wrapper
