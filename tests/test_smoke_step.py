@@ -313,7 +313,8 @@ def test_without_sample_the_twin_is_not_evidence_about_real_completions(built_fi
            "identical rewards, so no gradient flowed in this step" in r["message"]
     d = r["details"]
     assert d["real-model completions"].startswith("not sampled:") and "--sample N" in d["real-model completions"]
-    assert "not evidence about the real model's completions" in d["step completions ending before the limit"]
+    if "step completions ending before the limit" in d:  # where TRL logs completions/clipped_ratio (not trl 0.15)
+        assert "not evidence about the real model's completions" in d["step completions ending before the limit"]
     assert "real-model sample" not in d and "also" not in d
 
 
