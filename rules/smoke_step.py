@@ -8,6 +8,12 @@ What goes wrong
     PPO without a value model; an out-of-memory at the first backward. On a GPU job they show up after the
     model has loaded and the first batch has been generated, often an hour in.
 
+    Two failures need the real model itself and do not crash at all (catalog C7, E5): completions that all run to
+    `max_completion_length` without the eos (the answer comes after the cap: clipped_ratio 1.0, reward 0, trl#5697),
+    and groups whose completions all get the same reward (all cut, all wrong, a constant reward, no sampling
+    diversity): GRPO's group-normalised advantages are then zero, so the loss and the gradient are zero
+    (frac_reward_zero_std 1.0, trl#3857) and the run "trains" for hours learning nothing.
+
 How it is detected
     The installed TRL's own trainer is built with the config's own settings, reward functions, reward,
     value and reference models, tokenizer (with `added_tokens`), precision (bf16/fp16, TRL's defaults
@@ -37,7 +43,23 @@ How it is detected
     function was called as TRL calls it and returned one finite float (or None) per completion. Reported:
     the device, the model used (real or twin, parameters, dtype), the step time, peak host and GPU memory,
     loss, grad norm, reward statistics per function, mean completion length and how many completions ended
-    before the length limit (the termination probe forces the end-of-turn token from the 4th token on).
+    before the length limit (the termination probe forces the end-of-turn token from the 4th token on). The step's
+    completions come from the twin's random weights (or are cut at 8 tokens, with the end token forced): they are
+    never presented as evidence about the real model's completions.
+
+    The real-model sample (`--sample N`; by default 2 prompts where the step itself ran the real model on a GPU):
+    after the step, the REAL model (full safetensors weights; pickle weights are refused) and the real tokenizer
+    generate `num_generations` completions for each of the dataset's first N prompts (rendered as the installed
+    trainer renders them: the chat template for conversational prompts), with the trainer's sampling settings
+    (temperature, top_p, top_k, min_p, repetition_penalty, generation_kwargs, max_completion_length, the
+    config's seed) through transformers' `generate`, as TRL's non-vLLM path does. The configured reward functions
+    (user code, in the worker's fence) score them as the trainer calls them, weighted by `reward_weights`. Warned:
+    every completion ran to the cap without the tokenizer's eos (the token TRL's completion mask looks for), and
+    every group's rewards have zero spread. Reported: the counts, lengths, the group rewards, the model's size and
+    the time taken. On the CPU the sample is refused (with why, the step's result unchanged) above 1.5B parameters,
+    when the fp32 weights would take over half the worker's memory, or when the estimate (memory bandwidth
+    ~10 GB/s, ~20 GFLOP/s) exceeds half of --smoke-timeout. The GPU default is decided, but has not been run on a GPU
+    in this project's CI. Reward models (`reward_model_name_or_path`) do not score the sample.
 
 Versions
     Tested in CI with trl 1.16.0 (GRPO, RLOO; no PPO: the rule fails and names trl==1.12.0), trl 1.12.0
@@ -48,7 +70,9 @@ Versions
 What the fix does
     No automatic fix: the report names the cause (the reward function and its line, the columns the
     dataset has, the dtype and the device, the memory estimate beside an out-of-memory) and keeps TRL's
-    own error and the traceback trimmed to the user's frames.
+    own error and the traceback trimmed to the user's frames. For the sample's findings the manual fix says: raise
+    `max_completion_length` or fix the eos so completions end (`mask_truncated_completions: true` keeps cut ones
+    out of the loss); make the reward graded and the sampling diverse, and watch reward_std and grad_norm.
 """
 
 from __future__ import annotations
@@ -56,9 +80,9 @@ from __future__ import annotations
 import math
 import os
 
-from trl_doctor import fail, passed, rule, skip
+from trl_doctor import Location, fail, manual, passed, rule, skip, warn
 
-from trl_doctor.facts.trainer_run import trainer_gap, trainer_run
+from trl_doctor.facts.trainer_run import MAX_COMPLETION, trainer_gap, trainer_run
 
 
 @rule(
@@ -79,9 +103,10 @@ def check(ctx):
     run = trainer_run(ctx)
     details = dict(run.details)
     if run.outcome == "timeout":
+        advice = ("the real-model sample (--sample N) ran past it: lower N or raise --smoke-timeout"
+                  if _last_stage(run) == "sample" else "raise --smoke-timeout if the machine is just slow")
         yield fail(f"the smoke step did not finish within --smoke-timeout {run.limit:g}s (stage: "
-                   f"{_last_stage(run)}); raise --smoke-timeout if the machine is just slow", **details,
-                   log_tail=run.log_tail)
+                   f"{_last_stage(run)}); {advice}", **details, log_tail=run.log_tail)
         return
     if run.outcome == "crashed":
         yield fail(f"the smoke step's process died with exit status {run.code} at stage {_last_stage(run)} "
@@ -96,7 +121,7 @@ def check(ctx):
     result["trainer"] = run.result["trainer"]
     result["import_s"] = run.result["import_s"]
     result["model"] = run.result.get("model", {})
-    yield from _judge(result, details, ctx)
+    yield from _judge(result, details, ctx, run.spec.sample if run.spec is not None else {}, run.result.get("sample"))
 
 
 def explain_failure(error: dict, spec: dict, ctx) -> tuple[str, dict]:
@@ -173,7 +198,7 @@ def _signal(code: int) -> str:
     return "a crash in native code" if code else "no result written"
 
 
-def _judge(result, details, ctx):
+def _judge(result, details, ctx, plan=None, sample=None):
     details = dict(details)
     model = result.get("model") or {}
     details.update({
@@ -198,9 +223,11 @@ def _judge(result, details, ctx):
     if result.get("completion_mean_length") is not None:
         details["completion mean length"] = result["completion_mean_length"]
     if result.get("clipped_ratio") is not None:
-        details["terminated before the length limit"] = (f"{(1 - result['clipped_ratio']) * 100:.0f}% of completions (the "
-                                                         "termination probe forces the end-of-turn token from token "
-                                                         f"{result.get('forced_after', 3) + 1} on)")
+        # the step's completions come from the twin (or are cut at 8 tokens) with the end token forced: they test
+        # TRL's masking, never whether the real model stops
+        details["step completions ending before the limit"] = (
+            f"{(1 - result['clipped_ratio']) * 100:.0f}% (the termination probe forces the end-of-turn token from "
+            f"token {result.get('forced_after', 3) + 1} on; not evidence about the real model's completions)")
     elif lengths:
         details["decoding steps per generate call"] = lengths
     for name, s in result["rewards"].items():
@@ -221,7 +248,8 @@ def _judge(result, details, ctx):
     flat = result.get("frac_reward_zero_std") == 1 or result.get("reward_std") == 0
     if result["updated_tensors"] == 0 and flat and not result["grad_norm"]:
         # every group scored its completions alike: the advantages, hence the gradient, are zero by design
-        details["gradient flow"] = "not verified: every group's rewards were identical, so the step's gradient is zero"
+        details["gradient flow"] = ("not verified: every group of the step's completions got identical rewards, so "
+                                    "its gradient is zero")
     elif result["updated_tensors"] == 0:
         problems.append(f"no trainable parameter changed ({result['trainable_tensors']} trainable tensors)")
     if result["frozen_changed"]:
@@ -234,19 +262,113 @@ def _judge(result, details, ctx):
             problems.append(f"reward function {name} was never called")
         elif s["nonfinite"]:
             problems.append(f"reward function {name} returned {s['nonfinite']} non-finite scores (NaN or inf)")
+    findings, note = sample_findings(plan or {}, sample, details, ctx)
     if problems:
         yield fail("the smoke step ran but " + "; ".join(problems), **details)
+        yield from findings
         return
     where = f"on the {details['device']} with the {details['model']}"
+    twin = details["model"].startswith("miniature twin")
     if "gradient flow" in details:
-        yield passed(f"{result['trainer']} took 1 step {where} in {result['step_s']:.1f}s, but every "
-                     "group's rewards were identical, so no gradient flowed (rewards need variance within a group)", **details)
-        return
-    yield passed(
-        f"{result['trainer']} took 1 step {where} in {result['step_s']:.1f}s: loss {result['loss']:.4g}, "
-        f"grad norm {result['grad_norm']:.4g}, {details['updated tensors']} trainable tensors updated",
-        **details,
-    )
+        whose = ("the twin's random-weight completions (they say nothing about the real model's rewards)" if twin
+                 else "its 8-token completions")
+        yield passed(f"{result['trainer']} took 1 step {where} in {result['step_s']:.1f}s, but every group of "
+                     f"{whose} got identical rewards, so no gradient flowed in this step{note}", **details)
+    else:
+        yield passed(
+            f"{result['trainer']} took 1 step {where} in {result['step_s']:.1f}s: loss {result['loss']:.4g}, "
+            f"grad norm {result['grad_norm']:.4g}, {details['updated tensors']} trainable tensors updated{note}",
+            **details,
+        )
+    yield from findings
+
+
+def sample_findings(plan: dict, sample: dict | None, details: dict, ctx) -> tuple[list, str]:
+    """The real-model sample's findings (C7: every completion cut at max_completion_length; E5: no group with any
+    reward spread), its details (added to `details`) and a note for the step's own message. Only the real model's
+    completions are evidence here: without a sample nothing is said about them."""
+    if not plan:
+        details["real-model completions"] = ("not sampled: the step's completions come from the twin or are cut at "
+                                             f"{MAX_COMPLETION} tokens, so they show nothing about where the real model "
+                                             "stops or how its rewards spread; --sample N samples N prompts with it")
+        return [], ""
+    if plan.get("refused"):
+        details["real-model sample"] = f"not run ({plan.get('why')}): {plan['refused']}"
+        return [], f"; real-model sample not run: {plan['refused']}"
+    if sample is None:
+        return [], ""
+    if sample.get("error"):
+        details["real-model sample"] = f"stopped after {sample.get('seconds')}s: {sample['error']}"
+        return [], f"; the real-model sample could not run: {sample['error']}"
+    model = plan.get("model")
+    size = _size(sample["parameters"])
+    n, groups, cap = sample["prompts"], sample["num_generations"], sample["max_completion_length"]
+    total = sample["completions"]
+    eos = f"{plan.get('eos_token')!r} (id {plan.get('eos_token_id')})"
+    details["real-model sample"] = (
+        f"{model} ({size} parameters, {sample['dtype']}, {sample['device']}): {n} prompt(s) x {groups} completions in "
+        f"{sample['seconds']:.1f}s (load {sample['load_s']:.1f}s, generate {sample['generate_s']:.1f}s, rewards "
+        f"{sample['score_s']:.1f}s); {plan.get('why')}")
+    details["real-model completions"] = (
+        f"{sample['hit_cap']}/{total} ran to max_completion_length {cap} without the eos {eos}; lengths "
+        f"{sample['min_length']}-{sample['max_length']} (mean {sample['mean_length']})")
+    if sample.get("examples"):
+        details["real-model completion (end)"] = repr(sample["examples"][0])
+    if plan.get("use_vllm"):
+        details["real-model sample note"] = ("sampled with transformers' generate, as TRL's non-vLLM path; vLLM samples "
+                                             "with the same settings but its own stop ids")
+    for name, s in sample["rewards"].items():
+        scored = s["scores"] - s["nonfinite"]
+        details[f"real-model reward {name}"] = (f"mean {s['sum'] / scored:.3f}, min {s['min']}, max {s['max']}, "
+                                                f"{s['none']} None" if scored else "no numeric scores")
+    if sample.get("group_rewards") is not None:
+        details["real-model group rewards"] = sample["group_rewards"]
+    findings = []
+    timing = f"({model}, {size} parameters, sampled in {sample['seconds']:.1f}s)"
+    for name, s in sample["rewards"].items():
+        problem = _reward_problem(name, s, ctx)
+        if problem:
+            findings.append(fail(f"on the real model's completions {problem} {timing}", **details))
+    if total and sample["hit_cap"] == total:
+        how = ("the template ends the assistant turn with it" if plan.get("conversational") else "the prompts are plain text")
+        findings.append(warn(
+            f"all {total} completions the real model sampled for {n} prompt(s) ran to max_completion_length {cap} "
+            f"without the eos {eos} {timing}: in training every one is cut (completions/clipped_ratio 1.0), answers past "
+            f"the cap never reach the reward, and the run can learn nothing; raise max_completion_length, or make the "
+            f"model end with {plan.get('eos_token')} (check eos_token and the chat template; {how})",
+            manual(f"raise max_completion_length above {cap} (and vLLM's max model length with it), or fix the eos so "
+                   "the model's completions end; mask_truncated_completions: true keeps cut completions out of the loss"),
+            Location(str(ctx.config.path), "max_completion_length"), **details))
+    spreads = [s for s in sample.get("group_std") or [] if s is not None]
+    if spreads and sample["zero_spread_groups"] == len(spreads):
+        cut = " (all cut at the cap, so alike)" if total and sample["hit_cap"] == total else ""
+        temperature = (plan.get("generation") or {}).get("temperature")
+        findings.append(warn(
+            f"every one of the {len(spreads)} group(s) of {groups} real-model completions{cut} got identical rewards "
+            f"({_first(sample['group_rewards'])}) {timing}: GRPO's group-normalised advantages are then 0, so the loss and the "
+            f"gradient are 0 (frac_reward_zero_std 1.0) and the run learns nothing from these prompts; give partial "
+            f"credit in the reward, raise temperature ({temperature}), or use easier prompts",
+            manual("make the reward graded (partial credit) so completions of one prompt score differently, sample more "
+                   "diversely (temperature), and watch reward_std and grad_norm rather than the loss"),
+            **details))
+    found = [f for f in findings if f.status.value != "pass"]
+    note = "" if found else (f"; the real model's {total} sampled completions: {sample['hit_cap']} cut at "
+                             f"max_completion_length {cap}, {sample['zero_spread_groups']}/{len(spreads)} groups "
+                             f"with no reward spread, in {sample['seconds']:.1f}s")
+    return findings, note
+
+
+def _first(groups: list, shown: int = 3) -> str:
+    """The first groups' rewards, for a one-line message (the details list them all)."""
+    text = ", ".join(str(g) for g in groups[:shown])
+    return f"[{text}{', ...' if len(groups) > shown else ''}]"
+
+
+def _size(parameters: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if parameters >= scale:
+            return f"{parameters / scale:.{2 if unit == 'B' else 1}f}{unit}"
+    return str(parameters)
 
 
 def _short(path: str, ctx) -> str:

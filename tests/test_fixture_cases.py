@@ -4,7 +4,8 @@ Each rule has a folder with broken (bad_*) and healthy (ok_*) cases; a healthy c
 is a false alarm and fails this test just as a missed broken case does.
 
 An expected.yaml may also map cases to fake GPUs (`fake_gpus: {case: file.json}`, the file relative to the
-folder): such a case runs as a subprocess with tests/fake_nvml (a pynvml stand-in) first on PYTHONPATH.
+folder): such a case runs as a subprocess with tests/fake_nvml (a pynvml stand-in) first on PYTHONPATH, and
+extra command-line arguments per case (`args: {case: [--sample, "2"]}`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ CASES = []
 for expected_file in sorted(FIXTURES.glob("*/expected.yaml")):
     spec = yaml.safe_load(expected_file.read_text())
     fakes = spec.get("fake_gpus") or {}
+    extra = spec.get("args") or {}
     for case, status in spec["cases"].items():
         fake = expected_file.parent / fakes[case] if case in fakes else None
-        CASES.append(pytest.param(expected_file.parent / case, spec["rule"], status, fake,
+        CASES.append(pytest.param(expected_file.parent / case, spec["rule"], status, fake, tuple(extra.get(case, ())),
                                   id=f"{expected_file.parent.name}/{case}"))
 
 
@@ -64,12 +66,12 @@ def expected_statuses(expected) -> tuple[list[str], bool]:
     raise AssertionError(f"no entry matches the installed versions: {expected}")
 
 
-@pytest.mark.parametrize("config, rule, expected, fake_gpus", [  # the rules that run the trainer are slow
+@pytest.mark.parametrize("config, rule, expected, fake_gpus, args", [  # the rules that run the trainer are slow
     pytest.param(*c.values, id=c.id, marks=[*c.marks, pytest.mark.slow]) if c.values[1] in ("TD003", "TD004", "TD006") else c
     for c in CASES])
-def test_case_status(built_fixtures, config, rule, expected, fake_gpus):
+def test_case_status(built_fixtures, config, rule, expected, fake_gpus, args):
     kw = {} if fake_gpus is None else {"env": fake_gpu_env(fake_gpus)}
-    code, report = run_json("check", str(config), "--select", rule, **kw)
+    code, report = run_json("check", str(config), "--select", rule, *args, **kw)
     result = result_of(report, rule)
     allowed, conditional = expected_statuses(expected)
     assert result["status"] in allowed, f"{config.name}: {result['status']}: {result['message']}\n{result['details']}"
@@ -92,3 +94,4 @@ def test_fake_gpus_name_listed_cases():
     for expected_file in FIXTURES.glob("*/expected.yaml"):
         spec = yaml.safe_load(expected_file.read_text())
         assert set(spec.get("fake_gpus") or {}) <= set(spec["cases"]), expected_file
+        assert set(spec.get("args") or {}) <= set(spec["cases"]), expected_file

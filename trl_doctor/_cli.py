@@ -56,10 +56,12 @@ def main() -> None:
 @click.option("--script-timeout", type=float, default=300.0, show_default=True, help="Seconds a launch command's script may take to construct its trainer.")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks: a launch command's script that fails before its trainer, and any unexpected stop of the check.")
 @click.option("--user-code-timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True, help="Seconds the user's code (importing a reward module, one reward call, rendering the chat template) may run before it is stopped.")
+@click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N",
+              help="After the smoke step, sample num_generations completions for N dataset prompts with the real model and score them: completions cut at max_completion_length, groups with no reward spread (default: 2 on a GPU where the real model fits, else off; 0: off).")
 @click.option("--max-memory", type=click.FloatRange(min=0), default=None, help="GiB of address space the check's worker may use where it uses no CUDA (default: 85% of physical memory; 0: no limit).")
 def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code,
           num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only, user_code_timeout,
-          max_memory):
+          max_memory, sample):
     """Check CONFIG files (TRL CLI configs, JSON or YAML; globs too), or what a launch command's script gives its
     trainer.
 
@@ -263,10 +265,12 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
 
 
 def _worker_limits() -> dict:
-    """--user-code-timeout and --max-memory, from the command's parameters (every config of one call shares them)."""
+    """--user-code-timeout, --max-memory and --sample, from the command's parameters (every config of one call shares
+    them)."""
     ctx = click.get_current_context(silent=True)
     params = ctx.params if ctx is not None else {}
-    return {"user_code_timeout": params.get("user_code_timeout", 60.0), "max_memory": params.get("max_memory")}
+    return {"user_code_timeout": params.get("user_code_timeout", 60.0), "max_memory": params.get("max_memory"),
+            "sample": params.get("sample")}
 
 
 class _Target:

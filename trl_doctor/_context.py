@@ -45,6 +45,7 @@ class Options:
     max_memory: float | None = None  # GiB of address space for the worker (None: 85% of RAM; 0: no limit); see _limits
     memory_limit: int | None = None  # the limit the worker set, in bytes (recorded by the worker)
     user_code_timeout: float = 60.0  # seconds the user's code (a reward module's import, one call, a chat template) may run
+    sample: int | None = None  # --sample N: prompts sampled with the real model after the smoke step (None: N on a GPU where it fits, else none)
 
 
 @dataclass(frozen=True)

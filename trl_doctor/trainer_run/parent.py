@@ -1,6 +1,7 @@
 """The trainer run's parent side: decides whether the installed TRL can build the config's trainer at all,
-builds the `Spec` (the miniature twin, or the real model on a GPU when one step fits), runs it through the
-worker side in this process, and turns what came back into a `RunResult` the rules read. One run per check,
+builds the `Spec` (the miniature twin, or the real model on a GPU when one step fits, and the plan of the
+real-model sample: `sample_plan`), runs it through the worker side in this process, and turns what came back into
+a `RunResult` the rules read. One run per check,
 cached on the context: the logits probe, the termination probe and the smoke step share it.
 
 The printing process supervises the run through `ctx.emit` events: "trainer-run" (the run starts: the smoke
@@ -139,6 +140,7 @@ def build_spec(ctx) -> Spec:
     }
     reward_models = [_path(ctx, raw["reward_model_name_or_path"])] if raw.get("reward_model_name_or_path") else []
     model_path, label, twin, note = _model_choice(ctx)
+    sample = sample_plan(ctx, twin)
     model_kwargs = None
     if not twin:  # the real model loads as the job loads it (dtype, attention); the twin in fp32
         model_kwargs = raw.get("model_init_kwargs") or {k: raw[k] for k in ("dtype", "torch_dtype", "attn_implementation")
@@ -173,6 +175,8 @@ def build_spec(ctx) -> Spec:
         "force_after": FORCE_AFTER,
         "suppress_ids": sorted(suppress),
         "twin_parameters": parameter_count(ctx.twin) if twin else None,
+        "sample": sample,
+        "user_code_timeout": float(ctx.options.user_code_timeout),
     })
 
 
@@ -274,3 +278,114 @@ def smoke_estimate_details(ctx) -> dict:
         fits, words = real_model_fits(ctx)
         out["memory check"] = words
     return out
+
+
+# -- the real-model sample (catalog C7, E5) ------------------------------------------------------------------------
+
+SAMPLE_ON_GPU = 2  # prompts sampled by default where the step itself ran the real model on a GPU
+CPU_MAX_PARAMETERS = 1.5e9  # beyond this, sampling on a CPU takes minutes per prompt: refused
+CPU_BYTES_PER_S = 1e10  # memory bandwidth assumed for the CPU time estimate (each decoding step reads every weight)
+CPU_FLOPS = 2e10  # arithmetic throughput assumed for it (2 FLOPs per parameter per token)
+SAMPLE_SHARE = 0.5  # the sample may take at most this share of --smoke-timeout by the estimate
+GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "cache_implementation")
+
+
+def sample_plan(ctx, twin: bool) -> dict:
+    """What the worker needs to sample the REAL model after the step (the miniature twin has random weights: its
+    completions say nothing about the real model's length or reward spread): {} when no sample is asked for,
+    {"n": N, "refused": why} when one is asked for but cannot run here, else the prompts (rendered and tokenized as
+    the installed trainer does), the trainer's sampling settings and the model to load."""
+    asked = ctx.options.sample
+    if asked == 0 or not ctx.options.smoke:
+        return {}
+    if asked is None:
+        if ctx.device != "cuda" or twin:
+            return {}
+        n, why = SAMPLE_ON_GPU, f"by default on the GPU, where the step ran the real model (--sample 0 turns it off)"
+    else:
+        n, why = asked, f"--sample {asked}"
+    try:
+        return _sample_plan(ctx, n, why)
+    except Exception as exc:  # e.g. Unavailable: an input another rule reports; never this rule's error
+        return {"n": n, "why": why, "refused": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+
+
+def _sample_plan(ctx, n: int, why: str) -> dict:
+    from trl_doctor.facts.chat import prompt_format, prompt_rendering, render_prompt, template_fence
+    from trl_doctor.facts.models import parameter_count
+
+    out: dict = {"n": n, "why": why, "model": ctx.config.model.ref, "device": ctx.device}
+    cfg = ctx.trainer_config
+    if ctx.trainer == "ppo" or not hasattr(cfg, "num_generations"):
+        return {**out, "refused": (f"the sample scores completions with reward functions the way GRPO and RLOO do; "
+                                   f"{type(cfg).__name__} has no num_generations groups")}
+    if not has_safetensors(ctx.config.model.path):
+        return {**out, "refused": (f"{ctx.config.model.ref} has no .safetensors weights: the doctor loads no pickle "
+                                   "(.bin/.pt) weights, which can run code when unpickled")}
+    params = parameter_count(ctx.meta_model)
+    groups = int(cfg.num_generations)
+    cap = int(getattr(cfg, "max_completion_length", None) or 0)
+    out.update(parameters=params, num_generations=groups, max_completion_length=cap)
+    if cap < 1:
+        return {**out, "refused": f"max_completion_length is {cap}"}
+    if ctx.device == "cpu":  # before any prompt is rendered: a refusal costs nothing
+        refused = _cpu_refusal(ctx, params, n * groups, cap, 0)
+        if refused:
+            return {**out, "refused": refused}
+    rows = ctx.dataset.select(range(min(n, len(ctx.dataset)))).to_list()
+    tok = ctx.tokenizer
+    how = prompt_rendering(ctx)
+    prompt_ids = []
+    with template_fence(tok, f"rendering {len(rows)} prompts for the real-model sample"):
+        for i, row in enumerate(rows):
+            prompt = row.get("prompt")
+            kind = prompt_format(prompt)
+            if kind == "conversational":
+                text = render_prompt(tok, prompt, how)
+                prompt_ids.append(tok(text, add_special_tokens=False)["input_ids"])
+            elif kind == "standard":
+                prompt_ids.append(tok(prompt, add_special_tokens=how.plain_special_tokens)["input_ids"])
+            else:
+                return {**out, "refused": f"row {i}'s prompt is {kind} (see the dataset-schema rule)"}
+    longest = max((len(p) for p in prompt_ids), default=0)
+    out.update(rows=rows, prompt_ids=prompt_ids, conversational=bool(rows) and prompt_format(rows[0].get("prompt")) == "conversational")
+    if ctx.device == "cpu":  # again with the prompts' real length
+        refused = _cpu_refusal(ctx, params, len(rows) * groups, cap, longest)
+        if refused:
+            return {**out, "refused": refused}
+    generation = {"max_new_tokens": cap, "do_sample": True, "pad_token_id": tok.pad_token_id,
+                  "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}
+    generation.update({k: getattr(cfg, k) for k in GENERATION_KEYS if hasattr(cfg, k)})
+    generation.update(getattr(cfg, "generation_kwargs", None) or {})
+    raw = ctx.config.raw
+    model_kwargs = {}
+    if ctx.device == "cuda":  # as the job loads it; on the CPU in fp32 (bf16 matmuls there are slow or missing)
+        model_kwargs = raw.get("model_init_kwargs") or {k: raw[k] for k in ("dtype", "torch_dtype", "attn_implementation")
+                                                           if raw.get(k) is not None}
+    weights = getattr(cfg, "reward_weights", None)
+    return {**out, "model_path": str(ctx.config.model.path), "tokenizer_path": _tokenizer_dir(ctx),
+            "model_kwargs": dict(model_kwargs), "generation": generation, "seed": int(getattr(cfg, "seed", 42) or 0),
+            "eos_token": tok.eos_token, "eos_token_id": tok.eos_token_id,
+            "reward_weights": list(weights) if weights is not None else None,
+            "reward_models": [str(r) for r in ([raw["reward_model_name_or_path"]] if raw.get("reward_model_name_or_path") else [])],
+            "use_vllm": bool(getattr(cfg, "use_vllm", False))}
+
+
+def _cpu_refusal(ctx, params: int, sequences: int, cap: int, prompt: int) -> str | None:
+    """Why sampling this model on this CPU is refused (too big, too little memory, too slow), or None."""
+    from trl_doctor._limits import physical_memory
+
+    if params > CPU_MAX_PARAMETERS:
+        return (f"{ctx.config.model.ref} has {params / 1e9:.2f}B parameters: sampling it on the CPU is refused above "
+                f"{CPU_MAX_PARAMETERS / 1e9:.1f}B (minutes per prompt); run the check on a GPU machine (--device cuda)")
+    need = params * 4 * 1.3  # fp32 weights and the activations, KV cache and allocator slack beside them
+    room = ctx.options.memory_limit or physical_memory()
+    if room and need > 0.5 * room:  # the trainer's own run shares the worker's memory
+        return (f"{ctx.config.model.ref} needs ~{need / 2**30:.1f} GiB in fp32 and the worker may use "
+                f"{room / 2**30:.1f} GiB: sampling it here is refused")
+    seconds = cap * params * 4 / CPU_BYTES_PER_S + sequences * (prompt + cap) * 2 * params / CPU_FLOPS
+    if seconds > SAMPLE_SHARE * ctx.options.smoke_timeout:
+        return (f"{sequences} completions of up to {cap} tokens from {params / 1e9:.2f}B parameters would take ~{seconds:.0f}s "
+                f"on the CPU by the estimate, over half of --smoke-timeout {ctx.options.smoke_timeout:g}s: lower N, or "
+                "raise --smoke-timeout")
+    return None

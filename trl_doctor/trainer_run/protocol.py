@@ -15,7 +15,7 @@ VERSION = 1
 
 # The stages a run goes through, in order; a failure names the one it happened in.
 STAGES = ("import", "config", "reward functions", "models", "dataset", "trainer init", "logits probe", "train",
-          "inspect")
+          "inspect", "sample")
 OUTCOMES = ("ok", "failed", "timeout", "crashed")
 
 
@@ -53,6 +53,11 @@ class Spec:
     force_after: int = 3
     suppress_ids: list = field(default_factory=list)
     twin_parameters: int | None = None
+    # the real-model sample after the step (--sample N, or by default on a GPU where the real model fits):
+    # {"n", "model_path", "prompt_ids", "rows", "generation", ...} as `parent.sample_plan` builds it; {} when not
+    # asked for; {"refused": why} when asked for but not run
+    sample: dict = field(default_factory=dict)
+    user_code_timeout: float = 60.0
 
     def details(self) -> dict[str, Any]:
         """What every outcome reports about the run's set-up."""
@@ -100,7 +105,8 @@ class Progress:
 class RunResult:
     """What came of a run.
 
-    - `ok`: `result` holds {"trainer", "import_s", "probes", "model", "train"} (train is None with --no-smoke);
+    - `ok`: `result` holds {"trainer", "import_s", "probes", "model", "train", "sample"} (train is None with
+      --no-smoke; sample is None unless the real model was sampled, else what `worker.sample_real` gives);
     - `failed`: the trainer raised; `error` holds {"error_type", "error", "traceback", "stage", "rewards", "probes"};
     - `timeout`: stopped after `limit` seconds in `last_stage`;
     - `crashed`: the process died (`code`: its exit status, negative for a signal) in `last_stage`.

@@ -1,6 +1,8 @@
 """The trainer run's worker side: builds the installed TRL's real trainer for a tiny version of the config,
 runs the probes other rules ask for on it (the logits contract), then, unless the smoke step is off, one
-optimizer step (with the end-of-turn token forced early, so the step also shows whether generation stops).
+optimizer step (with the end-of-turn token forced early, so the step also shows whether generation stops), then,
+when the spec asks for it, the real-model sample (`sample_real`: the real weights, the trainer's sampling settings,
+the config's reward functions in the fence).
 
 It runs inside the check's one heavy worker process, after the static rules, so torch, transformers and TRL
 are imported once per check. `execute` never raises: the trainer's exception comes back as data with the
@@ -136,7 +138,167 @@ def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: f
     }
     if torch.cuda.is_available() and spec.device == "cuda":
         result["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-    return {**info, "train": result}
+    sample = None
+    if spec.sample.get("prompt_ids") and not spec.sample.get("refused"):
+        stage("sample")
+        del trainer, policy, model, trainable, frozen  # the real model takes their place in memory
+        sample = sample_real(spec)
+    return {**info, "train": result, "sample": sample}
+
+
+def sample_real(spec: Spec) -> dict:
+    """The real model (full safetensors weights) generates `num_generations` completions for each sampled prompt
+    with the trainer's sampling settings (transformers' generate, as TRL's non-vLLM path), and the config's reward
+    functions score them as the trainer calls them. Reported: how many completions ran to max_completion_length
+    without the eos TRL looks for, how many groups got identical rewards, the time taken and the model size.
+    An error of the doctor's own comes back as {"error"}; a reward function that raises is recorded by name."""
+    import gc
+
+    import torch
+
+    plan = spec.sample
+    gc.collect()  # the step's trainer and models were dropped: free their memory before the real weights load
+    if spec.device == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    t0 = time.perf_counter()
+    try:
+        model, tok = _load_real(plan, spec.device)
+        load_s = time.perf_counter() - t0
+        completion_ids, generate_s = _generate(model, tok, plan, spec.device)
+        params = sum(p.numel() for p in model.parameters())
+        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        del model
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}",
+                "seconds": round(time.perf_counter() - t0, 2)}
+    eos, cap, groups = plan["eos_token_id"], plan["max_completion_length"], plan["num_generations"]
+    kept, terminated = [], 0
+    for ids in completion_ids:  # as TRL masks them: up to and including the first eos
+        if eos is not None and eos in ids:
+            ids = ids[:ids.index(eos) + 1]
+            terminated += 1
+        kept.append(ids)
+    hit_cap = sum(1 for ids in kept if (eos is None or eos not in ids) and len(ids) >= cap)
+    texts = tok.batch_decode(kept, skip_special_tokens=True)
+    t1 = time.perf_counter()
+    rewards, totals = _score(spec, plan, kept, texts)
+    score_s = time.perf_counter() - t1
+    spreads = []
+    for g in range(len(plan["rows"])):
+        values = totals[g * groups:(g + 1) * groups] if totals is not None else []
+        spreads.append(_spread(values) if values else None)
+    lengths = [len(ids) for ids in kept]
+    return {
+        "prompts": len(plan["rows"]), "num_generations": groups, "completions": len(kept), "max_completion_length": cap,
+        "terminated": terminated, "hit_cap": hit_cap, "mean_length": round(sum(lengths) / max(1, len(lengths)), 1),
+        "min_length": min(lengths, default=0), "max_length": max(lengths, default=0),
+        "examples": [t[-120:] for t in texts[:2]], "rewards": rewards,
+        "group_rewards": [[None if v is None else round(v, 4) for v in totals[g * groups:(g + 1) * groups]]
+                          for g in range(len(plan["rows"]))] if totals is not None else None,
+        "group_std": spreads, "zero_spread_groups": sum(1 for s in spreads if s is not None and _is_zero(s)),
+        "parameters": params, "dtype": dtype, "device": spec.device,
+        "load_s": round(load_s, 2), "generate_s": round(generate_s, 2), "score_s": round(score_s, 2),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def _load_real(plan: dict, device: str):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(plan["tokenizer_path"], local_files_only=True)
+    # safetensors only: from_pretrained refuses the pickle files (.bin) rather than falling back to them
+    model = AutoModelForCausalLM.from_pretrained(plan["model_path"], local_files_only=True, use_safetensors=True,
+                                                 **(plan.get("model_kwargs") or {}))
+    if device == "cpu":
+        model = model.float()
+    return model.to(device).eval(), tok
+
+
+def _generate(model, tok, plan: dict, device: str) -> tuple[list[list[int]], float]:
+    """Each prompt repeated num_generations times (as TRL's sampler repeats it), left-padded into one batch."""
+    import torch
+    from transformers import GenerationConfig
+
+    settings = dict(plan["generation"])
+    pad = settings.get("pad_token_id")
+    if pad is None:  # a tokenizer without pad: the pad-token rule's finding; generate needs one to batch
+        pad = settings["pad_token_id"] = plan["eos_token_id"] if plan["eos_token_id"] is not None else 0
+    prompts = [ids for ids in plan["prompt_ids"] for _ in range(plan["num_generations"])]
+    width = max(len(p) for p in prompts)
+    input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    torch.manual_seed(plan.get("seed", 0))
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=GenerationConfig(**settings))
+    seconds = time.perf_counter() - t0
+    return [row[width:].tolist() for row in out.cpu()], seconds
+
+
+def _score(spec: Spec, plan: dict, completion_ids: list, texts: list) -> tuple[dict, list | None]:
+    """Each reward function called as the installed trainer calls it, in the user-code fence; the weighted sum per
+    completion as TRL forms it (nansum: None counts as no score), or None when a function failed."""
+    import math
+
+    from trl_doctor.facts.rewards import (new_stats, raised_info, record_values, resolve_reward, reward_call,
+                                          reward_fence)
+
+    groups = plan["num_generations"]
+    rows = [row for row in plan["rows"] for _ in range(groups)]
+    conversational = plan.get("conversational")
+    completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else list(texts)
+    call = reward_call(spec.trainer)
+    excluded = call.excluded_columns if call is not None else ("prompt", "completion")
+    kwargs = {"prompts": [r.get("prompt") for r in rows], "completions": completions, "completion_ids": completion_ids}
+    if call is not None:
+        kwargs = {k: v for k, v in kwargs.items() if k in call.keywords or k in ("prompts", "completions")}
+        for key in call.extras:
+            kwargs[key] = _extra(key)
+    for column in (rows[0] if rows else {}):
+        if column not in excluded:
+            kwargs[column] = [r.get(column) for r in rows]
+    weights = plan.get("reward_weights") or [1.0] * len(spec.reward_funcs)
+    stats: dict = {}
+    totals: list | None = [0.0] * len(completions) if spec.reward_funcs else None
+    for name, weight in zip(spec.reward_funcs, weights):
+        s = stats[name] = new_stats()
+        try:
+            func = resolve_reward(name, spec.user_dir)
+            with reward_fence(name, func, spec.user_dir, spec.user_code_timeout):
+                values = func(**kwargs)
+        except Exception as exc:
+            s["raised"] = raised_info(exc, skip_files=(__file__,))
+            totals = None
+            continue
+        scores = record_values(s, values, len(completions))
+        if scores is None or len(scores) != len(completions) or totals is None:
+            totals = None
+            continue
+        totals = [t + (weight * v if v is not None and math.isfinite(v) else 0.0) for t, v in zip(totals, scores)]
+    return stats, totals
+
+
+def _extra(key: str):
+    if key in ("log_extra", "log_metric"):
+        return lambda *a, **k: None
+    if key == "trainer_state":
+        from transformers import TrainerState
+
+        return TrainerState()
+    return None
+
+
+def _spread(values: list[float]) -> float:
+    """The group's standard deviation, as TRL's advantage normalisation takes it (unbiased)."""
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+
+
+def _is_zero(std: float) -> bool:
+    return abs(std) <= 1e-8  # TRL's frac_reward_zero_std: torch.isclose(std, 0), absolute tolerance 1e-8
 
 
 def _config_kwargs(config_cls, spec: dict) -> dict:
@@ -454,7 +616,7 @@ def _recorded(func, name, calls):
     import functools
     import inspect
 
-    from trl_doctor.facts.rewards import bind_problem, new_stats, raised_info, record_values
+    from trl_doctor.facts.rewards import bind_problem, is_async, new_stats, raised_info, record_values
 
     stats = calls.setdefault(name, new_stats())
     try:
@@ -462,19 +624,43 @@ def _recorded(func, name, calls):
     except (TypeError, ValueError):
         signature = None
 
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def before(args, kwargs):
         problem = bind_problem(func, name, signature, args, kwargs)
         if problem is not None:
             stats["signature"] = problem
-        try:
-            values = func(*args, **kwargs)
-        except Exception as exc:
-            if "signature" not in stats:
-                stats["raised"] = raised_info(exc, skip_files=(__file__,))
-            raise
+
+    def raised(exc):
+        if "signature" not in stats:
+            stats["raised"] = raised_info(exc, skip_files=(__file__,))
+
+    def after(values, args, kwargs):
         completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
         record_values(stats, values, len(completions) if completions is not None else None)
         return values
+
+    if is_async(func):
+        # an async wrapper for an async function: a TRL that awaits reward functions (is_async_callable) must still
+        # see one, and gets the scores; a TRL that does not gets a coroutine, as it would from the function itself
+        @functools.wraps(func)
+        async def async_wrapper(*args, **kwargs):
+            before(args, kwargs)
+            try:
+                values = await func(*args, **kwargs)
+            except Exception as exc:
+                raised(exc)
+                raise
+            return after(values, args, kwargs)
+
+        return async_wrapper
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        before(args, kwargs)
+        try:
+            values = func(*args, **kwargs)
+        except Exception as exc:
+            raised(exc)
+            raise
+        return after(values, args, kwargs)
 
     return wrapper
