@@ -68,7 +68,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from trl_doctor import Edit, Fix, InputError, fail, passed, rule, warn
+from trl_doctor import Edit, Fix, InputError, fail, manual, passed, rule, warn
 from trl_doctor.facts.models import score_rows
 from trl_doctor.facts.trl import ppo_without_value_model, trainer_class, trainer_source
 
@@ -113,6 +113,9 @@ def check(ctx):
     }
     if ppo.get("evidence"):
         details["value_model=None fails at"] = ppo["evidence"]
+
+    if ctx.live is not None and ctx.live.ref_is_policy:
+        yield _same_reference(ctx)
 
     keys = {"reward": "reward_model_path", "value": "value_model_path"}
     refs = {role: cfg.get(key) for role, key in keys.items()}
@@ -418,3 +421,19 @@ def _one_line(exc: BaseException) -> str:
     if "trust_remote_code" in text:
         text = "it contains custom code (auto_map) that trl-doctor runs only with --trust-remote-code"
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _same_reference(ctx):
+    """The script passed the policy itself as `ref_model` (catalog F5): PPOTrainer refuses it at construction in
+    every release with a value model, and a reference that is the policy would measure a KL of zero anyway."""
+    where = f" ({ctx.live.where[0]}:{ctx.live.where[1]})" if ctx.live.where else ""
+    return fail(
+        f"the script passes the policy itself as ref_model{where}: PPOTrainer stops at construction with "
+        "\"ValueError: `model` and `ref_model` cannot be the same object\" (and a reference that moves with the policy "
+        "would make the KL penalty zero); pass ref_model=None to let PPOTrainer copy the policy "
+        "(trl.create_reference_model), load the reference separately, or with PEFT pass None (the adapter-free "
+        "base is the reference)",
+        manual("load the reference model separately (AutoModelForCausalLM.from_pretrained(...) a second time) or "
+               "pass ref_model=None"),
+        command=ctx.live.command,
+    )

@@ -305,6 +305,29 @@ def test_ppo_example_builds_its_value_model_from_the_reward_model_path():
     assert "tokenized by the script" in result_of(report, "dataset-schema")["message"]
 
 
+@pytest.mark.slow
+def test_ppo_script_passing_the_policy_as_its_own_reference(built_fixtures):
+    """Catalog F5: `PPOTrainer(model=policy, ref_model=policy)` stops at construction; the doctor says so before
+    launch, and TRL's own example (a separately loaded reference) passes."""
+    from conftest import real_trl
+
+    env = {} if has_trl_trainer("ppo") else real_trl("1.12.0")
+    common = ["--sft_model_path", "../models/qwen2-chat", "--reward_model_path", "../models/rm-qwen2",
+              "--output_dir", "out/ppo", "--per_device_train_batch_size", "2", "--response_length", "16",
+              "--stop_token", "eos", "--report_to", "none"]
+    proc = run_doctor("check", "--no-smoke", "--select", "value-model", "--format", "json", "--",
+                      "python", "ppo_same_ref.py", *common, cwd=LAUNCH, env=env)
+    value = result_of(json.loads(proc.stdout), "value-model")
+    assert proc.returncode == 1 and value["status"] == "fail", value
+    assert "passes the policy itself as ref_model (" in value["message"] and "ppo_same_ref.py:" in value["message"]
+    assert "cannot be the same object" in value["message"] and "ref_model=None" in value["fix"]["description"]
+    if env:  # the example itself imports trl.PPOTrainer, which only releases before 0.29 have
+        return
+    proc = run_doctor("check", "--no-smoke", "--select", "value-model", "--format", "json", "--",
+                      "python", "ppo_example.py", *common, cwd=LAUNCH, env=env)
+    assert result_of(json.loads(proc.stdout), "value-model")["status"] == "pass"
+
+
 def test_python_dash_m_runs_the_module_from_the_current_folder():
     code, report = run_json("check", "--no-smoke", "--select", "reward-functions", "--", "python", "-m", "grpo_quickstart")
     assert code == 0, report

@@ -67,6 +67,7 @@ class Live:
     processes_from: str | None = None
     notes: tuple[str, ...] = ()  # what the launcher sets that the doctor does not read
     batch_note: tuple[str, str] | None = None  # ("launch" | "refused", TRL's error) when the batch sizes were relaxed
+    ref_is_policy: bool = False  # the script passed the policy object itself as the reference model
 
 
 @dataclass

@@ -89,7 +89,10 @@ def trainer_classes() -> dict[type, str]:
 
     found: dict[type, str] = {}
     for kind in ("grpo", "rloo", "ppo"):
-        cls = trainer_class(kind)
+        try:
+            cls = trainer_class(kind)
+        except RuntimeError:  # TRL's lazy module wraps a trainer whose own imports fail (a missing optional
+            continue  # dependency): the script cannot construct that trainer, so there is nothing to hook
         if cls is not None:
             found.setdefault(cls, kind)
     for module_name in ("trl", "trl.trainer", "trl.experimental.ppo"):

@@ -77,6 +77,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         recipe_keys=recipe_keys, processes=captured.launched.processes,
         processes_from=captured.launched.processes_from, notes=tuple(captured.launched.notes),
         batch_note=rec.batch_notes.get(id(args)) if args is not None else None,
+        ref_is_policy=not isinstance(model, str) and _first(arguments, _REF_KEYWORDS) is model,
     )
     return cfg, live
 
