@@ -140,6 +140,10 @@ def build_spec(ctx) -> Spec:
     reward_models = [_path(ctx, raw["reward_model_name_or_path"])] if raw.get("reward_model_name_or_path") else []
     model_path, label, twin, note = _model_choice(ctx)
     model_kwargs = None
+    if twin and ctx.options.trust_remote_code and isinstance((ctx.read_json(ctx.model_file("config.json")) or {}).get("auto_map"), dict):
+        # the twin of a remote-code model is saved with its code: TRL loads it back only when trusted, as the job must
+        overrides["model_init_kwargs"] = {"trust_remote_code": True}
+        overrides["trust_remote_code"] = True
     if not twin:  # the real model loads as the job loads it (dtype, attention); the twin in fp32
         model_kwargs = raw.get("model_init_kwargs") or {k: raw[k] for k in ("dtype", "torch_dtype", "attn_implementation")
                                                            if raw.get(k) is not None} or None
