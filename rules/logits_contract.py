@@ -12,6 +12,12 @@ What goes wrong
     both cases.) TRL 1.x calls the model differently again: it patches a fused LM head onto the model and
     asks for `fused_lm_head=True` and `labels`, and reads `outputs.log_probs`; remote-code models whose
     forward ignores these keywords, or lacks what the trainer reaches for, break or silently waste memory.
+    Remote code (catalog A4): a model whose config.json `auto_map` names its own modeling_*.py, for a model_type
+    the installed transformers does not ship, loads only with `trust_remote_code=True`; a trainer config without
+    it stops in from_pretrained ("... contains custom code which must be executed to correctly load the model").
+    Its forward may lack `logits_to_keep` (a TypeError where TRL passes it), swallow it in `**kwargs` (full
+    logits, as above), or expose no output embeddings (`get_output_embeddings()` is None: TRL 1.x's fused LM head
+    projects through it, and the first step stops with "'NoneType' object has no attribute 'weight'").
 
 Versions
     Reported as trl#2770 on TRL 0.15.0.dev with transformers 4.48.0 (Qwen2); transformers 4.49 renamed the
@@ -25,12 +31,20 @@ How it is detected
     that record the keyword arguments the model received and every vocabulary-sized output. It fails when
     the model produced logits for more positions than the trainer asked for, or when the result does not
     have the [batch, completion] shape the trainer uses next. The memory the mismatch would cost at the
-    config's batch size, prompt and completion lengths is computed and shown.
+    config's batch size, prompt and completion lengths is computed and shown. A probe that raises after the
+    trainer was built is reported with what the model lacks (its output embeddings, a keyword its forward
+    refuses). Remote code: config.json's `auto_map` and `model_type` are read as JSON (no code runs) against the
+    installed transformers' own model types, and the trainer config's `model_init_kwargs.trust_remote_code` or
+    top-level `trust_remote_code` (GRPOConfig's field in TRL 1.x, ModelConfig's that `trl grpo` passes on
+    before). The probe runs the model's code only under trl-doctor's --trust-remote-code; without it the rule
+    skips the probe and says so.
 
 What the fix does
     Nothing in the files: the message names the installed versions and the upgrade that resolves it
     (transformers >= 4.49 for the logits_to_keep rename; for remote code, a forward that honours the
-    keywords, or a native architecture without --trust-remote-code).
+    keywords, or a native architecture without --trust-remote-code). An untrusted remote-code model gets a manual
+    step: read its code, then set `model_init_kwargs.trust_remote_code: true` (never written for the user: it
+    decides to run that code).
 """
 
 from __future__ import annotations
