@@ -68,7 +68,8 @@ def check(ctx):
         untrusted = _untrusted(ctx, remote)
         if untrusted is not None:
             yield untrusted
-        if not ctx.options.trust_remote_code:
+        runs_remote = remote["trusted_by"] or not remote["native"]  # else the job, like the doctor, takes transformers' class
+        if runs_remote and not ctx.options.trust_remote_code:
             # the doctor's own flag: without it no code from the model folder runs here, so there is no probe
             yield skip(f"config.json's auto_map names the model's own code ({_code_files(remote)}): the logits probe "
                        "runs it only with trl-doctor's --trust-remote-code", **_remote_details(remote))

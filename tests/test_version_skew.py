@@ -14,6 +14,7 @@ import yaml
 from packaging.version import Version
 
 from conftest import FIXTURES, result_of, rule_in_this_process, run_doctor, run_json
+from test_precision_and_attention import fake_gpus  # noqa: F401  (the NVML stand-in fixture)
 from trl_doctor.facts import versions as _skew
 from trl_doctor.facts.versions import (
     entry_matches_config,
@@ -465,3 +466,19 @@ def test_liger_range_is_read_from_an_extra_named_after_no_package():
     assert _skew.extra_requirement(lines[:3], "liger", "liger-kernel") == ">=0.8.2"
     assert _skew.extra_requirement(lines[1:], "liger", "liger-kernel") == ("==0.5.3" if sys.platform != "win32" else None)
     assert _skew.extra_requirement(lines[1:3], "liger", "liger-kernel") is None
+
+
+def test_no_false_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
+    """Every healthy case of every rule passes (or skips) this rule: on the GPUs its folder's expected.yaml names for
+    it, else on a launch machine (an A100) and without a GPU."""
+    from test_fixture_cases import case_fake_gpus
+
+    for case in sorted(built_fixtures.glob("*/ok_*")):
+        if case.suffix not in (".yaml", ".yml", ".json"):
+            continue
+        named = case_fake_gpus(case)
+        for gpus in ([named] if named else ("a100-80g.json", "no-driver.json")):
+            fake_gpus(gpus)
+            _, report = run_json("check", str(case), "--select", "version-skew", "--no-smoke")
+            r = result_of(report, "TD007")
+            assert r["status"] in ("pass", "skip"), (gpus, case, r["message"])
