@@ -468,9 +468,11 @@ def test_liger_range_is_read_from_an_extra_named_after_no_package():
     assert _skew.extra_requirement(lines[1:3], "liger", "liger-kernel") is None
 
 
-def test_no_false_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
-    """Every healthy case of every rule passes (or skips) this rule: on the GPUs its folder's expected.yaml names for
-    it, else on a launch machine (an A100) and without a GPU."""
+def test_no_liger_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
+    """The liger check raises nothing on any healthy case of any rule: on the GPUs its folder's expected.yaml names
+    for it, else on a launch machine (an A100) and without a GPU. (A healthy case of another rule may still match a
+    known issue of the installed TRL, such as a PPO config on trl >= 1.13: that is this rule's job, not a false
+    alarm of the liger check.)"""
     from test_fixture_cases import case_fake_gpus
 
     for case in sorted(built_fixtures.glob("*/ok_*")):
@@ -481,4 +483,8 @@ def test_no_false_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
             fake_gpus(gpus)
             _, report = run_json("check", str(case), "--select", "version-skew", "--no-smoke")
             r = result_of(report, "TD007")
-            assert r["status"] in ("pass", "skip"), (gpus, case, r["message"])
+            findings = [r["message"], *r["details"].get("also", [])] if r["status"] != "pass" else []
+            assert not [f for f in findings if "liger" in f], (gpus, case, findings)
+            asked = case.suffix != ".json" and bool((yaml.safe_load(case.read_text()) or {}).get("use_liger_kernel"))
+            if not asked:  # no liger note either where the config does not ask for the kernels
+                assert "liger-kernel" not in r["details"], (case, r["details"])
