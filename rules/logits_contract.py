@@ -12,6 +12,12 @@ What goes wrong
     both cases.) TRL 1.x calls the model differently again: it patches a fused LM head onto the model and
     asks for `fused_lm_head=True` and `labels`, and reads `outputs.log_probs`; remote-code models whose
     forward ignores these keywords, or lacks what the trainer reaches for, break or silently waste memory.
+    Remote code (catalog A4): a model whose config.json `auto_map` names its own modeling_*.py, for a model_type
+    the installed transformers does not ship, loads only with `trust_remote_code=True`; a trainer config without
+    it stops in from_pretrained ("... contains custom code which must be executed to correctly load the model").
+    Its forward may lack `logits_to_keep` (a TypeError where TRL passes it), swallow it in `**kwargs` (full
+    logits, as above), or expose no output embeddings (`get_output_embeddings()` is None: TRL 1.x's fused LM head
+    projects through it, and the first step stops with "'NoneType' object has no attribute 'weight'").
 
 Versions
     Reported as trl#2770 on TRL 0.15.0.dev with transformers 4.48.0 (Qwen2); transformers 4.49 renamed the
@@ -25,18 +31,27 @@ How it is detected
     that record the keyword arguments the model received and every vocabulary-sized output. It fails when
     the model produced logits for more positions than the trainer asked for, or when the result does not
     have the [batch, completion] shape the trainer uses next. The memory the mismatch would cost at the
-    config's batch size, prompt and completion lengths is computed and shown.
+    config's batch size, prompt and completion lengths is computed and shown. A probe that raises after the
+    trainer was built is reported with what the model lacks (its output embeddings, a keyword its forward
+    refuses). Remote code: config.json's `auto_map` and `model_type` are read as JSON (no code runs) against the
+    installed transformers' own model types, and the trainer config's `model_init_kwargs.trust_remote_code` or
+    top-level `trust_remote_code` (GRPOConfig's field in TRL 1.x, ModelConfig's that `trl grpo` passes on
+    before). The probe runs the model's code only under trl-doctor's --trust-remote-code; without it the rule
+    skips the probe and says so.
 
 What the fix does
     Nothing in the files: the message names the installed versions and the upgrade that resolves it
     (transformers >= 4.49 for the logits_to_keep rename; for remote code, a forward that honours the
-    keywords, or a native architecture without --trust-remote-code).
+    keywords, or a native architecture without --trust-remote-code). An untrusted remote-code model gets a manual
+    step: read its code, then set `model_init_kwargs.trust_remote_code: true` (never written for the user: it
+    decides to run that code).
 """
 
 from __future__ import annotations
 
-from trl_doctor import fail, passed, rule, skip
+from trl_doctor import fail, manual, passed, rule, skip
 
+from trl_doctor.facts.models import remote_code
 from trl_doctor.facts.trainer_run import trainer_run
 
 
@@ -48,6 +63,17 @@ from trl_doctor.facts.trainer_run import trainer_run
     needs=("trainer_run",),
 )
 def check(ctx):
+    remote = remote_code(ctx)
+    if remote is not None:
+        untrusted = _untrusted(ctx, remote)
+        if untrusted is not None:
+            yield untrusted
+        runs_remote = remote["trusted_by"] or not remote["native"]  # else the job, like the doctor, takes transformers' class
+        if runs_remote and not ctx.options.trust_remote_code:
+            # the doctor's own flag: without it no code from the model folder runs here, so there is no probe
+            yield skip(f"config.json's auto_map names the model's own code ({_code_files(remote)}): the logits probe "
+                       "runs it only with trl-doctor's --trust-remote-code", **_remote_details(remote))
+            return
     run = trainer_run(ctx)
     probes = run.probes
     if "logits" not in probes:
@@ -59,6 +85,9 @@ def check(ctx):
         yield skip(probe["skipped"])
         return
     versions = f"trl {ctx.version('trl')}, transformers {ctx.version('transformers')}"
+    if "error" in probe:
+        yield _probe_error(probe, versions, remote)
+        return
     keep, seq, batch, vocab = probe["logits_to_keep"], probe["sequence"], probe["batch"], probe["vocab"]
     widest = max(probe["vocab_positions"], default=0)
     details = {
@@ -81,7 +110,11 @@ def check(ctx):
         yield fail(
             f"{probe['method']} asked for logits of the last {keep + 1} positions but got all {widest} ({why}; {versions}): "
             f"at this config's sizes the logits take {memory['logits at config sizes (mismatch)']} instead of "
-            f"{memory['logits at config sizes (expected)']}. Upgrade transformers to >= 4.49 (or a release your TRL supports)",
+            f"{memory['logits at config sizes (expected)']}. " + (
+                f"The model's own code ({_code_files(remote)}) must pass {', '.join(swallowed) or 'logits_to_keep'} on "
+                "(slice the hidden states to the last positions before the LM head), or load a native architecture "
+                "without trust_remote_code" if remote is not None else
+                "Upgrade transformers to >= 4.49 (or a release your TRL supports)"),
             **details,
         )
         return
@@ -93,7 +126,65 @@ def check(ctx):
         yield fail(f"{probe['method']} returned non-finite log-probs on the twin ({versions})", **details)
         return
     how = (f"logits for {widest} of {seq} positions" if widest else "log-probs through the fused LM head, no full logits")
-    yield passed(f"{probe['model_forward']} answers {probe['method']} with {how} ({versions})", **details)
+    lacks = ""
+    if remote is not None and not {"logits_to_keep", "num_logits_to_keep"} & set(probe["forward_params"]):
+        lacks = (f"; its forward declares no logits_to_keep{' (it would swallow it in **kwargs)' if probe['forward_has_var_kwargs'] else ''}, "
+                 "which this trainer does not ask the forward for")
+    yield passed(f"{probe['model_forward']} answers {probe['method']} with {how} ({versions}){lacks}", **details)
+
+
+def _code_files(remote: dict) -> str:
+    files = sorted({ref.split(".")[0].split("--")[-1] + ".py" for ref in remote["auto_map"].values()})
+    return ", ".join(files)
+
+
+def _remote_details(remote: dict) -> dict:
+    return {"auto_map": remote["auto_map"], "model_type": remote["model_type"],
+            "trust_remote_code in the trainer config": remote["trusted_by"] or "not set"}
+
+
+def _untrusted(ctx, remote: dict):
+    """The launch's view: a model whose code transformers does not ship loads only with trust_remote_code in the
+    trainer config (TRL's from_pretrained gets it through model_init_kwargs). trl-doctor's own --trust-remote-code
+    only lets this check run that code; it does nothing for the job."""
+    if remote["trusted_by"] or remote["native"]:
+        return None
+    loader = remote["auto_map"].get("AutoModelForCausalLM") or remote["auto_map"].get("AutoConfig")
+    return fail(
+        f"config.json declares its own code (auto_map: {loader}) for model_type {remote['model_type']!r}, which "
+        f"transformers {ctx.version('transformers')} does not ship, and the trainer config does not set "
+        "trust_remote_code: TRL's from_pretrained stops with \"... contains custom code which must be executed to "
+        "correctly load the model ... pass the argument `trust_remote_code=True`\" before training starts; set "
+        "`model_init_kwargs: {trust_remote_code: true}` once you trust that code (trl-doctor's --trust-remote-code "
+        "does not reach the job)",
+        manual("read the model folder's " + _code_files(remote) + ", then set model_init_kwargs.trust_remote_code: "
+               "true (or the top-level trust_remote_code: true that `trl grpo` passes on)"),
+        **_remote_details(remote))
+
+
+def _probe_error(probe: dict, versions: str, remote):
+    """The trainer was built but its own log-prob call raised on the model: say what the model lacks."""
+    error = f"{probe['error_type']}: {probe['error']}"
+    details = {"trainer method": probe["method"], "model forward": probe["model_forward"], "error": error,
+               "raised at": probe["where"], "forward declares": probe["forward_params"],
+               "forward takes **kwargs": probe["forward_has_var_kwargs"],
+               "output embeddings": probe["output_embeddings"] or "None (get_output_embeddings() returned None)",
+               "versions": versions}
+    owner = f"the model's own code ({_code_files(remote)})" if remote is not None else "the model class"
+    model = probe["model_forward"].rsplit(".", 1)[0]
+    if probe["output_embeddings"] is None and ("NoneType" in probe["error"] or "get_output_embeddings" in probe["error"]
+                                               or "weight" in probe["error"]):
+        return fail(f"{model}.get_output_embeddings() returns None, and {probe['method']} projects the hidden states "
+                    f"through it ({versions}): the first training step stops with \"{error}\"; {owner} must define "
+                    "get_output_embeddings() returning its LM head (transformers' default finds only an `lm_head` "
+                    "attribute), or load a native architecture", **details)
+    kw = [k for k in ("logits_to_keep", "num_logits_to_keep") if k in probe["error"]]
+    if probe["error_type"] == "TypeError" and kw:
+        return fail(f"{probe['model_forward']} takes no {kw[0]} (and no **kwargs), which {probe['method']} passes "
+                    f"({versions}): the first training step stops with \"{error}\"; {owner} must accept {kw[0]} and "
+                    "return logits for the last positions only, or load a native architecture", **details)
+    return fail(f"{probe['method']} raised on {model} ({versions}): \"{error}\"; the first training step "
+                f"stops the same way", **details)
 
 
 def _memory(ctx, vocab: int) -> dict[str, str]:

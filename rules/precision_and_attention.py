@@ -17,6 +17,12 @@ What goes wrong
       package flash_attn seems to be not installed"; on a GPU older than the kernel supports (FlashAttention 2
       needs 8.0, Ampere; 3 and 4 need 9.0, Hopper) the first forward stops with "FlashAttention only supports
       Ampere GPUs or newer."
+    - Gemma 2, 3 and 4 (config.json model_type gemma2, gemma3, gemma3_text, gemma4, or the text_config's) with an
+      attention other than eager: Gemma 2 soft-caps its attention logits; runs with sdpa or flash attention are
+      reported to reach NaN or zero loss (transformers#32390 for Gemma 2 with sdpa and padding, LlamaFactory#7755
+      for Gemma 3, NeMo Automodel#1883 for Gemma 4). transformers 4.x warned "It is strongly recommended to train
+      Gemma2 models with the `eager` attention implementation instead of `sdpa`" and defaulted to sdpa; newer
+      releases mark Gemma 2 `_supports_sdpa = False`, default it to eager and refuse an explicit sdpa at loading.
     - the load dtype against the checkpoint's: TRL loads the policy in float32 unless a dtype is given
       (create_model_from_path's default in TRL 1.x, ModelConfig's `dtype` default), whatever config.json says.
       For a full fine-tune that is fp32 master weights, the usual mixed-precision recipe, until it no longer
@@ -40,7 +46,10 @@ How it is detected
     attention implementation is `model_init_kwargs.attn_implementation`, else the `attn_implementation` key
     (TRL's ModelConfig, which the CLI puts into model_init_kwargs), else config.json's; the flash-attention
     packages are looked up with importlib.util.find_spec and their distribution metadata, without importing
-    them. The checkpoint dtype is config.json's `dtype` / `torch_dtype`; the parameter count for the GiB
+    them. For a Gemma the attention in effect is the one asked for, else the one the installed transformers
+    gives the meta-device model (its default for that class); its causal-LM class is looked up in transformers'
+    auto mapping to read `_supports_sdpa` and whether its source warns about training without eager. The
+    checkpoint dtype is config.json's `dtype` / `torch_dtype`; the parameter count for the GiB
     figures is the meta-device model's (no weights are loaded). A full fine-tune's fp32 state is compared with
     the smallest visible GPU's total memory (80 GiB when there is no GPU, the largest common single GPU); with
     deepspeed or fsdp set it is not judged.
@@ -48,7 +57,9 @@ How it is detected
 What the fix does
     bf16 on a GPU below 8.0: writes `bf16: false` (fp32 training; fp16 is faster but can overflow, so it is only
     suggested). Flash attention that cannot run here: writes `attn_implementation: sdpa` where the config set
-    it (the top-level key, or inside model_init_kwargs). A 16-bit checkpoint loaded in fp32 under LoRA (or for a
+    it (the top-level key, or inside model_init_kwargs). A Gemma on anything but eager: writes
+    `attn_implementation: eager` where the config chose the attention, else into model_init_kwargs (flash attention
+    on a Gemma gets eager too, never sdpa). A 16-bit checkpoint loaded in fp32 under LoRA (or for a
     frozen reference): writes the checkpoint's dtype into model_init_kwargs when the mixed precision matches it.
     fp16 weights with `fp16: true`: writes dtype float32 into model_init_kwargs (fp32 master weights, fp16
     autocast). Nothing is written where the dtype was chosen explicitly, or for the other findings.
@@ -70,6 +81,8 @@ FLASH = {  # version: (module, distributions that provide it, minimum compute ca
     3: ("flash_attn_interface", ("flash-attn-3",), (9, 0), "Hopper"),
     4: ("flash_attn", ("flash-attn-4",), (9, 0), "Hopper"),
 }
+# Gemma 2, 3 and 4 train with eager attention (catalog H6): their config.json model_type, or their text_config's
+GEMMA_EAGER = ("gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text")
 FROZEN_WASTE_GIB = 2.0  # frozen fp32 copies of a 16-bit checkpoint: warn from this much extra memory
 NO_GPU_BUDGET_GIB = 80.0  # without a GPU, a full fine-tune's fp32 state is compared with one 80 GiB GPU
 GiB = 2**30
@@ -183,10 +196,20 @@ def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
         cfg_json = ctx.read_json(ctx.model_file("config.json")) or {}
         attn = cfg_json.get("attn_implementation") or cfg_json.get("_attn_implementation")
         where = "config.json"
-    if not attn:
-        return "attention: transformers' default (sdpa where the model supports it)"
-    attn = str(attn)
-    details["attn_implementation"] = f"{attn} ({where})"
+    gemma = _gemma_type(ctx)
+    if attn:
+        attn = str(attn)
+        details["attn_implementation"] = f"{attn} ({where})"
+        words = _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, findings, details, gemma)
+    else:
+        words = "attention: transformers' default (sdpa where the model supports it)"
+    if gemma:
+        gemma_words = _gemma(ctx, raw, attn, where, kwargs, gemma, findings, details)
+        words = gemma_words if not attn else "; ".join(w for w in (words, gemma_words) if w)
+    return words
+
+
+def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, findings, details, gemma) -> str:
     m = re.fullmatch(r"(?:paged\|)?flash_attention_(\d)", attn)
     if m is None or int(m.group(1)) not in FLASH:
         return f"attention: {attn}"
@@ -194,7 +217,9 @@ def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
     module, dists, need_cc, family = FLASH[version]
     installed = _flash_installed(module, dists)
     details["flash attention package"] = installed or f"not installed ({' or '.join(dists)}, module {module})"
-    fix = _sdpa_fix(ctx, raw, where, kwargs)
+    # for Gemma the way out is eager, not sdpa: the Gemma finding carries that fix
+    fix = None if gemma else _sdpa_fix(ctx, raw, where, kwargs)
+    alt = "eager" if gemma else "sdpa"
     name = f"FlashAttention{version}"
     if not installed and not launch(ctx).judged_here:
         # installed or not on the launch machine is that machine's business: judged there (a GPU here) only
@@ -205,17 +230,17 @@ def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
             findings.append(("warn", (
                 f"{where}: {attn}, but {dists[0]} is not installed: transformers {ctx.version('transformers')} falls back "
                 f"to the Hub kernel {fallback} through the kernels package, which needs the Hub (or a cached kernel) at "
-                f"model loading; install {dists[0]}, or use `attn_implementation: sdpa`"), fix))
+                f"model loading; install {dists[0]}, or use `attn_implementation: {alt}`"), fix))
         else:
             findings.append(("fail", (
                 f"{where}: {attn}, but the package {dists[0]} (module {module}) is not installed: model loading stops "
                 f"with \"ImportError: {name} has been toggled on, but it cannot be used due to the following error: "
                 f"the package ... is not installed\"; install {dists[0]} (a wheel built for this torch and CUDA), or "
-                "use `attn_implementation: sdpa`"), fix))
+                f"use `attn_implementation: {alt}`"), fix))
         return ""
     if on_cpu:
         findings.append(("fail", f"{where}: {attn} with use_cpu: true: {name} runs only on a CUDA GPU; use "
-                                 "`attn_implementation: sdpa`", fix))
+                                 f"`attn_implementation: {alt}`", fix))
         return ""
     if not visible:
         return f"attention: {attn} (no GPU here to check it against: pass --target)"
@@ -225,9 +250,73 @@ def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
         findings.append(("fail", (
             f"{where}: {attn}, but {_name(g)} has compute capability {g['compute_capability']} and {name} needs "
             f"{need_cc[0]}.{need_cc[1]} ({family}) or newer: the first forward stops (\"FlashAttention only supports "
-            f"{family} GPUs or newer\"); use `attn_implementation: sdpa` on this GPU"), fix))
+            f"{family} GPUs or newer\"); use `attn_implementation: {alt}` on this GPU"), fix))
         return ""
     return f"{name} ({installed}) on compute capability {min(visible, key=_cc)['compute_capability']}"
+
+
+def _gemma_type(ctx) -> str | None:
+    """config.json's model_type (or its text_config's) when it is a Gemma that must train with eager attention."""
+    from trl_doctor.facts.models import model_types
+
+    return next((t for t in model_types(ctx) if t in GEMMA_EAGER), None)
+
+
+def _gemma(ctx, raw, attn, where, kwargs, model_type, findings, details) -> str:
+    """Gemma 2/3/4 with an attention other than eager: what the installed transformers does with it (refuses sdpa,
+    warns while training, or says nothing) and the catalog's NaN / zero-loss reports."""
+    from trl_doctor.facts.models import config_json, default_attention, model_class_source
+
+    tf = ctx.version("transformers")
+    cls, source = model_class_source(ctx)
+    if attn:
+        effective, origin = attn, f"{where}: {attn}"
+    else:
+        effective, cls_name = default_attention(ctx)
+        if effective is None:
+            return f"{model_type}: transformers {tf} cannot build it here to read its default attention ({cls_name})"
+        origin = f"no attn_implementation set: transformers {tf}'s default for {cls_name} is {effective}"
+    details["Gemma attention"] = f"{model_type}, {origin}"
+    if effective.split("|")[-1] == "eager":
+        return f"{model_type} with eager attention ({origin})"
+    cls_name = cls.__name__ if cls is not None else f"the {model_type} model"
+    fix = _attn_fix(ctx, raw, where if attn else None, kwargs, "eager")
+    cfg = config_json(ctx)
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    softcap = text.get("attn_logit_softcapping", cfg.get("attn_logit_softcapping"))
+    if attn and effective.split("|")[-1] == "sdpa" and cls is not None and getattr(cls, "_supports_sdpa", True) is False:
+        findings.append(("fail", (
+            f"{origin}, but transformers {tf}'s {cls_name} has no sdpa path (`_supports_sdpa = False`: sdpa cannot "
+            f"soft-cap the attention logits{f', attn_logit_softcapping={softcap}' if softcap else ''}): from_pretrained "
+            f"stops with \"{cls_name} does not support an attention implementation through "
+            f"torch.nn.functional.scaled_dot_product_attention yet\"; use `attn_implementation: eager`"), fix))
+        return ""
+    warned = re.search(r"strongly recommended to train \w+ models with the `?eager`? attention", source or "")
+    why = (f"it soft-caps its attention logits (attn_logit_softcapping={softcap}), and eager is the path that "
+           "computes them as trained" if softcap else
+           f"its attention under {effective} is reported to diverge from eager in training")
+    said = (f"; transformers {tf} itself warns in training: \"It is strongly recommended to train {cls_name.replace('ForCausalLM', '').replace('ForConditionalGeneration', '')} "
+            "models with the `eager` attention implementation\"" if warned else "")
+    findings.append(("warn", (
+        f"{model_type} trains with {effective} attention ({origin}): {why}, and Gemma runs with sdpa or flash attention "
+        f"are reported to reach NaN or zero loss (transformers#32390, LlamaFactory#7755){said}; train Gemma with "
+        "`attn_implementation: eager`"), fix))
+    return ""
+
+
+def _attn_fix(ctx, raw, where: str | None, kwargs: dict, value: str) -> Fix | None:
+    """Write `attn_implementation: value` where the config chose it (the top-level key, or model_init_kwargs), or into
+    model_init_kwargs when nothing chose it (config.json's choice or transformers' default)."""
+    path, name = str(ctx.config.path), ctx.config.path.name
+    if where == "attn_implementation":
+        return Fix(f"set attn_implementation: {value} in {name}", (Edit(path, set=(("attn_implementation", value),)),))
+    current = raw.get("model_init_kwargs")
+    if current is not None and not isinstance(current, dict):
+        return None  # a JSON string: left to the user
+    new = dict(current or {})
+    new["attn_implementation"] = value
+    return Fix(f"set model_init_kwargs.attn_implementation: {value} in {name}",
+               (Edit(path, set=(("model_init_kwargs", new),)),))
 
 
 def _flash_installed(module: str, dists: tuple) -> str | None:

@@ -32,6 +32,13 @@ How it is detected
     An entry that another rule's probe decides by running the installed code (logits-contract,
     vllm-tokenizer-drift, pad-token, trainer-config) is listed in the details as an explanation and does
     not change this rule's status: the table explains, the probe decides.
+    Liger kernels (catalog A9): when the config turns on `use_liger_kernel` (TrainingArguments) or
+    `use_liger_loss` (GRPOConfig in trl 0.17-0.2x), liger-kernel must be installed on the launch machine
+    (transformers' apply_liger_kernel and TRL's liger loss raise ImportError without it) and within the range
+    the installed TRL's `liger` extra declares (trl 0.15.2: ==0.5.3; trl 1.16: >=0.8.2, PR#5690). That extra
+    is named after no package, so the scan above never applies it; it is read apart. Missing on the launch
+    machine is a fail, outside the range a warning; on a machine that is not the launch machine (no GPU, or
+    --target) it is a note in the details.
 
 What the fix does
     Nothing automatic: each finding names the range, who declares it, and carries a manual fix (shown, never
@@ -86,6 +93,51 @@ def _launch_packages(ctx, installed: dict[str, Any]):
                location=Location(str(acc.path), "distributed_type"), **{"accelerate config": str(acc.path)})
 
 
+def _liger(ctx, requires: dict):
+    """Liger kernels asked for (catalog A9): liger-kernel must be installed on the launch machine, within the range
+    the installed TRL's `liger` extra declares. The extra is named after no package, so the requirement scan above
+    never applies it."""
+    from trl_doctor.facts.launch import package_version
+    from trl_doctor.facts.settings import config_value
+    from trl_doctor.facts.versions import LIGER_KEYS, extra_requirement, version_in
+
+    asked = []
+    for key in LIGER_KEYS:
+        try:
+            if ctx.config.raw.get(key) is True or config_value(ctx, key, False) is True:
+                asked.append(key)
+        except Exception:  # a value TRL's parser refuses: trainer-config reports it
+            continue
+    if not asked:
+        return
+    trl_version = ctx.version("trl")
+    wanted = extra_requirement(requires.get("trl", []), "liger", "liger-kernel")
+    have = package_version("liger-kernel")
+    keys = " and ".join(f"{k}: true" for k in asked)
+    details = {"liger": f"{keys}; liger-kernel {have or 'not installed'}; trl {trl_version}[liger] declares "
+                        f"liger-kernel{wanted or ' (no range)'}"}
+    pin = f'pip install "liger-kernel{wanted}"' if wanted else "pip install liger-kernel"
+    if have is None:
+        if not launch(ctx).judged_here:  # what the launch machine has installed is judged there, never from here
+            yield passed(f"{keys}; liger-kernel is not installed here, which is not the launch machine (no GPU here, "
+                         f"or --target): it must be installed there ({pin})", **details)
+            return
+        said = " or ".join(w for k, w in (
+            ("use_liger_kernel", "\"You have set `use_liger_kernel` to `True` but liger-kernel ... is not available\""),
+            ("use_liger_loss", "\"Liger is required to use `liger_loss` as the GRPO loss\"")) if k in asked)
+        yield fail(f"{keys} but liger-kernel is not installed: the trainer stops before the first step ({said}); "
+                   f"{pin} (the range trl {trl_version}[liger] declares), or drop {' and '.join(asked)}",
+                   manual(pin), **details)
+        return
+    if wanted and not version_in(have, wanted):
+        yield warn(f"{keys} with liger-kernel {have}, outside liger-kernel{wanted} that trl {trl_version} declares for "
+                   f"its liger extra: the kernels TRL calls may be missing or take other arguments; {pin}",
+                   manual(pin), **details)
+        return
+    yield passed(f"{keys}: liger-kernel {have} fits trl {trl_version}[liger]'s liger-kernel{wanted or ' (no range)'}",
+                 **details)
+
+
 @rule(
     id="TD007",
     slug="version-skew",
@@ -114,6 +166,12 @@ def check(ctx):
     found = False
     for finding in _launch_packages(ctx, installed):
         found = found or finding.status.value != "pass"
+        yield finding
+    for finding in _liger(ctx, requires):
+        if finding.status.value == "pass":  # a note beside the main message, which stays the ranges' summary
+            common["liger-kernel"] = finding.message
+            continue
+        found = True
         yield finding
     for f in violations + [i for i in issues if i.status != "info"]:
         found = True

@@ -36,3 +36,90 @@ def test_qwen2_logits_contract(built_fixtures):
         assert d["log-probs shape"] == [2, 4]
         positions = d["logits positions produced"]
         assert isinstance(positions, str) or max(positions) <= 5
+
+
+# -- remote code (catalog A4) -------------------------------------------------------------------------------
+# fixtures/_build_family.py: remote-swallow (forward drops logits_to_keep in **kwargs), remote-nohead (LM head called
+# `output`, no get_output_embeddings()). Both are model_type tinyremote, which transformers does not ship.
+
+def _fused_lm_head() -> bool:
+    """Whether the installed TRL's GRPO computes log-probs through a fused LM head (it then never asks the model's
+    forward for logits, and projects through get_output_embeddings() itself)."""
+    import inspect
+
+    from trl import GRPOTrainer
+
+    return "fused_lm_head=True" in inspect.getsource(GRPOTrainer)
+
+
+def _check(config, *flags, modules):
+    """The check in a fresh process with its own dynamic-module cache, where the model's code lands if it runs."""
+    code, report = run_json("check", str(config), "--select", "logits-contract", "--no-smoke", *flags,
+                            env={"HF_MODULES_CACHE": str(modules)})
+    return code, result_of(report, "logits-contract")
+
+
+def _code_ran(modules) -> bool:
+    return any("tinyremote" in p.name for p in modules.rglob("*"))
+
+
+def test_remote_code_the_trainer_config_does_not_trust(built_fixtures, tmp_path):
+    config = built_fixtures / "logits-contract" / "bad_remote_code_untrusted.yaml"
+    code, r = _check(config, modules=tmp_path / "m")
+    assert code == 1 and r["status"] == "fail", r
+    assert ("config.json declares its own code (auto_map: modeling_tinyremote.TinyRemoteForCausalLM) for model_type "
+            f"'tinyremote', which transformers {version('transformers')} does not ship, and the trainer config does "
+            "not set trust_remote_code") in r["message"]
+    assert "set `model_init_kwargs: {trust_remote_code: true}`" in r["message"]
+    assert r["fix"]["applicability"] == "manual" and "modeling_tinyremote.py" in r["fix"]["description"]
+    # without the doctor's flag the probe is skipped, and said so beside the finding; no code from the folder ran
+    assert any("runs it only with trl-doctor's --trust-remote-code" in a for a in r["details"]["also"]), r
+    assert not _code_ran(tmp_path / "m")
+    # either key the launch reads makes it loadable: model_init_kwargs.trust_remote_code, or the top-level one
+    for key in ("model_init_kwargs: {trust_remote_code: true}", "trust_remote_code: true"):
+        trusted = tmp_path / "trusted.yaml"
+        trusted.write_text(config.read_text().replace("../models/remote-swallow",
+                                                      str(built_fixtures / "models" / "remote-swallow"))
+                           .replace("../data/", str(built_fixtures / "data") + "/") + key + "\n")
+        (tmp_path / "rewards.py").write_text((config.parent / "rewards.py").read_text())
+        code, r = _check(trusted, modules=tmp_path / "m")
+        assert r["status"] == "skip" and "--trust-remote-code" in r["message"], (key, r)
+        assert r["details"]["trust_remote_code in the trainer config"] in ("model_init_kwargs.trust_remote_code",
+                                                                           "trust_remote_code")
+    assert not _code_ran(tmp_path / "m")
+
+
+def test_remote_forward_that_swallows_logits_to_keep(built_fixtures, tmp_path):
+    config = built_fixtures / "logits-contract" / "bad_remote_forward_swallows.yaml"
+    code, r = _check(config, modules=tmp_path / "m")
+    assert code == 0 and r["status"] == "skip" and "--trust-remote-code" in r["message"], r
+    code, r = _check(config, "--trust-remote-code", modules=tmp_path / "m")
+    d = r["details"]
+    assert d["model forward"] == "TinyRemoteForCausalLM.forward"
+    assert "logits_to_keep" not in d["forward declares"] and d["forward takes **kwargs"] is True
+    if _fused_lm_head():  # the trainer never asks the forward for logits: harmless, and the pass says what it lacks
+        assert code == 0 and r["status"] == "pass", r
+        assert r["message"].endswith("its forward declares no logits_to_keep (it would swallow it in **kwargs), which "
+                                     "this trainer does not ask the forward for"), r["message"]
+    else:  # the trainer passes logits_to_keep and gets every position back
+        assert code == 1 and r["status"] == "fail", r
+        assert "has no logits_to_keep parameter and swallowed it in **kwargs" in r["message"]
+        assert "The model's own code (configuration_tinyremote.py, modeling_tinyremote.py) must pass logits_to_keep on" \
+            in r["message"]
+
+
+def test_remote_model_without_output_embeddings(built_fixtures, tmp_path):
+    config = built_fixtures / "logits-contract" / "bad_remote_no_output_embeddings.yaml"
+    code, r = _check(config, "--trust-remote-code", modules=tmp_path / "m")
+    d = r["details"]
+    if _fused_lm_head():  # found by the probe after the trainer was built, and named as what the model lacks
+        assert code == 1 and r["status"] == "fail", r
+        assert r["message"].startswith("TinyRemoteForCausalLM.get_output_embeddings() returns None, and "
+                                       "GRPOTrainer._get_per_token_logps"), r["message"]
+        assert "'NoneType' object has no attribute 'weight'" in r["message"]
+        assert "must define get_output_embeddings() returning its LM head" in r["message"]
+        assert d["output embeddings"].startswith("None")
+        assert "could not be built" not in r["message"]
+    else:  # the trainer reads the logits the forward returns: the head's name does not matter
+        assert code == 0 and r["status"] == "pass", r
+        assert "logits_to_keep" in d["forward declares"]

@@ -240,3 +240,97 @@ def test_adds_little_to_a_check(built_fixtures, fake_gpus):
     _, report = run_json("check", str(HERE / "bad_lora_fp32_base.yaml"), "--no-smoke",
                          "--select", "trainer-config,gpu-capacity,precision-and-attention")
     assert result_of(report, "TD015")["duration_s"] < 1.0
+
+
+# -- Gemma's attention (catalog H6) -----------------------------------------------------------------------------
+
+def _gemma2_class():
+    from transformers import Gemma2ForCausalLM
+
+    return Gemma2ForCausalLM
+
+
+def test_gemma2_with_sdpa(fixture_copy, fake_gpus):
+    fake_gpus("a100-80g.json")
+    config = fixture_copy / "precision-and-attention" / "bad_gemma2_sdpa.yaml"
+    code, r = check(config)
+    tf = version("transformers")
+    if _gemma2_class()._supports_sdpa is False:  # the installed transformers refuses sdpa for Gemma 2 at loading
+        assert code == 1 and r["status"] == "fail", r
+        assert (f"model_init_kwargs: sdpa, but transformers {tf}'s Gemma2ForCausalLM has no sdpa path" in r["message"]
+                and "attn_logit_softcapping=50.0" in r["message"]
+                and "does not support an attention implementation through torch.nn.functional.scaled_dot_product_attention"
+                in r["message"]), r
+    else:  # it runs it, and says in training that Gemma 2 should train with eager
+        assert code == 0 and r["status"] == "warn", r
+        assert "gemma2 trains with sdpa attention (model_init_kwargs: sdpa)" in r["message"], r
+        assert "transformers#32390" in r["message"]
+    assert r["details"]["Gemma attention"] == "gemma2, model_init_kwargs: sdpa"
+    assert r["fix"]["description"] == "set model_init_kwargs.attn_implementation: eager in bad_gemma2_sdpa.yaml"
+    result = fix_twice(config)
+    assert result["status"] == "pass" and "gemma2 with eager attention (model_init_kwargs: eager)" in result["message"]
+    assert yaml.safe_load(config.read_text())["model_init_kwargs"] == {"attn_implementation": "eager"}
+
+
+def test_gemma2_default_attention_is_the_installed_transformers(fixture_copy, fake_gpus):
+    """No attention named: the verdict follows what the installed transformers picks for Gemma2ForCausalLM."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fake_gpus("a100-80g.json")
+    config = fixture_copy / "precision-and-attention" / "bad_gemma2_default_attention.yaml"
+    with torch.device("meta"):
+        picked = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(fixture_copy / "models" / "gemma2-tiny")
+                                                  ).config._attn_implementation
+    code, r = check(config)
+    said = f"no attn_implementation set: transformers {version('transformers')}'s default for Gemma2ForCausalLM is {picked}"
+    assert r["details"]["Gemma attention"] == f"gemma2, {said}", r
+    if picked == "eager":
+        assert r["status"] == "pass" and f"gemma2 with eager attention ({said})" in r["message"], r
+        return
+    assert r["status"] == "warn" and f"gemma2 trains with {picked} attention ({said})" in r["message"], r
+    # nothing chose the attention: eager goes into model_init_kwargs
+    result = fix_twice(config)
+    assert result["status"] == "pass", result
+    assert yaml.safe_load(config.read_text())["model_init_kwargs"] == {"attn_implementation": "eager"}
+
+
+def test_gemma2_with_flash_attention_gets_eager_not_sdpa(fixture_copy, fake_gpus):
+    fake_gpus("a100-80g.json")
+    config = fixture_copy / "precision-and-attention" / "bad_gemma2_flash_attention.yaml"
+    code, r = check(config)
+    assert code == 1 and r["status"] == "fail", r
+    assert "flash-attn (module flash_attn) is not installed" in r["message"]
+    assert r["message"].endswith("or use `attn_implementation: eager`"), r["message"]
+    # the Gemma finding is reported beside the missing package, not hidden by it
+    (also,) = r["details"]["also"]
+    assert also.startswith("warn: gemma2 trains with flash_attention_2 attention (attn_implementation: flash_attention_2)")
+    assert r["fix"]["description"] == "set attn_implementation: eager in bad_gemma2_flash_attention.yaml"
+    result = fix_twice(config)
+    assert result["status"] == "pass", result
+    assert yaml.safe_load(config.read_text())["attn_implementation"] == "eager"
+
+
+def test_gemma3_text_on_sdpa_warns(built_fixtures, fake_gpus, tmp_path):
+    """A Gemma 3 text model (config.json only: the rule builds it on the meta device) left to transformers' default."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if "gemma3_text" not in CONFIG_MAPPING_NAMES:
+        pytest.skip(f"transformers {version('transformers')} has no Gemma 3")
+    fake_gpus("a100-80g.json")
+    model = tmp_path / "gemma3"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "vocab_size": 320, "hidden_size": 32,
+        "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 16, "max_position_embeddings": 512, "dtype": "bfloat16"}))
+    config = tmp_path / "g3.yaml"
+    config.write_text("model_name_or_path: gemma3\nreward_funcs: [trl.rewards.think_format_reward]\n"
+                      "model_init_kwargs: {dtype: bfloat16}\n")
+    code, r = check(config)
+    findings = [r["message"], *r["details"].get("also", [])]
+    gemma = [m for m in findings if "gemma3_text trains with" in m]
+    assert gemma and "train Gemma with `attn_implementation: eager`" in gemma[0], r
+    result = fix_twice(config)
+    assert yaml.safe_load(config.read_text())["model_init_kwargs"] == {"dtype": "bfloat16", "attn_implementation": "eager"}
+    assert "gemma3_text with eager attention (model_init_kwargs: eager)" in result["message"], result

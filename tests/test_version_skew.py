@@ -14,6 +14,7 @@ import yaml
 from packaging.version import Version
 
 from conftest import FIXTURES, result_of, rule_in_this_process, run_doctor, run_json
+from test_precision_and_attention import fake_gpus  # noqa: F401  (the NVML stand-in fixture)
 from trl_doctor.facts import versions as _skew
 from trl_doctor.facts.versions import (
     entry_matches_config,
@@ -393,3 +394,102 @@ def test_env_still_reports_when_the_table_is_missing(monkeypatch, tmp_path):
     code, out = in_process("env")
     assert code == 0 and "trl" in out
     assert "known issues: the table could not be read (FileNotFoundError" in out
+
+
+# -- liger-kernel against trl[liger] (catalog A9) ---------------------------------------------------------------
+
+def _liger_range() -> str | None:
+    """What the installed trl's METADATA declares on liger-kernel under its `liger` extra (read here with packaging)."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    for line in requires("trl") or []:
+        req = Requirement(line)
+        if req.name == "liger-kernel" and req.marker is not None and "liger" in str(req.marker) \
+                and req.marker.evaluate({"extra": "liger"}):
+            return str(req.specifier)
+    return None
+
+
+def _liger_standin(root, ver: str):
+    """liger-kernel as the rule sees it: a name and a version in dist-info metadata, nothing it could run."""
+    info = root / f"liger_kernel-{ver}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: liger-kernel\nVersion: {ver}\n")
+    (info / "top_level.txt").write_text("liger_kernel\n")
+    return root
+
+
+def _on_gpus(gpus: str, *paths) -> dict:
+    import os
+
+    fake = FIXTURES.parent / "tests" / "fake_nvml"
+    return {"PYTHONPATH": os.pathsep.join([str(fake), *map(str, paths)]),
+            "TRL_DOCTOR_FAKE_GPUS": str(FIXTURES / "precision-and-attention" / "gpus" / gpus)}
+
+
+def test_liger_kernel_against_trls_liger_extra(built_fixtures, tmp_path):
+    from packaging.specifiers import SpecifierSet
+
+    config = built_fixtures / "version-skew" / "bad_liger_kernel_missing.yaml"
+    wanted = _liger_range()
+    assert wanted, "the installed trl declares no liger-kernel range under its liger extra"
+    pin = f'pip install "liger-kernel{wanted}"'
+    # not installed, on the launch machine: the trainer stops before the first step
+    code, report = run_json("check", str(config), "--select", "version-skew", "--no-smoke", env=_on_gpus("a100-80g.json"))
+    r = result_of(report, "TD007")
+    assert code == 1 and r["status"] == "fail", r
+    assert r["message"].startswith("use_liger_kernel: true but liger-kernel is not installed"), r["message"]
+    assert f"{pin} (the range trl {version('trl')}[liger] declares)" in r["message"]
+    assert r["fix"]["applicability"] == "manual" and r["fix"]["description"] == pin
+    # not the launch machine: no verdict from what this one lacks, only what the launch machine needs
+    code, report = run_json("check", str(config), "--select", "version-skew", "--no-smoke", env=_on_gpus("no-driver.json"))
+    r = result_of(report, "TD007")
+    assert r["status"] == "pass" and f"it must be installed there ({pin})" in r["details"]["liger-kernel"], r
+    # installed outside the extra's range: a warning naming both; inside it: a pass that says so
+    spec = SpecifierSet(wanted)
+    outside = next(v for v in ("0.1.0", "0.3.1", "9.9.9") if not spec.contains(v))
+    inside = next(v for v in ("0.5.3", "0.8.2", "0.9.0", "1.0.0") if spec.contains(v))
+    code, report = run_json("check", str(config), "--select", "version-skew", "--no-smoke",
+                            env=_on_gpus("a100-80g.json", _liger_standin(tmp_path / "old", outside)))
+    r = result_of(report, "TD007")
+    assert r["status"] == "warn", r
+    assert (f"use_liger_kernel: true with liger-kernel {outside}, outside liger-kernel{wanted} that trl {version('trl')} "
+            "declares for its liger extra") in r["message"]
+    code, report = run_json("check", str(config), "--select", "version-skew", "--no-smoke",
+                            env=_on_gpus("a100-80g.json", _liger_standin(tmp_path / "new", inside)))
+    r = result_of(report, "TD007")
+    assert r["status"] == "pass", r
+    assert r["details"]["liger-kernel"] == f"use_liger_kernel: true: liger-kernel {inside} fits trl {version('trl')}[liger]'s liger-kernel{wanted}"
+
+
+def test_liger_range_is_read_from_an_extra_named_after_no_package():
+    """trl[liger] names liger-kernel: the requirement scan never applies that extra, the liger check reads it."""
+    lines = ['liger-kernel>=0.8.2; extra == "liger"', 'liger-kernel>=0.8.2; extra == "dev"', "torch>=2.0",
+             'liger-kernel==0.5.3; sys_platform != "win32" and extra == "liger"']
+    assert _skew.extra_requirement(lines[:3], "liger", "liger-kernel") == ">=0.8.2"
+    assert _skew.extra_requirement(lines[1:], "liger", "liger-kernel") == ("==0.5.3" if sys.platform != "win32" else None)
+    assert _skew.extra_requirement(lines[1:3], "liger", "liger-kernel") is None
+
+
+def test_no_liger_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
+    """The liger check raises nothing on any healthy case of any rule: on the GPUs its folder's expected.yaml names
+    for it, else on a launch machine (an A100) and without a GPU. (A healthy case of another rule may still match a
+    known issue of the installed TRL, such as a PPO config on trl >= 1.13: that is this rule's job, not a false
+    alarm of the liger check.)"""
+    from test_fixture_cases import case_fake_gpus
+
+    for case in sorted(built_fixtures.glob("*/ok_*")):
+        if case.suffix not in (".yaml", ".yml", ".json"):
+            continue
+        named = case_fake_gpus(case)
+        for gpus in ([named] if named else ("a100-80g.json", "no-driver.json")):
+            fake_gpus(gpus)
+            _, report = run_json("check", str(case), "--select", "version-skew", "--no-smoke")
+            r = result_of(report, "TD007")
+            findings = [r["message"], *r["details"].get("also", [])] if r["status"] != "pass" else []
+            assert not [f for f in findings if "liger" in f], (gpus, case, findings)
+            asked = case.suffix != ".json" and bool((yaml.safe_load(case.read_text()) or {}).get("use_liger_kernel"))
+            if not asked:  # no liger note either where the config does not ask for the kernels
+                assert "liger-kernel" not in r["details"], (case, r["details"])

@@ -382,3 +382,30 @@ def env_section(result: Mapping[str, Any]) -> list[str]:
         scope = f.details.get("applies to", "every config")
         lines += [f"  {f.status} ({scope}): {f.message}", f"    fix: {f.fix}"]
     return lines
+
+
+# -- an extra named after no package: trl[liger] ----------------------------------------------------------------
+
+LIGER_KEYS = ("use_liger_kernel", "use_liger_loss")  # TrainingArguments' flag; GRPOConfig's own in trl 0.17-0.2x
+
+
+def extra_requirement(requires: Iterable[str], extra: str, target: str) -> str | None:
+    """The version range the `extra` of a package declares on `target` in its Requires-Dist lines (`trl[liger]` on
+    liger-kernel), markers other than the extra evaluated for this interpreter; None when it declares none. Only
+    for extras named after no package (`liger` is not `liger-kernel`), which requirement_findings never applies."""
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    env = default_environment()
+    for line in requires:
+        if normalize(_NAME_RE.match(line).group(1) if _NAME_RE.match(line) else "") != normalize(target):
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or extra not in _EXTRA_RE.findall(str(req.marker)):
+            continue
+        if req.marker.evaluate({**env, "extra": extra}):
+            return str(req.specifier) or None
+    return None

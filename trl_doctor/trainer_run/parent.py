@@ -142,6 +142,11 @@ def build_spec(ctx) -> Spec:
     model_path, label, twin, note = _model_choice(ctx)
     sample = sample_plan(ctx, twin)
     model_kwargs = None
+    if twin and ctx.options.trust_remote_code and isinstance((ctx.read_json(ctx.model_file("config.json")) or {}).get("auto_map"), dict):
+        # the twin of a remote-code model loads back with its code only when trusted, as the job must
+        overrides["model_init_kwargs"] = {"trust_remote_code": True}
+        overrides["trust_remote_code"] = True
+        _copy_model_code(ctx.config.model.path, model_path)
     if not twin:  # the real model loads as the job loads it (dtype, attention); the twin in fp32
         model_kwargs = raw.get("model_init_kwargs") or {k: raw[k] for k in ("dtype", "torch_dtype", "attn_implementation")
                                                            if raw.get(k) is not None} or None
@@ -178,6 +183,18 @@ def build_spec(ctx) -> Spec:
         "sample": sample,
         "user_code_timeout": float(ctx.options.user_code_timeout),
     })
+
+
+def _copy_model_code(source, twin_dir) -> None:
+    """The model folder's own Python files beside its twin: transformers 5 saves a remote-code model with its code,
+    transformers 4 does not, and the twin loads back from its folder."""
+    import shutil
+    from pathlib import Path
+
+    for py in Path(source).glob("*.py"):
+        target = Path(twin_dir) / py.name
+        if not target.exists():
+            shutil.copyfile(py, target)
 
 
 def _path(ctx, ref: str) -> str:

@@ -82,7 +82,10 @@ def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: f
     probes = progress.probes
     if hasattr(trainer, LOGPS_METHODS[0]) or hasattr(trainer, LOGPS_METHODS[1]):
         stage("logits probe")
-        probes["logits"] = probe_logits(trainer, model, tokenizer)
+        try:
+            probes["logits"] = probe_logits(trainer, model, tokenizer)
+        except Exception as exc:  # the model broke the trainer's own log-prob call: that is the probe's finding
+            probes["logits"] = probe_error(trainer, model, exc)
     info = {"trainer": trainer_cls.__name__, "import_s": round(import_s, 2), "probes": probes,
             "model": _model_info(policy, spec)}
     if not spec.train:
@@ -507,7 +510,8 @@ def probe_logits(trainer, model, tokenizer) -> dict:
     method_name = next((m for m in LOGPS_METHODS if hasattr(trainer, m)), None)
     if method_name is None:
         return {"skipped": f"{type(trainer).__name__} has none of {', '.join(LOGPS_METHODS)}"}
-    vocab = model.get_output_embeddings().weight.shape[0]
+    head = model.get_output_embeddings()
+    vocab = head.weight.shape[0] if head is not None else model.config.get_text_config().vocab_size
     batch, prompt_len, keep = 2, 6, 4
     gen = torch.Generator().manual_seed(0)
     special = set(tokenizer.all_special_ids)
@@ -552,6 +556,31 @@ def probe_logits(trainer, model, tokenizer) -> dict:
         "vocab_positions": seen["vocab_positions"],
         "logps_shape": list(logps.shape) if hasattr(logps, "shape") else None,
         "logps_finite": bool(torch.isfinite(logps).all()) if hasattr(logps, "shape") else None,
+    }
+
+
+def probe_error(trainer, model, exc: BaseException) -> dict:
+    """What the probe records when the trainer's log-prob call raised on this model: the error, and what the model
+    offers that the trainer reaches for (its forward's keywords, its output embeddings)."""
+    import inspect
+
+    method_name = next((m for m in LOGPS_METHODS if hasattr(trainer, m)), "?")
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        head = base.get_output_embeddings()
+    except Exception:
+        head = None
+    params = inspect.signature(type(base).forward).parameters
+    tb = traceback.extract_tb(exc.__traceback__)
+    return {
+        "method": f"{type(trainer).__name__}.{method_name}",
+        "model_forward": f"{type(base).__name__}.forward",
+        "error_type": type(exc).__name__,
+        "error": " ".join(str(exc).split())[:500],
+        "where": f"{tb[-1].filename}:{tb[-1].lineno} in {tb[-1].name}" if tb else None,
+        "output_embeddings": type(head).__name__ if head is not None else None,
+        "forward_params": sorted(p for p in params if p in ("logits_to_keep", "num_logits_to_keep", "labels", "fused_lm_head")),
+        "forward_has_var_kwargs": any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()),
     }
 
 
