@@ -60,7 +60,11 @@ How it is detected
     TRL's vLLM code (trainer, generation module, client and server script) is read for whether
     `generation_kwargs` reaches SamplingParams in the configured `vllm_mode`, and whether prompts reach
     vLLM as ids, text or chat messages. Every id of the trainer's tokenizer is checked against the
-    model's embedding rows.
+    model's embedding rows. For a launch command whose script resized the embeddings in memory (added
+    tokens, `resize_token_embeddings`), the rows of the script's model are compared with `vocab_size` in the
+    config.json vLLM starts from: a difference fails, since the first weight sync stops on vLLM's
+    `loaded_weight.shape[output_dim] == self.org_vocab_size` assert (trl#3112); only the script can save the
+    resized model, so the fix is manual.
 
     Without `use_vllm` the rule is skipped, except for ids past the embedding rows: they break the
     trainer's own forward too and no other rule reports them (the pad token, which TD001 pad-token
@@ -102,7 +106,7 @@ from typing import Any
 from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, manual, passed, rule, skip, warn
 
 from trl_doctor.facts.locations import config_key
-from trl_doctor.facts.tokens import as_id_list, embedding_rows
+from trl_doctor.facts.tokens import as_id_list, embedding_rows, vocab_size_on_disk
 from trl_doctor.facts.trl import TRAINER_CLASS
 from trl_doctor.facts.vllm import installed_config_field, installed_trl_vllm_path, load_as_vllm
 
@@ -144,6 +148,7 @@ def check(ctx):
     if beyond:
         found.add("fail", _beyond_message(ctx, beyond, rows, "; vLLM rejects a prompt holding them ('Token id N is out "
                                           "of vocabulary') and the model can never sample them"))
+    _resized_in_memory(ctx, rows, mode, details, found)
     forwarded = _forwarding(ctx, mode, fwd, stop, details, found)
     drift = None
     if loaded.tokenizer is None:
@@ -257,6 +262,25 @@ def _vllm_setup(ctx, path, details: dict) -> tuple[str, Any]:
     details["prompts reach vLLM as"] = sorted(path.prompts) or ["unknown"]
     details["trl source read"] = path.files
     return mode, path.colocate if mode == "colocate" else path.server
+
+
+def _resized_in_memory(ctx, rows, mode: str, details: dict, found: _Verdicts) -> None:
+    """A launch command's script grew (or shrank) the embeddings in memory while vLLM starts from the folder's
+    config.json (catalog B7): the synced embedding and LM head do not fit vLLM's vocabulary partition."""
+    if ctx.live is None or ctx.live.model is None or rows is None:
+        return
+    on_disk = vocab_size_on_disk(ctx.config.model.path)
+    if on_disk is None or on_disk == rows:
+        return
+    details["vocab_size vLLM loads (config.json)"] = on_disk
+    where = f" ({ctx.live.where[0]}:{ctx.live.where[1]})" if ctx.live.where else ""
+    engine = "LLM(model=...)" if mode == "colocate" else "`trl vllm-serve --model ...`"
+    found.add("fail", f"the script's model has {rows} embedding rows{where} but vLLM starts from "
+                      f"{ctx.config.model.path}, whose config.json says vocab_size {on_disk} ({engine}): the first "
+                      "weight sync stops with 'AssertionError: assert loaded_weight.shape[output_dim] == "
+                      "self.org_vocab_size' (trl#3112); save the resized model and its tokenizer "
+                      "(model.save_pretrained(DIR), tokenizer.save_pretrained(DIR)) and train, and serve, from DIR")
+    found.unfixable.append("the resized model lives in the script's memory: only the script can save it")
 
 
 def _forwarding(ctx, mode: str, fwd, stop: _Stops, details: dict, found: _Verdicts) -> bool:

@@ -328,6 +328,22 @@ def test_ppo_script_passing_the_policy_as_its_own_reference(built_fixtures):
     assert result_of(json.loads(proc.stdout), "value-model")["status"] == "pass"
 
 
+def test_embeddings_resized_in_memory_while_vllm_loads_the_folder():
+    """Catalog B7: the script grows the embeddings for its added tokens, vLLM starts from the folder's config.json;
+    without vLLM the same script is fine."""
+    code, report = run_json("check", "--no-smoke", "--select", "vllm-tokenizer-drift", "--", "python", "grpo_resized_vllm.py")
+    drift = result_of(report, "vllm-tokenizer-drift")
+    found = [drift["message"], *drift["details"].get("also", [])]
+    resized = [m for m in found if "embedding rows" in m and "whose config.json says vocab_size" in m]
+    assert code == 1 and drift["status"] == "fail" and resized, found
+    assert "has 322 embedding rows (" in resized[0] and "vocab_size 320" in resized[0]
+    assert "self.org_vocab_size" in resized[0] and "save_pretrained(DIR)" in resized[0]
+    assert drift["details"]["vocab_size vLLM loads (config.json)"] == 320
+    code, report = run_json("check", "--no-smoke", "--select", "vllm-tokenizer-drift", "--", "python",
+                            "grpo_resized_vllm.py", "--no-vllm")
+    assert code == 0 and result_of(report, "vllm-tokenizer-drift")["status"] in ("pass", "skip")
+
+
 def test_python_dash_m_runs_the_module_from_the_current_folder():
     code, report = run_json("check", "--no-smoke", "--select", "reward-functions", "--", "python", "-m", "grpo_quickstart")
     assert code == 0, report
