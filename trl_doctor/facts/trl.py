@@ -128,6 +128,26 @@ def _helper_text(rel: str) -> str | None:
     return path.read_text(encoding="utf-8") if path is not None and path.is_file() else None
 
 
+def generation_without_kv_cache(trainer: str) -> tuple[bool | None, str]:
+    """Whether the installed trainer generates (in the trainer, without vLLM) with gradient checkpointing still on,
+    which makes transformers drop the KV cache in training mode (every new token recomputes the whole prefix), and
+    the evidence. Newer TRL turns checkpointing off around generation (`gradient_checkpointing_disable()` in
+    `unwrap_model_for_generation`, trl PR#3891)."""
+    found = trainer_source(trainer)
+    if found is None:
+        return None, f"trl has no {TRAINER_CLASS[trainer]} source installed"
+    rel, _ = found
+    root = trl_root()
+    utils = root / "models" / "utils.py" if root else None
+    for name in ("unwrap_model_for_generation", "_unwrap_model_for_generation"):  # the private one from trl 1.x
+        body, line = _function(utils, name) if utils else (None, None)
+        if body is not None and "gradient_checkpointing_disable" in body:
+            return False, f"trl/models/utils.py:{line}: {name} turns gradient checkpointing off to generate"
+    if not trainer_mentions(trainer, "unwrap_model_for_generation"):
+        return None, f"{rel} does not generate through unwrap_model_for_generation"
+    return True, "trl/models/utils.py: unwrap_model_for_generation leaves gradient checkpointing on while the trainer generates"
+
+
 # -- loading the policy ---------------------------------------------------------------------------------------
 
 def create_model_default_dtype() -> str | None:
