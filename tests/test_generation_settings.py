@@ -109,3 +109,30 @@ def test_no_false_alarm_on_healthy_fixtures(built_fixtures):
         assert r["status"] in ("pass", "skip"), (case, r["message"])
         judged += 1
     assert judged > 30
+
+
+def _has_ppo() -> bool:
+    from trl_doctor.facts.trl import trainer_class
+
+    return trainer_class("ppo") is not None
+
+
+@pytest.mark.skipif(not _has_ppo(), reason="the installed TRL has no PPO trainer")
+def test_ppo_script_with_a_right_padding_tokenizer_fails_and_the_fix_pads_left(fixture_copy, monkeypatch):
+    """Catalog H8: a script that loads the tokenizer as the checkpoint says (padding_side right) hands PPO a collator
+    that pads queries on the right; from a config file TRL's example script pads left, so the same checkpoint passes."""
+    folder = fixture_copy / "generation-settings"
+    tok_cfg = fixture_copy / "models" / "qwen2-rightpad" / "tokenizer_config.json"
+    monkeypatch.chdir(folder)
+    command = ["--", "python", "ppo_script_right_padding.py", "--sft_model_path", "../models/qwen2-rightpad",
+               "--reward_model_path", "../models/rm-qwen2", "--output_dir", "out/ppo", "--per_device_train_batch_size",
+               "2", "--response_length", "16", "--stop_token", "eos", "--report_to", "none"]
+    proc = run_doctor("check", "--no-smoke", "--select", "generation-settings", "--format", "json", *command)
+    r = result_of(json.loads(proc.stdout), "TD021")
+    assert proc.returncode == 1 and r["status"] == "fail", r["message"]
+    assert "the script's tokenizer pads on the right" in r["message"] and "PPOTrainer" in r["message"]
+    assert r["fix"]["files"] == [str(tok_cfg)]
+    proc = run_doctor("check", "--no-smoke", "--select", "generation-settings", "--fix", "--format", "json", *command)
+    r = result_of(json.loads(proc.stdout), "TD021")
+    assert proc.returncode == 0 and r["status"] == "pass", r["message"]
+    assert json.loads(tok_cfg.read_text())["padding_side"] == "left"
