@@ -220,12 +220,20 @@ def _mask_mismatch(ctx, term, gen_eos, gen_json, mask, details):
     else:
         fix = Fix(what + " (the token the trainer's completion mask ends at)", tuple(_eos_edits(ctx, term)))
     evidence = f" ({mask.evidence})" if mask is not None else ""
-    yield fail(
+    drops = bool(ctx.config.get("mask_truncated_completions"))
+    cls = TRAINER_CLASS[ctx.trainer]
+    if ctx.config.get("use_vllm"):
+        effect = (f"every completion vLLM ends at {term['token']!r} counts as truncated (completions/clipped_ratio near 1)"
+                  + (", and mask_truncated_completions drops them all from the loss" if drops else ""))
+    else:
+        effect = (f"the mask of a completion that ends at {term['token']!r} runs on into the padding generate adds after "
+                  "it (the model is trained to emit padding after its turn), and the longest completion of each batch "
+                  "counts as truncated" + (" and is dropped by mask_truncated_completions" if drops else ""))
+    report = fail if drops else warn
+    yield report(
         f"completions end at {term['token']!r} (id {term['id']}), where generation stops ({where} eos_token_id "
-        f"{gen_eos}), but trl {trl_version}'s {TRAINER_CLASS[ctx.trainer]} ends the completion mask at the tokenizer's eos {tok.eos_token!r} "
-        f"(id {tok.eos_token_id}) only{evidence}: every finished completion counts as truncated "
-        "(completions/clipped_ratio near 1, all dropped by mask_truncated_completions) and the padding after it "
-        "stays in the loss",
+        f"{gen_eos}), but trl {trl_version}'s {cls} ends completions at the tokenizer's eos {tok.eos_token!r} "
+        f"(id {tok.eos_token_id}) only{evidence}: {effect}",
         fix, **details,
     )
 

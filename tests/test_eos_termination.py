@@ -58,10 +58,10 @@ def test_ppo_stop_token_fix_keeps_the_config_comments(fixture_copy):
     assert yaml.safe_load(after)["response_length"] == 53
 
 
-def test_multi_eos_terminator_the_mask_ignores_fails_and_the_fix_retargets_the_tokenizer_eos(fixture_copy):
-    """Catalog B8 on trl 1.12.0 (its GRPOTrainer ends the completion mask at the tokenizer's eos only): Phi-3.5's
-    `<|end|>` stops generation through generation_config.json but never ends the mask. The fix sets the tokenizer's
-    eos to it; the installed TRL (which masks at every stop id by 1.16) passes the same checkpoint as it is."""
+def test_multi_eos_terminator_the_mask_ignores_is_reported_and_the_fix_retargets_the_tokenizer_eos(fixture_copy):
+    """Catalog B8 on trl 1.12.0 (its GRPOTrainer ends completions at the tokenizer's eos only): Phi-3.5's `<|end|>`
+    stops generation through generation_config.json but ends neither the mask nor the truncation judgement. The fix
+    sets the tokenizer's eos to it; the installed TRL (every stop id by 1.16) passes the same checkpoint as it is."""
     from conftest import real_trl
     from trl_doctor.facts.generation import mask_eos
 
@@ -70,10 +70,18 @@ def test_multi_eos_terminator_the_mask_ignores_fails_and_the_fix_retargets_the_t
     env = real_trl("1.12.0")
     code, report = run_json("check", config, "--select", "eos-termination", "--no-smoke", env=env)
     r = result_of(report, "eos-termination")
-    assert code == 1 and r["status"] == "fail", r["message"]
+    assert code == 0 and r["status"] == "warn", r["message"]
     assert "completions end at '<|end|>' (id 3), where generation stops (generation_config.json eos_token_id [3, 0])" in r["message"]
-    assert "ends the completion mask at the tokenizer's eos '<|endoftext|>' (id 0) only" in r["message"]
+    assert "GRPOTrainer ends completions at the tokenizer's eos '<|endoftext|>' (id 0) only" in r["message"]
     assert "is_eos = completion_ids == self._tokenizer.eos_token_id" in r["message"]
+    assert "runs on into the padding generate adds after it" in r["message"]
+    # with vLLM and mask_truncated_completions, every finished completion is dropped: a failure
+    dropping = fixture_copy / "eos-termination" / "phi_vllm_dropping.yaml"
+    dropping.write_text(open(config).read() + "use_vllm: true\nmask_truncated_completions: true\n")
+    code, report = run_json("check", str(dropping), "--select", "eos-termination", "--no-smoke", env=env)
+    r = result_of(report, "eos-termination")
+    assert code == 1 and r["status"] == "fail", r["message"]
+    assert "counts as truncated (completions/clipped_ratio near 1), and mask_truncated_completions drops them all" in r["message"]
     assert r["fix"]["files"] == [str(tok_cfg)]
     code, report = run_json("check", config, "--select", "eos-termination", "--no-smoke", "--fix", env=env)
     r = result_of(report, "eos-termination")
