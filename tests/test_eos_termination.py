@@ -27,7 +27,9 @@ def test_base_checkpoint_turn_end_is_fixed_and_generation_then_stops(fixture_cop
     mask = mask_eos("grpo")
     tok_cfg = fixture_copy / "models" / "qwen2-base" / "tokenizer_config.json"
     # where the trainer's mask ends at the tokenizer's eos only, the fix retargets that eos as well (catalog B8)
-    assert sorted(r["fix"]["files"]) == sorted([str(gen)] + ([] if mask is not None and mask.kind == "all" else [str(tok_cfg)]))
+    retarget = [] if mask is not None and mask.kind == "all" else [
+        str(tok_cfg.parent / f) for f in ("tokenizer_config.json", "special_tokens_map.json") if (tok_cfg.parent / f).exists()]
+    assert sorted(r["fix"]["files"]) == sorted([str(gen)] + retarget)
     code, report = run_json("check", config, "--select", "eos-termination,smoke-step", "--fix")
     assert code == 0, report
     r = result_of(report, "eos-termination")
@@ -106,7 +108,8 @@ def test_adding_a_terminator_also_retargets_the_eos_where_the_mask_needs_it(fixt
     code, report = run_json("check", config, "--select", "eos-termination", "--no-smoke", "--fix", env=env)
     r = result_of(report, "eos-termination")
     assert code == 0 and r["status"] == "pass", r["message"]
-    assert sorted(r["fix"]["files"]) == sorted(str(model / f) for f in ("generation_config.json", "tokenizer_config.json"))
+    assert sorted(r["fix"]["files"]) == sorted(str(model / f) for f in ("generation_config.json", "tokenizer_config.json",
+                                                                         "special_tokens_map.json") if (model / f).exists())
     assert json.loads((model / "generation_config.json").read_text())["eos_token_id"] == [0, 2]
     assert json.loads((model / "tokenizer_config.json").read_text())["eos_token"] == "<|im_end|>"
 

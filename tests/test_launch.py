@@ -328,6 +328,8 @@ def test_fix_through_a_launch_command_edits_the_checkpoint_the_script_loads(tmp_
     from trl_doctor.facts.generation import mask_eos
 
     mask = mask_eos("grpo")
-    files = ["generation_config.json"] + ([] if mask is not None and mask.kind == "all" else ["tokenizer_config.json"])
+    model = tmp_path / "models" / "qwen2-base"
+    files = ["generation_config.json"] + ([] if mask is not None and mask.kind == "all" else [
+        f for f in ("tokenizer_config.json", "special_tokens_map.json") if (model / f).exists()])
     assert sorted(a["file"] for a in report["applied"]) == sorted(str(tmp_path / "models" / "qwen2-base" / f) for f in files)
     assert 2 in json.loads((tmp_path / "models" / "qwen2-base" / "generation_config.json").read_text())["eos_token_id"]
