@@ -24,11 +24,24 @@ How it is detected
     completion token (a hook on its LM head, during generation only) while the installed trainer runs its
     real generation path with this config's settings; generation must stop there instead of running to
     the length limit. The probe decides for the HF path; vLLM's path is judged statically (it needs a GPU).
-    PPO: `stop_token` or `stop_token_id` must be set.
+    The ids the installed trainer ends the completion mask at are read from its source (facts.generation.mask_eos:
+    every stop id, `torch.isin(completion_ids, self.eos_token_ids)`, or the tokenizer's eos only); a terminator
+    that generation stops at but the mask does not end at fails.
+    PPO: `stop_token` or `stop_token_id` must be set; a `stop_token_id` other than the tokenizer's eos is a
+    warning, and a failure with `missing_eos_penalty`.
 
 What the fix does
     Adds the missing id to generation_config.json's `eos_token_id` (kept as a list, existing ids first);
     for PPO sets `stop_token: eos` in the config.
+    Where the installed trainer ends the completion mask at the tokenizer's eos only (TRL up to 1.12 at least:
+    `completion_ids == eos_token_id`), a terminator that generation stops at through generation_config.json's
+    eos list but that is not the tokenizer's eos (Phi-3.5's `<|end|>`, catalog B8, trl PR #7039) ends every
+    completion without ending its mask: every finished completion counts as truncated. The fix then sets the
+    tokenizer's eos_token to the terminator (tokenizer_config.json, and special_tokens_map.json when present),
+    and the fix that adds a terminator to generation_config.json does the same so as not to create that mismatch.
+    PPO: a `stop_token_id` other than the tokenizer's eos with `missing_eos_penalty` penalizes every response
+    that stopped at it (the penalty looks for the eos); the manual fix says to use `stop_token: eos` with a
+    tokenizer whose eos is that token.
 """
 
 from __future__ import annotations
@@ -36,6 +49,8 @@ from __future__ import annotations
 from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
 
 from trl_doctor.facts.chat import completion_terminator
+from trl_doctor.facts.generation import mask_eos
+from trl_doctor.facts.trl import TRAINER_CLASS
 from trl_doctor.facts.tokens import as_id_list
 from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
 
@@ -81,7 +96,20 @@ def check(ctx):
         yield fail("the tokenizer has no eos token: nothing can end a completion", **details)
         return
     static_ok = term["id"] in stop_set
-    fix = None if static_ok else _add_eos_fix(ctx, gen_path, gen_json, gen_eos, term)
+    mask = mask_eos(ctx.trainer)
+    mask_all = mask is not None and mask.kind == "all"
+    mask_ids = set(stop_set) if mask_all else {tok.eos_token_id}
+    details["completion mask ends at"] = (
+        (f"every stop id {sorted(mask_ids)}" if mask_all else f"the tokenizer's eos only ({tok.eos_token_id})")
+        + (f": {mask.evidence}" if mask is not None else " (no mask code recognised in the installed trainer)"))
+    fix = None if static_ok else _add_eos_fix(ctx, gen_path, gen_json, gen_eos, term, retarget_eos=not mask_all)
+    if static_ok and term["id"] not in mask_ids:
+        yield from _mask_mismatch(ctx, term, gen_eos, gen_json, mask, details)
+        return
+    secondary = sorted(set(stop_set) - mask_ids - {term["id"]})
+    if secondary:
+        details["other stop ids"] = (f"{[names[i] for i in secondary]} {secondary} also end generation but not the "
+                                     "completion mask; harmless while the model ends its turns with the terminator")
 
     probe = _probe(ctx, term)
     details.update(probe.get("details", {}))
@@ -146,17 +174,68 @@ def _probe(ctx, term) -> dict:
     }
 
 
-def _add_eos_fix(ctx, gen_path, gen_json, gen_eos, term):
+def _add_eos_fix(ctx, gen_path, gen_json, gen_eos, term, retarget_eos=False):
+    """Add the terminator to generation_config.json's eos ids. Where the installed trainer ends the completion mask at
+    the tokenizer's eos only, that alone would make generation stop where the mask does not end (catalog B8): the
+    tokenizer's eos is then set to the terminator as well."""
     ids = list(gen_eos) + [term["id"]]
-    edits = (Edit(str(gen_path), set=(("eos_token_id", ids),)),)
+    edits = [Edit(str(gen_path), set=(("eos_token_id", ids),))]
     action = "add" if gen_json is not None else "create generation_config.json with"
     what = f"{action} {term['token']!r} (id {term['id']}) to generation_config.json eos_token_id: {ids}"
-    model = ctx.config.model
-    if model.in_cache:  # never rewrite the Hugging Face cache: say how, by hand
-        return manual(f"{what}: {model.path} is in the Hugging Face cache, which --fix never rewrites: copy the snapshot "
-                      f"to a folder of your own (`cp -rL {model.path} <dest>`), point `model_name_or_path` at it and "
+    if retarget_eos:
+        edits.extend(_eos_edits(ctx, term))
+        what += (f", and set the tokenizer's eos_token to {term['token']!r} in tokenizer_config.json (the installed "
+                 "trainer ends the completion mask at the tokenizer's eos only)")
+    cfg = ctx.config
+    cached = [a for a in (cfg.model, cfg.tokenizer if retarget_eos else None) if a is not None and a.in_cache]
+    if cached:  # never rewrite the Hugging Face cache: say how, by hand
+        where = cached[0]
+        return manual(f"{what}: {where.path} is in the Hugging Face cache, which --fix never rewrites: copy the snapshot "
+                      f"to a folder of your own (`cp -rL {where.path} <dest>`), point `model_name_or_path` at it and "
                       "rerun --fix")
-    return Fix(what, edits)
+    return Fix(what, tuple(edits))
+
+
+def _eos_edits(ctx, term):
+    """tokenizer_config.json (and special_tokens_map.json when present) with the terminator as eos_token."""
+    path = ctx.config.tokenizer.path
+    edits = [Edit(str(path / "tokenizer_config.json"), set=(("eos_token", term["token"]),))]
+    if (path / "special_tokens_map.json").is_file():
+        edits.append(Edit(str(path / "special_tokens_map.json"), set=(("eos_token", term["token"]),)))
+    return edits
+
+
+def _mask_mismatch(ctx, term, gen_eos, gen_json, mask, details):
+    """Generation stops at the terminator (a generation_config.json eos id) but the trainer's completion mask ends at
+    the tokenizer's eos only (catalog B8: Phi-3.5's `<|end|>`, trl PR #7039)."""
+    tok = ctx.tokenizer
+    trl_version = ctx.version("trl") or "?"
+    where = "generation_config.json" if gen_json is not None else "config.json"
+    what = f"set the tokenizer's eos_token to {term['token']!r} (id {term['id']}) in tokenizer_config.json"
+    cfg = ctx.config
+    if cfg.tokenizer.in_cache:
+        fix = manual(f"{what}: {cfg.tokenizer.path} is in the Hugging Face cache, which --fix never rewrites: copy the "
+                     f"snapshot to a folder of your own (`cp -rL {cfg.tokenizer.path} <dest>`), point the config at it "
+                     "and rerun --fix")
+    else:
+        fix = Fix(what + " (the token the trainer's completion mask ends at)", tuple(_eos_edits(ctx, term)))
+    evidence = f" ({mask.evidence})" if mask is not None else ""
+    drops = bool(ctx.config.get("mask_truncated_completions"))
+    cls = TRAINER_CLASS[ctx.trainer]
+    if ctx.config.get("use_vllm"):
+        effect = (f"every completion vLLM ends at {term['token']!r} counts as truncated (completions/clipped_ratio near 1)"
+                  + (", and mask_truncated_completions drops them all from the loss" if drops else ""))
+    else:
+        effect = (f"the mask of a completion that ends at {term['token']!r} runs on into the padding generate adds after "
+                  "it (the model is trained to emit padding after its turn), and the longest completion of each batch "
+                  "counts as truncated" + (" and is dropped by mask_truncated_completions" if drops else ""))
+    report = fail if drops else warn
+    yield report(
+        f"completions end at {term['token']!r} (id {term['id']}), where generation stops ({where} eos_token_id "
+        f"{gen_eos}), but trl {trl_version}'s {cls} ends completions at the tokenizer's eos {tok.eos_token!r} "
+        f"(id {tok.eos_token_id}) only{evidence}: {effect}",
+        fix, **details,
+    )
 
 
 def _ppo(ctx):
@@ -172,8 +251,24 @@ def _ppo(ctx):
             fix, **details,
         )
         return
-    if raw.get("stop_token_id") is not None and raw.get("stop_token_id") != tok.eos_token_id:
-        yield warn(f"stop_token_id {raw['stop_token_id']} ({tok.convert_ids_to_tokens(raw['stop_token_id'])!r}) is not the "
-                   f"tokenizer's eos {tok.eos_token!r} ({tok.eos_token_id})", **details)
+    stop_id, penalty = raw.get("stop_token_id"), raw.get("missing_eos_penalty")
+    details["missing_eos_penalty"] = penalty
+    if stop_id is not None and stop_id != tok.eos_token_id:
+        name = tok.convert_ids_to_tokens(stop_id) if isinstance(stop_id, int) and 0 <= stop_id < len(tok) else "?"
+        fix = manual(f"use `stop_token: eos` with a tokenizer whose eos_token is {name!r} (set eos_token in "
+                     "tokenizer_config.json) instead of `stop_token_id`")
+        if penalty is not None:
+            yield fail(
+                f"missing_eos_penalty {penalty} with stop_token_id {stop_id} ({name!r}), which is not the tokenizer's eos "
+                f"{tok.eos_token!r} ({tok.eos_token_id}): PPO truncates responses at the stop token, then penalizes every "
+                f"response that lacks the eos {tok.eos_token!r}, so every response that stopped properly loses {penalty} "
+                "(trl#3750)",
+                fix, **details,
+            )
+            return
+        yield warn(f"stop_token_id {stop_id} ({name!r}) is not the tokenizer's eos {tok.eos_token!r} ({tok.eos_token_id}): "
+                   "PPO truncates responses at the stop token, but its eos checks (missing_eos_penalty, "
+                   f"val/num_eos_tokens) look for {tok.eos_token!r}, which the truncated responses do not contain",
+                   fix, **details)
         return
     yield passed(f"PPO truncates responses at {tok.eos_token!r} (id {tok.eos_token_id})", **details)

@@ -22,7 +22,14 @@ def test_base_checkpoint_turn_end_is_fixed_and_generation_then_stops(fixture_cop
     assert "generation does not stop at '<|im_end|>' (id 2)" in r["message"]
     assert "max_completion_length (256)" in r["message"]
     assert "generate ran [8] steps (limit 8)" in r["details"]["termination probe"]
-    assert r["fix"]["files"] == [str(gen)]
+    from trl_doctor.facts.generation import mask_eos
+
+    mask = mask_eos("grpo")
+    tok_cfg = fixture_copy / "models" / "qwen2-base" / "tokenizer_config.json"
+    # where the trainer's mask ends at the tokenizer's eos only, the fix retargets that eos as well (catalog B8)
+    retarget = [] if mask is not None and mask.kind == "all" else [
+        str(tok_cfg.parent / f) for f in ("tokenizer_config.json", "special_tokens_map.json") if (tok_cfg.parent / f).exists()]
+    assert sorted(r["fix"]["files"]) == sorted([str(gen)] + retarget)
     code, report = run_json("check", config, "--select", "eos-termination,smoke-step", "--fix")
     assert code == 0, report
     r = result_of(report, "eos-termination")
@@ -51,3 +58,93 @@ def test_ppo_stop_token_fix_keeps_the_config_comments(fixture_copy):
     assert after.startswith(before.splitlines()[0])  # the comment line survives
     assert yaml.safe_load(after)["stop_token"] == "eos"
     assert yaml.safe_load(after)["response_length"] == 53
+
+
+def test_multi_eos_terminator_the_mask_ignores_is_reported_and_the_fix_retargets_the_tokenizer_eos(fixture_copy):
+    """Catalog B8 on trl 1.12.0 (its GRPOTrainer ends completions at the tokenizer's eos only): Phi-3.5's `<|end|>`
+    stops generation through generation_config.json but ends neither the mask nor the truncation judgement. The fix
+    sets the tokenizer's eos to it; the installed TRL (every stop id by 1.16) passes the same checkpoint as it is."""
+    from conftest import real_trl
+    from trl_doctor.facts.generation import mask_eos
+
+    config = str(fixture_copy / "eos-termination" / "bad_phi_multi_eos.yaml")
+    tok_cfg = fixture_copy / "models" / "phi-multieos" / "tokenizer_config.json"
+    env = real_trl("1.12.0")
+    code, report = run_json("check", config, "--select", "eos-termination", "--no-smoke", env=env)
+    r = result_of(report, "eos-termination")
+    assert code == 0 and r["status"] == "warn", r["message"]
+    assert "completions end at '<|end|>' (id 3), where generation stops (generation_config.json eos_token_id [3, 0])" in r["message"]
+    assert "GRPOTrainer ends completions at the tokenizer's eos '<|endoftext|>' (id 0) only" in r["message"]
+    assert "is_eos = completion_ids == self._tokenizer.eos_token_id" in r["message"]
+    assert "runs on into the padding generate adds after it" in r["message"]
+    # with vLLM and mask_truncated_completions, every finished completion is dropped: a failure
+    dropping = fixture_copy / "eos-termination" / "phi_vllm_dropping.yaml"
+    dropping.write_text(open(config).read() + "use_vllm: true\nmask_truncated_completions: true\n")
+    code, report = run_json("check", str(dropping), "--select", "eos-termination", "--no-smoke", env=env)
+    r = result_of(report, "eos-termination")
+    assert code == 1 and r["status"] == "fail", r["message"]
+    assert "counts as truncated (completions/clipped_ratio near 1), and mask_truncated_completions drops them all" in r["message"]
+    assert r["fix"]["files"] == [str(tok_cfg)]
+    code, report = run_json("check", config, "--select", "eos-termination", "--no-smoke", "--fix", env=env)
+    r = result_of(report, "eos-termination")
+    assert code == 0 and r["status"] == "pass" and r["fix"]["applied"], r["message"]
+    assert json.loads(tok_cfg.read_text())["eos_token"] == "<|end|>"
+
+    installed = mask_eos("grpo")
+    if installed is not None and installed.kind == "all":
+        code, report = run_json("check", str(fixture_copy / "eos-termination" / "bad_phi_multi_eos.yaml"),
+                                "--select", "eos-termination", "--no-smoke")
+        assert result_of(report, "eos-termination")["status"] == "pass"
+
+
+def test_adding_a_terminator_also_retargets_the_eos_where_the_mask_needs_it(fixture_copy):
+    """TD004's own fix must not create the B8 mismatch: on trl 1.12.0 adding <|im_end|> to generation_config.json
+    alone would stop generation where the mask (at <|endoftext|>) does not end, so the fix sets the eos too."""
+    from conftest import real_trl
+
+    config = str(fixture_copy / "eos-termination" / "bad_base_template_turn_end.yaml")
+    model = fixture_copy / "models" / "qwen2-base"
+    env = real_trl("1.12.0")
+    code, report = run_json("check", config, "--select", "eos-termination", "--no-smoke", "--fix", env=env)
+    r = result_of(report, "eos-termination")
+    assert code == 0 and r["status"] == "pass", r["message"]
+    assert sorted(r["fix"]["files"]) == sorted(str(model / f) for f in ("generation_config.json", "tokenizer_config.json",
+                                                                         "special_tokens_map.json") if (model / f).exists())
+    assert json.loads((model / "generation_config.json").read_text())["eos_token_id"] == [0, 2]
+    assert json.loads((model / "tokenizer_config.json").read_text())["eos_token"] == "<|im_end|>"
+
+
+def test_ppo_custom_stop_token_with_eos_penalty(built_fixtures):
+    """Catalog F6: PPO truncates at stop_token_id but its missing_eos_penalty looks for the tokenizer's eos."""
+    folder = built_fixtures / "eos-termination"
+    code, report = run_json("check", str(folder / "bad_ppo_stop_token_id_not_eos.yaml"), "--select", "eos-termination", "--no-smoke")
+    r = result_of(report, "TD004")
+    assert code == 0 and r["status"] == "warn"
+    assert "stop_token_id 0 ('<|endoftext|>') is not the tokenizer's eos '<|im_end|>' (2)" in r["message"]
+    assert "use `stop_token: eos`" in r["fix"]["description"]
+    code, report = run_json("check", str(folder / "bad_ppo_eos_penalty_custom_stop.yaml"), "--select", "eos-termination", "--no-smoke")
+    r = result_of(report, "TD004")
+    assert code == 1 and r["status"] == "fail"
+    assert "missing_eos_penalty 1.0 with stop_token_id 0" in r["message"]
+    assert "every response that stopped properly loses 1.0" in r["message"]
+    code, report = run_json("check", str(folder / "ok_ppo_eos_penalty.yaml"), "--select", "eos-termination", "--no-smoke")
+    assert result_of(report, "TD004")["status"] == "pass"
+
+
+def test_no_false_alarm_on_healthy_fixtures(built_fixtures):
+    """Every healthy case of every rule passes (or skips) TD004, statically. A case whose inputs the check cannot load
+    at all (exit 2, one line) raises no alarm either."""
+    from conftest import run_doctor
+
+    judged = 0
+    for case in sorted(built_fixtures.glob("*/ok_*")):
+        if case.suffix not in (".yaml", ".yml", ".json"):
+            continue
+        proc = run_doctor("check", str(case), "--select", "eos-termination", "--no-smoke", "--format", "json")
+        if proc.returncode == 2 and not proc.stdout:
+            assert "error:" in proc.stderr and "Traceback" not in proc.stderr, (case, proc.stderr)
+            continue
+        r = result_of(json.loads(proc.stdout), "TD004")
+        assert r["status"] in ("pass", "skip"), (case, r["message"])
+        judged += 1
+    assert judged > 30

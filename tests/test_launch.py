@@ -362,5 +362,13 @@ def test_fix_through_a_launch_command_edits_the_checkpoint_the_script_loads(tmp_
     code, report = run_json("check", "--fix", "--no-smoke", "--select", "eos-termination", *command)
     assert code == 0, report
     assert result_of(report, "eos-termination")["status"] == "pass"
-    assert [a["file"] for a in report["applied"]] == [str(tmp_path / "models" / "qwen2-base" / "generation_config.json")]
+    # where the installed trainer ends the completion mask at the tokenizer's eos only (trl <= 1.12), the fix retargets
+    # that eos too, so that generation and the mask end at the same token (catalog B8)
+    from trl_doctor.facts.generation import mask_eos
+
+    mask = mask_eos("grpo")
+    model = tmp_path / "models" / "qwen2-base"
+    files = ["generation_config.json"] + ([] if mask is not None and mask.kind == "all" else [
+        f for f in ("tokenizer_config.json", "special_tokens_map.json") if (model / f).exists()])
+    assert sorted(a["file"] for a in report["applied"]) == sorted(str(tmp_path / "models" / "qwen2-base" / f) for f in files)
     assert 2 in json.loads((tmp_path / "models" / "qwen2-base" / "generation_config.json").read_text())["eos_token_id"]

@@ -1,0 +1,238 @@
+"""TD021 generation-settings: the job samples with the settings you set, from prompts `generate` accepts.
+
+What goes wrong
+    - The checkpoint's generation_config.json carries sampling defaults (`min_p`, `top_k`, `temperature`,
+      `no_repeat_ngram_size`, `do_sample`...). transformers' `generate` merges the model's generation config into
+      the one the trainer passes: every key the trainer leaves unset (or, in transformers 4.50-4.57, sets to
+      transformers' global default: transformers#42762) takes the checkpoint's value. The job then samples with
+      settings nobody wrote in the training config: a `min_p` or `no_repeat_ngram_size` that narrows exploration,
+      identical completions and a high `frac_reward_zero_std` (ms-swift#3135 for the `do_sample: false` case).
+      vLLM is not affected: TRL hands it explicit SamplingParams, and vLLM reads only the eos ids from the file.
+    - A tokenizer whose output includes `token_type_ids` (its `model_input_names` lists them, as PleIAs'
+      Baguettotron's does) on a model whose forward takes none: a trainer that passes the tokenizer's whole
+      output to `generate` stops at the first step with "ValueError: The following `model_kwargs` are not used by
+      the model: ['token_type_ids']" (trl#4549).
+    - A tokenizer that pads on the right (`padding_side: right`) where the trainer batches prompts with the
+      tokenizer's own padding (PPO's DataCollatorWithPadding): the pad tokens sit between each short prompt and
+      its completion, and generation continues after them ("A decoder-only architecture is being used, but
+      right-padding was detected!"), degrading every rollout of the shorter prompts.
+
+How it is detected
+    Sampling: the GenerationConfig the installed trainer builds is read from its source (the keys and the
+    expressions, evaluated against this config) and merged by the installed transformers'
+    `_prepare_generation_config` on the meta-device model twice, with the checkpoint's generation_config.json and
+    with a blank one (inside TRL's own `_override_model_generation_config` when the trainer uses it): the keys
+    whose value differs are the ones the file changes. Only ids (bos/eos/pad) change nothing here.
+    token_type_ids: the tokenizer is called on a prompt; the installed transformers' `_validate_model_kwargs` on
+    the meta model says whether `generate` accepts what it returns; the trainer's source says whether the
+    tokenizer's extra outputs reach `generate` (TRL 1.x keeps them for conversational prompts; TRL 0.x takes
+    `input_ids` and the attention mask only).
+    Padding side: the trainer's source says whether it pads prompts left itself (GRPO and RLOO do) or leaves
+    it to the tokenizer (PPO's collator).
+
+What the fix does
+    Sampling: nothing automatic (the file also sets the model's inference defaults): the manual fix names each key
+    to set in the config (`generation_kwargs`) or delete from generation_config.json. token_type_ids: writes
+    `model_input_names` without `token_type_ids` to tokenizer_config.json. Padding: writes `padding_side: left`
+    to tokenizer_config.json. Files in the Hugging Face cache are never rewritten: the fix says how to copy them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, skip, warn
+
+from trl_doctor.facts.chat import is_conversational
+from trl_doctor.facts.generation import effective_generation, token_type_ids_reach_generate, trainer_generation_config
+from trl_doctor.facts.trl import TRAINER_CLASS, trainer_source
+
+_RANK = {"pass": 0, "warn": 1, "fail": 2}
+# the value that turns a sampling filter off, for keys whose unset value (None) the merge would fill again
+NEUTRAL = {"min_p": 0.0, "typical_p": 1.0, "top_k": 0, "top_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+           "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "temperature": 1.0}
+
+
+@rule(
+    id="TD021",
+    slug="generation-settings",
+    title="Generation samples with the configured settings, from inputs generate accepts",
+    needs=("tokenizer", "model_config"),
+    fixable="sometimes",
+)
+def check(ctx):
+    if TRAINER_CLASS.get(ctx.trainer) is None or trainer_source(ctx.trainer) is None:
+        yield skip(f"the installed trl has no {ctx.trainer} trainer source to read")
+        return
+    details: dict = {}
+    findings = [f for f in (_sampling(ctx, details), _token_type_ids(ctx, details), _padding_side(ctx, details)) if f]
+    if not findings:
+        yield passed("generate samples with the trainer's own settings, from left-padded prompts it accepts", **details)
+        return
+    findings.sort(key=lambda f: -_RANK[f[0]])
+    status, message = findings[0][0], "; ".join(f[1] for f in findings)
+    by_path: dict = {}  # one Edit per file: the token_type_ids and padding fixes both write tokenizer_config.json
+    for f in findings:
+        for e in (f[2].edits if f[2] is not None else ()):
+            by_path.setdefault(e.path, []).extend(e.set)
+    edits = tuple(Edit(path, set=tuple(sets)) for path, sets in by_path.items())
+    manuals = [f[2].description for f in findings if f[2] is not None and not f[2].edits]
+    fixes = [f[2] for f in findings if f[2] is not None and f[2].edits]
+    fix = None
+    if fixes:
+        fix = Fix("; ".join([x.description for x in fixes] + manuals), edits)
+    elif manuals:
+        fix = manual("; ".join(manuals))
+    yield (fail if status == "fail" else warn)(message, fix, **details)
+
+
+def _config(ctx):
+    try:
+        return ctx.trainer_config
+    except Unavailable:
+        return None
+
+
+def _sampling(ctx, details):
+    """generation_config.json keys that change what the job samples with (transformers' generate path)."""
+    gen_path = ctx.model_file("generation_config.json")
+    gen_json = ctx.read_json(gen_path)
+    if gen_json is None:
+        details["sampling"] = "no generation_config.json: generate uses the trainer's settings and transformers' defaults"
+        return None
+    if ctx.config.get("use_vllm"):
+        details["sampling"] = ("vLLM samples with the SamplingParams TRL builds from the config; it reads only the eos "
+                               "ids from generation_config.json")
+        return None
+    cfg = _config(ctx)
+    if cfg is None:
+        details["sampling"] = "not judged: TRL rejects this config (see trainer-config)"
+        return None
+    built = trainer_generation_config(ctx.trainer, cfg, ctx.tokenizer)
+    if built is None:
+        details["sampling"] = f"not judged: no GenerationConfig(...) call found in the installed {TRAINER_CLASS[ctx.trainer]}"
+        return None
+    details["trainer's GenerationConfig"] = built.evidence
+    passed_kwargs = {k: v for k, v in built.kwargs.items() if k not in ("eos_token_id", "pad_token_id", "bos_token_id")}
+    effective = _quiet(lambda: effective_generation(ctx, passed_kwargs, built.overrides_model_config))
+    if effective is None:
+        details["sampling"] = "not judged: the installed transformers cannot merge the generation configs here"
+        return None
+    details["merge"] = effective.how
+    if not effective.changed:
+        details["sampling"] = "generation_config.json changes no sampling setting of the trainer's GenerationConfig"
+        return None
+    cls = type(cfg).__name__
+    parts = []
+    for key, (used, plain) in sorted(effective.changed.items()):
+        if key in built.kwargs:
+            whose = f"{built.sources.get(key, 'the trainer')} = {built.kwargs[key]!r}"
+        else:
+            whose = f"{TRAINER_CLASS[ctx.trainer]} does not pass it; transformers' default {plain!r}"
+        shown = "unset" if plain is None else repr(plain)
+        parts.append(f"{key} {used!r} (generation_config.json) instead of {shown} ({whose})")
+    details["sampling"] = parts
+    fields, extra = [], []
+    for key, (used, plain) in sorted(effective.changed.items()):
+        value = NEUTRAL.get(key, plain) if plain is None else plain
+        source = built.sources.get(key, "")
+        if source.startswith(cls + ".") and source != f"{cls}.generation_kwargs":
+            fields.append(f"`{source.split('.', 1)[1]}: {value!r}`")
+        else:
+            extra.append(f"{key}: {value!r}")
+    pins = fields + ([f"`generation_kwargs: {{{', '.join(extra)}}}`"] if extra else [])
+    fix = manual(f"pin them in the config ({', '.join(pins)}) or delete {', '.join(sorted(effective.changed))} "
+                 f"from {gen_path}")
+    return ("warn", f"generate samples with {'; '.join(parts)}: transformers fills what the trainer leaves unset from "
+                    f"{gen_path.name}, so the job does not sample as {cls} says", fix)
+
+
+def _quiet(fn):
+    """Run `fn` with transformers' logging at error level (its merge warns about flags it will ignore)."""
+    try:
+        from transformers.utils import logging
+    except ImportError:
+        return fn()
+    before = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        return fn()
+    finally:
+        logging.set_verbosity(before)
+
+
+def _token_type_ids(ctx, details):
+    tok = ctx.tokenizer
+    try:
+        returned = list(tok("trl-doctor probe").keys())
+    except Exception as exc:  # a tokenizer that cannot tokenize is for other rules to report
+        details["token_type_ids"] = f"not judged: the tokenizer raised {type(exc).__name__}"
+        return None
+    if "token_type_ids" not in returned:
+        return None
+    try:
+        model = ctx.meta_model
+        model._validate_model_kwargs({"token_type_ids": [[0]]})
+        details["token_type_ids"] = f"the tokenizer returns token_type_ids; {type(model).__name__} accepts them in generate"
+        return None
+    except ValueError as exc:
+        refusal = " ".join(str(exc).split())
+    except Exception as exc:  # no meta model (remote code, an unknown architecture): not judged
+        details["token_type_ids"] = f"not judged: {type(exc).__name__}: {exc}"
+        return None
+    reach, evidence = token_type_ids_reach_generate(ctx.trainer)
+    details["trainer's prompt inputs"] = evidence
+    try:
+        rows = ctx.dataset.select(range(min(1, len(ctx.dataset)))).to_list()
+    except Unavailable:
+        rows = []
+    chat = bool(rows) and is_conversational(rows[0])
+    uses_generate = not ctx.config.get("use_vllm")
+    details["token_type_ids"] = (f"the tokenizer returns {returned}; {type(ctx.meta_model).__name__}.generate refuses "
+                                 f"token_type_ids ({refusal[:160]})")
+    if not (reach and chat and uses_generate):
+        return None
+    names = [n for n in tok.model_input_names if n != "token_type_ids"] or ["input_ids", "attention_mask"]
+    fix = _tokenizer_fix(ctx, "model_input_names", names,
+                         f"write model_input_names {names} to tokenizer_config.json (the tokenizer stops returning token_type_ids)")
+    return ("fail", f"the tokenizer returns token_type_ids (model_input_names {list(tok.model_input_names)}) and "
+                    f"{TRAINER_CLASS[ctx.trainer]} passes them with the chat prompts to generate, which "
+                    f"{type(ctx.meta_model).__name__} refuses: the first step stops with \"{refusal[:120]}\"", fix)
+
+
+_LEFT = re.compile(r"""padding_side\s*=\s*["']left["']""")
+
+
+def _padding_side(ctx, details):
+    tok = ctx.tokenizer
+    side = getattr(tok, "padding_side", "right")
+    rel, text = trainer_source(ctx.trainer)
+    m = _LEFT.search(text)
+    cls = TRAINER_CLASS[ctx.trainer]
+    if m is not None:
+        line = text.count("\n", 0, m.start()) + 1
+        details["padding side"] = f"tokenizer pads {side}; {cls} pads prompts left itself ({rel}:{line}: `{m.group(0)}`)"
+        return None
+    if ctx.live is None:
+        # from a config file, the trainer gets the tokenizer TRL's example script builds:
+        # examples/scripts/ppo/ppo.py loads it with `AutoTokenizer.from_pretrained(..., padding_side="left")`
+        details["padding side"] = (f"tokenizer_config.json pads {side}; {rel} pads as the tokenizer says, and TRL's example "
+                                   "script (examples/scripts/ppo/ppo.py) loads it with padding_side='left'")
+        return None
+    details["padding side"] = f"the script's tokenizer pads {side}; {rel} never sets padding_side: its collator pads as the tokenizer says"
+    if side != "right":
+        return None
+    fix = _tokenizer_fix(ctx, "padding_side", "left", "write padding_side: left to tokenizer_config.json (or pass "
+                                                      "padding_side='left' to AutoTokenizer.from_pretrained in the script)")
+    return ("fail", f"the script's tokenizer pads on the right (padding_side 'right') and {cls} batches prompts with the "
+                    "tokenizer's own padding: pad tokens sit between each shorter prompt and its completion, so "
+                    "generation continues after padding and those rollouts degrade", fix)
+
+
+def _tokenizer_fix(ctx, key, value, what):
+    tok_path = ctx.config.tokenizer
+    if tok_path.in_cache:
+        return manual(f"{what}: {tok_path.path} is in the Hugging Face cache, which --fix never rewrites: copy the "
+                      f"snapshot to a folder of your own (`cp -rL {tok_path.path} <dest>`), point the config at it "
+                      "and rerun --fix")
+    return Fix(what, (Edit(str(tok_path.path / "tokenizer_config.json"), set=((key, value),)),))
