@@ -16,6 +16,11 @@ What goes wrong
       tokenizer's own padding (PPO's DataCollatorWithPadding): the pad tokens sit between each short prompt and
       its completion, and generation continues after them ("A decoder-only architecture is being used, but
       right-padding was detected!"), degrading every rollout of the shorter prompts.
+    - GRPO with `gradient_checkpointing: true` generating in the trainer (no vLLM) on TRL before 0.22: the model
+      generates in training mode with checkpointing on, so transformers sets `use_cache=False` and every token
+      recomputes the whole prefix; generation becomes quadratic in the completion length and the job seems not
+      to progress, and transformers 4.53+ floods the log with "Caching is incompatible with gradient
+      checkpointing" (trl#3683).
 
 How it is detected
     Sampling: the GenerationConfig the installed trainer builds is read from its source (the keys and the
@@ -29,12 +34,16 @@ How it is detected
     `input_ids` and the attention mask only).
     Padding side: the trainer's source says whether it pads prompts left itself (GRPO and RLOO do) or leaves
     it to the tokenizer (PPO's collator).
+    Checkpointed generation: GRPO with `gradient_checkpointing` and no vLLM generates in training mode; the
+    installed TRL's `unwrap_model_for_generation` is read for whether it turns checkpointing off first (trl 0.22
+    and later, PR#3891). Where it does not, transformers drops the KV cache during generation (catalog H4): a warn.
 
 What the fix does
     Sampling: nothing automatic (the file also sets the model's inference defaults): the manual fix names each key
     to set in the config (`generation_kwargs`) or delete from generation_config.json. token_type_ids: writes
     `model_input_names` without `token_type_ids` to tokenizer_config.json. Padding: writes `padding_side: left`
     to tokenizer_config.json. Files in the Hugging Face cache are never rewritten: the fix says how to copy them.
+    Checkpointed generation: a manual fix (vLLM, trl>=0.22, or checkpointing off): each changes the job.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, skip,
 
 from trl_doctor.facts.chat import is_conversational
 from trl_doctor.facts.generation import effective_generation, token_type_ids_reach_generate, trainer_generation_config
-from trl_doctor.facts.trl import TRAINER_CLASS, trainer_source
+from trl_doctor.facts.trl import TRAINER_CLASS, generation_without_kv_cache, trainer_source
 
 _RANK = {"pass": 0, "warn": 1, "fail": 2}
 # the value that turns a sampling filter off, for keys whose unset value (None) the merge would fill again
@@ -65,7 +74,8 @@ def check(ctx):
         yield skip(f"the installed trl has no {ctx.trainer} trainer source to read")
         return
     details: dict = {}
-    findings = [f for f in (_sampling(ctx, details), _token_type_ids(ctx, details), _padding_side(ctx, details)) if f]
+    findings = [f for f in (_sampling(ctx, details), _token_type_ids(ctx, details), _padding_side(ctx, details),
+                            _checkpointed_generation(ctx, details)) if f]
     if not findings:
         yield passed("generate samples with the trainer's own settings, from left-padded prompts it accepts", **details)
         return
@@ -227,6 +237,29 @@ def _padding_side(ctx, details):
     return ("fail", f"the script's tokenizer pads on the right (padding_side 'right') and {cls} batches prompts with the "
                     "tokenizer's own padding: pad tokens sit between each shorter prompt and its completion, so "
                     "generation continues after padding and those rollouts degrade", fix)
+
+
+def _checkpointed_generation(ctx, details):
+    """GRPO generating in the trainer (no vLLM) with gradient checkpointing left on: no KV cache (catalog H4)."""
+    cfg = _config(ctx)
+    if ctx.trainer != "grpo" or cfg is None or not getattr(cfg, "gradient_checkpointing", False):
+        return None
+    if getattr(cfg, "use_vllm", False):
+        details["generation and checkpointing"] = "vLLM generates: gradient checkpointing does not touch its KV cache"
+        return None
+    without_cache, evidence = generation_without_kv_cache(ctx.trainer)
+    details["generation and checkpointing"] = evidence
+    if not without_cache:
+        return None
+    length = getattr(cfg, "max_completion_length", None)
+    return ("warn", f"gradient_checkpointing is on and the trainer generates itself ({evidence}): in training mode "
+                    "with checkpointing enabled transformers turns the KV cache off (use_cache=False), so every new "
+                    f"token recomputes the whole prompt and completion so far, and generating {length} tokens per "
+                    "completion is quadratic in its length; transformers 4.53 and later also log 'Caching is "
+                    "incompatible with gradient checkpointing' at every layer and step (trl#3683)",
+            manual("generate with vLLM (use_vllm: true), or upgrade to trl>=0.22, whose unwrap_model_for_generation "
+                   "turns checkpointing off while it generates (trl PR#3891), or set gradient_checkpointing: false "
+                   "where memory allows"))
 
 
 def _tokenizer_fix(ctx, key, value, what):

@@ -136,3 +136,41 @@ def test_ppo_script_with_a_right_padding_tokenizer_fails_and_the_fix_pads_left(f
     r = result_of(json.loads(proc.stdout), "TD021")
     assert proc.returncode == 0 and r["status"] == "pass", r["message"]
     assert json.loads(tok_cfg.read_text())["padding_side"] == "left"
+
+
+# -- catalog H4: generation with gradient checkpointing still on ---------------------------------------------------
+
+def _trl_release(release: str) -> dict:
+    """The real trl `release` from PyPI (no dependencies) first on PYTHONPATH: its source is what is read."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cache = Path(os.environ.get("TRL_DOCTOR_TRL_CACHE", Path.home() / ".cache" / "trl-doctor-ci")) / f"trl-{release}"
+    if not (cache / "trl").is_dir():
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache),
+                               f"trl=={release}"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"trl=={release} cannot be installed here")
+    return {"PYTHONPATH": str(cache)}
+
+
+@pytest.mark.skipif(Version(version("transformers")) < Version("4.55"), reason="trl 0.21 and 0.22 need transformers>=4.55")
+@pytest.mark.parametrize("release, status", [("0.21.0", "warn"), ("0.22.0", "pass")])
+def test_checkpointed_generation_by_release(built_fixtures, release, status):
+    """trl 0.21 generates with checkpointing on (no KV cache); 0.22 turns it off in unwrap_model_for_generation."""
+    proc = run_doctor("check", str(HERE / "bad_checkpointing_generation_without_cache.yaml"), "--select",
+                      "generation-settings", "--no-smoke", "--format", "json", env=_trl_release(release))
+    r = result_of(json.loads(proc.stdout), "generation-settings")
+    assert r["status"] == status, r
+    if status == "warn":
+        assert "turns the KV cache off (use_cache=False)" in r["message"] and "generating 64 tokens" in r["message"]
+        assert "use_vllm: true" in r["fix"]["description"] and "trl>=0.22" in r["fix"]["description"]
+    else:
+        assert "turns gradient checkpointing off to generate" in r["details"]["generation and checkpointing"]
+
+
+def test_checkpointed_generation_with_vllm_is_not_reported(built_fixtures):
+    r = check(HERE / "ok_checkpointing_with_vllm.yaml")
+    assert r["status"] == "pass" and r["details"]["generation and checkpointing"].startswith("vLLM generates")
