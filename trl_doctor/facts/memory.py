@@ -300,7 +300,6 @@ def sharded(est: Estimate, plan: Plan, sharding, processes: int) -> tuple[Estima
         return est, ""
     s = sharding
     comps = []
-    said: list[str] = []
     opt_label = _optimizer_label_of(est)
     for c in est.components:
         new, how = c.bytes, c.how

@@ -318,7 +318,7 @@ def sample_plan(ctx, twin: bool) -> dict:
     if asked is None:
         if ctx.device != "cuda" or twin:
             return {}
-        n, why = SAMPLE_ON_GPU, f"by default on the GPU, where the step ran the real model (--sample 0 turns it off)"
+        n, why = SAMPLE_ON_GPU, "by default on the GPU, where the step ran the real model (--sample 0 turns it off)"
     else:
         n, why = asked, f"--sample {asked}"
     try:

@@ -206,7 +206,6 @@ def sample_real(spec: Spec) -> dict:
 
 
 def _load_real(plan: dict, device: str):
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(plan["tokenizer_path"], local_files_only=True)
