@@ -338,6 +338,7 @@ def test_ppo_on_trl_1_12(built_fixtures):
 
 # -- no false alarm, and the cost --------------------------------------------------------------------------
 
+@pytest.mark.sweep
 def test_no_false_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
     """Every healthy case of every rule passes (or skips) this rule: on the GPUs its folder's expected.yaml
     names for it, else on one GPU and on four."""

@@ -214,6 +214,7 @@ def nvml(monkeypatch):
     return use
 
 
+@pytest.mark.sweep
 def test_no_false_alarm_on_healthy_fixtures(built_fixtures, nvml):
     """Every healthy case of every rule passes (or skips) TD019: on the GPUs its folder's expected.yaml names for
     it, else on a 4-GPU machine and on one without a GPU."""

@@ -131,6 +131,7 @@ def test_ppo_custom_stop_token_with_eos_penalty(built_fixtures):
     assert result_of(report, "TD004")["status"] == "pass"
 
 
+@pytest.mark.sweep
 def test_no_false_alarm_on_healthy_fixtures(built_fixtures):
     """Every healthy case of every rule passes (or skips) TD004, statically. A case whose inputs the check cannot load
     at all (exit 2, one line) raises no alarm either."""

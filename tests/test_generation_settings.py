@@ -94,6 +94,7 @@ def test_token_type_ids_crash_is_real_in_the_smoke_step(built_fixtures):
     assert "token_type_ids" in smoke["message"] + json.dumps(smoke["details"])
 
 
+@pytest.mark.sweep
 def test_no_false_alarm_on_healthy_fixtures(built_fixtures):
     """Every healthy case of every rule passes (or skips) this rule. A case whose inputs the check cannot load at all
     (gpu-capacity's config-only models have no tokenizer: exit 2, one line) raises no alarm either."""

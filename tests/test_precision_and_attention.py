@@ -221,6 +221,7 @@ def test_fp16_weights_under_fp16_mixed_precision(fixture_copy, fake_gpus):
 
 # -- no false alarm, and the cost --------------------------------------------------------------------------
 
+@pytest.mark.sweep
 def test_no_false_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
     """Every healthy case of every rule passes (or skips) this rule: on the GPUs its folder's expected.yaml
     names for it, else on a modern GPU and without a GPU."""

@@ -405,6 +405,7 @@ def _broken_on_this_release(case) -> bool:
     return expected_statuses(expected)[0] == ["fail"]
 
 
+@pytest.mark.sweep
 @pytest.mark.slow
 def test_no_false_alarm_on_healthy_fixtures(built_fixtures):
     """Every healthy case of every rule, checked as users check it (no --sample): the step's result is what it was

@@ -473,6 +473,7 @@ def test_liger_range_is_read_from_an_extra_named_after_no_package():
     assert _skew.extra_requirement(lines[1:3], "liger", "liger-kernel") is None
 
 
+@pytest.mark.sweep
 def test_no_liger_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):  # noqa: F811  (the fixture imported above)
     """The liger check raises nothing on any healthy case of any rule: on the GPUs its folder's expected.yaml names
     for it, else on a launch machine (an A100) and without a GPU. (A healthy case of another rule may still match a

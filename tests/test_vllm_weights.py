@@ -224,6 +224,7 @@ def test_architecture_not_judged_without_vllm(built_fixtures):
 
 # -- no false alarm ------------------------------------------------------------------------------------------
 
+@pytest.mark.sweep
 def test_no_false_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):
     """Every healthy case of every rule passes or skips this rule: on the GPUs its folder's expected.yaml names for
     it, else on one A100 and without a GPU."""
