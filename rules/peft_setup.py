@@ -69,13 +69,13 @@ What the fix does
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from trl_doctor import Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
 
+from trl_doctor.facts.launch import checkpointing_kwargs
 from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.text import line_of as _line, read_json as _read_json
 from trl_doctor.facts.tokens import embedding_rows
@@ -254,13 +254,7 @@ def _checkpointing(ctx, details: dict):
     if not config_value(ctx, "gradient_checkpointing", False):
         details["gradient checkpointing"] = "gradient checkpointing off"
         return
-    kwargs = config_value(ctx, "gradient_checkpointing_kwargs", None)
-    if isinstance(kwargs, str):
-        try:
-            kwargs = json.loads(kwargs)
-        except ValueError:
-            kwargs = None
-    kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
+    kwargs = checkpointing_kwargs(ctx)
     tf_enables, tf_evidence, tf_default = _transformers_input_grads()
     trl_enables, trl_evidence = enables_input_grads(ctx.trainer)
     reentrant = kwargs.get("use_reentrant", tf_default)

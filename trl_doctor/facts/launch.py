@@ -428,6 +428,19 @@ def _fsdp_sharding(where: str, strategy: str, offload: bool) -> Sharding:
 
 # -- gradient checkpointing and what the installed trainer does about distributed setups --------------------------
 
+def checkpointing_kwargs(ctx) -> dict:
+    """The config's `gradient_checkpointing_kwargs` as a dict (TRL's parser also takes it as a JSON string)."""
+    from .settings import config_value
+
+    kwargs = config_value(ctx, "gradient_checkpointing_kwargs", None)
+    if isinstance(kwargs, str):
+        try:
+            kwargs = json.loads(kwargs)
+        except ValueError:
+            kwargs = None
+    return dict(kwargs) if isinstance(kwargs, dict) else {}
+
+
 def checkpointing_reentrant(ctx) -> tuple[bool | None, str]:
     """(use_reentrant the job's gradient checkpointing runs with, where that comes from): the config's
     gradient_checkpointing_kwargs, else the default the installed trainer sets, else the installed transformers'
@@ -436,13 +449,8 @@ def checkpointing_reentrant(ctx) -> tuple[bool | None, str]:
 
     if not config_value(ctx, "gradient_checkpointing", False):
         return None, "gradient checkpointing is off"
-    kwargs = config_value(ctx, "gradient_checkpointing_kwargs", None)
-    if isinstance(kwargs, str):
-        try:
-            kwargs = json.loads(kwargs)
-        except ValueError:
-            kwargs = None
-    if isinstance(kwargs, dict) and "use_reentrant" in kwargs and kwargs["use_reentrant"] is not None:
+    kwargs = checkpointing_kwargs(ctx)
+    if "use_reentrant" in kwargs and kwargs["use_reentrant"] is not None:
         return bool(kwargs["use_reentrant"]), "gradient_checkpointing_kwargs in the config"
     found = _trainer_reentrant_default(ctx.trainer)
     if found is not None:
