@@ -130,22 +130,3 @@ def test_ppo_custom_stop_token_with_eos_penalty(built_fixtures):
     code, report = run_json("check", str(folder / "ok_ppo_eos_penalty.yaml"), "--select", "eos-termination", "--no-smoke")
     assert result_of(report, "TD004")["status"] == "pass"
 
-
-@pytest.mark.sweep
-def test_no_false_alarm_on_healthy_fixtures(built_fixtures):
-    """Every healthy case of every rule passes (or skips) TD004, statically. A case whose inputs the check cannot load
-    at all (exit 2, one line) raises no alarm either."""
-    from conftest import run_doctor
-
-    judged = 0
-    for case in sorted(built_fixtures.glob("*/ok_*")):
-        if case.suffix not in (".yaml", ".yml", ".json"):
-            continue
-        proc = run_doctor("check", str(case), "--select", "eos-termination", "--no-smoke", "--format", "json")
-        if proc.returncode == 2 and not proc.stdout:
-            assert "error:" in proc.stderr and "Traceback" not in proc.stderr, (case, proc.stderr)
-            continue
-        r = result_of(json.loads(proc.stdout), "TD004")
-        assert r["status"] in ("pass", "skip"), (case, r["message"])
-        judged += 1
-    assert judged > 30

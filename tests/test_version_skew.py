@@ -14,7 +14,6 @@ import yaml
 from packaging.version import Version
 
 from conftest import FIXTURES, result_of, rule_in_this_process, run_doctor, run_json
-from test_precision_and_attention import fake_gpus  # noqa: F401  (the NVML stand-in fixture)
 from trl_doctor.facts import versions as _skew
 from trl_doctor.facts.versions import (
     entry_matches_config,
@@ -472,25 +471,3 @@ def test_liger_range_is_read_from_an_extra_named_after_no_package():
     assert _skew.extra_requirement(lines[1:], "liger", "liger-kernel") == ("==0.5.3" if sys.platform != "win32" else None)
     assert _skew.extra_requirement(lines[1:3], "liger", "liger-kernel") is None
 
-
-@pytest.mark.sweep
-def test_no_liger_alarm_on_healthy_fixtures(built_fixtures, fake_gpus):  # noqa: F811  (the fixture imported above)
-    """The liger check raises nothing on any healthy case of any rule: on the GPUs its folder's expected.yaml names
-    for it, else on a launch machine (an A100) and without a GPU. (A healthy case of another rule may still match a
-    known issue of the installed TRL, such as a PPO config on trl >= 1.13: that is this rule's job, not a false
-    alarm of the liger check.)"""
-    from test_fixture_cases import case_fake_gpus
-
-    for case in sorted(built_fixtures.glob("*/ok_*")):
-        if case.suffix not in (".yaml", ".yml", ".json"):
-            continue
-        named = case_fake_gpus(case)
-        for gpus in ([named] if named else ("a100-80g.json", "no-driver.json")):
-            fake_gpus(gpus)
-            _, report = run_json("check", str(case), "--select", "version-skew", "--no-smoke")
-            r = result_of(report, "TD007")
-            findings = [r["message"], *r["details"].get("also", [])] if r["status"] != "pass" else []
-            assert not [f for f in findings if "liger" in f], (gpus, case, findings)
-            asked = case.suffix != ".json" and bool((yaml.safe_load(case.read_text()) or {}).get("use_liger_kernel"))
-            if not asked:  # no liger note either where the config does not ask for the kernels
-                assert "liger-kernel" not in r["details"], (case, r["details"])

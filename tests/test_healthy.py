@@ -1,0 +1,68 @@
+"""No false alarm: every healthy fixture (the `ok_*` case of every rule's folder) passes or skips every rule that
+judges a setup statically, on the GPUs its folder's expected.yaml names for it, else on one A100 and on a machine
+without a GPU (and, for distributed-setup, on four GPUs: more processes). One check per case and machine, with all
+of those rules selected, instead of one sweep per rule: the sweeps cost a minute or more each.
+
+Each rule's own broken and healthy cases are judged in every lane by tests/test_fixture_cases.py; this sweep runs
+in the default lane (marker `sweep`). The smoke step has its own sweep (tests/test_smoke_step.py): it trains.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import FIXTURES, result_of, run_doctor
+from test_fixture_cases import case_fake_gpus
+from test_precision_and_attention import fake_gpus  # noqa: F401  (the NVML stand-in fixture)
+
+STATIC = ("batch-geometry", "precision-and-attention", "vllm-weights", "distributed-setup", "eos-termination",
+          "generation-settings", "version-skew")
+ONE_A100 = FIXTURES / "precision-and-attention" / "gpus" / "a100-80g.json"
+NO_GPU = FIXTURES / "precision-and-attention" / "gpus" / "no-driver.json"
+FOUR_A100 = FIXTURES / "vllm-weights" / "gpus" / "4x-a100-80g.json"
+
+
+def _cases(root):
+    return [c for c in sorted(root.glob("*/ok_*")) if c.suffix in (".yaml", ".yml", ".json")]
+
+
+def _machines(case):
+    named = case_fake_gpus(case)
+    if named:
+        return [(named, STATIC)]
+    return [(ONE_A100, STATIC), (NO_GPU, STATIC), (FOUR_A100, ("distributed-setup",))]
+
+
+def _judge(case, report, rules):
+    for slug in rules:
+        r = result_of(report, slug)
+        if slug == "version-skew":  # a healthy case of another rule may match a known issue of the installed TRL
+            findings = [r["message"], *r["details"].get("also", [])] if r["status"] != "pass" else []
+            assert not [f for f in findings if "liger" in f], (case, findings)
+            continue
+        assert r["status"] in ("pass", "skip"), (slug, case, r["message"])
+
+
+@pytest.mark.sweep
+def test_no_static_rule_raises_an_alarm_on_a_healthy_fixture(built_fixtures, fake_gpus):  # noqa: F811
+    judged = 0
+    for case in _cases(built_fixtures):
+        for gpus, rules in _machines(case):
+            fake_gpus(gpus)
+            proc = run_doctor("check", str(case), "--select", ",".join(rules), "--no-smoke", "--format", "json")
+            if proc.returncode == 2 and not proc.stdout:  # an input the whole check refuses (a config-only model)
+                assert "error:" in proc.stderr and "Traceback" not in proc.stderr, (case, proc.stderr)
+                continue
+            _judge(case, json.loads(proc.stdout), rules)
+            judged += 1
+    assert judged > 100
+
+
+def test_the_sweep_names_every_rule_it_claims():
+    """The slugs above are real rules (a renamed rule would otherwise drop out of the sweep unnoticed)."""
+    from trl_doctor._registry import all_rules
+
+    slugs = {r.slug for r in all_rules()}
+    assert set(STATIC) <= slugs, set(STATIC) - slugs
