@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .text import line_of as _line
-from .trl import trainer_source
+from .trl import trainer_source, trainer_tree
 
 # keys that change which token is sampled or how long generation runs; special-token ids are eos-termination's
 SAMPLING_KEYS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
@@ -96,14 +96,10 @@ def trainer_generation_config(trainer: str, cfg, tok) -> TrainerGenerationConfig
     second, greedy one for its sample generations), with `**name` expanded from the dict literal assigned to `name`
     in the same function and `name.update(args.generation_kwargs)` applied. Values are the trainer's expressions
     evaluated against this config (`args`, `self.<field>`) and tokenizer; None without a GenerationConfig call."""
-    found = trainer_source(trainer)
-    if found is None:
+    parsed = trainer_tree(trainer)
+    if parsed is None:
         return None
-    rel, text = found
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return None
+    rel, text, tree = parsed
     for func in _functions(tree):
         calls = [c for c in _calls(func) if c.lineno >= func.lineno]
         if not calls:

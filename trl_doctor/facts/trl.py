@@ -93,6 +93,19 @@ def trainer_source(trainer: str) -> tuple[str, str] | None:
     return None
 
 
+def trainer_tree(trainer: str):
+    """(relative path, text, parsed module) of the installed trainer's source, or None (no TRL, or unparsable)."""
+    import ast
+
+    found = trainer_source(trainer)
+    if found is None:
+        return None
+    try:
+        return (*found, ast.parse(found[1]))
+    except SyntaxError:
+        return None
+
+
 # -- readings of the installed trainers' source ------------------------------------------------------------
 
 TRAINER_CLASS = {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "ppo": "PPOTrainer"}

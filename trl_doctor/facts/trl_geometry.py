@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .._cache import fact
-from .trl import TRAINER_CLASS, config_class, trainer_source, trl_root
+from .trl import TRAINER_CLASS, config_class, trainer_tree, trl_root
 
 # Names (attributes or locals) of TRL's batch arithmetic: statements that read or write one are evaluated.
 GEOMETRY = frozenset({
@@ -111,14 +111,10 @@ def _config_units(cls) -> Unit | None:
 
 
 def _trainer_unit(trainer: str) -> Unit | None:
-    src = trainer_source(trainer)
-    if src is None:
+    parsed = trainer_tree(trainer)
+    if parsed is None:
         return None
-    rel, text = src
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return None
+    rel, text, tree = parsed
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == TRAINER_CLASS[trainer]:
             for item in node.body:
