@@ -163,14 +163,16 @@ def _deepspeed_installed(ctx, the_launch, shard, details):
     if version is not None:
         details["deepspeed"] = f"deepspeed {version} installed"
         return None
-    if not the_launch.judged_here:
+    if not the_launch.software_here:
         where = f"--target {the_launch.target}" if the_launch.target else "the launch machine (no GPU here)"
         details["deepspeed"] = (f"not installed here; {shard.configured_by} needs it on {where}: "
-                                "pip install deepspeed there")
+                                f"pip install deepspeed there ({the_launch.not_judged})")
         return None
+    whose = f"the environment of the launch on {the_launch.target} (--target)" if the_launch.target else \
+        "this machine, whose GPUs the job runs on"
     return ("fail", (
-        f"{shard.words} is configured ({shard.configured_by}) but the deepspeed package is not installed on this "
-        "machine, whose GPUs the job runs on: `accelerate launch` stops with \"ImportError: DeepSpeed is not installed "
+        f"{shard.words} is configured ({shard.configured_by}) but the deepspeed package is not installed in "
+        f"{whose}: `accelerate launch` stops with \"ImportError: DeepSpeed is not installed "
         "=> run `pip3 install deepspeed` or build it from source\"; pip install deepspeed, or drop the DeepSpeed "
         "setting (plain data parallel)"), manual("pip install deepspeed"))
 

@@ -116,8 +116,9 @@ def check(ctx):
     # no bf16 weights are proposed for a GPU that cannot run bf16
     bf16_runs = not (visible and not on_cpu and min(_cc(g) for g in visible) < BF16_MIN_CC)
     dtype_words = _dtype(ctx, raw, bf16 and bf16_runs, fp16, ckpt, visible, findings, details)
+    quant_words = _quantization(ctx, raw, on_cpu, findings, details)
     if not findings:
-        yield passed("; ".join(w for w in (device_words, attn_words, dtype_words) if w), **details)
+        yield passed("; ".join(w for w in (device_words, attn_words, dtype_words, quant_words) if w), **details)
         return
     for status, message, fix in findings:
         yield (fail if status == "fail" else warn)(message, fix=fix, **details)
@@ -221,9 +222,10 @@ def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, findings, details, ge
     fix = None if gemma else _sdpa_fix(ctx, raw, where, kwargs)
     alt = "eager" if gemma else "sdpa"
     name = f"FlashAttention{version}"
-    if not installed and not launch(ctx).judged_here:
-        # installed or not on the launch machine is that machine's business: judged there (a GPU here) only
-        details["flash attention package"] += ": not judged, this is not the launch machine (no GPU here, or --target)"
+    if not installed and not launch(ctx).software_here:
+        # installed or not on the launch machine is that machine's business: judged there (a GPU here, or --target in
+        # this environment) only
+        details["flash attention package"] += f": not judged ({launch(ctx).not_judged})"
     elif not installed:
         fallback = _kernels_fallback()
         if fallback:
@@ -253,6 +255,33 @@ def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, findings, details, ge
             f"{family} GPUs or newer\"); use `attn_implementation: {alt}` on this GPU"), fix))
         return ""
     return f"{name} ({installed}) on compute capability {min(visible, key=_cc)['compute_capability']}"
+
+
+def _quantization(ctx, raw, on_cpu, findings, details) -> str:
+    """bitsandbytes loading (`quantization_config` with quant_method bitsandbytes, `load_in_4bit` / `load_in_8bit`
+    in model_init_kwargs or as TRL's ModelConfig keys) needs the bitsandbytes package and a GPU at model loading."""
+    kwargs = settings(ctx).model_init_kwargs
+    quant = kwargs.get("quantization_config") if isinstance(kwargs.get("quantization_config"), dict) else {}
+    bits = next((b for b in ("4bit", "8bit") if quant.get(f"load_in_{b}") or kwargs.get(f"load_in_{b}")
+                 or raw.get(f"load_in_{b}") is True), None)
+    if bits is None and str(quant.get("quant_method", "")).lower() != "bitsandbytes":
+        return ""
+    what = f"bitsandbytes {bits or ''} loading".replace("  ", " ")
+    have = package_version("bitsandbytes")
+    details["quantization"] = f"{what}; bitsandbytes {have or 'not installed'}"
+    if on_cpu:
+        findings.append(("fail", f"{what} with use_cpu: true: bitsandbytes quantized weights train on a CUDA GPU; "
+                                 "drop the quantization or use_cpu", None))
+        return ""
+    if have is None:
+        if not launch(ctx).software_here:
+            details["quantization"] += f": not judged ({launch(ctx).not_judged})"
+            return f"{what} (bitsandbytes not installed here: the launch machine needs it)"
+        findings.append(("fail", (f"{what} is asked for but the bitsandbytes package is not installed: model loading "
+                                  "stops (\"Using `bitsandbytes` 4-bit quantization requires bitsandbytes\"); pip install "
+                                  "bitsandbytes, or load the model unquantized"), None))
+        return ""
+    return f"{what} (bitsandbytes {have})"
 
 
 def _gemma_type(ctx) -> str | None:

@@ -84,9 +84,9 @@ def _launch_packages(ctx, installed: dict[str, Any]):
         return
     stage = acc.deepspeed.zero_stage if acc.deepspeed is not None else None
     named = f"{acc.named_by} ({acc.path}) launches with DeepSpeed{f' ZeRO-{stage}' if stage is not None else ''}"
-    if not launch(ctx).judged_here:  # what the launch machine has installed is judged there, never from here
-        yield passed(f"{named}; the deepspeed package is not installed here, which is not the launch machine (no GPU "
-                     "here, or --target): it must be installed there", **{"accelerate config": str(acc.path)})
+    if not launch(ctx).software_here:  # what the launch machine has installed is judged there, never from here
+        yield passed(f"{named}; the deepspeed package is not installed here ({launch(ctx).not_judged}): it must be "
+                     "installed there", **{"accelerate config": str(acc.path)})
         return
     yield fail(f"{named} but the deepspeed package is not installed: accelerate launch stops at start-up",
                manual("pip install deepspeed (trl[deepspeed] pins the range TRL supports)"),
@@ -118,9 +118,9 @@ def _liger(ctx, requires: dict):
                         f"liger-kernel{wanted or ' (no range)'}"}
     pin = f'pip install "liger-kernel{wanted}"' if wanted else "pip install liger-kernel"
     if have is None:
-        if not launch(ctx).judged_here:  # what the launch machine has installed is judged there, never from here
-            yield passed(f"{keys}; liger-kernel is not installed here, which is not the launch machine (no GPU here, "
-                         f"or --target): it must be installed there ({pin})", **details)
+        if not launch(ctx).software_here:  # what the launch machine has installed is judged there, never from here
+            yield passed(f"{keys}; liger-kernel is not installed here ({launch(ctx).not_judged}): it must be installed "
+                         f"there ({pin})", **details)
             return
         said = " or ".join(w for k, w in (
             ("use_liger_kernel", "\"You have set `use_liger_kernel` to `True` but liger-kernel ... is not available\""),

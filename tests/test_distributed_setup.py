@@ -188,8 +188,11 @@ def test_deepspeed_missing_is_judged_on_the_launch_machine_only(built_fixtures):
     code, r = check(case, gpus=GPUS_4)
     assert code == 1 and r["status"] == "fail"
     assert "DeepSpeed ZeRO-2 is configured" in r["message"] and "pip3 install deepspeed" in r["message"]
-    # checked for another machine: what is installed here is not what the job gets
+    # checked for the named launch machine in this environment (the default): the launch's environment lacks it
     code, r = check(case, "--target", "4xH100-80GB", gpus=GPUS_4)
+    assert code == 1 and r["status"] == "fail" and "environment of the launch on 4xH100-80GB" in r["message"]
+    # ... in another environment (--target-env other): what is installed here is not what the job gets
+    code, r = check(case, "--target", "4xH100-80GB", "--target-env", "other", gpus=GPUS_4)
     assert code == 0 and r["status"] == "pass" and "needs it on --target 4xH100-80GB" in r["details"]["deepspeed"]
     code, r = check(case, gpus=HERE / "gpus" / "no-driver.json")
     assert code == 0 and r["status"] == "pass" and "no GPU here" in r["details"]["deepspeed"]

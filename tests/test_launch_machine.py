@@ -43,7 +43,7 @@ def test_a_gpu_recipe_checked_without_a_gpu_fails_nothing():
         config = result_of(report, "trainer-config")
         assert config["status"] == "pass" and "tf32=None" in config["details"]["set by the doctor to build it here"]
     precision = result_of(report, "precision-and-attention")
-    assert precision["status"] == "pass" and "not judged, this is not the launch machine" in \
+    assert precision["status"] == "pass" and "not judged (this is not the launch machine" in \
         precision["details"]["flash attention package"]
 
 
@@ -56,8 +56,22 @@ def test_the_probes_and_the_step_run_with_what_this_machine_has():
     assert "tf32 off on this CPU" in smoke["details"]["precision"]  # what it changed, said
 
 
+def test_target_judges_the_named_gpus_in_this_environment():
+    """--target names the launch machine's GPUs; the launch runs in this Python environment unless --target-env
+    other says so: flash-attn, missing here, is missing there (issue 21: judge the launch machine)."""
+    code, report = run_json("check", RECIPE, "--no-smoke", "--select", "precision-and-attention", "--target",
+                            "8xH100-80GB")
+    precision = result_of(report, "precision-and-attention")
+    if precision["details"].get("flash attention package", "").startswith("not installed"):
+        assert code == 1 and precision["status"] == "fail", precision
+        assert "flash_attention_2, but the package flash-attn (module flash_attn) is not installed" in precision["message"]
+    else:  # a machine with flash-attn: nothing to blame
+        assert precision["status"] == "pass", precision
+
+
 def test_target_judges_the_named_gpus():
-    code, report = run_json("check", RECIPE, "--no-smoke", "--select", GPU_RULES, "--target", "8xH100-80GB")
+    code, report = run_json("check", RECIPE, "--no-smoke", "--select", GPU_RULES, "--target", "8xH100-80GB",
+                            "--target-env", "other")
     assert code == 0, report
     geometry = result_of(report, "batch-geometry")
     assert "at 8 processes (--target 8xH100-80GB" in geometry["message"]

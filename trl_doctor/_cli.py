@@ -52,6 +52,8 @@ def main() -> None:
               help="Training processes of the launch (accelerate's --num_processes); default: the config's accelerate settings, else the visible GPUs.")
 @click.option("--fail-on", type=click.Choice(["fail", "warn"]), default=None, help="Lowest status that makes the exit status 1 (default: fail).")
 @click.option("--target", "target_gpus", help="The launch machine's GPUs, e.g. 8xH100-80GB, 4xA100-40GB, 1xA10G, 2xL4, 1xT4: the GPU verdicts judge them instead of this machine's.")
+@click.option("--target-env", type=click.Choice(["this", "other"]), default="this", show_default=True,
+              help="With --target: whether the launch machine's Python environment is this one (flash-attn, bitsandbytes, deepspeed and liger-kernel installed here are judged as the launch's) or another (they are not judged).")
 @click.option("--load-weights", is_flag=True, help="With a launch command: let the script load real weights (default: models on the meta device).")
 @click.option("--script-timeout", type=float, default=300.0, show_default=True, help="Seconds a launch command's script may take to construct its trainer.")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks: a launch command's script that fails before its trainer, and any unexpected stop of the check.")
@@ -61,7 +63,7 @@ def main() -> None:
 @click.option("--max-memory", type=click.FloatRange(min=0), default=None, help="GiB of address space the check's worker may use where it uses no CUDA (default: 85% of physical memory; 0: no limit).")
 def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code,
           num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only, user_code_timeout,
-          max_memory, sample):
+          max_memory, sample, target_env):
     """Check CONFIG files (TRL CLI configs, JSON or YAML; globs too), or what a launch command's script gives its
     trainer.
 
@@ -265,12 +267,12 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
 
 
 def _worker_limits() -> dict:
-    """--user-code-timeout, --max-memory and --sample, from the command's parameters (every config of one call shares
-    them)."""
+    """--user-code-timeout, --max-memory, --sample and --target-env, from the command's parameters (every config of
+    one call shares them)."""
     ctx = click.get_current_context(silent=True)
     params = ctx.params if ctx is not None else {}
     return {"user_code_timeout": params.get("user_code_timeout", 60.0), "max_memory": params.get("max_memory"),
-            "sample": params.get("sample")}
+            "sample": params.get("sample"), "target_env": params.get("target_env") or "this"}
 
 
 class _Target:

@@ -42,6 +42,7 @@ class Options:
     script_timeout: float = 300.0  # seconds a launch command's script may take to construct its trainer
     verbose: bool = False  # input errors carry the script's traceback
     target: str | None = None  # the launch machine's GPUs (--target 8xH100-80GB), judged instead of this machine's
+    target_env: str = "this"  # with --target: the launch's Python environment is this one ("this") or not ("other")
     max_memory: float | None = None  # GiB of address space for the worker (None: 85% of RAM; 0: no limit); see _limits
     memory_limit: int | None = None  # the limit the worker set, in bytes (recorded by the worker)
     user_code_timeout: float = 60.0  # seconds the user's code (a reward module's import, one call, a chat template) may run
@@ -61,6 +62,7 @@ class Live:
     model: Any = None  # the policy the script built (meta device unless --load-weights); None when given as a path
     dataset: Any = None  # train_dataset as the script prepared it
     relaxed: dict = field(default_factory=dict)  # settings let through on this machine: {key: (set to, why)}
+    machine_relaxed: dict = field(default_factory=dict)  # launch-machine settings outside TRL's config: {what: (asked, why)}
     recipe: str | None = None  # the config file the script was given (--config), when there is one
     recipe_keys: tuple[str, ...] = ()  # the keys that file sets
     processes: int | None = None  # training processes the launcher starts, when it says
@@ -278,6 +280,14 @@ class Context:
                 # (precision-and-attention, with --target), and the probes run with what this machine has
                 kwargs["tf32"] = None
                 info.injected["tf32"] = None
+        if kwargs.get("deepspeed"):
+            from .capture.machine import deepspeed_installed
+
+            if not deepspeed_installed():
+                # TrainingArguments builds its DeepSpeed plugin at construction; whether the launch machine has
+                # deepspeed is distributed-setup's verdict, not a config the doctor cannot read
+                kwargs["deepspeed"] = None
+                info.injected["deepspeed"] = None
         info.passed_keys = sorted(kwargs)
         try:
             info.config = cls(**kwargs)

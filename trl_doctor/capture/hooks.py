@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .machine import MachinePatches, attention_asked, build_relaxing_attention, relax_deepspeed
+
 _LIBRARY_ROOTS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                                                      sysconfig.get_paths()["platlib"])})
 _DOCTOR_ROOT = os.path.realpath(os.path.dirname(os.path.dirname(__file__)))
@@ -62,6 +64,8 @@ class Recorder:
     # id(config) -> ("launch", TRL's error at 1 process) when built at the launch's process count, or ("refused",
     # TRL's error) when TRL refuses the batch sizes at the launch too
     batch_notes: dict[int, tuple[str, str]] = field(default_factory=dict)
+    # launch-machine settings relaxed outside TRL's config (the model's attention, a move to CUDA): {what: (asked, why)}
+    machine: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
 
 def is_user_file(filename: str) -> bool:
@@ -152,6 +156,9 @@ class Hooks:
         if not self.load_weights:
             original = PreTrainedModel.__dict__["from_pretrained"].__func__
             self._patch(PreTrainedModel, "from_pretrained", classmethod(self._from_pretrained(original)))
+        if not self.has_cuda:
+            moves = MachinePatches(self.recorder.machine).__enter__()
+            self._undo.append(lambda: moves.__exit__(None, None, None))
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -221,7 +228,10 @@ class Hooks:
                 relaxed["tf32"] = (None, f"{config_self.tf32!r} kept aside: TrainingArguments refuses tf32 without an "
                                          "Ampere GPU")
                 config_self.tf32 = None
+            deepspeed = relax_deepspeed(config_self, relaxed)
             original(config_self)
+            if deepspeed is not None:  # the rules read the value the script set
+                config_self.deepspeed = deepspeed
             if relaxed:
                 recorder.relaxed[id(config_self)] = relaxed
 
@@ -252,9 +262,12 @@ class Hooks:
         recorder, trust = self.recorder, self.trust_remote_code
 
         def from_pretrained(cls, pretrained_model_name_or_path, *model_args: Any, **kwargs: Any):
-            model = meta_model(cls, pretrained_model_name_or_path, dict(kwargs), trust)
-            recorder.loads.append(ModelLoad(cls.__name__, str(pretrained_model_name_or_path),
-                                            {k: v for k, v in kwargs.items() if k != "config"}, model))
+            asked = attention_asked(kwargs.get("config"))
+            model = meta_model(cls, pretrained_model_name_or_path, dict(kwargs), trust, recorder.machine)
+            kept = {k: v for k, v in kwargs.items() if k != "config"}
+            if asked and "attn_implementation" not in kept:  # the auto class moved it onto the config
+                kept["attn_implementation"] = asked
+            recorder.loads.append(ModelLoad(cls.__name__, str(pretrained_model_name_or_path), kept, model))
             return model
 
         return from_pretrained
@@ -275,9 +288,10 @@ def _constructor_line(frame, trainer) -> tuple[str, int] | None:
     return first
 
 
-def meta_model(cls, path, kwargs: dict[str, Any], trust_remote_code: bool):
+def meta_model(cls, path, kwargs: dict[str, Any], trust_remote_code: bool, relaxed: dict | None = None):
     """`cls.from_pretrained(path, **kwargs)` as structure only: the config as transformers reads it (keywords
-    such as num_labels applied), the model built on the meta device, in the dtype the script asked for."""
+    such as num_labels applied), the model built on the meta device, in the dtype the script asked for. An
+    attention implementation this machine cannot build is relaxed (and noted in `relaxed`)."""
     import torch
     from transformers import GenerationConfig, PretrainedConfig
 
@@ -296,8 +310,14 @@ def meta_model(cls, path, kwargs: dict[str, Any], trust_remote_code: bool):
     for key, value in kwargs.items():  # what transformers applies to the config from leftover keywords
         if hasattr(config, key):
             setattr(config, key, value)
-    with torch.device("meta"):
-        model = cls._from_config(config)
+    if isinstance(loader.get("attn_implementation"), str):
+        config._attn_implementation_internal = loader["attn_implementation"]
+
+    def build():
+        with torch.device("meta"):
+            return cls._from_config(config)
+
+    model = build_relaxing_attention(build, config, relaxed if relaxed is not None else {})
     dtype = loader.get("dtype", loader.get("torch_dtype"))
     if dtype == "auto":
         dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)

@@ -25,7 +25,7 @@ def describe(cfg: Any, live: Any) -> dict[str, Any]:
         "constructed_at": f"{live.where[0]}:{live.where[1]}" if live.where else None,
         "script": live.script,
         "recipe": live.recipe,
-        "relaxed": {k: why for k, (_, why) in live.relaxed.items()},
+        "relaxed": {k: why for k, (_, why) in [*live.relaxed.items(), *live.machine_relaxed.items()]},
         "notes": list(live.notes),
     }
 

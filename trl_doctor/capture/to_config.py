@@ -73,7 +73,8 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
     live = Live(
         command=captured.command.text, script=captured.launched.script, where=where, trainer_cls=rec.trainer_cls,
         args=args, tokenizer=tokenizer, model=None if isinstance(model, str) else model,
-        dataset=arguments.get("train_dataset"), relaxed=relaxed, recipe=str(recipe) if recipe else None,
+        dataset=arguments.get("train_dataset"), relaxed=relaxed, machine_relaxed=dict(rec.machine),
+        recipe=str(recipe) if recipe else None,
         recipe_keys=recipe_keys, processes=captured.launched.processes,
         processes_from=captured.launched.processes_from, notes=tuple(captured.launched.notes),
         batch_note=rec.batch_notes.get(id(args)) if args is not None else None,
@@ -161,12 +162,13 @@ def _model_path(model: Any) -> str | None:
 
 
 def _init_kwargs(rec, model) -> dict[str, Any]:
-    """The dtype, attention and device_map the script loaded the policy with, as `model_init_kwargs` says them
-    (distributed-setup judges the device_map against the launch's processes)."""
+    """The dtype, attention, device_map and quantization the script loaded the policy with, as `model_init_kwargs`
+    says them (distributed-setup judges the device_map against the launch's processes, precision-and-attention the
+    attention and quantization against the launch machine)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     for load in rec.loads:
         if load.model is base:
-            out = {}
+            out = _quantization(load.kwargs)
             for key in ("dtype", "torch_dtype", "attn_implementation", "device_map"):
                 if load.kwargs.get(key) is not None:
                     value = load.kwargs[key]
@@ -176,6 +178,24 @@ def _init_kwargs(rec, model) -> dict[str, Any]:
                     out[key] = str(value).replace("torch.", "") if not isinstance(value, (str, int)) else value
             return out
     return {}
+
+
+def _quantization(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`quantization_config` (an object or a dict) as the plain keys that say what it needs, and the bare
+    `load_in_4bit` / `load_in_8bit` keywords."""
+    out: dict[str, Any] = {k: True for k in ("load_in_4bit", "load_in_8bit") if kwargs.get(k) is True}
+    quant = kwargs.get("quantization_config")
+    if quant is None:
+        return out
+    if not isinstance(quant, dict):
+        try:
+            quant = quant.to_dict()
+        except Exception:  # an object of the script's own
+            quant = {"quant_method": type(quant).__name__}
+    method = quant.get("quant_method")
+    kept = {k: quant[k] for k in ("load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type") if quant.get(k) is not None}
+    out["quantization_config"] = {"quant_method": str(getattr(method, "value", method)), **kept}
+    return out
 
 
 def _rewards(value: Any, cwd: Path, raw: dict) -> list[str]:

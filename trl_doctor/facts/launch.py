@@ -98,6 +98,15 @@ class Launch:
     accelerate: AccelerateSettings | None  # the accelerate config `accelerate launch` reads, when there is one
     target: str | None = None  # --target: `gpus` describe the launch machine named there, not this one
     judged_here: bool = False  # `gpus` are this machine's own: what is installed here is what the job gets
+    # the launch's Python environment is this one: its GPUs are here, or --target names them and --target-env is
+    # "this" (the default: a check runs in the environment the job will run in unless told otherwise)
+    software_here: bool = False
+
+    @property
+    def not_judged(self) -> str:
+        """Why what is installed here says nothing about the launch machine (when software_here is False)."""
+        return ("--target-env other: the launch machine's Python environment is another" if self.target else
+                "this is not the launch machine (no GPU here): pass --target to judge it as the launch's environment")
 
 
 @fact
@@ -121,7 +130,8 @@ def launch(ctx) -> Launch:
         missing = why or note or "NVML reports no GPU"
     procs, words, procs_note = _processes(ctx, visible, missing)
     return Launch(procs, words, procs_note, tuple(visible), missing, found, why, note, _accelerate(ctx),
-                  target=visible[0]["target"] if target else None, judged_here=bool(visible) and not target)
+                  target=visible[0]["target"] if target else None, judged_here=bool(visible) and not target,
+                  software_here=bool(visible) and (not target or getattr(ctx.options, "target_env", "this") != "other"))
 
 
 # -- GPUs --------------------------------------------------------------------------------------------------------

@@ -183,7 +183,11 @@ def precision(ctx) -> tuple[bool, bool]:
 
 
 def model_init_kwargs(ctx) -> dict:
+    """The keywords the policy is loaded with. For a script that passed a model object, TRL's config leaves
+    model_init_kwargs unset and the capture records the script's own `from_pretrained` keywords in the raw config."""
     value = config_value(ctx, "model_init_kwargs", None)
+    if not value and getattr(ctx, "live", None) is not None and isinstance(ctx.config.raw.get("model_init_kwargs"), dict):
+        value = ctx.config.raw["model_init_kwargs"]
     if isinstance(value, str):
         try:
             value = json.loads(value)

@@ -17,6 +17,7 @@ import time
 
 from trl_doctor._cache import fact
 
+from .launch_only import launch_only, launch_only_model_kwargs
 from .protocol import RunResult, Spec
 
 ROWS = 4  # prompts handed to the worker side: enough for one generation batch and a spare
@@ -147,9 +148,13 @@ def build_spec(ctx) -> Spec:
         overrides["model_init_kwargs"] = {"trust_remote_code": True}
         overrides["trust_remote_code"] = True
         _copy_model_code(ctx.config.model.path, model_path)
+    left_out_overrides, left_out = launch_only(raw, device)
+    overrides.update(left_out_overrides)
     if not twin:  # the real model loads as the job loads it (dtype, attention); the twin in fp32
         model_kwargs = raw.get("model_init_kwargs") or {k: raw[k] for k in ("dtype", "torch_dtype", "attn_implementation")
                                                            if raw.get(k) is not None} or None
+        model_kwargs, kwargs_left_out = launch_only_model_kwargs(model_kwargs, device)
+        left_out += kwargs_left_out
         overrides["model_init_kwargs"] = model_kwargs
     return Spec(**{
         "trainer": ctx.trainer,
@@ -166,6 +171,7 @@ def build_spec(ctx) -> Spec:
         "config": {k: raw[k] for k in info.passed_keys if k in raw},
         "raw": {k: v for k, v in raw.items() if isinstance(v, (str, int, float, bool, list, type(None)))},
         "overrides": overrides,
+        "left_out": left_out,
         "rows": rows,
         "columns": list(ctx.dataset.column_names),
         "reward_funcs": list(ctx.config.reward_funcs),

@@ -58,6 +58,7 @@ class Spec:
     # asked for; {"refused": why} when asked for but not run
     sample: dict = field(default_factory=dict)
     user_code_timeout: float = 60.0
+    left_out: list = field(default_factory=list)  # what only the launch machine can do, off for the step (launch_only)
 
     def details(self) -> dict[str, Any]:
         """What every outcome reports about the run's set-up."""
@@ -66,6 +67,8 @@ class Spec:
             out["model choice"] = self.model_note
         if self.precision:
             out["precision"] = self.precision
+        if self.left_out:
+            out["left out of the step (the launch machine's)"] = list(self.left_out)
         return out
 
     def to_json(self) -> dict[str, Any]:
