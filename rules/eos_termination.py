@@ -159,6 +159,8 @@ def _probe(ctx, term) -> dict:
     if run.outcome != "ok" or not run.result.get("train"):
         return {"details": {"termination probe": f"not run: the trainer run {run.outcome} (see smoke-step)"}}
     train = run.result["train"]
+    if train.get("termination_probe_skipped"):
+        return {"details": {"termination probe": f"not run: {train['termination_probe_skipped']}"}}
     steps = max(train.get("generate_steps") or [0])
     if train.get("forced_token_id") != term["id"] or not steps:
         return {"details": {"termination probe": "not run: no generation was observed"}}

@@ -22,6 +22,11 @@ What goes wrong
       reentrant (the embedding is frozen): otherwise torch warns "None of the inputs have requires_grad=True"
       and the first backward fails with "element 0 of tensors does not require grad and does not have a
       grad_fn" (trl#3089, trl#3150).
+    - `lora_target_modules` names that match no module of the model: a recipe's `--lora_target_modules "q_proj",
+      "v_proj"` reaches TRL's parser (nargs='+') as ['q_proj,', 'v_proj'], and PEFT adapts only v_proj without a
+      word (every name unmatched: get_peft_model stops, "Target modules ... not found in the base model"). TRL's
+      ModelConfig turns a one-item list into its item, a string, which PEFT reads as a regular expression the
+      module's full name must match entirely: `[q_proj]` matches nothing (peft 0.21.2, trl 1.16.0).
     LoRA keys without `use_peft` are a quieter mistake: `get_peft_config` returns None, so the full model
     trains, with the memory that needs.
 
@@ -53,14 +58,18 @@ How it is detected
     tokenizer as saved), and the tokenizer's size against the embedding rows of config.json, give the new
     rows; the names of the input embedding and LM head come from the meta-device model (`embed_tokens`,
     `lm_head`; `wte` for GPT-2) and are looked up in `lora_modules_to_save` and `lora_target_modules`, as
-    PEFT matches them (by name suffix). For checkpointing, the trainer's source (and the TRL helpers it
+    PEFT matches them (by name suffix). `lora_target_modules`, as PEFT gets them (a launch command's from the
+    script's LoraConfig; a config file's through the installed ModelConfig), are matched against the meta model's
+    module names as PEFT's check_target_module_exists matches them (a list item: the full name or its last
+    components; a string: re.fullmatch; "all-linear": every Linear layer). For checkpointing, the trainer's source (and the TRL helpers it
     calls), transformers' `gradient_checkpointing_enable` and the effective `gradient_checkpointing_kwargs`
     decide whether input gradients are on; the files and lines read are in the details.
 
 What the fix does
     For new tokens under LoRA it writes `lora_modules_to_save` with the model's own embedding and head names
     added to what the config lists (full trainable copies of both matrices: the details give their size; with
-    tied embeddings PEFT unties the copies). For reentrant checkpointing that leaves input gradients off it
+    tied embeddings PEFT unties the copies). For target names with stray commas in a config file it writes the
+    list without them. For reentrant checkpointing that leaves input gradients off it
     writes `gradient_checkpointing_kwargs: {use_reentrant: false}` (kept keys preserved), unless the config
     uses DeepSpeed, where PEFT + ZeRO-3 needs reentrant checkpointing (upgrade TRL there). An adapter folder
     as the model needs a merge (the message gives the two lines); LoRA keys without `use_peft` need the
@@ -126,9 +135,9 @@ def check(ctx):
                    f"and the whole model trains{pin}", **details)
         return
 
-    found = list(_new_token_rows(ctx, details)) + list(_checkpointing(ctx, details))
+    found = list(_target_modules(ctx, details)) + list(_new_token_rows(ctx, details)) + list(_checkpointing(ctx, details))
     if not found:
-        parts = [details.get("new tokens"), details.get("gradient checkpointing")]
+        parts = [details.get("target modules"), details.get("new tokens"), details.get("gradient checkpointing")]
         yield passed(f"LoRA on the base model {cfg.model.ref}: " + "; ".join(str(p) for p in parts if p), **details)
         return
     for make, message, fix in found:
@@ -166,6 +175,125 @@ def _adapter_as_model(ctx, adapter: Path, use_peft: bool, cls: str, details: dic
     return fail(f"{head}: {loader} loads {base} with this adapter attached and frozen, and nothing else is trainable: "
                 "the first backward fails with 'element 0 of tensors does not require grad and does not have a "
                 f"grad_fn'; {merge}", **details)
+
+
+# -- target modules --------------------------------------------------------------------------------------------------
+
+def _target_modules(ctx, details: dict):
+    """LoRA's `target_modules`, as TRL hands them to PEFT, against the meta-device model's module names, matched as
+    PEFT's check_target_module_exists matches them: a list item is a module's full name or its last components
+    (name ending with "." + item); a string is one regular expression the full name must match entirely
+    (`re.fullmatch`); "all-linear" is every Linear layer but the LM head."""
+    import re as regex
+
+    raw = ctx.config.raw
+    if "lora_target_modules" not in raw or raw["lora_target_modules"] is None:
+        return  # PEFT picks its own default targets for the architecture
+    targets, given = _effective_targets(ctx)
+    try:
+        model = ctx.meta_model
+    except (InputError, Unavailable, ImportError, OSError, ValueError) as exc:
+        details["target modules"] = f"not checked: {exc}"
+        return
+    names = [n for n, _ in model.named_modules() if n]
+    linear = _linear_leaf_names(model)
+    details["lora_target_modules (as PEFT gets them)"] = targets
+    if isinstance(targets, str) and targets.lower() == "all-linear":
+        details["target modules"] = f"all-linear: {', '.join(linear)}"
+        return
+    if isinstance(targets, str):
+        try:
+            hits = [n for n in names if regex.fullmatch(targets, n)]
+        except regex.error as exc:
+            yield (fail, f"lora_target_modules {targets!r}{given} is not a valid regular expression ({exc}), which PEFT "
+                         f"reads a string as: get_peft_model stops; the model's Linear layers are named "
+                         f"{', '.join(linear)}: write a list, e.g. `lora_target_modules: [{', '.join(linear[:2])}]`", None)
+            return
+        if hits:
+            details["target modules"] = f"{targets!r} (a regular expression) matches {len(hits)} modules, e.g. {hits[0]}"
+            return
+        yield (fail, _no_regex_match(targets, given, linear, names), None)
+        return
+    items = [str(t) for t in targets]
+    missing = [t for t in items if not any(n == t or n.endswith("." + t) for n in names)]
+    matched = [t for t in items if t not in missing]
+    if not missing:
+        details["target modules"] = f"{', '.join(items)} match modules of {type(model).__name__}"
+        return
+    yield (fail, _no_list_match(ctx, items, missing, matched, given, linear, type(model).__name__), _comma_fix(ctx, items))
+
+
+def _effective_targets(ctx) -> tuple[Any, str]:
+    """(the target_modules PEFT gets, where they come from in words). A launch command's are those of the LoraConfig
+    the script built; a config file's go through TRL's ModelConfig, which turns a one-item list into a string."""
+    from trl_doctor.facts.parsing import model_config_value
+
+    value = ctx.config.raw["lora_target_modules"]
+    if ctx.live is not None:
+        return value, " (the script's LoraConfig)"
+    effective = model_config_value("lora_target_modules", value)
+    if isinstance(value, list) and isinstance(effective, str):
+        return effective, (f" (TRL's ModelConfig turns the one-item list {value} from {ctx.config.path.name} into this "
+                           "string)")
+    return effective, f" (from {ctx.config.path.name})"
+
+
+def _no_regex_match(pattern: str, given: str, linear: list[str], names: list[str]) -> str:
+    example = next((n for n in names if n.endswith("." + pattern)), None) if pattern in linear else None
+    other = next((n for n in linear if n != pattern), pattern)
+    how = (f"; it names a layer, but the expression must match the whole name ({example}): write "
+           f"`--lora_target_modules '.*\\.{pattern}'` (in a config file `lora_target_modules: '.*\\.{pattern}'`), or "
+           f"list more than one module (`--lora_target_modules {pattern} {other}`)") if example else ""
+    comma = f"; {_comma_hint([p.strip() for p in pattern.split(',') if p.strip()])}" if "," in pattern else ""
+    return (f"lora_target_modules {pattern!r}{given} matches no module: PEFT reads a string as one regular expression "
+            f"that a module's full name must match entirely, and get_peft_model stops with 'Target modules {pattern} not "
+            f"found in the base model'; the model's Linear layers are named {', '.join(linear)}{how}{comma}")
+
+
+def _no_list_match(ctx, items, missing, matched, given, linear, model_cls) -> str:
+    peft = ctx.version("peft")
+    shown = ", ".join(f"`{m}`" for m in missing)
+    if matched:
+        effect = (f"PEFT {peft} adapts only {', '.join(matched)} and says nothing about "
+                  f"{'it' if len(missing) == 1 else 'them'}")
+    else:
+        effect = f"get_peft_model stops with 'Target modules {set(missing)} not found in the base model'"
+    commas = [m for m in missing if m.rstrip().endswith(",") or m.lstrip().startswith(",")]
+    hint = ""
+    if commas:
+        which = ", ".join(f"`{m}`" for m in commas)
+        hint = (f"; {which} {'has a' if len(commas) == 1 else 'have'} trailing comma{'s' if len(commas) > 1 else ''}: "
+                f"{_comma_hint([i.strip(', ') for i in items if i.strip(', ')])}")
+    return (f"lora_target_modules {items}{given}: {shown} {'matches' if len(missing) == 1 else 'match'} no module of "
+            f"{model_cls}, so {effect}; its Linear layers are named {', '.join(linear)}{hint}")
+
+
+def _comma_hint(names: list[str]) -> str:
+    return (f"on a command line write `--lora_target_modules {' '.join(names)}` (spaces, no commas), in a config file "
+            f"`lora_target_modules: [{', '.join(names)}]`")
+
+
+def _comma_fix(ctx, items: list[str]):
+    """The list without its stray commas, for a config file (a launch command's values come from its command line)."""
+    cleaned = [i.strip(", ") for i in items if i.strip(", ")]
+    if ctx.live is not None or cleaned == items or ctx.config.path is None:
+        return None
+    return Fix(f"set lora_target_modules: {cleaned} in {ctx.config.path.name}",
+               (Edit(str(ctx.config.path), set=(("lora_target_modules", cleaned),)),))
+
+
+def _linear_leaf_names(model) -> list[str]:
+    """The distinct last name components of the model's Linear (and GPT-2 Conv1D) layers but its LM head, in order."""
+    import torch
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    out: dict[str, None] = {}
+    for name, module in model.named_modules():
+        if module is head or not name:
+            continue
+        if isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D":
+            out[name.rsplit(".", 1)[-1]] = None
+    return list(out)
 
 
 # -- rows of new tokens ----------------------------------------------------------------------------------------------

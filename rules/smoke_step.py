@@ -222,7 +222,9 @@ def _judge(result, details, ctx, plan=None, sample=None):
     lengths = result.get("generate_steps") or []
     if result.get("completion_mean_length") is not None:
         details["completion mean length"] = result["completion_mean_length"]
-    if result.get("clipped_ratio") is not None:
+    if result.get("termination_probe_skipped"):
+        details["termination probe"] = f"skipped: {result['termination_probe_skipped']}"
+    elif result.get("clipped_ratio") is not None:
         # the step's completions come from the twin (or are cut at 8 tokens) with the end token forced: they test
         # TRL's masking, never whether the real model stops
         details["step completions ending before the limit"] = (

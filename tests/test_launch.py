@@ -321,8 +321,6 @@ def test_ppo_script_passing_the_policy_as_its_own_reference(built_fixtures):
     assert proc.returncode == 1 and value["status"] == "fail", value
     assert "passes the policy itself as ref_model (" in value["message"] and "ppo_same_ref.py:" in value["message"]
     assert "cannot be the same object" in value["message"] and "ref_model=None" in value["fix"]["description"]
-    if env:  # the example itself imports trl.PPOTrainer, which only releases before 0.29 have
-        return
     proc = run_doctor("check", "--no-smoke", "--select", "value-model", "--format", "json", "--",
                       "python", "ppo_example.py", *common, cwd=LAUNCH, env=env)
     assert result_of(json.loads(proc.stdout), "value-model")["status"] == "pass"

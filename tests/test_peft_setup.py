@@ -6,6 +6,7 @@ about what TRL does are checked against the installed TRL and PEFT themselves.""
 from __future__ import annotations
 
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 import yaml
@@ -30,7 +31,8 @@ def loads_through_create_model_from_path() -> bool:
 def test_lora_on_a_base_model_passes_and_names_who_enables_input_gradients(built_fixtures):
     code, r, _ = check(built_fixtures / "peft-setup" / "ok_lora_base.yaml")
     assert code == 0 and r["status"] == "pass", r
-    assert r["message"].startswith("LoRA on the base model ../models/qwen2-chat: no new tokens (the tokenizer's 320 tokens "
+    assert r["message"].startswith("LoRA on the base model ../models/qwen2-chat: q_proj, v_proj match modules of "
+                                   "Qwen2ForCausalLM; no new tokens (the tokenizer's 320 tokens "
                                    "fit the 320 embedding rows); gradient checkpointing ")
     assert r["details"]["lora keys"] == {"lora_r": 8, "lora_alpha": 16, "lora_target_modules": ["q_proj", "v_proj"]}
     from trl import GRPOConfig
@@ -102,7 +104,7 @@ def test_gpt2_names_and_kept_entries(fixture_copy):
     """The module names come from the architecture (GPT-2: wte), and entries the config lists are kept."""
     config = fixture_copy / "peft-setup" / "gpt2.yaml"
     config.write_text("model_name_or_path: ../models/gpt2-nopad\nadded_tokens: ['<tool>']\ndataset_path: ../data/prompts.jsonl\n"
-                      "use_peft: true\nlora_target_modules: [c_attn]\nlora_modules_to_save: [lm_head]\n")
+                      "use_peft: true\nlora_target_modules: [c_attn, c_proj]\nlora_modules_to_save: [lm_head]\n")
     code, r, _ = check(config)
     assert r["status"] == "warn"
     assert "'<tool>' (id 320) new to the tokenizer's vocabulary; the tokenizer has 321 tokens for 320 embedding rows" in r["message"]
@@ -173,3 +175,94 @@ def test_rloo_without_peft_support_says_lora_is_ignored(built_fixtures, tmp_path
         assert r["status"] == "pass", r
     else:
         assert r["status"] == "warn" and "takes no peft_config (the PPO-style RLOOTrainer of trl < 0.22)" in r["message"]
+
+
+# -- target_modules as TRL hands them to PEFT (issue 21, class 6) -----------------------------------------------------
+
+LAUNCH = Path(__file__).resolve().parent.parent / "fixtures" / "launch"
+RECIPE = ["python", "grpo_lora_recipe.py", "--model_name_or_path", "../models/qwen2-chat", "--dataset_name",
+          "../data/chat.jsonl", "--output_dir", "out/lora", "--num_generations", "2", "--per_device_train_batch_size",
+          "2", "--max_completion_length", "32", "--report_to", "none", "--use_peft", "--lora_target_modules"]
+LINEAR = "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
+
+
+def _adapted(target_modules) -> list[str]:
+    """The modules the installed TRL + PEFT adapt on the tiny Qwen2 for this ModelConfig value (raises as PEFT does)."""
+    import warnings
+
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+    from trl import ModelConfig, get_peft_config
+
+    from conftest import FIXTURES
+
+    model = AutoModelForCausalLM.from_pretrained(FIXTURES / "models" / "qwen2-chat")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        peft = get_peft_model(model, get_peft_config(ModelConfig(use_peft=True, lora_target_modules=target_modules)))
+    return sorted({n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in peft.named_parameters() if ".lora_A" in n})
+
+
+def test_the_target_module_claims_hold_for_the_installed_stack(built_fixtures):
+    assert _adapted(["q_proj,", "v_proj"]) == ["v_proj"]  # the comma-suffixed name is dropped without a word
+    with pytest.raises(ValueError, match="not found in the base model"):
+        _adapted(["q_proj,"])
+    with pytest.raises(ValueError, match="not found in the base model"):  # one item: TRL makes it a regex string
+        _adapted(["q_proj"])
+    assert _adapted("all-linear") == sorted(LINEAR.split(", "))
+    assert _adapted(["q_proj", "v_proj"]) == ["q_proj", "v_proj"]
+
+
+def test_trailing_comma_in_a_config_file_fails_and_is_fixed(fixture_copy):
+    config = fixture_copy / "peft-setup" / "bad_lora_target_trailing_comma.yaml"
+    code, r, _ = check(config)
+    assert code == 1 and r["status"] == "fail", r
+    assert r["message"] == (
+        "lora_target_modules ['q_proj,', 'v_proj'] (from bad_lora_target_trailing_comma.yaml): `q_proj,` matches no "
+        f"module of Qwen2ForCausalLM, so PEFT {version('peft')} adapts only v_proj and says nothing about it; its "
+        f"Linear layers are named {LINEAR}; `q_proj,` has a trailing comma: on a command line write "
+        "`--lora_target_modules q_proj v_proj` (spaces, no commas), in a config file `lora_target_modules: [q_proj, "
+        "v_proj]`")
+    code, r, _ = check(config, "--fix")
+    assert code == 0 and r["status"] == "pass", r
+    assert yaml.safe_load(config.read_text())["lora_target_modules"] == ["q_proj", "v_proj"]
+
+
+@pytest.mark.parametrize("targets, status", [("[q_proj]", "fail"), ("q_proj, v_proj", "fail"), ("'.*\\.q_proj'", "pass"),
+                                             ("[q_proj, v_proj]", "pass"), ("all-linear", "pass")])
+def test_target_modules_as_trl_hands_them_to_peft(built_fixtures, tmp_path, targets, status):
+    base = (built_fixtures / "peft-setup" / "ok_lora_base.yaml").read_text()
+    config = tmp_path / "lora.yaml"
+    config.write_text(base.replace("lora_target_modules: [q_proj, v_proj]", f"lora_target_modules: {targets}")
+                      .replace("../", f"{built_fixtures}/"))
+    (tmp_path / "rewards.py").write_text((built_fixtures / "peft-setup" / "rewards.py").read_text())
+    code, r, _ = check(config)
+    assert r["status"] == status, r
+    if targets == "[q_proj]":
+        assert r["message"].startswith("lora_target_modules 'q_proj' (TRL's ModelConfig turns the one-item list "
+                                       "['q_proj'] from lora.yaml into this string) matches no module: PEFT reads a "
+                                       "string as one regular expression"), r["message"]
+        assert "(model.layers.0.self_attn.q_proj)" in r["message"] and "'.*\\.q_proj'" in r["message"]
+    if targets == "q_proj, v_proj":
+        assert "--lora_target_modules q_proj v_proj" in r["message"], r["message"]
+
+
+@pytest.mark.parametrize("argv, status", [(['"q_proj",', '"v_proj"'], "fail"), (["q_proj", "v_proj"], "pass"),
+                                          (["all-linear"], "pass")])
+def test_target_modules_from_a_launch_command_line(built_fixtures, argv, status):
+    """The script's own TrlParser reads the command line (nargs='+'): `"q_proj", "v_proj"` arrives as the shell
+    leaves it, ['q_proj,', 'v_proj']."""
+    import json
+    import shlex
+
+    from conftest import run_doctor
+
+    command = [*RECIPE, *shlex.split(" ".join(argv))]
+    proc = run_doctor("check", "--no-smoke", "--select", "peft-setup", "--format", "json", "--", *command, cwd=LAUNCH)
+    r = result_of(json.loads(proc.stdout), "peft-setup")
+    assert r["status"] == status, r
+    if status == "fail":
+        assert r["message"].startswith("lora_target_modules ['q_proj,', 'v_proj'] (the script's LoraConfig): `q_proj,` "
+                                       "matches no module of Qwen2ForCausalLM"), r["message"]
+        assert "has a trailing comma: on a command line write `--lora_target_modules q_proj v_proj`" in r["message"]
+        assert r.get("fix") is None  # the command line is the user's to edit

@@ -116,7 +116,8 @@ def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: f
     if loss is None and "loss/policy_avg" in logs:  # PPO logs its losses apart
         loss = logs["loss/policy_avg"] + logs.get("loss/value_avg", 0.0)
     result = {
-        "forced_token_id": spec.force_token_id,
+        "forced_token_id": spec.force_token_id if forcing.skipped is None else None,
+        "termination_probe_skipped": forcing.skipped,
         "generate_steps": forcing.generated,
         "forced_after": spec.force_after,
         "step_s": round(step_s, 2),
@@ -374,6 +375,8 @@ def _build_ppo_style(trainer_cls, args, tokenizer, spec, progress, stage):
     stage("models")
     params = inspect.signature(trainer_cls.__init__).parameters
     load = dict(spec.model_kwargs or {}, local_files_only=True)
+    if spec.overrides.get("trust_remote_code"):  # a remote-code model's twin loads back with its code, as the job must
+        load["trust_remote_code"] = True
     policy = AutoModelForCausalLM.from_pretrained(spec.model_path, **load)
     ref = AutoModelForCausalLM.from_pretrained(spec.model_path, **load)
     reward_path = spec.reward_model_path
@@ -421,14 +424,14 @@ def _prompt_ids(tokenizer, row: dict) -> list[int]:
 
 def _aux_model_path(path: str, spec: dict) -> str:
     """A reward or value model for the step: the checkpoint itself with the real model, or its miniature
-    twin (same class, vocabulary, label count and special ids) saved beside the policy's twin."""
+    twin (same class, vocabulary, score-head rows and special ids) saved beside the policy's twin."""
     if not spec.twin_aux:
         return path
     import hashlib
     import os
 
     import torch
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     from trl_doctor._twin import TWIN_SEED, twin_config
 
@@ -436,20 +439,36 @@ def _aux_model_path(path: str, spec: dict) -> str:
     if os.path.isdir(out):
         return out
     small = twin_config(AutoConfig.from_pretrained(path, local_files_only=True))
-    from trl_doctor.facts.models import score_rows
-
-    rows = score_rows(path)
-    if rows is not None and rows != small.num_labels:
-        # the checkpoint's score head decides what loads (a config may leave num_labels at its default of 2 over
-        # a 1-row head, which TRL's `num_labels=1` loads fine): the twin has the real head's rows
-        small.num_labels = rows
     torch.manual_seed(TWIN_SEED)
-    AutoModelForSequenceClassification.from_config(small).float().save_pretrained(out, safe_serialization=True)
+    _aux_twin(small, path).float().save_pretrained(out, safe_serialization=True)
     try:
         AutoTokenizer.from_pretrained(path, local_files_only=True).save_pretrained(out)
     except (OSError, ValueError):
         pass  # a checkpoint without its own tokenizer: TRL then fails as it would on the real one
     return out
+
+
+def _aux_twin(small, path: str):
+    """The twin saved as the checkpoint is saved, so that TRL's `num_labels=1` load meets what it meets on the real
+    one: a classifier's score head keeps its real rows (2 rows against num_labels=1 is the real size mismatch); a
+    causal LM (TRL's PPO example often points reward_model_path at the SFT model) stays a causal LM without a
+    score head, which the load then gives a fresh 1-row head, with transformers' "newly initialized" warning."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    from trl_doctor.facts.models import score_rows
+
+    rows = score_rows(path)
+    architectures = getattr(small, "architectures", None) or []
+    if rows is None and architectures and not any("ForSequenceClassification" in a for a in architectures):
+        try:
+            return AutoModelForCausalLM.from_config(small)
+        except ValueError:
+            pass  # not a causal-LM class transformers knows: a classifier twin, as before
+    if rows is not None and rows != small.num_labels:
+        # the checkpoint's score head decides what loads (a config may leave num_labels at its default of 2 over
+        # a 1-row head, which TRL's `num_labels=1` loads fine): the twin has the real head's rows
+        small.num_labels = rows
+    return AutoModelForSequenceClassification.from_config(small)
 
 
 def _model_info(policy, spec: dict) -> dict:
@@ -590,6 +609,7 @@ class _Forcing:
         self.handles = []
         self.generated: list[int] = []
         self.flush = lambda: None
+        self.skipped: str | None = None  # why the probe could not hook the model
 
     def remove(self):
         self.flush()
@@ -607,6 +627,14 @@ def force_token(model, token_id, after: int, suppress_ids: list[int]):
     if token_id is None:
         return _Forcing()
     head = model.get_output_embeddings()
+    if head is None:
+        # a model's own code may name its LM head otherwise and define no get_output_embeddings(): the step still
+        # runs, only this probe has nothing to hook (whether the trainer itself needs the head is the logits probe's)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        forcing = _Forcing()
+        forcing.skipped = (f"{type(base).__name__}.get_output_embeddings() returns None: the termination probe "
+                           "cannot watch the logits")
+        return forcing
     state = {"steps": 0}
 
     def start(module, args, kwargs):
