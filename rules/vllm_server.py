@@ -58,6 +58,7 @@ What the fix does
 from __future__ import annotations
 
 from trl_doctor import fail, manual, passed, rule, skip, warn
+from trl_doctor.facts.launch import launch
 from trl_doctor.facts.settings import config_value, settings, vllm_placement
 from trl_doctor.facts.vllm_server import (
     installed_client_endpoints, is_local, model_names, probe, same_model, server_target,
@@ -117,6 +118,11 @@ def check(ctx):
                 yield skip(text + "this check may run away from the launch machine (a laptop, a login node); run it "
                            f"where the job launches to probe the server. If the server is not up, {consequence}",
                            **details)
+            return
+        if not launch(ctx).judged_here:  # a local server runs on the launch machine: this one is not it
+            yield skip(f"no vLLM server answers at {target.base_url} ({h.error}), but this is not the launch machine "
+                       f"({'--target ' + launch(ctx).target if launch(ctx).target else 'no GPU here'}): the server "
+                       f"runs there; start it with `{start}` before the job, or {consequence}", **details)
             return
         yield fail(f"no vLLM server answers at {target.base_url} ({h.error}): {consequence}; start it with `{start}`"
                    + (" or set `vllm_mode: colocate`" if colocate else ""), fix, **details)

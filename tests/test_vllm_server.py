@@ -80,10 +80,30 @@ def write_config(tmp_path: Path, **keys) -> Path:
     return path
 
 
-def check(config: Path) -> tuple[int, dict, float]:
+def check(config: Path, *args: str, launch_machine: bool = True) -> tuple[int, dict, float]:
+    """The check as it runs on the launch machine (its GPUs faked through NVML), where a local server must answer;
+    `launch_machine=False`: on a machine without GPUs, which is not where the server runs."""
+    from test_fixture_cases import fake_gpu_env
+
+    env = fake_gpu_env(FIXTURES / "batch-geometry" / "gpus" / "four-a100.json") if launch_machine else None
     start = time.monotonic()
-    code, report = run_json("check", str(config), "--select", "vllm-server", "--no-smoke")
+    code, report = run_json("check", str(config), "--select", "vllm-server", "--no-smoke", *args, env=env)
     return code, result_of(report, "TD018"), time.monotonic() - start
+
+
+def test_no_server_away_from_the_launch_machine_is_a_skip_with_the_start_command(built_fixtures, tmp_path):
+    """A CPU runner or a laptop checking a server-mode recipe: the server runs on the launch machine, not here."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    config = write_config(tmp_path, vllm_server_base_url=f"http://127.0.0.1:{port}")
+    for args, launch_machine in (((), False), (("--target", "8xH100-80GB"), True)):
+        code, result, _ = check(config, *args, launch_machine=launch_machine)
+        assert code == 0 and result["status"] == "skip", result
+        assert "this is not the launch machine" in result["message"] and "trl vllm-serve" in result["message"]
+    code, result, _ = check(config)  # on the launch machine: the job would wait and stop
+    assert code == 1 and result["status"] == "fail", result
 
 
 def needed(result: dict) -> int:
