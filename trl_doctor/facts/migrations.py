@@ -1,4 +1,5 @@
-"""Config keys renamed or removed across trl and transformers releases (trl_doctor/data/migrations.yaml), and what
+"""Config keys renamed or removed across trl and transformers releases (trl_doctor/data/migrations.yaml), keys that
+arrived in a later trl release (trl_doctor/data/added_keys.yaml), and what
 the installed TRL's parser does with a key it does not know: stop (`Unknown arguments from config file`, trl 0.19
 and later) or drop it without a word (older releases)."""
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TABLE = Path(__file__).resolve().parent.parent / "data" / "migrations.yaml"
+ADDED = TABLE.with_name("added_keys.yaml")
 
 
 @dataclass(frozen=True)
@@ -68,3 +70,38 @@ def unknown_key_policy() -> tuple[str, str]:
     if "Unknown arguments" in source:
         return "stops", "TrlParser.parse_args_and_config raises 'Unknown arguments from config file'"
     return "drops", "TrlParser.parse_args_and_config returns without the config keys no dataclass takes"
+
+
+@dataclass(frozen=True)
+class Arrival:
+    key: str
+    package: str
+    where: str
+    since: str  # the first release whose class has the field
+    trainers: tuple[str, ...] = ()
+    evidence: str = ""
+
+
+def load_arrivals(path: Path = ADDED) -> list[Arrival]:
+    import yaml
+
+    return [Arrival(**{**entry, "trainers": tuple(entry.get("trainers") or ())})
+            for entry in yaml.safe_load(path.read_text(encoding="utf-8"))]
+
+
+def arrival_for(key: str, installed: dict[str, str | None], trainer: str | None = None,
+                table: list[Arrival] | None = None) -> Arrival | None:
+    """The entry saying in which later release `key` arrives in `trainer`'s config, when the installed release is
+    older than that; None otherwise."""
+    from packaging.version import InvalidVersion, Version
+
+    for entry in table if table is not None else load_arrivals():
+        version = installed.get(entry.package)
+        if entry.key != key or not version or (trainer and entry.trainers and trainer not in entry.trainers):
+            continue
+        try:
+            if Version(version) < Version(entry.since):
+                return entry
+        except InvalidVersion:
+            continue
+    return None
