@@ -54,7 +54,7 @@ def check(ctx):
                    **details)
     if info.unknown_keys:
         yield from _unknown(ctx, info, details)
-    dropped = _dropped_recipe_keys(ctx, info, details) if not info.unknown_keys else []
+    dropped = _dropped_recipe_keys(ctx, info, details) if not info.unknown_keys else []  # a launch's recipe
     yield from dropped
     if info.launch_note:
         details["batch arithmetic"] = f"left to batch-geometry: {info.launch_note}"
@@ -142,7 +142,7 @@ def _dropped_recipe_keys(ctx, info, details: dict) -> list:
 
     from packaging.version import Version
 
-    from trl_doctor.facts.migrations import arrival_for, unknown_key_policy
+    from trl_doctor.facts.migrations import arrival_for, script_unknown_key_policy
     from trl_doctor.facts.trl import script_fields
 
     live = ctx.live
@@ -158,7 +158,8 @@ def _dropped_recipe_keys(ctx, info, details: dict) -> list:
         if parser is not None:
             known |= {a.dest for a in parser._actions}
     installed = {"trl": info.trl_version, "transformers": ctx.version("transformers")}
-    policy, evidence = unknown_key_policy()
+    # the script reached its trainer, so whatever parsed the recipe let these keys through: dropped, not refused
+    evidence = script_unknown_key_policy(ctx.trainer)[1] if own_script else "the script's parser returned without them"
     recipe = Path(live.recipe).name if live.recipe else "the recipe"
     later, plain = {}, []
     for key in live.recipe_keys:
@@ -176,16 +177,12 @@ def _dropped_recipe_keys(ctx, info, details: dict) -> list:
     one = len(dropped) == 1
     what = (f"{', '.join(names)} {'is not a field' if one else 'are not fields'} of {info.class_name} in trl "
             f"{info.trl_version}" + ("" if not plain else f" nor of {'its' if one else 'their'} script's arguments"))
-    if policy == "stops":
-        message = f"{what}: TRL's parser stops on {'it' if one else 'them'} at start-up"
-    else:
-        message = (f"{what}: trl {info.trl_version}'s parser ignores {'it' if one else 'them'} without a word, so the "
-                   f"trainer runs with the release's {'default' if one else 'defaults'} instead")
+    message = (f"{what}: trl {info.trl_version}'s parser ignores {'it' if one else 'them'} without a word, so the "
+               f"trainer runs with the release's {'default' if one else 'defaults'} instead")
     newest = max(later.values(), key=lambda a: Version(a.since)) if later else None
     upgrade = f'pip install "{newest.package}>={newest.since}" (the release the recipe was written for), or ' if newest else ""
     fix = manual(f"{upgrade}remove {', '.join(f'`{k}`' for k in dropped)} from {recipe}")
-    report = fail if policy == "stops" else warn
-    return [report(message, fix, location=Location(live.recipe or recipe, dropped[0]),
+    return [warn(message, fix, location=Location(live.recipe or recipe, dropped[0]),
                    **{**details, "dropped keys": {k: (f"a {later[k].where} field from {later[k].package} {later[k].since} "
                                                       f"({later[k].evidence})" if k in later else "known to no dataclass of "
                                                       "the script's parser") for k in dropped},

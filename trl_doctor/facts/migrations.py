@@ -57,6 +57,23 @@ def migration_for(key: str, installed: dict[str, str | None], table: list[Migrat
     return None
 
 
+def script_unknown_key_policy(trainer: str) -> tuple[str, str]:
+    """("stops" | "drops", evidence): what TRL's own `trl/scripts/<trainer>.py` does with a `--config` key no
+    dataclass takes. Read from the installed script: trl 0.22-0.29 parse with return_remaining_strings=True and
+    ignore the rest, 1.x with fail_with_unknown_args=False; otherwise TrlParser decides (it stops from 0.19)."""
+    import re
+
+    from .trl import trl_root
+
+    root = trl_root()
+    path = root / "scripts" / f"{trainer}.py" if root is not None else None
+    text = path.read_text(encoding="utf-8") if path is not None and path.is_file() else ""
+    m = re.search(r"parse_args_and_config\(([^)]*)\)", text)
+    if m is not None and re.search(r"fail_with_unknown_args\s*=\s*False|return_remaining_strings\s*=\s*True", m.group(1)):
+        return "drops", f"trl/scripts/{trainer}.py: `{' '.join(m.group(0).split())}` ignores the keys no dataclass takes"
+    return unknown_key_policy()
+
+
 def unknown_key_policy() -> tuple[str, str]:
     """("stops" | "drops", evidence): what the installed TRL's parser does with a config key no dataclass has."""
     try:
