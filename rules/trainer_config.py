@@ -28,7 +28,12 @@ What the fix does
     0.23, `warmup_ratio` -> `warmup_steps` in transformers 5) is renamed in the config, value unchanged. A
     removed key gets a manual fix (remove it) and the table's note on what replaced it; any other unknown key
     gets the closest known field only when it is really close (a typo), and TRL's own messages are quoted.
-    The words follow the installed TRL: stopped at start-up (trl 0.19 and later), or dropped without a word.
+    The words follow the installed TRL: stopped at start-up (TrlParser from 0.19: a failure), or dropped without a
+    word (before 0.19: a warning, the run goes on without the value).
+    A launch command's recipe (`--config recipe.yaml`): the script reached its trainer, so a recipe key that is in
+    none of the parser's dataclasses was dropped; it is named (a warning) with the release it arrives in
+    (trl_doctor/data/added_keys.yaml, read from the released wheels). For TRL's own scripts every such key is named;
+    for the user's own script (its dataclasses may take any key) only the keys the table knows.
 """
 
 from __future__ import annotations
