@@ -52,7 +52,7 @@ from pathlib import Path
 from trl_doctor import InputError, Unavailable, fail, passed, rule, skip, warn
 
 from trl_doctor.facts.chat import prompt_format, sample_indices
-from trl_doctor.facts.trl import script_fields, stream_support
+from trl_doctor.facts.trl import ppo_style, script_fields, stream_support
 
 SCAN_ROWS = 10000  # rows looked at one by one when the Arrow column type does not settle the format
 SHOWN_ROWS = 8
@@ -96,10 +96,11 @@ def check(ctx):
         yield from findings
         yield fail(f"the dataset {_where(ctx)} has no rows", **details)
         return
-    if "prompt" not in columns and ctx.trainer == "ppo" and ctx.live is not None and "input_ids" in columns:
-        # a launch command's PPO script tokenized the prompts itself: PPOTrainer reads `input_ids` as they are
+    if "prompt" not in columns and ctx.live is not None and "input_ids" in columns and ppo_style(ctx.trainer):
+        # a launch command's PPO-style script (PPO, RLOO before trl 0.22) tokenized the prompts itself: the
+        # trainer's collator pads `input_ids` as they are and never looks for a `prompt` column
         yield from findings
-        yield passed(f"{total} rows of `input_ids`, tokenized by the script as PPOTrainer reads them", **details)
+        yield from _token_rows(ctx, ds, total, details)
         return
     if "prompt" not in columns:
         near = [c for c in CANDIDATES if c in columns]
@@ -456,9 +457,35 @@ def _where(ctx) -> str:
     return str(cfg.dataset_file or cfg.dataset_dir or cfg.get("dataset_name"))
 
 
+def _token_rows(ctx, ds, total, details):
+    """The `input_ids` a PPO-style script tokenized: every row must hold at least one id the tokenizer knows (an empty
+    row leaves the trainer nothing to generate from; an id past the tokenizer's vocabulary was made by another one)."""
+    cls = f"{ctx.trainer.upper()}Trainer"
+    indices = sample_indices(total, SCAN_ROWS)
+    rows = ds.select_columns(["input_ids"])[indices]["input_ids"]
+    try:
+        size = len(ctx.tokenizer)
+    except Exception:  # no tokenizer to compare with: the other rules say why
+        size = None
+    empty = [i for i, r in zip(indices, rows) if not r]
+    foreign = [i for i, r in zip(indices, rows) if r and size is not None and max(r) >= size]
+    details["rows scanned"] = f"{len(indices)} of {total}"
+    if empty:
+        yield fail(f"`input_ids` is empty in rows {_rows(len(empty), empty)}: {cls} has no prompt to generate from there; "
+                   "drop those rows before training", **details)
+    if foreign:
+        yield fail(f"`input_ids` in rows {_rows(len(foreign), foreign)} hold ids past the tokenizer's {size} tokens: the "
+                   "prompts were tokenized with another tokenizer; tokenize them with the trainer's processing_class",
+                   **details)
+    if not empty and not foreign:
+        yield passed(f"{total} rows of `input_ids`, tokenized by the script, as {cls} (trl "
+                     f"{ctx.version('trl')}) reads them: it pads them itself and reads no `prompt` column", **details)
+
+
 def _reader(ctx) -> str:
-    if ctx.trainer == "ppo":
-        return "PPO's example script tokenizes `prompt` (examples/scripts/ppo/ppo.py: dataset_text_field = \"prompt\")"
+    if ppo_style(ctx.trainer):
+        return (f"{ctx.trainer.upper()}'s example script (examples/scripts/{ctx.trainer}/{ctx.trainer}.py) tokenizes "
+                "`prompt` (dataset_text_field = \"prompt\") into the `input_ids` the trainer reads")
     return f"{ctx.trainer.upper()}Trainer builds every batch from it (`prompts = [x[\"prompt\"] for x in inputs]`)"
 
 

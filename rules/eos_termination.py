@@ -27,7 +27,9 @@ How it is detected
     The ids the installed trainer ends the completion mask at are read from its source (facts.generation.mask_eos:
     every stop id, `torch.isin(completion_ids, self.eos_token_ids)`, or the tokenizer's eos only); a terminator
     that generation stops at but the mask does not end at fails.
-    PPO: `stop_token` or `stop_token_id` must be set; a `stop_token_id` other than the tokenizer's eos is a
+    PPO-style trainers (PPO, and RLOO before trl 0.22) generate response_length tokens and truncate each response
+    after the config's stop token, so only that is judged, read from the config object the trainer gets (no probe):
+    `stop_token` or `stop_token_id` must be set; a `stop_token_id` other than the tokenizer's eos is a
     warning, and a failure with `missing_eos_penalty`.
 
 What the fix does
@@ -50,7 +52,7 @@ from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
 
 from trl_doctor.facts.chat import completion_terminator
 from trl_doctor.facts.generation import mask_eos
-from trl_doctor.facts.trl import TRAINER_CLASS
+from trl_doctor.facts.trl import TRAINER_CLASS, ppo_style
 from trl_doctor.facts.tokens import as_id_list
 from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
 
@@ -63,7 +65,7 @@ from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_ru
     fixable="sometimes",
 )
 def check(ctx):
-    if ctx.trainer == "ppo":
+    if ppo_style(ctx.trainer):  # PPO, and RLOO before trl 0.22: responses end at the config's stop token
         yield from _ppo(ctx)
         return
     tok = ctx.tokenizer
@@ -240,20 +242,45 @@ def _mask_mismatch(ctx, term, gen_eos, gen_json, mask, details):
     )
 
 
-def _ppo(ctx):
+def _stop_settings(ctx) -> dict:
+    """stop_token, stop_token_id, missing_eos_penalty and response_length as the trainer gets them: from the config
+    object the script built (its own defaults included), else from the config's keys."""
+    try:
+        cfg = ctx.trainer_config
+    except Unavailable:
+        cfg = None
     raw = ctx.config.raw
+    keys = ("stop_token", "stop_token_id", "missing_eos_penalty", "response_length")
+    return {k: getattr(cfg, k) if cfg is not None and hasattr(cfg, k) else raw.get(k) for k in keys}
+
+
+def _stop_fix(ctx, who: str):
+    if ctx.config.format == "script":  # a launch command's own script: its flags are the user's to change
+        return manual(f"pass `--stop_token eos` to the script (or set stop_token='eos' in its {who}Config)")
+    return Fix("set `stop_token: eos` in the config", (Edit(str(ctx.config.path), set=(("stop_token", "eos"),)),))
+
+
+def _ppo(ctx):
+    """PPO-style trainers (PPOTrainer; RLOOTrainer before trl 0.22) generate to response_length and then truncate each
+    response after the config's stop token (`truncate_response(stop_token_id, ...)`); generation_config's eos ids do
+    not end their responses."""
     tok = ctx.tokenizer
-    details = {"stop_token": raw.get("stop_token"), "stop_token_id": raw.get("stop_token_id"),
-               "response_length": raw.get("response_length", "TRL's default"), "tokenizer eos": f"{tok.eos_token!r} ({tok.eos_token_id})"}
-    if raw.get("stop_token") is None and raw.get("stop_token_id") is None:
-        fix = Fix("set `stop_token: eos` in the config", (Edit(str(ctx.config.path), set=(("stop_token", "eos"),)),))
+    who = ctx.trainer.upper()
+    got = _stop_settings(ctx)
+    details = {"stop_token": got["stop_token"], "stop_token_id": got["stop_token_id"],
+               "response_length": got["response_length"] if got["response_length"] is not None else "TRL's default",
+               "tokenizer eos": f"{tok.eos_token!r} ({tok.eos_token_id})",
+               "how responses end": f"{TRAINER_CLASS[ctx.trainer]} (trl {ctx.version('trl')}) generates response_length "
+                                    "tokens and truncates each response after the config's stop token; generation_config's "
+                                    "eos ids play no part"}
+    if got["stop_token"] is None and got["stop_token_id"] is None:
         yield fail(
-            f"PPO's `stop_token` and `stop_token_id` are unset: responses are neither stopped nor truncated at eos "
+            f"{who}'s `stop_token` and `stop_token_id` are unset: responses are neither stopped nor truncated at eos "
             f"{tok.eos_token!r} (id {tok.eos_token_id}), so every response runs to response_length and is scored whole",
-            fix, **details,
+            _stop_fix(ctx, who), **details,
         )
         return
-    stop_id, penalty = raw.get("stop_token_id"), raw.get("missing_eos_penalty")
+    stop_id, penalty = got["stop_token_id"], got["missing_eos_penalty"]
     details["missing_eos_penalty"] = penalty
     if stop_id is not None and stop_id != tok.eos_token_id:
         name = tok.convert_ids_to_tokens(stop_id) if isinstance(stop_id, int) and 0 <= stop_id < len(tok) else "?"
@@ -262,15 +289,15 @@ def _ppo(ctx):
         if penalty is not None:
             yield fail(
                 f"missing_eos_penalty {penalty} with stop_token_id {stop_id} ({name!r}), which is not the tokenizer's eos "
-                f"{tok.eos_token!r} ({tok.eos_token_id}): PPO truncates responses at the stop token, then penalizes every "
+                f"{tok.eos_token!r} ({tok.eos_token_id}): {who} truncates responses at the stop token, then penalizes every "
                 f"response that lacks the eos {tok.eos_token!r}, so every response that stopped properly loses {penalty} "
                 "(trl#3750)",
                 fix, **details,
             )
             return
         yield warn(f"stop_token_id {stop_id} ({name!r}) is not the tokenizer's eos {tok.eos_token!r} ({tok.eos_token_id}): "
-                   "PPO truncates responses at the stop token, but its eos checks (missing_eos_penalty, "
+                   f"{who} truncates responses at the stop token, but its eos checks (missing_eos_penalty, "
                    f"val/num_eos_tokens) look for {tok.eos_token!r}, which the truncated responses do not contain",
                    fix, **details)
         return
-    yield passed(f"PPO truncates responses at {tok.eos_token!r} (id {tok.eos_token_id})", **details)
+    yield passed(f"{who} truncates responses at {tok.eos_token!r} (id {tok.eos_token_id}), the tokenizer's eos", **details)

@@ -38,7 +38,7 @@ from __future__ import annotations
 from trl_doctor import Edit, Fix, fail, manual, passed, rule, warn
 
 from trl_doctor.facts.tokens import as_id_list, embedding_rows
-from trl_doctor.facts.trl import TRAINER_CLASS, trainer_sets_pad_to_eos
+from trl_doctor.facts.trl import TRAINER_CLASS, pad_ids_zeroed, trainer_sets_pad_to_eos
 
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_pad_id|>", "<|endoftext|>")
 
@@ -97,6 +97,14 @@ def check(ctx):
             )
         return
 
+    zeroed = pad_ids_zeroed(ctx.trainer) if pad_id is not None and rows is not None and pad_id >= rows else None
+    if zeroed:
+        # PPO-style trainers replace every pad id with 0 before a forward or generate: the id never indexes the
+        # embedding matrix, so TRL's examples may add a `[PAD]` past the model's rows without resizing it
+        details["pad ids before each forward"] = f"replaced with 0 by the trainer: {zeroed}"
+        yield passed(f"pad token {pad!r} (id {pad_id}) lies past the model's {rows} embedding rows, which {trainer_cls} "
+                     f"(trl {trl_version}) allows: it replaces pad ids with 0 before every forward and generate", **details)
+        return
     if pad_id is None or (rows is not None and pad_id >= rows):
         choice = _choose_pad(tok, rows, eos_id)
         yield fail(

@@ -28,12 +28,20 @@ What the fix does
     0.23, `warmup_ratio` -> `warmup_steps` in transformers 5) is renamed in the config, value unchanged. A
     removed key gets a manual fix (remove it) and the table's note on what replaced it; any other unknown key
     gets the closest known field only when it is really close (a typo), and TRL's own messages are quoted.
-    The words follow the installed TRL: stopped at start-up (trl 0.19 and later), or dropped without a word.
+    The words follow the installed TRL: stopped at start-up (TrlParser from 0.19: a failure), or dropped without a
+    word (before 0.19: a warning, the run goes on without the value).
+    A launch command's recipe (`--config recipe.yaml`): the script reached its trainer, so a recipe key that is in
+    none of the parser's dataclasses was dropped; it is named (a warning) with the release it arrives in
+    (trl_doctor/data/added_keys.yaml, read from the released wheels). For TRL's own scripts every such key is named;
+    for the user's own script (its dataclasses may take any key) only the keys the table knows.
 """
 
 from __future__ import annotations
 
-from trl_doctor import DELETE, Edit, Fix, Location, fail, manual, passed, rule
+import os
+from pathlib import Path
+
+from trl_doctor import DELETE, Edit, Fix, Location, fail, manual, passed, rule, warn
 
 
 @rule(id="TD009", slug="trainer-config", title="The installed TRL accepts every key and value of the config")
@@ -51,12 +59,14 @@ def check(ctx):
                    **details)
     if info.unknown_keys:
         yield from _unknown(ctx, info, details)
+    dropped = _dropped_recipe_keys(ctx, info, details) if not info.unknown_keys else []  # a launch's recipe
+    yield from dropped
     if info.launch_note:
         details["batch arithmetic"] = f"left to batch-geometry: {info.launch_note}"
     deferred = bool(info.launch_note) or (info.error and _left_to_batch_geometry(ctx, info.error, details))
     if info.error and not deferred:
         yield fail(f"{info.class_name} rejects the config: {info.error}", **details)
-    if not info.unknown_keys and not info.type_errors and (not info.error or deferred):
+    if not info.unknown_keys and not dropped and not info.type_errors and (not info.error or deferred):
         extra = "; its batch check at 1 process is left to batch-geometry" if deferred else ""
         yield passed(f"{info.class_name} (trl {info.trl_version}) accepts all {len(info.passed_keys)} trainer keys{extra}", **details)
 
@@ -65,7 +75,7 @@ def _unknown(ctx, info, details: dict):
     """Unknown keys: a renamed or removed key (the migration table) says when and what replaces it, with a safe
     rename where the meaning is the same; any other gets the closest field when it is really close. What the
     installed TRL does with it decides the words: stop at start-up, or drop it without a word."""
-    from trl_doctor.facts.migrations import migration_for, unknown_key_policy
+    from trl_doctor.facts.migrations import arrival_for, migration_for, unknown_key_policy
 
     policy, evidence = unknown_key_policy()
     details["unknown keys"] = info.unknown_keys
@@ -73,12 +83,16 @@ def _unknown(ctx, info, details: dict):
     consequence = (f"`trl {ctx.trainer} --config` stops on it at start-up" if policy == "stops" else
                    f"trl {info.trl_version}'s `trl {ctx.trainer} --config` drops it without a word: its value never "
                    "reaches the trainer")
+    # a key the parser stops on fails the launch; one it drops only loses its value: the run goes on without it
+    report = fail if policy == "stops" else warn
     installed = {"trl": info.trl_version, "transformers": ctx.version("transformers")}
-    plain = []
+    plain, plain_keys, plain_names = [], [], {}
     for key in info.unknown_keys:
         entry = migration_for(key, installed, trainer=ctx.trainer)
         if entry is None:
-            plain.append(f"{key!r} (did you mean {info.suggestions[key]!r}?)" if key in info.suggestions else repr(key))
+            plain_names[key] = f"{key!r} (did you mean {info.suggestions[key]!r}?)" if key in info.suggestions else repr(key)
+            plain.append(plain_names[key])
+            plain_keys.append(key)
             continue
         value = ctx.config.raw.get(key)
         if entry.replacement and entry.same_meaning and entry.replacement not in ctx.config.raw:
@@ -87,10 +101,17 @@ def _unknown(ctx, info, details: dict):
         else:
             fix = manual(f"remove `{key}` from {ctx.config.path.name}" + (f" (and set `{entry.replacement}`)"
                                                                           if entry.replacement else ""))
-        yield fail(f"{entry.words()}; with {entry.package} {installed[entry.package]}, {consequence}", fix,
-                   location=Location(str(ctx.config.path), key), **details)
+        yield report(f"{entry.words()}; with {entry.package} {installed[entry.package]}, {consequence}", fix,
+                     location=Location(str(ctx.config.path), key), **details)
+    for key in list(plain_keys):
+        arrival = arrival_for(key, installed, trainer=ctx.trainer)
+        if arrival is not None:
+            plain_keys.remove(key)
+            plain.remove(plain_names[key])
+            yield report(_arrives(key, arrival, info, consequence), manual(_upgrade_or_remove(key, arrival, ctx.config.path.name)),
+                         location=Location(str(ctx.config.path), key), **details)
     if plain:
-        yield fail(f"trl {info.trl_version} does not know {', '.join(plain)}: {consequence}", **details)
+        yield report(f"trl {info.trl_version} does not know {', '.join(plain)}: {consequence}", **details)
 
 
 def _left_to_batch_geometry(ctx, error: str, details: dict) -> bool:
@@ -105,3 +126,78 @@ def _left_to_batch_geometry(ctx, error: str, details: dict) -> bool:
                                    f"{'es' if the_launch.processes != 1 else ''}, {the_launch.processes_from}); TRL's "
                                    f"check in this single process says: {error}")
     return True
+
+
+def _arrives(key: str, arrival, info, consequence: str) -> str:
+    return (f"`{key}` is not a field of {info.class_name} in trl {info.trl_version}: it arrives in {arrival.package} "
+            f"{arrival.since} ({arrival.where}); {consequence}")
+
+
+def _upgrade_or_remove(key: str, arrival, name: str) -> str:
+    return f'pip install "{arrival.package}>={arrival.since}" (the release the recipe was written for), or remove `{key}` from {name}'
+
+
+def _dropped_recipe_keys(ctx, info, details: dict) -> list:
+    """A launch command's recipe (`--config recipe.yaml`) keys that the installed TRL's parser took into none of its
+    dataclasses. TRL before 0.19 drops them without a word (set_defaults_with_config returns them and
+    parse_args_and_config discards them), so the script reached its trainer without their values. Every such key
+    is named for TRL's own scripts, whose parser is known; for the user's own script (whose dataclasses may take
+    any key) only the keys known to arrive in a later TRL release are."""
+    import dataclasses
+
+    from packaging.version import Version
+
+    from trl_doctor.facts.migrations import arrival_for, script_unknown_key_policy
+    from trl_doctor.facts.trl import script_fields
+
+    live = ctx.live
+    if live is None or not live.recipe_keys or live.args is None:
+        return []
+    fields = {f.name for f in dataclasses.fields(live.args)} if dataclasses.is_dataclass(live.args) else set()
+    known = fields | script_fields()
+    own_script = _trl_script(live)
+    if own_script:
+        from trl_doctor.facts.parsing import trl_parser
+
+        parser, _ = trl_parser(ctx.trainer)
+        if parser is not None:
+            known |= {a.dest for a in parser._actions}
+    installed = {"trl": info.trl_version, "transformers": ctx.version("transformers")}
+    # the script reached its trainer, so whatever parsed the recipe let these keys through: dropped, not refused
+    evidence = script_unknown_key_policy(ctx.trainer)[1] if own_script else "the script's parser returned without them"
+    recipe = Path(live.recipe).name if live.recipe else "the recipe"
+    later, plain = {}, []
+    for key in live.recipe_keys:
+        if key in known or key == "config":
+            continue
+        arrival = arrival_for(key, installed, trainer=ctx.trainer)
+        if arrival is not None:
+            later[key] = arrival
+        elif own_script:
+            plain.append(key)
+    dropped = [*later, *plain]
+    if not dropped:
+        return []
+    names = [f"`{k}` (arrives in {later[k].package} {later[k].since})" if k in later else f"`{k}`" for k in dropped]
+    one = len(dropped) == 1
+    what = (f"{', '.join(names)} {'is not a field' if one else 'are not fields'} of {info.class_name} in trl "
+            f"{info.trl_version}" + ("" if not plain else f" nor of {'its' if one else 'their'} script's arguments"))
+    message = (f"{what}: trl {info.trl_version}'s parser ignores {'it' if one else 'them'} without a word, so the "
+               f"trainer runs with the release's {'default' if one else 'defaults'} instead")
+    newest = max(later.values(), key=lambda a: Version(a.since)) if later else None
+    upgrade = f'pip install "{newest.package}>={newest.since}" (the release the recipe was written for), or ' if newest else ""
+    fix = manual(f"{upgrade}remove {', '.join(f'`{k}`' for k in dropped)} from {recipe}")
+    return [warn(message, fix, location=Location(live.recipe or recipe, dropped[0]),
+                   **{**details, "dropped keys": {k: (f"a {later[k].where} field from {later[k].package} {later[k].since} "
+                                                      f"({later[k].evidence})" if k in later else "known to no dataclass of "
+                                                      "the script's parser") for k in dropped},
+                      "trl's parser": evidence})]
+
+
+def _trl_script(live) -> bool:
+    """Whether the trainer was built by one of TRL's own scripts (`trl grpo`, `python -m trl.scripts.grpo`)."""
+    from trl_doctor.facts.trl import trl_root
+
+    root = trl_root()
+    where = live.where[0] if live.where else (live.script or "")
+    return bool(root and where) and os.path.realpath(where).startswith(os.path.realpath(root) + os.sep)

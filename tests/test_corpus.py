@@ -45,7 +45,7 @@ def _unmet(requires: dict) -> str | None:
             continue
         if have is None:
             return f"{package} is not installed (the case needs {package}{spec})"
-        if Version(have) not in SpecifierSet(str(spec)):
+        if not SpecifierSet(str(spec)).contains(Version(have), prereleases=True):
             return f"{package} {have} is outside {spec}"
     return None
 

@@ -3,10 +3,14 @@ batch-geometry, which judges it at the launch's process count and offers the fix
 
 from __future__ import annotations
 
+import json
 import shutil
+from importlib.metadata import version
 from pathlib import Path
 
-from conftest import result_of, run_json
+import yaml
+
+from conftest import result_of, run_doctor, run_json
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -24,3 +28,35 @@ def test_batch_error_is_batch_geometrys_not_repeated(built_fixtures, tmp_path):
     # where the installed TRL's config checks the batch, trainer-config says it left that to batch-geometry
     if "batch arithmetic" in config_result["details"]:
         assert config_result["details"]["batch arithmetic"].startswith("left to batch-geometry")
+
+
+def test_a_launch_recipe_key_the_installed_trl_drops_is_named(built_fixtures, tmp_path):
+    """`python -m trl.scripts.grpo --config recipe.yaml` with keys GRPOConfig lacks: trl before 0.19, and from 0.22,
+    drops them without a word (a warning naming each, with the release a newer field arrives in); 0.19-0.21 stop."""
+    from packaging.version import Version
+
+    from trl_doctor.facts.migrations import load_arrivals, script_unknown_key_policy
+
+    installed = version("trl")
+    newer = next((a for a in load_arrivals() if "grpo" in a.trainers and Version(installed) < Version(a.since)), None)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text((built_fixtures / "data" / "prompts.jsonl").read_text())
+    recipe = {"model_name_or_path": str(built_fixtures / "models" / "qwen2-chat"),
+              "reward_model_name_or_path": str(built_fixtures / "models" / "rm-qwen2"),
+              "dataset_name": "data", "output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 2,
+              "num_generations": 2, "max_completion_length": 8, "report_to": "none", "not_a_grpo_key": 1}
+    if newer is not None:
+        recipe[newer.key] = 1
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    proc = run_doctor("check", "--static", "--select", "trainer-config", "--format", "json", "--",
+                      "python", "-m", "trl.scripts.grpo", "--config", "recipe.yaml", cwd=tmp_path)
+    if script_unknown_key_policy("grpo")[0] == "stops":  # trl 0.19-0.21: the script stops before its trainer
+        assert proc.returncode == 2 and "not_a_grpo_key" in proc.stderr, proc.stderr
+        return
+    result = result_of(json.loads(proc.stdout), "trainer-config")
+    assert result["status"] == "warn", result
+    assert "`not_a_grpo_key`" in result["message"] and f"in trl {installed}" in result["message"], result["message"]
+    assert "parser ignores" in result["message"] and "without a word" in result["message"], result["message"]
+    assert result["location"]["key"] in recipe and result["location"]["file"].endswith("recipe.yaml")
+    if newer is not None:
+        assert f"`{newer.key}` (arrives in trl {newer.since})" in result["message"], result["message"]

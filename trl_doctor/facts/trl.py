@@ -128,6 +128,33 @@ def trainer_sets_pad_to_eos(trainer: str) -> tuple[bool | None, str]:
     return False, f"{rel} never assigns the policy tokenizer's pad_token"
 
 
+def ppo_style(trainer: str) -> bool:
+    """Whether the installed trainer is PPO-style: PPOTrainer, or the RLOOTrainer before trl 0.22 (its source takes no
+    `reward_funcs`), which takes model objects, a tokenized `input_ids` dataset and ends responses at the config's
+    `stop_token` / `stop_token_id` rather than at generation's eos. Read from the source, no import."""
+    if trainer == "ppo":
+        return True
+    found = trainer_source(trainer) if trainer == "rloo" else None
+    return found is not None and "reward_funcs" not in found[1]
+
+
+_PAD_TO_ZERO = re.compile(r"torch\.masked_fill\(\s*(query_responses|queries)\s*,\s*~attention_mask\s*,\s*0\s*\)")
+
+
+def pad_ids_zeroed(trainer: str) -> str | None:
+    """Where the installed PPO-style trainer's helpers replace pad ids with 0 before a forward or generate
+    (`torch.masked_fill(query_responses, ~attention_mask, 0)` in trl/trainer/utils.py, trl/experimental/ppo/...),
+    as "file:line: `code`": the pad id itself never reaches an embedding. None when no such code is found."""
+    if not ppo_style(trainer):
+        return None
+    for rel in ("trainer/utils.py", "experimental/ppo/ppo_trainer.py", "experimental/utils.py", "trainer/ppo_trainer.py"):
+        text = _helper_text(rel)
+        m = _PAD_TO_ZERO.search(text) if text else None
+        if m is not None:
+            return f"trl/{rel}:{_line(text, m.start())}: `{m.group(0)}`"
+    return None
+
+
 def trainer_mentions(trainer: str, text: str) -> bool:
     """Whether the installed trainer's source contains `text` (False without TRL)."""
     found = trainer_source(trainer)
@@ -293,8 +320,8 @@ def prompt_tokenization(trainer: str) -> PromptTokenization:
     rel, text = found if found is not None else (None, "")
     maybe_apply = "maybe_apply_chat_template(" in text
     special = True
-    ppo_style = trainer == "ppo" or (trainer == "rloo" and found is not None and "reward_funcs" not in text)
-    if found is None or ppo_style:
+    old_api = ppo_style(trainer)
+    if found is None or old_api:
         # examples/scripts/ppo/ppo.py: `tokenizer(element["prompt"], padding=False)`
         evidence = ("TRL's example script tokenizes `prompt` with the tokenizer's defaults "
                     "(examples/scripts/ppo/ppo.py), special tokens included")
@@ -311,7 +338,7 @@ def prompt_tokenization(trainer: str) -> PromptTokenization:
             call = " ".join(text[m.start():opened + len(args) + 1].split())
             evidence = f"{rel}:{_line(text, m.start())}: `{call if len(call) < 160 else call[:157] + '...'}`"
     # up to 0.24 the rendered text itself went to vLLM, which tokenizes text with add_special_tokens=True (trl#3853)
-    return PromptTokenization(maybe_apply, special, evidence, maybe_apply and not ppo_style,
+    return PromptTokenization(maybe_apply, special, evidence, maybe_apply and not old_api,
                               "chat_template_kwargs" in text)
 
 
@@ -338,7 +365,7 @@ def model_loader(trainer: str) -> tuple[str, bool, str]:
     script = ("AutoModelForCausalLM.from_pretrained (TRL's example script, examples/scripts/ppo/ppo.py)", False,
               "PPO-style trainers take model instances: TRL's example script loads them with "
               "AutoModelForCausalLM.from_pretrained")
-    if found is None or trainer == "ppo" or (trainer == "rloo" and "reward_funcs" not in found[1]):
+    if found is None or ppo_style(trainer):
         return script
     rel, text = found
     m = re.search(r"\bcreate_model_from_path\(", text)
