@@ -63,6 +63,7 @@ def test_the_corpus_has_the_cases_the_issue_asks_for():
     for folder in CASES:
         case = _case(folder)
         assert case.get("source") and case.get("note"), folder.name
+        assert isinstance(case["command"], list) and (folder / case.get("cwd", ".")).is_dir(), folder.name
         assert isinstance(case["expected"]["exit"], int), folder.name
         for status in (case["expected"].get("rules") or {}).values():
             assert status in ("pass", "warn", "fail", "skip"), (folder.name, status)
@@ -70,11 +71,13 @@ def test_the_corpus_has_the_cases_the_issue_asks_for():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("folder", CASES, ids=[c.name for c in CASES])
-def test_corpus_case(folder, corpus_models, built_fixtures):
+def test_corpus_case(folder, request):
     case = _case(folder)
     why = _unmet(case.get("requires") or {})
     if why:
         pytest.skip(f"judged on other releases: {why}")
+    request.getfixturevalue("built_fixtures")
+    request.getfixturevalue("corpus_models")
     cwd = folder / case.get("cwd", ".")
     env = {**os.environ, "COLUMNS": "200"}
     cmd = [sys.executable, "-m", "trl_doctor", "check", "--format", "json", *case.get("options", []), "--",
