@@ -41,14 +41,19 @@ How it is detected
     No model and no GPU. Every `reward_funcs` entry is imported as TRL's scripts import it (a `trl.rewards`
     name or a dotted path, the config file's folder first, then the current one as `trl grpo` does; the import
     runs in the worker's fence too); its signature is bound to exactly the keywords
-    the installed trainer passes, dataset columns included. Then it is called, in the worker's fence (stopped
-    after --user-code-timeout, 60 s; a call that ends the worker fails this rule with the cause) and its printed
-    output captured, on the dataset's first two rows with two synthetic
-    completions each, in the dataset's own format (text, or one assistant message for conversational
-    prompts), `completion_ids` from the real tokenizer, and stand-ins for `trainer_state`, `log_extra` and
-    `log_metric`. It must return one float (or None, where the installed TRL takes None) per completion;
-    NaN is a warning where TRL treats it as "no score" and a failure where it poisons the sum, inf a
-    failure. A completion no source scores is a warning (TRL logs "All reward functions returned None").
+    the installed trainer passes, dataset columns included. Then it is called as the trainer calls it: on the
+    worker's main thread (math_verify, which most math recipes score with, times its parsing with signal.alarm
+    and refuses any other thread; `async def` functions on an event loop thread, as TRL's), in the worker's
+    fence (stopped after --user-code-timeout, 60 s, by a timer that leaves the function's own SIGALRM alone; a
+    call that ends the worker fails this rule with the cause) and its printed output captured, on the
+    trainer's dataset's first two rows with two synthetic completions each, every column but `prompt` (and
+    those TRL leaves out) passed by name with those rows' real values, completions in the dataset's own format
+    (text, or one assistant message for conversational prompts), `completion_ids` from the real tokenizer, and
+    stand-ins for `trainer_state`, `log_extra` and `log_metric`. An error that only the doctor's calling causes
+    (code that needs the main thread, probed from another thread in-process) is not held against the function.
+    It must return one float (or None, where the installed TRL takes None) per completion; NaN is a warning
+    where TRL treats it as "no score" and a failure where it poisons the sum, inf a failure. A completion no
+    source scores is a warning (TRL logs "All reward functions returned None").
     The same checks run on every real call during the smoke step (TD006). A reward model's config.json and
     tokenizer files are read (architectures, id2label, pad and eos tokens), no weights.
 
@@ -69,8 +74,8 @@ from trl_doctor import Unavailable, fail, passed, rule, skip, warn
 
 from trl_doctor.facts.text import read_json as _read_json
 from trl_doctor.facts.trl import TRAINER_CLASS, trainer_mentions
-from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, is_async, new_stats, raised_info, record_values,
-                       reward_call, reward_fence, reward_problem, resolve_reward)
+from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, call_reward, is_async, new_stats,
+                                     record_values, reward_call, reward_fence, reward_problem, resolve_reward)
 
 ROWS = 2  # dataset rows the functions are called on
 COMPLETIONS = (  # two synthetic completions per prompt, so group-relative rewards can differ
@@ -134,6 +139,7 @@ def check(ctx):
     if inputs is not None:
         details["arguments passed"] = ", ".join(f"{k}=" for k in inputs["kwargs"])
     scored_by_any = [bool(rm_ref)] * (len(inputs["prompts"]) if inputs else 0)
+    unjudged = False  # a function the doctor could not call as the trainer does: its scores are unknown
     for name in names:
         try:
             func = resolve_reward(name, cfg.base_dir)
@@ -146,9 +152,11 @@ def check(ctx):
             findings.append(problem)
         if summary:
             summaries.append(summary)
+        unjudged = unjudged or (inputs is not None and problem is None and scores is None)
         for i, s in enumerate(scores or []):
             scored_by_any[i] = scored_by_any[i] or s is not None
-    if inputs is not None and call.none_allowed and not any(f is fail for f, _ in findings) and not all(scored_by_any):
+    if inputs is not None and call.none_allowed and not any(f is fail for f, _ in findings) and not unjudged \
+            and not all(scored_by_any):
         missing = scored_by_any.count(False)
         findings.append((warn, (
             f"{missing} of the {len(scored_by_any)} probe completions get no score from any reward source (every "
@@ -375,13 +383,16 @@ def _probe(ctx, name: str, func, call: RewardCall, inputs: dict | None, trl_vers
 
     limit = ctx.options.user_code_timeout
     with reward_fence(name, func, ctx.config.base_dir, limit) as (label, wait):
-        outcome = _call(func, kwargs, is_async(func), wait)
+        outcome = call_reward(func, kwargs, is_async(func), wait, skip_files=(__file__,))
     if outcome.get("printed"):
         extra[f"printed by {name}"] = outcome["printed"]
     if "timeout" in outcome:  # in-process use only: in the worker, the supervisor stops it and fails this rule
         return (fail, (f"{label} did not finish within {limit:g} s (--user-code-timeout) on {len(inputs['prompts'])} "
                        "completions: it would stall every training step (a remote judge or a model loaded per call?)")), \
             "", None, extra
+    if outcome.get("off_main"):  # the doctor's calling, not the function: TRL calls it on the main thread
+        return None, (f"{name} (not judged: it needs the main thread, where the trainer calls it, and this check "
+                      f"ran off it: {outcome['raised']['error'][:120]})"), None, extra
     if "raised" in outcome:
         stats["raised"] = outcome["raised"]
         message = reward_problem(name, stats, trl_version, short, call)
@@ -420,41 +431,6 @@ def _probe(ctx, name: str, func, call: RewardCall, inputs: dict | None, trl_vers
     span = f"in [{min(numbers):.3g}, {max(numbers):.3g}]" if numbers else "all None"
     nones = f", {stats['none']} None" if stats["none"] else ""
     return None, f"{name} ({len(scores)} scores {span}{nones})", scores, extra
-
-
-def _call(func, kwargs: dict, awaited: bool, wait: float) -> dict:
-    """Call `func(**kwargs)` in a thread waited on for `wait` seconds, capturing what it prints."""
-    import contextlib
-    import io
-    import threading
-
-    box: dict[str, Any] = {}
-    args = copy.deepcopy({k: v for k, v in kwargs.items() if k not in ("trainer_state", "log_extra", "log_metric")})
-    args.update({k: v for k, v in kwargs.items() if k in ("trainer_state", "log_extra", "log_metric")})
-
-    def target() -> None:
-        try:
-            if awaited:
-                import asyncio
-
-                box["value"] = asyncio.run(func(**args))
-            else:
-                box["value"] = func(**args)
-        except BaseException as exc:  # the user's error is the finding (sys.exit() in a reward function too)
-            box["raised"] = raised_info(exc, skip_files=(__file__,))
-
-    printed = io.StringIO()
-    worker = threading.Thread(target=target, name="trl-doctor-reward-probe", daemon=True)
-    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-        worker.start()
-        worker.join(wait)
-    out = dict(box)
-    if worker.is_alive():
-        out["timeout"] = True
-    text = printed.getvalue().strip()
-    if text:
-        out["printed"] = text if len(text) <= 300 else text[:297] + "..."
-    return out
 
 
 def _columns_or_empty(ctx) -> list[str]:

@@ -6,6 +6,8 @@
   and a module whose import ended an earlier worker is not imported again;
 - `reward_fence`: the fence around calls of one reward function (a call that ended an earlier worker keeps
   `resolve_reward` from handing the function out again);
+- `call_reward`: one call as the trainer makes it: a synchronous function on the main thread (math_verify refuses
+  any other), under a time limit that works there (trl_doctor._deadline), an `async def` one on a loop thread;
 - `reward_call`: how the installed GRPO/RLOO trainer calls reward functions, read from its source (which
   keywords, which extra arguments, which dataset columns, whether None, NaN and async functions are handled);
 - `bind_problem`, `raised_info`, `new_stats`, `record_values`, `reward_problem`: the checks on one call and
@@ -144,6 +146,81 @@ def _forget_shadowed(top: str, base: Path) -> None:
     importlib.invalidate_caches()
 
 
+# -- calling one reward function ------------------------------------------------------------------------------------
+
+TRAINER_OBJECTS = ("trainer_state", "log_extra", "log_metric")  # passed as they are: the trainer's own objects
+
+
+def call_reward(func: Callable[..., Any], kwargs: dict, awaited: bool, wait: float,
+                skip_files: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Call `func(**kwargs)` on the thread the installed trainer uses, capturing what it prints: a synchronous
+    function on this (the worker's main) thread, under `_deadline.deadline(wait)`; an `async def` one on an event
+    loop in a thread of its own, as TRL's `async_loop`. Returns {"value"} or {"raised": raised_info}, with
+    "timeout" when it ran past `wait`, "off_main" when the error is only the doctor's (code that needs the main
+    thread, probed from another one), and "printed"."""
+    import contextlib
+    import io
+
+    from .. import _deadline
+
+    args = _copied({k: v for k, v in kwargs.items() if k not in TRAINER_OBJECTS})
+    args.update({k: v for k, v in kwargs.items() if k in TRAINER_OBJECTS})
+    out: dict[str, Any] = {}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        if awaited or not _deadline.on_main_thread():
+            out = _call_in_thread(func, args, awaited, wait, skip_files)
+        else:
+            limit = _deadline.deadline(wait)
+            try:
+                with limit:
+                    out["value"] = func(**args)
+            except BaseException as exc:  # the user's error is the finding (sys.exit() in a reward function too)
+                out["raised"] = raised_info(exc, skip_files=skip_files + (__file__, _deadline.__file__))
+            if limit.expired:
+                out = {"timeout": True}
+    if "raised" in out and not _deadline.on_main_thread() and "main thread" in out["raised"].get("chain", ""):
+        out["off_main"] = True
+    text = printed.getvalue().strip()
+    if text:
+        out["printed"] = text if len(text) <= 300 else text[:297] + "..."
+    return out
+
+
+def _call_in_thread(func: Callable[..., Any], args: dict, awaited: bool, wait: float,
+                    skip_files: tuple[str, ...]) -> dict[str, Any]:
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            if awaited:
+                import asyncio
+
+                box["value"] = asyncio.run(func(**args))
+            else:
+                box["value"] = func(**args)
+        except BaseException as exc:
+            box["raised"] = raised_info(exc, skip_files=skip_files + (__file__,))
+
+    worker = threading.Thread(target=target, name="trl-doctor-reward-call", daemon=True)
+    worker.start()
+    worker.join(wait)
+    return {"timeout": True} if worker.is_alive() else box
+
+
+def _copied(kwargs: dict) -> dict:
+    """A deep copy, so that a function that edits its arguments does not change what the next one gets; the lists
+    themselves where a value cannot be copied (TRL passes the same objects to every function)."""
+    import copy
+
+    try:
+        return copy.deepcopy(kwargs)
+    except Exception:
+        return {k: list(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+
+
 # -- how the installed trainer calls reward functions ------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -262,10 +339,17 @@ def raised_info(exc: BaseException, skip_files: tuple[str, ...] = ()) -> dict[st
 
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename not in skip_files]
     where = frames[-1] if frames else None
+    error = f"{type(exc).__name__}: {exc}"
+    chain, seen = [], set()  # the messages it was raised from too: what the doctor's own calling caused shows there
+    while exc is not None and id(exc) not in seen and len(chain) < 5:
+        seen.add(id(exc))
+        chain.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
     return {
-        "error": f"{type(exc).__name__}: {exc}",
+        "error": error,
         "where": f"{where.filename}:{where.lineno}" if where else "?",
         "line": (where.line or "") if where else "",
+        "chain": " | ".join(chain),
     }
 
 
