@@ -104,7 +104,9 @@ def qwen_tokenizer_object():
                     ranks[base64.b64decode(token)] = int(rank)
             return ranks
 
-    tok = Converter(vocab_file=str(_vocab_file()), pattern=PATTERN).converted()
+    # the special-tokens keyword was renamed (additional_special_tokens in transformers 4, extra_ in 5): none here
+    tok = Converter(vocab_file=str(_vocab_file()), pattern=PATTERN, additional_special_tokens=[],
+                    extra_special_tokens=[]).converted()
     assert tok.get_vocab_size() == FIRST_SPECIAL, tok.get_vocab_size()
     tok.add_tokens([AddedToken(t, normalized=False, special=t not in NOT_SPECIAL) for t in SPECIAL])
     assert tok.token_to_id("<|im_end|>") == FIRST_SPECIAL + 2
