@@ -80,7 +80,8 @@ def check(ctx):
         "sharding": f"{shard.words} ({shard.configured_by})" + (f": {shard.unknown}" if shard.unknown else ""),
     }
     findings = []
-    for part in (_device_map, _deepspeed_installed, _peft_zero3_checkpointing, _peft_zero3_mixed_dtype):
+    for part in (_device_map, _deepspeed_unreadable, _deepspeed_installed, _peft_zero3_checkpointing,
+                 _peft_zero3_mixed_dtype):
         found = part(ctx, the_launch, shard, details)
         if found is not None:
             findings.append(found)
@@ -152,6 +153,20 @@ def _device_map(ctx, the_launch, shard, details):
         f"process would load the whole model over all its GPUs; remove device_map {remove} (or use "
         "{\"\": local_rank} per process), or launch one process"),
         manual("remove device_map (each process then loads its copy on its own GPU), or launch with --num_processes 1"))
+
+
+# -- a DeepSpeed config the launch cannot read ---------------------------------------------------------------------
+
+def _deepspeed_unreadable(ctx, the_launch, shard, details):
+    """The DeepSpeed config named (the trainer config's `deepspeed`, or the accelerate config's deepspeed file) is
+    missing or no mapping: TrainingArguments / accelerate stop on it at the launch, on every machine."""
+    if shard.backend != "deepspeed" or not shard.unreadable:
+        return None
+    return ("fail", (
+        f"DeepSpeed is configured ({shard.configured_by}) but its config cannot be read: {shard.unknown}; the launch "
+        "stops before training ('ValueError: Expected a string path to an existing deepspeed config, or a "
+        "dictionary', or accelerate's error reading the file); fix the path (relative paths are read from the "
+        "directory the job is launched in)"), manual("point deepspeed at an existing DeepSpeed JSON"))
 
 
 # -- DeepSpeed configured but not installed ----------------------------------------------------------------------

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trl_doctor import Location, fail, manual, passed, rule, warn
+from trl_doctor import fail, manual, passed, rule, warn
 from trl_doctor.facts.launch import launch
 from trl_doctor.facts.versions import (  # the pure core, testable with injected versions
     WATCHED,
@@ -68,29 +68,6 @@ def config_facts(ctx) -> dict[str, Any]:
     facts = dict(ctx.config.raw)
     facts["trainer"] = ctx.trainer
     return facts
-
-
-def _launch_packages(ctx, installed: dict[str, Any]):
-    """The accelerate config the job launches with names DeepSpeed: `accelerate launch` stops at once without the
-    package. A fail on the launch machine (GPUs here, no --target); elsewhere a note that it must be installed there."""
-    acc = launch(ctx).accelerate
-    if acc is None or not ((acc.distributed_type or "").upper() == "DEEPSPEED" or acc.deepspeed is not None):
-        return
-    if installed.get("deepspeed") is not None:
-        return
-    from trl_doctor.facts.launch import package_version
-
-    if package_version("deepspeed") is not None:
-        return
-    stage = acc.deepspeed.zero_stage if acc.deepspeed is not None else None
-    named = f"{acc.named_by} ({acc.path}) launches with DeepSpeed{f' ZeRO-{stage}' if stage is not None else ''}"
-    if not launch(ctx).software_here:  # what the launch machine has installed is judged there, never from here
-        yield passed(f"{named}; the deepspeed package is not installed here ({launch(ctx).not_judged}): it must be "
-                     "installed there", **{"accelerate config": str(acc.path)})
-        return
-    yield fail(f"{named} but the deepspeed package is not installed: accelerate launch stops at start-up",
-               manual("pip install deepspeed (trl[deepspeed] pins the range TRL supports)"),
-               location=Location(str(acc.path), "distributed_type"), **{"accelerate config": str(acc.path)})
 
 
 def _liger(ctx, requires: dict):
@@ -164,9 +141,6 @@ def check(ctx):
             for f in explained
         ]
     found = False
-    for finding in _launch_packages(ctx, installed):
-        found = found or finding.status.value != "pass"
-        yield finding
     for finding in _liger(ctx, requires):
         if finding.status.value == "pass":  # a note beside the main message, which stays the ranges' summary
             common["liger-kernel"] = finding.message

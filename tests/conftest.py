@@ -134,11 +134,44 @@ def real_trl(release: str) -> dict:
     return {"PYTHONPATH": str(cache)}
 
 
+# The README's plain `python -m pytest` runs the fast tests and one real trainer step per trainer (`core`); the
+# rest is selected by marker: CI's default lane runs `-m "(slow or sweep or other_trl) and not core"` after it.
+LONG_MARKS = ("slow", "sweep", "other_trl")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all-tests", action="store_true",
+                     help="run the slow, sweep and other_trl tests too, as CI's default lane does (fuzz stays -m fuzz)")
+
+
+def _named_on_command_line(config, item) -> bool:
+    """A test named by its node id on the command line runs whatever its markers say."""
+    return any("::" in arg and item.nodeid.startswith(arg.split("/tests/", 1)[-1].removeprefix("./")) for arg in config.args)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `fuzz` (the whole fuzz suite) run only when asked for: `-m fuzz` (or any -m naming fuzz)."""
-    if "fuzz" in (config.getoption("markexpr") or ""):
-        return
-    kept = [item for item in items if item.get_closest_marker("fuzz") is None]
-    if len(kept) != len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("fuzz") is not None])
+    """Tests marked `fuzz` (the whole fuzz suite) run only when asked for: `-m fuzz` (or any -m naming fuzz).
+    With no `-m` (and no --all-tests) the long tests (LONG_MARKS) are left out too, except those marked `core`."""
+    markexpr = config.getoption("markexpr") or ""
+    short = not markexpr and not config.getoption("all_tests")
+    dropped, kept = [], []
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        if "fuzz" in marks and "fuzz" not in markexpr:
+            dropped.append(item)
+        elif (short and marks.intersection(LONG_MARKS) and "core" not in marks
+              and not _named_on_command_line(config, item)):
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    config._long_left_out = sum(1 for item in dropped if "fuzz" not in {m.name for m in item.iter_markers()})
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    left = getattr(config, "_long_left_out", 0)
+    if left:
+        terminalreporter.write_line(f"{left} long tests (marked slow, sweep or other_trl) were left out: --all-tests "
+                                    "or -m runs them (CI's default lane does)")

@@ -4,6 +4,8 @@ module; the engine, the facts layer and the trainer run never import a rule."""
 
 from __future__ import annotations
 
+import pytest
+
 import ast
 import sys
 from pathlib import Path
@@ -11,6 +13,8 @@ from pathlib import Path
 import trl_doctor
 from conftest import ROOT
 from trl_doctor._registry import builtin_rules
+
+pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 
 RULES = ROOT / "rules"
 ENGINE = ROOT / "trl_doctor"

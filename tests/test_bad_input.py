@@ -19,6 +19,8 @@ from trl_doctor._inputs import check_dataset_file, check_model_config, check_tok
 from trl_doctor.facts.parsing import parse_as_trl
 from trl_doctor.facts.weights import weights
 
+pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
+
 
 def raises(fn, *args, match: str):
     with pytest.raises(InputError) as info:

@@ -25,6 +25,8 @@ from packaging.version import Version
 from conftest import FIXTURES, real_trl, result_of, run_json
 from trl_doctor.facts.trl import config_class
 
+pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
+
 HERE = FIXTURES / "batch-geometry"
 FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml" / "pynvml.py"
 TRL = Version(version("trl"))
@@ -328,6 +330,7 @@ def test_ppo_installed(built_fixtures):
     _ppo_cases(None)
 
 
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_ppo_on_trl_1_12(built_fixtures):
     """PPO's mini-batch arithmetic in the last TRL release that has PPO (trl.experimental.ppo, 1.12.0)."""
     if HAS_PPO:

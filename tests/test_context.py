@@ -10,6 +10,8 @@ import pytest
 from trl_doctor import Context, Options
 from trl_doctor._config import load_config
 
+pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
+
 LLAMA3_8B = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
     "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,

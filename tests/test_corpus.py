@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
 CASES = sorted(p.parent for p in CORPUS.glob("*/case.yaml"))
 
+pytestmark = [pytest.mark.trl_pair, pytest.mark.pinned_releases]  # each case names the releases it is judged on
+
 
 def _case(folder: Path) -> dict:
     return yaml.safe_load((folder / "case.yaml").read_text())

@@ -3,6 +3,8 @@ by name (read from their source, never imported), and streamed datasets against 
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import sys
 from importlib.metadata import version
@@ -11,6 +13,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from conftest import FIXTURES, result_of, run_doctor, run_json
+
+pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
 
 TRL = Version(version("trl"))
 HERE = FIXTURES / "dataset-schema"

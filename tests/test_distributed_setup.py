@@ -15,6 +15,8 @@ import pytest
 
 from conftest import FIXTURES, result_of, run_doctor, run_json
 
+pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
+
 HERE = FIXTURES / "distributed-setup"
 FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
 GPUS_4 = HERE / "gpus" / "4x-a100-80g.json"
@@ -188,8 +190,8 @@ def test_deepspeed_missing_is_judged_on_the_launch_machine_only(built_fixtures):
     code, r = check(case, gpus=GPUS_4)
     assert code == 1 and r["status"] == "fail"
     assert "DeepSpeed ZeRO-2 is configured" in r["message"] and "pip3 install deepspeed" in r["message"]
-    # checked for the named launch machine in this environment (the default): the launch's environment lacks it
-    code, r = check(case, "--target", "4xH100-80GB", gpus=GPUS_4)
+    # checked for the named launch machine in this environment: the launch's environment lacks it
+    code, r = check(case, "--target", "4xH100-80GB", "--target-env", "this", gpus=GPUS_4)
     assert code == 1 and r["status"] == "fail" and "environment of the launch on 4xH100-80GB" in r["message"]
     # ... in another environment (--target-env other): what is installed here is not what the job gets
     code, r = check(case, "--target", "4xH100-80GB", "--target-env", "other", gpus=GPUS_4)

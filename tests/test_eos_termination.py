@@ -60,6 +60,7 @@ def test_ppo_stop_token_fix_keeps_the_config_comments(fixture_copy):
     assert yaml.safe_load(after)["response_length"] == 53
 
 
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_multi_eos_terminator_the_mask_ignores_is_reported_and_the_fix_retargets_the_tokenizer_eos(fixture_copy):
     """Catalog B8 on trl 1.12.0 (its GRPOTrainer ends completions at the tokenizer's eos only): Phi-3.5's `<|end|>`
     stops generation through generation_config.json but ends neither the mask nor the truncation judgement. The fix
@@ -97,6 +98,7 @@ def test_multi_eos_terminator_the_mask_ignores_is_reported_and_the_fix_retargets
         assert result_of(report, "eos-termination")["status"] == "pass"
 
 
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_adding_a_terminator_also_retargets_the_eos_where_the_mask_needs_it(fixture_copy):
     """TD004's own fix must not create the B8 mismatch: on trl 1.12.0 adding <|im_end|> to generation_config.json
     alone would stop generation where the mask (at <|endoftext|>) does not end, so the fix sets the eos too."""

@@ -19,6 +19,8 @@ import pytest
 
 from conftest import FIXTURES, run_doctor
 
+pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
+
 HERE = FIXTURES / "isolation"
 CHECK_S = 240  # a whole --no-smoke check (probes included) on CPU, under a loaded test machine, stays well within it
 FENCE_SLACK_S = 5  # a stopped fence ends this soon after its limit (the supervisor polls every 0.25 s)

@@ -21,6 +21,8 @@ from trl_doctor import Edit, Fix, InputError
 from trl_doctor import _fixer
 from trl_doctor._hubcache import in_hub_cache
 
+pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
+
 MODEL = "gpt2-nopad"  # bad_gpt2_nopad.yaml's fix writes tokenizer_config.json, config.json, generation_config.json
 CONFIG = "pad-token/bad_gpt2_nopad.yaml"
 TOUCHED = ("tokenizer_config.json", "config.json", "generation_config.json")

@@ -11,6 +11,8 @@ import pytest
 from trl_doctor import DELETE, Edit, Fix, InputError
 from trl_doctor import _fixer
 
+pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
+
 YAML = """\
 # GRPO run for the search agent
 model_name_or_path: ./model   # the SFT checkpoint

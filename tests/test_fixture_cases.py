@@ -66,9 +66,28 @@ def expected_statuses(expected) -> tuple[list[str], bool]:
     raise AssertionError(f"no entry matches the installed versions: {expected}")
 
 
+def _trainer_rule_ids() -> set[str]:
+    """The rules that read the check's trainer run (their metadata's `needs`): their cases run the trainer."""
+    from trl_doctor._registry import builtin_rules
+
+    return {r.id for r in builtin_rules() if "trainer_run" in r.needs}
+
+
+TRAINER_RULES = _trainer_rule_ids()
+
+
+# One real trainer step per trainer runs in the README's plain `python -m pytest` (marker `core`): GRPO, RLOO, and
+# PPO where the installed TRL has it (from trl 1.13 that case is the rule's verdict that PPO is gone).
+CORE = {"smoke-step/ok_grpo_qwen2.yaml", "smoke-step/ok_rloo_gpt2.yaml", "smoke-step/ok_ppo_qwen2.yaml"}
+
+
+def _marks(case) -> list:
+    slow = [pytest.mark.slow] if case.values[1] in TRAINER_RULES else []
+    return [*case.marks, *slow, *([pytest.mark.core] if case.id in CORE else [])]
+
+
 @pytest.mark.parametrize("config, rule, expected, fake_gpus, args", [  # the rules that run the trainer are slow
-    pytest.param(*c.values, id=c.id, marks=[*c.marks, pytest.mark.slow]) if c.values[1] in ("TD003", "TD004", "TD006") else c
-    for c in CASES])
+    pytest.param(*c.values, id=c.id, marks=_marks(c)) for c in CASES])
 def test_case_status(built_fixtures, config, rule, expected, fake_gpus, args):
     kw = {} if fake_gpus is None else {"env": fake_gpu_env(fake_gpus)}
     code, report = run_json("check", str(config), "--select", rule, *args, **kw)
@@ -80,6 +99,11 @@ def test_case_status(built_fixtures, config, rule, expected, fake_gpus, args):
         # a broken case must never pass (version-conditional cases say where it is broken)
         assert result["status"] != "pass"
     assert result["message"]
+
+
+def test_core_cases_exist():
+    """The `core` steps name real cases (a renamed case would drop the trainer step from the default run)."""
+    assert CORE <= {c.id for c in CASES}
 
 
 def test_every_case_file_is_listed():

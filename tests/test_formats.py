@@ -12,6 +12,8 @@ import pytest
 
 from conftest import run_doctor
 
+pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
+
 
 @pytest.fixture(scope="module")
 def mixed_config(built_fixtures, tmp_path_factory) -> Path:

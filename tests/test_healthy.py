@@ -17,6 +17,8 @@ from conftest import FIXTURES, result_of, run_doctor
 from test_fixture_cases import case_fake_gpus
 from test_precision_and_attention import fake_gpus  # noqa: F401  (the NVML stand-in fixture)
 
+pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
+
 STATIC = ("batch-geometry", "precision-and-attention", "vllm-weights", "distributed-setup", "eos-termination",
           "generation-settings", "version-skew")
 ONE_A100 = FIXTURES / "precision-and-attention" / "gpus" / "a100-80g.json"

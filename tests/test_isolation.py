@@ -13,7 +13,7 @@ import pytest
 from conftest import FIXTURES, result_of, run_json
 
 HERE = FIXTURES / "isolation"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.release_free]
 
 
 def check(case: str, *args: str) -> tuple[int, dict]:

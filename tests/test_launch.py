@@ -15,7 +15,7 @@ import pytest
 
 from conftest import result_of, run_doctor
 
-pytestmark = pytest.mark.usefixtures("built_fixtures")
+pytestmark = [pytest.mark.usefixtures("built_fixtures"), pytest.mark.trl_pair]
 
 LAUNCH = Path(__file__).resolve().parent.parent / "fixtures" / "launch"
 
@@ -106,7 +106,7 @@ def test_a_trainer_subclass_is_captured_at_the_line_that_builds_it():
 
 
 def test_accelerate_launch_with_zero3_on_four_processes():
-    code, report = run_json("check", "--no-smoke", "--select", "batch-geometry,trainer-config,version-skew", "--",
+    code, report = run_json("check", "--no-smoke", "--select", "batch-geometry,trainer-config,distributed-setup", "--",
                             "accelerate", "launch", "--config_file", "zero3_4gpu.yaml",
                             "grpo_system_prompt.py", "--config", "grpo_bad_geometry.yaml")
     assert code == 1
@@ -133,13 +133,13 @@ def test_accelerate_launch_with_zero3_on_four_processes():
     except ValueError as exc:
         refused = is_geometry_error(str(exc))
     assert ("per_device_train_batch_size" in report["launch"]["relaxed"]) == refused
-    skew = result_of(report, "version-skew")
+    dist = result_of(report, "distributed-setup")
     from importlib.util import find_spec
 
     if find_spec("deepspeed") is None:
         # this machine has no GPU: not the launch machine, so a note that it must be installed there (the fail
         # where GPUs are visible is tested in test_launch_machine.py)
-        assert skew["status"] == "pass" and "must be installed there" in skew["message"]
+        assert dist["status"] == "pass" and "needs it on the launch machine" in dist["details"]["deepspeed"], dist
 
 
 def test_accelerate_launch_num_processes_flag_sets_the_process_count():
@@ -306,6 +306,7 @@ def test_ppo_example_builds_its_value_model_from_the_reward_model_path():
 
 
 @pytest.mark.slow
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_ppo_script_passing_the_policy_as_its_own_reference(built_fixtures):
     """Catalog F5: `PPOTrainer(model=policy, ref_model=policy)` stops at construction; the doctor says so before
     launch, and TRL's own example (a separately loaded reference) passes."""

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import result_of, run_doctor, run_json
 
+pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
+
 HERE = Path(__file__).resolve().parent.parent / "fixtures" / "launch-machine"
 RECIPE = str(HERE / "recipe_r1_math.yaml")
 GPU_RULES = "gpu-capacity,precision-and-attention,batch-geometry,version-skew,vllm-tokenizer-drift"
@@ -57,16 +59,31 @@ def test_the_probes_and_the_step_run_with_what_this_machine_has():
 
 
 def test_target_judges_the_named_gpus_in_this_environment():
-    """--target names the launch machine's GPUs; the launch runs in this Python environment unless --target-env
-    other says so: flash-attn, missing here, is missing there (issue 21: judge the launch machine)."""
-    code, report = run_json("check", RECIPE, "--no-smoke", "--select", "precision-and-attention", "--target",
-                            "8xH100-80GB")
+    """--target names the launch machine's GPUs; with --target-env this the launch runs in this Python environment:
+    flash-attn, missing here, is missing there (issue 21: judge the launch machine). With the default (auto) a torch
+    built without CUDA is no GPU job's environment: the package is named, not judged."""
+    args = ("check", RECIPE, "--no-smoke", "--select", "precision-and-attention", "--target", "8xH100-80GB")
+    code, report = run_json(*args, "--target-env", "this")
     precision = result_of(report, "precision-and-attention")
-    if precision["details"].get("flash attention package", "").startswith("not installed"):
+    missing = precision["details"].get("flash attention package", "").startswith("not installed")
+    if missing:
         assert code == 1 and precision["status"] == "fail", precision
         assert "flash_attention_2, but the package flash-attn (module flash_attn) is not installed" in precision["message"]
     else:  # a machine with flash-attn: nothing to blame
         assert precision["status"] == "pass", precision
+    from trl_doctor._env import torch_cuda_version
+
+    code, report = run_json(*args)
+    precision = result_of(report, "precision-and-attention")
+    if missing and torch_cuda_version() is None:
+        assert code == 0 and precision["status"] == "pass", precision
+        assert "not judged" in precision["details"]["flash attention package"], precision["details"]
+
+
+def test_target_env_without_target_is_one_line_and_exit_2():
+    proc = run_doctor("check", RECIPE, "--no-smoke", "--target-env", "this")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "give --target too" in proc.stderr
 
 
 def test_target_judges_the_named_gpus():
@@ -103,6 +120,8 @@ def test_a_bad_target_is_one_line_and_exit_2(spec):
 
 
 def test_deepspeed_missing_is_judged_on_the_launch_machine_only(tmp_path):
+    """A ZeRO-3 accelerate config without the deepspeed package: one verdict (distributed-setup's), a fail only on
+    the launch machine; version-skew does not repeat it."""
     from importlib.util import find_spec
 
     if find_spec("deepspeed") is not None:
@@ -110,13 +129,16 @@ def test_deepspeed_missing_is_judged_on_the_launch_machine_only(tmp_path):
     recipe = tmp_path / "ds.yaml"
     recipe.write_text((HERE / "recipe_r1_math.yaml").read_text().replace("../", str(HERE.parent) + "/")
                       + f"accelerate_config: {HERE.parent / 'launch' / 'zero3_4gpu.yaml'}\n")
-    code, report = run_json("check", str(recipe), "--no-smoke", "--select", "version-skew")
-    skew = result_of(report, "version-skew")
-    assert skew["status"] == "pass" and "must be installed there" in skew["message"]
+    rules = ("--no-smoke", "--select", "distributed-setup,version-skew")
+    code, report = run_json("check", str(recipe), *rules)
+    dist, skew = result_of(report, "distributed-setup"), result_of(report, "version-skew")
+    assert dist["status"] == "pass" and "needs it on the launch machine" in dist["details"]["deepspeed"], dist
+    assert "deepspeed" not in skew["message"], skew
     # on a machine with GPUs (NVML faked), this is the launch machine: accelerate launch would stop here
     from test_fixture_cases import fake_gpu_env
 
     env = fake_gpu_env(Path(__file__).resolve().parent.parent / "fixtures" / "batch-geometry" / "gpus" / "four-a100.json")
-    code, report = run_json("check", str(recipe), "--no-smoke", "--select", "version-skew", env=env)
-    skew = result_of(report, "version-skew")
-    assert code == 1 and skew["status"] == "fail" and "deepspeed package is not installed" in skew["message"]
+    code, report = run_json("check", str(recipe), *rules, env=env)
+    dist, skew = result_of(report, "distributed-setup"), result_of(report, "version-skew")
+    assert code == 1 and dist["status"] == "fail" and "deepspeed package is not installed" in dist["message"]
+    assert "deepspeed" not in skew["message"], skew

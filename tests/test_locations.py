@@ -12,6 +12,8 @@ import pytest
 from trl_doctor import DELETE, Edit, Fix, Location, Status, fail, manual, passed, rule, warn
 from trl_doctor._locations import key_position, locate
 
+pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
+
 YAML = """\
 # GRPO run: num_generations: 99 in this comment must not be taken for the key
 model_name_or_path: ./model   # the SFT checkpoint

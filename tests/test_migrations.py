@@ -14,6 +14,8 @@ import yaml
 from conftest import real_trl, result_of, run_doctor
 from trl_doctor.facts.migrations import load_migrations, migration_for, unknown_key_policy
 
+pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
+
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "trainer-config"
 
 
@@ -53,6 +55,7 @@ def test_a_ppo_key_does_not_explain_another_trainers_config():
 
 
 @pytest.mark.slow
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_ppov1_keys_on_the_last_release_with_ppo(built_fixtures, tmp_path):
     """Catalog A8: a PPOv1 recipe on trl 1.12.0 (the new PPOConfig) is told what each key became, the one rename
     with the same meaning is fixed, and the new-API recipe passes."""

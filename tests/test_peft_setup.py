@@ -14,6 +14,8 @@ from packaging.version import Version
 
 from conftest import result_of, run_json
 
+pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
+
 TRL = Version(version("trl"))
 
 

@@ -13,6 +13,8 @@ from trl_doctor._protocol import ProtocolError, Request, decode_result, encode_r
 from trl_doctor._types import AppliedFix, Result
 from trl_doctor.trainer_run import protocol as run_protocol
 
+pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
+
 
 def _result(fix: Fix | None, location: Location | None) -> Result:
     applied = AppliedFix(fix.description, False, fix.unsafe, tuple(sorted({e.path for e in fix.edits})),

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import result_of, run_doctor
 
-pytestmark = pytest.mark.usefixtures("built_fixtures")
+pytestmark = [pytest.mark.usefixtures("built_fixtures"), pytest.mark.trl_pair]
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 LAUNCH = FIXTURES / "launch"

@@ -16,6 +16,8 @@ from packaging.version import Version
 from conftest import result_of, run_json
 from trl_doctor.facts.rewards import reward_call
 
+pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
+
 TRL = Version(version("trl"))
 GRPO_CALL = reward_call("grpo")
 

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import real_trl, result_of, run_doctor, run_json
 
+pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
+
 
 @pytest.mark.slow
 def test_healthy_grpo_step_on_the_twin(built_fixtures):
@@ -108,6 +110,7 @@ def test_lora_step_updates_only_the_adapters(built_fixtures):
 
 
 @pytest.mark.slow
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_ppo_step_with_the_last_trl_that_has_ppo(built_fixtures):
     env = real_trl("1.12.0")
     code, r = smoke(built_fixtures, "ok_ppo_qwen2.yaml", env=env)

@@ -4,9 +4,13 @@ once, in the same run order (static rules, then the rules that read the trainer 
 
 from __future__ import annotations
 
+import pytest
+
 import os
 
 from conftest import FIXTURES, run_doctor
+
+pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 
 CASE = str(FIXTURES / "trainer-config" / "ok_grpo.yaml")
 

@@ -3,6 +3,8 @@ batch-geometry, which judges it at the launch's process count and offers the fix
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import shutil
 from importlib.metadata import version
@@ -11,6 +13,8 @@ from pathlib import Path
 import yaml
 
 from conftest import result_of, run_doctor, run_json
+
+pytestmark = [pytest.mark.trl_pair, pytest.mark.pinned_releases]  # decided by the TRL release; recipes pin old ones
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 

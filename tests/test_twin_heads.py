@@ -38,6 +38,7 @@ def _ppo_example(reward_path: str, env: dict) -> dict:
     return result_of(json.loads(proc.stdout), "smoke-step")
 
 
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_ppo_example_with_a_causal_lm_reward_path_takes_its_step():
     env = _ppo_env()
     step = _ppo_example("../models/qwen2-chat", env)
@@ -51,6 +52,7 @@ def test_ppo_example_with_a_causal_lm_reward_path_takes_its_step():
     assert "ignore_mismatched_sizes" in step["message"]
 
 
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_termination_probe_is_skipped_on_a_model_without_output_embeddings(tmp_path):
     """PPO generates and scores through the model's forward, so the step runs; the probe says why it could not."""
     env = _ppo_env()

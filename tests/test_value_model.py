@@ -18,6 +18,8 @@ from packaging.version import Version
 from conftest import real_trl, result_of, run_doctor, run_json
 from trl_doctor.facts.trl import trainer_class
 
+pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
+
 INSTALLED_TRL = version("trl")
 with warnings.catch_warnings(record=True):  # trl.experimental warns when imported
     HAS_PPO = trainer_class("ppo") is not None
@@ -171,6 +173,7 @@ def test_added_tokens_past_the_reward_vocabulary(fixture_copy):
 
 # -- a TRL that has a PPOTrainer ------------------------------------------------------------------------
 
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_with_a_ppo_trainer_the_healthy_and_the_fixed_config_pass(fixture_copy):
     env = real_trl("1.12.0")
     ok = fixture_copy / "value-model" / "ok_reward_as_value.yaml"
@@ -198,6 +201,7 @@ def test_with_a_ppo_trainer_the_healthy_and_the_fixed_config_pass(fixture_copy):
     assert "value_model_path: ../models/rm-qwen2\n" in config.read_text()
 
 
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_trl_0_12_fails_on_modules_instead(built_fixtures):
     """Up to 0.12 the dropout loop runs over the value model before anything else touches it."""
     config = built_fixtures / "value-model" / "bad_no_value_model.yaml"

@@ -245,6 +245,7 @@ def test_probe_reads_a_plain_vllm_server_for_an_old_client():
 
 
 @pytest.mark.slow
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_trl_1_10_client_against_its_own_server_and_against_vllms(built_fixtures, tmp_path):
     env = real_trl("1.10.0")
     config = write_config(tmp_path)

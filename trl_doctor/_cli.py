@@ -52,8 +52,8 @@ def main() -> None:
               help="Training processes of the launch (accelerate's --num_processes); default: the config's accelerate settings, else the visible GPUs.")
 @click.option("--fail-on", type=click.Choice(["fail", "warn"]), default=None, help="Lowest status that makes the exit status 1 (default: fail).")
 @click.option("--target", "target_gpus", help="The launch machine's GPUs, e.g. 8xH100-80GB, 4xA100-40GB, 1xA10G, 2xL4, 1xT4: the GPU verdicts judge them instead of this machine's.")
-@click.option("--target-env", type=click.Choice(["this", "other"]), default="this", show_default=True,
-              help="With --target: whether the launch machine's Python environment is this one (flash-attn, bitsandbytes, deepspeed and liger-kernel installed here are judged as the launch's) or another (they are not judged).")
+@click.option("--target-env", type=click.Choice(["auto", "this", "other"]), default="auto", show_default=True,
+              help="With --target: whether the launch machine's Python environment is this one (flash-attn, bitsandbytes, deepspeed and liger-kernel installed here are judged as the launch's) or another (they are not judged). auto: this one when this torch is a CUDA build, another when it is not (a CPU torch is no GPU job's environment).")
 @click.option("--load-weights", is_flag=True, help="With a launch command: let the script load real weights (default: models on the meta device).")
 @click.option("--script-timeout", type=float, default=300.0, show_default=True, help="Seconds a launch command's script may take to construct its trainer.")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks: a launch command's script that fails before its trainer, and any unexpected stop of the check.")
@@ -199,6 +199,11 @@ def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, sm
         from ._target import target_gpus
 
         target_gpus(target)
+    elif _worker_limits()["target_env"] != "auto":
+        from ._errors import InputError
+
+        raise InputError("--target-env says whose Python environment a --target launch runs in: give --target too "
+                         "(without it, the launch machine is this one when it has GPUs)")
     rules = run_order(select_rules(all_rules(), chosen, ignored))
     if static:  # the trainer-run group (the probes and the step) stays out
         rules = [r for r in rules if r.group != "trainer run"]
@@ -272,7 +277,7 @@ def _worker_limits() -> dict:
     ctx = click.get_current_context(silent=True)
     params = ctx.params if ctx is not None else {}
     return {"user_code_timeout": params.get("user_code_timeout", 60.0), "max_memory": params.get("max_memory"),
-            "sample": params.get("sample"), "target_env": params.get("target_env") or "this"}
+            "sample": params.get("sample"), "target_env": params.get("target_env") or "auto"}
 
 
 class _Target:

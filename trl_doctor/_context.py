@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from ._cache import fact, lazy
 from ._config import DOCTOR_KEYS, DoctorConfig, local_path
+from ._env import package_version
 from ._errors import InputError, Unavailable
 
 # Keys TRL's own CLI scripts accept beside the trainer's config class (trl/scripts/grpo.py, rloo.py, ppo.py)
@@ -42,7 +43,9 @@ class Options:
     script_timeout: float = 300.0  # seconds a launch command's script may take to construct its trainer
     verbose: bool = False  # input errors carry the script's traceback
     target: str | None = None  # the launch machine's GPUs (--target 8xH100-80GB), judged instead of this machine's
-    target_env: str = "this"  # with --target: the launch's Python environment is this one ("this") or not ("other")
+    # with --target: the launch's Python environment is this one ("this"), another ("other"), or "auto": this one
+    # when this torch is a CUDA build (a CPU torch is no GPU job's environment)
+    target_env: str = "auto"
     max_memory: float | None = None  # GiB of address space for the worker (None: 85% of RAM; 0: no limit); see _limits
     memory_limit: int | None = None  # the limit the worker set, in bytes (recorded by the worker)
     user_code_timeout: float = 60.0  # seconds the user's code (a reward module's import, one call, a chat template) may run
@@ -281,9 +284,7 @@ class Context:
                 kwargs["tf32"] = None
                 info.injected["tf32"] = None
         if kwargs.get("deepspeed"):
-            from .capture.machine import deepspeed_installed
-
-            if not deepspeed_installed():
+            if package_version("deepspeed") is None:
                 # TrainingArguments builds its DeepSpeed plugin at construction; whether the launch machine has
                 # deepspeed is distributed-setup's verdict, not a config the doctor cannot read
                 kwargs["deepspeed"] = None

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .machine import MachinePatches, attention_asked, build_relaxing_attention, relax_deepspeed
+from .machine import MachinePatches, attention_asked, build_relaxing_attention, relax_deepspeed, set_attention
 
 _LIBRARY_ROOTS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                                                      sysconfig.get_paths()["platlib"])})
@@ -156,9 +156,8 @@ class Hooks:
         if not self.load_weights:
             original = PreTrainedModel.__dict__["from_pretrained"].__func__
             self._patch(PreTrainedModel, "from_pretrained", classmethod(self._from_pretrained(original)))
-        if not self.has_cuda:
-            moves = MachinePatches(self.recorder.machine).__enter__()
-            self._undo.append(lambda: moves.__exit__(None, None, None))
+        moves = MachinePatches(self.recorder.machine, self.has_cuda).__enter__()
+        self._undo.append(lambda: moves.__exit__(None, None, None))
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -311,7 +310,7 @@ def meta_model(cls, path, kwargs: dict[str, Any], trust_remote_code: bool, relax
         if hasattr(config, key):
             setattr(config, key, value)
     if isinstance(loader.get("attn_implementation"), str):
-        config._attn_implementation_internal = loader["attn_implementation"]
+        set_attention(config, loader["attn_implementation"])
 
     def build():
         with torch.device("meta"):

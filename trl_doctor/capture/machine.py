@@ -13,11 +13,21 @@ Each relaxation is listed in the report under "relaxed on this machine", with wh
 
 from __future__ import annotations
 
-import importlib.util
+import re
 from typing import Any, Callable
 
-# attention implementations every transformers release builds on any machine
-_PORTABLE_ATTENTION = ("eager", "sdpa", None)
+from .._env import package_version
+
+# attention implementations that only the launch machine may be able to build: FlashAttention (its package, a GPU
+# of the right compute capability), a Hub kernel ("kernels-community/flash-attn", with the `kernels` package and
+# the Hub). Anything else a model refuses (a typo, a class without FlashAttention support) is refused at the
+# launch too: it is not relaxed, the script stops where it would.
+_LAUNCH_ONLY_ATTENTION = re.compile(r"(paged\|)?(flash_attention_\d|[\w.-]+/[\w.-]+(:[\w.-]+)?)")
+# what transformers says when the package or hardware is missing (not when the value or the class is wrong)
+_MISSING_HERE = re.compile(r"installed|not available|no module|cannot import|cuda|gpu|compute capability|hub|kernels",
+                           re.I)
+# a model class without the implementation ("X does not support Flash Attention 2 yet"): refused everywhere
+_NOT_SUPPORTED = re.compile(r"does not support|doesn't support|not supported", re.I)
 
 
 def attention_asked(config: Any) -> str | None:
@@ -27,22 +37,51 @@ def attention_asked(config: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """A value from the script or its files as one short line: its repr, cut at `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def set_attention(config: Any, value: str | None) -> None:
+    """Set a config's attention implementation as transformers' own setter does: on the config and its sub-configs
+    (a vision-language model's text and vision configs carry the value too). None is transformers' default."""
+    prop = getattr(type(config), "_attn_implementation", None)
+    if isinstance(prop, property) and prop.fset is not None:
+        config._attn_implementation = value
+        return
+    config._attn_implementation_internal = value
+    for key in getattr(config, "sub_configs", None) or ():
+        sub = getattr(config, key, None)
+        if sub is not None and hasattr(sub, "_attn_implementation_internal"):
+            set_attention(sub, value)
+
+
+def relaxable_attention(asked: str | None, exc: BaseException) -> bool:
+    """Whether `exc`, raised while building a model with the attention `asked`, is this machine's lack (FlashAttention
+    without its package or a GPU, a Hub kernel without the Hub) rather than a value or class the launch refuses too."""
+    if not isinstance(asked, str) or not _LAUNCH_ONLY_ATTENTION.fullmatch(asked):
+        return False
+    text = " ".join(str(exc).split())
+    return bool(_MISSING_HERE.search(text)) and not _NOT_SUPPORTED.search(text)
+
+
 def build_relaxing_attention(build: Callable[[], Any], config: Any, relaxed: dict[str, tuple[Any, str]]) -> Any:
-    """`build()` the model; when it refuses the config's attention implementation on this machine (FlashAttention
-    without its package or a GPU, a Hub kernel without the Hub), build it with transformers' default attention and
-    note what was asked. Any other failure is the script's."""
+    """`build()` the model; when it refuses the config's attention implementation because this machine lacks what
+    it needs (see `relaxable_attention`), build it with transformers' default attention and note what was asked.
+    Any other failure is the script's."""
     asked = attention_asked(config)
     try:
         return build()
     except (ImportError, ValueError, RuntimeError) as exc:
-        if asked in _PORTABLE_ATTENTION or "attention" not in str(exc).lower() and "flash" not in str(exc).lower():
+        if not relaxable_attention(asked, exc):
             raise
-        config._attn_implementation_internal = None
+        set_attention(config, None)
         model = build()
         relaxed["attn_implementation"] = (asked, (
-            f"{asked} cannot load on this machine ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); the "
-            "model's structure was built with the default attention, and precision-and-attention judges "
-            f"{asked} on the launch machine"))
+            f"{shown(asked)} cannot load on this machine ({type(exc).__name__}: {shown(' '.join(str(exc).split()), 160)});"
+            " the model's structure was built with the default attention, and precision-and-attention judges "
+            "FlashAttention on the launch machine"))
         return model
 
 
@@ -53,18 +92,38 @@ def cuda_available() -> bool:
 
 
 def deepspeed_installed() -> bool:
+    """Whether the deepspeed distribution is installed (its metadata, as the rules read it: a `deepspeed/` folder of
+    JSON configs beside the script is not the package)."""
+    return package_version("deepspeed") is not None
+
+
+def _on_meta(mod: Any) -> bool:
+    """Whether a module's weights are meta tensors (the capture's structure-only models): no move can copy them."""
+    tensor = next(mod.parameters(), None)
+    if tensor is None:
+        tensor = next(mod.buffers(), None)
+    return tensor is not None and tensor.is_meta
+
+
+def _parse_move(torch: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, bool]:
+    """(device, dtype, non_blocking) of a `.to(...)` call. A device index where this torch has no accelerator
+    (`.to(0)`, `.to(local_rank)`) cannot be parsed here: it names the launch machine's GPU."""
     try:
-        return importlib.util.find_spec("deepspeed") is not None
-    except (ImportError, ValueError):
-        return False
+        device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
+        return device, dtype, bool(non_blocking)
+    except (RuntimeError, TypeError, ValueError):
+        dtype = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.dtype)), None)
+        return torch.device("cuda"), dtype, bool(kwargs.get("non_blocking", False))
 
 
 class MachinePatches:
-    """`Module.to("cuda")` / `.cuda()` on a machine without CUDA: the module stays where it is (a dtype in the same
-    call still applies) and the move is noted. Installed only when this machine has no CUDA."""
+    """Moves of the capture's models. A structure-only (meta) model stays on meta whatever the move asks, on every
+    machine (a dtype in the same call still applies). On a machine without CUDA, `.to("cuda")` / `.cuda()` of a
+    loaded model leaves it where it is, and the move is noted."""
 
-    def __init__(self, relaxed: dict[str, tuple[Any, str]]):
+    def __init__(self, relaxed: dict[str, tuple[Any, str]], has_cuda: bool = False):
         self.relaxed = relaxed
+        self.has_cuda = has_cuda
         self._undo: list[Callable[[], None]] = []
 
     def __enter__(self) -> "MachinePatches":
@@ -72,16 +131,22 @@ class MachinePatches:
 
         module = torch.nn.Module
         original_to, original_cuda = module.to, module.cuda
-        relaxed = self.relaxed
+        relaxed, has_cuda = self.relaxed, self.has_cuda
 
         def to(mod, *args: Any, **kwargs: Any):
-            device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
-            if device is None or device.type != "cuda":
+            device, dtype, non_blocking = _parse_move(torch, args, kwargs)
+            meta = _on_meta(mod)
+            if not meta and (device is None or device.type != "cuda" or has_cuda):
                 return original_to(mod, *args, **kwargs)
-            _note_move(relaxed, f".to({str(device)!r})")
+            if not meta:
+                _note_move(relaxed, f".to({shown(str(device))})")
             return original_to(mod, dtype=dtype, non_blocking=non_blocking) if dtype is not None else mod
 
         def cuda(mod, device: Any = None):
+            if _on_meta(mod):
+                return mod
+            if has_cuda:
+                return original_cuda(mod, device)
             _note_move(relaxed, ".cuda()")
             return mod
 
@@ -109,6 +174,6 @@ def relax_deepspeed(config_self: Any, relaxed: dict[str, tuple[Any, str]]) -> An
         return None
     config_self.deepspeed = None
     relaxed["deepspeed"] = (None, (
-        f"{value!r} kept aside while TrainingArguments was built: the deepspeed package is not installed here; "
-        "distributed-setup and version-skew judge it on the launch machine"))
+        f"{shown(value)} kept aside while TrainingArguments was built: the deepspeed package is not installed here; "
+        "distributed-setup judges it (its file, ZeRO stage and the package) on the launch machine"))
     return value

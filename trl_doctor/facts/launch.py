@@ -105,8 +105,10 @@ class Launch:
     @property
     def not_judged(self) -> str:
         """Why what is installed here says nothing about the launch machine (when software_here is False)."""
-        return ("--target-env other: the launch machine's Python environment is another" if self.target else
-                "this is not the launch machine (no GPU here): pass --target to judge it as the launch's environment")
+        return ("the launch machine's Python environment is another (--target-env other, or auto with a torch "
+                "built without CUDA here)" if self.target else
+                "this is not the launch machine (no GPU here); --target names its GPUs, --target-env this judges "
+                "this environment as the launch's")
 
 
 @fact
@@ -131,7 +133,16 @@ def launch(ctx) -> Launch:
     procs, words, procs_note = _processes(ctx, visible, missing)
     return Launch(procs, words, procs_note, tuple(visible), missing, found, why, note, _accelerate(ctx),
                   target=visible[0]["target"] if target else None, judged_here=bool(visible) and not target,
-                  software_here=bool(visible) and (not target or getattr(ctx.options, "target_env", "this") != "other"))
+                  software_here=bool(visible) and (not target or _target_env(ctx) == "this"))
+
+
+def _target_env(ctx) -> str:
+    """With --target: "this" when the launch runs in this Python environment, else "other". `auto` (the default)
+    takes this one when its torch is a CUDA build: a CPU torch (a laptop, a CPU runner) is no GPU job's."""
+    asked = getattr(ctx.options, "target_env", "auto")
+    if asked in ("this", "other"):
+        return asked
+    return "this" if torch_cuda_version() else "other"
 
 
 # -- GPUs --------------------------------------------------------------------------------------------------------
@@ -337,6 +348,7 @@ class Sharding:
     offload_optimizer: bool = False  # optimizer states on the CPU (or NVMe), not the GPU
     offload_parameters: bool = False  # parameters on the CPU (or NVMe)
     unknown: str | None = None  # why the split could not be read (a stage "auto", a DeepSpeed JSON that does not read)
+    unreadable: bool = False  # the DeepSpeed config named is missing or not a mapping: the launch stops on it too
 
     @property
     def words(self) -> str:
@@ -367,21 +379,23 @@ def sharding(ctx) -> Sharding:
     if ds:
         where = f"`deepspeed: {ds if isinstance(ds, str) else '{...}'}` in the config"
         if isinstance(ds, str):
-            try:
-                p = Path(ds).expanduser()
-                p = p if p.is_absolute() else ctx.config.base_dir / p
+            try:  # a relative path is read from where the job starts; the config's folder is the usual one
+                given = Path(ds).expanduser()
+                places = [given] if given.is_absolute() else [ctx.config.base_dir / given, Path.cwd() / given]
+                p = next((c for c in places if c.is_file()), places[0])
                 found = p.is_file()
             except (OSError, ValueError, RuntimeError):  # a name no file system takes (NUL, ~nosuchuser)
                 found = False
             if not found:
-                return Sharding("deepspeed", where, unknown=f"{ds[:200]}: no such file")
+                return Sharding("deepspeed", where, unknown=f"{ds[:200]}: no such file", unreadable=True)
             data, why = _load_mapping(p)
             if data is None:
-                return Sharding("deepspeed", where, unknown=f"{p.name}: {why}")
+                return Sharding("deepspeed", where, unknown=f"{p.name}: {why}", unreadable=True)
         elif isinstance(ds, dict):
             data = ds
         else:
-            return Sharding("deepspeed", where, unknown=f"deepspeed is {ds!r}, neither a file nor a mapping")
+            return Sharding("deepspeed", where, unknown=f"deepspeed is {str(ds)[:80]!r}, neither a file nor a mapping",
+                            unreadable=True)
         zero = data.get("zero_optimization") if isinstance(data.get("zero_optimization"), dict) else {}
         return _zero(where, zero.get("stage", 0), _device(zero.get("offload_optimizer")), _device(zero.get("offload_param")))
     fsdp = raw.get("fsdp")
@@ -398,7 +412,7 @@ def sharding(ctx) -> Sharding:
         if d is None:
             return Sharding("deepspeed", where, unknown="the accelerate config has no deepspeed_config block")
         if d.error:
-            return Sharding("deepspeed", where, unknown=d.error)
+            return Sharding("deepspeed", where, unknown=d.error, unreadable=True)
         return _zero(where, d.zero_stage, d.offload_optimizer, d.offload_param)
     if acc is not None and kind == "FSDP":
         f = acc.fsdp

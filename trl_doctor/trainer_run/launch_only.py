@@ -13,8 +13,17 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+from .._env import package_version
+from ..capture.machine import shown
+
+_DISTRIBUTIONS = {"liger_kernel": "liger-kernel", "bitsandbytes": "bitsandbytes", "flash_attn": "flash-attn"}
+
 
 def _importable(module: str) -> bool:
+    """The package is installed (its distribution's metadata: a folder of that name beside the script is not it)
+    and its module can be found."""
+    if package_version(_DISTRIBUTIONS.get(module, module)) is None:
+        return False
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
@@ -43,7 +52,7 @@ def launch_only(raw: dict[str, Any], device: str) -> tuple[dict[str, Any], list[
     optim = str(raw.get("optim") or "")
     if ("8bit" in optim or "bnb" in optim) and (on_cpu or not _importable("bitsandbytes")):
         overrides["optim"] = "adamw_torch"
-        notes.append(f"optim: {optim} replaced by adamw_torch (bitsandbytes' optimizers need a GPU and the package)")
+        notes.append(f"optim: {shown(optim)} replaced by adamw_torch (bitsandbytes' optimizers need a GPU and the package)")
     return overrides, notes
 
 
@@ -55,7 +64,7 @@ def launch_only_model_kwargs(kwargs: dict[str, Any] | None, device: str) -> tupl
     attn = out.get("attn_implementation")
     if isinstance(attn, str) and "flash" in attn and (device == "cpu" or not _importable("flash_attn")):
         out["attn_implementation"] = "sdpa"
-        notes.append(f"attn_implementation: {attn} replaced by sdpa for the step (precision-and-attention judges it)")
+        notes.append(f"attn_implementation: {shown(attn)} replaced by sdpa for the step (precision-and-attention judges it)")
     quantized = out.get("quantization_config") or out.get("load_in_4bit") or out.get("load_in_8bit")
     if quantized and (device == "cpu" or not _importable("bitsandbytes")):
         for key in ("quantization_config", "load_in_4bit", "load_in_8bit"):
