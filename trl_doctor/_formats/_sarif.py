@@ -6,8 +6,8 @@ whole points at the config's line 1 (GitHub code scanning requires a region with
 A file inside the workspace (the repository root: $GITHUB_WORKSPACE, else the current folder) is named by a URI
 relative to it, against the `%SRCROOT%` base, as code scanning resolves it; a file outside it by its absolute
 `file://` URI. One document holds one run (several configs: `merge_runs`, code scanning takes one run per
-category), whose invocation says whether every input could be read; the settings in force are the run's
-`properties.settings`."""
+category), whose invocation says whether every input could be read; each config's trainer, summary and settings in force
+are in the run's `properties.configs`."""
 
 from __future__ import annotations
 
@@ -71,7 +71,9 @@ def run_for(report: Report) -> dict:
         "originalUriBaseIds": {BASE: {"uri": workspace().as_uri() + "/"}},
         "invocations": [{"executionSuccessful": True}],
         "results": [_result(r, report) for r in report.results if r.status in LEVEL],
-        "properties": {"trainer": report.trainer, "summary": report.summary, "settings": report.settings},
+        "properties": {"trainer": report.trainer, "summary": report.summary, "settings": report.settings,
+                       "configs": [{"config": report.config, "trainer": report.trainer, "summary": report.summary,
+                                    "settings": report.settings}]},
     }
 
 
@@ -89,14 +91,18 @@ def merge_runs(runs: list[dict], errors: list[str]) -> dict:
         "invocations": [{"executionSuccessful": not errors, "toolExecutionNotifications": [
             {"level": "error", "message": {"text": e}} for e in errors]}],
         "results": [res for run in runs for res in run["results"]],
-        "properties": {"configs": [{"trainer": run["properties"]["trainer"], "summary": run["properties"]["summary"],
-                                    "settings": run["properties"]["settings"]} for run in runs]},
+        "properties": {"summary": _summed([run["properties"]["summary"] for run in runs]),
+                       "configs": [config for run in runs for config in run["properties"]["configs"]]},
     }
     if not merged["tool"]["driver"]["version"]:
         from .._version import __version__
 
         merged["tool"]["driver"]["version"] = __version__
     return merged
+
+
+def _summed(summaries: list[dict]) -> dict:
+    return {k: sum(s.get(k, 0) for s in summaries) for k in sorted({k for s in summaries for k in s})}
 
 
 def _indexed(run: dict) -> dict:
