@@ -71,14 +71,63 @@ def test_static_runs_no_trainer(built_fixtures):
     assert ids and not ids & {"TD003", "TD004", "TD006"}
 
 
-def test_the_pre_commit_hook_runs_on_the_files_a_commit_changes(built_fixtures):
-    (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
-    assert hook["id"] == "trl-doctor" and hook["pass_filenames"] is True and hook["language"] == "python"
-    entry = shlex.split(hook["entry"])
-    assert entry[0] == "trl-doctor"
-    proc = subprocess.run([trl_doctor_exe(), *entry[1:], GOOD, BAD], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 1  # pre-commit blocks the commit
-    assert "2 configs:" in proc.stdout and "does not know" in proc.stdout
+def _hook_repository(tmp_path) -> tuple[Path, str]:
+    """This working tree as a hook repository pre-commit can clone: (its folder, the commit)."""
+    repo = tmp_path / "hook-repo"
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard",
+                            "pyproject.toml", "README.md", ".pre-commit-hooks.yaml", "trl_doctor", "rules"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, repo / name)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "hooks"], check=True)
+    return repo, subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _pre_commit(tmp_path, hook: str, *files: str, args=()) -> subprocess.CompletedProcess:
+    """The real pre-commit tool on a sample repository holding `files` (recipes copied from the fixtures), with the
+    hook as the README documents it, in a clean hook environment (its own PRE_COMMIT_HOME)."""
+    pytest.importorskip("pre_commit")
+    hooks, rev = _hook_repository(tmp_path)
+    sample = tmp_path / "sample"
+    (sample / "recipes").mkdir(parents=True)
+    for name in files:
+        source = FIX / "pad-token" / name
+        (sample / "recipes" / name).write_text(source.read_text().replace("../", f"{FIX}/"))
+    shutil.copy(FIX / "pad-token" / "rewards.py", sample / "recipes")
+    config = {"repos": [{"repo": str(hooks), "rev": rev, "hooks": [
+        {"id": hook, "files": r"^recipes/.*\.(ya?ml|json)$", **({"args": list(args)} if args else {})}]}]}
+    (sample / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config))
+    subprocess.run(["git", "init", "-q", str(sample)], check=True)
+    subprocess.run(["git", "-C", str(sample), "add", "."], check=True)
+    env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "pre-commit-home"),
+               PATH=f"{Path(trl_doctor_exe()).parent}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run([sys.executable, "-m", "pre_commit", "run", "--files",
+                           *[f"recipes/{n}" for n in files]], cwd=sample, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+def test_the_documented_system_hook_passes_a_healthy_recipe_and_fails_a_padless_one(built_fixtures, tmp_path):
+    (hook,) = [h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text()) if h["id"] == "trl-doctor-system"]
+    assert hook["language"] == "system" and hook["pass_filenames"] is True
+    healthy = _pre_commit(tmp_path / "ok", "trl-doctor-system", "ok_qwen2_chat.json", args=("--fail-on", "warn"))
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    padless = _pre_commit(tmp_path / "bad", "trl-doctor-system", "bad_gpt2_nopad.yaml", args=("--fail-on", "warn"))
+    assert padless.returncode == 1, padless.stdout + padless.stderr
+    assert "the tokenizer has no pad token" in padless.stdout
+
+
+@pytest.mark.slow  # pre-commit builds the hook's own environment from PyPI (tens of seconds)
+def test_the_python_hook_without_torch_says_what_to_do(built_fixtures, tmp_path):
+    proc = _pre_commit(tmp_path, "trl-doctor", "ok_qwen2_chat.json")
+    assert proc.returncode != 0
+    assert "cannot check: torch, transformers, trl not installed in this Python" in proc.stdout
+    assert "trl-doctor-system" in proc.stdout
+    assert "No module named" not in proc.stdout and "out-of-memory" not in proc.stdout
 
 
 def _action() -> dict:
