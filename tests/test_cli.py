@@ -178,3 +178,33 @@ def test_remote_code_never_runs_without_the_flag(built_fixtures, tmp_path):
     assert not (model / "CODE_RAN").exists() and not list((tmp_path / "modules").rglob("CODE_RAN"))
     proc = run_doctor("check", str(cfg), "--select", "pad-token", "--trust-remote-code", env={"HF_MODULES_CACHE": str(tmp_path / "modules")})
     assert list((tmp_path / "modules").rglob("CODE_RAN")) or (model / "CODE_RAN").exists(), proc.stderr
+
+
+def test_progress_names_each_config_only_when_asked(built_fixtures):
+    """Several configs: `config N of M: path` on stderr with --progress (or a terminal), one line each where stderr
+    is a log; without it (a pipe) stderr stays clean for CI logs and the machine formats."""
+    import json
+
+    from conftest import run_doctor
+
+    configs = [str(built_fixtures / "trainer-config" / n) for n in ("ok_grpo.yaml", "bad_unknown_key.yaml")]
+    proc = run_doctor("check", "--static", "--select", "trainer-config", "--format", "json", "--progress", *configs)
+    lines = proc.stderr.splitlines()
+    assert [line for line in lines if " of 2: " in line] == [
+        f"trl-doctor: config 1 of 2: {configs[0]}", f"trl-doctor: config 2 of 2: {configs[1]}"]
+    assert "\x1b" not in proc.stderr and "\r" not in proc.stderr
+    assert json.loads(proc.stdout)["configs"] == 2  # stdout is the report alone
+    quiet = run_doctor("check", "--static", "--select", "trainer-config", "--format", "json", *configs)
+    assert quiet.stderr == ""
+
+
+def test_the_table_fits_columns_and_shows_a_skip_reason_once(built_fixtures):
+    from conftest import run_doctor
+
+    cfg = str(built_fixtures / "trainer-config" / "ok_grpo.yaml")
+    for columns in ("60", "200"):
+        proc = run_doctor("check", "--static", "--select", "vllm-server,trainer-config", cfg, env={"COLUMNS": columns})
+        rows = proc.stdout.split("\n\n")[1].splitlines()
+        assert max(map(len, rows)) <= int(columns) and "…" not in proc.stdout
+        (skip,) = [r for r in rows if r.startswith("TD018")]
+        assert proc.stdout.count("use_vllm is off") == 1  # in its row, not again under the table

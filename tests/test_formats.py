@@ -120,13 +120,16 @@ def test_sarif_validates_against_the_official_schema(mixed_config, tmp_path):
     assert levels == {"TD001": "warning", "TD009": "error"}
     for r in run["results"]:
         assert run["tool"]["driver"]["rules"][r["ruleIndex"]]["id"] == r["ruleId"]
-        assert r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].startswith("file://")
     where = {r["ruleId"]: r["locations"][0]["physicalLocation"] for r in run["results"]}
-    # pad-token's fix edits the model's config.json: the result points at its pad_token_id line
-    assert where["TD001"]["artifactLocation"]["uri"] == (PADMISMATCH / "config.json").as_uri()
+    # pad-token's fix edits the model's config.json: the result points at its pad_token_id line, by a URI relative
+    # to the repository root (the current folder here, $GITHUB_WORKSPACE in Actions), as code scanning resolves it
+    assert where["TD001"]["artifactLocation"] == {"uri": (PADMISMATCH / "config.json").relative_to(Path.cwd()).as_posix(),
+                                                  "uriBaseId": "%SRCROOT%"}
+    assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == Path.cwd().resolve().as_uri() + "/"
     assert where["TD001"]["region"] == {"startLine": _json_line(PADMISMATCH / "config.json", "pad_token_id"), "startColumn": 3}
-    # trainer-config names no key: the config itself, line 1 (code scanning needs a startLine)
-    assert where["TD009"]["artifactLocation"]["uri"] == mixed_config.as_uri()
+    # trainer-config names no key: the config itself, line 1 (code scanning needs a startLine); outside the
+    # repository root a file keeps its absolute URI
+    assert where["TD009"]["artifactLocation"] == {"uri": mixed_config.as_uri()}
     assert where["TD009"]["region"] == {"startLine": 1}
 
 
@@ -139,7 +142,8 @@ def test_sarif_region_is_the_line_of_the_key_the_fix_sets(built_fixtures, tmp_pa
     (result,) = doc["runs"][0]["results"]
     assert result["ruleId"] == "TD010" and "num_generations: 2" in result["message"]["text"]
     (location,) = result["locations"]
-    assert location["physicalLocation"]["artifactLocation"]["uri"] == cfg.resolve().as_uri()
+    assert location["physicalLocation"]["artifactLocation"] == {
+        "uri": cfg.resolve().relative_to(Path.cwd().resolve()).as_posix(), "uriBaseId": "%SRCROOT%"}
     assert location["physicalLocation"]["region"] == {"startLine": _yaml_line(cfg, "num_generations"), "startColumn": 1}
     assert location["logicalLocations"] == [{"name": "num_generations", "kind": "property"}]
     assert result["properties"]["fixApplicability"] == "safe"
@@ -205,11 +209,16 @@ def test_table_is_plain_when_not_a_terminal(mixed_config):
     proc = run_doctor("check", str(mixed_config), *RULES)
     assert proc.returncode == 1
     assert "\x1b[" not in proc.stdout
-    header = proc.stdout.splitlines()[2]
-    assert header.split() == ["id", "rule", "status", "message", "location"]  # location last: rows stream at fixed widths
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("setting in force: select ") and lines[1].endswith("(from command line)")
+    # rows stream at fixed widths; the message wraps in its column with where it points at its end
+    assert lines[3].split() == ["id", "rule", "status", "message", "(location)"]
+    rows = lines[3:lines.index("", 4)]
+    assert max(len(line) for line in rows) <= 80  # the terminal's width, 80 when unknown: wrapped, not cut
+    assert "…" not in "\n".join(rows)
     assert re.search(r"^TD009\s+trainer-config\s+fail\s+trl ", proc.stdout, re.M)  # no location: an empty cell
     line = _json_line(PADMISMATCH / "config.json", "pad_token_id")
-    assert re.search(rf"^TD001\s+pad-token\s+warn\s+.*\s+config\.json:{line} pad_token_id$", proc.stdout, re.M)
+    assert re.search(rf"^TD001\s+pad-token\s+warn\s+[\s\S]*?config\.json:{line}\s+pad_token_id$", proc.stdout, re.M)
     assert f"    at: {PADMISMATCH / 'config.json'}:{line}:3 (pad_token_id)\n" in proc.stdout
     assert "fix (available with --fix):" in proc.stdout
     assert proc.stdout.rstrip().endswith("0 pass, 1 warn, 1 fail, 1 skip, 0 error")

@@ -116,3 +116,38 @@ def test_a_suppression_names_its_rules(project):
 
 def _line(path: Path) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "trl-doctor: ignore" in line)
+
+
+def test_isolated_ignores_project_config_and_inline_suppressions_and_every_report_lists_them(project):
+    """A project file and an inline comment silence a failure; every format says so and where it comes from;
+    --isolated reads neither, as ruff's does."""
+    (project / ".trl-doctor.toml").write_text('ignore = ["trainer-config"]\n')
+    path = suppressed_recipe(project, "# trl-doctor: ignore[batch-geometry]")
+    code, report = check_json(str(path), "--select", "batch-geometry,trainer-config")
+    assert code == 0 and [r["id"] for r in report["results"]] == ["TD010"]
+    assert {(s["setting"], s["source"]) for s in report["settings"]} == {
+        ("select", "command line"), ("ignore", str(project / ".trl-doctor.toml")),
+        ("inline ignore", f"{path}:{_line(path)}")}
+    table = run_doctor("check", "--static", str(path)).stdout
+    assert f"setting in force: ignore trainer-config (from {project / '.trl-doctor.toml'})" in table
+    assert f"setting in force: inline ignore batch-geometry on `num_generations` (from {path}:{_line(path)})" in table
+    junit = run_doctor("check", "--static", "--format", "junit", str(path)).stdout
+    assert 'name="setting in force" value="ignore trainer-config (from ' in junit
+    code, report = check_json(str(path), "--select", "batch-geometry,trainer-config", "--isolated")
+    assert code == 1 and {r["id"]: r["suppressed"] for r in report["results"]} == {"TD009": None, "TD010": None}
+    assert [s["setting"] for s in report["settings"]] == ["isolated", "select"]
+
+
+def test_the_api_takes_settings_as_the_command_line_does(project):
+    """check(select="TD010") is one rule, not five characters; the project's config and the inline suppressions
+    apply as on the command line (the same path: trl_doctor._settings)."""
+    from trl_doctor import check
+
+    (project / "pyproject.toml").write_text('[tool.trl-doctor]\nignore = ["trainer-config"]\nsmoke = false\n')
+    path = suppressed_recipe(project, "# trl-doctor: ignore[batch-geometry]")
+    report = check(str(path), select="batch-geometry, trainer-config")
+    assert [(r.id, bool(r.suppressed)) for r in report.results] == [("TD010", True)] and report.ok
+    assert json.loads(report.to_json())["settings"] == check_json(str(path), "--select",
+                                                                  "batch-geometry, trainer-config")[1]["settings"]
+    report = check(str(path), select=["batch-geometry", "trainer-config"], isolated=True)
+    assert [r.id for r in report.results] == ["TD009", "TD010"] and not report.ok

@@ -27,6 +27,7 @@ class Report:
     fail_on: str = "fail"
     launch: dict | None = None
     environment: dict = field(default_factory=dict)
+    settings: list = field(default_factory=list)  # what narrows or silences the check, and where it comes from
 
     @property
     def summary(self) -> dict[str, int]:
@@ -45,7 +46,7 @@ class Report:
 
         results = self.results if fmt == "table" else sorted(self.results, key=lambda r: r.id)
         return render(fmt, Rendered(__version__, self.target, self.trainer, self.environment, results, self.summary,
-                                    [], self.launch), color=color)
+                                    [], self.launch, self.settings), color=color)
 
     @property
     def table(self) -> str:
@@ -58,33 +59,39 @@ class Report:
         return self.table
 
 
-def check(target: Any, *, select: Sequence[str] = (), ignore: Sequence[str] = (), fail_on: str = "fail",
-          smoke: bool = True, **options: Any) -> Report:
-    """Check a config file, a launch command or a built trainer; `options` are trl_doctor.Options fields
-    (device, trust_remote_code, smoke_timeout, num_processes, load_weights, script_timeout)."""
-    from ._context import Options
-    from ._env import environment
-    from ._registry import all_rules, run_order, select_rules
-
-    rules = run_order(select_rules(all_rules(), list(select), list(ignore)))
-    if _is_trainer(target):
-        trainer_kind, results, launch = _check_trainer(target, rules, Options(smoke=smoke, **options))
-        return Report(launch["command"], trainer_kind, results, fail_on, launch, environment())
-    from ._session import run_check
-
-    if isinstance(target, (list, tuple)):
-        from .capture.command import parse_command
-
-        command = parse_command(tuple(str(a) for a in target))
-        captured: dict = {}
-        results = run_check(None, rules, Options(smoke=smoke, launch=command.to_json(), **options),
-                            on_capture=captured.update)
-        return Report(command.text, captured.get("trainer", "?"), results, fail_on, captured or None, environment())
+def check(target: Any, *, select: str | Sequence[str] = (), ignore: str | Sequence[str] = (), fail_on: str | None = None,
+          smoke: bool | None = None, isolated: bool = False, **options: Any) -> Report:
+    """Check a config file, a launch command or a built trainer, with the settings the command line takes
+    (`select="TD001,pad-token"` or a list, the project's `[tool.trl-doctor]`, the config's inline suppressions;
+    none of those two with `isolated`), through the command line's own path (trl_doctor._settings); `options` are
+    trl_doctor.Options fields (device, trust_remote_code, smoke_timeout, num_processes, load_weights,
+    script_timeout)."""
     from ._config import load_config
+    from ._env import environment
+    from ._settings import Asked, names, options_for, resolve, run_config
 
-    cfg = load_config(target)
-    results = run_check(cfg.path, rules, Options(smoke=smoke, **options))
-    return Report(str(cfg.path), cfg.trainer, results, fail_on, None, environment())
+    is_path = not _is_trainer(target) and not isinstance(target, (list, tuple))
+    cfg = load_config(target) if is_path else None
+    settings = resolve(Asked(names(select), names(ignore), fail_on, smoke, options.pop("target", None), False, isolated),
+                       cfg.path if cfg else None)
+    if cfg is not None:
+        results, listed = run_config(cfg.path, settings, options_for(settings, **options))
+        return Report(str(cfg.path), cfg.trainer, results, settings.fail_on, None, environment(), listed)
+    if _is_trainer(target):
+        trainer_kind, results, launch = _check_trainer(target, settings.rules, options_for(settings, **options))
+        return Report(launch["command"], trainer_kind, results, settings.fail_on, launch, environment(),
+                      list(settings.in_force))
+    from ._session import run_check
+    from ._settings import require_stack
+    from .capture.command import parse_command
+
+    require_stack()
+    command = parse_command(tuple(str(a) for a in target))
+    captured: dict = {}
+    results = run_check(None, settings.rules, options_for(settings, launch=command.to_json(), **options),
+                        on_capture=captured.update)
+    return Report(command.text, captured.get("trainer", "?"), results, settings.fail_on, captured or None,
+                  environment(), list(settings.in_force))
 
 
 def _is_trainer(target: Any) -> bool:

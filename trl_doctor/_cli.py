@@ -14,13 +14,16 @@ from ._version import __version__
 EXIT_INPUT = 2
 
 
+def _error_line(message: str) -> None:
+    """One line on stderr; its text (paths, keys, an exception's words) may come from the checked repository."""
+    from ._formats._safe import for_terminal
+
+    click.echo(f"trl-doctor: error: {for_terminal(message, one_line=True)}", err=True)
+
+
 def _input_error(message: str) -> "click.exceptions.Exit":
-    click.echo(f"trl-doctor: error: {message}", err=True)
+    _error_line(message)
     return click.exceptions.Exit(EXIT_INPUT)
-
-
-def _names(value: str | None) -> list[str]:
-    return [v for v in (value or "").replace(" ", ",").split(",") if v]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,7 +33,7 @@ def main() -> None:
 
     \b
     Exit status: 0 nothing failed; 1 a rule failed or errored (or warned, with --fail-on warn);
-    2 the config or one of its inputs cannot be read.
+    2 the config or one of its inputs cannot be read, or torch, transformers or TRL is not installed.
     """
 
 
@@ -41,8 +44,12 @@ def main() -> None:
 @click.option("--diff", "show_diff", is_flag=True, help="Print what --fix would change as a unified diff; change nothing.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "github", "sarif"]), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), help="Write the report to this file.")
+@click.option("--report", "reports", multiple=True, metavar="FORMAT=FILE",
+              help="Also write the report in FORMAT to FILE, from the same run (repeatable): --report sarif=out.sarif --report junit=out.xml.")
 @click.option("--select", help="Only these rules: ids (TD001) or slugs (pad-token), comma-separated.")
 @click.option("--ignore", help="Skip these rules: ids or slugs, comma-separated.")
+@click.option("--isolated", is_flag=True, help="Ignore all project configuration (.trl-doctor.toml, [tool.trl-doctor]) and inline `# trl-doctor: ignore` comments, as ruff's --isolated.")
+@click.option("--progress/--no-progress", default=None, help="Progress on stderr: each config of several, each long stage (default: when stderr is a terminal).")
 @click.option("--smoke/--no-smoke", default=None, help="Run the one-step training smoke test (default: on).")
 @click.option("--static", "static_only", is_flag=True, help="Only the static rules: no trainer run (no probes, no step), for pre-commit.")
 @click.option("--smoke-timeout", type=float, default=300.0, show_default=True, help="Seconds the trainer run (probes and smoke step) may take, counted from its start in the worker.")
@@ -61,9 +68,9 @@ def main() -> None:
 @click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N",
               help="After the smoke step, sample num_generations completions for N dataset prompts with the real model and score them: completions cut at max_completion_length, groups with no reward spread (default: 2 on a GPU where the real model fits, else off; 0: off).")
 @click.option("--max-memory", type=click.FloatRange(min=0), default=None, help="GiB of address space the check's worker may use where it uses no CUDA (default: 85% of physical memory; 0: no limit).")
-def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code,
-          num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only, user_code_timeout,
-          max_memory, sample, target_env):
+def check(target, fix, unsafe_fixes, show_diff, fmt, output, reports, select, ignore, isolated, progress, smoke, smoke_timeout,
+          device, trust_remote_code, num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only,
+          user_code_timeout, max_memory, sample, target_env):
     """Check CONFIG files (TRL CLI configs, JSON or YAML; globs too), or what a launch command's script gives its
     trainer.
 
@@ -82,22 +89,21 @@ def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smo
     quiet_environment()  # the worker's own rules, for anything this process loads too (the config, a hub id)
     from ._errors import InputError
     from ._registry import RegistryError
+    from ._settings import Asked, names
 
-    if static_only:
-        smoke = False
+    asked = Asked(names(select), names(ignore), fail_on, False if static_only else smoke, target_gpus, static_only,
+                  isolated, target_env)
+    run = _Run(fix, unsafe_fixes, show_diff, _outputs(fmt, output, reports), verbose,
+               _progress() if _wanted("TRL_DOCTOR_PROGRESS", sys.stderr, progress) else None,
+               dict(device=device, trust_remote_code=trust_remote_code, smoke_timeout=smoke_timeout,
+                    num_processes=num_processes, load_weights=load_weights, script_timeout=script_timeout,
+                    verbose=verbose, **_worker_limits()))
     try:
         launch = _launch(target)
         configs = [] if launch else _configs(target)
-        if len(configs) > 1:
-            raise click.exceptions.Exit(_check_many(
-                configs, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device,
-                trust_remote_code, fail_on, num_processes, target_gpus, static_only))
-        code = _check(None if launch else configs[0], fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke,
-                      smoke_timeout, device, trust_remote_code, fail_on, num_processes,
-                      launch=launch, load_weights=load_weights, script_timeout=script_timeout, verbose=verbose,
-                      target=target_gpus, static=static_only)
+        code = _check_many(configs, asked, run) if len(configs) > 1 else _check_one(configs, launch, asked, run)
     except (InputError, RegistryError) as exc:
-        raise _input_error(str(exc)) from None
+        raise _stopped(run, str(exc)) from None
     except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt):
         raise
     except Exception as exc:  # the doctor's own bug, met on some input: one line, the traceback only with -v
@@ -105,8 +111,42 @@ def check(target, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smo
             import traceback
 
             traceback.print_exc()
-        raise _input_error(_unexpected(exc, target, verbose)) from None
+        raise _stopped(run, _unexpected(exc, target, verbose)) from None
     raise click.exceptions.Exit(code)
+
+
+def _stopped(run: "_Run", message: str) -> "click.exceptions.Exit":
+    """Exit 2 with its one line; the report files asked for still say why (a CI gate uploads them whatever the
+    exit status)."""
+    _write_combined(run, [], [message], files_only=True)
+    return _input_error(message)
+
+
+class _Run:
+    """What one `check` call asked beyond the settings: fixing, where each format goes, progress, the worker's
+    options (every config of the call shares them)."""
+
+    def __init__(self, fix, unsafe_fixes, show_diff, outputs, verbose, progress, options):
+        self.fix, self.unsafe_fixes, self.show_diff = fix, unsafe_fixes, show_diff
+        self.outputs, self.verbose, self.progress, self.options = outputs, verbose, progress, options
+
+    @property
+    def fixing(self) -> bool:
+        return self.fix or self.show_diff
+
+
+def _outputs(fmt: str, output: str | None, reports: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    """[(format, file or None for stdout)]: --format/-o, then each --report FORMAT=FILE, all from one run."""
+    from ._formats import FORMATS
+
+    out = [(fmt, output)]
+    for item in reports:
+        name, sep, path = item.partition("=")
+        if not sep or name not in FORMATS or not path:
+            raise click.BadParameter(f"{item!r}: expected FORMAT=FILE, FORMAT one of {', '.join(FORMATS)}",
+                                     param_hint="--report")
+        out.append((name, path))
+    return out
 
 
 def _unexpected(exc: Exception, target: tuple[str, ...], verbose: bool) -> str:
@@ -145,130 +185,133 @@ def _configs(args: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _check_many(configs, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device,
-                trust_remote_code, fail_on, num_processes, target, static=False) -> int:
-    """Each config checked in turn (a worker each), one combined report and exit status: 2 when a config could not
-    be read (its one line on stderr, the others still checked), else 1 when any failed."""
-    from ._errors import InputError
-    from ._formats._combine import combine
+def _check_one(configs: list[str], launch, asked, run: _Run) -> int:
+    """One config (or a launch command): its report in every format asked, from one run."""
+    code, report, stdout_taken = _check(configs[0] if configs else None, launch, asked, run)
+    for fmt, path in run.outputs:
+        if path is not None or not stdout_taken:
+            _emit(_render(fmt, report, _color(fmt, path)), path)
+    return code
 
-    collected: list[tuple[str, dict]] = []
-    errors: list[str] = []
-    worst = 0
-    for config in configs:
+
+def _check_many(configs: list[str], asked, run: _Run) -> int:
+    """Each config checked in turn (a worker each), one combined report per format and one exit status: 2 when a
+    config could not be read (its one line on stderr, the others still checked), else 1 when any failed."""
+    from ._errors import InputError
+
+    reports, errors, worst = [], [], 0
+    for number, config in enumerate(configs, 1):
+        if run.progress is not None:
+            run.progress(f"config {number} of {len(configs)}: {config}", whole_line=True)
         try:
-            code = _check(config, fix, unsafe_fixes, show_diff, fmt, None, select, ignore, smoke, smoke_timeout, device,
-                          trust_remote_code, fail_on, num_processes, target=target, collect=collected, static=static)
+            code, report, _ = _check(config, None, asked, run, many=True)
         except InputError as exc:
-            click.echo(f"trl-doctor: error: {exc}", err=True)
+            _error_line(str(exc))
             errors.append(str(exc))
             continue
+        reports.append(report)
         worst = max(worst, code)
-    text = combine(fmt, [t for t, _ in collected], [s for _, s in collected], errors)
-    if output:
-        Path(output).write_text(text, encoding="utf-8")
-    else:
-        click.echo(text, nl=False)
+    _write_combined(run, reports, errors)
     return EXIT_INPUT if errors else worst
 
 
-def _check(config, fix, unsafe_fixes, show_diff, fmt, output, select, ignore, smoke, smoke_timeout, device, trust_remote_code, fail_on,
-           num_processes=None, launch=None, load_weights=False, script_timeout=300.0, verbose=False, target=None,
-           collect: list | None = None, static: bool = False) -> int:
+def _write_combined(run: _Run, reports: list, errors: list[str], files_only: bool = False) -> None:
+    from ._formats._combine import combine
+
+    for fmt, path in run.outputs:
+        if path is not None or not files_only:
+            _emit(combine(fmt, [_sorted(fmt, r) for r in reports], errors), path)
+
+
+def _check(config, launch, asked, run: _Run, many: bool = False):
+    """(exit status, report, whether stdout already has it) of one config or launch command, under the settings
+    the command line and the project give (trl_doctor._settings, the API's own path), --fix applied."""
+    from ._config import checked_path
+    from ._engine import exit_status
+    from ._settings import options_for, resolve
+
+    settings = resolve(asked, checked_path(str(config), str(config)) if config else None)
+    options = options_for(settings, unsafe_fixes=run.unsafe_fixes and run.fixing,
+                          launch=launch.to_json() if launch else None, **run.options)
+    fmt, output = run.outputs[0]
+    stream = _Stream(settings.rules, _color(fmt, output), run.progress) if fmt == "table" and output is None and not run.fixing \
+        and not many and _wanted("TRL_DOCTOR_STREAM", sys.stdout) else None
+    cfg, results, listed = _run_once(config, launch, settings, options, stream, run.progress)
+    applied: list[dict] = []
+    if run.show_diff:
+        _show_diff(results, run)
+        return exit_status(results, settings.fail_on), _report(cfg, results, [], listed), True
+    if run.fix:
+        cfg, results, listed, applied = _fix_and_recheck(cfg, results, listed, run, lambda: _run_once(
+            config, launch, settings, options, stream, run.progress))
+    _clear(run.progress)
+    report = _report(cfg, results, applied, listed)
+    if stream is not None:
+        stream.finish(report)
+    return exit_status(results, settings.fail_on), report, stream is not None
+
+
+def _run_once(config, launch, settings, options, stream, progress):
+    """(what was checked, results, the settings in force) of one run of the worker."""
+    from ._config import load_config
+    from ._session import run_check
+    from ._settings import require_stack, run_config
+
+    on_result = stream.row if stream else None
+    if launch is not None:
+        require_stack()
+        target = _Target(launch.script or launch.cwd, "?", launch.text)
+
+        def captured(info: dict) -> None:
+            target.path = (info.get("constructed_at") or "").rsplit(":", 1)[0] or target.path
+            target.trainer, target.launch = info["trainer"], info
+            if stream is not None:
+                stream.start(target, list(settings.in_force))
+
+        results = run_check(None, settings.rules, options, on_result=on_result, on_progress=progress,
+                            on_capture=captured)
+        return target, results, list(settings.in_force)
+    cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
+    if stream is not None:
+        stream.start(cfg, settings.listed(settings.suppressor(cfg.path)))
+    results, listed = run_config(cfg.path, settings, options, on_result=on_result, on_progress=progress)
+    return cfg, results, listed
+
+
+def _show_diff(results, run: _Run) -> None:
+    """--diff: what --fix would change, as a unified diff on stdout; nothing is written."""
+    from . import _fixer
+    from ._formats._safe import for_terminal
+
+    fixes = [r.pending_fix for r in results if r.pending_fix and r.pending_fix.applies(run.unsafe_fixes)]
+    _clear(run.progress)
+    text = _fixer.unified_diff(_fixer.plan(fixes))
+    if text:
+        click.echo(for_terminal(text), nl=False)
+    else:
+        click.echo("trl-doctor: no fix would change any file", err=True)
+
+
+def _fix_and_recheck(cfg, results, listed, run: _Run, again):
+    """--fix: the planned fixes written (under the folders' locks: finishes a killed --fix, plans again), then the
+    check again, the fixed rules' findings marked as applied."""
     from dataclasses import replace
 
     from . import _fixer
-    from ._config import load_config
-    from ._context import Options
-    from ._engine import exit_status
-    from ._project import find_project_config
-    from ._registry import all_rules, run_order, select_rules
-    from ._session import run_check
-    from ._suppress import Suppressor
 
-    # the project's settings ([tool.trl-doctor] / .trl-doctor.toml, nearest the config), under the command line's
-    from ._config import checked_path
-
-    project = find_project_config(checked_path(str(config), str(config)).parent if config else Path.cwd())
-    chosen = _names(select) or list(project.select)
-    ignored = _names(ignore) + list(project.ignore) + project.ignores_for(Path(config) if config else None)
-    fail_on = fail_on or project.fail_on or "fail"
-    smoke = smoke if smoke is not None else (project.smoke if project.smoke is not None else True)
-    target = target or project.target
-    if target:  # a bad --target (or project target) is exit 2 before any worker starts
-        from ._target import target_gpus
-
-        target_gpus(target)
-    elif _worker_limits()["target_env"] != "auto":
-        from ._errors import InputError
-
-        raise InputError("--target-env says whose Python environment a --target launch runs in: give --target too "
-                         "(without it, the launch machine is this one when it has GPUs)")
-    rules = run_order(select_rules(all_rules(), chosen, ignored))
-    if static:  # the trainer-run group (the probes and the step) stays out
-        rules = [r for r in rules if r.group != "trainer run"]
-    options = Options(device=device, trust_remote_code=trust_remote_code, smoke=smoke, smoke_timeout=smoke_timeout,
-                      unsafe_fixes=unsafe_fixes and (fix or show_diff), num_processes=num_processes,
-                      launch=launch.to_json() if launch else None, load_weights=load_weights,
-                      script_timeout=script_timeout, verbose=verbose, target=target, **_worker_limits())
-    progress = _progress() if _progress_wanted() else None
-    color = output is None and fmt == "table" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    stream = _Stream(rules, color, progress) if fmt == "table" and output is None and not (fix or show_diff) \
-        and collect is None and _streaming_wanted() else None
-
-    def run_once():
-        if launch is not None:
-            target = _Target(launch.script or launch.cwd, "?", launch.text)
-
-            def captured(info: dict) -> None:
-                target.path = (info.get("constructed_at") or "").rsplit(":", 1)[0] or target.path
-                target.trainer, target.launch = info["trainer"], info
-                if stream is not None:
-                    stream.start(target)
-
-            results = run_check(None, rules, options, on_result=stream.row if stream else None, on_progress=progress,
-                                on_capture=captured)
-            return target, results
-        cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
-        if stream is not None:
-            stream.start(cfg)
-        suppress = Suppressor(cfg.path)  # `# trl-doctor: ignore[rule]` on a key's line
-        results = run_check(cfg.path, rules, options, on_progress=progress,
-                            on_result=(lambda r: stream.row(suppress(r))) if stream else None)
-        return cfg, [suppress(r) for r in results]
-
-    cfg, results = run_once()
-    applied_files: list[dict] = []
-    if fix or show_diff:
-        fixes = [r.pending_fix for r in results if r.pending_fix and r.pending_fix.applies(unsafe_fixes)]
-        changes = _fixer.plan(fixes)
-        if show_diff:
-            _clear(progress)
-            text = _fixer.unified_diff(changes)
-            click.echo(text if text else "trl-doctor: no fix would change any file", nl=False, err=not text)
-            if not text:
-                click.echo("", err=True)
-            if output:
-                _write_report(fmt, cfg, results, [], output, color=False)
-            return exit_status(results, fail_on)
-        written = _fixer.apply(changes, fixes, cfg)  # under the folders' locks: finishes a killed --fix, plans again
-        if fixes or written:  # re-checked too when a concurrent --fix already made the changes
-            applied_files = [{"file": str(p), "backup": str(b) if b else None} for p, b in written]
-            fixed_ids = {r.id: r.fix for r in results if r.pending_fix in fixes}
-            cfg, results = run_once()
-            results = [
-                replace(r, fix=replace(fixed_ids[r.id], applied=True)) if r.id in fixed_ids and (r.fix is None or r.status.value in ("pass", "skip")) else r
-                for r in results
-            ]
-    _clear(progress)
-    if stream is not None:
-        stream.finish(_report(cfg, results, applied_files))
-    elif collect is not None:
-        report = _report(cfg, results, applied_files)
-        collect.append((_render(fmt, report, color), report.summary))
-    else:
-        _write_report(fmt, cfg, results, applied_files, output, color)
-    return exit_status(results, fail_on)
+    fixes = [r.pending_fix for r in results if r.pending_fix and r.pending_fix.applies(run.unsafe_fixes)]
+    written = _fixer.apply(_fixer.plan(fixes), fixes, cfg)
+    if not (fixes or written):  # re-checked too when a concurrent --fix already made the changes
+        return cfg, results, listed, []
+    applied = [{"file": str(p), "backup": str(b) if b else None} for p, b in written]
+    fixed_ids = {r.id: r.fix for r in results if r.pending_fix in fixes}
+    cfg, results, listed = again()
+    results = [
+        replace(r, fix=replace(fixed_ids[r.id], applied=True))
+        if r.id in fixed_ids and (r.fix is None or r.status.value in ("pass", "skip")) else r
+        for r in results
+    ]
+    return cfg, results, listed, applied
 
 
 def _worker_limits() -> dict:
@@ -290,53 +333,64 @@ class _Target:
 
 class _Stream:
     """The table on a terminal: the header at once, each rule's row as its result arrives (in run order), then
-    the details and the summary. The lines are the ones the table format writes at once."""
+    the details and the summary. The lines are the ones the table format writes at once, neutralised the same
+    way (trl_doctor._formats.render)."""
 
     def __init__(self, rules, color: bool, progress):
         self.slugs = [r.slug for r in rules]
         self.color = color
         self.progress = progress
 
-    def start(self, cfg) -> None:
+    def start(self, cfg, settings: list[dict]) -> None:
         from ._formats import _table
 
-        click.echo("\n".join(_table.header(__version__, _shown(cfg), cfg.trainer, self.slugs, _launch_of(cfg))))
+        self._echo(_table.header(__version__, _shown(cfg), cfg.trainer, self.slugs, _launch_of(cfg), settings))
 
     def row(self, result) -> None:
         from ._formats import _table
+        from ._formats._safe import clean, visible
 
         _clear(self.progress)
-        click.echo(_table.row(result, self.slugs, self.color))
+        self._echo([_table.row(clean(result, visible), self.slugs, self.color)])
 
     def finish(self, report) -> None:
         from ._formats import _table
+        from ._formats._safe import clean_report, visible
 
-        click.echo("\n".join(_table.tail(report, self.color)))
+        self._echo(_table.tail(clean_report(report, visible), self.color))
+
+    @staticmethod
+    def _echo(lines: list[str]) -> None:
+        from ._formats import guard
+
+        click.echo(guard("table", "\n".join(lines)))
 
 
-def _streaming_wanted() -> bool:
-    """Rows as rules finish when stdout is a terminal (TRL_DOCTOR_STREAM=1 or 0 forces it on or off)."""
-    return _wanted("TRL_DOCTOR_STREAM", sys.stdout)
-
-
-def _wanted(variable: str, stream) -> bool:
-    """On when `stream` is a terminal, unless `variable` says 1 (on) or 0 / empty (off)."""
+def _wanted(variable: str, stream, asked: bool | None = None) -> bool:
+    """`asked` (a --flag) when given; else on when `stream` is a terminal, unless `variable` says 1 (on) or 0 /
+    empty (off)."""
+    if asked is not None:
+        return asked
     forced = os.environ.get(variable)
     if forced is not None:
         return forced not in ("", "0")
+    return _is_tty(stream)
+
+
+def _is_tty(stream) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
 
 
-def _report(cfg, results, applied):
+def _report(cfg, results, applied, settings=None):
     from ._engine import summarize
     from ._env import environment
     from ._formats import Report
 
     return Report(__version__, str(cfg.path), cfg.trainer, environment(), results, summarize(results), applied,
-                  _launch_of(cfg))
+                  _launch_of(cfg), list(settings or ()))
 
 
 def _shown(cfg) -> str:
@@ -347,38 +401,52 @@ def _launch_of(cfg) -> dict | None:
     return getattr(cfg, "launch", None) if isinstance(cfg, _Target) else None
 
 
-def _render(fmt, report, color) -> str:
+def _sorted(fmt, report):
+    """The machine formats list rules by id, as they always have; the table in run order."""
     from dataclasses import replace
 
+    return report if fmt == "table" else replace(report, results=sorted(report.results, key=lambda r: r.id))
+
+
+def _render(fmt, report, color: bool = False) -> str:
     from ._formats import render
 
-    if fmt != "table":  # the machine formats list rules by id, as they always have; the table in run order
-        report = replace(report, results=sorted(report.results, key=lambda r: r.id))
-    return render(fmt, report, color=color)
+    return render(fmt, _sorted(fmt, report), color=color)
 
 
-def _write_report(fmt, cfg, results, applied, output, color) -> None:
-    text = _render(fmt, _report(cfg, results, applied), color)
-    if output:
-        Path(output).write_text(text, encoding="utf-8")
+def _color(fmt: str, path: str | None) -> bool:
+    """The table's statuses in colour on a terminal (NO_COLOR turns it off)."""
+    return path is None and fmt == "table" and _is_tty(sys.stdout) and "NO_COLOR" not in os.environ
+
+
+def _emit(text: str, path: str | None) -> None:
+    if path:
+        Path(path).write_text(text, encoding="utf-8")
     else:
         click.echo(text, nl=False)
 
 
-def _progress_wanted() -> bool:
-    """Progress on stderr when it is a terminal (TRL_DOCTOR_PROGRESS=1 or 0 forces it on or off)."""
-    return _wanted("TRL_DOCTOR_PROGRESS", sys.stderr)
-
-
 def _progress():
-    def show(text: str) -> None:
-        click.echo(f"\r\033[Ktrl-doctor: {text}", nl=False, err=True)
+    """Progress lines on stderr: redrawn in place on a terminal, one line each elsewhere (--progress in a log)."""
+    from ._formats._safe import for_terminal
 
+    tty = _is_tty(sys.stderr)
+
+    def show(text: str, whole_line: bool = False) -> None:
+        text = for_terminal(text, one_line=True)
+        if not tty:
+            click.echo(f"trl-doctor: {text}", err=True)
+        elif whole_line:  # a config of several: it stays on screen above the rows
+            click.echo(f"\r\033[Ktrl-doctor: {text}", err=True)
+        else:
+            click.echo(f"\r\033[Ktrl-doctor: {text}", nl=False, err=True)
+
+    show.tty = tty
     return show
 
 
 def _clear(progress) -> None:
-    if progress is not None:
+    if progress is not None and getattr(progress, "tty", False):
         click.echo("\r\033[K", nl=False, err=True)
 
 

@@ -10,13 +10,14 @@ checked config's folder (from the current folder for a launch command), the near
     [tool.trl-doctor.per-file-ignores]
     "recipes/experimental/*.yaml" = ["batch-geometry"]
 
-Options on the command line win over the file. Light: tomllib only.
+Options on the command line win over the file. Light: tomllib only (tomli on Python 3.10).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,12 @@ class ProjectConfig:
     target: str | None = None
     smoke: bool | None = None
     per_file_ignores: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def source(self) -> str | None:
+        """Where these settings come from, as the reports name it."""
+        if self.path is None:
+            return None
+        return f"{self.path} [tool.trl-doctor]" if self.path.name == "pyproject.toml" else str(self.path)
 
     def ignores_for(self, config: Path | None) -> list[str]:
         """The per-file ignores whose pattern matches `config` (relative to the project file's folder)."""
@@ -62,7 +69,10 @@ def find_project_config(start: Path) -> ProjectConfig:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # the same parser, before it joined the standard library
+        import tomli as tomllib
 
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
@@ -73,7 +83,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _read(path: Path, table: Any) -> ProjectConfig:
-    where = f"{path}" + (" [tool.trl-doctor]" if path.name == "pyproject.toml" else "")
+    where = ProjectConfig(path).source()
     if not isinstance(table, dict):
         raise InputError(f"{where}: must be a table of settings")
     for key, value in table.items():

@@ -45,6 +45,11 @@ class Suppressor:
         self.found = directives(config) if config is not None else {}
         self.target = os.path.normcase(os.path.abspath(config)) if config is not None else None
 
+    def in_force(self) -> list[dict]:
+        """Each `# trl-doctor: ignore[...]` comment of the config, as the reports list it."""
+        return [{"setting": "inline ignore", "rules": sorted(names), "key": key, "source": f"{self.config}:{line}"}
+                for line, (key, names) in sorted(self.found.items())]
+
     def __call__(self, r: Result) -> Result:
         if r.status.value not in ("warn", "fail", "error"):
             return r

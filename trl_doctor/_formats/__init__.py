@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .._types import AppliedFix, Location, Result, plain
+from . import _safe
 
 FORMATS = ("table", "json", "junit", "github", "sarif")
 
@@ -21,13 +24,31 @@ class Report:
     summary: dict[str, int]
     applied: list[dict[str, str | None]] = field(default_factory=list)  # files --fix wrote, with backups
     launch: dict[str, Any] | None = None  # a launch command's capture (trl_doctor.capture.report.describe)
+    settings: list[dict[str, Any]] = field(default_factory=list)  # what narrows or silences the check, and from where
 
 
 def render(fmt: str, report: Report, color: bool = False) -> str:
+    """`report` in `fmt`, every string of it from the checked repository neutralised as that format needs
+    (_safe.py): the one place every format is written through."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}")
     module = importlib.import_module(f"{__name__}._{fmt}")
-    return module.render(report, color=color)
+    return guard(fmt, module.render(_safe.clean_report(report, _CLEANERS[fmt]), color=color))
+
+
+def guard(fmt: str, text: str) -> str:
+    """The written document, its lines unable to start a workflow command (the github format's own annotations
+    excepted: their data is escaped) and, in JSON, C1 controls and lone surrogates as \\u escapes."""
+    if fmt == "table":
+        return _safe.no_commands(text)
+    if fmt == "junit":
+        return _safe.xml_document(text)
+    if fmt in ("json", "sarif"):
+        return _safe.json_escapes(text)
+    return text
+
+
+_CLEANERS = {"table": _safe.visible, "junit": _safe.xml_text, "github": _safe.visible, "json": str, "sarif": str}
 
 
 def result_dict(r: Result) -> dict[str, Any]:
@@ -58,6 +79,20 @@ def applicability(fix: AppliedFix) -> str:
 
 def location_dict(loc: Location | None) -> dict[str, Any] | None:
     return None if loc is None else {"file": loc.file, "key": loc.key, "line": loc.line, "column": loc.column}
+
+
+def workspace() -> Path:
+    """The repository root reports name files against: $GITHUB_WORKSPACE in GitHub Actions, else the current
+    folder."""
+    return Path(os.environ.get("GITHUB_WORKSPACE") or os.getcwd()).resolve()
+
+
+def workspace_relative(file: str) -> str | None:
+    """`file` relative to the workspace (posix), or None when it is outside it."""
+    try:
+        return Path(file).resolve().relative_to(workspace()).as_posix()
+    except (ValueError, OSError, RuntimeError):
+        return None
 
 
 def location_text(loc: Location) -> str:

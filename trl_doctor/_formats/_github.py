@@ -7,11 +7,9 @@ GitHub needs to attach the annotation to that file in a pull request's diff."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from .._types import Location, Status
-from . import Report, applicability
+from . import Report, applicability, workspace_relative
+from .._settings import COMMAND_LINE, describe
 
 LEVEL = {Status.FAIL: "error", Status.ERROR: "error", Status.WARN: "warning"}
 
@@ -25,11 +23,7 @@ def escape_property(text: str) -> str:
 
 
 def _shown(file: str) -> str:
-    root = Path(os.environ.get("GITHUB_WORKSPACE") or os.getcwd())
-    try:
-        return Path(file).resolve().relative_to(root.resolve()).as_posix()
-    except (ValueError, OSError):
-        return file
+    return workspace_relative(file) or file
 
 
 def render(report: Report, color: bool = False) -> str:
@@ -49,6 +43,10 @@ def render(report: Report, color: bool = False) -> str:
             props += f",col={loc.column}"
         props += f",title={escape_property(f'{r.id} {r.rule}')}"
         lines.append(f"::{level} {props}::{escape_data(message)}")
+    # what narrows or silences this check from the repository's files (project config, inline comments) shows on
+    # the pull request, where a change to it must be seen; the workflow's own command line is in the workflow
+    lines += [f"::notice title=trl-doctor setting in force::{escape_data(describe(e))}"
+              for e in report.settings if e["source"] != COMMAND_LINE]
     s = report.summary
     lines.append(f"trl-doctor: {s['pass']} pass, {s['warn']} warn, {s['fail']} fail, {s['skip']} skip, {s['error']} error")
     return "\n".join(lines) + "\n"

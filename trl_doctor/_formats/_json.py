@@ -16,6 +16,7 @@ def render(report: Report, color: bool = False) -> str:
         "results": [result_dict(r) for r in report.results],
         "summary": report.summary,
         "applied": report.applied,
+        "settings": report.settings,  # what narrows or silences the check, and where it comes from
     }
     if report.launch is not None:
         doc["launch"] = report.launch

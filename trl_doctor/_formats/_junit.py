@@ -11,6 +11,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from .._types import Status
+from .._settings import describe
 from . import Report, applicability, details_lines, location_text
 
 
@@ -24,6 +25,8 @@ def render(report: Report, color: bool = False) -> str:
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="trainer", value=report.trainer)
     ET.SubElement(props, "property", name="trl_doctor", value=report.version)
+    for entry in report.settings:  # what narrows or silences the check, and where it comes from
+        ET.SubElement(props, "property", name="setting in force", value=describe(entry))
     for r in report.results:
         case = ET.SubElement(suite, "testcase", classname=f"trl_doctor.{r.rule}", name=f"{r.id} {r.rule}",
                              file=r.location.file if r.location else report.config, time=f"{r.duration_s:.3f}")

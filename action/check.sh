@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The action's check (action.yml): trl-doctor runs once over every config and writes every format from that one
+# result: the github annotations on stdout, SARIF (and JUnit when asked) to files. Inputs arrive in the
+# environment, never in the script's text, so a config name or an option string from a pull request is data:
+#   TRL_DOCTOR_CONFIGS  config files or globs, space-separated (globs are expanded by trl-doctor, not the shell)
+#   TRL_DOCTOR_ARGS     other options, space-separated (split on spaces, never evaluated)
+#   TRL_DOCTOR_TARGET   the launch machine's GPUs, or empty
+#   TRL_DOCTOR_SARIF    where the SARIF report goes; TRL_DOCTOR_JUNIT: the JUnit report, or empty
+#   TRL_DOCTOR_ISOLATED true: no project config and no inline suppressions (project-config.sh decides)
+# The exit status goes to $GITHUB_OUTPUT as status=N; the step itself succeeds (the action's last step fails the
+# job), so the SARIF upload runs on every status, 2 included.
+set -uo pipefail
+
+read -r -a configs <<< "${TRL_DOCTOR_CONFIGS:-}"
+read -r -a args <<< "${TRL_DOCTOR_ARGS:-}"
+extra=(--format github --report "sarif=${TRL_DOCTOR_SARIF:-trl-doctor.sarif}")
+if [ -n "${TRL_DOCTOR_JUNIT:-}" ]; then extra+=(--report "junit=$TRL_DOCTOR_JUNIT"); fi
+if [ -n "${TRL_DOCTOR_TARGET:-}" ]; then extra+=(--target "$TRL_DOCTOR_TARGET"); fi
+if [ "${TRL_DOCTOR_ISOLATED:-false}" = true ]; then extra+=(--isolated); fi
+
+trl-doctor check "${args[@]}" "${extra[@]}" "${configs[@]}"
+status=$?
+sarif="${TRL_DOCTOR_SARIF:-trl-doctor.sarif}"
+if [ ! -s "$sarif" ]; then  # options trl-doctor refused before any check: still a document to upload
+  # shellcheck disable=SC2016  # the literal "$schema" key of a SARIF document
+  printf '%s\n' '{"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [{"tool": {"driver": {"name": "trl-doctor", "rules": []}}, "invocations": [{"executionSuccessful": false}], "results": []}]}' > "$sarif"
+fi
+echo "status=$status" >> "${GITHUB_OUTPUT:-/dev/null}"
