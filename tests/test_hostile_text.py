@@ -16,6 +16,8 @@ import pytest
 
 from conftest import FIXTURES, run_doctor
 
+pytestmark = pytest.mark.release_free  # the doctor's own formats: no release changes the outcome
+
 HOSTILE = "x\n::error::pwned\x1b[2J"
 ANNOTATION = re.compile(r"^::(error|warning|notice) [^\n:]*::[^\n]*$")
 
