@@ -94,6 +94,9 @@ PEFT_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lor
              "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora")
 
 
+# a group holding a quantifier, itself quantified: `(.*)*x`, `(a+)+`: catastrophic backtracking in Python's re
+_NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[*+}](?:[^()\\]|\\.)*\)[*+{]")
+
 @rule(
     id="TD016",
     slug="peft-setup",
@@ -200,6 +203,12 @@ def _target_modules(ctx, details: dict):
     details["lora_target_modules (as PEFT gets them)"] = targets
     if isinstance(targets, str) and targets.lower() == "all-linear":
         details["target modules"] = f"all-linear: {', '.join(linear)}"
+        return
+    if isinstance(targets, str) and _NESTED_QUANTIFIER.search(targets):
+        yield (warn, f"lora_target_modules {targets!r}{given} nests quantifiers (a group repeated by *, + or {{}} that "
+                     "repeats inside): PEFT matches it against every module name with Python's re, which can take "
+                     "exponential time; not matched here. Write a list of names, e.g. "
+                     f"`lora_target_modules: [{', '.join(linear[:2])}]`", None)
         return
     if isinstance(targets, str):
         try:

@@ -70,7 +70,8 @@ class deadline:
         self._watchdog.join()
         # the watchdog has ended, so every signal it sent is already delivered: `_handler` (a no-op now) takes it
         # before the user's handler is back
-        signal.signal(SIGNAL, self._previous if self._previous is not None else signal.SIG_DFL)
+        if signal.getsignal(SIGNAL) == self._handler:  # a handler the block installed itself is the block's to keep
+            signal.signal(SIGNAL, self._previous if self._previous is not None else signal.SIG_IGN)
 
     def _handler(self, signum, frame) -> None:
         if not self._armed or (frame is not None and frame.f_code.co_filename == __file__):
