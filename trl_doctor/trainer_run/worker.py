@@ -66,6 +66,8 @@ def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: f
 
     from trl_doctor.facts import trl as _trl
 
+    from .fingerprint import changed, fingerprints
+
     trainer_cls = _trl.trainer_class(spec.trainer)
     config_cls = _trl.config_class(spec.trainer)
     import_s = time.perf_counter() - started
@@ -91,8 +93,9 @@ def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: f
     if not spec.train:
         return {**info, "train": None}
 
-    trainable = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    # fingerprints, not clones: a copy of every parameter doubled the step's GPU memory (see fingerprint.py)
+    trainable = fingerprints((n, p) for n, p in model.named_parameters() if p.requires_grad)
+    frozen = fingerprints((n, p) for n, p in model.named_parameters() if not p.requires_grad)
 
     stage("train")
     forcing = force_token(policy, spec.force_token_id, spec.force_after, spec.suppress_ids)
@@ -105,9 +108,8 @@ def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: f
     forcing.remove()
 
     stage("inspect")
-    params = dict(model.named_parameters())
-    updated = [n for n, before in trainable.items() if not torch.equal(before, params[n].detach().to(before.device))]
-    frozen_changed = [n for n, before in frozen.items() if not torch.equal(before, params[n].detach().to(before.device))]
+    updated = changed(trainable, model)
+    frozen_changed = changed(frozen, model)
     logs = {}
     for entry in trainer.state.log_history:
         logs.update(entry)
