@@ -135,7 +135,16 @@ def real_trl(release: str) -> dict:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `fuzz` (the whole fuzz suite) run only when asked for: `-m fuzz` (or any -m naming fuzz)."""
+    """Tests marked `fuzz` (the whole fuzz suite) run only when asked for: `-m fuzz` (or any -m naming fuzz); tests
+    marked `gpu` are skipped where torch sees no CUDA GPU."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu_items:
+        import torch
+
+        if not torch.cuda.is_available():
+            skip = pytest.mark.skip(reason="needs a CUDA GPU (the gpu lane: benchmarks/gpu_session.sh)")
+            for item in gpu_items:
+                item.add_marker(skip)
     if "fuzz" in (config.getoption("markexpr") or ""):
         return
     kept = [item for item in items if item.get_closest_marker("fuzz") is None]
