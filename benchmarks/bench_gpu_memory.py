@@ -258,6 +258,8 @@ def main() -> int:
                 else:
                     rows.append(run_case(case, str(model_dir), data, work, args.timeout, free))
                     print(f"done: {case.name}", file=sys.stderr, flush=True)
+                    if args.out:  # row by row: a run stopped at its time limit keeps what it measured
+                        Path(args.out).write_text(table(rows, args.dry_run) + "\n")
             if not args.dry_run:
                 import shutil
 
