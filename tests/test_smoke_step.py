@@ -216,7 +216,7 @@ def test_real_model_is_used_only_when_its_step_fits(tmp_path, built_fixtures):
         est = estimate(plan, gpu_total_bytes=70 * 2**30)
         # the doctor's own additions are counted: no copy of the model, only the fingerprints' scratch (fp32 weights)
         extra, _ = doctor_overhead(plan, ctx.meta_model)
-        assert extra == SCRATCH_BYTES and "the doctor's own 0.1: fingerprint scratch 64 MiB" in why
+        assert extra == SCRATCH_BYTES and "the doctor's own 0.0: fingerprint scratch 32 MiB" in why
         assert float(why.split("~")[1].split()[0]) == round((est.total_bytes + extra) / 2**30, 1)
         # bf16 weights trained in full: the gradient-norm hook's fp32 copy of the largest (embedding) gradient too
         extra16, how = doctor_overhead(replace(plan, param_bytes=2), ctx.meta_model)
