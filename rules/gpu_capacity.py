@@ -144,7 +144,8 @@ def check(ctx):
                                f"{'es' if processes != 1 else ''}" + (f": not modelled, {shard.unknown}" if shard.unknown else ""))
     memory_message = None
     if plan is not None and training:
-        memory_status, memory_message = _judge_memory(plan, training, details, shard, processes)
+        gather = config_value(ctx, "ds3_gather_for_generation", True) is not False
+        memory_status, memory_message = _judge_memory(plan, training, details, shard, processes, gather)
         if memory_status != "pass":
             findings.append((memory_status, memory_message))
 
@@ -280,15 +281,17 @@ def _estimate_details(details: dict, plan, est) -> None:
     details["assumptions"] = list(est.assumptions)
 
 
-def _judge_memory(plan, training: list[dict], details: dict, shard, processes: int) -> tuple[str, str]:
-    """('pass' / 'warn' / 'fail', message) for the tightest training GPU, under the launch's sharding."""
+def _judge_memory(plan, training: list[dict], details: dict, shard, processes: int,
+                  gather: bool = True) -> tuple[str, str]:
+    """('pass' / 'warn' / 'fail', message) for the tightest training GPU, under the launch's sharding (and, under
+    ZeRO-3, whether generation gathers the whole policy: `gather`, TRL's ds3_gather_for_generation)."""
     from trl_doctor.facts.memory import estimate, sharded
 
     worst = None
     for g in training:
         total = g.get("memory_total_bytes", g["memory_total_mib"] * 2**20)
         free = g.get("memory_free_bytes", g["memory_free_mib"] * 2**20)
-        est, split = sharded(estimate(plan, total), plan, shard, processes)
+        est, split = sharded(estimate(plan, total), plan, shard, processes, gather)
         margin = free - est.total_bytes
         if worst is None or margin < worst[0]:
             worst = (margin, g, est, free, split)
@@ -300,7 +303,7 @@ def _judge_memory(plan, training: list[dict], details: dict, shard, processes: i
     if split:
         need += f" with {split}"
     has = f"{_name(g)} has {_gib(free)} GiB free"
-    hint = _hint(plan, est)
+    hint = _hint(plan, est, shard.backend)
     if shard.modelled and shard.shards_parameters:  # already sharded: more processes divide it further
         hint = hint.replace("or shard it over GPUs (ZeRO-3, FSDP)", f"or more GPUs than {processes} to shard it over")
     if margin < 0:
@@ -318,9 +321,13 @@ def _judge_memory(plan, training: list[dict], details: dict, shard, processes: i
     return status, message
 
 
-def _hint(plan, est) -> str:
+def _hint(plan, est, backend: str | None = None) -> str:
     """The largest components and the change that shrinks each."""
+    gather_tip = ("set `ds3_gather_for_generation: false` (ZeRO-3 then generates with the parameters sharded, a layer "
+                  "at a time: slower generation, no whole copy of the policy), or generate with vLLM (`use_vllm: true`)"
+                  if backend == "deepspeed" else "generate with vLLM (`use_vllm: true`)")
     tips = {
+        "policy gathered for generation": gather_tip,
         "policy weights": "load the weights in bf16 (`model_init_kwargs: {dtype: bfloat16}`), which halves weights, "
         "gradients and AdamW states" if plan.param_bytes == 4
         else "a 4-bit base with LoRA (`load_in_4bit: true`, `use_peft: true`), or shard it over GPUs (ZeRO-3, FSDP)",

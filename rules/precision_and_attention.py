@@ -14,9 +14,11 @@ What goes wrong
       another machine, so it is a warning.
     - `attn_implementation: flash_attention_2` (or _3, _4) without its package: model loading stops with
       "ImportError: FlashAttention2 has been toggled on, but it cannot be used due to the following error: the
-      package flash_attn seems to be not installed"; on a GPU older than the kernel supports (FlashAttention 2
-      needs 8.0, Ampere; 3 and 4 need 9.0, Hopper) the first forward stops with "FlashAttention only supports
-      Ampere GPUs or newer."
+      package flash_attn seems to be not installed"; installed but built for another torch or CUDA, `import
+      flash_attn` fails ("undefined symbol: ...") and loading stops the same way; on a GPU older than the kernel
+      supports (FlashAttention 2 needs 8.0, Ampere; 3 and 4 need 9.0, Hopper) the first forward stops with
+      "FlashAttention only supports Ampere GPUs or newer."; with fp32 weights and neither bf16 nor fp16 nothing
+      casts the queries to 16 bits: "FlashAttention only support fp16 and bf16 data type".
     - Gemma 2, 3 and 4 (config.json model_type gemma2, gemma3, gemma3_text, gemma4, or the text_config's) with an
       attention other than eager: Gemma 2 soft-caps its attention logits; runs with sdpa or flash attention are
       reported to reach NaN or zero loss (transformers#32390 for Gemma 2 with sdpa and padding, LlamaFactory#7755
@@ -45,8 +47,10 @@ How it is detected
     NVML (trl_doctor._env.gpus(), CUDA_VISIBLE_DEVICES applied): compute capability of each visible GPU. The
     attention implementation is `model_init_kwargs.attn_implementation`, else the `attn_implementation` key
     (TRL's ModelConfig, which the CLI puts into model_init_kwargs), else config.json's; the flash-attention
-    packages are looked up with importlib.util.find_spec and their distribution metadata, without importing
-    them. For a Gemma the attention in effect is the one asked for, else the one the installed transformers
+    packages are looked up with importlib.util.find_spec and their distribution metadata, then imported in a
+    subprocess of this Python (a broken extension must not take the check down), where the launch's environment
+    is this one (a GPU here, or --target without `--target-env other`). The GPUs and the load dtype are judged
+    for --target either way. For a Gemma the attention in effect is the one asked for, else the one the installed transformers
     gives the meta-device model (its default for that class); its causal-LM class is looked up in transformers'
     auto mapping to read `_supports_sdpa` and whether its source warns about training without eager. The
     checkpoint dtype is config.json's `dtype` / `torch_dtype`; the parameter count for the GiB
@@ -222,24 +226,16 @@ def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, findings, details, ge
     fix = None if gemma else _sdpa_fix(ctx, raw, where, kwargs)
     alt = "eager" if gemma else "sdpa"
     name = f"FlashAttention{version}"
-    if not installed and not launch(ctx).software_here:
+    if launch(ctx).software_here:
+        problem = _flash_package_problem(ctx, attn, where, module, dists, name, alt, installed, details)
+        if problem is not None:
+            findings.append((*problem, fix))
+            return ""
+    else:
         # installed or not on the launch machine is that machine's business: judged there (a GPU here, or --target in
-        # this environment) only
+        # this environment) only; the GPUs and the dtype are still judged
         details["flash attention package"] += f": not judged ({launch(ctx).not_judged})"
-    elif not installed:
-        fallback = _kernels_fallback()
-        if fallback:
-            findings.append(("warn", (
-                f"{where}: {attn}, but {dists[0]} is not installed: transformers {ctx.version('transformers')} falls back "
-                f"to the Hub kernel {fallback} through the kernels package, which needs the Hub (or a cached kernel) at "
-                f"model loading; install {dists[0]}, or use `attn_implementation: {alt}`"), fix))
-        else:
-            findings.append(("fail", (
-                f"{where}: {attn}, but the package {dists[0]} (module {module}) is not installed: model loading stops "
-                f"with \"ImportError: {name} has been toggled on, but it cannot be used due to the following error: "
-                f"the package ... is not installed\"; install {dists[0]} (a wheel built for this torch and CUDA), or "
-                f"use `attn_implementation: {alt}`"), fix))
-        return ""
+        installed = "its package not judged here"
     if on_cpu:
         findings.append(("fail", f"{where}: {attn} with use_cpu: true: {name} runs only on a CUDA GPU; use "
                                  f"`attn_implementation: {alt}`", fix))
@@ -254,7 +250,77 @@ def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, findings, details, ge
             f"{need_cc[0]}.{need_cc[1]} ({family}) or newer: the first forward stops (\"FlashAttention only supports "
             f"{family} GPUs or newer\"); use `attn_implementation: {alt}` on this GPU"), fix))
         return ""
+    dtype_problem = _flash_dtype_problem(ctx, attn, where, name, alt)
+    if dtype_problem is not None:
+        findings.append((*dtype_problem, fix))
+        return ""
     return f"{name} ({installed}) on compute capability {min(visible, key=_cc)['compute_capability']}"
+
+
+def _flash_package_problem(ctx, attn, where, module, dists, name, alt, installed, details) -> tuple[str, str] | None:
+    """('fail' / 'warn', message) when the flash-attention package of this environment cannot serve the load: not
+    installed (unless transformers falls back to a Hub kernel: a warning), or installed but failing to import (a
+    wheel built for another torch or CUDA: "undefined symbol")."""
+    if not installed:
+        fallback = _kernels_fallback()
+        if fallback:
+            return "warn", (
+                f"{where}: {attn}, but {dists[0]} is not installed: transformers {ctx.version('transformers')} falls back "
+                f"to the Hub kernel {fallback} through the kernels package, which needs the Hub (or a cached kernel) at "
+                f"model loading; install {dists[0]}, or use `attn_implementation: {alt}`")
+        return "fail", (
+            f"{where}: {attn}, but the package {dists[0]} (module {module}) is not installed: model loading stops "
+            f"with \"ImportError: {name} has been toggled on, but it cannot be used due to the following error: "
+            f"the package ... is not installed\"; install {dists[0]} (a wheel built for this torch and CUDA), or "
+            f"use `attn_implementation: {alt}`")
+    error = _import_error(module)
+    if error is None:
+        return None
+    details["flash attention import"] = error
+    return "fail", (
+        f"{where}: {attn}, but {installed} does not import against torch {ctx.version('torch')} here ({error}): model "
+        f"loading stops with \"ImportError: {name} has been toggled on, but it cannot be used\"; reinstall "
+        f"{dists[0]} built for this torch and CUDA (`pip install {dists[0]} --no-build-isolation` rebuilds it), or "
+        f"use `attn_implementation: {alt}`")
+
+
+IMPORT_TIMEOUT_S = 120  # the import of flash_attn imports torch: seconds, not minutes
+
+
+def _import_error(module: str) -> str | None:
+    """The error importing `module` raises here (its last line), or None when it imports. In a subprocess of this
+    Python and environment: a compiled extension built for another torch fails at import with an undefined
+    symbol, which find_spec and the metadata cannot see, and a broken one must not take the check down."""
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
+                              timeout=IMPORT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"`import {module}` did not finish in {IMPORT_TIMEOUT_S}s"
+    if proc.returncode == 0:
+        return None
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    return (lines[-1] if lines else f"`import {module}` exited with status {proc.returncode}")[:400]
+
+
+def _flash_dtype_problem(ctx, attn, where, name, alt) -> tuple[str, str] | None:
+    """('fail', message) when the weights load in fp32 and nothing autocasts (neither bf16 nor fp16): flash
+    attention takes fp16/bf16 only, and transformers casts fp32 queries to the autocast dtype when there is one,
+    else to the linear layers' dtype (transformers/integrations/flash_attention.py get_target_dtype): fp32 here.
+    Under bf16/fp16 accelerate wraps the model's forward in autocast, so fp32 weights reach the kernel in 16 bits."""
+    resolved = settings(ctx)
+    if resolved.policy_dtype in HALF_DTYPES or resolved.bf16 or resolved.fp16:
+        return None
+    return "fail", (
+        f"{where}: {attn} with the policy loaded in {resolved.policy_dtype} ({resolved.policy_dtype_from}) and neither "
+        f"bf16 nor fp16 on: {name} takes fp16 or bf16 tensors only, and nothing autocasts the fp32 ones: the first "
+        "forward stops (\"RuntimeError: FlashAttention only support fp16 and bf16 data type\"); turn `bf16: true` on, "
+        f"load the weights in bf16 (`model_init_kwargs: {{dtype: bfloat16}}`), or use `attn_implementation: {alt}`")
+
+
+HALF_DTYPES = ("bfloat16", "float16", "half")
 
 
 def _quantization(ctx, raw, on_cpu, findings, details) -> str:

@@ -5,7 +5,8 @@ is a false alarm and fails this test just as a missed broken case does.
 
 An expected.yaml may also map cases to fake GPUs (`fake_gpus: {case: file.json}`, the file relative to the
 folder): such a case runs as a subprocess with tests/fake_nvml (a pynvml stand-in) first on PYTHONPATH, and
-extra command-line arguments per case (`args: {case: [--sample, "2"]}`).
+extra command-line arguments per case (`args: {case: [--sample, "2"]}`), and folders put on the check's PYTHONPATH
+per case (`pythonpath: {case: site/...}`, relative to the folder: an installed package's stand-in, or a broken one).
 """
 
 from __future__ import annotations
@@ -39,11 +40,20 @@ for expected_file in sorted(FIXTURES.glob("*/expected.yaml")):
                                   id=f"{expected_file.parent.name}/{case}"))
 
 
-def fake_gpu_env(gpus_json: Path) -> dict:
-    """The environment of a `trl-doctor` subprocess that sees the GPUs described in `gpus_json` through NVML."""
+def fake_gpu_env(gpus_json: Path, site: Path | None = None) -> dict:
+    """The environment of a `trl-doctor` subprocess that sees the GPUs described in `gpus_json` through NVML (and
+    the packages in `site`, before the installed ones)."""
     assert gpus_json.is_file(), f"fake_gpus names a missing file: {gpus_json}"
-    path = os.pathsep.join(p for p in (str(FAKE_NVML), os.environ.get("PYTHONPATH", "")) if p)
+    assert site is None or site.is_dir(), f"pythonpath names a missing folder: {site}"
+    path = os.pathsep.join(p for p in (str(FAKE_NVML), site and str(site), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path, "TRL_DOCTOR_FAKE_GPUS": str(gpus_json)}
+
+
+def case_site(case: Path) -> Path | None:
+    """The folder a fixture case puts on the check's PYTHONPATH (its expected.yaml's `pythonpath`), or None."""
+    spec = yaml.safe_load((case.parent / "expected.yaml").read_text())
+    named = (spec.get("pythonpath") or {}).get(case.name)
+    return case.parent / named if named else None
 
 
 def expected_statuses(expected) -> tuple[list[str], bool]:
@@ -89,7 +99,7 @@ def _marks(case) -> list:
 @pytest.mark.parametrize("config, rule, expected, fake_gpus, args", [  # the rules that run the trainer are slow
     pytest.param(*c.values, id=c.id, marks=_marks(c)) for c in CASES])
 def test_case_status(built_fixtures, config, rule, expected, fake_gpus, args):
-    kw = {} if fake_gpus is None else {"env": fake_gpu_env(fake_gpus)}
+    kw = {} if fake_gpus is None else {"env": fake_gpu_env(fake_gpus, case_site(config))}
     code, report = run_json("check", str(config), "--select", rule, *args, **kw)
     result = result_of(report, rule)
     allowed, conditional = expected_statuses(expected)
@@ -119,3 +129,5 @@ def test_fake_gpus_name_listed_cases():
         spec = yaml.safe_load(expected_file.read_text())
         assert set(spec.get("fake_gpus") or {}) <= set(spec["cases"]), expected_file
         assert set(spec.get("args") or {}) <= set(spec["cases"]), expected_file
+        # a PYTHONPATH folder goes to the subprocess that sees the fake GPUs
+        assert set(spec.get("pythonpath") or {}) <= set(spec.get("fake_gpus") or {}), expected_file

@@ -173,6 +173,52 @@ def test_flash_attention_against_the_gpu(built_fixtures, tmp_path):
     assert r["status"] == "fail" and "flash-attn-3 (module flash_attn_interface) is not installed" in r["message"], r
 
 
+def test_flash_attention_that_does_not_import_against_this_torch(built_fixtures, tmp_path):
+    """Installed is not enough: a flash-attn wheel built for another torch fails at import with an undefined symbol."""
+    config = tmp_path / "fa2.yaml"
+    config.write_text(f"model_name_or_path: {HERE / 'models' / 'qwen2.5-0.5b'}\nbf16: true\ndtype: bfloat16\n"
+                      "attn_implementation: flash_attention_2\n")
+    code, r = check(config, env=gpu_env("h100-80g.json", HERE / "site" / "flash-attn-broken"))
+    assert code == 1 and r["status"] == "fail", r
+    assert "flash-attn 2.8.3 does not import against torch" in r["message"] and "undefined symbol" in r["message"]
+    assert r["details"]["flash attention import"].startswith("ImportError: ")
+    assert r["fix"]["description"] == "set attn_implementation: sdpa in fa2.yaml"
+    # the same package importing: FlashAttention2 on the H100 passes
+    code, r = check(config, env=gpu_env("h100-80g.json", HERE / "site" / "flash-attn-2.8.3"))
+    assert r["status"] == "pass" and "FlashAttention2 (flash-attn 2.8.3) on compute capability 9.0" in r["message"], r
+
+
+def test_flash_attention_with_fp32_weights_needs_autocast(built_fixtures, tmp_path):
+    site = HERE / "site" / "flash-attn-2.8.3"
+    config = tmp_path / "fa2.yaml"
+    config.write_text(f"model_name_or_path: {HERE / 'models' / 'qwen2.5-0.5b'}\nbf16: false\n"
+                      "attn_implementation: flash_attention_2\n")
+    code, r = check(config, env=gpu_env("h100-80g.json", site))
+    assert r["status"] == "fail" and "loaded in float32" in r["message"] and "neither bf16 nor fp16" in r["message"], r
+    config.write_text(config.read_text().replace("bf16: false", "bf16: true"))  # accelerate's autocast casts them
+    code, r = check(config, env=gpu_env("h100-80g.json", site))
+    assert r["status"] == "pass", r
+
+
+def test_flash_attention_for_a_target_in_another_environment(built_fixtures, tmp_path):
+    """--target with --target-env other: the package is the launch environment's (not judged), never a pass that
+    reads "FlashAttention2 (None)"; the target's GPUs are still judged."""
+    config = tmp_path / "fa2.yaml"
+    config.write_text(f"model_name_or_path: {HERE / 'models' / 'qwen2.5-0.5b'}\nbf16: true\ndtype: bfloat16\n"
+                      "attn_implementation: flash_attention_2\n")
+    env = gpu_env("no-driver.json")
+    code, r = check(config, "--target", "8xH100-80GB", "--target-env", "other", env=env)
+    assert r["status"] == "pass" and "None" not in r["message"], r
+    assert "FlashAttention2 (its package not judged here) on compute capability 9.0" in r["message"]
+    assert "not judged (--target-env other" in r["details"]["flash attention package"]
+    config.write_text(config.read_text().replace("bf16: true\ndtype: bfloat16", "fp16: true\nbf16: false\ndtype: float16"))
+    code, r = check(config, "--target", "1xT4", "--target-env", "other", env=env)
+    assert r["status"] == "fail" and "compute capability 7.5" in r["message"], r
+    # --target in this environment (the default): the missing package is judged
+    code, r = check(config, "--target", "1xA100-80GB", env=env)
+    assert r["status"] == "fail" and "is not installed" in r["message"], r
+
+
 # -- the load dtype -----------------------------------------------------------------------------------------
 
 def test_lora_base_loaded_in_fp32(fixture_copy, fake_gpus):

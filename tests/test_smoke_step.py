@@ -202,7 +202,10 @@ def _gpu(free_gib: float, total_gib: float = 80.0, index: int = 0) -> dict:
 
 
 def test_real_model_is_used_only_when_its_step_fits(tmp_path, built_fixtures):
-    from trl_doctor.trainer_run.parent import real_model_fits, smoke_plan
+    from dataclasses import replace
+
+    from trl_doctor.trainer_run.fingerprint import SCRATCH_BYTES
+    from trl_doctor.trainer_run.parent import doctor_overhead, real_model_fits, smoke_plan
 
     with _real_size_ctx(tmp_path, built_fixtures, weights=True) as ctx:
         plan = smoke_plan(ctx)
@@ -214,7 +217,13 @@ def test_real_model_is_used_only_when_its_step_fits(tmp_path, built_fixtures):
         from trl_doctor.facts.memory import estimate
 
         est = estimate(plan, gpu_total_bytes=70 * 2**30)
-        assert float(why.split("~")[1].split()[0]) == round(est.total_bytes / 2**30, 1)
+        # the doctor's own additions are counted: no copy of the model, only the fingerprints' scratch (fp32 weights)
+        extra, _ = doctor_overhead(plan, ctx.meta_model)
+        assert extra == SCRATCH_BYTES and "the doctor's own 0.0: fingerprint scratch 32 MiB" in why
+        assert float(why.split("~")[1].split()[0]) == round((est.total_bytes + extra) / 2**30, 1)
+        # bf16 weights trained in full: the gradient-norm hook's fp32 copy of the largest (embedding) gradient too
+        extra16, how = doctor_overhead(replace(plan, param_bytes=2), ctx.meta_model)
+        assert extra16 == SCRATCH_BYTES + 151_936 * 896 * 4 and "largest gradient (136,134,656 values)" in how
         # at least fp32 weights (no dtype given: transformers' default), gradients and two AdamW states: 16 bytes
         # a parameter; the rest (reference copy, logits, activations) depends on the TRL version's defaults
         assert est.total_bytes > 494_032_768 * 16

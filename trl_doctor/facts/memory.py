@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .._memory import CUDA_CONTEXT_BYTES, DEFAULT_PROMPT_LENGTH, GiB, MiB, QUANT_BYTES, Component, Estimate, Plan, estimate, optimizer_state_bytes  # noqa: F401
+from .._memory import CUDA_CONTEXT_BYTES, DEFAULT_PROMPT_LENGTH, GiB, MiB, QUANT_BYTES, Component, Estimate, Plan, estimate, optimizer_state_bytes, peak_estimate  # noqa: F401
 from .settings import (  # noqa: F401
     _MISSING, DTYPE_BYTES, LOCAL_HOSTS, _field_default, config_value, model_init_kwargs, policy_dtype, precision,
     settings, trainer_config_or_none,
@@ -277,6 +277,7 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
         fused_lm_head=head["fused"], logits_tile=head["tile"],
         activation_bytes=act_bytes, gradient_checkpointing=gc, eager_attention=attn == "eager",
         generation_batch=gen, vllm_gpu_memory_utilization=share, overhead_bytes=CUDA_CONTEXT_BYTES,
+        gradient_accumulation_steps=int(resolved.gradient_accumulation_steps or 1),
         notes=tuple(notes), labels=tuple(labels), **dims,
     )
 
@@ -285,13 +286,15 @@ _PARAMETERS = ("policy weights", "LoRA adapters", "value model")  # what ZeRO-3 
 _FROZEN_COPIES = ("reference model", "reward models")  # TRL prepares these with the same sharding under ZeRO-3 / FSDP
 
 
-def sharded(est: Estimate, plan: Plan, sharding, processes: int) -> tuple[Estimate, str]:
+def sharded(est: Estimate, plan: Plan, sharding, processes: int, gather_for_generation: bool = True) -> tuple[Estimate, str]:
     """`est` (one unsharded process) as one of `processes` processes under `sharding` (facts.launch.Sharding):
     DeepSpeed ZeRO-1 divides the optimizer states by the process count, ZeRO-2 the gradients too, ZeRO-3 the
     parameters too (the policy, its adapters, a value model, and the reference and reward models TRL prepares the
     same way); offload_optimizer / offload_param to the CPU take them off the GPU. FSDP FULL_SHARD (and
     HYBRID_SHARD, within one machine) is ZeRO-3, SHARD_GRAD_OP ZeRO-2, NO_SHARD nothing; its CPU offload takes
-    parameters, gradients and optimizer states off the GPU. Returns the new estimate and the per-GPU words
+    parameters, gradients and optimizer states off the GPU. `gather_for_generation` is TRL's
+    `ds3_gather_for_generation`: when it is off, ZeRO-3 generates with the parameters still sharded, gathering
+    them a layer at a time, so the whole policy is never gathered. Returns the new estimate and the per-GPU words
     ("DeepSpeed ZeRO-3 over 4 processes: parameters 3.7 GiB/GPU, ...")."""
     import dataclasses
 
@@ -325,17 +328,12 @@ def sharded(est: Estimate, plan: Plan, sharding, processes: int) -> tuple[Estima
                                f"the layer computed and the one prefetched, gathered whole: 2 × {weights / GiB:.1f} GiB "
                                f"/ {layers} layers"))
         if plan.generation_batch:
-            comps.append(Component("policy gathered for generation", int(round(weights * (n - 1) / n)), "generation",
-                                   "the trainer gathers the whole policy to generate without vLLM "
-                                   "(ds3_gather_for_generation / FSDP's full parameters)"))
-    resident = sum(c.bytes for c in comps if c.phase == "resident")
-    training = sum(c.bytes for c in comps if c.phase == "training")
-    generation = sum(c.bytes for c in comps if c.phase == "generation")
-    phase = "training" if training >= generation else "generation"
+            comps.append(_generation_gather(weights, layers, n, s.backend == "deepspeed" and not gather_for_generation))
     notes = tuple(x for x in est.assumptions if not x.startswith("one training process per GPU, nothing sharded"))
     notes += (f"{s.words} ({s.configured_by}) over {n} process{'es' if n != 1 else ''}: what it partitions is divided "
               "by the process count; communication buckets are not counted",)
-    out = Estimate(tuple(comps), resident + max(training, generation), phase, notes)
+    # DeepSpeed keeps its gradient partition in a persistent buffer: it outlives the step's activations
+    out = peak_estimate(comps, list(notes), plan.gradient_accumulation_steps > 1 or s.backend == "deepspeed")
 
     def per_gpu(names) -> float:
         return sum(c.bytes for c in comps if c.name in names) / GiB
@@ -343,6 +341,18 @@ def sharded(est: Estimate, plan: Plan, sharding, processes: int) -> tuple[Estima
     parts = [f"parameters {per_gpu(_PARAMETERS):.1f} GiB/GPU", f"gradients {per_gpu(('gradients',)):.1f} GiB/GPU",
              f"{opt_label} {per_gpu((opt_label,)):.1f} GiB/GPU"]
     return out, f"{s.words} over {n} process{'es' if n != 1 else ''}: " + ", ".join(parts)
+
+
+def _generation_gather(weights: int, layers: int, n: int, layer_by_layer: bool) -> Component:
+    """What generating without vLLM gathers under sharded parameters: the whole policy, or (ZeRO-3 with
+    ds3_gather_for_generation: false) one layer and the one prefetched, as training does."""
+    if layer_by_layer:
+        return Component("layers gathered for generation", int(round(2 * weights / layers)), "generation",
+                         "ds3_gather_for_generation: false: ZeRO-3 generates with sharded parameters, gathering a "
+                         f"layer and prefetching the next: 2 × {weights / GiB:.1f} GiB / {layers} layers")
+    return Component("policy gathered for generation", int(round(weights * (n - 1) / n)), "generation",
+                     "the trainer gathers the whole policy to generate without vLLM "
+                     "(ds3_gather_for_generation / FSDP's full parameters)")
 
 
 def _optimizer_label_of(est: Estimate) -> str:

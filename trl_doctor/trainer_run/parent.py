@@ -252,7 +252,7 @@ def smoke_plan(ctx):
     positions = plan.logits_positions if plan.logits_positions is not None else plan.seq_len
     positions = seq if positions >= plan.seq_len else min(positions, MAX_COMPLETION + 1)
     return replace(plan, batch_size=2, seq_len=seq, logits_positions=positions, generation_batch=2,
-                   vllm_gpu_memory_utilization=0.0)
+                   vllm_gpu_memory_utilization=0.0, gradient_accumulation_steps=1)
 
 
 def step_gpu(gpus: list[dict], visible: str | None) -> dict | None:
@@ -283,11 +283,28 @@ def real_model_fits(ctx, gpu: dict | None = None) -> tuple[bool, str]:
         gpu = step_gpu(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
         if gpu is None:
             return False, f"NVML reports no GPU to measure free memory on ({why or 'none visible'})"
-    est = estimate(smoke_plan(ctx), gpu_total_bytes=gpu["memory_total_mib"] * 2**20)
+    plan = smoke_plan(ctx)
+    est = estimate(plan, gpu_total_bytes=gpu["memory_total_mib"] * 2**20)
+    extra, extra_how = doctor_overhead(plan, ctx.meta_model)
+    need = est.total_bytes + extra
     free = gpu["memory_free_mib"] * 2**20
-    words = (f"one step needs ~{est.total_bytes / GiB:.1f} GiB ({est.summary()}) and GPU {gpu['index']} "
-             f"({gpu['name']}) has {free / GiB:.1f} GiB free")
-    return est.total_bytes <= FIT_MARGIN * free, words
+    words = (f"one step needs ~{need / GiB:.1f} GiB ({est.summary()}, the doctor's own {extra / GiB:.1f}: "
+             f"{extra_how}) and GPU {gpu['index']} ({gpu['name']}) has {free / GiB:.1f} GiB free")
+    return need <= FIT_MARGIN * free, words
+
+
+def doctor_overhead(plan, meta_model) -> tuple[int, str]:
+    """(bytes, how) the doctor adds on the GPU to the step the estimate counts: the parameter fingerprints' scratch
+    (trainer_run/fingerprint.py; the step's parameters are never copied), and the gradient-norm hook's fp32 copy of
+    one gradient at a time at the optimizer step (worker._GradNorms: `.float()` of a 16-bit gradient), when the
+    trained weights are 16-bit; the logits and termination probes' few positions are below a MiB."""
+    from .fingerprint import SCRATCH_BYTES
+
+    parts = [(SCRATCH_BYTES, f"fingerprint scratch {SCRATCH_BYTES / 2**20:.0f} MiB")]
+    if not plan.peft_params and plan.param_bytes == 2:  # LoRA adapters and fp32 weights have fp32 gradients already
+        largest = max((p.numel() for p in meta_model.parameters()), default=0)
+        parts.append((largest * 4, f"the fp32 copy of the largest gradient ({largest:,} values) for its norm"))
+    return sum(b for b, _ in parts), ", ".join(h for _, h in parts)
 
 
 def smoke_estimate_details(ctx) -> dict:

@@ -66,6 +66,8 @@ def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: f
 
     from trl_doctor.facts import trl as _trl
 
+    from .fingerprint import changed, fingerprints
+
     trainer_cls = _trl.trainer_class(spec.trainer)
     config_cls = _trl.config_class(spec.trainer)
     import_s = time.perf_counter() - started
@@ -91,8 +93,9 @@ def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: f
     if not spec.train:
         return {**info, "train": None}
 
-    trainable = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    # fingerprints, not clones: a copy of every parameter doubled the step's GPU memory (see fingerprint.py)
+    trainable = fingerprints((n, p) for n, p in model.named_parameters() if p.requires_grad)
+    frozen = fingerprints((n, p) for n, p in model.named_parameters() if not p.requires_grad)
 
     stage("train")
     forcing = force_token(policy, spec.force_token_id, spec.force_after, spec.suppress_ids)
@@ -105,9 +108,8 @@ def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: f
     forcing.remove()
 
     stage("inspect")
-    params = dict(model.named_parameters())
-    updated = [n for n, before in trainable.items() if not torch.equal(before, params[n].detach().to(before.device))]
-    frozen_changed = [n for n, before in frozen.items() if not torch.equal(before, params[n].detach().to(before.device))]
+    updated = changed(trainable, model)
+    frozen_changed = changed(frozen, model)
     logs = {}
     for entry in trainer.state.log_history:
         logs.update(entry)
@@ -207,19 +209,29 @@ def sample_real(spec: Spec) -> dict:
 
 
 def _load_real(plan: dict, device: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(plan["tokenizer_path"], local_files_only=True)
+    return load_real_model(plan, device), tok
+
+
+def load_real_model(plan: dict, device: str):
+    """The real model as the sample runs it (benchmarks/bench_sample.py times it against a bare generate)."""
+    from transformers import AutoModelForCausalLM
+
     # safetensors only: from_pretrained refuses the pickle files (.bin) rather than falling back to them
     model = AutoModelForCausalLM.from_pretrained(plan["model_path"], local_files_only=True, use_safetensors=True,
                                                  **(plan.get("model_kwargs") or {}))
     if device == "cpu":
         model = model.float()
-    return model.to(device).eval(), tok
+    return model.to(device).eval()
 
 
 def _generate(model, tok, plan: dict, device: str) -> tuple[list[list[int]], float]:
-    """Each prompt repeated num_generations times (as TRL's sampler repeats it), left-padded into one batch."""
+    """Each prompt repeated num_generations times (as TRL's sampler repeats it), left-padded into one batch: ONE
+    generate call over all prompts × generations, with no logits processor, stopping criterion or hook of the
+    doctor's (nothing that would synchronise with the host at each decoding step), and one transfer of the ids at
+    the end. benchmarks/bench_sample.py holds it to within 1.2x of a bare generate of the same batch."""
     import torch
     from transformers import GenerationConfig
 
@@ -233,7 +245,7 @@ def _generate(model, tok, plan: dict, device: str) -> tuple[list[list[int]], flo
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
     torch.manual_seed(plan.get("seed", 0))
     t0 = time.perf_counter()
-    with torch.no_grad():
+    with torch.inference_mode():
         out = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=GenerationConfig(**settings))
     seconds = time.perf_counter() - t0
     return [row[width:].tolist() for row in out.cpu()], seconds
