@@ -6,6 +6,8 @@ import torch
 
 from trl_doctor.trainer_run.fingerprint import CHUNK_WORDS, changed, fingerprints
 
+pytestmark = pytest.mark.release_free  # the doctor's own snapshot arithmetic: no release changes it
+
 
 def _fp(t):
     return fingerprints([("t", t)])["t"]
