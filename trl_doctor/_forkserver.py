@@ -249,7 +249,10 @@ def _keep(channel_fd: int, log_fd: int) -> None:
             pass
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        try:
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL's action cannot be changed (nor needs to be)
         os.kill(os.getpid(), -code)
     os._exit(code if code >= 0 else 1)
 
