@@ -110,7 +110,7 @@ def check(ctx):
         return
     if run.outcome == "crashed":
         yield fail(f"the smoke step's process died with exit status {run.code} at stage {_last_stage(run)} "
-                   f"({_signal(run.code)}) before reporting", **details, log_tail=run.log_tail)
+                   f"({run.cause or _signal(run.code)}) before reporting", **details, log_tail=run.log_tail)
         return
     if run.outcome == "failed":
         error = run.error
@@ -194,7 +194,7 @@ def _signal(code: int) -> str:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"killed by {name}" + (": the kernel's out-of-memory killer sends SIGKILL" if name == "SIGKILL" else "")
+        return f"killed by {name}"
     return "a crash in native code" if code else "no result written"
 
 

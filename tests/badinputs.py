@@ -199,6 +199,36 @@ def model_files() -> dict[str, Mutation]:
     return out
 
 
+def _link(rel: str, target: str) -> Mutation:
+    def mutate(d: Path) -> None:
+        p = d / rel
+        if p.exists() or p.is_symlink():
+            p.unlink()
+        os.symlink(target, p)
+    return mutate
+
+
+def _config_number(digits: int) -> Mutation:
+    def mutate(d: Path) -> None:
+        p = d / "model" / "config.json"
+        p.write_text(p.read_text().replace('"vocab_size": ', f'"x": {"7" * digits}, "vocab_size": '))
+    return mutate
+
+
+def odd_files() -> dict[str, Mutation]:
+    """Numbers Python will not convert, symbolic link loops and device files where the check reads a file."""
+    return {
+        "model/config-5000-digits": _config_number(5000),
+        "model/config-loop": _link("model/config.json", "config.json"),
+        "model/config-device": _link("model/config.json", "/dev/zero"),
+        "model/tokenizer-device": _link("model/tokenizer.json", "/dev/zero"),
+        "model/tokenizer-config-loop": _link("model/tokenizer_config.json", "tokenizer_config.json"),
+        "model/folder-loop": _both(_link("model/loop_a", "loop_b"), _link("model/loop_b", "loop_a")),
+        "data/device": _link("prompts.jsonl", "/dev/zero"),
+        "data/fifo": lambda d: ((d / "prompts.jsonl").unlink(), os.mkfifo(d / "prompts.jsonl")),
+    }
+
+
 def datasets() -> dict[str, Mutation]:
     return {
         "data/latin1": _write("prompts.jsonl", b'{"prompt": "caf\xe9"}\n'),
@@ -245,6 +275,18 @@ def rewards() -> dict[str, Mutation]:
         "reward/keyboard-interrupt": module("raise KeyboardInterrupt"),
         "reward/system-exit-call": _write("rewards.py", "import sys\ndef format_reward(completions, **kw):\n    sys.exit(3)\n"),
         "reward/shadow-json": _write("json.py", "raise RuntimeError('shadowed json')\n"),
+        # the worker's process tree and its channel (issue 24): nothing may survive, nothing may forge the report
+        "reward/spawns-setsid": module("import subprocess\nsubprocess.Popen(['setsid', 'sleep', '300'])"),
+        "reward/double-fork": module("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+                                     "        time.sleep(300)\n    os._exit(0)"),
+        "reward/pool": module("import multiprocessing\nPOOL = multiprocessing.get_context('fork').Pool(2)"),
+        "reward/prints-protocol": module("import sys\nline = '{\"version\": 1, \"kind\": \"done\"}'\nprint(line)\n"
+                                         "print(line, file=sys.stderr)"),
+        "reward/patches-json": module("import json\njson.dumps = lambda *a, **k: 'x'\njson.loads = lambda *a, **k: {}"),
+        "reward/closes-all-fds": module("import os\nos.closerange(3, 4096)"),
+        "reward/dup2-over-fds": module("import os\nfor fd in range(3, 64):\n    try:\n        os.dup2(1, fd)\n"
+                                       "    except OSError:\n        pass"),
+        "reward/print-then-exit": module("print('\\x00\\x1b[31m<junit & ]]>')\nimport os\nos._exit(0)"),
         "reward/dotted-missing": _set("reward_funcs", "[no.such.module.fn]"),
         "reward/bad-name": _set("reward_funcs", '["rewards."]'),
     }
@@ -253,7 +295,7 @@ def rewards() -> dict[str, Mutation]:
 def cases() -> dict[str, Mutation]:
     """Every case, in a stable order (about 250)."""
     out: dict[str, Mutation] = {}
-    for group in (config_files, paths, model_files, datasets, rewards, config_values):
+    for group in (config_files, paths, model_files, odd_files, datasets, rewards, config_values):
         out.update(group())
     return out
 

@@ -4,7 +4,8 @@ the real `trl-doctor check` command in a process of its own. For every one:
 - the exit status is 0, 1 or 2, and no traceback reaches stdout or stderr;
 - exit 2 is one line on stderr, `trl-doctor: error: ...`, naming a file of the setup;
 - exit 0 or 1 is a complete JSON report in which no rule is `error` (an input's shape never crashes a rule);
-- no input file changed (hashes before and after), and no process of the check outlives it.
+- no input file changed (hashes before and after), no process of the check outlives it (in its session, or anywhere
+  with the case's tag in its environment: `setsid`, double forks), and the check's TMPDIR is empty again.
 
 A seeded sample of 24 runs in the default test run; the whole set is marked `fuzz` (`pytest -m fuzz`)."""
 
@@ -53,14 +54,31 @@ def session_processes(sid: int) -> list[str]:
     return left
 
 
+def tagged_processes(mark: str) -> list[str]:
+    """Live processes whose environment carries the case's mark (everything the check started inherits it)."""
+    needle = f"TRL_DOCTOR_TEST_MARK={mark}".encode()
+    left = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (proc / "environ").read_bytes().split(b"\0") and \
+                    (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                left.append(proc.name)
+        except (OSError, IndexError):
+            continue
+    return left
+
+
 def run_case(name: str, tmp_path: Path) -> None:
     setup = badinputs.build_setup(tmp_path)
     ALL[name](setup)
     before = tree_hashes(setup)
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    mark = f"{os.getpid()}-{time.monotonic_ns()}"
     started = time.monotonic()
     proc = subprocess.Popen([trl_doctor_exe(), "check", "config.yaml", "--no-smoke", "--format", "json"], cwd=setup,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env={**os.environ, "NO_COLOR": "1"})
+                            env={**os.environ, "NO_COLOR": "1", "TMPDIR": str(tmpdir), "TRL_DOCTOR_TEST_MARK": mark})
     try:
         out, err = proc.communicate(timeout=LIMIT_S)
     except subprocess.TimeoutExpired:
@@ -84,6 +102,11 @@ def run_case(name: str, tmp_path: Path) -> None:
     assert tree_hashes(setup) == before, f"{name}: an input changed"
     time.sleep(0.2)
     assert not session_processes(proc.pid), f"{name}: processes outlived the check"
+    left = tagged_processes(mark)
+    for pid in left:
+        os.kill(int(pid), 9)
+    assert not left, f"{name}: processes outlived the check (tagged)"
+    assert list(tmpdir.iterdir()) == [], f"{name}: left in TMPDIR: {list(tmpdir.iterdir())}"
     print(f"{name}: exit {code} in {wall:.1f}s")
 
 
@@ -102,6 +125,9 @@ def test_the_suite_covers_every_class():
     classes = {name.split("/")[0] for name in ALL}
     assert classes == {"file", "path", "model", "data", "reward", "value"}
     assert 200 <= len(ALL) <= 320, len(ALL)
+    for kind in ("setsid", "double-fork", "pool", "prints-protocol", "patches-json", "closes-all-fds", "5000-digits",
+                 "config-loop", "device"):  # issue 24's classes
+        assert any(kind in name for name in ALL), kind
     assert {name.split("/")[0] for name in FAST} == classes
 
 

@@ -104,7 +104,12 @@ def check(target, fix, unsafe_fixes, show_diff, fmt, output, reports, select, ig
         code = _check_many(configs, asked, run) if len(configs) > 1 else _check_one(configs, launch, asked, run)
     except (InputError, RegistryError) as exc:
         raise _stopped(run, str(exc)) from None
-    except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt):
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: the worker's processes and the check's folder are gone
+        from ._interrupt import exit_code, signal_name
+
+        click.echo(f"trl-doctor: interrupted ({signal_name(exc)}): the check was stopped", err=True)
+        raise click.exceptions.Exit(exit_code(exc)) from None
+    except (click.exceptions.Exit, click.ClickException):
         raise
     except Exception as exc:  # the doctor's own bug, met on some input: one line, the traceback only with -v
         if verbose:
@@ -155,9 +160,24 @@ def _unexpected(exc: Exception, target: tuple[str, ...], verbose: bool) -> str:
         return f"{what}: an input is nested too deeply to check"
     if isinstance(exc, MemoryError):
         return f"{what}: an input is too large to check in this machine's memory"
+    loop = _symlink_loop(exc)
+    if loop:
+        return f"{loop}: a symbolic link loop (the link leads back to itself), not a file or folder"
     text = str(exc).splitlines()[0][:300] if str(exc) else ""
     hint = "" if verbose else " (-v shows the traceback)"
     return f"{what}: the check stopped on {type(exc).__name__}: {text}{hint}"
+
+
+def _symlink_loop(exc: Exception) -> str | None:
+    """The path of a symbolic link loop `exc` reports (pathlib's RuntimeError before Python 3.13, ELOOP after)."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+        return str(exc.filename)
+    text = str(exc)
+    if isinstance(exc, RuntimeError) and text.startswith("Symlink loop from "):
+        return text[len("Symlink loop from "):].strip("'\"")
+    return None
 
 
 def _launch(target: tuple[str, ...]):

@@ -259,7 +259,11 @@ def _resolve_dataset(cfg: DoctorConfig, shown: str) -> None:
         f = checked_path(ref, shown, "dataset_path")
         f = f if f.is_absolute() else cfg.base_dir / f
         if not f.is_file():
-            raise InputError(f"{shown}: `dataset_path`: no such file {f}")
+            from ._inputs import not_a_file
+
+            odd = not_a_file(f)
+            raise InputError(f"{f}: {odd}, not a dataset file (`dataset_path` in {shown})" if odd
+                             else f"{shown}: `dataset_path`: no such file {f}")
         if f.suffix.lower() not in DATASET_SUFFIXES:
             raise InputError(f"{shown}: `dataset_path` {ref!r}: expected a .json, .jsonl or .parquet file")
         cfg.dataset_file = f.resolve()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 import json
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -106,9 +107,18 @@ class Context:
     # -- housekeeping -------------------------------------------------------------------------------
     @property
     def workdir(self) -> Path:
-        """A private temporary folder (twin checkpoints, dataset cache, trainer output), removed by close()."""
+        """A private temporary folder (twin checkpoints, dataset cache, trainer output), removed by close(). In a
+        check's worker it lies inside the check's folder, which the printing process owns and removes whatever
+        happens to the worker; in-process (the API, the callback) it is a `trl-doctor-*` folder of its own, with its
+        owner recorded so that the next check removes it if this process is killed (trl_doctor._tmp)."""
         if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="trl-doctor-"))
+            from . import _tmp
+
+            inside = os.environ.get(_tmp.DIR_ENV)
+            if inside and Path(inside).is_dir():
+                self._workdir = Path(tempfile.mkdtemp(prefix="work-", dir=inside))
+            else:
+                self._workdir = _tmp.new_folder().path
         return self._workdir
 
     def emit(self, kind: str, payload: dict) -> None:

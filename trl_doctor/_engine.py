@@ -38,19 +38,35 @@ def run_rule(rule: Rule, ctx: Context) -> Result:
         raise
     except Unavailable as exc:
         return result(Status.SKIP, str(exc))
-    except MemoryError:
-        from ._limits import describe
-
-        limit = describe(getattr(ctx.options, "memory_limit", None))
-        return result(Status.ERROR, f"the check's worker ran out of memory in this rule (limit: {limit}): an input is "
-                                    "larger than this machine can check; --max-memory raises the limit")
+    except MemoryError as exc:
+        return result(Status.FAIL, *_out_of_memory(exc, ctx))
     except Exception as exc:
+        if _is_out_of_memory(exc):
+            return result(Status.FAIL, *_out_of_memory(exc, ctx))
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         return result(Status.ERROR, f"the rule crashed: {type(exc).__name__}: {exc}",
                       {"traceback": "".join(tb[-6:]).rstrip()})
     if not findings:
         return result(Status.ERROR, "the rule returned no finding")
     return fold(rule, findings, result, ctx.config.path)
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """torch's out-of-memory (torch.OutOfMemoryError, a RuntimeError; older releases raise a plain RuntimeError
+    saying so), recognized without importing torch."""
+    return type(exc).__name__ == "OutOfMemoryError" or (
+        isinstance(exc, RuntimeError) and any(w in str(exc)[:300].lower() for w in ("out of memory", "can't allocate memory")))
+
+
+def _out_of_memory(exc: BaseException, ctx: Context) -> tuple[str, dict]:
+    """A finding about memory: what this rule needed did not fit, and what the check's worker may use."""
+    from ._limits import describe
+
+    limit = describe(getattr(ctx.options, "memory_limit", None))
+    what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    return (f"ran out of memory: the model and settings this rule probes need more memory than the check's worker has "
+            f"(limit: {limit}); the job will need at least as much, or --max-memory raises the check's limit",
+            {"error": what, "memory limit": limit})
 
 
 def fold(rule: Rule, findings: list[Finding], result: Callable[..., Result], config_path: Any = None) -> Result:

@@ -12,7 +12,10 @@ In the worker the fence also restores file descriptors 1 and 2 when the user's c
 (what the code prints goes to the worker's log, and nothing may later write into a file that took their
 numbers), and compares the check's input files before and after: `take_changes()` lists what changed. The doctor
 cannot stop a process from deleting or rewriting files it may write (the worker runs as the user): it can only
-notice and say so, and the rule that ran the code fails naming the file.
+notice and say so, and the rule that ran the code fails naming the file. Processes the user's code started and left
+running (the worker is their subreaper, so a double-forked daemon counts) are listed by `take_left()` for the rule's
+details; they are ended with the worker (trl_doctor._tree), not at the fence's end, as a reward module's pool may serve
+the calls after its import.
 
 This module is light: no torch, transformers or TRL.
 """
@@ -27,6 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from . import _tree
+
 DEFAULT_LIMIT = 60.0  # seconds (--user-code-timeout)
 MAX_INPUT_FILES = 200  # files of the inputs' folders whose size and mtime are compared
 
@@ -36,6 +41,7 @@ _failed: dict[str, str] = {}
 _inputs: tuple[Path, ...] = ()
 _saved_std: dict[int, int] = {}  # fd -> a duplicate of what it was when the worker started
 _changes: list[str] = []
+_left: list[str] = []
 
 
 class UserCodeFailed(RuntimeError):
@@ -48,6 +54,7 @@ def configure(send: Callable[[str], None] | None = None, limit: float = DEFAULT_
     global _send, _limit, _failed, _inputs
     _send, _limit, _failed, _inputs = send, float(limit), dict(failed or {}), tuple(inputs)
     _changes.clear()
+    _left.clear()
     for fd in list(_saved_std):
         os.close(_saved_std.pop(fd))
     if send is not None:
@@ -70,6 +77,13 @@ def check_failed(*keys: str) -> None:
             raise UserCodeFailed(f"{_failed[key]} (earlier in this check; not run again)")
 
 
+def take_left() -> list[str]:
+    """The processes user code started and left running since the last call ('rewards.py (...): 1234: sleep 300')."""
+    out = list(_left)
+    _left.clear()
+    return out
+
+
 def take_changes() -> list[str]:
     """What user code changed among the check's input files since the last call (one line per fence)."""
     out = list(_changes)
@@ -83,6 +97,7 @@ def user_code(what: str, limit: float | None = None, key: str | None = None) -> 
     after `limit` seconds (default: --user-code-timeout); `key` names it for `check_failed` (default: `what`)."""
     key = key or what
     before = _snapshot()
+    children = _children()
     std = {fd: _identity(fd) for fd in _saved_std}
     dumps = _send is not None and not faulthandler.is_enabled()
     if dumps:  # a crash in the user's code leaves its Python stack in the worker's log (the rule's log_tail)
@@ -98,6 +113,14 @@ def user_code(what: str, limit: float | None = None, key: str | None = None) -> 
         changed = _changed(before, _snapshot())
         if changed:
             _changes.append(f"{what} {changed}")
+        _left.extend(f"{what}: {_tree.describe(pid)}" for pid in _children() - children)
+
+
+def _children() -> set[int]:
+    """The worker's live descendants (only where a supervisor runs it: in-process they are the caller's business)."""
+    if _send is None:
+        return set()
+    return set(_tree.descendants(os.getpid()))
 
 
 def _emit(kind: str, **payload) -> None:

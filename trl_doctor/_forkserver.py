@@ -120,9 +120,11 @@ class _Handle:
             self.conn.settimeout(None)
 
 
-def spawn(request: Any, channel_fd: int, log_fd: int) -> _Handle | None:
-    """Fork a worker for `request` from the server named in TRL_DOCTOR_FORKSERVER, or None (start a process)."""
-    path = os.environ.get(ENV)
+def spawn(request: Any, channel_fd: int, log_fd: int, env: dict[str, str] | None = None) -> _Handle | None:
+    """Fork a worker for `request` from the server named in TRL_DOCTOR_FORKSERVER, or None (start a process). The
+    worker takes `env` (default: this process's environment)."""
+    env = dict(os.environ) if env is None else env
+    path = env.get(ENV)
     if not path:
         return None
     try:
@@ -131,12 +133,12 @@ def spawn(request: Any, channel_fd: int, log_fd: int) -> _Handle | None:
         return None
     if info.get("executable") != os.path.realpath(sys.executable) or info.get("origins") != _origins():
         return None  # another Python or another release of the heavy stack: a fresh process reads the right one
-    if _effective(os.environ, info.get("set_by_imports", ())) != info.get("environment"):
+    if _effective(env, info.get("set_by_imports", ())) != info.get("environment"):
         return None  # libraries read some variables (HF_HOME, HF_MODULES_CACHE...) once, when they are imported
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
-        header = json.dumps({"request": request.to_json(), "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+        header = json.dumps({"request": request.to_json(), "env": env, "cwd": os.getcwd()}).encode()
         socket.send_fds(conn, [len(header).to_bytes(8, "big") + header], [channel_fd, log_fd])
         pid = int(_readline(conn))
     except (OSError, ValueError):
@@ -216,13 +218,60 @@ def _reap(conn: socket.socket, pid: int) -> None:
         conn.close()
 
 
+def _keep(channel_fd: int, log_fd: int) -> None:
+    """Fork the worker itself and stay as its keeper: a forked worker's environment (/proc/PID/environ) is the
+    server's, so a daemon it double-forks carries no check tag (trl_doctor._tree). The keeper is a subreaper: when the
+    worker ends, however it ends, its orphans are the keeper's children, which it kills before it exits with the
+    worker's own status (a signal that killed the worker kills the keeper)."""
+    import signal
+
+    from . import _tree
+
+    pid = os.fork()
+    if pid == 0:
+        return  # the worker
+    os.close(channel_fd)
+    os.close(log_fd)
+    _, status = os.waitpid(pid, 0)
+    for _ in range(_tree.END_ROUNDS):
+        left = _tree.descendants(os.getpid())
+        if not left:
+            break
+        for child in left:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        try:
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL's action cannot be changed (nor needs to be)
+        os.kill(os.getpid(), -code)
+    os._exit(code if code >= 0 else 1)
+
+
 def _child(header: dict, channel_fd: int, log_fd: int) -> None:
     """Become the caller's worker: its environment, folder and path first, then the worker's own code."""
     code = 1
+    from . import _worker
+
     try:
-        os.setsid()  # a signal meant for the server's terminal group is not the worker's
+        os.setsid()  # a session and process group of its own, as a started worker has
+        _worker.own_tree()  # the keeper's
+        _keep(channel_fd, log_fd)
+        _worker.own_tree()  # the worker's (a fork does not inherit it)
         os.environ.clear()
         os.environ.update(header["env"])
+        import tempfile
+
+        tempfile.tempdir = None  # read TMPDIR again: the check's own folder
         os.chdir(header["cwd"])
         extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:0] = [p for p in extra if p not in sys.path]
@@ -231,23 +280,19 @@ def _child(header: dict, channel_fd: int, log_fd: int) -> None:
         os.dup2(null, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
+        if log_fd > 2:
+            os.close(log_fd)
         from ._protocol import Request
-        from ._worker import serve as serve_request
 
-        channel = os.fdopen(channel_fd, "w", encoding="utf-8")
-
-        def send(line: str) -> None:
-            channel.write(line)
-            channel.flush()
-
-        serve_request(Request.from_json(header["request"]), send)
-        channel.close()
+        send = _worker.open_channel(channel_fd)
+        _worker.serve(Request.from_json(header["request"]), send)
         code = 0
     except BaseException:
         import traceback
 
         traceback.print_exc()
     finally:
+        _worker.end_own_tree()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

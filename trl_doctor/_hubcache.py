@@ -54,7 +54,10 @@ def _cache_layout(real: Path) -> bool:
 
 
 def _links_into_blobs(path: Path) -> bool:
-    return path.is_symlink() and path.resolve().parent.name == "blobs"
+    try:
+        return path.is_symlink() and path.resolve().parent.name == "blobs"
+    except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13): no cache blob
+        return False
 
 
 def _links_into_blobs_in(folder: Path) -> bool:

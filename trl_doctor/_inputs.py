@@ -6,7 +6,11 @@ Only the standard library is used here."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +47,26 @@ def utf8_text(data: bytes, shown: str) -> str:
         raise InputError(f"{shown}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})") from None
 
 
+def not_a_file(path: Path) -> str | None:
+    """What `path` is when it exists but is no regular file ('a symbolic link loop', 'a character device', ...), or
+    None (a regular file, or nothing there)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return "a symbolic link loop (the link leads back to itself)" if exc.errno == errno.ELOOP else None
+    for test, words in ((stat.S_ISREG, None), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                        (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
 def read_json_file(path: Path, what: str = "JSON") -> Any:
     """The JSON value in `path`; InputError naming the file, the line and the problem otherwise."""
+    odd = not_a_file(path)
+    if odd:  # a device would be read without end, a loop cannot be read at all
+        raise InputError(f"{path}: {odd}, not a {what} file")
     try:
         size = path.stat().st_size
         if size > MAX_JSON_BYTES:
@@ -59,12 +81,25 @@ def read_json_file(path: Path, what: str = "JSON") -> Any:
         raise InputError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise InputError(f"{path}: nested too deeply to be a {what} file") from None
+    except ValueError as exc:  # Python's int-string limit: a number of more than 4300 digits
+        raise InputError(f"{path}: {_long_number(text)}{what} file cannot hold: {exc}") from None
+
+
+def _long_number(text: str) -> str:
+    """'a 5000-digit number at line 3, which a ' for the longest run of digits in `text`, or ''."""
+    found = max(re.finditer(r"\d+", text), key=lambda m: m.end() - m.start(), default=None)
+    if found is None:
+        return ""
+    return f"a {found.end() - found.start()}-digit number at line {text.count(chr(10), 0, found.start()) + 1}, which a "
 
 
 def check_model_config(folder: Path) -> dict:
     """config.json of a model folder, read and sanity-checked: a JSON object with a `model_type` and sizes that
     are positive integers of a real model (a negative or 10**12 vocab_size would be allocated by the probes)."""
     path = folder / "config.json"
+    odd = not_a_file(path)
+    if odd:
+        raise InputError(f"{path}: {odd}, not a model config file")
     if not path.is_file():
         if (folder / "adapter_config.json").is_file():
             return {}  # a PEFT adapter: the context says what to do with it
@@ -135,6 +170,10 @@ def check_tokenizer_files(folder: Path, remote_code: bool = False, large: bool =
     """The tokenizer's small JSON files parse (and tokenizer.json, megabytes, with `large`: after a failed load, to
     name the file at fault), and some vocabulary file is there (transformers would otherwise build an empty
     tokenizer of three special tokens and every rule would judge it)."""
+    for name in VOCAB_FILES + ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+        odd = not_a_file(folder / name)
+        if odd:  # transformers would read a device without end, or call a loop a missing file
+            raise InputError(f"{folder / name}: {odd}, not a tokenizer file")
     for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json") + (("tokenizer.json",) if large else ()):
         path = folder / name
         if path.is_file():

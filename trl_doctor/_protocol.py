@@ -6,6 +6,11 @@ per line on its channel: `captured` (a launch command's script built its trainer
 runs: `what`, `key`, `limit`; see trl_doctor._fence), `input-error` (the check cannot go on: exit 2), and `done`. Each
 line carries the protocol version; a line of another version is refused, never misread. Results round-trip
 exactly (findings' fixes included, so `--fix` can apply what a worker found).
+
+The channel is a pipe of its own (never the worker's stdout, which is its log, and never descriptors 0-2), inherited
+by no process the worker starts. The encoder is bound when this module is imported, before any user code runs: a
+reward module that replaces `json.dumps` (or JSONEncoder's methods) changes nothing the worker sends. A worker whose
+channel is gone (the user's code closed it) exits with CHANNEL_LOST.
 """
 
 from __future__ import annotations
@@ -19,12 +24,25 @@ from typing import Any
 from ._types import DELETE, AppliedFix, Edit, Fix, Location, Result, Status, plain
 
 VERSION = 1
+CHANNEL_LOST = 86  # the worker's exit status when its channel cannot be written (its code closed the descriptor)
 KINDS = ("captured", "rule-start", "result", "trainer-run", "trainer-stage", "trainer-run-end", "user-code", "user-code-end",
          "input-error", "done")
 
 
 class ProtocolError(ValueError):
     """A message of another protocol version or shape."""
+
+
+class _Encoder(json.JSONEncoder):
+    """json's encoder with its methods copied now: later changes to json's module or class do not reach it."""
+
+    encode = json.JSONEncoder.encode
+    iterencode = json.JSONEncoder.iterencode
+    default = json.JSONEncoder.default
+
+
+_ENCODE = _Encoder().encode
+_ENCODE_LENIENT = _Encoder(default=str).encode
 
 
 @dataclass(frozen=True)
@@ -38,7 +56,7 @@ class Request:
     failed: dict[str, str] = field(default_factory=dict)  # user code that ended a previous worker: {fence key: cause}
 
     def to_json(self) -> str:
-        return json.dumps({"version": VERSION, **dataclasses.asdict(self)})
+        return _ENCODE({"version": VERSION, **dataclasses.asdict(self)})
 
     @classmethod
     def from_json(cls, text: str) -> "Request":
@@ -51,7 +69,7 @@ def message(kind: str, **payload: Any) -> str:
     """One channel line."""
     if kind not in KINDS:
         raise ProtocolError(f"unknown message kind {kind!r}")
-    return json.dumps({"version": VERSION, "kind": kind, **payload}, default=str) + "\n"
+    return _ENCODE_LENIENT({"version": VERSION, "kind": kind, **payload}) + "\n"
 
 
 def read_message(line: str) -> dict[str, Any]:

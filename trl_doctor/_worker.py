@@ -8,7 +8,9 @@ code runs inside the fence (trl_doctor._fence), set up here: its messages go on 
 --user-code-timeout, and a result whose rule ran user code that changed an input file becomes a fail.
 
 Run as `python -P -m trl_doctor._worker` with the Request on stdin and the channel's file descriptor in
-TRL_DOCTOR_CHANNEL_FD; the fork server (`trl_doctor._forkserver`) calls `serve` directly.
+TRL_DOCTOR_CHANNEL_FD; the fork server (`trl_doctor._forkserver`) calls `serve` directly. Either way the worker first
+takes its channel (`open_channel`: moved to a high descriptor that no process it starts inherits) and becomes the
+subreaper of what it starts (trl_doctor._tree); when it is done it ends every process it still has (`end_own_tree`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import os
 import sys
 from typing import Callable
 
-from . import _fence
-from ._protocol import Request, encode_result, message
+from . import _fence, _tree
+from ._protocol import CHANNEL_LOST, Request, encode_result, message
 from .capture.report import adapt
 
 CHANNEL_ENV = "TRL_DOCTOR_CHANNEL_FD"
+CHANNEL_MIN_FD = 10  # the channel's descriptor is moved at least this high: user code that dup2()s onto 3.. misses it
 
 
 def quiet(env: dict) -> dict:
@@ -111,7 +114,8 @@ def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable
                 return
             if live is not None:
                 result = adapt(result, cfg, live)
-            send(message("result", result=encode_result(_inputs_kept(result, _fence.take_changes()))))
+            result = _processes_left(_inputs_kept(result, _fence.take_changes()), _fence.take_left())
+            send(message("result", result=encode_result(result)))
     send(message("done"))
 
 
@@ -136,6 +140,16 @@ def _inputs_kept(result, changes: list[str]):
     details = dict(result.details, **{"input files changed": changes,
                                       "result before": f"{result.status.value}: {result.message}"})
     return dataclasses.replace(result, status=Status.FAIL, message=message, details=details, fix=None, pending_fix=None)
+
+
+def _processes_left(result, left: list[str]):
+    """`result` with the processes its rule's user code started and left running named in its details (they are
+    ended when the worker ends: a reward module's pool may serve the calls after its import)."""
+    if not left:
+        return result
+    import dataclasses
+
+    return dataclasses.replace(result, details=dict(result.details, **{"processes left running by user code": left}))
 
 
 def _capture(options, send: Callable[[str], None]):
@@ -180,17 +194,58 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def main() -> int:
-    _die_with_parent()
-    channel = os.fdopen(int(os.environ.pop(CHANNEL_ENV)), "w", encoding="utf-8")
+def open_channel(fd: int) -> Callable[[str], None]:
+    """`send` for the channel on descriptor `fd`: moved to a close-on-exec descriptor >= CHANNEL_MIN_FD (inherited by
+    no process the user's code starts), written with no buffering left behind. A channel that cannot be written (the
+    user's code closed it) ends the worker with CHANNEL_LOST, which the supervisor names."""
+    import fcntl
+
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, CHANNEL_MIN_FD)
+    os.close(fd)
+    write, fstat = os.write, os.fstat
+    pipe = _identity(fstat(high))
 
     def send(line: str) -> None:
-        channel.write(line)
-        channel.flush()
+        data = line.encode("utf-8")
+        try:
+            if _identity(fstat(high)) != pipe:  # closed, and its number taken by another file (dup2, open)
+                raise OSError("the channel's descriptor is no longer the channel")
+            while data:
+                data = data[write(high, data):]
+        except OSError:
+            end_own_tree()
+            os._exit(CHANNEL_LOST)
 
+    return send
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def own_tree() -> None:
+    """Become the subreaper of every process the worker starts, so a double-forked daemon stays its descendant."""
+    _tree.become_subreaper()
+
+
+def end_own_tree() -> None:
+    """Kill every process the worker (its user code) started and left running."""
+    for pid in _tree.descendants(os.getpid()):
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+
+
+def main() -> int:
+    _die_with_parent()
+    own_tree()
+    send = open_channel(int(os.environ.pop(CHANNEL_ENV)))
     request = Request.from_json(sys.stdin.read())
-    serve(request, send)
-    channel.close()
+    try:
+        serve(request, send)
+    finally:
+        end_own_tree()
     return 0
 
 

@@ -112,7 +112,8 @@ class RunResult:
       --no-smoke; sample is None unless the real model was sampled, else what `worker.sample_real` gives);
     - `failed`: the trainer raised; `error` holds {"error_type", "error", "traceback", "stage", "rewards", "probes"};
     - `timeout`: stopped after `limit` seconds in `last_stage`;
-    - `crashed`: the process died (`code`: its exit status, negative for a signal) in `last_stage`.
+    - `crashed`: the process died (`code`: its exit status, negative for a signal) in `last_stage`; `cause` is the
+      supervisor's words for it ("killed by SIGKILL", or the kernel's out-of-memory killer when its record says so).
     """
 
     outcome: str
@@ -124,6 +125,7 @@ class RunResult:
     last_stage: str | None = None
     code: int | None = None
     limit: float | None = None
+    cause: str | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
