@@ -25,6 +25,8 @@ import pytest
 import badinputs
 from conftest import trl_doctor_exe
 
+pytestmark = pytest.mark.release_free  # the doctor's own worker: no release changes the outcome
+
 LIMIT_S = 180
 MARK_ENV = "TRL_DOCTOR_TEST_MARK"  # the test's own tag: every process the check starts inherits it
 
