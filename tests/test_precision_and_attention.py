@@ -210,12 +210,12 @@ def test_flash_attention_for_a_target_in_another_environment(built_fixtures, tmp
     code, r = check(config, "--target", "8xH100-80GB", "--target-env", "other", env=env)
     assert r["status"] == "pass" and "None" not in r["message"], r
     assert "FlashAttention2 (its package not judged here) on compute capability 9.0" in r["message"]
-    assert "not judged (--target-env other" in r["details"]["flash attention package"]
+    assert "not judged (the launch machine's Python environment is another" in r["details"]["flash attention package"]
     config.write_text(config.read_text().replace("bf16: true\ndtype: bfloat16", "fp16: true\nbf16: false\ndtype: float16"))
     code, r = check(config, "--target", "1xT4", "--target-env", "other", env=env)
     assert r["status"] == "fail" and "compute capability 7.5" in r["message"], r
-    # --target in this environment (the default): the missing package is judged
-    code, r = check(config, "--target", "1xA100-80GB", env=env)
+    # --target in this environment: the missing package is judged
+    code, r = check(config, "--target", "1xA100-80GB", "--target-env", "this", env=env)
     assert r["status"] == "fail" and "is not installed" in r["message"], r
 
 
