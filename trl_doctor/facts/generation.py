@@ -172,6 +172,7 @@ def effective_generation(ctx, trainer_kwargs: dict, use_override: bool) -> Effec
     (transformers#42762) runs when the trainer uses it. The keys whose value differs are what generation_config.json
     changes. None when the installed transformers has no such method or the model has no generation_config.json."""
     import contextlib
+    import copy
 
     from transformers import GenerationConfig
 
@@ -199,7 +200,9 @@ def effective_generation(ctx, trainer_kwargs: dict, use_override: bool) -> Effec
 
     saved = model.generation_config
     try:
-        with_file = merged(GenerationConfig.from_dict(model_gen.to_dict()))
+        # a copy that keeps the file's transformers_version (to_dict writes the installed one): transformers
+        # 4.50-4.57 fill default-valued keys from the model's config only when the file was written by 4.50+
+        with_file = merged(copy.deepcopy(model_gen))
         without = merged(GenerationConfig())
     except Exception:  # a value transformers refuses is trainer-config's finding, not this one's
         return None
