@@ -52,12 +52,16 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
     if tok_path and local_path(tok_path, cwd) != raw["model_name_or_path"]:
         raw["tokenizer_name_or_path"] = local_path(tok_path, cwd)
 
-    rewards = _rewards(arguments.get("reward_funcs"), cwd, raw)
+    aux_models: dict[str, tuple[str, str | None]] = {}
+    rewards = _rewards(arguments.get("reward_funcs"), cwd, raw, aux_models)
     for key, names in (("reward_model_path", ("reward_model",)), ("value_model_path", ("value_model",)),
                        ("sft_model_path", _REF_KEYWORDS)):
-        path = _model_path(_first(arguments, names))
+        given = _first(arguments, names)
+        path = _model_path(given)
         if path is not None:
             raw[key] = local_path(path, cwd)
+            if key != "sft_model_path" and not isinstance(given, (str, os.PathLike)):
+                aux_models[key] = _aux_model(given)
     raw.update(_peft_keys(arguments.get("peft_config"), model))
     if captured.launched.accelerate_config:
         raw["accelerate_config"] = captured.launched.accelerate_config
@@ -79,6 +83,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         processes_from=captured.launched.processes_from, notes=tuple(captured.launched.notes),
         batch_note=rec.batch_notes.get(id(args)) if args is not None else None,
         ref_is_policy=not isinstance(model, str) and _first(arguments, _REF_KEYWORDS) is model,
+        aux_models=aux_models,
     )
     return cfg, live
 
@@ -198,7 +203,15 @@ def _quantization(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _rewards(value: Any, cwd: Path, raw: dict) -> list[str]:
+def _aux_model(model: Any) -> tuple[str, str | None]:
+    """(class, score head) of a reward or value model the script passed as an object."""
+    from ..facts.models import score_of
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return type(base).__name__, score_of(base)
+
+
+def _rewards(value: Any, cwd: Path, raw: dict, aux_models: dict) -> list[str]:
     """Reward functions as names the facts layer resolves (live callables registered under theirs); a reward
     model (a path or a model) becomes `reward_model_name_or_path`, as in TRL's GRPO script."""
     from ..facts.rewards import register_live
@@ -214,6 +227,7 @@ def _rewards(value: Any, cwd: Path, raw: dict) -> list[str]:
             path = _model_path(item)
             if path:
                 raw["reward_model_name_or_path"] = local_path(path, cwd)
+                aux_models["reward_model_name_or_path"] = _aux_model(item)
         elif callable(item):
             names.append(register_live(item))
     if names:
