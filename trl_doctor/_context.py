@@ -73,6 +73,9 @@ class Live:
     # the reward / value models the script passed as objects, by the config key their folder fills
     # (`reward_model_path`...): (class, its `score` head as 'Linear(64 → 1)' or None when it has none)
     aux_models: dict = field(default_factory=dict)
+    # TRL ModelConfig keys the recipe or command line sets for loading the policy (attn_implementation, dtype,
+    # load_in_4bit...): {key: (value, where)}; whether they reach the model is facts.settings.unapplied_model_keys
+    model_keys: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -84,6 +84,8 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         batch_note=rec.batch_notes.get(id(args)) if args is not None else None,
         ref_is_policy=not isinstance(model, str) and _first(arguments, _REF_KEYWORDS) is model,
         aux_models=aux_models,
+        model_keys=_model_keys(list(captured.launched.args), recipe,
+                               {f.name for f in dataclasses.fields(args)} if dataclasses.is_dataclass(args) else set()),
     )
     return cfg, live
 
@@ -278,6 +280,36 @@ def _recipe(args: list[str], cwd: Path) -> Path | None:
 def _flags(args: list[str]) -> set[str]:
     """The `--key` names on the script's command line."""
     return {a[2:].split("=", 1)[0].replace("-", "_") for a in args if a.startswith("--")}
+
+
+# TRL's ModelConfig keys that decide how the policy loads; they reach it only if the script passes them on
+MODEL_LOAD_KEYS = ("attn_implementation", "dtype", "torch_dtype", "load_in_4bit", "load_in_8bit")
+
+
+def _model_keys(args: list[str], recipe: Path | None, config_fields: set[str]) -> dict[str, tuple[Any, str]]:
+    """The model-loading keys the launch sets for TRL's ModelConfig (not fields of the trainer's config): {key:
+    (value, where)}, the command line over the recipe, as TRL's parser takes them."""
+    found: dict[str, tuple[Any, str]] = {}
+    if recipe is not None:
+        from .._config import load_raw
+
+        try:
+            data = load_raw(recipe)
+        except InputError:
+            data = {}
+        for key in MODEL_LOAD_KEYS:
+            if data.get(key) not in (None, False, "auto"):
+                found[key] = (data[key], recipe.name)
+    for i, arg in enumerate(args):
+        name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        name = name.replace("-", "_")
+        if name not in MODEL_LOAD_KEYS:
+            continue
+        if not eq:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            value = nxt if nxt is not None and not nxt.startswith("--") else "true"
+        found[name] = (value, "the command line") if value not in ("None", "false", "False", "auto") else found.get(name)
+    return {k: v for k, v in found.items() if v is not None and k not in config_fields}
 
 
 def _recipe_keys(recipe: Path | None) -> tuple[str, ...]:
