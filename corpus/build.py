@@ -42,6 +42,10 @@ SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>"
 NOT_SPECIAL = {"<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
                "<|repo_name|>", "<|file_sep|>"}  # Qwen2.5 marks these special: false (they are plain added tokens)
 FIRST_SPECIAL = 151643
+# what Qwen2.5's tokenizer_config.json says beside the vocabulary: no bos token, and its own tokenizer class, whose
+# model_input_names are input_ids and attention_mask (a plain PreTrainedTokenizerFast adds token_type_ids, which
+# Qwen2's forward refuses: a reward model fed the whole tokenizer output would fail where the real one does not)
+QWEN_TOKENIZER_CONFIG = {"bos_token": None, "add_bos_token": False, "tokenizer_class": "Qwen2Tokenizer"}
 
 # Qwen2.5-Instruct's chat template (tools branch included), as its tokenizer_config.json ships it
 CHAT_TEMPLATE = (
@@ -138,7 +142,7 @@ def build_qwen25(name: str, instruct: bool, tok_object, reward: bool = False) ->
         model = Qwen2ForSequenceClassification(config).to(torch.bfloat16)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
-        _set_json(out / "tokenizer_config.json", {"bos_token": None, "add_bos_token": False})
+        _set_json(out / "tokenizer_config.json", QWEN_TOKENIZER_CONFIG)
         return out
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     if instruct:
@@ -150,7 +154,11 @@ def build_qwen25(name: str, instruct: bool, tok_object, reward: bool = False) ->
                                                    max_new_tokens=2048, do_sample=False)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    _set_json(out / "tokenizer_config.json", {"bos_token": None, "add_bos_token": False})
+    _set_json(out / "tokenizer_config.json", QWEN_TOKENIZER_CONFIG)
+    # Qwen2.5's generation_config.json says it was written by transformers 4.37.0; transformers 4.50-4.57 fill the
+    # trainer's default-valued sampling keys from the file only when it was written by 4.50 or later, so the
+    # stand-in keeps the real file's version rather than the builder's
+    _set_json(out / "generation_config.json", {"transformers_version": "4.37.0"})
     return out
 
 

@@ -8,7 +8,11 @@ What goes wrong
     (PR #3290) it silently sets `pad_token = eos_token`. A pad id that is outside the embedding matrix
     crashes the first forward pass ("index out of range in self" on CPU, a device-side assert on GPU), and
     a `pad_token_id` in config.json or generation_config.json that disagrees with the tokenizer makes
-    generation pad with a different token than the trainer masks.
+    generation pad with a different token than the trainer masks, where the trainer leaves the pad id to
+    generate (PPO's GenerationConfig names none, so transformers fills it from generation_config.json). GRPO
+    (trl 0.14 to 1.x) passes generate the tokenizer's pad id itself and masks completions at the eos: there a
+    generation_config.json pad id that differs pads nothing (a script's `pad_token = eos_token` on a Qwen
+    instruct checkpoint, whose file says <|endoftext|>), and is not reported.
 
     pad = eos is harmless for GRPO and RLOO: they build the completion mask from the first eos
     (inclusive), so the eos stays in the loss. It is not harmless for PPO, whose value and reward
@@ -22,7 +26,8 @@ Versions
 How it is detected
     The tokenizer is loaded as the trainer will hold it (with `added_tokens` added); its pad token and id
     are compared with the eos, with the model's vocab_size (embedding rows) and with `pad_token_id` in
-    config.json and generation_config.json.
+    config.json and generation_config.json; generation_config.json's only where the installed trainer's
+    GenerationConfig (read from its source, facts.generation.pad_passed_to_generate) takes no pad id itself.
 
 What the fix does
     Picks a pad token the vocabulary already has (`<pad>`, `<|pad|>`, `[PAD]`, `<|padding|>`,
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 from trl_doctor import Edit, Fix, fail, manual, passed, rule, warn
 
+from trl_doctor.facts.generation import pad_passed_to_generate
 from trl_doctor.facts.tokens import as_id_list, embedding_rows
 from trl_doctor.facts.trl import TRAINER_CLASS, pad_ids_zeroed, trainer_sets_pad_to_eos
 
@@ -119,6 +125,12 @@ def check(ctx):
     if gen_json is not None:
         files["generation_config.json"] = gen_json.get("pad_token_id")
     disagree = {name: value for name, value in files.items() if value is not None and value != pad_id}
+    passed_pad = pad_passed_to_generate(ctx) if "generation_config.json" in disagree else None
+    if passed_pad:
+        # generate takes the trainer's own pad id; the file's would only fill a pad id the trainer left unset
+        details["generation_config.json pad_token_id unused"] = (
+            f"{disagree.pop('generation_config.json')} pads nothing: {trainer_cls} passes generate the tokenizer's pad id "
+            f"({passed_pad}), pads prompts and completions with it and masks completions at the eos")
     if disagree:
         listed = ", ".join(f"{name} says {value}" for name, value in disagree.items())
         yield warn(

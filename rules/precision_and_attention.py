@@ -32,6 +32,12 @@ What goes wrong
       LoRA the base is frozen, so a bf16 checkpoint loaded in fp32 only doubles its memory, and so does a
       frozen reference copy (beta != 0 without PEFT). Weights loaded in float16 with `fp16: true` (full
       fine-tune) stop at the first optimizer step: "ValueError: Attempting to unscale FP16 gradients."
+    - a launch recipe (or command line) that sets TRL's ModelConfig loading keys (`attn_implementation`,
+      `torch_dtype` / `dtype`, `load_in_4bit` / `load_in_8bit`) for a script that never passes them on: TRL's
+      parser fills ModelConfig, but a script that hands the trainer the model's name without `model_init_kwargs`
+      (philschmid's mini-R1 GRPO script), or loads the model itself without them, trains with transformers'
+      defaults: no FlashAttention, float32 weights, no quantization. The job runs, slower and larger than asked:
+      a warning.
 
 Versions
     bf16 defaults to True in GRPOConfig and RLOOConfig from TRL 0.19 (before, TrainingArguments' False); the
@@ -56,7 +62,9 @@ How it is detected
     checkpoint dtype is config.json's `dtype` / `torch_dtype`; the parameter count for the GiB
     figures is the meta-device model's (no weights are loaded). A full fine-tune's fp32 state is compared with
     the smallest visible GPU's total memory (80 GiB when there is no GPU, the largest common single GPU); with
-    deepspeed or fsdp set it is not judged.
+    deepspeed or fsdp set it is not judged. For a launch command, the ModelConfig loading keys of its recipe and
+    command line are compared with what the policy is loaded with (facts.settings.unapplied_model_keys: the
+    trainer's model_init_kwargs for a model given by name, the script's own from_pretrained keywords otherwise).
 
 What the fix does
     bf16 on a GPU below 8.0: writes `bf16: false` (fp32 training; fp16 is faster but can overflow, so it is only
@@ -76,8 +84,8 @@ from typing import Any
 
 from trl_doctor import Edit, Fix, fail, passed, rule, warn
 from trl_doctor.facts.launch import launch, package_version
-from trl_doctor.facts.settings import config_value, settings
-from trl_doctor.facts.trl import config_class, dtype_key, post_init_sets_bf16
+from trl_doctor.facts.settings import config_value, settings, unapplied_model_keys
+from trl_doctor.facts.trl import TRAINER_CLASS, config_class, dtype_key, post_init_sets_bf16
 
 BF16_MIN_CC = (8, 0)
 FLASH = {  # version: (module, distributions that provide it, minimum compute capability, GPU family)
@@ -121,11 +129,50 @@ def check(ctx):
     bf16_runs = not (visible and not on_cpu and min(_cc(g) for g in visible) < BF16_MIN_CC)
     dtype_words = _dtype(ctx, raw, bf16 and bf16_runs, fp16, ckpt, visible, findings, details)
     quant_words = _quantization(ctx, raw, on_cpu, findings, details)
+    _unapplied(ctx, findings, details)
     if not findings:
         yield passed("; ".join(w for w in (device_words, attn_words, dtype_words, quant_words) if w), **details)
         return
     for status, message, fix in findings:
         yield (fail if status == "fail" else warn)(message, fix=fix, **details)
+
+
+# -- what the launch asks for and the model never gets -------------------------------------------------------
+
+def _unapplied(ctx, findings, details) -> None:
+    """A recipe's (or command line's) ModelConfig loading keys that the script never hands to the model."""
+    missing = unapplied_model_keys(ctx)
+    if not missing:
+        return
+    resolved = settings(ctx)
+    kwargs = resolved.model_init_kwargs
+    asked = " and ".join(f"`{k}: {v}`" for k, (v, _) in missing.items())
+    where = sorted({w for _, w in missing.values()})
+    them = "it" if len(missing) == 1 else "them"
+    how = (f"the script loads the model itself without {them}" if ctx.live.model is not None else
+           f"the script gives {TRAINER_CLASS[ctx.trainer]} the model's name and "
+           + (f"model_init_kwargs {kwargs}" if kwargs else "no `model_init_kwargs`") + ", which is all it loads with")
+    gets = []
+    if "attn_implementation" in missing:
+        gets.append(f"attention {kwargs['attn_implementation']}" if kwargs.get("attn_implementation") else
+                    "transformers' default attention (sdpa where the model supports it)")
+    if "dtype" in missing or "torch_dtype" in missing:
+        gets.append(f"weights in {resolved.policy_dtype} ({resolved.policy_dtype_from})")
+    if "load_in_4bit" in missing or "load_in_8bit" in missing:
+        gets.append("no quantization (the weights load unquantized)")
+    wanted = {k: v for k, (v, _) in missing.items() if k not in ("load_in_4bit", "load_in_8bit")}
+    quant = len(wanted) < len(missing)
+    if ctx.live.model is not None:
+        remedy = (f"pass {them} to the script's from_pretrained (" + ", ".join(f"{k}=model_args.{k}" for k in wanted)
+                  + (", quantization_config=get_quantization_config(model_args)" if quant else "") + ")")
+    else:
+        remedy = (f"set `training_args.model_init_kwargs = {wanted}` before building the trainer"
+                  + (", with a BitsAndBytesConfig as its quantization_config" if quant else ""))
+    details["ModelConfig keys that do not reach the model"] = {k: f"{v} ({w})" for k, (v, w) in missing.items()}
+    findings.append(("warn", (
+        f"{' and '.join(where)} sets {asked} for TRL's ModelConfig, but {'it never reaches' if them == 'it' else 'they never reach'} "
+        f"the model: {how}, so the policy loads with {', '.join(gets)}; {remedy}, or drop {them} from "
+        f"{' and '.join(where)}"), None))
 
 
 # -- precision against the device -------------------------------------------------------------------------

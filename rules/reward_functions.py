@@ -19,10 +19,12 @@ What goes wrong
     - an `async def` reward function under a TRL that does not await it (a coroutine instead of scores);
     - `reward_weights` whose length is not the number of reward sources: "Number of reward weights (2) must
       match number of reward functions (3)" at start-up;
-    - a reward model (`reward_model_name_or_path`) that is not a 1-label sequence classifier: a causal LM gets
-      a new, random score head (the rewards are noise), a 2-label classifier fails to load with num_labels=1
-      on the score.weight size mismatch, and one whose tokenizer has neither a pad nor an eos token cannot
-      score a batch ("Cannot handle batch sizes > 1 if no padding token is defined", trl#422).
+    - a reward model (`reward_model_name_or_path`) that is not a 1-label sequence classifier: a causal LM's
+      folder gets a new, random score head that the trainer never trains (the job runs on noise rewards: a
+      warning), a causal LM passed as an object gives next-token logits, not scores, a 2-label classifier
+      fails to load with num_labels=1 on the score.weight size mismatch, and one whose tokenizer has neither
+      a pad nor an eos token cannot score a batch ("Cannot handle batch sizes > 1 if no padding token is
+      defined", trl#422).
 
 Versions
     Read from the installed trainer's source, never from a table: the call's keywords (`completion_ids` from
@@ -72,6 +74,7 @@ from typing import Any
 
 from trl_doctor import Unavailable, fail, passed, rule, skip, warn
 
+from trl_doctor.facts.models import SCRIPT_OBJECT, score_head
 from trl_doctor.facts.text import read_json as _read_json
 from trl_doctor.facts.trl import TRAINER_CLASS, trainer_mentions
 from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, call_reward, is_async, new_stats,
@@ -202,10 +205,22 @@ def _reward_model(ctx, ref: str, call: RewardCall, cls: str) -> tuple[list, str,
         problems.append((warn, f"reward model {ref}: its config.json names no architectures, so it cannot be "
                                "confirmed to be a 1-label sequence classifier"))
     elif not seq:
-        problems.append((fail, (
-            f"reward model {ref} is a {archs[0]}, not a sequence classifier: {how}, which gives it a new, randomly "
-            "initialised score head, so its rewards are noise; use a trained 1-label *ForSequenceClassification "
-            "checkpoint")))
+        head = _score_head(ctx, path)
+        facts["score head"] = head.head if head is not None else None
+        if head is not None and head.fresh:
+            got = (f"the script's {head.loaded_as} has a new, randomly initialised {head.head}"
+                   if head.by == SCRIPT_OBJECT else f"{how}, which gives it a new, randomly initialised {head.head}")
+            problems.append((warn, (
+                f"reward model {ref} is a {archs[0]} without a trained score head: {got}, and {cls} never trains a "
+                "reward model, so every reward comes from an untrained head (the job runs, on noise); use a trained "
+                "1-label *ForSequenceClassification checkpoint")))
+        else:
+            why = (head.error if head is not None and head.error else
+                   f"the script passes it as a {head.loaded_as}, whose logits are next-token logits, not one score per "
+                   "completion" if head is not None else "its config cannot be read")
+            problems.append((fail, (
+                f"reward model {ref} is a {archs[0]}, not a sequence classifier, and {cls} cannot score with it: {why}; "
+                "use a trained 1-label *ForSequenceClassification checkpoint")))
     elif n not in (None, 1):
         problems.append((fail, (
             f"reward model {ref} is a {seq[0]} with {n} labels ({labels}): {how}, which stops on the score.weight "
@@ -226,6 +241,18 @@ def _reward_model(ctx, ref: str, call: RewardCall, cls: str) -> tuple[list, str,
         facts["pad"] = f"none: {cls} uses the eos token {eos!r} as the reward model's pad token"
     kind = f"{n}-label {seq[0]}" if seq else (archs[0] if archs else "unknown architecture")
     return problems, f"reward model {ref} ({kind})", facts
+
+
+def _score_head(ctx, path: Path):
+    """The reward model's score head as the trainer gets it (the script's object, or TRL's num_labels=1 load)."""
+    from transformers import AutoConfig
+
+    try:
+        mcfg = AutoConfig.from_pretrained(str(path), trust_remote_code=ctx.options.trust_remote_code, local_files_only=True)
+    except Exception:  # unreadable or remote code: nothing to build
+        return None
+    live = ctx.live.aux_models.get("reward_model_name_or_path") if ctx.live is not None else None
+    return score_head(mcfg, path, live, trust_remote_code=ctx.options.trust_remote_code)
 
 
 def _classifier_facts(ctx, path: Path) -> tuple[list[str], int | None, dict]:

@@ -12,9 +12,12 @@ What goes wrong
     tokenizer's pad id are masked and replaced by 0) and applies `model.score(...)` to every position,
     taking one scalar per token. So:
     - a causal LM has no `score` head: passed as it is, PPO fails at the first rollout with
-      "'Qwen2ForCausalLM' object has no attribute 'score'"; loaded with AutoModelForSequenceClassification
-      (as TRL's PPO example loads both models) it gets a newly initialised, random score head, so the rewards
-      or values are noise;
+      "'Qwen2ForCausalLM' object has no attribute 'score'". Loaded with AutoModelForSequenceClassification
+      (as TRL's PPO example loads both models, and as trl-doctor loads `value_model_path`) it gets a newly
+      initialised, random score head: harmless for the value model, which PPOTrainer optimises with the policy
+      (`PolicyAndValueWrapper`), but the reward model is never trained, so its rewards come from a random head
+      (the job runs: a warning), as with the launch line of TRL's own example (`--reward_model_path
+      EleutherAI/pythia-1b-deduped`, a causal LM);
     - a head with 2 labels (a preference or sentiment classifier) gives two numbers per token: TRL's example
       loads it with num_labels=1 and transformers stops on the size mismatch of score.weight ([2, hidden] in
       the checkpoint); passed as it is, the first step fails with "output with shape [2] doesn't match the
@@ -50,7 +53,9 @@ How it is detected
     for the value-model access that fails first, which decides the error quoted. `reward_model_path` and
     `value_model_path` (relative to the config file) are read without weights: AutoConfig gives the
     architectures, num_labels (id2label), vocab_size and pad_token_id, and the sequence-classification model
-    is built on the meta device to confirm it has a `score` head and its shape. vocab_size must cover every
+    is built on the meta device as TRL's example loads it (or, for a launch command, the object the script
+    passed is read) to confirm it has a `score` head, its shape, and whether the checkpoint's weights hold
+    it (a causal LM's folder does not: the head is new). vocab_size must cover every
     id of the policy's tokenizer (with `added_tokens`) except its pad id, which PPO masks; when the folder
     has its own tokenizer, every policy token must have the same id in it (the first differences are
     listed). A missing PPOTrainer is a failure too, reported together with the model checks.
@@ -69,8 +74,8 @@ import warnings
 from pathlib import Path
 
 from trl_doctor import Edit, Fix, InputError, fail, manual, passed, rule, warn
-from trl_doctor.facts.models import score_rows
-from trl_doctor.facts.trl import ppo_without_value_model, trainer_class, trainer_source
+from trl_doctor.facts.models import SCRIPT_OBJECT, ScoreHead, score_head, score_rows
+from trl_doctor.facts.trl import ppo_trains_value_model, ppo_without_value_model, trainer_class, trainer_source
 
 LAST_PPO_RELEASE = "1.12.0"
 PPO_REMOVED_IN = "1.13.0"
@@ -119,8 +124,9 @@ def check(ctx):
 
     keys = {"reward": "reward_model_path", "value": "value_model_path"}
     refs = {role: cfg.get(key) for role, key in keys.items()}
-    facts, problems = {}, {}
-    inspected: dict[Path, tuple[dict, list]] = {}
+    facts, problems, head_problems = {}, {}, {}
+    inspected: dict[Path, tuple] = {}
+    trained = ppo_trains_value_model()
     for role, key in keys.items():
         ref = refs[role]
         details[key] = ref
@@ -129,7 +135,11 @@ def check(ctx):
         path = _resolve(cfg, key, ref).path
         if path not in inspected:
             inspected[path] = _inspect_model(ctx, path, policy)
-        facts[role], problems[role] = inspected[path]
+        shared, problems[role], mcfg, built = inspected[path]
+        live = ctx.live.aux_models.get(key) if ctx.live is not None else None
+        head = built if live is None else score_head(mcfg, path, live)
+        facts[role] = dict(shared)
+        head_problems[role] = _judge_head(ctx, role, head, facts[role], trained)
         details[f"{role} model"] = facts[role]
     same = "reward" in facts and "value" in facts and facts["reward"]["path"] == facts["value"]["path"]
     reward_ok = "reward" in facts and not any(status == "fail" for status, _ in problems["reward"])
@@ -166,16 +176,24 @@ def check(ctx):
         label = "reward and value model" if same else f"{role} model"
         for status, text in problems[role]:
             found.append((fail if status == "fail" else warn, f"{label} {text}", None))
+    for role in ("reward", "value"):  # what each role gets from its score head differs even from one folder
+        for status, text in head_problems.get(role, []):
+            found.append((fail if status == "fail" else warn, f"{role} model {text}", None))
     if ppo["problem"] is not None:
         found.append((fail, ppo["problem"].replace("{alt}", alt), None))
 
     if not found:
-        who = (f"value and reward model {refs['value']}" if same
-               else f"value model {refs['value']} and reward model {refs['reward']}")
-        kinds = sorted({f"{f['architectures'][0]} ({f['score head']})" for f in facts.values()})
+        kind = {role: f"1-label {f['architectures'][0]} ({f['score head']})" if not f.get("new score head") else
+                f"a {f['architectures'][0]} with a new 1-label score head ({f['score head']}) that PPOTrainer trains"
+                for role, f in facts.items()}
+        if same or kind["value"] == kind["reward"]:
+            who = (f"value and reward model {refs['value']}" if same
+                   else f"value model {refs['value']} and reward model {refs['reward']}")
+            said = f"{who}: {kind['value']} covering"
+        else:
+            said = f"value model {refs['value']}: {kind['value']}; reward model {refs['reward']}: {kind['reward']}; both cover"
         yield passed(
-            f"{who}: 1-label {', '.join(kinds)} covering the policy's {policy['size']} token ids; "
-            f"{ppo['where']} in trl {trl_version} takes them",
+            f"{said} the policy's {policy['size']} token ids; {ppo['where']} in trl {trl_version} takes them",
             **details,
         )
         return
@@ -268,8 +286,9 @@ def _resolve(cfg, key: str, ref: str):
     return resolve_artifact(ref, cfg.base_dir, str(cfg.path), key, need="config.json")
 
 
-def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str, str]]]:
-    """(facts, problems) of one reward/value model folder: config only, a meta-device build, its tokenizer."""
+def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str, str]], object, ScoreHead]:
+    """(facts, problems, config, score head as TRL's example loads it) of one reward/value model folder: config
+    only, a meta-device build, its tokenizer. What its score head means depends on the role: see _judge_head."""
     from transformers import AutoConfig
 
     trc = ctx.options.trust_remote_code
@@ -297,14 +316,10 @@ def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str,
     shown = _shown(ctx, cfg_file)
     problems: list[tuple[str, str]] = []
     seq_cls = [a for a in archs if a.endswith("ForSequenceClassification")]
+    built = score_head(mcfg, path, trust_remote_code=trc)
+    facts["score head"] = built.head
     if not archs:
         problems.append(("warn", f"{shown} names no architectures, so it cannot be confirmed to be a 1-label sequence classifier"))
-    elif not seq_cls:
-        problems.append(("fail", (
-            f"{shown} is a {archs[0]}, not a sequence classifier: PPO calls model.score(...) on it ('{archs[0]}' object "
-            "has no attribute 'score'), and AutoModelForSequenceClassification would give it a new, randomly initialised "
-            "score head; use a 1-label *ForSequenceClassification checkpoint"
-        )))
     if seq_cls:
         n = int(mcfg.num_labels)
         rows = score_rows(path)
@@ -314,14 +329,10 @@ def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str,
             n = rows
         facts["num_labels"] = n
         facts["id2label"] = {str(k): v for k, v in (getattr(mcfg, "id2label", None) or {}).items()}
-        head, head_error = _score_head(mcfg, trc)
-        facts["score head"] = head
-        if head_error is not None:
-            problems.append(("fail", f"{shown} {head_error}"))
         if n != 1:
             problems.append(("fail", (
                 f"{shown} is a {seq_cls[0]} with {n} labels (id2label {facts['id2label']}, score head "
-                f"{head}): PPO takes one scalar per token, and TRL's example loads it with num_labels=1, which fails on "
+                f"{built.head}): PPO takes one scalar per token, and TRL's example loads it with num_labels=1, which fails on "
                 f"the score.weight size mismatch"
             )))
     if pad is None:
@@ -341,28 +352,45 @@ def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str,
     tok_problem = _compare_tokenizer(ctx, path, policy, facts)
     if tok_problem is not None:
         problems.append(tok_problem)
-    return facts, problems
+    return facts, problems, mcfg, built
 
 
-def _score_head(mcfg, trust_remote_code: bool) -> tuple[str | None, str | None]:
-    """('Linear(32 → 1)', None) from a meta-device build of the sequence classifier, or (None, why not)."""
-    import torch
-    from transformers import AutoModelForSequenceClassification
-
-    try:
-        with torch.device("meta"):
-            model = AutoModelForSequenceClassification.from_config(mcfg, trust_remote_code=trust_remote_code)
-    except Exception as exc:
-        return None, f"cannot be built as AutoModelForSequenceClassification: {_one_line(exc)}"
-    score = getattr(model, "score", None)
-    if not isinstance(score, torch.nn.Module):
-        heads = [name for name in ("classifier", "v_head", "head") if hasattr(model, name)]
-        return None, (f"builds a {type(model).__name__}, which has no `score` head{f' (its head is `{heads[0]}`)' if heads else ''}: "
-                      "PPO calls model.score(hidden_states) on the reward and value models")
-    weight = getattr(score, "weight", None)
-    if weight is not None and weight.dim() == 2:
-        return f"{type(score).__name__}({weight.shape[1]} → {weight.shape[0]})", None
-    return type(score).__name__, None
+def _judge_head(ctx, role: str, head: ScoreHead, facts: dict, trained: str | None) -> list[tuple[str, str]]:
+    """What the score head the trainer gets means for this role. PPO calls `.score` on both models; a checkpoint
+    without a score head (a causal LM) loaded as TRL's example loads it gets a new one: harmless for the value
+    model, which PPOTrainer trains with the policy, but a reward model is never trained, so its rewards come from
+    a random head."""
+    shown = _shown(ctx, Path(facts["config.json"]))
+    facts["loaded as"] = f"{head.loaded_as} ({head.by})" if head.loaded_as else None
+    if head.error is not None:
+        return [("fail", f"{shown} cannot be built as AutoModelForSequenceClassification: {head.error}")]
+    if head.head is None:
+        if head.by == SCRIPT_OBJECT:
+            return [("fail", (
+                f"{shown}: the script passes it as a {head.loaded_as}, which has no `score` head: PPO calls "
+                f"model.score(...) on it ('{head.loaded_as}' object has no attribute 'score' at the first rollout); "
+                "load it with AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)"))]
+        other = f" (its head is `{head.other_head}`)" if head.other_head else ""
+        return [("fail", (f"{shown} builds a {head.loaded_as}, which has no `score` head{other}: PPO calls "
+                          "model.score(hidden_states) on the reward and value models"))]
+    facts["score head"] = head.head
+    if not head.fresh:
+        return []
+    facts["new score head"] = f"{head.checkpoint or 'the checkpoint'} holds no score head: " + (
+        f"the script's {head.loaded_as} has {head.head} initialised at random" if head.by == SCRIPT_OBJECT else
+        f"{head.by} initialises {head.head} at random")
+    if role == "value":
+        facts["value head training"] = (
+            f"PPOTrainer optimises the value model with the policy ({trained})" if trained else
+            "PPOTrainer optimises the value model with the policy (PolicyAndValueWrapper)")
+        return []
+    got = (f"the script's {head.loaded_as} has a new, randomly initialised {head.head}" if head.by == SCRIPT_OBJECT else
+           f"loaded as TRL's PPO example loads it, {head.by}, it gets a new, randomly initialised {head.head}")
+    return [("warn", (
+        f"{shown} is a {head.checkpoint or 'checkpoint'} without a trained score head: {got}, and PPO never trains the "
+        "reward model (it optimises the policy and the value model only), so every reward comes from an untrained "
+        "head; use a trained 1-label "
+        "*ForSequenceClassification reward model (the value model may start from a causal LM: PPO trains its head)"))]
 
 
 def _compare_tokenizer(ctx, path: Path, policy: dict, facts: dict) -> tuple[str, str] | None:

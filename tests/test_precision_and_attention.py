@@ -366,3 +366,53 @@ def test_gemma3_text_on_sdpa_warns(built_fixtures, fake_gpus, tmp_path):
     result = fix_twice(config)
     assert yaml.safe_load(config.read_text())["model_init_kwargs"] == {"dtype": "bfloat16", "attn_implementation": "eager"}
     assert "gemma3_text with eager attention (model_init_kwargs: eager)" in result["message"], result
+
+
+# -- a recipe's ModelConfig keys the script never passes on (the mini-R1 recipe's defect) ----------------------
+
+def _model_keys_verdict(*command: str) -> dict:
+    from conftest import run_doctor
+
+    proc = run_doctor("check", "--no-smoke", "--select", "precision-and-attention", "--format", "json", "--", *command,
+                      cwd=FIXTURES / "launch")
+    assert proc.stdout, proc.stderr
+    return result_of(json.loads(proc.stdout), "precision-and-attention")
+
+
+def test_model_config_keys_that_never_reach_the_model(built_fixtures, tmp_path):
+    """TRL's parser puts `attn_implementation` and the dtype into ModelConfig; only the script decides whether the
+    model loads with them. A script that hands the trainer the model's name without model_init_kwargs, or loads the
+    model itself without them, trains with transformers' defaults: a warning naming each key and where it was set."""
+    import dataclasses
+
+    from trl import ModelConfig
+
+    dtype = "dtype" if "dtype" in {f.name for f in dataclasses.fields(ModelConfig)} else "torch_dtype"
+    by_name = ["python", "grpo_lora_recipe.py", "--model_name_or_path", "../models/qwen2-chat", "--dataset_name",
+               "../data/chat.jsonl", "--output_dir", "out/keys", "--num_generations", "2",
+               "--per_device_train_batch_size", "2", "--max_completion_length", "32", "--report_to", "none"]
+    result = _model_keys_verdict(*by_name, f"--{dtype}", "bfloat16", "--attn_implementation", "sdpa")
+    assert result["status"] == "warn", result
+    assert result["message"].startswith(
+        f"the command line sets `{dtype}: bfloat16` and `attn_implementation: sdpa` for TRL's ModelConfig, but they "
+        "never reach the model: the script gives GRPOTrainer the model's name and no `model_init_kwargs`")
+    assert "transformers' default attention" in result["message"]
+    assert result["details"]["ModelConfig keys that do not reach the model"] == {
+        dtype: "bfloat16 (the command line)", "attn_implementation": "sdpa (the command line)"}
+
+    # the same keys given to the trainer through model_init_kwargs (a recipe's mapping) reach the model
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({dtype: "bfloat16", "attn_implementation": "sdpa",
+                                      "model_init_kwargs": {dtype: "bfloat16", "attn_implementation": "sdpa"}}))
+    result = _model_keys_verdict(*by_name, "--config", str(recipe))
+    assert "ModelConfig keys that do not reach the model" not in result["details"], result
+
+    # a script that loads the model itself with ModelConfig's dtype but not its attention
+    own = ["python", "grpo_system_prompt.py", "--config", "grpo_system_prompt.yaml", f"--{dtype}", "bfloat16"]
+    assert "ModelConfig keys that do not reach the model" not in _model_keys_verdict(*own)["details"]
+    result = _model_keys_verdict(*own, "--attn_implementation", "sdpa")
+    assert result["status"] == "warn", result
+    assert result["message"].startswith(
+        "the command line sets `attn_implementation: sdpa` for TRL's ModelConfig, but it never reaches the model: the "
+        "script loads the model itself without it")
+    assert "pass it to the script's from_pretrained (attn_implementation=model_args.attn_implementation)" in result["message"]

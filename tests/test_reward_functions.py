@@ -117,10 +117,13 @@ def test_reward_model_with_two_labels(built_fixtures):
 
 
 def test_causal_lm_as_reward_model(built_fixtures):
+    """TRL loads a reward model path with AutoModelForSequenceClassification(num_labels=1): a causal LM's folder
+    gets a random 1-row head that the trainer never trains. The job runs, on rewards from that head: a warning."""
     code, r = check(folder(built_fixtures) / "bad_reward_model_causal_lm.yaml")
-    assert code == 1 and r["status"] == "fail"
-    assert r["message"].startswith("reward model ../models/qwen2-chat is a Qwen2ForCausalLM, not a sequence classifier")
-    assert "randomly initialised score head" in r["message"]
+    assert code == 0 and r["status"] == "warn"
+    assert r["message"].startswith("reward model ../models/qwen2-chat is a Qwen2ForCausalLM without a trained score head")
+    assert "a new, randomly initialised Linear(32 → 1)" in r["message"] and "never trains a reward model" in r["message"]
+    assert r["details"]["reward model"]["score head"] == "Linear(32 → 1)"
 
 
 def test_reward_model_tokenizer_without_pad_or_eos(fixture_copy):

@@ -9,6 +9,7 @@ PYTHONPATH.
 
 from __future__ import annotations
 
+import json
 import warnings
 from importlib.metadata import version
 
@@ -119,9 +120,6 @@ def test_missing_value_model_is_fixed_from_the_reward_model(fixture_copy):
 
 
 @pytest.mark.parametrize("case, role, expected", [
-    ("bad_value_is_causal_lm.yaml", "value model",
-     "value model ../models/qwen2-chat/config.json is a Qwen2ForCausalLM, not a sequence classifier: PPO calls "
-     "model.score(...) on it ('Qwen2ForCausalLM' object has no attribute 'score')"),
     ("bad_reward_two_labels.yaml", "reward model",
      "reward model ../models/rm-qwen2-2labels/config.json is a Qwen2ForSequenceClassification with 2 labels (id2label "
      "{'0': 'LABEL_0', '1': 'LABEL_1'}, score head Linear(32 → 2)): PPO takes one scalar per token"),
@@ -199,6 +197,73 @@ def test_with_a_ppo_trainer_the_healthy_and_the_fixed_config_pass(fixture_copy):
     result = result_of(report, "TD005")
     assert code == 0 and result["status"] == "pass" and result["fix"]["applied"] is True
     assert "value_model_path: ../models/rm-qwen2\n" in config.read_text()
+
+
+def _ppo_env() -> dict:
+    return {} if HAS_PPO else real_trl("1.12.0")
+
+
+# these need a TRL with PPO: the installed one where it has it (the legacy lane), else trl 1.12.0 from PyPI
+NEEDS_PPO = pytest.mark.trl_pair if HAS_PPO else pytest.mark.other_trl
+
+
+@NEEDS_PPO
+def test_causal_lm_value_model_is_trained_and_causal_lm_reward_model_warns(built_fixtures):
+    """A causal-LM folder loaded as TRL's PPO example loads it (AutoModelForSequenceClassification, num_labels=1)
+    gets a new score head: PPOTrainer optimises the value model's with the policy, never the reward model's."""
+    env = _ppo_env()
+    folder = built_fixtures / "value-model"
+    code, report = run_json("check", str(folder / "ok_value_is_causal_lm.yaml"), "--select", "value-model", env=env)
+    result = result_of(report, "TD005")
+    assert code == 0 and result["status"] == "pass", result
+    assert result["message"].startswith("value model ../models/qwen2-chat: a Qwen2ForCausalLM with a new 1-label score "
+                                        "head (Linear(32 → 1)) that PPOTrainer trains; reward model ../models/rm-qwen2: "
+                                        "1-label Qwen2ForSequenceClassification (Linear(32 → 1)); both cover")
+    value = result["details"]["value model"]
+    assert value["new score head"] == ("Qwen2ForCausalLM holds no score head: AutoModelForSequenceClassification"
+                                       ".from_pretrained(path, num_labels=1) initialises Linear(32 → 1) at random")
+    trained = value["value head training"]
+    assert "self.model = PolicyAndValueWrapper(self.policy_model, self.value_model)" in trained
+    assert "new score head" not in result["details"]["reward model"]
+
+    code, report = run_json("check", str(folder / "bad_reward_is_causal_lm.yaml"), "--select", "value-model", env=env)
+    result = result_of(report, "TD005")
+    assert code == 0 and result["status"] == "warn", result
+    assert result["message"].startswith(
+        "reward model ../models/qwen2-chat/config.json is a Qwen2ForCausalLM without a trained score head: loaded as "
+        "TRL's PPO example loads it, AutoModelForSequenceClassification.from_pretrained(path, num_labels=1), it gets a "
+        "new, randomly initialised Linear(32 → 1), and PPO never trains the reward model")
+
+
+@pytest.mark.slow
+@NEEDS_PPO
+def test_ppo_example_with_a_causal_lm_path_warns_on_the_reward_model_only(built_fixtures):
+    """TRL's PPO example builds both models from one causal-LM path (as its own launch line does with pythia):
+    the value model's new head is trained (a pass for it, said in the details), the reward model's is not (a warn);
+    a script that passes the value model as an AutoModelForCausalLM object fails: PPO calls .score on it."""
+    env = _ppo_env()
+    launch = ["python", "ppo_example.py", "--sft_model_path", "../models/qwen2-chat", "--reward_model_path",
+              "../models/qwen2-chat", "--output_dir", "out/ppo", "--per_device_train_batch_size", "2",
+              "--response_length", "16", "--stop_token", "eos", "--report_to", "none"]
+    cwd = built_fixtures / "launch"
+    proc = run_doctor("check", "--no-smoke", "--select", "value-model", "--format", "json", "--", *launch, cwd=cwd, env=env)
+    result = result_of(json.loads(proc.stdout), "value-model")
+    assert proc.returncode == 0 and result["status"] == "warn", result
+    assert result["message"].startswith("reward model ../models/qwen2-chat/config.json is a Qwen2ForCausalLM without a "
+                                        "trained score head: the script's Qwen2ForSequenceClassification has a new, "
+                                        "randomly initialised Linear(32 → 1)")
+    value = result["details"]["value model"]
+    assert value["loaded as"] == "Qwen2ForSequenceClassification (the script's own object)"
+    assert "PolicyAndValueWrapper(self.policy_model, self.value_model)" in value["value head training"]
+    assert "also" not in result["details"]  # the value model is no finding
+
+    proc = run_doctor("check", "--no-smoke", "--select", "value-model", "--format", "json", "--", *launch,
+                      "--value_as_causal_lm", cwd=cwd, env=env)
+    result = result_of(json.loads(proc.stdout), "value-model")
+    assert proc.returncode == 1 and result["status"] == "fail", result
+    assert result["message"].startswith("value model ../models/qwen2-chat/config.json: the script passes it as a "
+                                        "Qwen2ForCausalLM, which has no `score` head: PPO calls model.score(...) on it "
+                                        "('Qwen2ForCausalLM' object has no attribute 'score'")
 
 
 @pytest.mark.other_trl  # another TRL release from PyPI (real_trl)

@@ -74,6 +74,12 @@ class Live:
     notes: tuple[str, ...] = ()  # what the launcher sets that the doctor does not read
     batch_note: tuple[str, str] | None = None  # ("launch" | "refused", TRL's error) when the batch sizes were relaxed
     ref_is_policy: bool = False  # the script passed the policy object itself as the reference model
+    # the reward / value models the script passed as objects, by the config key their folder fills
+    # (`reward_model_path`...): (class, its `score` head as 'Linear(64 → 1)' or None when it has none)
+    aux_models: dict = field(default_factory=dict)
+    # TRL ModelConfig keys the recipe or command line sets for loading the policy (attn_implementation, dtype,
+    # load_in_4bit...): {key: (value, where)}; whether they reach the model is facts.settings.unapplied_model_keys
+    model_keys: dict = field(default_factory=dict)
 
 
 @dataclass

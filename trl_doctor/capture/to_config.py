@@ -52,12 +52,16 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
     if tok_path and local_path(tok_path, cwd) != raw["model_name_or_path"]:
         raw["tokenizer_name_or_path"] = local_path(tok_path, cwd)
 
-    rewards = _rewards(arguments.get("reward_funcs"), cwd, raw)
+    aux_models: dict[str, tuple[str, str | None]] = {}
+    rewards = _rewards(arguments.get("reward_funcs"), cwd, raw, aux_models)
     for key, names in (("reward_model_path", ("reward_model",)), ("value_model_path", ("value_model",)),
                        ("sft_model_path", _REF_KEYWORDS)):
-        path = _model_path(_first(arguments, names))
+        given = _first(arguments, names)
+        path = _model_path(given)
         if path is not None:
             raw[key] = local_path(path, cwd)
+            if key != "sft_model_path" and not isinstance(given, (str, os.PathLike)):
+                aux_models[key] = _aux_model(given)
     raw.update(_peft_keys(arguments.get("peft_config"), model))
     if captured.launched.accelerate_config:
         raw["accelerate_config"] = captured.launched.accelerate_config
@@ -79,6 +83,9 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         processes_from=captured.launched.processes_from, notes=tuple(captured.launched.notes),
         batch_note=rec.batch_notes.get(id(args)) if args is not None else None,
         ref_is_policy=not isinstance(model, str) and _first(arguments, _REF_KEYWORDS) is model,
+        aux_models=aux_models,
+        model_keys=_model_keys(list(captured.launched.args), recipe,
+                               {f.name for f in dataclasses.fields(args)} if dataclasses.is_dataclass(args) else set()),
     )
     return cfg, live
 
@@ -198,7 +205,15 @@ def _quantization(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _rewards(value: Any, cwd: Path, raw: dict) -> list[str]:
+def _aux_model(model: Any) -> tuple[str, str | None]:
+    """(class, score head) of a reward or value model the script passed as an object."""
+    from ..facts.models import score_of
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return type(base).__name__, score_of(base)
+
+
+def _rewards(value: Any, cwd: Path, raw: dict, aux_models: dict) -> list[str]:
     """Reward functions as names the facts layer resolves (live callables registered under theirs); a reward
     model (a path or a model) becomes `reward_model_name_or_path`, as in TRL's GRPO script."""
     from ..facts.rewards import register_live
@@ -214,6 +229,7 @@ def _rewards(value: Any, cwd: Path, raw: dict) -> list[str]:
             path = _model_path(item)
             if path:
                 raw["reward_model_name_or_path"] = local_path(path, cwd)
+                aux_models["reward_model_name_or_path"] = _aux_model(item)
         elif callable(item):
             names.append(register_live(item))
     if names:
@@ -264,6 +280,36 @@ def _recipe(args: list[str], cwd: Path) -> Path | None:
 def _flags(args: list[str]) -> set[str]:
     """The `--key` names on the script's command line."""
     return {a[2:].split("=", 1)[0].replace("-", "_") for a in args if a.startswith("--")}
+
+
+# TRL's ModelConfig keys that decide how the policy loads; they reach it only if the script passes them on
+MODEL_LOAD_KEYS = ("attn_implementation", "dtype", "torch_dtype", "load_in_4bit", "load_in_8bit")
+
+
+def _model_keys(args: list[str], recipe: Path | None, config_fields: set[str]) -> dict[str, tuple[Any, str]]:
+    """The model-loading keys the launch sets for TRL's ModelConfig (not fields of the trainer's config): {key:
+    (value, where)}, the command line over the recipe, as TRL's parser takes them."""
+    found: dict[str, tuple[Any, str]] = {}
+    if recipe is not None:
+        from .._config import load_raw
+
+        try:
+            data = load_raw(recipe)
+        except InputError:
+            data = {}
+        for key in MODEL_LOAD_KEYS:
+            if data.get(key) not in (None, False, "auto"):
+                found[key] = (data[key], recipe.name)
+    for i, arg in enumerate(args):
+        name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        name = name.replace("-", "_")
+        if name not in MODEL_LOAD_KEYS:
+            continue
+        if not eq:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            value = nxt if nxt is not None and not nxt.startswith("--") else "true"
+        found[name] = (value, "the command line") if value not in ("None", "false", "False", "auto") else found.get(name)
+    return {k: v for k, v in found.items() if v is not None and k not in config_fields}
 
 
 def _recipe_keys(recipe: Path | None) -> tuple[str, ...]:

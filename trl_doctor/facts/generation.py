@@ -157,6 +157,25 @@ def trainer_generation_config(trainer: str, cfg, tok) -> TrainerGenerationConfig
     return TrainerGenerationConfig(kwargs, sources, tuple(unresolved), evidence, overrides, eos_expr)
 
 
+def pad_passed_to_generate(ctx) -> str | None:
+    """Where the installed trainer hands `generate` the tokenizer's pad id itself (`GenerationConfig(...,
+    pad_token_id=processing_class.pad_token_id)`, every GRPO from trl 0.14 to 1.x), as "file:line: `code`": then
+    transformers never fills the pad id from generation_config.json, so that file's pad_token_id pads nothing. None
+    when the trainer passes no pad id (PPO: generate pads finished sequences with generation_config.json's), when
+    its source is not installed."""
+    import types
+
+    from .settings import trainer_config_or_none
+
+    # the pad id's expression reads the tokenizer only: a config TRL refuses (batch sizes) still has a trainer
+    # that passes it, so the script's own config object, or none, serves as well
+    cfg = trainer_config_or_none(ctx) or getattr(getattr(ctx, "live", None), "args", None) or types.SimpleNamespace()
+    built = trainer_generation_config(ctx.trainer, cfg, ctx.tokenizer)
+    if built is None or built.sources.get("pad_token_id") != "the tokenizer":
+        return None
+    return f"{built.evidence.split(': `', 1)[0]}: GenerationConfig(..., pad_token_id=<the tokenizer's pad id>)"
+
+
 @dataclass(frozen=True)
 class EffectiveGeneration:
     """What transformers' `generate` samples with: the trainer's GenerationConfig merged with the model's."""
@@ -172,6 +191,7 @@ def effective_generation(ctx, trainer_kwargs: dict, use_override: bool) -> Effec
     (transformers#42762) runs when the trainer uses it. The keys whose value differs are what generation_config.json
     changes. None when the installed transformers has no such method or the model has no generation_config.json."""
     import contextlib
+    import copy
 
     from transformers import GenerationConfig
 
@@ -199,7 +219,9 @@ def effective_generation(ctx, trainer_kwargs: dict, use_override: bool) -> Effec
 
     saved = model.generation_config
     try:
-        with_file = merged(GenerationConfig.from_dict(model_gen.to_dict()))
+        # a copy that keeps the file's transformers_version (to_dict writes the installed one): transformers
+        # 4.50-4.57 fill default-valued keys from the model's config only when the file was written by 4.50+
+        with_file = merged(copy.deepcopy(model_gen))
         without = merged(GenerationConfig())
     except Exception:  # a value transformers refuses is trainer-config's finding, not this one's
         return None

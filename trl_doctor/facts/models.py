@@ -1,9 +1,12 @@
-"""Model facts: where a model reference resolves (a local folder or the hub cache, never a download) and how
-many parameters a model holds."""
+"""Model facts: where a model reference resolves (a local folder or the hub cache, never a download), how
+many parameters a model holds, and the score head a reward or value model reaches its trainer with."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .._config import resolve_artifact
+from .._context import _one_line
 from .._twin import parameter_count
 
 __all__ = ["parameter_count", "resolve_artifact"]
@@ -29,6 +32,76 @@ def score_rows(folder) -> int | None:
         except Exception:
             continue
     return None
+
+
+SCRIPTS_LOAD = "AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)"  # TRL's scripts and trainers
+SCRIPT_OBJECT = "the script's own object"  # a launch command's script passed the model itself
+
+
+def score_of(model) -> str | None:
+    """A model's `score` head as 'Linear(64 → 1)', or None when it has none (a causal LM, or a classifier whose
+    head is called something else): PPO and GRPO call `.score` / `.logits[:, 0]` on reward and value models."""
+    import torch
+
+    score = getattr(model, "score", None)
+    if not isinstance(score, torch.nn.Module):
+        return None
+    weight = getattr(score, "weight", None)
+    if weight is not None and weight.dim() == 2:
+        return f"{type(score).__name__}({weight.shape[1]} → {weight.shape[0]})"
+    return type(score).__name__
+
+
+@dataclass(frozen=True)
+class ScoreHead:
+    """The score head a reward or value model reaches the trainer with, and whether its checkpoint trained it."""
+
+    checkpoint: str | None  # config.json's first architecture (None: it names none)
+    classifier: bool  # that architecture is a *ForSequenceClassification
+    loaded_as: str | None  # the class the trainer gets (None: it cannot be built, see error)
+    by: str  # how: the script's own object, or TRL's scripts' `AutoModelForSequenceClassification(num_labels=1)`
+    head: str | None  # the trainer's `score` head ('Linear(64 → 1)'); None when that class has none
+    fresh: bool  # the head is newly initialised: the checkpoint holds no weights for it (a causal LM's folder)
+    error: str | None = None  # why AutoModelForSequenceClassification cannot build it
+    other_head: str | None = None  # the head the class has instead of `score` ('classifier'), when it has one
+
+
+def score_head(mcfg, folder, live: tuple[str, str | None] | None = None, trust_remote_code: bool = False) -> ScoreHead:
+    """What a reward or value model's score head is where the trainer uses it. `live` is (class, score head) of
+    the object a launch command's script passed; without it the model is built on the meta device as TRL's scripts
+    load one, `AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)`: a checkpoint that is no
+    sequence classifier (a causal LM) gets a new, randomly initialised 1-row head there (transformers' "newly
+    initialized: ['score.weight']"), and so does a classifier folder whose weights hold no head."""
+    import copy
+    import glob
+    import os
+
+    archs = list(getattr(mcfg, "architectures", None) or [])
+    classifier = any(a.endswith("ForSequenceClassification") for a in archs)
+    rows = score_rows(folder)
+    has_weights = bool(glob.glob(os.path.join(str(folder), "*.safetensors")))
+    untrained = not classifier or (has_weights and rows is None)
+    checkpoint = archs[0] if archs else None
+    if live is not None:
+        cls, head = live
+        return ScoreHead(checkpoint, classifier, cls, SCRIPT_OBJECT, head, head is not None and untrained)
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    cfg = mcfg
+    labels = 1 if not classifier else rows  # a config that never had labels, or the rows the weights hold
+    if labels is not None and labels != mcfg.num_labels:
+        cfg = copy.deepcopy(mcfg)
+        cfg.num_labels = labels
+    try:
+        with torch.device("meta"):
+            model = AutoModelForSequenceClassification.from_config(cfg, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        return ScoreHead(checkpoint, classifier, None, SCRIPTS_LOAD, None, False, _one_line(exc))
+    head = score_of(model)
+    other = next((name for name in ("classifier", "v_head", "head") if hasattr(model, name)), None) if head is None else None
+    return ScoreHead(checkpoint, classifier, type(model).__name__, SCRIPTS_LOAD, head, head is not None and untrained,
+                     other_head=other)
 
 
 # -- the model's family and its code -------------------------------------------------------------------------

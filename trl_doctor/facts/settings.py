@@ -196,6 +196,36 @@ def model_init_kwargs(ctx) -> dict:
     return dict(value) if isinstance(value, dict) else {}
 
 
+def unapplied_model_keys(ctx) -> dict[str, tuple[Any, str]]:
+    """The model-loading keys a launch command's recipe or command line sets for TRL's ModelConfig
+    (`attn_implementation`, `torch_dtype`/`dtype`, `load_in_4bit`/`load_in_8bit`) that never reach the policy:
+    TRL's parser fills ModelConfig with them, but only the script decides whether the model is loaded with them
+    (by `model_init_kwargs` when it passes the model's name, by its own from_pretrained when it passes a model).
+    {key: (value asked, where)}; {} for a config file, whose keys the trl CLI forwards itself."""
+    live = getattr(ctx, "live", None)
+    asked = dict(getattr(live, "model_keys", None) or {})
+    if not asked:
+        return {}
+    kwargs = model_init_kwargs(ctx)
+    quantized = any(kwargs.get(k) for k in ("quantization_config", "load_in_4bit", "load_in_8bit"))
+    got_dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+    out = {}
+    for key, (value, where) in asked.items():
+        if key == "attn_implementation":
+            reached = kwargs.get(key) == value
+        elif key in ("dtype", "torch_dtype"):
+            reached = got_dtype is not None and _dtype_name(got_dtype) == _dtype_name(value)
+        else:  # load_in_4bit / load_in_8bit
+            reached = quantized
+        if not reached:
+            out[key] = (value, where)
+    return out
+
+
+def _dtype_name(value: Any) -> str:
+    return str(value).replace("torch.", "")
+
+
 def policy_dtype(ctx) -> tuple[str, str]:
     """(dtype name, where it comes from) of the policy's weights as TRL loads them."""
     kwargs = model_init_kwargs(ctx)

@@ -492,6 +492,21 @@ def ppo_without_value_model() -> tuple[str, str | None] | None:
     return "base_model_prefix", (f"{rel}:{_line(text, w.start())}: `{_line_text(text, w.start())}`" if w is not None else None)
 
 
+_TRAINED = re.compile(r"self\.model\s*=\s*PolicyAndValueWrapper\(\s*self\.policy_model,\s*self\.value_model\s*\)")
+
+
+def ppo_trains_value_model() -> str | None:
+    """Where the installed PPOTrainer makes the value model part of the model it optimises (`self.model =
+    PolicyAndValueWrapper(self.policy_model, self.value_model)`, the optimizer's parameters), as "file:line: code";
+    the reward model stays outside it, for inference only. None when the source says neither."""
+    found = trainer_source("ppo")
+    if found is None:
+        return None
+    rel, text = found
+    m = _TRAINED.search(text)
+    return f"{rel}:{_line(text, m.start())}: `{_line_text(text, m.start())}`" if m is not None else None
+
+
 # -- datasets -----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
