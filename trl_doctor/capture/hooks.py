@@ -24,8 +24,19 @@ from typing import Any, Callable
 
 from .machine import MachinePatches, attention_asked, build_relaxing_attention, relax_deepspeed, set_attention
 
-_LIBRARY_ROOTS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
-                                                     sysconfig.get_paths()["platlib"])})
+def _library_roots() -> tuple[str, ...]:
+    """Where installed packages live: this interpreter's stdlib and site-packages, the user's site-packages, and any
+    site-packages / dist-packages folder on sys.path (a .pth or PYTHONPATH can add one): TRL installed there is
+    a library, not the user's code."""
+    import site
+
+    paths = [sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")]
+    paths += list(getattr(site, "getsitepackages", lambda: [])()) + [site.getusersitepackages()]
+    paths += [p for p in sys.path if os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages")]
+    return tuple({os.path.realpath(p) + os.sep for p in paths if p})
+
+
+_LIBRARY_ROOTS = _library_roots()
 _DOCTOR_ROOT = os.path.realpath(os.path.dirname(os.path.dirname(__file__)))
 
 # from_pretrained keywords that decide how weights load, not what the config says

@@ -135,19 +135,18 @@ class MachinePatches:
 
         def to(mod, *args: Any, **kwargs: Any):
             device, dtype, non_blocking = _parse_move(torch, args, kwargs)
-            meta = _on_meta(mod)
-            if not meta and (device is None or device.type != "cuda" or has_cuda):
+            to_missing_gpu = device is not None and device.type == "cuda" and not has_cuda
+            if not _on_meta(mod) and not to_missing_gpu:
                 return original_to(mod, *args, **kwargs)
-            if not meta:
+            if to_missing_gpu:
                 _note_move(relaxed, f".to({shown(str(device))})")
             return original_to(mod, dtype=dtype, non_blocking=non_blocking) if dtype is not None else mod
 
         def cuda(mod, device: Any = None):
-            if _on_meta(mod):
-                return mod
-            if has_cuda:
+            if has_cuda and not _on_meta(mod):
                 return original_cuda(mod, device)
-            _note_move(relaxed, ".cuda()")
+            if not has_cuda:
+                _note_move(relaxed, ".cuda()")
             return mod
 
         to.__wrapped__, cuda.__wrapped__ = original_to, original_cuda  # type: ignore[attr-defined]
