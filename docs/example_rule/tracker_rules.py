@@ -1,0 +1,72 @@
+"""EX001 tracker-packages: every tracker named in `report_to` can be loaded where the job runs.
+
+What goes wrong
+    `report_to: [wandb]` makes the trainer's constructor add transformers' WandbCallback, which raises
+    "RuntimeError: WandbCallback requires wandb to be installed. Run `pip install wandb`." when the package is
+    missing: the job stops at start-up, after its processes have started and its models have loaded. A name
+    transformers does not know (`wandbb`) stops it the same way with "ValueError: wandbb is not supported, only
+    azure_ml, comet_ml, ... are supported". The doctor's smoke step turns trackers off, so it never meets either.
+
+Versions
+    Every transformers release TRL 0.14 and later runs on: the trainer builds its callbacks from
+    `transformers.integrations.INTEGRATION_TO_CALLBACK`. `report_to: all` (transformers 4's default) means the
+    trackers that are installed, so it never names a missing one; transformers 5's default is `none`.
+
+How it is detected
+    `report_to` is read from the trainer config as the installed TRL builds it (the rule needs
+    `trainer_config`, so it is skipped when TRL rejects the config), as a list. Each name is looked up in
+    transformers' table of integrations and in the ones transformers finds installed in this Python
+    (`get_available_reporting_integrations`). The check's Python is taken to be the job's, as version-skew does.
+
+What the fix does
+    Unsafe (applied by `--fix --unsafe-fixes` only): writes `report_to` without the trackers that cannot load
+    (`none` when nothing is left); the job then runs without logs someone asked for, so `--fix` alone does not
+    do it. The better fix, installing the package, is in the fix's description.
+"""
+
+from __future__ import annotations
+
+from trl_doctor.plugin import Edit, Fix, fact, fail, passed, rule
+
+
+@fact
+def trackers(ctx) -> tuple[frozenset, frozenset]:
+    """(the tracker names transformers knows, the ones it finds installed here), once per check."""
+    from transformers.integrations.integration_utils import (
+        INTEGRATION_TO_CALLBACK,
+        get_available_reporting_integrations,
+    )
+
+    return frozenset(INTEGRATION_TO_CALLBACK), frozenset(get_available_reporting_integrations())
+
+
+@rule(
+    id="EX001",
+    slug="tracker-packages",
+    title="Every tracker in report_to can be loaded where the job runs",
+    trainers=("grpo", "rloo", "ppo"),
+    needs=("trainer_config",),
+    fixable="always",
+)
+def check(ctx):
+    asked = ctx.trainer_config.report_to or []  # TRL's built config: "none" is [], "all" the installed ones
+    if isinstance(asked, str):
+        asked = [asked]
+    if not asked:
+        yield passed("report_to is none: no tracker to load")
+        return
+    known, installed = trackers(ctx)
+    unknown = [name for name in asked if name not in known]
+    missing = [name for name in asked if name in known and name not in installed]
+    if not unknown and not missing:
+        yield passed(f"report_to: {', '.join(asked)}: every tracker is installed", report_to=asked)
+        return
+    kept = [name for name in asked if name not in unknown and name not in missing]
+    problems = [f"{name} is not a tracker transformers knows" for name in unknown]
+    problems += [f"{name} is not installed" for name in missing]
+    install = f"; or install {', '.join(missing)}" if missing else ""
+    fix = Fix(f"set report_to to {kept or 'none'}{install}",
+              (Edit(str(ctx.config.path), set=(("report_to", kept or "none"),)),),
+              applicability="unsafe")
+    yield fail(f"report_to: {'; '.join(problems)}: the trainer's constructor raises at start-up, after the "
+               "job's models have loaded", fix=fix, report_to=asked, installed=sorted(installed))

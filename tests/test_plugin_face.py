@@ -1,0 +1,155 @@
+"""The public plugin face, `trl_doctor.plugin`: light to import, the same objects as the private modules it
+re-exports, enough for a third-party rule that imports nothing else from trl-doctor, and the worked example
+of docs/writing-a-rule.md (docs/example_rule/) runs through the real command as the guide says."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, result_of, run_doctor, run_json
+from test_plugins import _install
+
+pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
+
+EXAMPLE = ROOT / "docs" / "example_rule"
+EXAMPLE_CASES = EXAMPLE / "fixtures" / "tracker-packages"
+
+
+def test_importing_the_plugin_face_imports_nothing_heavy():
+    code = ("import sys, trl_doctor.plugin; "
+            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets', 'vllm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_every_public_name_is_the_private_object():
+    from trl_doctor import _cache, _context, _errors, _registry, _types, plugin
+
+    private = {"fact": _cache, "Context": _context, "InputError": _errors, "Unavailable": _errors,
+               "rule": _registry, "Rule": _registry}
+    assert len(plugin.__all__) == len(set(plugin.__all__))
+    for name in plugin.__all__:
+        assert getattr(plugin, name) is getattr(private.get(name, _types), name), name
+    wanted = {"rule", "fact", "Fix", "Edit", "DELETE", "Location", "Status", "Finding", "Rule", "Context",
+              "InputError", "Unavailable", "fail", "warn", "passed", "skip", "manual"}
+    assert set(plugin.__all__) == wanted
+
+
+FACE_PLUGIN = '''
+"""XF001 face-beta: beta is written in the config.
+
+What goes wrong
+    Nothing; it shows a rule that imports only the plugin face.
+How it is detected
+    A fact reads `beta` from the config file once per check.
+What the fix does
+    Writes `beta: 0.0`.
+"""
+from trl_doctor.plugin import Edit, Fix, fact, passed, rule, warn
+
+CALLS = []
+
+
+@fact
+def written_beta(ctx):
+    CALLS.append(1)
+    return ctx.config.get("beta")
+
+
+@rule(id="XF001", slug="face-beta", title="beta is written in the config", needs=("tokenizer",), fixable="always")
+def check(ctx):
+    beta = written_beta(ctx)
+    assert written_beta(ctx) is beta  # the second call is the cached answer
+    if beta is not None:
+        yield passed(f"beta is {beta}", calls=len(CALLS))
+        return
+    yield warn("beta is not written in the config", calls=len(CALLS),
+               fix=Fix("write beta: 0.0", (Edit(str(ctx.config.path), set=(("beta", 0.0),)),)))
+'''
+
+
+def test_a_rule_that_imports_only_the_plugin_face(tmp_path, built_fixtures):
+    site = _install(tmp_path, "td-face-rules", FACE_PLUGIN)
+    cfg = str(built_fixtures / "pad-token" / "ok_qwen2_chat.json")
+    code, report = run_json("check", cfg, "--select", "face-beta", env={"PYTHONPATH": str(site)})
+    found = result_of(report, "XF001")
+    assert found["status"] == "warn", found
+    assert found["details"]["calls"] == 1  # the fact ran once for two calls
+    assert found["fix"]["applicability"] == "safe" and found["fix"]["files"] == [cfg]
+    assert found["location"]["file"] == cfg and found["location"]["key"] == "beta"
+    assert code == 0
+
+
+@pytest.fixture(scope="module")
+def example_site(tmp_path_factory) -> Path:
+    """docs/example_rule installed as a third-party package (from a copy: a build leaves files beside it)."""
+    tmp = tmp_path_factory.mktemp("example-rule")
+    shutil.copytree(EXAMPLE, tmp / "src", ignore=shutil.ignore_patterns("fixtures", "build", "*.egg-info"))
+    site = tmp / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                    str(site), str(tmp / "src")], check=True, capture_output=True)
+    return site
+
+
+def test_the_example_is_listed_and_explained(example_site):
+    env = {"PYTHONPATH": str(example_site)}
+    listed = run_doctor("rules", env=env)
+    assert "EX001" in listed.stdout and "tracker-packages" in listed.stdout and "trl-doctor-tracker-rules" in listed.stdout
+    explained = run_doctor("explain", "EX001", env=env).stdout
+    for heading in ("What goes wrong", "Versions", "How it is detected", "What the fix does"):
+        assert heading in explained
+
+
+def test_the_example_imports_only_the_plugin_face():
+    from test_architecture import imports
+
+    used = {module for _, module, _, _ in imports(EXAMPLE / "tracker_rules.py") if module.startswith("trl_doctor")}
+    assert used == {"trl_doctor.plugin"}
+
+
+EXAMPLE_SPEC = yaml.safe_load((EXAMPLE_CASES / "expected.yaml").read_text())
+
+
+@pytest.mark.parametrize("case, expected", sorted(EXAMPLE_SPEC["cases"].items()))
+def test_the_example_cases(example_site, built_fixtures, case, expected):
+    if case == "bad_tracker_not_installed.yaml" and importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed in this Python: the case's tracker is not missing here")
+    code, report = run_json("check", str(EXAMPLE_CASES / case), "--select", EXAMPLE_SPEC["rule"],
+                            env={"PYTHONPATH": str(example_site)})
+    found = result_of(report, EXAMPLE_SPEC["rule"])
+    assert found["status"] == expected, found
+    assert code == (1 if expected == "fail" else 0)
+    if expected == "fail":
+        assert found["fix"]["applicability"] == "unsafe" and found["location"]["key"] == "report_to"
+
+
+def test_the_example_fix_is_applied_only_with_unsafe_fixes(example_site, built_fixtures, tmp_path):
+    # the cases name the models as ../../../../fixtures/...: keep that layout around the copy
+    folder = tmp_path / "docs" / "example_rule" / "fixtures" / "tracker-packages"
+    shutil.copytree(EXAMPLE_CASES, folder)
+    (tmp_path / "fixtures").symlink_to(built_fixtures)
+    case = folder / "bad_unknown_tracker.yaml"
+    before = case.read_text()
+    env = {"PYTHONPATH": str(example_site)}
+    safe_only = run_doctor("check", str(case), "--select", "EX001", "--fix", env=env)
+    assert safe_only.returncode == 1 and case.read_text() == before
+    unsafe = run_doctor("check", str(case), "--select", "EX001", "--fix", "--unsafe-fixes", env=env)
+    assert unsafe.returncode == 0, unsafe.stdout + unsafe.stderr
+    assert "report_to: none" in case.read_text() and "# A misspelt tracker" in case.read_text()
+    assert Path(str(case) + ".trl-doctor.bak").read_text() == before
+
+
+def test_the_guide_shows_the_example_as_it_is():
+    """docs/writing-a-rule.md quotes the example's module; a change to one must reach the other."""
+    guide = (ROOT / "docs" / "writing-a-rule.md").read_text()
+    source = (EXAMPLE / "tracker_rules.py").read_text()
+    code = source[source.index("from trl_doctor.plugin"):]
+    assert textwrap.dedent(code).strip() in guide

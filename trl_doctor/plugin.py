@@ -1,0 +1,46 @@
+"""The public face for rule plugins: everything a rule module imports from trl-doctor itself.
+
+    from trl_doctor.plugin import Fix, Edit, fact, fail, passed, rule, skip
+
+The contract:
+
+- A rule module imports `trl_doctor.plugin` (and, for built-in rules, the facts layer `trl_doctor.facts.*`),
+  never a private `trl_doctor._*` module. The names below keep their meaning across releases; the private
+  modules they come from may move.
+- `@rule(id=..., slug=..., title=..., trainers=..., needs=..., fixable=...)` turns a generator function of the
+  context into a `Rule`; the module's docstring is what `trl-doctor explain` prints. Third-party modules are
+  found through the `trl_doctor.rules` entry-point group (a module: every `Rule` in it; or one `Rule` object).
+- `needs` names context artifacts the rule reads: tokenizer, model_config, generation_config, trainer_config,
+  meta_model, twin, dataset, trainer_run. Each is built before the rule runs; one that cannot be built (it
+  raised `Unavailable`) makes the rule `skip` with that reason. `trainer_run` also puts the rule after the
+  static ones, where it reads the check's one trainer run.
+- The check function yields `Finding`s: `passed`, `warn`, `fail`, `skip` (status, message, details as keyword
+  arguments, an optional `Location`). The worst status is the rule's; the others are listed under `also`. A
+  rule that raises is `error`, and the other rules still run. `InputError` means the user's input cannot be
+  read (the check stops, exit 2); `Unavailable` means this rule cannot judge (it is `skip`).
+- A fix is data: `Fix(description, edits, applicability=...)`, each `Edit(path, set=((key, value), ...))` for a
+  top-level key of a JSON or YAML file (`DELETE` removes the key; order and YAML comments are kept) or
+  `Edit(path, content=bytes)` for a whole file. Applicability: `safe` is applied by `--fix`, `unsafe` only
+  with `--fix --unsafe-fixes` (it rewrites weights or changes what the job trains), `manual` (`manual(text)`)
+  is shown and never applied. On a launch command a fix of a key the script computed becomes `manual`.
+- `@fact` caches a function of the context (and hashable arguments) for one check, so several rules share an
+  answer; an `InputError` or `Unavailable` it raises is cached too.
+
+Importing this module imports nothing heavy: torch, transformers and TRL load inside the context, in the
+check's worker.
+"""
+
+from __future__ import annotations
+
+from ._cache import fact
+from ._context import Context
+from ._errors import InputError, Unavailable
+from ._registry import Rule, rule
+from ._types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
+
+__all__ = [
+    "rule", "Rule", "fact", "Context",
+    "Finding", "Status", "Location", "passed", "warn", "fail", "skip",
+    "Fix", "Edit", "DELETE", "manual",
+    "InputError", "Unavailable",
+]
