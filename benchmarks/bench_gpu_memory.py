@@ -33,14 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT / "fixtures" / "models" / "qwen2-chat"  # built by fixtures/build.py: 320 ids, eos 2, pad 0
-SHAPES = {
-    "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                 intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True),
-    "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                 intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True),
-    "7b": dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-               intermediate_size=18944, vocab_size=152064, tie_word_embeddings=False),
-}
+from _shapes import QWEN25  # noqa: E402  (benchmarks/_shapes.py)
+
+SHAPES = {k: QWEN25[k] for k in ('0.5b', '1.5b', '7b')}
 PROMPT_TOKENS, COMPLETION_TOKENS, BATCH, GENERATIONS = 512, 256, 8, 4
 GiB = 2**30
 

@@ -25,14 +25,9 @@ import sys
 import tempfile
 import time
 
-SHAPES = {
-    "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                 intermediate_size=1024, vocab_size=32000, tie_word_embeddings=True),
-    "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                 intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True),
-    "7b": dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-               intermediate_size=18944, vocab_size=152064, tie_word_embeddings=False),
-}
+from _shapes import QWEN25  # noqa: E402  (benchmarks/_shapes.py)
+
+SHAPES = {k: QWEN25[k] for k in ('tiny', '0.5b', '7b')}
 
 
 def save_model(shape: str, device: str, folder: str) -> None:

@@ -3,6 +3,7 @@ and helpers that run the real `trl-doctor` command."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -46,10 +47,26 @@ def warm_worker_server(tmp_path_factory):
     proc.wait()
 
 
+@contextlib.contextmanager
+def exclusive(lock_file: Path):
+    """Hold an exclusive lock on `lock_file` (created if missing): pytest-xdist's workers (CI's long tests run on
+    two) build the shared fixtures and caches one at a time; the second finds them built."""
+    import fcntl
+
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def built_fixtures() -> Path:
     """fixtures/ with its tiny models built (once per session, skipped when the stamp is current)."""
-    fixture_build.build()
+    with exclusive(FIXTURES / ".build.lock"):
+        fixture_build.build()
     return FIXTURES
 
 
@@ -119,11 +136,20 @@ def real_trl(release: str) -> dict:
     """The real trl `release` from PyPI, installed without dependencies into a cache folder (kept between runs),
     put first on PYTHONPATH so that the doctor reads and imports it instead of the installed TRL."""
     cache = Path(os.environ.get("TRL_DOCTOR_TRL_CACHE", Path.home() / ".cache" / "trl-doctor-ci")) / f"trl-{release}"
+    with exclusive(cache.parent / f".trl-{release}.lock"):
+        _install_trl(cache, release)
+    return _importable_trl(cache, release)
+
+
+def _install_trl(cache: Path, release: str) -> None:
     if not (cache / "trl").is_dir():
         proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache), f"trl=={release}"],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             pytest.skip(f"trl=={release} cannot be installed here: {proc.stderr.strip().splitlines()[-1:]}")
+
+
+def _importable_trl(cache: Path, release: str) -> dict:
     # the doctor imports the release's PPOTrainer: that must work with the installed transformers (trl 1.12.0
     # needs >= 4.56.2, so the legacy lane cannot run it)
     probe = subprocess.run([sys.executable, "-c", "from trl_doctor.facts.trl import trainer_class; assert trainer_class('ppo')"],

@@ -54,7 +54,10 @@ def _unmet(requires: dict) -> str | None:
 
 @pytest.fixture(scope="session")
 def corpus_models():
-    proc = subprocess.run([sys.executable, str(CORPUS / "build.py")], capture_output=True, text=True)
+    from conftest import exclusive
+
+    with exclusive(CORPUS / ".build.lock"):  # one xdist worker builds, the other finds them built
+        proc = subprocess.run([sys.executable, str(CORPUS / "build.py")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return CORPUS / "models"
 

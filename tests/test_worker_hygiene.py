@@ -201,18 +201,22 @@ def test_user_output_shaped_like_the_protocol_changes_nothing(built_fixtures, tm
     case.assert_clean()
 
 
-def test_a_forged_done_on_the_channel_is_never_a_pass(built_fixtures, tmp_path):
-    # user code that finds the channel's descriptor and writes a whole `done` line into every pipe it has
-    module = """
+def _into_every_pipe(line: str) -> str:
+    """A reward module that writes `line` into every pipe descriptor it holds (the channel to trl-doctor among them)."""
+    return f"""
 import os, stat
 for fd in range(3, 64):
     try:
         if stat.S_ISFIFO(os.fstat(fd).st_mode):
-            os.write(fd, b'{"version": 1, "kind": "done"}\\n')
+            os.write(fd, {(line + chr(10)).encode()!r})
     except OSError:
         pass
 """
-    case = Hostile(tmp_path, module)
+
+
+def test_a_forged_done_on_the_channel_is_never_a_pass(built_fixtures, tmp_path):
+    # user code that finds the channel's descriptor and writes a whole `done` line into every pipe it has
+    case = Hostile(tmp_path, _into_every_pipe('{"version": 1, "kind": "done"}'))
     code, out, err = case.run("--select", "trainer-config,reward-functions,model-files")
     rules = report_of(out)
     assert code == 1, err[-2000:]
@@ -225,16 +229,7 @@ for fd in range(3, 64):
 
 
 def test_a_line_that_is_not_the_protocol_is_named_as_such(built_fixtures, tmp_path):
-    module = """
-import os, stat
-for fd in range(3, 64):
-    try:
-        if stat.S_ISFIFO(os.fstat(fd).st_mode):
-            os.write(fd, b'hello from a reward\\n')
-    except OSError:
-        pass
-"""
-    case = Hostile(tmp_path, module)
+    case = Hostile(tmp_path, _into_every_pipe("hello from a reward"))
     code, out, err = case.run("--select", "reward-functions,dataset-schema")
     rules = report_of(out)
     assert code == 1, err[-2000:]
