@@ -91,12 +91,6 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def deepspeed_installed() -> bool:
-    """Whether the deepspeed distribution is installed (its metadata, as the rules read it: a `deepspeed/` folder of
-    JSON configs beside the script is not the package)."""
-    return package_version("deepspeed") is not None
-
-
 def _on_meta(mod: Any) -> bool:
     """Whether a module's weights are meta tensors (the capture's structure-only models): no move can copy them."""
     tensor = next(mod.parameters(), None)
@@ -169,7 +163,9 @@ def relax_deepspeed(config_self: Any, relaxed: dict[str, tuple[Any, str]]) -> An
     """TrainingArguments builds its DeepSpeed plugin at construction and stops when the package is missing here.
     Returns the `deepspeed` value to put back after `__post_init__` (None when nothing was set aside)."""
     value = getattr(config_self, "deepspeed", None)
-    if not value or deepspeed_installed():
+    # installed = its distribution's metadata, as the rules read it (a deepspeed/ folder of JSON configs beside the
+    # script is importable as a namespace, but it is not the package)
+    if not value or package_version("deepspeed") is not None:
         return None
     config_self.deepspeed = None
     relaxed["deepspeed"] = (None, (
