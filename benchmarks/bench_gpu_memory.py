@@ -108,7 +108,7 @@ def write_data(folder: Path) -> str:
 def estimate_of(case: Case, model_dir: str, data: str, work: Path) -> dict:
     """The doctor's estimate for the case's config: total and CUDA context, in bytes, and the peak phase."""
     from trl_doctor import Context, Options
-    from trl_doctor._config import load_config
+    from trl_doctor.context.config import load_config
     from trl_doctor.facts.memory import estimate, plan_from_context
 
     cfg = work / f"{case.name.replace(' ', '_').replace('=', '')}.yaml"

@@ -3,7 +3,7 @@
     python benchmarks/bench_sample.py [--shape tiny|0.5b|7b] [--prompts 2] [--generations 8] [--tokens 128] [--repeat 3]
 
 A Qwen2.5-shaped model with random weights is saved (`from_config`, `save_pretrained`; bf16 on cuda, fp32 on the
-cpu) and loaded the way the doctor loads it (trl_doctor/trainer_run/worker.py `load_real_model`). Then, on the same
+cpu) and loaded the way the doctor loads it (trl_doctor/facts/trainer_run/execute.py `load_real_model`). Then, on the same
 model, batch and settings, interleaved `--repeat` times:
 - doctor: `worker._generate`, the sample's one batched generate over all prompts × generations, with the settings
   the doctor passes (the trainer's sampling settings: do_sample, temperature 1, top_p 1, top_k 0, ...);
@@ -43,7 +43,7 @@ def save_model(shape: str, device: str, folder: str) -> None:
 
 
 def plan_for(folder: str, prompts: int, generations: int, tokens: int) -> dict:
-    """The sample plan as trainer_run/parent.py builds it: prompts of different lengths (left padding), the trainer's
+    """The sample plan as trainer_run/plan.py builds it: prompts of different lengths (left padding), the trainer's
     sampling settings (GRPOConfig's defaults)."""
     import random
 
@@ -91,7 +91,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from trl_doctor.trainer_run import worker
+    from trl_doctor.facts.trainer_run import execute as worker
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     shape = args.shape or ("0.5b" if device == "cuda" else "tiny")

@@ -1,5 +1,5 @@
 """What the smoke step's parameter snapshot adds to memory (issue 22 item 1), before and after: the old snapshot
-cloned every parameter on its device; the new one keeps two integers per tensor (trl_doctor/trainer_run/fingerprint.py).
+cloned every parameter on its device; the new one keeps two integers per tensor (trl_doctor/facts/trainer_run/fingerprint.py).
 
     python benchmarks/bench_snapshot.py [--shape 0.5b|1.5b|7b] [--device cpu|cuda] [--dtype float32|bfloat16]
 
@@ -82,7 +82,7 @@ def clone_snapshot(model):
 
 
 def fingerprint_snapshot(model):
-    from trl_doctor.trainer_run.fingerprint import changed, fingerprints
+    from trl_doctor.facts.trainer_run.fingerprint import changed, fingerprints
 
     trainable = fingerprints((n, p) for n, p in model.named_parameters() if p.requires_grad)
     frozen = fingerprints((n, p) for n, p in model.named_parameters() if not p.requires_grad)

@@ -79,6 +79,7 @@ from trl_doctor.facts.launch import is_geometry_error, launch
 from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import config_class, field_default
 from trl_doctor.facts.trl_geometry import Evaluator, Problem, config_values, geometry_reading, plain, probe_class
+from trl_doctor.facts.trainer_config import trainer_config_info
 
 # The knobs a fix may change: (key, tier, direction). Lower tiers change less of what the job does: gradient
 # accumulation keeps the per-device memory and the group size; per_device_train_batch_size changes memory.
@@ -117,7 +118,7 @@ def check(ctx):
         yield skip(f"trl {trl_version} has no {ctx.trainer.upper()}Config, so there is no batch geometry to check "
                    "(see value-model / smoke-step for the trainer itself)")
         return
-    refused = sorted(k for k in set(ctx.trainer_config_info.type_errors) & set(field_names(cls))
+    refused = sorted(k for k in set(trainer_config_info(ctx).type_errors) & set(field_names(cls))
                      if any(w in k for w in ("batch", "generation", "steps", "accumulation", "rloo_k", "epochs")))
     if refused:
         yield skip(f"{', '.join(refused)} has a value TRL's parser refuses (see trainer-config): no batch arithmetic "
@@ -290,7 +291,7 @@ def _build(ctx, cls, raw: dict, changes: dict, procs: int) -> str | None:
             kwargs[k] = v
     kwargs.setdefault("output_dir", str(ctx.workdir / "output"))
     try:
-        kwargs.update(ctx.trainer_config_info.injected)  # use_cpu on a machine without a GPU, as TD009 builds it
+        kwargs.update(trainer_config_info(ctx).injected)  # use_cpu on a machine without a GPU, as TD009 builds it
     except Exception:
         pass
     try:

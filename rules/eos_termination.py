@@ -55,6 +55,7 @@ from trl_doctor.facts.generation import mask_eos
 from trl_doctor.facts.trl import TRAINER_CLASS, ppo_style
 from trl_doctor.facts.tokens import as_id_list
 from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
+from trl_doctor.facts.trainer_config import trainer_config
 
 
 @rule(
@@ -145,7 +146,7 @@ def check(ctx):
 
 def _limit(ctx):
     try:
-        return getattr(ctx.trainer_config, "max_completion_length", None)
+        return getattr(trainer_config(ctx), "max_completion_length", None)
     except Unavailable:
         return ctx.config.get("max_completion_length")
 
@@ -246,7 +247,7 @@ def _stop_settings(ctx) -> dict:
     """stop_token, stop_token_id, missing_eos_penalty and response_length as the trainer gets them: from the config
     object the script built (its own defaults included), else from the config's keys."""
     try:
-        cfg = ctx.trainer_config
+        cfg = trainer_config(ctx)
     except Unavailable:
         cfg = None
     raw = ctx.config.raw

@@ -55,6 +55,7 @@ from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, skip,
 from trl_doctor.facts.chat import is_conversational
 from trl_doctor.facts.generation import effective_generation, token_type_ids_reach_generate, trainer_generation_config
 from trl_doctor.facts.trl import TRAINER_CLASS, generation_without_kv_cache, trainer_source
+from trl_doctor.facts.trainer_config import trainer_config
 
 _RANK = {"pass": 0, "warn": 1, "fail": 2}
 # the value that turns a sampling filter off, for keys whose unset value (None) the merge would fill again
@@ -98,7 +99,7 @@ def check(ctx):
 
 def _config(ctx):
     try:
-        return ctx.trainer_config
+        return trainer_config(ctx)
     except Unavailable:
         return None
 

@@ -25,7 +25,7 @@ How it is detected
     torch/version.py. Precision, batch, lengths, beta, PEFT and vLLM settings are the values the installed TRL's
     config class resolves (its defaults included).
 
-    The memory estimate is for one training process per GPU (trl_doctor/_memory.py, which other rules share):
+    The memory estimate is for one training process per GPU (trl_doctor/facts/memory_estimate.py, which other rules share):
     the meta-device model's exact parameter count × the load dtype's bytes for the weights; gradients and
     optimizer states of what trains (all weights, or the fp32 LoRA adapters: r × (in + out) per targeted linear);
     a reference copy when beta != 0 without PEFT; reward and value models built on the meta device; activations

@@ -53,6 +53,7 @@ from trl_doctor import fail, manual, passed, rule, skip
 
 from trl_doctor.facts.models import remote_code
 from trl_doctor.facts.trainer_run import trainer_run
+from trl_doctor.facts.trainer_config import trainer_config
 
 
 @rule(
@@ -189,7 +190,7 @@ def _probe_error(probe: dict, versions: str, remote):
 
 def _memory(ctx, vocab: int) -> dict[str, str]:
     """Logits memory per forward at the config's per-device batch and lengths, expected vs what the mismatch costs."""
-    cfg = ctx.trainer_config
+    cfg = trainer_config(ctx)
     batch = getattr(cfg, "per_device_train_batch_size", 1) or 1
     completion = getattr(cfg, "max_completion_length", None) or 256
     prompt = getattr(cfg, "max_prompt_length", None)

@@ -44,13 +44,13 @@ Versions
     rule reads the installed config class's `bf16` default and its `__post_init__`. TRL 1.x loads float32 when
     no dtype is given (trl/trainer/utils.py: `kwargs.get("dtype", "float32")`); TRL 0.x passes `torch_dtype`
     on to transformers, whose default is float32 before 5.0 and "auto" (the checkpoint's) from 5.0: the
-    installed code is read (trl_doctor/_memory.py's policy_dtype). transformers >= 5 falls back to the Hub
+    installed code is read (trl_doctor/facts/memory_estimate.py's policy_dtype). transformers >= 5 falls back to the Hub
     kernel `kernels-community/flash-attn2` when flash_attn is missing and the `kernels` package is installed
     (read from its modeling_utils.py); that needs the Hub or a cached kernel, so it is a warning.
 
 How it is detected
     bf16 and fp16 are the values the installed TRL config resolves (its defaults included). The GPUs come from
-    NVML (trl_doctor._env.gpus(), CUDA_VISIBLE_DEVICES applied): compute capability of each visible GPU. The
+    NVML (trl_doctor.context.env.gpus(), CUDA_VISIBLE_DEVICES applied): compute capability of each visible GPU. The
     attention implementation is `model_init_kwargs.attn_implementation`, else the `attn_implementation` key
     (TRL's ModelConfig, which the CLI puts into model_init_kwargs), else config.json's; the flash-attention
     packages are looked up with importlib.util.find_spec and their distribution metadata, then imported in a

@@ -68,7 +68,6 @@ What the fix does
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +78,8 @@ from trl_doctor.facts.text import read_json as _read_json
 from trl_doctor.facts.trl import TRAINER_CLASS, trainer_mentions
 from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, call_reward, is_async, new_stats,
                                      record_values, reward_call, reward_fence, reward_problem, resolve_reward)
+from trl_doctor.facts.text import config_relative
+from trl_doctor.facts.trainer_config import trainer_config
 
 ROWS = 2  # dataset rows the functions are called on
 COMPLETIONS = (  # two synthetic completions per prompt, so group-relative rewards can differ
@@ -319,7 +320,7 @@ def _trainer_state(ctx):
     """The TrainerState the first step hands reward functions: transformers' own class, built from the trainer
     config (already loaded for other rules, so the import is cheap), else a stand-in with its common fields."""
     try:
-        cfg = ctx.trainer_config
+        cfg = trainer_config(ctx)
         from transformers import TrainerState
 
         return TrainerState(max_steps=cfg.max_steps, num_train_epochs=cfg.num_train_epochs,
@@ -388,7 +389,7 @@ def _probe(ctx, name: str, func, call: RewardCall, inputs: dict | None, trl_vers
         signature = inspect.signature(func)
     except (TypeError, ValueError):
         signature = None
-    short = lambda path: _short(path, ctx)  # noqa: E731
+    short = lambda path: config_relative(ctx, path)  # noqa: E731
     stats = new_stats()
     if inputs is not None:
         kwargs = inputs["kwargs"]
@@ -476,6 +477,3 @@ def _folder_hint(ctx, name: str) -> str:
     return ""
 
 
-def _short(path: str, ctx) -> str:
-    base = str(ctx.config.base_dir)
-    return os.path.relpath(path, base) if path.startswith(base) else path

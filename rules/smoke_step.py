@@ -78,11 +78,11 @@ What the fix does
 from __future__ import annotations
 
 import math
-import os
 
 from trl_doctor import Location, fail, manual, passed, rule, skip, warn
 
 from trl_doctor.facts.trainer_run import MAX_COMPLETION, trainer_gap, trainer_run
+from trl_doctor.facts.text import config_relative
 
 
 @rule(
@@ -151,7 +151,7 @@ def explain_failure(error: dict, spec: dict, ctx) -> tuple[str, dict]:
 def _reward_problem(name: str, s: dict, ctx) -> str | None:
     from trl_doctor.facts.rewards import reward_problem
 
-    return reward_problem(name, s, ctx.version("trl"), lambda path: _short(path, ctx))
+    return reward_problem(name, s, ctx.version("trl"), lambda path: config_relative(ctx, path))
 
 
 def _is_oom(error: dict) -> bool:
@@ -373,6 +373,3 @@ def _size(parameters: int) -> str:
     return str(parameters)
 
 
-def _short(path: str, ctx) -> str:
-    base = str(ctx.config.base_dir)
-    return os.path.relpath(path, base) if path.startswith(base) else path

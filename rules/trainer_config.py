@@ -42,11 +42,12 @@ import os
 from pathlib import Path
 
 from trl_doctor import DELETE, Edit, Fix, Location, fail, manual, passed, rule, warn
+from trl_doctor.facts.trainer_config import trainer_config_info
 
 
 @rule(id="TD009", slug="trainer-config", title="The installed TRL accepts every key and value of the config")
 def check(ctx):
-    info = ctx.trainer_config_info
+    info = trainer_config_info(ctx)
     details = {"config class": info.class_name, "trl": info.trl_version}
     if info.injected:
         details["set by the doctor to build it here"] = ", ".join(f"{k}={v}" for k, v in info.injected.items())

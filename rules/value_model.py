@@ -76,6 +76,7 @@ from pathlib import Path
 from trl_doctor import Edit, Fix, InputError, fail, manual, passed, rule, warn
 from trl_doctor.facts.models import SCRIPT_OBJECT, ScoreHead, score_head, score_rows
 from trl_doctor.facts.trl import ppo_trains_value_model, ppo_without_value_model, trainer_class, trainer_source
+from trl_doctor.facts.text import load_error
 
 LAST_PPO_RELEASE = "1.12.0"
 PPO_REMOVED_IN = "1.13.0"
@@ -257,7 +258,7 @@ def _import_error() -> str:
             with warnings.catch_warnings(record=True):
                 getattr(importlib.import_module(module), "PPOTrainer")
         except Exception as exc:  # the reason is what the user needs
-            last = f"{type(exc).__name__}: {_one_line(exc)}"
+            last = f"{type(exc).__name__}: {load_error(exc)}"
         else:
             return "it imports here"
     return last
@@ -296,7 +297,7 @@ def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str,
     try:
         mcfg = AutoConfig.from_pretrained(str(path), trust_remote_code=trc, local_files_only=True)
     except Exception as exc:
-        raise InputError(f"{cfg_file}: cannot load the model config: {_one_line(exc)}") from None
+        raise InputError(f"{cfg_file}: cannot load the model config: {load_error(exc)}") from None
     text = mcfg.get_text_config() if hasattr(mcfg, "get_text_config") else mcfg
     archs = list(getattr(mcfg, "architectures", None) or [])
     vocab_size = getattr(text, "vocab_size", None)
@@ -403,7 +404,7 @@ def _compare_tokenizer(ctx, path: Path, policy: dict, facts: dict) -> tuple[str,
     try:
         tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=ctx.options.trust_remote_code, local_files_only=True)
     except Exception as exc:
-        facts["tokenizer"] = f"cannot load the tokenizer in {path}: {_one_line(exc)}"
+        facts["tokenizer"] = f"cannot load the tokenizer in {path}: {load_error(exc)}"
         return None
     theirs = tok.get_vocab()
     diffs = []
@@ -443,12 +444,6 @@ def _shown(ctx, path: Path) -> str:
     except ValueError:
         return str(path)
 
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    if "trust_remote_code" in text:
-        text = "it contains custom code (auto_map) that trl-doctor runs only with --trust-remote-code"
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _same_reference(ctx):

@@ -107,6 +107,7 @@ from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, manual,
 
 from trl_doctor.facts.locations import config_key
 from trl_doctor.facts.tokens import as_id_list, embedding_rows, vocab_size_on_disk
+from trl_doctor.facts.settings import as_mapping
 from trl_doctor.facts.trl import TRAINER_CLASS
 from trl_doctor.facts.vllm import installed_config_field, installed_trl_vllm_path, load_as_vllm
 
@@ -572,13 +573,7 @@ def _truthy(value) -> bool:
 
 
 def _generation_kwargs(raw: dict) -> dict:
-    value = raw.get("generation_kwargs")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            return {}
-    return dict(value) if isinstance(value, dict) else {}
+    return as_mapping(raw.get("generation_kwargs"))
 
 
 def _as_list(value) -> list:

@@ -23,7 +23,7 @@ import build as fixture_build  # noqa: E402  (fixtures/build.py)
 
 @pytest.fixture(scope="session", autouse=True)
 def warm_worker_server(tmp_path_factory):
-    """A fork server for the check workers of this session (trl_doctor/_forkserver.py): every check still runs
+    """A fork server for the check workers of this session (trl_doctor/supervisor/forkserver.py): every check still runs
     in a fresh worker process of its own, forked from one that imported torch, transformers and TRL once.
     TRL_DOCTOR_TEST_NO_FORKSERVER=1 makes every check start its worker from scratch, as a user's does."""
     if os.environ.get("TRL_DOCTOR_TEST_NO_FORKSERVER"):
@@ -32,7 +32,7 @@ def warm_worker_server(tmp_path_factory):
     import time
 
     sock = str(tmp_path_factory.mktemp("forkserver") / "s")
-    proc = subprocess.Popen([sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "trl_doctor._forkserver",
+    proc = subprocess.Popen([sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "trl_doctor.supervisor.forkserver",
                              sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
     while not Path(sock + ".json").exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -99,7 +99,7 @@ def run_doctor(*args: str, cwd: Path | None = None, env: dict | None = None, tim
 def _run_in_process(args: list[str]) -> subprocess.CompletedProcess:
     from click.testing import CliRunner
 
-    from trl_doctor._cli import main
+    from trl_doctor.front.cli import main
 
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     return subprocess.CompletedProcess(["trl-doctor", *args], result.exit_code, result.stdout, result.stderr)
@@ -120,11 +120,11 @@ def result_of(report: dict, rule: str) -> dict:
 def rule_in_this_process(config, slug: str) -> tuple[int, dict]:
     """(exit status, json result) of one rule run by the engine in this process: a check's rules run in a worker
     process, which a monkeypatch made here does not reach."""
-    from trl_doctor._config import load_config
-    from trl_doctor._context import Context, Options
-    from trl_doctor._engine import exit_status, run_rule
-    from trl_doctor._formats import result_dict
-    from trl_doctor._registry import builtin_rules
+    from trl_doctor.context.config import load_config
+    from trl_doctor.context.context import Context, Options
+    from trl_doctor.worker.engine import exit_status, run_rule
+    from trl_doctor.report.formats import result_dict
+    from trl_doctor.registry import builtin_rules
 
     (the_rule,) = [r for r in builtin_rules() if r.slug == slug]
     with Context(load_config(config), Options(smoke=False)) as ctx:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import trl_doctor
 from conftest import ROOT
-from trl_doctor._registry import builtin_rules
+from trl_doctor.registry import builtin_rules
 
 pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 
@@ -70,7 +70,7 @@ def test_engine_facts_and_trainer_run_never_import_a_rule():
             absolute = module if not level else "trl_doctor." + module  # good enough for trl_doctor/*.py
             if absolute.startswith("trl_doctor.rules.") or module.startswith("rules"):
                 bad.append(f"{where}: imports the rule module `{module}`")
-            elif absolute in ("trl_doctor", "trl_doctor.") and "rules" in names and path.name != "_registry.py":
+            elif absolute in ("trl_doctor", "trl_doctor.") and "rules" in names and path.name != "registry.py":
                 bad.append(f"{where}: imports the rules package outside the registry")
     assert not bad, "\n".join(bad)
 
@@ -80,13 +80,13 @@ def test_the_meta_test_catches_a_breach(tmp_path):
     src = tmp_path / "leaky.py"
     src.write_text("from trl_doctor import fail, _fixer\n"
                    "def check(ctx):\n"
-                   "    from trl_doctor._memory import estimate\n"
+                   "    from trl_doctor.fix.fixer import plan\n"
                    "    from .batch_geometry import launch_processes\n"
                    "    from trl_doctor.facts.launch import gpus\n"
                    "    import json\n")
     found = rule_breaches_at(src)
     assert len(found) == 3, found
-    assert "_fixer" in found[0] and "trl_doctor._memory" in found[1] and "relative import" in found[2]
+    assert "_fixer" in found[0] and "trl_doctor.fix.fixer" in found[1] and "relative import" in found[2]
 
 
 def rule_breaches_at(path: Path) -> list[str]:
@@ -106,7 +106,7 @@ def rule_breaches_at(path: Path) -> list[str]:
 def test_the_printing_process_imports_no_heavy_package():
     import subprocess
 
-    code = ("import sys; from trl_doctor import _cli, _registry; _registry.all_rules(); "
+    code = ("import sys; from trl_doctor.front import cli; from trl_doctor import registry; registry.all_rules(); "
             "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets', 'vllm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -116,7 +116,7 @@ def test_a_whole_check_leaves_the_printing_process_without_the_heavy_stack(built
     import subprocess
 
     config = built_fixtures / "smoke-step" / "ok_grpo_qwen2.yaml"
-    code = ("import sys\nfrom click.testing import CliRunner\nfrom trl_doctor._cli import main\n"
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom trl_doctor.front.cli import main\n"
             f"r = CliRunner().invoke(main, ['check', {str(config)!r}, '--format', 'json'])\n"
             # exit 1 is allowed: logits-contract fails by design on the legacy lane's pair
             "assert r.exit_code in (0, 1), r.output\nassert '\"smoke-step\"' in r.output\n"
@@ -124,3 +124,65 @@ def test_a_whole_check_leaves_the_printing_process_without_the_heavy_stack(built
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# The floors of the house, top to bottom (docs/architecture.md draws them): a module imports its own floor and
+# the floors below it. The one import that runs back up is discovery: the registry finds the rules.
+FLOORS = {
+    "front": 0, "__main__": 0,
+    "supervisor": 1, "report": 1, "fix": 1,
+    "worker": 2,
+    "capture": 3,
+    "plugin": 4, "rules": 4,
+    "facts": 5,
+    "context": 6,
+    "runtime": 7,
+    "errors": 8, "types": 8, "registry": 8, "protocol": 8, "cache": 8, "version": 8, "wording": 8,
+}
+ALLOWED_UPWARD = {("trl_doctor/registry.py", "trl_doctor.rules")}  # discovery of the built-in rules
+
+
+def floor_of(module: str) -> int | None:
+    parts = module.split(".")
+    return FLOORS.get(parts[1]) if len(parts) > 1 and parts[0] == "trl_doctor" else None
+
+
+def upward_imports(package: Path) -> list[tuple[str, str]]:
+    """(file, module) for every import, at any depth, of a floor above the importing module's."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent)
+        parts = rel.with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        pkg = module if parts[-1] == "__init__" else module.rsplit(".", 1)[0]
+        here = floor_of(module)
+        if here is None:
+            continue
+        for _, target, names, level in imports(path):
+            if level:
+                base = pkg.split(".")[: len(pkg.split(".")) - (level - 1)]
+                target = ".".join(base + ([target] if target else []))
+            targets = [f"{target}.{n}" for n in names] if target == "trl_doctor" else [target]
+            for t in targets:
+                there = floor_of(t)
+                if there is not None and there < here:
+                    out.append((str(rel), t))
+    return out
+
+
+def test_every_module_has_a_floor():
+    tops = {p.stem for p in ENGINE.glob("*.py") if p.stem != "__init__"} | {
+        p.name for p in ENGINE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert tops - set(FLOORS) == set(), "a new top-level module needs a floor in FLOORS and docs/architecture.md"
+
+
+def test_imports_run_down_the_floors():
+    ups = set(upward_imports(ENGINE))
+    assert ups <= ALLOWED_UPWARD, "\n".join(f"{f} imports {m}" for f, m in sorted(ups - ALLOWED_UPWARD))
+
+
+def test_the_floor_test_sees_an_upward_import(tmp_path):
+    pkg = tmp_path / "trl_doctor"
+    (pkg / "facts").mkdir(parents=True)
+    (pkg / "facts" / "leak.py").write_text("def f():\n    from ..front.cli import main\n    from trl_doctor import wording\n")
+    assert upward_imports(pkg) == [("trl_doctor/facts/leak.py", "trl_doctor.front.cli")]

@@ -1,4 +1,4 @@
-"""The cheap checks every input passes before a library parses it (trl_doctor/_config.py, trl_doctor/_inputs.py,
+"""The cheap checks every input passes before a library parses it (trl_doctor/context/config.py, trl_doctor/context/inputs.py,
 trl_doctor/facts/weights.py, trl_doctor/facts/parsing.py): each broken input is one InputError naming the file and
 what is wrong, or a finding naming the key; none reaches a rule as a crash. The command-line view of the same
 inputs is tests/test_fuzz.py."""
@@ -13,9 +13,9 @@ import struct
 import pytest
 
 from conftest import FIXTURES, run_doctor
-from trl_doctor._config import load_raw
-from trl_doctor._errors import InputError
-from trl_doctor._inputs import check_dataset_file, check_model_config, check_tokenizer_files
+from trl_doctor.context.config import load_raw
+from trl_doctor.errors import InputError
+from trl_doctor.context.inputs import check_dataset_file, check_model_config, check_tokenizer_files
 from trl_doctor.facts.parsing import parse_as_trl
 from trl_doctor.facts.weights import weights
 
@@ -75,7 +75,7 @@ def test_deep_json_huge_files_and_pipes_are_refused_before_parsing(tmp_path):
 def test_paths_no_system_can_open_are_named(tmp_path, ref, match):
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"model_name_or_path": ref}))
-    from trl_doctor._config import load_config
+    from trl_doctor.context.config import load_config
 
     message = raises(load_config, str(config), match=match)
     assert "`model_name_or_path`" in message
@@ -217,7 +217,7 @@ def test_the_batch_planner_stays_small_for_a_huge_value():
 
 
 def test_an_unexpected_stop_is_one_line_and_names_the_input():
-    from trl_doctor._cli import _unexpected
+    from trl_doctor.front.cli import _unexpected
 
     assert _unexpected(RecursionError(), ("c.yaml",), False) == "c.yaml: an input is nested too deeply to check"
     line = _unexpected(ValueError("x\ny"), ("c.yaml",), False)

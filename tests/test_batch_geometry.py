@@ -190,8 +190,8 @@ def test_the_launch_fact_reads_the_accelerate_settings(built_fixtures, fake_gpus
     as written (its DeepSpeed JSON too); TRL's built-in configs by name."""
     import json
 
-    from trl_doctor._config import load_config
-    from trl_doctor._context import Context
+    from trl_doctor.context.config import load_config
+    from trl_doctor.context.context import Context
     from trl_doctor.facts.launch import DeepSpeedSettings, launch
     from trl_doctor.facts.trl import trl_root
 

@@ -81,7 +81,7 @@ def test_moves_of_the_structure_only_model_reach_the_trainer(tmp_path, move):
 def test_a_deepspeed_folder_beside_the_script_is_not_the_package(tmp_path):
     """`ds/` or `deepspeed/` folders of JSON configs are common in recipes; with the script's folder first on
     sys.path a `deepspeed/` folder is an importable namespace, which is not the package."""
-    from trl_doctor._env import package_version
+    from trl_doctor.context.env import package_version
 
     if package_version("deepspeed") is not None:
         pytest.skip("deepspeed is installed here")

@@ -8,14 +8,12 @@ import pytest
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
 import yaml
 
 from conftest import run_doctor, trl_doctor_exe

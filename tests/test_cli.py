@@ -96,7 +96,7 @@ def test_trainer_inferred_from_ppo_keys(built_fixtures):
 
 def test_select_and_ignore_take_ids_and_slugs(built_fixtures):
     cfg = str(built_fixtures / "trainer-config" / "ok_grpo.yaml")
-    from trl_doctor._registry import all_rules
+    from trl_doctor.registry import all_rules
 
     _, report = run_json("check", cfg, "--select", "td001,trainer-config")
     assert [r["id"] for r in report["results"]] == ["TD001", "TD009"]
@@ -108,7 +108,7 @@ def test_select_and_ignore_take_ids_and_slugs(built_fixtures):
 def test_help_imports_nothing_heavy():
     code = (
         "import sys\n"
-        "from trl_doctor._cli import main\n"
+        "from trl_doctor.front.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "main_mods = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'vllm', 'pynvml') if m in sys.modules]\n"
         "print('HEAVY', main_mods)\n"
@@ -120,7 +120,7 @@ def test_help_imports_nothing_heavy():
 def test_rules_and_explain_import_nothing_heavy():
     code = (
         "import sys\n"
-        "from trl_doctor._registry import all_rules\n"
+        "from trl_doctor.registry import all_rules\n"
         "rules = all_rules()\n"
         "print('HEAVY', [m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules], len(rules))\n"
     )

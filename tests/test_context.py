@@ -8,7 +8,7 @@ import json
 import pytest
 
 from trl_doctor import Context, Options
-from trl_doctor._config import load_config
+from trl_doctor.context.config import load_config
 
 pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 
@@ -58,7 +58,7 @@ def test_twin_keeps_architecture_vocab_and_special_ids(built_fixtures, name):
             assert twin.get_input_embeddings().weight.shape[0] == real.vocab_size
             assert twin.get_output_embeddings().weight.shape[0] == real.vocab_size
             # the same seed gives the same weights: probes on the twin are repeatable
-            from trl_doctor._twin import build_twin
+            from trl_doctor.context.twin import build_twin
 
             again = build_twin(real)
             import torch

@@ -141,7 +141,7 @@ def test_ppo_counts_response_length(built_fixtures):
 
 def _context(config):
     from trl_doctor import Context, Options
-    from trl_doctor._config import load_config
+    from trl_doctor.context.config import load_config
 
     return Context(load_config(config), Options(smoke=False))
 

@@ -91,8 +91,8 @@ def test_checkpointing_default_is_what_the_installed_transformers_does(tmp_path)
 
     import transformers
 
-    from trl_doctor._config import load_config
-    from trl_doctor._context import Context, Options
+    from trl_doctor.context.config import load_config
+    from trl_doctor.context.context import Context, Options
     from trl_doctor.facts.launch import checkpointing_reentrant
 
     model_dir = FIXTURES / "models" / "qwen2-chat"

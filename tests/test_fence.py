@@ -1,4 +1,4 @@
-"""The user's code runs in the check's worker inside a fence (trl_doctor._fence): a reward module's import, a reward
+"""The user's code runs in the check's worker inside a fence (trl_doctor.runtime.fence): a reward module's import, a reward
 function's call, a chat template's render. Through the real command: code that ends the worker (an exit status, a
 segfault), hangs (stopped at --user-code-timeout), floods the log, closes the worker's stdout and stderr or deletes
 an input file fails the rule that ran it with the cause, every other rule is still reported (none `error`), the
@@ -27,7 +27,7 @@ FENCE_SLACK_S = 5  # a stopped fence ends this soon after its limit (the supervi
 
 
 def builtin_ids() -> set[str]:
-    from trl_doctor._registry import builtin_rules
+    from trl_doctor.registry import builtin_rules
 
     return {r.id for r in builtin_rules()}
 
@@ -166,8 +166,8 @@ def test_a_json_py_in_the_current_folder_shadows_nothing(built_fixtures, tmp_pat
 # -- the fence and the supervisor's pieces ----------------------------------------------------------------------------
 
 def test_the_fence_is_silent_without_a_channel_and_announces_with_one():
-    from trl_doctor import _fence
-    from trl_doctor._protocol import read_message
+    from trl_doctor.runtime import fence as _fence
+    from trl_doctor.protocol import read_message
 
     with _fence.user_code("rewards.py (importing rewards.f)"):
         pass  # in-process use: nothing to send, nothing to stop
@@ -188,7 +188,7 @@ def test_the_fence_is_silent_without_a_channel_and_announces_with_one():
 
 
 def test_the_fence_names_input_files_the_user_code_changed(tmp_path):
-    from trl_doctor import _fence
+    from trl_doctor.runtime import fence as _fence
 
     (tmp_path / "data.jsonl").write_text("{}\n")
     (tmp_path / "config.yaml").write_text("a: 1\n")
@@ -209,7 +209,7 @@ def test_the_fence_names_input_files_the_user_code_changed(tmp_path):
 def test_the_fence_gives_the_worker_back_its_stdout_and_stderr(tmp_path):
     # in a process of its own: closing this one's descriptors would close pytest's
     log = tmp_path / "log.txt"
-    code = ("import os, sys\nfrom trl_doctor import _fence\n_fence.configure(lambda line: None)\n"
+    code = ("import os, sys\nfrom trl_doctor.runtime import fence as _fence\n_fence.configure(lambda line: None)\n"
             "with _fence.user_code('x.py (importing x.f)'):\n    sys.stdout.flush(); os.close(1); os.close(2)\n"
             "held = open(os.devnull)  # would take descriptor 1 if it stayed closed\n"
             "print('stdout after', flush=True)\nprint('stderr after', file=sys.stderr, flush=True)\n")
@@ -220,7 +220,7 @@ def test_the_fence_gives_the_worker_back_its_stdout_and_stderr(tmp_path):
 
 
 def test_a_flooded_log_keeps_its_start_and_end_and_a_tail_stays_short(tmp_path, monkeypatch):
-    from trl_doctor import _session
+    from trl_doctor.supervisor import session as _session
 
     monkeypatch.setattr(_session, "LOG_CAP", 4000)
     monkeypatch.setattr(_session, "LOG_KEEP", 1000)
@@ -237,10 +237,10 @@ def test_a_flooded_log_keeps_its_start_and_end_and_a_tail_stays_short(tmp_path, 
 
 def test_a_reward_call_past_the_limit_fails_in_process_too(built_fixtures, tmp_path):
     """Without a supervisor (the API, a notebook) the rule's own wait follows --user-code-timeout."""
-    from trl_doctor._config import load_config
-    from trl_doctor._context import Context, Options
-    from trl_doctor._engine import run_rule
-    from trl_doctor._registry import builtin_rules
+    from trl_doctor.context.config import load_config
+    from trl_doctor.context.context import Context, Options
+    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.registry import builtin_rules
 
     (tmp_path / "slow_rewards.py").write_text(
         "import time\n\ndef slow(completions, **kwargs):\n    time.sleep(3)\n    return [1.0 for _ in completions]\n")
@@ -272,7 +272,7 @@ def test_a_runaway_allocation_is_a_memory_error_of_its_rule_under_max_memory(bui
 
 
 def test_the_memory_limit_is_none_with_cuda_and_at_least_4_gib():
-    from trl_doctor._limits import memory_limit, physical_memory
+    from trl_doctor.runtime.limits import memory_limit, physical_memory
 
     assert memory_limit(None, uses_cuda=True) is None and memory_limit(0, uses_cuda=False) is None
     assert memory_limit(1, uses_cuda=False) == 4 * 2**30

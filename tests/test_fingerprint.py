@@ -1,10 +1,10 @@
-"""The smoke step's parameter fingerprints (trl_doctor/trainer_run/fingerprint.py): every change an optimizer step can
+"""The smoke step's parameter fingerprints (trl_doctor/facts/trainer_run/fingerprint.py): every change an optimizer step can
 make is seen, an untouched tensor is never reported, and they cost a bounded scratch instead of a model copy."""
 
 import pytest
 import torch
 
-from trl_doctor.trainer_run.fingerprint import CHUNK_WORDS, changed, fingerprints
+from trl_doctor.facts.trainer_run.fingerprint import CHUNK_WORDS, changed, fingerprints
 
 pytestmark = pytest.mark.release_free  # the doctor's own snapshot arithmetic: no release changes it
 

@@ -8,7 +8,7 @@ import yaml
 
 from conftest import FIXTURES, result_of, run_json
 from test_fixture_cases import case_fake_gpus, fake_gpu_env
-from trl_doctor._registry import builtin_rules
+from trl_doctor.registry import builtin_rules
 
 pytestmark = pytest.mark.slow  # the re-check after --fix runs the smoke step
 

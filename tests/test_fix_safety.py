@@ -18,8 +18,8 @@ import pytest
 
 from conftest import FIXTURES, result_of, run_doctor, run_json
 from trl_doctor import Edit, Fix, InputError
-from trl_doctor import _fixer
-from trl_doctor._hubcache import in_hub_cache
+from trl_doctor.fix import fixer as _fixer
+from trl_doctor.context.hubcache import in_hub_cache
 
 pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 
@@ -31,7 +31,8 @@ SELECT = ("--no-smoke", "--select", "pad-token")
 
 APPLY = """
 import json, sys
-from trl_doctor import Edit, Fix, _fixer
+from trl_doctor import Edit, Fix
+from trl_doctor.fix import fixer as _fixer
 fix = Fix("pad", tuple(Edit(path, set=tuple(map(tuple, pairs))) for path, pairs in json.loads(sys.argv[1])))
 print(json.dumps([[str(p), str(b)] for p, b in _fixer.apply(_fixer.plan([fix]), [fix])]))
 """
@@ -64,10 +65,10 @@ def backups(folder: Path, name: str) -> list[Path]:
 
 def pad_fix(config: Path) -> Fix:
     """The pad-token rule's own fix for `config`, from the engine in this process."""
-    from trl_doctor._config import load_config
-    from trl_doctor._context import Context, Options
-    from trl_doctor._engine import run_rule
-    from trl_doctor._registry import builtin_rules
+    from trl_doctor.context.config import load_config
+    from trl_doctor.context.context import Context, Options
+    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.registry import builtin_rules
 
     (rule,) = [r for r in builtin_rules() if r.slug == "pad-token"]
     with Context(load_config(config), Options(smoke=False)) as ctx:

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from trl_doctor import DELETE, Edit, Fix, InputError
-from trl_doctor import _fixer
+from trl_doctor.fix import fixer as _fixer
 
 pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 

@@ -78,7 +78,7 @@ def expected_statuses(expected) -> tuple[list[str], bool]:
 
 def _trainer_rule_ids() -> set[str]:
     """The rules that read the check's trainer run (their metadata's `needs`): their cases run the trainer."""
-    from trl_doctor._registry import builtin_rules
+    from trl_doctor.registry import builtin_rules
 
     return {r.id for r in builtin_rules() if "trainer_run" in r.needs}
 

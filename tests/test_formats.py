@@ -271,8 +271,8 @@ def _hand_report(tmp_path):
     """A report built by hand: a manual fix at a located key, a safe and an unsafe fix, one applied, and an
     older-style AppliedFix that says only unsafe=True."""
     from trl_doctor import Location, Status
-    from trl_doctor._formats import Report
-    from trl_doctor._types import AppliedFix, Result
+    from trl_doctor.report.formats import Report
+    from trl_doctor.types import AppliedFix, Result
 
     cfg = tmp_path / "run.yaml"
     cfg.write_text("model_name_or_path: ./m\nnum_generations: 8\n")
@@ -290,7 +290,7 @@ def _hand_report(tmp_path):
 
 
 def test_table_shows_fix_applicability(tmp_path):
-    from trl_doctor._formats import render
+    from trl_doctor.report.formats import render
 
     text = render("table", _hand_report(tmp_path))
     assert re.search(r"^XT001\s+by-hand\s+fail\s+ulimit too low\s+run\.yaml:2 num_generations$", text, re.M)
@@ -304,7 +304,7 @@ def test_table_shows_fix_applicability(tmp_path):
 
 
 def test_every_format_carries_the_location_and_applicability(tmp_path):
-    from trl_doctor._formats import render
+    from trl_doctor.report.formats import render
 
     report = _hand_report(tmp_path)
     doc = json.loads(render("json", report))

@@ -1,4 +1,4 @@
-"""TD008 gpu-capacity and the shared memory estimate (trl_doctor/_memory.py).
+"""TD008 gpu-capacity and the shared memory estimate (trl_doctor/facts/memory_estimate.py).
 
 The estimate is checked against arithmetic done by hand on real model configs (Qwen2.5-0.5B, Llama-3-8B,
 Llama-3-70B, written into fixtures/gpu-capacity/models/ as config.json only); the rule runs through the real
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, result_of, run_json
-from trl_doctor._config import load_config
-from trl_doctor._context import Context, Options
+from trl_doctor.context.config import load_config
+from trl_doctor.context.context import Context, Options
 from trl_doctor.facts.launch import gpus, torch_cuda_version, visible_gpus
 from trl_doctor.facts.memory import (
     CUDA_CONTEXT_BYTES, GiB, Plan, count_params, estimate, lora_adapter_params, plan_from_context, policy_dtype,

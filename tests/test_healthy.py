@@ -64,7 +64,7 @@ def test_no_static_rule_raises_an_alarm_on_a_healthy_fixture(built_fixtures, fak
 
 def test_the_sweep_names_every_rule_it_claims():
     """The slugs above are real rules (a renamed rule would otherwise drop out of the sweep unnoticed)."""
-    from trl_doctor._registry import all_rules
+    from trl_doctor.registry import all_rules
 
     slugs = {r.slug for r in all_rules()}
     assert set(STATIC) <= slugs, set(STATIC) - slugs

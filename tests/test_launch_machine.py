@@ -80,7 +80,7 @@ def test_target_judges_the_named_gpus_in_this_environment():
         assert "flash_attention_2, but the package flash-attn (module flash_attn) is not installed" in precision["message"]
     else:  # a machine with flash-attn: nothing to blame
         assert precision["status"] == "pass", precision
-    from trl_doctor._env import torch_cuda_version
+    from trl_doctor.context.env import torch_cuda_version
 
     code, report = run_json(*args)
     precision = result_of(report, "precision-and-attention")

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from trl_doctor import DELETE, Edit, Fix, Location, Status, fail, manual, passed, rule, warn
-from trl_doctor._locations import key_position, locate
+from trl_doctor.context.locations import key_position, locate
 
 pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 
@@ -105,7 +105,7 @@ def test_missing_path_and_folder_give_none(tmp_path):
 
 
 def test_large_files_are_not_parsed(tmp_path, monkeypatch):
-    import trl_doctor._locations as loc
+    import trl_doctor.context.locations as loc
 
     path = tmp_path / "c.json"
     path.write_text('{"a": 1}')
@@ -176,7 +176,7 @@ def test_config_key_fact(files):
 @pytest.fixture()
 def ctx(built_fixtures, tmp_path):
     from trl_doctor import Context
-    from trl_doctor._config import load_config
+    from trl_doctor.context.config import load_config
 
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(f"model_name_or_path: {built_fixtures / 'models' / 'qwen2-chat'}\nbeta: 0.0\nnum_generations: 2\n")
@@ -185,7 +185,7 @@ def ctx(built_fixtures, tmp_path):
 
 
 def _run(ctx, *findings):
-    from trl_doctor._engine import run_rule
+    from trl_doctor.worker.engine import run_rule
 
     @rule(id="XT901", slug="example-findings", title="returns the findings it is given")
     def check(_ctx):

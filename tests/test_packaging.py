@@ -34,7 +34,7 @@ def test_wheel_layout(wheel):
     assert "trl_doctor/data/known_issues.yaml" in data  # the version-skew rule's table
     assert any(n.endswith("entry_points.txt") for n in names)
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "trl-doctor = trl_doctor._cli:main" in entry_points
+    assert "trl-doctor = trl_doctor.front.cli:main" in entry_points
     # every module of the engine ships: the facts layer and the trainer run are packages of their own
     engine = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "trl_doctor").rglob("*.py") if "__pycache__" not in p.parts)
     assert [n for n in engine if n not in names] == []

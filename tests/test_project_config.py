@@ -140,7 +140,7 @@ def test_isolated_ignores_project_config_and_inline_suppressions_and_every_repor
 
 def test_the_api_takes_settings_as_the_command_line_does(project):
     """check(select="TD010") is one rule, not five characters; the project's config and the inline suppressions
-    apply as on the command line (the same path: trl_doctor._settings)."""
+    apply as on the command line (the same path: trl_doctor.front.settings)."""
     from trl_doctor import check
 
     (project / "pyproject.toml").write_text('[tool.trl-doctor]\nignore = ["trainer-config"]\nsmoke = false\n')

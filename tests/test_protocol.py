@@ -9,9 +9,10 @@ import json
 import pytest
 
 from trl_doctor import DELETE, Edit, Fix, Location, Status, manual
-from trl_doctor._protocol import ProtocolError, Request, decode_result, encode_result, message, read_message
-from trl_doctor._types import AppliedFix, Result
-from trl_doctor.trainer_run import protocol as run_protocol
+from trl_doctor.options import DEFAULTS, Options
+from trl_doctor.protocol import ProtocolError, Request, decode_result, encode_result, message, read_message
+from trl_doctor.types import AppliedFix, Result
+from trl_doctor.facts.trainer_run import protocol as run_protocol
 
 pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 
@@ -62,5 +63,25 @@ def test_trainer_run_messages_round_trip():
     assert run_protocol.Stage.from_json(run_protocol.Stage("train", 1.5).to_json()) == run_protocol.Stage("train", 1.5)
     with pytest.raises(run_protocol.ProtocolError):
         run_protocol.RunResult("exploded", {})
-    request = Request("/c.yaml", ("TD001", "TD006"), {"smoke": False}, done=("TD001",))
-    assert Request.from_json(request.to_json()) == request
+    request = Request("/c.yaml", ("TD001", "TD006"), Options(smoke=False, target="8xH100-80GB"), done=("TD001",))
+    back = Request.from_json(request.to_json())
+    assert back == request and isinstance(back.options, Options) and back.options.smoke is False
+
+
+def test_the_options_cross_the_pipe_typed_and_an_unknown_one_is_refused():
+    sent = json.loads(Request("/c.yaml", ("TD001",), Options(user_code_timeout=5.0)).to_json())
+    assert sent["options"]["user_code_timeout"] == 5.0 and sent["options"]["smoke_timeout"] == DEFAULTS.smoke_timeout
+    sent["options"]["no_such_knob"] = 1
+    with pytest.raises(ProtocolError, match="no_such_knob"):
+        Request.from_json(json.dumps(sent))
+
+
+def test_each_default_is_written_once_and_the_command_line_shows_it():
+    from click.testing import CliRunner
+
+    from trl_doctor.front.cli import main
+
+    help_text = " ".join(CliRunner().invoke(main, ["check", "--help"], terminal_width=400).output.split())
+    for flag, value in (("--smoke-timeout", DEFAULTS.smoke_timeout), ("--script-timeout", DEFAULTS.script_timeout),
+                        ("--user-code-timeout", DEFAULTS.user_code_timeout)):
+        assert f"{flag} " in help_text and f"[default: {value}]" in help_text.split(flag, 1)[1].split("--", 1)[0]

@@ -52,11 +52,11 @@ def test_a_reward_needing_a_column_the_dataset_lacks_still_fails():
 def rule_result(config: Path, timeout: float = 60.0) -> dict:
     """The rule run by the engine in this (the main) thread, without the worker's supervisor: only the doctor's
     own time limit can stop a call here."""
-    from trl_doctor._config import load_config
-    from trl_doctor._context import Context, Options
-    from trl_doctor._engine import run_rule
-    from trl_doctor._formats import result_dict
-    from trl_doctor._registry import builtin_rules
+    from trl_doctor.context.config import load_config
+    from trl_doctor.context.context import Context, Options
+    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.report.formats import result_dict
+    from trl_doctor.registry import builtin_rules
 
     (the_rule,) = [r for r in builtin_rules() if r.slug == "reward-functions"]
     with Context(load_config(config), Options(smoke=False, user_code_timeout=timeout)) as ctx:

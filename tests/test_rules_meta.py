@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from conftest import FIXTURES, run_doctor
-from trl_doctor._registry import all_rules, builtin_rules
+from trl_doctor.registry import all_rules, builtin_rules
 
 HEADINGS = ("What goes wrong", "How it is detected", "What the fix does")
 

@@ -184,7 +184,7 @@ def _real_size_ctx(tmp_path, built_fixtures, weights: bool):
     import shutil
 
     from trl_doctor import Context, Options
-    from trl_doctor._config import load_config
+    from trl_doctor.context.config import load_config
 
     model = tmp_path / "qwen2.5-0.5b"
     shutil.copytree(built_fixtures / "gpu-capacity" / "models" / "qwen2.5-0.5b", model)
@@ -205,8 +205,8 @@ def _gpu(free_gib: float, total_gib: float = 80.0, index: int = 0) -> dict:
 def test_real_model_is_used_only_when_its_step_fits(tmp_path, built_fixtures):
     from dataclasses import replace
 
-    from trl_doctor.trainer_run.fingerprint import SCRATCH_BYTES
-    from trl_doctor.trainer_run.parent import doctor_overhead, real_model_fits, smoke_plan
+    from trl_doctor.facts.trainer_run.fingerprint import SCRATCH_BYTES
+    from trl_doctor.facts.trainer_run.plan import doctor_overhead, real_model_fits, smoke_plan
 
     with _real_size_ctx(tmp_path, built_fixtures, weights=True) as ctx:
         plan = smoke_plan(ctx)
@@ -233,7 +233,7 @@ def test_real_model_is_used_only_when_its_step_fits(tmp_path, built_fixtures):
 
 
 def test_real_model_needs_safetensors_weights(tmp_path, built_fixtures):
-    from trl_doctor.trainer_run.parent import real_model_fits
+    from trl_doctor.facts.trainer_run.plan import real_model_fits
 
     with _real_size_ctx(tmp_path, built_fixtures, weights=False) as ctx:
         fits, why = real_model_fits(ctx, _gpu(70))
@@ -241,7 +241,7 @@ def test_real_model_needs_safetensors_weights(tmp_path, built_fixtures):
 
 
 def test_step_runs_on_the_first_visible_gpu():
-    from trl_doctor.trainer_run.parent import step_gpu
+    from trl_doctor.facts.trainer_run.plan import step_gpu
 
     gpus = [_gpu(10, index=0), _gpu(70, index=1)]
     assert step_gpu(gpus, None)["index"] == 0
@@ -335,7 +335,7 @@ def _sized_ctx(tmp_path, built_fixtures, model: str, **options):
     import shutil
 
     from trl_doctor import Context, Options
-    from trl_doctor._config import load_config
+    from trl_doctor.context.config import load_config
 
     folder = tmp_path / model
     shutil.copytree(built_fixtures / "gpu-capacity" / "models" / model, folder)
@@ -348,7 +348,7 @@ def _sized_ctx(tmp_path, built_fixtures, model: str, **options):
 
 
 def test_sample_is_refused_on_the_cpu_for_a_big_or_slow_model(tmp_path, built_fixtures):
-    from trl_doctor.trainer_run.parent import sample_plan
+    from trl_doctor.facts.trainer_run.plan import sample_plan
 
     with _sized_ctx(tmp_path, built_fixtures, "llama-3-8b", sample=2) as ctx:
         plan = sample_plan(ctx, twin=True)
@@ -368,7 +368,7 @@ def test_sample_is_refused_on_the_cpu_for_a_big_or_slow_model(tmp_path, built_fi
 def test_sample_runs_by_default_only_where_the_step_ran_the_real_model(tmp_path, built_fixtures):
     """No --sample: nothing on the CPU (the twin); on a GPU where the step ran the real model, 2 prompts. The GPU run
     itself is not exercised here (no GPU in CI): the decision is."""
-    from trl_doctor.trainer_run.parent import SAMPLE_ON_GPU, sample_plan
+    from trl_doctor.facts.trainer_run.plan import SAMPLE_ON_GPU, sample_plan
 
     with _sized_ctx(tmp_path, built_fixtures, "qwen2.5-0.5b") as ctx:
         assert sample_plan(ctx, twin=True) == {}
@@ -376,7 +376,7 @@ def test_sample_runs_by_default_only_where_the_step_ran_the_real_model(tmp_path,
         assert sample_plan(ctx, twin=False) == {}
     with _sized_ctx(tmp_path / "c", built_fixtures, "qwen2.5-0.5b", smoke_timeout=1e5) as ctx:
         # the launch machine's GPU, as torch reports it there (the context's cached answer for `ctx.device`)
-        ctx._cache[("trl_doctor._context.Context.device", ())] = (True, "cuda")
+        ctx._cache[("trl_doctor.context.context.Context.device", ())] = (True, "cuda")
         plan = sample_plan(ctx, twin=False)
     assert plan["n"] == SAMPLE_ON_GPU == 2 and plan["why"].startswith("by default on the GPU")
     assert "refused" not in plan and plan["device"] == "cuda"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import json
-from pathlib import Path
 
 import pytest
 

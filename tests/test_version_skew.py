@@ -228,7 +228,7 @@ def test_entry_against_real_versions(entry_id):
 
 
 def test_the_table_is_well_formed():
-    from trl_doctor._registry import builtin_rules
+    from trl_doctor.registry import builtin_rules
 
     slugs = {r.slug for r in builtin_rules()}
     assert [e["id"] for e in TABLE] == [f"KI{i:03d}" for i in range(1, len(TABLE) + 1)]
@@ -290,7 +290,7 @@ def in_process(*args):
     """The command run in this process, so that a monkeypatched environment reaches it."""
     from click.testing import CliRunner
 
-    from trl_doctor._cli import main
+    from trl_doctor.front.cli import main
 
     result = CliRunner().invoke(main, list(args), catch_exceptions=False)
     return result.exit_code, result.stdout
@@ -377,7 +377,7 @@ def test_env_prints_the_skew_section_and_json_findings(monkeypatch):
 def test_env_and_the_rule_import_nothing_heavy():
     code = (
         "import sys\n"
-        "from trl_doctor._cli import main\n"
+        "from trl_doctor.front.cli import main\n"
         "try:\n    main(['env'])\nexcept SystemExit:\n    pass\n"
         "try:\n"
         f"    main(['check', {str(SKEW / 'ok_grpo.yaml')!r}, '--select', 'version-skew', '--no-smoke'])\n"

@@ -321,10 +321,10 @@ def test_numbers_loops_and_devices_are_one_line_input_errors(built_fixtures, tmp
 def test_an_allocation_failure_in_a_rule_is_a_finding_about_memory(built_fixtures, tmp_path, raised):
     import torch  # noqa: F401  (the rule raises torch's own error)
 
-    from trl_doctor._config import load_config
-    from trl_doctor._context import Context, Options
-    from trl_doctor._engine import run_rule
-    from trl_doctor._registry import Rule
+    from trl_doctor.context.config import load_config
+    from trl_doctor.context.context import Context, Options
+    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.registry import Rule
 
     setup = badinputs.build_setup(tmp_path)
     error = eval(raised)

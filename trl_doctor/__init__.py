@@ -4,21 +4,26 @@ The public API that rule modules (built-in and third-party) import. Everything e
 Importing this package imports nothing heavy: torch, transformers and trl load inside the context.
 """
 
-from ._context import Context, Options
-from ._errors import InputError, Unavailable
-from ._registry import Rule, rule
-from ._types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
-from ._version import __version__
+from trl_doctor.errors import InputError, Unavailable
+from trl_doctor.options import Options
+from trl_doctor.registry import Rule, rule
+from trl_doctor.types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
+from trl_doctor.version import __version__
 
 
 def __getattr__(name: str):
-    """The Python API, imported on first use: `check`, `Report` and `DoctorCallback`."""
+    """Imported on first use, so that importing any part of the package never loads the floors above it: the
+    Python API (`check`, `Report`, `DoctorCallback`) and the check context (`Context`)."""
+    if name == "Context":
+        from trl_doctor.context.context import Context
+
+        return Context
     if name in ("check", "Report"):
-        from . import _api
+        from trl_doctor.front import api as _api
 
         return getattr(_api, name)
     if name == "DoctorCallback":
-        from ._callback import DoctorCallback
+        from trl_doctor.front.callback import DoctorCallback
 
         return DoctorCallback
     raise AttributeError(f"module 'trl_doctor' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """`python -m trl_doctor` runs the command line."""
 
-from ._cli import main
+from trl_doctor.front.cli import main
 
 main()

@@ -10,8 +10,9 @@ The contract:
 - `@rule(id=..., slug=..., title=..., trainers=..., needs=..., fixable=...)` turns a generator function of the
   context into a `Rule`; the module's docstring is what `trl-doctor explain` prints. Third-party modules are
   found through the `trl_doctor.rules` entry-point group (a module: every `Rule` in it; or one `Rule` object).
-- `needs` names context artifacts the rule reads: tokenizer, model_config, generation_config, trainer_config,
-  meta_model, twin, dataset, trainer_run. Each is built before the rule runs; one that cannot be built (it
+- `needs` names what the rule reads: the context's inputs (tokenizer, model_config, generation_config,
+  meta_model, twin, dataset) and two facts: trainer_config (TRL's config object: `trainer_config(ctx)`) and
+  trainer_run. Each is built before the rule runs; one that cannot be built (it
   raised `Unavailable`) makes the rule `skip` with that reason. `trainer_run` also puts the rule after the
   static ones, where it reads the check's one trainer run.
 - The check function yields `Finding`s: `passed`, `warn`, `fail`, `skip` (status, message, details as keyword
@@ -32,15 +33,18 @@ check's worker.
 
 from __future__ import annotations
 
-from ._cache import fact
-from ._context import Context
-from ._errors import InputError, Unavailable
-from ._registry import Rule, rule
-from ._types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
+from trl_doctor.cache import fact
+from trl_doctor.facts.trainer_config import trainer_config
+from trl_doctor.context.context import Context
+from trl_doctor.errors import InputError, Unavailable
+from trl_doctor.registry import Rule, rule
+from trl_doctor.wording import one_line, shown
+from trl_doctor.types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
 
 __all__ = [
     "rule", "Rule", "fact", "Context",
     "Finding", "Status", "Location", "passed", "warn", "fail", "skip",
     "Fix", "Edit", "DELETE", "manual",
     "InputError", "Unavailable",
+    "trainer_config", "one_line", "shown",
 ]

@@ -26,7 +26,7 @@ What the fix does
 
 from __future__ import annotations
 
-from trl_doctor.plugin import Edit, Fix, fact, fail, passed, rule
+from trl_doctor.plugin import Edit, Fix, fact, fail, passed, rule, trainer_config
 
 
 @fact
@@ -49,7 +49,7 @@ def trackers(ctx) -> tuple[frozenset, frozenset]:
     fixable="always",
 )
 def check(ctx):
-    asked = ctx.trainer_config.report_to or []  # TRL's built config: "none" is [], "all" the installed ones
+    asked = trainer_config(ctx).report_to or []  # TRL's built config: "none" is [], "all" the installed ones
     if isinstance(asked, str):
         asked = [asked]
     if not asked:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._errors import InputError
+from trl_doctor.errors import InputError
 
 LAUNCHERS = ("python", "accelerate", "trl", "torchrun")
 # the TRL CLI subcommands whose trainers trl-doctor checks (`trl sft`, `trl dpo` train nothing it knows)

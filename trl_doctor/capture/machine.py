@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .._env import package_version
+from trl_doctor.context.env import package_version
+from trl_doctor.wording import shown
 
 # attention implementations that only the launch machine may be able to build: FlashAttention (its package, a GPU
 # of the right compute capability), a Hub kernel ("kernels-community/flash-attn", with the `kernels` package and
@@ -36,11 +37,6 @@ def attention_asked(config: Any) -> str | None:
     value = getattr(config, "_attn_implementation_internal", None)
     return value if isinstance(value, str) else None
 
-
-def shown(value: Any, limit: int = 80) -> str:
-    """A value from the script or its files as one short line: its repr, cut at `limit` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def set_attention(config: Any, value: str | None) -> None:

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from typing import Any
 
-from .._types import AppliedFix, Fix, Location, Result, manual
+from trl_doctor.types import AppliedFix, Fix, Location, Result, manual
 
 
 def describe(cfg: Any, live: Any) -> dict[str, Any]:

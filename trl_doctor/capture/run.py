@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .._errors import InputError
+from trl_doctor.errors import InputError
 from .command import LaunchCommand, check_script
 from .hooks import Hooks, Recorder, TrainerBuilt, is_user_file, user_frame
+from trl_doctor.wording import one_line
 
 
 @dataclass
@@ -80,7 +81,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
         raise
     except BaseException as exc:
         message = f"{_shown(command, seen)} failed before constructing a TRL trainer: {type(exc).__name__}: " \
-                  f"{_one_line(exc)}{_where(exc)}"
+                  f"{one_line(exc)}{_where(exc)}"
         if verbose:
             message += "\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
         raise InputError(message) from None
@@ -212,10 +213,6 @@ def _where(exc: BaseException) -> str:
         tb = tb.tb_next
     return f" (at {found[0]}:{found[1]})" if found else ""
 
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 class _Tail(io.TextIOBase):

@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .._config import DoctorConfig, local_path, resolve_artifact
-from .._context import Live
-from .._errors import InputError
+from trl_doctor.context.config import DoctorConfig, local_path, resolve_artifact
+from trl_doctor.context.context import Live
+from trl_doctor.errors import InputError
 from .run import Captured
 
 _CONFIG_KEYWORDS = ("args", "config")  # TRL's config object: `args`, or `config` in old PPO/RLOO
@@ -291,7 +291,7 @@ def _model_keys(args: list[str], recipe: Path | None, config_fields: set[str]) -
     (value, where)}, the command line over the recipe, as TRL's parser takes them."""
     found: dict[str, tuple[Any, str]] = {}
     if recipe is not None:
-        from .._config import load_raw
+        from trl_doctor.context.config import load_raw
 
         try:
             data = load_raw(recipe)
@@ -315,7 +315,7 @@ def _model_keys(args: list[str], recipe: Path | None, config_fields: set[str]) -
 def _recipe_keys(recipe: Path | None) -> tuple[str, ...]:
     if recipe is None:
         return ()
-    from .._config import load_raw
+    from trl_doctor.context.config import load_raw
 
     try:
         return tuple(load_raw(recipe))

@@ -1,7 +1,7 @@
 """The facts layer: each question more than one rule asks, answered once per check and cached on the context.
 
 Rules import the public API (`trl_doctor`) and these modules, never each other or a private engine module.
-A fact is a function of the context wrapped in `trl_doctor._cache.fact` (computed on first use, kept for the
+A fact is a function of the context wrapped in `trl_doctor.cache.fact` (computed on first use, kept for the
 check, its InputError / Unavailable kept too); the larger answers are frozen dataclasses.
 
 - `settings`: the resolved launch settings: `settings(ctx)` -> `Settings` (precision, the policy dtype and where it

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import _fence
-from .._cache import fact
+from trl_doctor.runtime import fence as _fence
+from trl_doctor.cache import fact
 
 _MARK = "TRLDOCTORMARK"
 
@@ -90,7 +90,7 @@ def completion_terminator(tok, rows: list[dict[str, Any]]) -> dict[str, Any]:
         try:
             term = turn_terminator(tok)
         except _fence.UserCodeFailed as exc:
-            from .._errors import Unavailable
+            from trl_doctor.errors import Unavailable
 
             raise Unavailable(f"the prompts are rendered with the chat template, and {exc}") from None
         if term and term.get("error"):
@@ -153,21 +153,16 @@ class PromptRendering:
 @fact
 def prompt_rendering(ctx) -> PromptRendering:
     """How the installed trainer turns the config's dataset prompts into token ids, once per check."""
-    import json
 
+    from .settings import as_mapping
     from .trl import prompt_tokenization
 
     how = prompt_tokenization(ctx.trainer)
-    kwargs = ctx.config.get("chat_template_kwargs")
-    if isinstance(kwargs, str):
-        try:
-            kwargs = json.loads(kwargs)
-        except ValueError:
-            kwargs = None
+    kwargs = as_mapping(ctx.config.get("chat_template_kwargs"))
     chat = ("maybe_apply_chat_template (add_generation_prompt when the last message is the user's)"
             if how.maybe_apply else "apply_chat_template(add_generation_prompt=True)")
     return PromptRendering(chat, how.maybe_apply, how.plain_special_tokens, how.evidence, how.vllm_gets_text,
-                           kwargs if isinstance(kwargs, dict) and how.takes_template_kwargs else {})
+                           kwargs if how.takes_template_kwargs else {})
 
 
 def render_prompt(tok, prompt: Any, how: PromptRendering) -> str:

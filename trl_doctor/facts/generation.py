@@ -165,7 +165,7 @@ def pad_passed_to_generate(ctx) -> str | None:
     its source is not installed."""
     import types
 
-    from .settings import trainer_config_or_none
+    from .trainer_config import trainer_config_or_none
 
     # the pad id's expression reads the tokenizer only: a config TRL refuses (batch sizes) still has a trainer
     # that passes it, so the script's own config object, or none, serves as well

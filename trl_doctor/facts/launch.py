@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._cache import fact
-from .._env import gpus, package_version, torch_cuda_version
+from trl_doctor.cache import fact
+from trl_doctor.context.env import gpus, package_version, torch_cuda_version
 from .trl import trl_root
 
 __all__ = ["gpus", "package_version", "torch_cuda_version", "visible_gpus", "is_geometry_error", "global_batch_kwargs", "nvml_gpus",
@@ -124,7 +124,7 @@ def launch(ctx) -> Launch:
     found, why = nvml_gpus(ctx)
     target = getattr(ctx.options, "target", None)
     if target:
-        from .._target import target_gpus
+        from trl_doctor.context.target import target_gpus
 
         visible, note, missing = target_gpus(target), None, ""
     else:
@@ -454,15 +454,9 @@ def _fsdp_sharding(where: str, strategy: str, offload: bool) -> Sharding:
 
 def checkpointing_kwargs(ctx) -> dict:
     """The config's `gradient_checkpointing_kwargs` as a dict (TRL's parser also takes it as a JSON string)."""
-    from .settings import config_value
+    from .settings import as_mapping, config_value
 
-    kwargs = config_value(ctx, "gradient_checkpointing_kwargs", None)
-    if isinstance(kwargs, str):
-        try:
-            kwargs = json.loads(kwargs)
-        except ValueError:
-            kwargs = None
-    return dict(kwargs) if isinstance(kwargs, dict) else {}
+    return as_mapping(config_value(ctx, "gradient_checkpointing_kwargs", None))
 
 
 def checkpointing_reentrant(ctx) -> tuple[bool | None, str]:

@@ -8,9 +8,9 @@ a fix, or whose fix concerns another key than the one at fault.
 
 from __future__ import annotations
 
-from .._cache import fact
-from .._locations import key_position
-from .._types import Location
+from trl_doctor.cache import fact
+from trl_doctor.context.locations import key_position
+from trl_doctor.types import Location
 
 
 @fact

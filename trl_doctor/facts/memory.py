@@ -1,17 +1,21 @@
 """The job's memory plan, read from the context: model dimensions and parameter counts (meta-device model),
 LoRA adapters, reward and reference models, the logits path the installed TRL takes, and the settings the
-trainer resolves. The arithmetic over a plan lives in `trl_doctor._memory`; rules reach it through here."""
+trainer resolves. The arithmetic over a plan lives in `trl_doctor.facts.memory_estimate`; rules reach it through here."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from .._memory import CUDA_CONTEXT_BYTES, DEFAULT_PROMPT_LENGTH, GiB, MiB, QUANT_BYTES, Component, Estimate, Plan, estimate, optimizer_state_bytes, peak_estimate  # noqa: F401
+from trl_doctor.facts.memory_estimate import (  # noqa: F401
+    CUDA_CONTEXT_BYTES, DEFAULT_PROMPT_LENGTH, GiB, MiB, QUANT_BYTES, Component, Estimate, Plan, estimate,
+    optimizer_state_bytes, peak_estimate,
+)
 from .settings import (  # noqa: F401
     _MISSING, DTYPE_BYTES, LOCAL_HOSTS, _field_default, config_value, model_init_kwargs, policy_dtype, precision,
-    settings, trainer_config_or_none,
+    settings,
 )
+from .trainer_config import trainer_config_or_none  # noqa: F401
 
 # -- filling a Plan from a check context ----------------------------------------------------------------
 
@@ -89,7 +93,7 @@ def reward_model_refs(ctx) -> list[tuple[str, Any]]:
     """(config key, local folder) of every reward / value model the config loads besides the policy."""
     from pathlib import Path
 
-    from .._config import resolve_artifact
+    from trl_doctor.context.config import resolve_artifact
 
     cfg = ctx.config
     refs: list[tuple[str, Any]] = []
@@ -111,7 +115,7 @@ def seq_classifier_params(ctx, folder) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from .._errors import InputError
+    from trl_doctor.errors import InputError
 
     trc = ctx.options.trust_remote_code
     try:
@@ -214,7 +218,7 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
         labels.append((f"reward model ({key})", f"{folder}: {n:,} parameters"))
     vref = ctx.config.get("value_model_path")
     if ctx.trainer == "ppo" and isinstance(vref, str) and vref:
-        from .._config import resolve_artifact
+        from trl_doctor.context.config import resolve_artifact
 
         folder = resolve_artifact(vref, ctx.config.base_dir, str(ctx.config.path), "value_model_path", need="config.json").path
         value = seq_classifier_params(ctx, folder)

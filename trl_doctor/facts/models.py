@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._config import resolve_artifact
-from .._context import _one_line
-from .._twin import parameter_count
+from trl_doctor.context.config import resolve_artifact
+from trl_doctor.wording import load_error
+from trl_doctor.context.twin import parameter_count
 
 __all__ = ["parameter_count", "resolve_artifact"]
 
@@ -97,7 +97,7 @@ def score_head(mcfg, folder, live: tuple[str, str | None] | None = None, trust_r
         with torch.device("meta"):
             model = AutoModelForSequenceClassification.from_config(cfg, trust_remote_code=trust_remote_code)
     except Exception as exc:
-        return ScoreHead(checkpoint, classifier, None, SCRIPTS_LOAD, None, False, _one_line(exc))
+        return ScoreHead(checkpoint, classifier, None, SCRIPTS_LOAD, None, False, load_error(exc, 400))
     head = score_of(model)
     other = next((name for name in ("classifier", "v_head", "head") if hasattr(model, name)), None) if head is None else None
     return ScoreHead(checkpoint, classifier, type(model).__name__, SCRIPTS_LOAD, head, head is not None and untrained,

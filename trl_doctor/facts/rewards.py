@@ -7,7 +7,7 @@
 - `reward_fence`: the fence around calls of one reward function (a call that ended an earlier worker keeps
   `resolve_reward` from handing the function out again);
 - `call_reward`: one call as the trainer makes it: a synchronous function on the main thread (math_verify refuses
-  any other), under a time limit that works there (trl_doctor._deadline), an `async def` one on a loop thread;
+  any other), under a time limit that works there (trl_doctor.runtime.deadline), an `async def` one on a loop thread;
 - `reward_call`: how the installed GRPO/RLOO trainer calls reward functions, read from its source (which
   keywords, which extra arguments, which dataset columns, whether None, NaN and async functions are handled);
 - `bind_problem`, `raised_info`, `new_stats`, `record_values`, `reward_problem`: the checks on one call and
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .. import _fence
+from trl_doctor.runtime import fence as _fence
 
 
 class RewardImportError(Exception):
@@ -161,7 +161,7 @@ def call_reward(func: Callable[..., Any], kwargs: dict, awaited: bool, wait: flo
     import contextlib
     import io
 
-    from .. import _deadline
+    from trl_doctor.runtime import deadline as _deadline
 
     args = _copied({k: v for k, v in kwargs.items() if k not in TRAINER_OBJECTS})
     args.update({k: v for k, v in kwargs.items() if k in TRAINER_OBJECTS})

@@ -12,12 +12,24 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .._cache import fact
+from trl_doctor.cache import fact
+from trl_doctor.facts.trainer_config import trainer_config_info, trainer_config_or_none
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "float64": 8}
 
 LOCAL_HOSTS = ("0.0.0.0", "localhost", "127.0.0.1", "::1", "", "::")
 _MISSING = object()
+
+
+def as_mapping(value: Any) -> dict:
+    """A dict-valued key's value as a dict: TRL's parser takes these keys (generation_kwargs, model_init_kwargs,
+    chat_template_kwargs, gradient_checkpointing_kwargs) as a dict or a JSON string; anything else is {}."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def config_value(ctx, key: str, default: Any = None) -> Any:
@@ -28,7 +40,7 @@ def config_value(ctx, key: str, default: Any = None) -> Any:
     rule that reads it is skipped (Unavailable) and trainer-config reports the value."""
     refused = _refused(ctx, key)
     if refused:
-        from .._errors import Unavailable
+        from trl_doctor.errors import Unavailable
 
         raise Unavailable(f"{refused} (trainer-config reports it)")
     cfg = trainer_config_or_none(ctx)
@@ -43,7 +55,7 @@ def config_value(ctx, key: str, default: Any = None) -> Any:
 
 def _refused(ctx, key: str) -> str | None:
     try:
-        errors = ctx.trainer_config_info.type_errors
+        errors = trainer_config_info(ctx).type_errors
     except Exception:
         return None
     return errors.get(key)
@@ -141,15 +153,6 @@ def field_value(ctx, key: str) -> tuple[Any, bool]:
     return ctx.config.get(key), False
 
 
-def trainer_config_or_none(ctx):
-    from .._errors import InputError, Unavailable
-
-    try:
-        return ctx.trainer_config
-    except (Unavailable, InputError):
-        return None
-
-
 def _field_default(trainer: str, key: str) -> Any:
     import dataclasses
 
@@ -188,12 +191,7 @@ def model_init_kwargs(ctx) -> dict:
     value = config_value(ctx, "model_init_kwargs", None)
     if not value and getattr(ctx, "live", None) is not None and isinstance(ctx.config.raw.get("model_init_kwargs"), dict):
         value = ctx.config.raw["model_init_kwargs"]
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            value = None
-    return dict(value) if isinstance(value, dict) else {}
+    return as_mapping(value)
 
 
 def unapplied_model_keys(ctx) -> dict[str, tuple[Any, str]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from .._cache import fact
+from trl_doctor.cache import fact
 from .trl import TRAINER_CLASS, config_class, trainer_tree, trl_root
 
 # Names (attributes or locals) of TRL's batch arithmetic: statements that read or write one are evaluated.

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+from trl_doctor.wording import one_line
 
 WATCHED = ("trl", "transformers", "accelerate", "torch", "vllm", "peft", "deepspeed", "datasets")
 TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "known_issues.yaml"
@@ -309,9 +310,9 @@ def known_issue_findings(
             "title": entry["title"],
             "versions": versions,
             "matches": _describe_when(entry),
-            "breaks": _one_line(entry["breaks"]),
-            "description": _one_line(entry["description"]),
-            "evidence": _one_line(entry["evidence"]),
+            "breaks": one_line(entry["breaks"], None),
+            "description": one_line(entry["description"], None),
+            "evidence": one_line(entry["evidence"], None),
         }
         trainers = (entry.get("config") or {}).get("trainer")
         if config_facts is None and trainers is not None:
@@ -322,10 +323,10 @@ def known_issue_findings(
             details["decided by"] = decided
             message = (f"{entry['id']} {entry['title']} ({versions}): the {decided} rule runs the installed code "
                        "and decides it; the table only explains")
-            out.append(SkewFinding("known-issue", "info", message, _one_line(entry["fix"]), details))
+            out.append(SkewFinding("known-issue", "info", message, one_line(entry["fix"], None), details))
         else:
-            message = f"{entry['id']} {entry['title']} ({versions}): {_one_line(entry['breaks'])}"
-            out.append(SkewFinding("known-issue", entry["severity"], message, _one_line(entry["fix"]), details))
+            message = f"{entry['id']} {entry['title']} ({versions}): {one_line(entry['breaks'], None)}"
+            out.append(SkewFinding("known-issue", entry["severity"], message, one_line(entry["fix"], None), details))
     return out
 
 
@@ -335,9 +336,6 @@ def _describe_when(entry: Mapping[str, Any]) -> str:
         parts.append(f"{key}: {'set' if want == ANY_VALUE else 'unset' if want is None else want}")
     return "; ".join(parts)
 
-
-def _one_line(text: Any) -> str:
-    return " ".join(str(text).split())
 
 
 # -- the environment as a whole ----------------------------------------------------------------------------

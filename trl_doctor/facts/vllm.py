@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from .text import line_of as _line_of, line_text as _first_line
+from trl_doctor.wording import one_line
 
 # Where TRL has kept its vLLM code, newest first (paths inside the `trl` package).
 GENERATION_MODULES = ("generation/vllm_generation.py",)
@@ -348,7 +349,7 @@ def load_as_vllm(path: Path, trust_remote_code: bool) -> VllmTokenizer:
 
                     name, new_api = f"vllm.transformers_utils.tokenizer.get_tokenizer (vllm {version})", False
                 except Exception as exc:
-                    note = f"; vllm {version} is installed but its tokenizer loader does not import ({type(exc).__name__}: {_short(exc)})"
+                    note = f"; vllm {version} is installed but its tokenizer loader does not import ({type(exc).__name__}: {one_line(exc)})"
             if get is not None:
                 kwargs = {"tokenizer_mode": "auto", "revision": None, "trust_remote_code": trust_remote_code}
                 if new_api:
@@ -356,7 +357,7 @@ def load_as_vllm(path: Path, trust_remote_code: bool) -> VllmTokenizer:
                 try:
                     return VllmTokenizer(get(str(path), **kwargs), name)
                 except Exception as exc:
-                    return VllmTokenizer(None, name, f"{type(exc).__name__}: {_short(exc)}")
+                    return VllmTokenizer(None, name, f"{type(exc).__name__}: {one_line(exc)}")
     from transformers import AutoTokenizer
 
     name = "transformers AutoTokenizer.from_pretrained (vllm not installed: the resolution vLLM's 'hf' tokenizer mode uses)"
@@ -368,12 +369,8 @@ def load_as_vllm(path: Path, trust_remote_code: bool) -> VllmTokenizer:
         )
         return VllmTokenizer(tok, name)
     except Exception as exc:
-        return VllmTokenizer(None, name, f"{type(exc).__name__}: {_short(exc)}")
+        return VllmTokenizer(None, name, f"{type(exc).__name__}: {one_line(exc)}")
 
-
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 # -- the trainer's config class, read from its source --------------------------------------------------

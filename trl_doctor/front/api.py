@@ -1,0 +1,145 @@
+"""The Python API: `trl_doctor.check(subject, **options) -> Report`, and the gate inside a job,
+`trl_doctor.DoctorCallback`.
+
+`subject` is a config file (a path), a launch command (a list of strings: `["python", "train.py", ...]`) or a
+trainer the caller already built. A path or a command is checked as the command line checks it: in the one
+heavy worker, so that the user's code cannot take the caller down. A trainer object lives in the caller's
+process, so its check runs there, on the trainer's own objects (the static rules; the trainer run only when
+`smoke=True`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from trl_doctor.version import __version__
+
+
+@dataclass
+class Report:
+    """What a check found: `ok` (no rule at or above `fail_on`), the results, the summary, and the report texts."""
+
+    target: str
+    trainer: str
+    results: list
+    fail_on: str = "fail"
+    launch: dict | None = None
+    environment: dict = field(default_factory=dict)
+    settings: list = field(default_factory=list)  # what narrows or silences the check, and where it comes from
+
+    @property
+    def summary(self) -> dict[str, int]:
+        from trl_doctor.worker.engine import summarize
+
+        return summarize(self.results)
+
+    @property
+    def ok(self) -> bool:
+        from trl_doctor.worker.engine import exit_status
+
+        return exit_status(self.results, self.fail_on) == 0
+
+    def render(self, fmt: str = "table", color: bool = False) -> str:
+        from trl_doctor.report.formats import Report as Rendered, render
+
+        results = self.results if fmt == "table" else sorted(self.results, key=lambda r: r.id)
+        return render(fmt, Rendered(__version__, self.target, self.trainer, self.environment, results, self.summary,
+                                    [], self.launch, self.settings), color=color)
+
+    @property
+    def table(self) -> str:
+        return self.render("table")
+
+    def to_json(self) -> str:
+        return self.render("json")
+
+    def __str__(self) -> str:
+        return self.table
+
+
+def check(subject: Any, /, *, select: str | Sequence[str] = (), ignore: str | Sequence[str] = (), fail_on: str | None = None,
+          smoke: bool | None = None, isolated: bool = False, **options: Any) -> Report:
+    """Check a config file, a launch command or a built trainer, with the settings the command line takes
+    (`select="TD001,pad-token"` or a list, the project's `[tool.trl-doctor]`, the config's inline suppressions;
+    none of those two with `isolated`), through the command line's own path (trl_doctor.front.settings); `options` are
+    trl_doctor.Options fields (device, trust_remote_code, smoke_timeout, num_processes, load_weights,
+    script_timeout)."""
+    from trl_doctor.context.config import load_config
+    from trl_doctor.context.env import environment
+    from trl_doctor.front.settings import Asked, names, options_for, resolve, run_config
+
+    is_path = not _is_trainer(subject) and not isinstance(subject, (list, tuple))
+    cfg = load_config(subject) if is_path else None
+    asked = Asked(select=names(select), ignore=names(ignore), fail_on=fail_on, smoke=smoke,
+                  target=options.pop("target", None), isolated=isolated)
+    settings = resolve(asked, cfg.path if cfg else None)
+    if cfg is not None:
+        results, listed = run_config(cfg.path, settings, options_for(settings, **options))
+        return Report(str(cfg.path), cfg.trainer, results, settings.fail_on, None, environment(), listed)
+    if _is_trainer(subject):
+        trainer_kind, results, launch = _check_trainer(subject, settings.rules, options_for(settings, **options))
+        return Report(launch["command"], trainer_kind, results, settings.fail_on, launch, environment(),
+                      list(settings.in_force))
+    from trl_doctor.supervisor.session import run_check
+    from trl_doctor.front.settings import require_stack
+    from trl_doctor.capture.command import parse_command
+
+    require_stack()
+    command = parse_command(tuple(str(a) for a in subject))
+    captured: dict = {}
+    results = run_check(None, settings.rules, options_for(settings, launch=command.to_json(), **options),
+                        on_capture=captured.update)
+    return Report(command.text, captured.get("trainer", "?"), results, settings.fail_on, captured or None,
+                  environment(), list(settings.in_force))
+
+
+def _is_trainer(target: Any) -> bool:
+    return not isinstance(target, (str, os.PathLike, list, tuple)) and hasattr(target, "args") \
+        and hasattr(target, "model")
+
+
+def _check_trainer(trainer: Any, rules: list, options) -> tuple[str, list, dict]:
+    """Run the rules in this process on a trainer that is already built."""
+    from trl_doctor.context.context import Context
+    from trl_doctor.capture.report import describe
+    from trl_doctor.capture.to_config import from_trainer
+
+    with _accelerate_state_kept():
+        cfg, live = from_trainer(trainer)
+        with Context(cfg, options, live) as ctx:
+            results = _run_rules(ctx, rules, options.smoke)
+    return cfg.trainer, results, describe(cfg, live)
+
+
+def _run_rules(ctx, rules: list, smoke: bool) -> list:
+    """The rules over a context in this process; the trainer run (probes and step) only with `smoke`."""
+    from trl_doctor.worker.engine import run_rules
+    from trl_doctor.errors import InputError
+    from trl_doctor.capture.report import adapt
+
+    try:
+        results = run_rules([r for r in rules if smoke or r.group != "trainer run"], ctx)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+    return [adapt(r, ctx.config, ctx.live) for r in results]
+
+
+class _accelerate_state_kept:
+    """Keep the job's accelerate state: building a TrainingArguments (as rules do) resets accelerate's shared
+    state, which the trainer the check runs inside still needs."""
+
+    def __enter__(self):
+        try:
+            from accelerate.state import AcceleratorState, GradientState, PartialState
+        except ImportError:
+            self.saved = {}
+            return self
+        self.saved = {cls: dict(cls._shared_state) for cls in (PartialState, AcceleratorState, GradientState)}
+        return self
+
+    def __exit__(self, *exc):
+        for cls, state in self.saved.items():
+            cls._shared_state.clear()
+            cls._shared_state.update(state)

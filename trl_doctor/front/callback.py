@@ -1,0 +1,85 @@
+"""`DoctorCallback`: the check as a gate inside the job, for jobs launched by hand where no CI gate runs.
+
+At `on_train_begin` the main process checks the live trainer (its model, tokenizer, dataset, reward functions
+and config), prints the table, and when a rule fails at or above `fail_on` the job stops before step 1: every
+process learns the verdict (a broadcast when torch.distributed is running) and raises `DoctorStop`, so none
+is left waiting for the others.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from transformers import TrainerCallback
+
+
+class DoctorStop(RuntimeError):
+    """Raised in every process when the check fails: the job stops before its first step."""
+
+
+class DoctorCallback(TrainerCallback):
+    def __init__(self, fail_on: str = "fail", smoke: bool = False, trainer: Any = None, stream=None, **options: Any):
+        if fail_on not in ("fail", "warn"):
+            raise ValueError("fail_on must be 'fail' or 'warn'")
+        self.fail_on = fail_on
+        self.smoke = smoke
+        self.trainer = trainer  # found on the stack at on_train_begin when not given
+        self.stream = stream
+        self.options = options
+        self.report = None
+        self.seconds: float | None = None  # what the check cost at on_train_begin
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        ok, why = True, ""
+        if state.is_world_process_zero:
+            from trl_doctor.front.api import check
+
+            trainer = self.trainer or _calling_trainer(self)
+            if trainer is None:
+                print("trl-doctor: DoctorCallback found no trainer to check; pass DoctorCallback(trainer=...)",
+                      file=self.stream or sys.stderr)
+            else:
+                import time
+
+                start = time.perf_counter()
+                self.report = check(trainer, fail_on=self.fail_on, smoke=self.smoke, **self.options)
+                self.seconds = time.perf_counter() - start
+                print(self.report.table, file=self.stream or sys.stderr, end="")
+                ok = self.report.ok
+                bad = [f"{r.id} {r.rule}" for r in self.report.results if r.status.value in _bad(self.fail_on)]
+                why = ", ".join(bad)
+        ok, why = _agree(ok, why)
+        if not ok:
+            raise DoctorStop(f"trl-doctor stopped the job before step 1: {why} (fail_on={self.fail_on!r})")
+        return control
+
+
+def _bad(fail_on: str) -> tuple[str, ...]:
+    return ("fail", "error", "warn") if fail_on == "warn" else ("fail", "error")
+
+
+def _calling_trainer(callback: DoctorCallback):
+    """The transformers Trainer whose callback handler is calling `callback`: found up the stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        handler = getattr(candidate, "callback_handler", None)
+        if handler is not None and callback in getattr(handler, "callbacks", ()):
+            return candidate
+        frame = frame.f_back
+    return None
+
+
+def _agree(ok: bool, why: str) -> tuple[bool, str]:
+    """The main process's verdict, in every process of a distributed job."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            box = [(ok, why)]
+            dist.broadcast_object_list(box, src=0)
+            return box[0]
+    except Exception:
+        pass
+    return ok, why

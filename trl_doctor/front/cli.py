@@ -1,0 +1,541 @@
+"""The `trl-doctor` command line. Only click and the light engine modules are imported here; torch,
+transformers and trl are imported by the context loaders when a rule first needs them."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from trl_doctor.options import DEFAULTS
+from trl_doctor.version import __version__
+
+EXIT_INPUT = 2
+
+
+def _error_line(message: str) -> None:
+    """One line on stderr; its text (paths, keys, an exception's words) may come from the checked repository."""
+    from trl_doctor.report.formats._safe import for_terminal
+
+    click.echo(f"trl-doctor: error: {for_terminal(message, one_line=True)}", err=True)
+
+
+def _input_error(message: str) -> "click.exceptions.Exit":
+    _error_line(message)
+    return click.exceptions.Exit(EXIT_INPUT)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="trl-doctor")
+def main() -> None:
+    """Preflight checks for RL fine-tuning with TRL (GRPO, RLOO, PPO): run before you spend a GPU-day.
+
+    \b
+    Exit status: 0 nothing failed; 1 a rule failed or errored (or warned, with --fail-on warn);
+    2 the config or one of its inputs cannot be read, or torch, transformers or TRL is not installed.
+    """
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("subject", nargs=-1, required=True, metavar="CONFIG... | -- LAUNCH COMMAND")
+@click.option("--fix", is_flag=True, help="Apply the safe fixes, then check again.")
+@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that rewrite model weights.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print what --fix would change as a unified diff; change nothing.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "github", "sarif"]), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), help="Write the report to this file.")
+@click.option("--report", "reports", multiple=True, metavar="FORMAT=FILE",
+              help="Also write the report in FORMAT to FILE, from the same run (repeatable): --report sarif=out.sarif --report junit=out.xml.")
+@click.option("--select", help="Only these rules: ids (TD001) or slugs (pad-token), comma-separated.")
+@click.option("--ignore", help="Skip these rules: ids or slugs, comma-separated.")
+@click.option("--isolated", is_flag=True, help="Ignore all project configuration (.trl-doctor.toml, [tool.trl-doctor]) and inline `# trl-doctor: ignore` comments, as ruff's --isolated.")
+@click.option("--progress/--no-progress", default=None, help="Progress on stderr: each config of several, each long stage (default: when stderr is a terminal).")
+@click.option("--smoke/--no-smoke", default=None, help="Run the one-step training smoke test (default: on).")
+@click.option("--static", "static_only", is_flag=True, help="Only the static rules: no trainer run (no probes, no step), for pre-commit.")
+@click.option("--smoke-timeout", type=float, default=DEFAULTS.smoke_timeout, show_default=True, help="Seconds the trainer run (probes and smoke step) may take, counted from its start in the worker.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=DEFAULTS.device, show_default=True)
+@click.option("--trust-remote-code", is_flag=True, help="Allow the model's own Python code (auto_map) to run.")
+@click.option("--num-processes", type=click.IntRange(min=1), default=None,
+              help="Training processes of the launch (accelerate's --num_processes); default: the config's accelerate settings, else the visible GPUs.")
+@click.option("--fail-on", type=click.Choice(["fail", "warn"]), default=None, help="Lowest status that makes the exit status 1 (default: fail).")
+@click.option("--target", "target_gpus", help="The launch machine's GPUs, e.g. 8xH100-80GB, 4xA100-40GB, 1xA10G, 2xL4, 1xT4: the GPU verdicts judge them instead of this machine's.")
+@click.option("--target-env", type=click.Choice(["auto", "this", "other"]), default=DEFAULTS.target_env, show_default=True,
+              help="With --target: whether the launch machine's Python environment is this one (flash-attn, bitsandbytes, deepspeed and liger-kernel installed here are judged as the launch's) or another (they are not judged). auto: this one when this torch is a CUDA build, another when it is not (a CPU torch is no GPU job's environment).")
+@click.option("--load-weights", is_flag=True, help="With a launch command: let the script load real weights (default: models on the meta device).")
+@click.option("--script-timeout", type=float, default=DEFAULTS.script_timeout, show_default=True, help="Seconds a launch command's script may take to construct its trainer.")
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks: a launch command's script that fails before its trainer, and any unexpected stop of the check.")
+@click.option("--user-code-timeout", type=click.FloatRange(min=0.1), default=DEFAULTS.user_code_timeout, show_default=True, help="Seconds the user's code (importing a reward module, one reward call, rendering the chat template) may run before it is stopped.")
+@click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N",
+              help="After the smoke step, sample num_generations completions for N dataset prompts with the real model and score them: completions cut at max_completion_length, groups with no reward spread (default: 2 on a GPU where the real model fits, else off; 0: off).")
+@click.option("--max-memory", type=click.FloatRange(min=0), default=None, help="GiB of address space the check's worker may use where it uses no CUDA (default: 85% of physical memory; 0: no limit).")
+def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, ignore, isolated, progress, smoke, smoke_timeout,
+          device, trust_remote_code, num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only,
+          user_code_timeout, max_memory, sample, target_env):
+    """Check CONFIG files (TRL CLI configs, JSON or YAML; globs too), or what a launch command's script gives its
+    trainer.
+
+    \b
+    trl-doctor check recipe.yaml
+    trl-doctor check recipes/*.yaml other.yaml
+    trl-doctor check [OPTIONS] -- python train.py ARGS
+    trl-doctor check [OPTIONS] -- accelerate launch [ACCELERATE OPTIONS] train.py ARGS
+    trl-doctor check [OPTIONS] -- trl grpo --config recipe.yaml
+
+    A launch command runs the user's script (user code) in the check's worker until it constructs a TRL trainer
+    (GRPO, RLOO, PPO or a subclass), with models on the meta device and no training, saving, hub or tracker;
+    the rules then check exactly what that trainer was given."""
+    from trl_doctor.worker.main import quiet_environment
+
+    quiet_environment()  # the worker's own rules, for anything this process loads too (the config, a hub id)
+    from trl_doctor.errors import InputError
+    from trl_doctor.registry import RegistryError
+    from trl_doctor.front.settings import Asked, names
+
+    asked = Asked(select=names(select), ignore=names(ignore), fail_on=fail_on, smoke=False if static_only else smoke,
+                  target=target_gpus, static=static_only, isolated=isolated, target_env=target_env)
+    run = _Run(fix, unsafe_fixes, show_diff, _outputs(fmt, output, reports), verbose,
+               _progress() if _wanted("TRL_DOCTOR_PROGRESS", sys.stderr, progress) else None,
+               dict(device=device, trust_remote_code=trust_remote_code, smoke_timeout=smoke_timeout,
+                    num_processes=num_processes, load_weights=load_weights, script_timeout=script_timeout,
+                    verbose=verbose, user_code_timeout=user_code_timeout, max_memory=max_memory, sample=sample,
+                    target_env=target_env))
+    try:
+        launch = _launch(subject)
+        configs = [] if launch else _configs(subject)
+        code = _check_many(configs, asked, run) if len(configs) > 1 else _check_one(configs, launch, asked, run)
+    except (InputError, RegistryError) as exc:
+        raise _stopped(run, str(exc)) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: the worker's processes and the check's folder are gone
+        from trl_doctor.supervisor.interrupt import exit_code, signal_name
+
+        click.echo(f"trl-doctor: interrupted ({signal_name(exc)}): the check was stopped", err=True)
+        raise click.exceptions.Exit(exit_code(exc)) from None
+    except (click.exceptions.Exit, click.ClickException):
+        raise
+    except Exception as exc:  # the doctor's own bug, met on some input: one line, the traceback only with -v
+        if verbose:
+            import traceback
+
+            traceback.print_exc()
+        raise _stopped(run, _unexpected(exc, subject, verbose)) from None
+    raise click.exceptions.Exit(code)
+
+
+def _stopped(run: "_Run", message: str) -> "click.exceptions.Exit":
+    """Exit 2 with its one line; the report files asked for still say why (a CI gate uploads them whatever the
+    exit status)."""
+    _write_combined(run, [], [message], files_only=True)
+    return _input_error(message)
+
+
+class _Run:
+    """What one `check` call asked beyond the settings: fixing, where each format goes, progress, the worker's
+    options (every config of the call shares them)."""
+
+    def __init__(self, fix, unsafe_fixes, show_diff, outputs, verbose, progress, options):
+        self.fix, self.unsafe_fixes, self.show_diff = fix, unsafe_fixes, show_diff
+        self.outputs, self.verbose, self.progress, self.options = outputs, verbose, progress, options
+
+    @property
+    def fixing(self) -> bool:
+        return self.fix or self.show_diff
+
+
+def _outputs(fmt: str, output: str | None, reports: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    """[(format, file or None for stdout)]: --format/-o, then each --report FORMAT=FILE, all from one run."""
+    from trl_doctor.report.formats import FORMATS
+
+    out = [(fmt, output)]
+    for item in reports:
+        name, sep, path = item.partition("=")
+        if not sep or name not in FORMATS or not path:
+            raise click.BadParameter(f"{item!r}: expected FORMAT=FILE, FORMAT one of {', '.join(FORMATS)}",
+                                     param_hint="--report")
+        out.append((name, path))
+    return out
+
+
+def _unexpected(exc: Exception, subject: tuple[str, ...], verbose: bool) -> str:
+    what = " ".join(subject)
+    if isinstance(exc, RecursionError):
+        return f"{what}: an input is nested too deeply to check"
+    if isinstance(exc, MemoryError):
+        return f"{what}: an input is too large to check in this machine's memory"
+    loop = _symlink_loop(exc)
+    if loop:
+        return f"{loop}: a symbolic link loop (the link leads back to itself), not a file or folder"
+    text = str(exc).splitlines()[0][:300] if str(exc) else ""
+    hint = "" if verbose else " (-v shows the traceback)"
+    return f"{what}: the check stopped on {type(exc).__name__}: {text}{hint}"
+
+
+def _symlink_loop(exc: Exception) -> str | None:
+    """The path of a symbolic link loop `exc` reports (pathlib's RuntimeError before Python 3.13, ELOOP after)."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+        return str(exc.filename)
+    text = str(exc)
+    if isinstance(exc, RuntimeError) and text.startswith("Symlink loop from "):
+        return text[len("Symlink loop from "):].strip("'\"")
+    return None
+
+
+def _launch(subject: tuple[str, ...]):
+    """The launch command the arguments name, or None when they name config files."""
+    from trl_doctor.capture.command import is_launch_command, parse_command
+
+    return parse_command(subject) if is_launch_command(subject) else None
+
+
+def _configs(args: tuple[str, ...]) -> list[str]:
+    """The config files named, globs expanded (`recipes/**/*.yaml`); a glob that matches nothing is an input error."""
+    import glob
+
+    out: list[str] = []
+    for arg in args:
+        if any(c in arg for c in "*?[") and not Path(arg).exists():
+            found = sorted(glob.glob(arg, recursive=True))
+            if not found:
+                from trl_doctor.errors import InputError
+
+                raise InputError(f"{arg}: no config file matches")
+            out += [f for f in found if f not in out]
+        elif arg not in out:
+            out.append(arg)
+    return out
+
+
+def _check_one(configs: list[str], launch, asked, run: _Run) -> int:
+    """One config (or a launch command): its report in every format asked, from one run."""
+    code, report, stdout_taken = _check(configs[0] if configs else None, launch, asked, run)
+    for fmt, path in run.outputs:
+        if path is not None or not stdout_taken:
+            _emit(_render(fmt, report, _color(fmt, path)), path)
+    return code
+
+
+def _check_many(configs: list[str], asked, run: _Run) -> int:
+    """Each config checked in turn (a worker each), one combined report per format and one exit status: 2 when a
+    config could not be read (its one line on stderr, the others still checked), else 1 when any failed."""
+    from trl_doctor.errors import InputError
+
+    reports, errors, worst = [], [], 0
+    for number, config in enumerate(configs, 1):
+        if run.progress is not None:
+            run.progress(f"config {number} of {len(configs)}: {config}", whole_line=True)
+        try:
+            code, report, _ = _check(config, None, asked, run, many=True)
+        except InputError as exc:
+            _error_line(str(exc))
+            errors.append(str(exc))
+            continue
+        reports.append(report)
+        worst = max(worst, code)
+    _write_combined(run, reports, errors)
+    return EXIT_INPUT if errors else worst
+
+
+def _write_combined(run: _Run, reports: list, errors: list[str], files_only: bool = False) -> None:
+    from trl_doctor.report.formats._combine import combine
+
+    for fmt, path in run.outputs:
+        if path is not None or not files_only:
+            _emit(combine(fmt, [_sorted(fmt, r) for r in reports], errors), path)
+
+
+def _check(config, launch, asked, run: _Run, many: bool = False):
+    """(exit status, report, whether stdout already has it) of one config or launch command, under the settings
+    the command line and the project give (trl_doctor.front.settings, the API's own path), --fix applied."""
+    from trl_doctor.context.config import checked_path
+    from trl_doctor.worker.engine import exit_status
+    from trl_doctor.front.settings import options_for, resolve
+
+    settings = resolve(asked, checked_path(str(config), str(config)) if config else None)
+    options = options_for(settings, unsafe_fixes=run.unsafe_fixes and run.fixing,
+                          launch=launch.to_json() if launch else None, **run.options)
+    fmt, output = run.outputs[0]
+    stream = _Stream(settings.rules, _color(fmt, output), run.progress) if fmt == "table" and output is None and not run.fixing \
+        and not many and _wanted("TRL_DOCTOR_STREAM", sys.stdout) else None
+    cfg, results, listed = _run_once(config, launch, settings, options, stream, run.progress)
+    applied: list[dict] = []
+    if run.show_diff:
+        _show_diff(results, run)
+        return exit_status(results, settings.fail_on), _report(cfg, results, [], listed), True
+    if run.fix:
+        cfg, results, listed, applied = _fix_and_recheck(cfg, results, listed, run, lambda: _run_once(
+            config, launch, settings, options, stream, run.progress))
+    _clear(run.progress)
+    report = _report(cfg, results, applied, listed)
+    if stream is not None:
+        stream.finish(report)
+    return exit_status(results, settings.fail_on), report, stream is not None
+
+
+def _run_once(config, launch, settings, options, stream, progress):
+    """(what was checked, results, the settings in force) of one run of the worker."""
+    from trl_doctor.context.config import load_config
+    from trl_doctor.supervisor.session import run_check
+    from trl_doctor.front.settings import require_stack, run_config
+
+    on_result = stream.row if stream else None
+    if launch is not None:
+        require_stack()
+        subject = _Subject(launch.script or launch.cwd, "?", launch.text)
+
+        def captured(info: dict) -> None:
+            subject.path = (info.get("constructed_at") or "").rsplit(":", 1)[0] or subject.path
+            subject.trainer, subject.launch = info["trainer"], info
+            if stream is not None:
+                stream.start(subject, list(settings.in_force))
+
+        results = run_check(None, settings.rules, options, on_result=on_result, on_progress=progress,
+                            on_capture=captured)
+        return subject, results, list(settings.in_force)
+    cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
+    if stream is not None:
+        stream.start(cfg, settings.listed(settings.suppressor(cfg.path)))
+    results, listed = run_config(cfg.path, settings, options, on_result=on_result, on_progress=progress)
+    return cfg, results, listed
+
+
+def _show_diff(results, run: _Run) -> None:
+    """--diff: what --fix would change, as a unified diff on stdout; nothing is written."""
+    from trl_doctor.fix import fixer as _fixer
+    from trl_doctor.report.formats._safe import for_terminal
+
+    fixes = [r.pending_fix for r in results if r.pending_fix and r.pending_fix.applies(run.unsafe_fixes)]
+    _clear(run.progress)
+    text = _fixer.unified_diff(_fixer.plan(fixes))
+    if text:
+        click.echo(for_terminal(text), nl=False)
+    else:
+        click.echo("trl-doctor: no fix would change any file", err=True)
+
+
+def _fix_and_recheck(cfg, results, listed, run: _Run, again):
+    """--fix: the planned fixes written (under the folders' locks: finishes a killed --fix, plans again), then the
+    check again, the fixed rules' findings marked as applied."""
+    from dataclasses import replace
+
+    from trl_doctor.fix import fixer as _fixer
+
+    fixes = [r.pending_fix for r in results if r.pending_fix and r.pending_fix.applies(run.unsafe_fixes)]
+    written = _fixer.apply(_fixer.plan(fixes), fixes, cfg)
+    if not (fixes or written):  # re-checked too when a concurrent --fix already made the changes
+        return cfg, results, listed, []
+    applied = [{"file": str(p), "backup": str(b) if b else None} for p, b in written]
+    fixed_ids = {r.id: r.fix for r in results if r.pending_fix in fixes}
+    cfg, results, listed = again()
+    results = [
+        replace(r, fix=replace(fixed_ids[r.id], applied=True))
+        if r.id in fixed_ids and (r.fix is None or r.status.value in ("pass", "skip")) else r
+        for r in results
+    ]
+    return cfg, results, listed, applied
+
+
+
+class _Subject:
+    """What a launch command's report is about: the file that built the trainer, the trainer, the capture."""
+
+    def __init__(self, path: str, trainer: str, command: str):
+        self.path, self.trainer, self.command = path, trainer, command
+        self.launch: dict | None = None
+
+
+class _Stream:
+    """The table on a terminal: the header at once, each rule's row as its result arrives (in run order), then
+    the details and the summary. The lines are the ones the table format writes at once, neutralised the same
+    way (trl_doctor.report.formats.render)."""
+
+    def __init__(self, rules, color: bool, progress):
+        self.slugs = [r.slug for r in rules]
+        self.color = color
+        self.progress = progress
+
+    def start(self, cfg, settings: list[dict]) -> None:
+        from trl_doctor.report.formats import _table
+
+        self._echo(_table.header(__version__, _shown(cfg), cfg.trainer, self.slugs, _launch_of(cfg), settings))
+
+    def row(self, result) -> None:
+        from trl_doctor.report.formats import _table
+        from trl_doctor.report.formats._safe import clean, visible
+
+        _clear(self.progress)
+        self._echo([_table.row(clean(result, visible), self.slugs, self.color)])
+
+    def finish(self, report) -> None:
+        from trl_doctor.report.formats import _table
+        from trl_doctor.report.formats._safe import clean_report, visible
+
+        self._echo(_table.tail(clean_report(report, visible), self.color))
+
+    @staticmethod
+    def _echo(lines: list[str]) -> None:
+        from trl_doctor.report.formats import guard
+
+        click.echo(guard("table", "\n".join(lines)))
+
+
+def _wanted(variable: str, stream, asked: bool | None = None) -> bool:
+    """`asked` (a --flag) when given; else on when `stream` is a terminal, unless `variable` says 1 (on) or 0 /
+    empty (off)."""
+    if asked is not None:
+        return asked
+    forced = os.environ.get(variable)
+    if forced is not None:
+        return forced not in ("", "0")
+    return _is_tty(stream)
+
+
+def _is_tty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _report(cfg, results, applied, settings=None):
+    from trl_doctor.worker.engine import summarize
+    from trl_doctor.context.env import environment
+    from trl_doctor.report.formats import Report
+
+    return Report(__version__, str(cfg.path), cfg.trainer, environment(), results, summarize(results), applied,
+                  _launch_of(cfg), list(settings or ()))
+
+
+def _shown(cfg) -> str:
+    return getattr(cfg, "command", None) or str(cfg.path)
+
+
+def _launch_of(cfg) -> dict | None:
+    return getattr(cfg, "launch", None) if isinstance(cfg, _Subject) else None
+
+
+def _sorted(fmt, report):
+    """The machine formats list rules by id, as they always have; the table in run order."""
+    from dataclasses import replace
+
+    return report if fmt == "table" else replace(report, results=sorted(report.results, key=lambda r: r.id))
+
+
+def _render(fmt, report, color: bool = False) -> str:
+    from trl_doctor.report.formats import render
+
+    return render(fmt, _sorted(fmt, report), color=color)
+
+
+def _color(fmt: str, path: str | None) -> bool:
+    """The table's statuses in colour on a terminal (NO_COLOR turns it off)."""
+    return path is None and fmt == "table" and _is_tty(sys.stdout) and "NO_COLOR" not in os.environ
+
+
+def _emit(text: str, path: str | None) -> None:
+    if path:
+        Path(path).write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+
+
+def _progress():
+    """Progress lines on stderr: redrawn in place on a terminal, one line each elsewhere (--progress in a log)."""
+    from trl_doctor.report.formats._safe import for_terminal
+
+    tty = _is_tty(sys.stderr)
+
+    def show(text: str, whole_line: bool = False) -> None:
+        text = for_terminal(text, one_line=True)
+        if not tty:
+            click.echo(f"trl-doctor: {text}", err=True)
+        elif whole_line:  # a config of several: it stays on screen above the rows
+            click.echo(f"\r\033[Ktrl-doctor: {text}", err=True)
+        else:
+            click.echo(f"\r\033[Ktrl-doctor: {text}", nl=False, err=True)
+
+    show.tty = tty
+    return show
+
+
+def _clear(progress) -> None:
+    if progress is not None and getattr(progress, "tty", False):
+        click.echo("\r\033[K", nl=False, err=True)
+
+
+@main.command("rules")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def list_rules(fmt):
+    """List every rule: id, slug, title, trainers, autofix."""
+    from trl_doctor.registry import RegistryError, all_rules
+
+    try:
+        rules = all_rules()
+    except RegistryError as exc:
+        raise _input_error(str(exc)) from None
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps([
+            {"id": r.id, "slug": r.slug, "title": r.title, "severity": r.severity, "trainers": list(r.trainers),
+             "fix": r.fixable, "source": r.source, "module": r.module} for r in rules], indent=2))
+        return
+    from tabulate import tabulate
+
+    rows = [[r.id, r.slug, r.title, ",".join(r.trainers), r.fixable if r.has_fix else "-", r.source] for r in rules]
+    click.echo(tabulate(rows, headers=["id", "slug", "title", "trainers", "fix", "source"], tablefmt="simple"))
+
+
+@main.command()
+@click.argument("rule")
+def explain(rule):
+    """Print a rule's full explanation (RULE is an id like TD001 or a slug like pad-token)."""
+    from trl_doctor.registry import RegistryError, all_rules, find_rule
+
+    try:
+        r = find_rule(all_rules(), rule)
+    except RegistryError as exc:
+        raise _input_error(str(exc)) from None
+    click.echo(f"{r.id} {r.slug}: {r.title}")
+    click.echo(f"trainers: {', '.join(r.trainers)}    severity: {r.severity}    fix: {r.fixable}    from: {r.source}")
+    click.echo("")
+    click.echo(r.explanation)
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def env(fmt):
+    """Print python, torch (and its CUDA), transformers, trl, accelerate, vllm versions, the GPUs and the
+    version-skew findings (declared ranges the installed packages miss, known breakages that apply)."""
+    from trl_doctor.context.env import environment
+    from trl_doctor.facts.versions import env_section, environment_findings
+
+    e = environment()
+    skew = environment_findings()
+    if fmt == "json":
+        import json
+
+        extra = {"known_issues_error": skew["table_error"]} if "table_error" in skew else {}
+        click.echo(json.dumps({**e, "requirements_checked": skew["requirements_checked"],
+                               "findings": [f.as_dict() for f in skew["findings"]], **extra}, indent=2))
+        return
+    from tabulate import tabulate
+
+    rows = [["python", e["python"]], ["platform", e["platform"]]]
+    rows += [[name, v or "not installed"] for name, v in e["packages"].items()]
+    rows.append(["torch CUDA build", e["torch_cuda"] or "none (CPU build)"])
+    click.echo(tabulate(rows, headers=["package", "version"], tablefmt="simple"))
+    click.echo("")
+    if e["gpus"]:
+        click.echo(tabulate(
+            [[g["index"], g["name"], g["memory_total_mib"], g["memory_free_mib"], g["compute_capability"], g["driver"], g["driver_cuda"]] for g in e["gpus"]],
+            headers=["gpu", "name", "total MiB", "free MiB", "capability", "driver", "driver CUDA"], tablefmt="simple"))
+    else:
+        click.echo(f"GPUs: none ({e.get('gpu_note', 'NVML reports no device')})")
+    click.echo("")
+    click.echo("\n".join(env_section(skew)))
+
+
+if __name__ == "__main__":
+    main()

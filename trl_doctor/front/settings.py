@@ -1,0 +1,146 @@
+"""One front door for a check: the command line, the Python API and DoctorCallback all come through here.
+
+`Asked` is what the caller asked (select, ignore, fail-on, smoke, target, static, isolated); `resolve` joins it
+with the project's config (`[tool.trl-doctor]` / `.trl-doctor.toml`, nearest the checked config; none with
+`isolated`) into `Settings`: the rules to run, the verdict threshold, and `in_force`, every setting that narrows or
+silences the check with where it comes from, which every report lists, so that a change to the project's config
+cannot silence a CI gate unseen. `run_config` is the run itself: the worker, then the config's inline
+suppressions (`# trl-doctor: ignore[...]`, also off with `isolated`). Light: no torch, transformers or TRL here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from trl_doctor.errors import InputError
+from trl_doctor.report.formats import COMMAND_LINE
+from trl_doctor.options import DEFAULTS
+
+STACK = ("torch", "transformers", "trl")
+
+
+@dataclass(frozen=True)
+class Asked:
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    fail_on: str | None = None
+    smoke: bool | None = None
+    target: str | None = None
+    static: bool = False
+    isolated: bool = False
+    target_env: str = DEFAULTS.target_env  # --target-env: only with a target
+
+
+def names(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Rule names as the command line takes them: `"TD001,pad-token"`, `"TD001 TD002"`, or a list of such."""
+    items = [value] if isinstance(value, str) else list(value or ())
+    return tuple(n for item in items for n in str(item).replace(" ", ",").split(",") if n)
+
+
+@dataclass(frozen=True)
+class Settings:
+    rules: list
+    fail_on: str
+    smoke: bool
+    target: str | None
+    isolated: bool
+    in_force: tuple[dict, ...]  # {"setting", "rules" or "value", "source"}: what narrows or silences the check
+
+    def suppressor(self, config: Path | None):
+        """The config's inline suppressions, or none with --isolated."""
+        from trl_doctor.front.suppress import Suppressor
+
+        return Suppressor(None if self.isolated else config)
+
+    def listed(self, suppressor) -> list[dict]:
+        """`in_force` plus the inline suppressions of the config checked."""
+        return [*self.in_force, *suppressor.in_force()]
+
+
+def resolve(asked: Asked, config: Path | None) -> Settings:
+    """The settings for checking `config` (a launch command's: None, the project found from the current folder)."""
+    from trl_doctor.front.project import ProjectConfig, find_project_config
+    from trl_doctor.registry import all_rules, run_order, select_rules
+
+    project = ProjectConfig() if asked.isolated else find_project_config(Path(config).parent if config else Path.cwd())
+    source = project.source()
+    select = (asked.select, COMMAND_LINE) if asked.select else (project.select, source)
+    per_file = project.ignores_for(config)
+    ignore = [(asked.ignore, COMMAND_LINE), (project.ignore, source), (tuple(per_file), f"{source} per-file-ignores")]
+    fail_on = (asked.fail_on, COMMAND_LINE) if asked.fail_on else (project.fail_on or "fail", source if project.fail_on else None)
+    target = asked.target or project.target
+    if target:  # a bad --target (or project target) is exit 2 before any worker starts
+        from trl_doctor.context.target import target_gpus
+
+        target_gpus(target)
+    elif asked.target_env != "auto":
+        from trl_doctor.errors import InputError
+
+        raise InputError("--target-env says whose Python environment a --target launch runs in: give --target too "
+                         "(without it, the launch machine is this one when it has GPUs)")
+    rules = run_order(select_rules(all_rules(), select[0], [n for group, _ in ignore for n in group]))
+    if asked.static:  # the trainer-run group (the probes and the step) stays out
+        rules = [r for r in rules if r.group != "trainer run"]
+    smoke = asked.smoke if asked.smoke is not None else (project.smoke if project.smoke is not None else True)
+    return Settings(rules, fail_on[0], smoke, target, asked.isolated,
+                    _in_force(asked, select, ignore, fail_on))
+
+
+def _in_force(asked: Asked, select, ignore, fail_on) -> tuple[dict, ...]:
+    out = []
+    if asked.isolated:
+        out.append({"setting": "isolated", "value": "project config and inline suppressions not read",
+                    "source": COMMAND_LINE})
+    if select[0]:
+        out.append({"setting": "select", "rules": list(select[0]), "source": select[1]})
+    out += [{"setting": "ignore", "rules": list(group), "source": where} for group, where in ignore if group]
+    if fail_on[1] is not None:
+        out.append({"setting": "fail-on", "value": fail_on[0], "source": fail_on[1]})
+    return tuple(out)
+
+
+def missing_stack() -> list[str]:
+    """torch, transformers, trl: those this Python cannot import (looked up, not imported)."""
+    missing = []
+    for name in STACK:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def require_stack() -> None:
+    """Exit 2 with what to do when the ML stack is absent (a pre-commit hook's own environment has none): every
+    rule reads the installed torch, transformers and TRL, so without them nothing could be checked."""
+    missing = missing_stack()
+    if missing:
+        raise InputError(
+            f"cannot check: {', '.join(missing)} not installed in this Python ({sys.executable}); the rules read the "
+            "installed torch, transformers and TRL. Install them here (pip install \"trl-doctor[ml]\"), or in "
+            "pre-commit use the `trl-doctor-system` hook (language: system, the environment you train with)")
+
+
+def run_config(path: Path, settings: Settings, options, on_result: Callable | None = None,
+               on_progress: Callable | None = None) -> tuple[list, list[dict]]:
+    """(results with the inline suppressions applied, the settings in force) of checking the config at `path`."""
+    from trl_doctor.supervisor.session import run_check
+
+    require_stack()
+    suppress = settings.suppressor(path)
+    results = run_check(path, settings.rules, options, on_progress=on_progress,
+                        on_result=(lambda r: on_result(suppress(r))) if on_result else None)
+    return [suppress(r) for r in results], settings.listed(suppress)
+
+
+def options_for(settings: Settings, **fields: Any):
+    """The worker's Options under these settings."""
+    from trl_doctor.options import Options
+
+    return Options(smoke=settings.smoke, target=settings.target, **fields)

@@ -1,0 +1,123 @@
+"""Report formats. Each module renders one Report to text behind the same `render(report, color)` call."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trl_doctor.types import AppliedFix, Location, Result, plain
+from trl_doctor.report.formats import _safe
+
+FORMATS = ("table", "json", "junit", "github", "sarif")
+COMMAND_LINE = "command line"  # the source of a setting given on the command line (or to the API)
+
+
+def describe(entry: dict) -> str:
+    """`ignore version-skew (from /p/.trl-doctor.toml)`: one setting in force as the reports write it."""
+    what = ", ".join(entry["rules"]) if "rules" in entry else str(entry.get("value"))
+    key = f" on `{entry['key']}`" if entry.get("key") else ""
+    return f"{entry['setting']} {what}{key} (from {entry['source']})"
+
+
+@dataclass(frozen=True)
+class Report:
+    version: str
+    config: str
+    trainer: str
+    environment: dict[str, Any]
+    results: list[Result]
+    summary: dict[str, int]
+    applied: list[dict[str, str | None]] = field(default_factory=list)  # files --fix wrote, with backups
+    launch: dict[str, Any] | None = None  # a launch command's capture (trl_doctor.capture.report.describe)
+    settings: list[dict[str, Any]] = field(default_factory=list)  # what narrows or silences the check, and from where
+
+
+def render(fmt: str, report: Report, color: bool = False) -> str:
+    """`report` in `fmt`, every string of it from the checked repository neutralised as that format needs
+    (_safe.py): the one place every format is written through."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}")
+    module = importlib.import_module(f"{__name__}._{fmt}")
+    return guard(fmt, module.render(_safe.clean_report(report, _CLEANERS[fmt]), color=color))
+
+
+def guard(fmt: str, text: str) -> str:
+    """The written document, its lines unable to start a workflow command (the github format's own annotations
+    excepted: their data is escaped) and, in JSON, C1 controls and lone surrogates as \\u escapes."""
+    if fmt == "table":
+        return _safe.no_commands(text)
+    if fmt == "junit":
+        return _safe.xml_document(text)
+    if fmt in ("json", "sarif"):
+        return _safe.json_escapes(text)
+    return text
+
+
+_CLEANERS = {"table": _safe.visible, "junit": _safe.xml_text, "github": _safe.visible, "json": str, "sarif": str}
+
+
+def result_dict(r: Result) -> dict[str, Any]:
+    """One result as the json format (and tools built on it) sees it."""
+    return {
+        "id": r.id,
+        "rule": r.rule,
+        "title": r.title,
+        "status": r.status.value,
+        "message": r.message,
+        "details": plain(r.details),
+        "fix": None
+        if r.fix is None
+        else {"description": r.fix.description, "applied": r.fix.applied, "unsafe": r.fix.unsafe, "files": list(r.fix.files),
+              "applicability": applicability(r.fix)},
+        "duration_s": r.duration_s,
+        "location": location_dict(r.location),
+        "suppressed": r.suppressed,
+    }
+
+
+def applicability(fix: AppliedFix) -> str:
+    """safe, unsafe or manual; an AppliedFix built with only the older `unsafe=True` reads as unsafe."""
+    if fix.applicability == "safe" and fix.unsafe:
+        return "unsafe"
+    return fix.applicability
+
+
+def location_dict(loc: Location | None) -> dict[str, Any] | None:
+    return None if loc is None else {"file": loc.file, "key": loc.key, "line": loc.line, "column": loc.column}
+
+
+def workspace() -> Path:
+    """The repository root reports name files against: $GITHUB_WORKSPACE in GitHub Actions, else the current
+    folder."""
+    return Path(os.environ.get("GITHUB_WORKSPACE") or os.getcwd()).resolve()
+
+
+def workspace_relative(file: str) -> str | None:
+    """`file` relative to the workspace (posix), or None when it is outside it."""
+    try:
+        return Path(file).resolve().relative_to(workspace()).as_posix()
+    except (ValueError, OSError, RuntimeError):
+        return None
+
+
+def location_text(loc: Location) -> str:
+    """`/path/config.yaml:12:1 (num_generations)`: the file:line:column form editors and terminals open."""
+    where = loc.file + (f":{loc.line}" if loc.line else "") + (f":{loc.column}" if loc.line and loc.column else "")
+    return f"{where} ({loc.key})" if loc.key else where
+
+
+def details_lines(details: dict[str, Any], indent: str = "    ") -> list[str]:
+    out = []
+    for key, value in details.items():
+        if isinstance(value, str) and "\n" in value:
+            out.append(f"{indent}{key}:")
+            out.extend(f"{indent}  {line}" for line in value.splitlines())
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+            out.append(f"{indent}{key}:")
+            out.extend(f"{indent}  - {v}" for v in value)
+        else:
+            out.append(f"{indent}{key}: {plain(value)}")
+    return out

@@ -1,0 +1,140 @@
+"""Runs rules over a context and folds each rule's findings into one Result.
+
+A rule that does not apply to the trainer, or whose needs the context cannot provide, is `skip` with the
+reason; a rule that crashes is `error` with its message, and the other rules still run. Only an input
+error (the config or its files cannot be read) stops the run: the CLI turns it into exit status 2.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any, Callable, Iterable
+
+from trl_doctor.context.context import Context
+from trl_doctor.errors import InputError, Unavailable
+from trl_doctor.registry import Rule
+from trl_doctor.context.locations import locate
+from trl_doctor.facts.needs import build
+from trl_doctor.types import AppliedFix, Finding, Fix, Location, Result, Status, manual
+
+
+def run_rule(rule: Rule, ctx: Context) -> Result:
+    start = time.perf_counter()
+
+    def result(status: Status, message: str, details: dict | None = None, fix: Fix | None = None,
+               location: Location | None = None) -> Result:
+        applied = AppliedFix(fix.description, False, fix.unsafe, tuple(sorted({e.path for e in fix.edits})),
+                             fix.applicability) if fix else None
+        return Result(rule.id, rule.slug, rule.title, status, message, details or {}, applied,
+                      round(time.perf_counter() - start, 3), fix, location)
+
+    if ctx.trainer not in rule.trainers:
+        return result(Status.SKIP, f"applies to {', '.join(rule.trainers)}, not {ctx.trainer}")
+    try:
+        for need in rule.needs:
+            build(ctx, need)
+        findings = list(rule.check(ctx))
+    except InputError:
+        raise
+    except Unavailable as exc:
+        return result(Status.SKIP, str(exc))
+    except MemoryError as exc:
+        return result(Status.FAIL, *_out_of_memory(exc, ctx))
+    except Exception as exc:
+        if _is_out_of_memory(exc):
+            return result(Status.FAIL, *_out_of_memory(exc, ctx))
+        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        return result(Status.ERROR, f"the rule crashed: {type(exc).__name__}: {exc}",
+                      {"traceback": "".join(tb[-6:]).rstrip()})
+    if not findings:
+        return result(Status.ERROR, "the rule returned no finding")
+    return fold(rule, findings, result, ctx.config.path)
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """torch's out-of-memory (torch.OutOfMemoryError, a RuntimeError; older releases raise a plain RuntimeError
+    saying so), recognized without importing torch."""
+    return type(exc).__name__ == "OutOfMemoryError" or (
+        isinstance(exc, RuntimeError) and any(w in str(exc)[:300].lower() for w in ("out of memory", "can't allocate memory")))
+
+
+def _out_of_memory(exc: BaseException, ctx: Context) -> tuple[str, dict]:
+    """A finding about memory: what this rule needed did not fit, and what the check's worker may use."""
+    from trl_doctor.runtime.limits import describe
+
+    limit = describe(getattr(ctx.options, "memory_limit", None))
+    what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    return (f"ran out of memory: the model and settings this rule probes need more memory than the check's worker has "
+            f"(limit: {limit}); the job will need at least as much, or --max-memory raises the check's limit",
+            {"error": what, "memory limit": limit})
+
+
+def fold(rule: Rule, findings: list[Finding], result: Callable[..., Result], config_path: Any = None) -> Result:
+    """One Result from a rule's findings: the worst finding's status, message, details and location
+    (see `_locations.locate`; `config_path` is the config file, preferred when a fix edits several files),
+    the others listed under `also`, and their fixes merged by `merge_fixes`."""
+    worst = max(findings, key=lambda f: f.status.rank)
+    details: dict[str, Any] = dict(worst.details)
+    others = [f for f in findings if f is not worst and f.status is not Status.PASS]
+    if others:
+        details["also"] = [f"{f.status.value}: {f.message}" for f in others]
+    fix = merge_fixes([f.fix for f in findings if f.fix is not None])
+    return result(worst.status, worst.message, details, fix, locate(worst, config_path))
+
+
+_RESTRICTION = {"safe": 0, "unsafe": 1, "manual": 2}
+
+
+def merge_fixes(fixes: list[Fix]) -> Fix | None:
+    """One Fix from several, so that a result carries one.
+
+    The applicability is the most restrictive present (manual > unsafe > safe), with one exception that
+    keeps edits from disappearing: a manual part (which has no edits) never turns appliable parts into
+    instructions. When manual and appliable parts mix, the merged Fix holds every appliable edit, takes the
+    most restrictive applicability among the appliable parts, and its description ends with the manual
+    parts' instructions after "by hand: ". Only fixes that are all manual merge into a manual Fix.
+    """
+    if not fixes:
+        return None
+    if len(fixes) == 1:
+        return fixes[0]
+    by_hand = [f for f in fixes if f.applicability == "manual"]
+    appliable = [f for f in fixes if f.applicability != "manual"]
+    if not appliable:
+        return manual("; ".join(f.description for f in by_hand))
+    description = "; ".join(f.description for f in appliable)
+    if by_hand:
+        description += "; by hand: " + "; ".join(f.description for f in by_hand)
+    level = max((f.applicability for f in appliable), key=_RESTRICTION.__getitem__)
+    return Fix(description, tuple(e for f in appliable for e in f.edits), applicability=level)
+
+
+def run_rules(rules: Iterable[Rule], ctx: Context, progress: Callable[[Rule], None] | None = None) -> list[Result]:
+    rules = list(rules)
+    for rule in rules:
+        if rule.prepare is not None and ctx.trainer in rule.trainers:
+            try:
+                rule.prepare(ctx)
+            except Exception:
+                pass  # preparation is only a head start; the check itself reports real problems
+    out = []
+    for rule in rules:
+        if progress is not None:
+            progress(rule)
+        out.append(run_rule(rule, ctx))
+    return out
+
+
+def summarize(results: Iterable[Result]) -> dict[str, int]:
+    """Counts per status; a suppressed result counts under `suppressed`, not under its status."""
+    summary = {s.value: 0 for s in (Status.PASS, Status.WARN, Status.FAIL, Status.SKIP, Status.ERROR)}
+    summary["suppressed"] = 0
+    for r in results:
+        summary["suppressed" if r.suppressed else r.status.value] += 1
+    return summary
+
+
+def exit_status(results: Iterable[Result], fail_on: str = "fail") -> int:
+    bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if fail_on == "warn" else set())
+    return 1 if any(r.status in bad and not r.suppressed for r in results) else 0

@@ -1,0 +1,254 @@
+"""The check's one heavy worker: the only process of a check that imports torch, transformers and TRL.
+
+It loads the config, builds the context, runs the rules in run order (the static group, then the rules
+that read the trainer run) and streams each rule's Result to the printing process as soon as it is
+known. The trainer run happens here too, after the static rules, so the heavy stack is imported once.
+What the user's code prints (reward functions, the trainer) goes to the worker's log, never the report. The user's
+code runs inside the fence (trl_doctor.runtime.fence), set up here: its messages go on the channel, its limit is
+--user-code-timeout, and a result whose rule ran user code that changed an input file becomes a fail.
+
+Run as `python -P -m trl_doctor.worker.main` with the Request on stdin and the channel's file descriptor in
+TRL_DOCTOR_CHANNEL_FD; the fork server (`trl_doctor.supervisor.forkserver`) calls `serve` directly. Either way the worker first
+takes its channel (`open_channel`: moved to a high descriptor that no process it starts inherits) and becomes the
+subreaper of what it starts (trl_doctor.runtime.tree); when it is done it ends every process it still has (`end_own_tree`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+from trl_doctor.runtime import fence as _fence
+from trl_doctor.runtime import tree as _tree
+from trl_doctor.protocol import CHANNEL_LOST, Request, encode_result, message
+from trl_doctor.capture.report import adapt
+
+CHANNEL_ENV = "TRL_DOCTOR_CHANNEL_FD"
+CHANNEL_MIN_FD = 10  # the channel's descriptor is moved at least this high: user code that dup2()s onto 3.. misses it
+
+
+def quiet(env: dict) -> dict:
+    """`env` as a worker runs with it: nothing may be fetched, no tracker may start, and library chatter must
+    not bury the report."""
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+        env[key] = "1"
+    env.update({"WANDB_DISABLED": "true", "WANDB_MODE": "disabled"})
+    for key, value in (("TRANSFORMERS_VERBOSITY", "error"), ("TOKENIZERS_PARALLELISM", "false"),
+                       ("TRL_EXPERIMENTAL_SILENCE", "1"), ("HF_DATASETS_DISABLE_PROGRESS_BARS", "1"),
+                       ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("PYTHONWARNINGS", "ignore")):
+        env.setdefault(key, value)
+    return env
+
+
+def quiet_environment() -> None:
+    quiet(os.environ)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+
+
+def serve(request: Request, send: Callable[[str], None]) -> None:
+    """Run the request's rules and send every message; an input error ends the check (exit status 2)."""
+    from trl_doctor.context.config import load_config
+    from trl_doctor.errors import InputError
+    from trl_doctor.registry import RegistryError, all_rules
+
+    quiet_environment()
+    options = _limit_memory(request.options)
+    live = None
+    try:
+        by_id = {r.id: r for r in all_rules()}
+        rules = [by_id[i] for i in request.rules if i in by_id]
+        if options.launch is not None:
+            cfg, live = _capture(options, send)
+        else:
+            cfg = load_config(request.config)
+    except (InputError, RegistryError) as exc:
+        send(message("input-error", message=str(exc)))
+        return
+    _fence.configure(send, options.user_code_timeout, request.failed, _input_files(cfg))
+    try:
+        _run_rules(request, rules, cfg, options, live, send)
+    finally:
+        _fence.configure()
+
+
+def _limit_memory(options):
+    """Set the worker's address-space limit (trl_doctor/runtime/limits.py; none where it may use CUDA); the options with
+    the limit recorded, for the message when a rule hits it."""
+    import dataclasses
+
+    from trl_doctor.context.context import has_cuda
+    from trl_doctor.runtime.limits import apply_memory_limit, memory_limit
+
+    uses_cuda = options.device == "cuda" or (options.device == "auto" and has_cuda(options))
+    limit = memory_limit(options.max_memory, uses_cuda)
+    apply_memory_limit(limit)
+    return dataclasses.replace(options, memory_limit=limit)
+
+
+def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable[[str], None]) -> None:
+    from trl_doctor.context.context import Context
+    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.errors import InputError
+
+    if live is None:
+        cfg = _typed_as_trl(cfg)
+    with Context(cfg, options, live) as ctx:
+        ctx.events = lambda kind, payload: send(message(kind, **payload))
+        for r in rules:  # preparation is only a head start; the check itself reports real problems
+            if r.prepare is not None and ctx.trainer in r.trainers and r.id not in request.done:
+                try:
+                    r.prepare(ctx)
+                except Exception:
+                    pass
+        for r in rules:
+            if r.id in request.done:
+                continue
+            send(message("rule-start", id=r.id))
+            try:
+                result = run_rule(r, ctx)
+            except InputError as exc:
+                send(message("input-error", message=str(exc)))
+                return
+            if live is not None:
+                result = adapt(result, cfg, live)
+            result = _processes_left(_inputs_kept(result, _fence.take_changes()), _fence.take_left())
+            send(message("result", result=encode_result(result)))
+    send(message("done"))
+
+
+def _input_files(cfg) -> tuple:
+    """The check's inputs whose size and mtime the fence compares around the user's code."""
+    folders = [getattr(getattr(cfg, name, None), "path", None) for name in ("model", "tokenizer")]
+    return _fence.input_files(getattr(cfg, "path", None), getattr(cfg, "dataset_file", None),
+                              getattr(cfg, "dataset_dir", None), *folders)
+
+
+def _inputs_kept(result, changes: list[str]):
+    """`result`, or a fail when the user's code it ran changed or removed one of the check's input files. (The
+    doctor cannot stop a process from deleting or rewriting files the user may change: it can only say so.)"""
+    if not changes:
+        return result
+    import dataclasses
+
+    from trl_doctor.types import Status
+
+    message = (f"{changes[0]} while the check ran: the check's input files must not change under it, and training runs "
+               "the same code; restore the files and rerun the check")
+    details = dict(result.details, **{"input files changed": changes,
+                                      "result before": f"{result.status.value}: {result.message}"})
+    return dataclasses.replace(result, status=Status.FAIL, message=message, details=details, fix=None, pending_fix=None)
+
+
+def _processes_left(result, left: list[str]):
+    """`result` with the processes its rule's user code started and left running named in its details (they are
+    ended when the worker ends: a reward module's pool may serve the calls after its import)."""
+    if not left:
+        return result
+    import dataclasses
+
+    return dataclasses.replace(result, details=dict(result.details, **{"processes left running by user code": left}))
+
+
+def _capture(options, send: Callable[[str], None]):
+    """Run the launch command until it builds its trainer; the check's config and live objects from what it built."""
+    from trl_doctor.context.context import has_cuda
+    from trl_doctor.capture.command import LaunchCommand
+    from trl_doctor.capture.report import describe
+    from trl_doctor.capture.run import capture
+    from trl_doctor.capture.to_config import to_config
+
+    command = LaunchCommand.from_json(options.launch)
+    captured = capture(command, timeout=options.script_timeout, load_weights=options.load_weights,
+                       has_cuda=has_cuda(options), trust_remote_code=options.trust_remote_code,
+                       verbose=options.verbose, on_timeout=lambda text: send(message("input-error", message=text)))
+    cfg, live = to_config(captured)
+    send(message("captured", **describe(cfg, live)))
+    return cfg, live
+
+
+def _typed_as_trl(cfg):
+    """The config's values read through TRL's own parser before any rule reads them (`2e-5` is a float to TRL);
+    unchanged when the parser cannot be asked (trainer-config reports why)."""
+    from trl_doctor.facts.trainer_config import typed_as_trl
+
+    try:
+        return typed_as_trl(cfg)
+    except Exception:
+        return cfg
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when the process that started it dies, even by SIGKILL (a CI job's
+    timeout, an OOM kill of the CLI), so no hung worker outlives its check."""
+    parent = os.getppid()
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the call
+        os._exit(1)
+
+
+def open_channel(fd: int) -> Callable[[str], None]:
+    """`send` for the channel on descriptor `fd`: moved to a close-on-exec descriptor >= CHANNEL_MIN_FD (inherited by
+    no process the user's code starts), written with no buffering left behind. A channel that cannot be written (the
+    user's code closed it) ends the worker with CHANNEL_LOST, which the supervisor names."""
+    import fcntl
+
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, CHANNEL_MIN_FD)
+    os.close(fd)
+    write, fstat = os.write, os.fstat
+    pipe = _identity(fstat(high))
+
+    def send(line: str) -> None:
+        data = line.encode("utf-8")
+        try:
+            if _identity(fstat(high)) != pipe:  # closed, and its number taken by another file (dup2, open)
+                raise OSError("the channel's descriptor is no longer the channel")
+            while data:
+                data = data[write(high, data):]
+        except OSError:
+            end_own_tree()
+            os._exit(CHANNEL_LOST)
+
+    return send
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def own_tree() -> None:
+    """Become the subreaper of every process the worker starts, so a double-forked daemon stays its descendant."""
+    _tree.become_subreaper()
+
+
+def end_own_tree() -> None:
+    """Kill every process the worker (its user code) started and left running."""
+    for pid in _tree.descendants(os.getpid()):
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+
+
+def main() -> int:
+    _die_with_parent()
+    own_tree()
+    send = open_channel(int(os.environ.pop(CHANNEL_ENV)))
+    request = Request.from_json(sys.stdin.read())
+    try:
+        serve(request, send)
+    finally:
+        end_own_tree()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
