@@ -84,4 +84,4 @@ def test_each_default_is_written_once_and_the_command_line_shows_it():
     help_text = " ".join(CliRunner().invoke(main, ["check", "--help"], terminal_width=400).output.split())
     for flag, value in (("--smoke-timeout", DEFAULTS.smoke_timeout), ("--script-timeout", DEFAULTS.script_timeout),
                         ("--user-code-timeout", DEFAULTS.user_code_timeout)):
-        assert f"{flag} " in help_text and f"[default: {value}]" in help_text.split(flag, 1)[1].split("--", 1)[0]
+        assert f"{flag} " in help_text and f"[default: {value}" in help_text.split(flag, 1)[1].split("--", 1)[0]

@@ -11,52 +11,10 @@ process, so its check runs there, on the trainer's own objects (the static rules
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from trl_doctor.report.formats import Report
 from trl_doctor.version import __version__
-
-
-@dataclass
-class Report:
-    """What a check found: `ok` (no rule at or above `fail_on`), the results, the summary, and the report texts."""
-
-    target: str
-    trainer: str
-    results: list
-    fail_on: str = "fail"
-    launch: dict | None = None
-    environment: dict = field(default_factory=dict)
-    settings: list = field(default_factory=list)  # what narrows or silences the check, and where it comes from
-
-    @property
-    def summary(self) -> dict[str, int]:
-        from trl_doctor.worker.engine import summarize
-
-        return summarize(self.results)
-
-    @property
-    def ok(self) -> bool:
-        from trl_doctor.worker.engine import exit_status
-
-        return exit_status(self.results, self.fail_on) == 0
-
-    def render(self, fmt: str = "table", color: bool = False) -> str:
-        from trl_doctor.report.formats import Report as Rendered, render
-
-        results = self.results if fmt == "table" else sorted(self.results, key=lambda r: r.id)
-        return render(fmt, Rendered(__version__, self.target, self.trainer, self.environment, results, self.summary,
-                                    [], self.launch, self.settings), color=color)
-
-    @property
-    def table(self) -> str:
-        return self.render("table")
-
-    def to_json(self) -> str:
-        return self.render("json")
-
-    def __str__(self) -> str:
-        return self.table
 
 
 def check(subject: Any, /, *, select: str | Sequence[str] = (), ignore: str | Sequence[str] = (), fail_on: str | None = None,
@@ -67,7 +25,6 @@ def check(subject: Any, /, *, select: str | Sequence[str] = (), ignore: str | Se
     trl_doctor.Options fields (device, trust_remote_code, smoke_timeout, num_processes, load_weights,
     script_timeout)."""
     from trl_doctor.context.config import load_config
-    from trl_doctor.context.env import environment
     from trl_doctor.front.settings import Asked, names, options_for, resolve, run_config
 
     is_path = not _is_trainer(subject) and not isinstance(subject, (list, tuple))
@@ -77,11 +34,10 @@ def check(subject: Any, /, *, select: str | Sequence[str] = (), ignore: str | Se
     settings = resolve(asked, cfg.path if cfg else None)
     if cfg is not None:
         results, listed = run_config(cfg.path, settings, options_for(settings, **options))
-        return Report(str(cfg.path), cfg.trainer, results, settings.fail_on, None, environment(), listed)
+        return _report(str(cfg.path), cfg.trainer, results, settings.fail_on, None, listed)
     if _is_trainer(subject):
         trainer_kind, results, launch = _check_trainer(subject, settings.rules, options_for(settings, **options))
-        return Report(launch["command"], trainer_kind, results, settings.fail_on, launch, environment(),
-                      list(settings.in_force))
+        return _report(launch["command"], trainer_kind, results, settings.fail_on, launch, list(settings.in_force))
     from trl_doctor.supervisor.session import run_check
     from trl_doctor.front.settings import require_stack
     from trl_doctor.capture.command import parse_command
@@ -91,8 +47,16 @@ def check(subject: Any, /, *, select: str | Sequence[str] = (), ignore: str | Se
     captured: dict = {}
     results = run_check(None, settings.rules, options_for(settings, launch=command.to_json(), **options),
                         on_capture=captured.update)
-    return Report(command.text, captured.get("trainer", "?"), results, settings.fail_on, captured or None,
-                  environment(), list(settings.in_force))
+    return _report(command.text, captured.get("trainer", "?"), results, settings.fail_on, captured or None,
+                   list(settings.in_force))
+
+
+def _report(subject: str, trainer: str, results: list, fail_on: str, launch: dict | None, settings: list) -> Report:
+    from trl_doctor.context.env import environment
+    from trl_doctor.worker.engine import summarize
+
+    return Report(__version__, subject, trainer, environment(), results, summarize(results), [], launch, settings,
+                  fail_on)
 
 
 def _is_trainer(target: Any) -> bool:

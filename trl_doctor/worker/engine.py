@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from trl_doctor.context.context import Context
 from trl_doctor.errors import InputError, Unavailable
@@ -110,7 +110,10 @@ def merge_fixes(fixes: list[Fix]) -> Fix | None:
     return Fix(description, tuple(e for f in appliable for e in f.edits), applicability=level)
 
 
-def run_rules(rules: Iterable[Rule], ctx: Context, progress: Callable[[Rule], None] | None = None) -> list[Result]:
+def each_result(rules: Iterable[Rule], ctx: Context, starting: Callable[[Rule], None] | None = None) -> Iterator[Result]:
+    """The rules' Results over one context, each as soon as it is known, after every rule's `prepare` has had its
+    head start; `starting(rule)` is called before each rule runs. The one run loop of the worker and of the
+    in-process check (a trainer passed to the API, DoctorCallback). An InputError ends it (exit status 2)."""
     rules = list(rules)
     for rule in rules:
         if rule.prepare is not None and ctx.trainer in rule.trainers:
@@ -118,12 +121,14 @@ def run_rules(rules: Iterable[Rule], ctx: Context, progress: Callable[[Rule], No
                 rule.prepare(ctx)
             except Exception:
                 pass  # preparation is only a head start; the check itself reports real problems
-    out = []
     for rule in rules:
-        if progress is not None:
-            progress(rule)
-        out.append(run_rule(rule, ctx))
-    return out
+        if starting is not None:
+            starting(rule)
+        yield run_rule(rule, ctx)
+
+
+def run_rules(rules: Iterable[Rule], ctx: Context) -> list[Result]:
+    return list(each_result(rules, ctx))
 
 
 def summarize(results: Iterable[Result]) -> dict[str, int]:

@@ -90,32 +90,23 @@ def _limit_memory(options):
 
 def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable[[str], None]) -> None:
     from trl_doctor.context.context import Context
-    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.worker.engine import each_result
     from trl_doctor.errors import InputError
 
     if live is None:
         cfg = _typed_as_trl(cfg)
+    todo = [r for r in rules if r.id not in request.done]
     with Context(cfg, options, live) as ctx:
         ctx.events = lambda kind, payload: send(message(kind, **payload))
-        for r in rules:  # preparation is only a head start; the check itself reports real problems
-            if r.prepare is not None and ctx.trainer in r.trainers and r.id not in request.done:
-                try:
-                    r.prepare(ctx)
-                except Exception:
-                    pass
-        for r in rules:
-            if r.id in request.done:
-                continue
-            send(message("rule-start", id=r.id))
-            try:
-                result = run_rule(r, ctx)
-            except InputError as exc:
-                send(message("input-error", message=str(exc)))
-                return
-            if live is not None:
-                result = adapt(result, cfg, live)
-            result = _processes_left(_inputs_kept(result, _fence.take_changes()), _fence.take_left())
-            send(message("result", result=encode_result(result)))
+        try:
+            for result in each_result(todo, ctx, starting=lambda r: send(message("rule-start", id=r.id))):
+                if live is not None:
+                    result = adapt(result, cfg, live)
+                result = _processes_left(_inputs_kept(result, _fence.take_changes()), _fence.take_left())
+                send(message("result", result=encode_result(result)))
+        except InputError as exc:
+            send(message("input-error", message=str(exc)))
+            return
     send(message("done"))
 
 

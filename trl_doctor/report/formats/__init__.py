@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 from dataclasses import dataclass, field
@@ -33,6 +34,33 @@ class Report:
     applied: list[dict[str, str | None]] = field(default_factory=list)  # files --fix wrote, with backups
     launch: dict[str, Any] | None = None  # a launch command's capture (trl_doctor.capture.report.describe)
     settings: list[dict[str, Any]] = field(default_factory=list)  # what narrows or silences the check, and from where
+    fail_on: str = "fail"  # the lowest status that is not ok
+
+    @property
+    def ok(self) -> bool:
+        """No result at or above `fail_on` (suppressed ones aside): the exit status would be 0."""
+        bad = {"fail", "error"} | ({"warn"} if self.fail_on == "warn" else set())
+        return not any(r.status.value in bad and not r.suppressed for r in self.results)
+
+    @property
+    def target(self) -> str:
+        """What was checked (the config's path or the launch command): `config`, under the API's first name."""
+        return self.config
+
+    def render(self, fmt: str = "table", color: bool = False) -> str:
+        """This report in `fmt` (table in run order; the machine formats by rule id)."""
+        shown = self if fmt == "table" else dataclasses.replace(self, results=sorted(self.results, key=lambda r: r.id))
+        return render(fmt, shown, color=color)
+
+    @property
+    def table(self) -> str:
+        return self.render("table")
+
+    def to_json(self) -> str:
+        return self.render("json")
+
+    def __str__(self) -> str:
+        return self.table
 
 
 def render(fmt: str, report: Report, color: bool = False) -> str:
