@@ -16,9 +16,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
-sys.path.insert(0, str(FIXTURES))
+sys.path.append(str(FIXTURES))  # after the installed distributions: PyPI's `build` is `import build`
 
-import build as fixture_build  # noqa: E402  (fixtures/build.py)
+# fixtures/build_fixtures.py (`python fixtures/build.py` runs it): a name of its own, so the fixtures folder on the
+# path shadows no distribution (PyPI's `build`, which the packaging test runs)
+import build_fixtures as fixture_build  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -186,3 +186,14 @@ def test_the_floor_test_sees_an_upward_import(tmp_path):
     (pkg / "facts").mkdir(parents=True)
     (pkg / "facts" / "leak.py").write_text("def f():\n    from ..front.cli import main\n    from trl_doctor import wording\n")
     assert upward_imports(pkg) == [("trl_doctor/facts/leak.py", "trl_doctor.front.cli")]
+
+
+def test_the_fixtures_folder_on_the_path_shadows_no_distribution():
+    # conftest puts fixtures/ on the import path for its builders; PyPI's `build` (the packaging test's) stays `build`
+    import subprocess
+
+    code = ("import sys, importlib.util; sys.path.insert(0, 'tests'); import conftest; "
+            "print(importlib.util.find_spec('build').origin); print(importlib.util.find_spec('build_fixtures').origin)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    build, builders = out.stdout.split()
+    assert "site-packages" in build and Path(builders) == ROOT / "fixtures" / "build_fixtures.py"
