@@ -55,6 +55,7 @@ from typing import Any
 
 from trl_doctor import Finding, fail, passed, rule, skip, warn
 
+from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.chat import _MARK, prompt_lengths, prompt_rendering, render_template, special_ids
 
 
@@ -245,7 +246,7 @@ def _bos(ctx, tok, how, facts, conv, plain) -> tuple[list[Finding], dict[str, An
                        "add `{{ bos_token }}` at the start of the chat template")
             out.append(warn(f"{len(missing)} of {len(done)} {label} prompts reach the model without the BOS {name!r} "
                             f"its tokenizer prepends to text (id {bos}): {why}", **details))
-    if conv and how.vllm_gets_text and ctx.config.get("use_vllm"):
+    if conv and how.vllm_gets_text and config_value(ctx, "use_vllm", False):
         texts = [facts["texts"][i] for i in conv if facts["texts"][i] is not None]
         if texts:
             ids = tok(texts, add_special_tokens=True)["input_ids"]

@@ -63,7 +63,7 @@ from typing import Any
 
 from trl_doctor import Edit, Finding, Fix, fail, passed, rule, skip, warn
 from trl_doctor.facts.chat import prompt_lengths, prompt_rendering
-from trl_doctor.facts.settings import field_value, settings
+from trl_doctor.facts.settings import config_value, field_value, settings
 from trl_doctor.facts.trl import strips_truncated_prompts, trainer_mentions, vllm_code_mentions
 
 TRUNCATION_WARN = 0.02  # warn when TRL would truncate more than this share of the prompts
@@ -193,7 +193,7 @@ def _positions(ctx, facts, rows, effective, lengths, completion, completion_key,
             f"{head}: {_share(len(alone), len(lengths))} of the measured prompts are as long as the model's "
             f"max_position_embeddings {positions} or longer on their own, so they leave no room for a completion "
             f"({learned + ': index out of range in self' if learned else 'generation starts past the trained context'}"
-            f"{'; vLLM refuses them' if ctx.config.get('use_vllm') else ''}); "
+            f"{'; vLLM refuses them' if config_value(ctx, 'use_vllm', False) else ''}); "
             f"{' or '.join(fixes[1:]) or 'use a model with a longer context'}"
         ), details
     if learned:

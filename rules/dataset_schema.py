@@ -54,6 +54,7 @@ from typing import Any
 from trl_doctor import Finding, InputError, Unavailable, fail, passed, rule, skip, warn
 
 from trl_doctor.facts.chat import prompt_format, sample_indices
+from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import ppo_style, script_fields, stream_support
 
 SCAN_ROWS = 10000  # rows looked at one by one when the Arrow column type does not settle the format
@@ -414,6 +415,7 @@ def _signature(func) -> list[tuple[str, str, bool]]:
 def _streaming(ctx) -> tuple[list[str], dict[str, Any]]:
     """(what is wrong with a streamed dataset: messages, all failures; the details: what was read)."""
     raw = ctx.config.raw
+    # the key as the file writes it (TRL's script arguments, which the trainer config does not hold)
     key = next((k for k in ("dataset_streaming", "streaming") if raw.get(k)), None)
     if key is None:
         return [], {}
@@ -430,7 +432,7 @@ def _streaming(ctx) -> tuple[list[str], dict[str, Any]]:
         return [], details
     cls = {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "ppo": "PPOTrainer"}[ctx.trainer]
     if support.kind == "repeats":
-        steps = raw.get("max_steps", -1)
+        steps = config_value(ctx, "max_steps", -1)
         details["max_steps"] = steps
         details["trainer behaviour"] = support.evidence
         if not isinstance(steps, int) or steps <= 0:

@@ -110,7 +110,7 @@ def _device_map(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[str, Any]
     live = getattr(ctx, "live", None)
     preloaded = live is not None and live.model is not None
     if preloaded:  # the script loaded the policy itself: what it passed to from_pretrained (launch capture)
-        kwargs = ctx.config.raw.get("model_init_kwargs")
+        kwargs = ctx.config.raw.get("model_init_kwargs")  # what the capture recorded the script passing
         kwargs = kwargs if isinstance(kwargs, Mapping) else {}
         where = "the script loads the policy with"
     else:

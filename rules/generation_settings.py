@@ -54,6 +54,7 @@ from typing import Any
 from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, skip, warn
 
 from trl_doctor.facts.chat import is_conversational
+from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.generation import effective_generation, token_type_ids_reach_generate, trainer_generation_config
 from trl_doctor.facts.trl import TRAINER_CLASS, generation_without_kv_cache, trainer_source
 from trl_doctor.facts.trainer_config import trainer_config
@@ -117,7 +118,7 @@ def _sampling(ctx) -> tuple[tuple | None, dict[str, Any]]:
     if gen_json is None:
         details["sampling"] = "no generation_config.json: generate uses the trainer's settings and transformers' defaults"
         return None, details
-    if ctx.config.get("use_vllm"):
+    if config_value(ctx, "use_vllm", False):
         details["sampling"] = ("vLLM samples with the SamplingParams TRL builds from the config; it reads only the eos "
                                "ids from generation_config.json")
         return None, details
@@ -205,7 +206,7 @@ def _token_type_ids(ctx) -> tuple[tuple | None, dict[str, Any]]:
     except Unavailable:
         rows = []
     chat = bool(rows) and is_conversational(rows[0])
-    uses_generate = not ctx.config.get("use_vllm")
+    uses_generate = not config_value(ctx, "use_vllm", False)
     details["token_type_ids"] = (f"the tokenizer returns {returned}; {type(ctx.meta_model).__name__}.generate refuses "
                                  f"token_type_ids ({refusal[:160]})")
     if not (reach and chat and uses_generate):

@@ -109,7 +109,8 @@ def check(ctx):
     raw = cfg.raw
     trl_version = ctx.version("trl")
     cls = TRAINER_CLASS[ctx.trainer]
-    use_peft = raw.get("use_peft") is True or str(raw.get("use_peft")).lower() == "true"
+    asked = config_value(ctx, "use_peft", False)
+    use_peft = asked is True or str(asked).lower() == "true"
     details: dict[str, Any] = {"trl": trl_version, "use_peft": use_peft}
     adapter = cfg.model.path / "adapter_config.json"
     if adapter.is_file():
@@ -127,7 +128,7 @@ def check(ctx):
         else:
             yield skip("`use_peft` is not set: the full model trains, there is no LoRA setup to check")
         return
-    details["lora keys"] = {k: raw[k] for k in set_keys}
+    details["lora keys"] = {k: raw[k] for k in set_keys}  # as the file writes them
     if ctx.version("peft") is None:
         yield fail(f"`use_peft: true` but peft is not installed: `trl {ctx.trainer}` stops at once ('You need to have "
                    "PEFT library installed'); `pip install peft`", **details)
@@ -199,7 +200,7 @@ def _target_modules(ctx) -> tuple[tuple | None, dict[str, Any]]:
     import re as regex
 
     raw = ctx.config.raw
-    if "lora_target_modules" not in raw or raw["lora_target_modules"] is None:
+    if "lora_target_modules" not in raw or raw["lora_target_modules"] is None:  # not written in the file
         return None, details  # PEFT picks its own default targets for the architecture
     targets, given = _effective_targets(ctx)
     try:
@@ -243,7 +244,7 @@ def _effective_targets(ctx) -> tuple[Any, str]:
     the script built; a config file's go through TRL's ModelConfig, which turns a one-item list into a string."""
     from trl_doctor.facts.parsing import model_config_value
 
-    value = ctx.config.raw["lora_target_modules"]
+    value = ctx.config.raw["lora_target_modules"]  # the file's value: what TRL's ModelConfig makes of it follows
     if ctx.live is not None:
         return value, " (the script's LoraConfig)"
     effective = model_config_value("lora_target_modules", value)
@@ -333,7 +334,7 @@ def _new_token_rows(ctx) -> tuple[tuple | None, dict[str, Any]]:
                                  + (f" and {', '.join(added)} are in its vocabulary" if added else "") + ")")
         return None, details
     emb, head, facts = _embedding_names(ctx)
-    saved = _names(raw.get("lora_modules_to_save"))
+    saved = _names(raw.get("lora_modules_to_save"))  # as the file writes them: the fix adds to this list
     targets = _names(raw.get("lora_target_modules"))
     # PEFT matches modules_to_save (and listed target_modules) by the end of the module's full name
     full = {emb: facts.get("input embedding") or emb, head: facts.get("LM head") or head}
@@ -419,7 +420,7 @@ def _checkpointing(ctx) -> tuple[tuple | None, dict[str, Any]]:
         return None, details
     fix = None
     action = "set gradient_checkpointing_kwargs: {use_reentrant: false}"
-    if ctx.config.get("deepspeed"):
+    if ctx.config.get("deepspeed"):  # as the file asks (the built config holds the doctor's stand-in)
         action = ("upgrade to trl>=0.16, which enables input gradients itself (this config uses DeepSpeed, where PEFT + "
                   "ZeRO-3 needs reentrant checkpointing, so use_reentrant: false is not written)")
     else:

@@ -114,7 +114,7 @@ def check(ctx):
     bf16, fp16 = resolved.bf16, resolved.fp16
     the_launch = launch(ctx)
     visible, gpu_reason = list(the_launch.gpus), the_launch.gpus_missing
-    on_cpu = raw.get("use_cpu") is True
+    on_cpu = raw.get("use_cpu") is True  # as the file asks (the built config holds the doctor's stand-in)
     bf16_words = _bf16_origin(ctx)
     ckpt = _checkpoint_dtype(ctx)
     details: dict[str, Any] = {
@@ -213,7 +213,7 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
     lowest = min(visible, key=_cc)
     use_vllm = settings(ctx).use_vllm
     if bf16 and _cc(lowest) < BF16_MIN_CC:
-        where = "" if raw.get("bf16") is True else f" ({bf16_words})"
+        where = "" if raw.get("bf16") is True else f" ({bf16_words})"  # the file's own words: set there or not
         fix = Fix(f"set bf16: false in {ctx.config.path.name} (train in fp32 on {lowest['name']})",
                   (Edit(str(ctx.config.path), set=(("bf16", False),)),))
         findings.append(("fail", (
@@ -221,7 +221,7 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
             "needs 8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs it "
             "emulated, many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to NaN), "
             "or use an Ampere or newer GPU"), fix))
-    if raw.get("tf32") is True and _cc(lowest) < BF16_MIN_CC:
+    if raw.get("tf32") is True and _cc(lowest) < BF16_MIN_CC:  # as the file asks (the built config holds the doctor's stand-in)
         fix = Fix(f"set tf32: false in {ctx.config.path.name} ({lowest['name']} has no TF32 units)",
                   (Edit(str(ctx.config.path), set=(("tf32", False),)),))
         findings.append(("fail", (
@@ -248,7 +248,7 @@ def _bf16_origin(ctx) -> str:
 
     raw = ctx.config.raw
     if "bf16" in raw:
-        return f"`bf16: {str(raw['bf16']).lower()}` in the config"
+        return f"`bf16: {str(raw['bf16']).lower()}` in the config"  # where the value comes from: the file
     cls = config_class(ctx.trainer)
     if cls is None:
         return "bf16 not set"
@@ -265,7 +265,7 @@ def _attention(ctx, raw, visible, on_cpu) -> _Found:
     kwargs = settings(ctx).model_init_kwargs
     if kwargs.get("attn_implementation"):
         attn, where = kwargs["attn_implementation"], "model_init_kwargs"
-    elif raw.get("attn_implementation"):
+    elif raw.get("attn_implementation"):  # which key of the file chose it: the fix writes there
         attn, where = raw["attn_implementation"], "attn_implementation"
     else:
         cfg_json = ctx.read_json(ctx.model_file("config.json")) or {}
@@ -403,7 +403,7 @@ def _quantization(ctx, raw, on_cpu) -> _Found:
     kwargs = settings(ctx).model_init_kwargs
     quant = kwargs.get("quantization_config") if isinstance(kwargs.get("quantization_config"), dict) else {}
     bits = next((b for b in ("4bit", "8bit") if quant.get(f"load_in_{b}") or kwargs.get(f"load_in_{b}")
-                 or raw.get(f"load_in_{b}") is True), None)
+                 or config_value(ctx, f"load_in_{b}", False) is True), None)
     if bits is None and str(quant.get("quant_method", "")).lower() != "bitsandbytes":
         return _Found("", details, findings)
     what = f"bitsandbytes {bits or ''} loading".replace("  ", " ")
@@ -481,7 +481,7 @@ def _attn_fix(ctx, raw, where: str | None, kwargs: dict, value: str) -> Fix | No
     path, name = str(ctx.config.path), ctx.config.path.name
     if where == "attn_implementation":
         return Fix(f"set attn_implementation: {value} in {name}", (Edit(path, set=(("attn_implementation", value),)),))
-    current = raw.get("model_init_kwargs")
+    current = raw.get("model_init_kwargs")  # the file's value, which the fix rewrites
     if current is not None and not isinstance(current, dict):
         return None  # a JSON string: left to the user
     new = dict(current or {})
@@ -530,7 +530,7 @@ def _sdpa_fix(ctx, raw, where: str, kwargs: dict) -> Fix | None:
     path = str(ctx.config.path)
     if where == "attn_implementation":
         return Fix(f"set attn_implementation: sdpa in {ctx.config.path.name}", (Edit(path, set=(("attn_implementation", "sdpa"),)),))
-    if where == "model_init_kwargs" and isinstance(raw.get("model_init_kwargs"), dict):
+    if where == "model_init_kwargs" and isinstance(raw.get("model_init_kwargs"), dict):  # the file's, rewritten
         new = dict(raw["model_init_kwargs"])
         new["attn_implementation"] = "sdpa"
         return Fix(f"set attn_implementation: sdpa in model_init_kwargs of {ctx.config.path.name}",
@@ -594,7 +594,7 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible) -> _Found:
         return _Found("", details, findings)
     if use_peft:
         return _Found(f"weights load as float32 ({load_from}), checkpoint {ckpt}: {waste:.1f} GiB more for the frozen base", details, findings)
-    sharded = [k for k in ("deepspeed", "fsdp") if raw.get(k)]
+    sharded = [k for k in ("deepspeed", "fsdp") if raw.get(k)]  # as the file asks (the built config holds the doctor's stand-in) (deepspeed)
     state32, state16 = params * 16 / GiB, params * 8 / GiB
     budget = min((g["memory_total_bytes"] for g in visible), default=NO_GPU_BUDGET_GIB * GiB) / GiB
     budget_words = (f"{_name(min(visible, key=lambda g: g['memory_total_bytes']))}'s {budget:.1f} GiB" if visible
@@ -635,7 +635,7 @@ def _params(ctx) -> int | None:
 def _dtype_fix(ctx, raw, dtype: str, override: bool = False) -> Fix | None:
     """Write `dtype` where the load dtype is decided: into model_init_kwargs, or over an explicit key when
     `override` (only for a choice that cannot train)."""
-    current = raw.get("model_init_kwargs")
+    current = raw.get("model_init_kwargs")  # the file's value, which the fix rewrites
     if current is not None and not isinstance(current, dict):
         return None  # a JSON string: left to the user
     path, name = str(ctx.config.path), ctx.config.path.name

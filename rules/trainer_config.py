@@ -103,7 +103,7 @@ def _unknown(ctx, info) -> tuple[list[Finding], dict[str, Any]]:
             plain.append(plain_names[key])
             plain_keys.append(key)
             continue
-        value = ctx.config.raw.get(key)
+        value = ctx.config.raw.get(key)  # the file's value of a key TRL does not know: the fix moves it
         if entry.replacement and entry.same_meaning and entry.replacement not in ctx.config.raw:
             fix = Fix(f"rename `{key}` to `{entry.replacement}` in {ctx.config.path.name} (same meaning)",
                       (Edit(str(ctx.config.path), set=((key, DELETE), (entry.replacement, value))),))

@@ -108,7 +108,7 @@ from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, manual,
 from trl_doctor.facts.edits import edited
 from trl_doctor.facts.locations import config_key
 from trl_doctor.facts.tokens import as_id_list, embedding_rows, vocab_size_on_disk
-from trl_doctor.facts.settings import as_mapping, vllm_mode_in_words
+from trl_doctor.facts.settings import as_mapping, config_value, vllm_mode_in_words
 from trl_doctor.facts.trl import TRAINER_CLASS
 from trl_doctor.facts.vllm import installed_config_field, installed_trl_vllm_path, load_as_vllm
 
@@ -132,7 +132,7 @@ def check(ctx):
     rows = embedding_rows(ctx)
     beyond = _ids_beyond(tok, rows)
     details = _common_details(ctx, tok, rows, beyond)
-    if not _truthy(ctx.config.raw.get("use_vllm")):
+    if not _truthy(config_value(ctx, "use_vllm", False)):
         if not beyond:
             yield skip("use_vllm is not set: generation runs in the trainer with its own tokenizer, nothing for vLLM "
                        "to drift from")
@@ -580,7 +580,7 @@ def _truthy(value) -> bool:
 
 
 def _generation_kwargs(raw: dict) -> dict:
-    return as_mapping(raw.get("generation_kwargs"))
+    return as_mapping(raw.get("generation_kwargs"))  # the file's value: the fix rewrites this key
 
 
 def _as_list(value) -> list:

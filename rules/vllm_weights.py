@@ -242,6 +242,7 @@ def _server_overlap(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]
     details["vLLM server"] = f"{target.base_url} (this machine)"
     details["training processes"] = f"{procs} ({where.processes_from})"
     details["visible GPUs"] = n
+    # the model as the file names it, for a command line the user runs
     serve = f"CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model {ctx.config.raw.get('model_name_or_path', '<model>')}"
     train = f"CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(1, n))} accelerate launch --num_processes {n - 1}"
     return details, fail(f"vLLM server mode with the server on this machine ({target.base_url}) and {procs} training processes "
