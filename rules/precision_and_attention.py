@@ -206,7 +206,8 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
         return _Found("", details, findings)
     mode = "bf16" if bf16 else "fp16" if fp16 else "fp32"
     if on_cpu:
-        return _Found(f"use_cpu: true: {mode} on the CPU" + (" (fp16 mixed precision is not applied there)" if fp16 else ""), details, findings)
+        return _Found(
+            f"use_cpu: true: {mode} on the CPU" + (" (fp16 mixed precision is not applied there)" if fp16 else ""), details, findings)
     if not visible:  # not the launch machine: its GPUs decide (--target), never a verdict from this one
         return _Found(f"{mode} ({bf16_words}); no GPU here to check it against ({gpu_reason}): pass --target (e.g. "
                       "--target 8xH100-80GB) to check against the launch machine", details, findings)
@@ -238,7 +239,8 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
             f"(compute capability {lowest['compute_capability']}): \"Bfloat16 is only supported on GPUs with compute "
             f"capability of at least 8.0\"; {how}"), None))
     if bf16:
-        return _Found(f"bf16 ({bf16_words}) on GPUs of compute capability {lowest['compute_capability']} or more (8.0 needed)", details, findings)
+        return _Found(
+            f"bf16 ({bf16_words}) on GPUs of compute capability {lowest['compute_capability']} or more (8.0 needed)", details, findings)
     return _Found(f"{mode} on {len(visible)} GPU{'s' if len(visible) != 1 else ''}", details, findings)
 
 
@@ -327,7 +329,8 @@ def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, gemma) -> _Found:
     if dtype_problem is not None:
         findings.append((*dtype_problem, fix))
         return _Found("", details, findings)
-    return _Found(f"{name} ({installed}) on compute capability {min(visible, key=_cc)['compute_capability']}", details, findings)
+    return _Found(
+        f"{name} ({installed}) on compute capability {min(visible, key=_cc)['compute_capability']}", details, findings)
 
 
 def _flash_package_problem(ctx, attn, where, module, dists, name, alt, installed) -> tuple[tuple[str, str] | None, dict]:
@@ -445,7 +448,8 @@ def _gemma(ctx, raw, attn, where, kwargs, model_type) -> _Found:
     else:
         effective, cls_name = default_attention(ctx)
         if effective is None:
-            return _Found(f"{model_type}: transformers {tf} cannot build it here to read its default attention ({cls_name})", details, findings)
+            return _Found(
+                f"{model_type}: transformers {tf} cannot build it here to read its default attention ({cls_name})", details, findings)
         origin = f"no attn_implementation set: transformers {tf}'s default for {cls_name} is {effective}"
     details["Gemma attention"] = f"{model_type}, {origin}"
     if effective.split("|")[-1] == "eager":
@@ -593,7 +597,8 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible) -> _Found:
             f"for no gain in precision; load it in {ckpt} (`model_init_kwargs: {{{dtype_key(ctx.trainer)}: {ckpt}}}`)"), fix))
         return _Found("", details, findings)
     if use_peft:
-        return _Found(f"weights load as float32 ({load_from}), checkpoint {ckpt}: {waste:.1f} GiB more for the frozen base", details, findings)
+        return _Found(
+            f"weights load as float32 ({load_from}), checkpoint {ckpt}: {waste:.1f} GiB more for the frozen base", details, findings)
     sharded = [k for k in ("deepspeed", "fsdp") if raw.get(k)]  # as the file asks (the built config holds the doctor's stand-in) (deepspeed)
     state32, state16 = params * 16 / GiB, params * 8 / GiB
     budget = min((g["memory_total_bytes"] for g in visible), default=NO_GPU_BUDGET_GIB * GiB) / GiB
@@ -608,8 +613,9 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible) -> _Found:
             f"({state16:.1f} GiB in {ckpt}); load in {ckpt} (`model_init_kwargs: {{{dtype_key(ctx.trainer)}: {ckpt}}}`, no fp32 master "
             "weights), train LoRA adapters (`use_peft: true`), or shard with ZeRO-3 / FSDP"), None))
         return _Found("", details, findings)
-    return _Found(f"weights load as float32 ({load_from}), checkpoint {ckpt}: fp32 master weights for a full fine-tune, "
-                  f"{state32:.1f} GiB of weights, gradients and AdamW states", details, findings)
+    return _Found(
+        f"weights load as float32 ({load_from}), checkpoint {ckpt}: fp32 master weights for a full fine-tune, "
+        f"{state32:.1f} GiB of weights, gradients and AdamW states", details, findings)
 
 
 def _explicit_dtype(raw: dict, kwargs: dict) -> str | None:

@@ -119,23 +119,27 @@ def _quantized(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
     if q.kind == "8bit":
         if mode == "colocate" and sync is not None and sync.refuses_8bit:
             details["TRL refuses 8-bit"] = sync.refuses_8bit
-            return details, fail(f"{q.source} with vLLM colocate: the installed TRL stops when it starts the engine ('vLLM does "
-                                 f"not support in-flight 8-bit quantization'); {unquantized}, or use 4-bit", fix)
-        return details, fail(f"{q.source} with vLLM ({mode or 'server'} mode): each sync pushes the policy's int8 "
-                             "weights into an engine holding bf16 ones (vLLM generates from garbage, or its weight loader "
-                             f"stops on the dtype/shape); {unquantized}", fix)
+            return details, fail(
+                f"{q.source} with vLLM colocate: the installed TRL stops when it starts the engine ('vLLM does "
+                f"not support in-flight 8-bit quantization'); {unquantized}, or use 4-bit", fix)
+        return details, fail(
+            f"{q.source} with vLLM ({mode or 'server'} mode): each sync pushes the policy's int8 "
+            "weights into an engine holding bf16 ones (vLLM generates from garbage, or its weight loader "
+            f"stops on the dtype/shape); {unquantized}", fix)
     if mode == "colocate" and sync is not None and sync.quantizes_4bit_engine:
         details["colocated engine quantized"] = sync.quantizes_4bit_engine
-        return details, warn(f"{q.source} with vLLM colocate: the installed TRL starts vLLM with bitsandbytes 4-bit, so the "
-                             "push fits, but the merged LoRA is re-rounded to 4 bits at every sync and vLLM samples from a "
-                             "slightly different policy than the one trained (trl#3466); train a bf16 base with LoRA for "
-                             "exact rollouts, or accept the drift", fix)
+        return details, warn(
+            f"{q.source} with vLLM colocate: the installed TRL starts vLLM with bitsandbytes 4-bit, so the "
+            "push fits, but the merged LoRA is re-rounded to 4 bits at every sync and vLLM samples from a "
+            "slightly different policy than the one trained (trl#3466); train a bf16 base with LoRA for "
+            "exact rollouts, or accept the drift", fix)
     where = {"server": "the `trl vllm-serve` engine loads the bf16 checkpoint",
              "colocate": "the installed TRL starts the colocated engine unquantized (no bitsandbytes quantization)",
              "device": "TRL starts vLLM on its own GPU from the bf16 checkpoint"}.get(mode or "", "vLLM loads the bf16 checkpoint")
-    return details, fail(f"{q.source} with vLLM ({mode or 'server'} mode): {where}, and each sync pushes packed 4-bit tensors "
-                         "(uint8, half the elements) into it: vLLM's weight loader stops with 'assert param_data.shape == "
-                         f"loaded_weight.shape' at the first sync (trl#3654, trl#4973); {unquantized}", fix)
+    return details, fail(
+        f"{q.source} with vLLM ({mode or 'server'} mode): {where}, and each sync pushes packed 4-bit tensors "
+        "(uint8, half the elements) into it: vLLM's weight loader stops with 'assert param_data.shape == "
+        f"loaded_weight.shape' at the first sync (trl#3654, trl#4973); {unquantized}", fix)
 
 
 # -- G6: LoRA names -------------------------------------------------------------------------------------------
@@ -155,18 +159,20 @@ def _peft(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
                                      ("strip `base_model.model.`/`.base_layer` from the names", sync.strips_base_layer),
                                      ("leave the LoRA tensors out", sync.drops_adapter)) if ev is None]
     if missing:
-        return details, fail(f"use_peft with vLLM: the installed TRL's weight sync ({sync.push.split(': ')[0]}) does not "
-                             f"{', '.join(missing)}: vLLM gets names it has no parameter for and keeps generating with the "
-                             "base weights, or stops on them (trl#2698); upgrade TRL (0.15+) or set " + NO_VLLM,
-                             upgrade)
+        return details, fail(
+            f"use_peft with vLLM: the installed TRL's weight sync ({sync.push.split(': ')[0]}) does not "
+            f"{', '.join(missing)}: vLLM gets names it has no parameter for and keeps generating with the "
+            "base weights, or stops on them (trl#2698); upgrade TRL (0.15+) or set " + NO_VLLM,
+            upgrade)
     details["PEFT sync"] = f"{sync.merges_peft}; {sync.strips_base_layer}"
     if saved:
         details["lora_modules_to_save"] = list(saved)
         if sync.strips_modules_to_save is None or sync.drops_original_module is None:
-            return details, fail(f"lora_modules_to_save {list(saved)} with vLLM: the installed TRL's weight sync does not map "
-                                 "`modules_to_save.default.` back to the base names (nor drop `original_module`), so the trained "
-                                 f"copies of {', '.join(saved)} never reach vLLM; upgrade TRL, or leave them out of "
-                                 "lora_modules_to_save", upgrade)
+            return details, fail(
+                f"lora_modules_to_save {list(saved)} with vLLM: the installed TRL's weight sync does not map "
+                "`modules_to_save.default.` back to the base names (nor drop `original_module`), so the trained "
+                f"copies of {', '.join(saved)} never reach vLLM; upgrade TRL, or leave them out of "
+                "lora_modules_to_save", upgrade)
         details["modules_to_save sync"] = sync.strips_modules_to_save
     return details, None
 
@@ -184,10 +190,11 @@ def _zero3_gather(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
     details["DeepSpeed"] = f"ZeRO-{stage} ({acc.named_by})"
     if sync is not None and sync.ds3_gather_flag:
         details["gather follows the flag"] = sync.ds3_gather_flag
-        return details, fail("ds3_gather_for_generation: false under DeepSpeed ZeRO-3 with vLLM: the installed TRL gathers the "
-                             "parameters for the sync only when that flag is on, so each process pushes its empty shard "
-                             "('Attempted to load weight (torch.Size([0])) into parameter'); set `ds3_gather_for_generation: "
-                             "true` (or use ZeRO-2)", manual("set `ds3_gather_for_generation: true`"))
+        return details, fail(
+            "ds3_gather_for_generation: false under DeepSpeed ZeRO-3 with vLLM: the installed TRL gathers the "
+            "parameters for the sync only when that flag is on, so each process pushes its empty shard "
+            "('Attempted to load weight (torch.Size([0])) into parameter'); set `ds3_gather_for_generation: "
+            "true` (or use ZeRO-2)", manual("set `ds3_gather_for_generation: true`"))
     return details, None
 
 
@@ -219,8 +226,9 @@ def _legacy_device(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
     if index >= n:
         fix = (f"launch with `--num_processes {n - 1}` to leave cuda:{n - 1} to vLLM" if n > 1 else
                "vLLM needs a GPU of its own here: use a machine with 2 GPUs, or upgrade TRL (colocate mode)")
-        return details, fail(f"{said} does not exist: {n} GPU{'s' if n != 1 else ''} visible, so TRL stops at start with 'The "
-                             f"requested device for vllm (cuda:{index}) is not available'; {fix}", manual(fix))
+        return details, fail(
+            f"{said} does not exist: {n} GPU{'s' if n != 1 else ''} visible, so TRL stops at start with 'The "
+            f"requested device for vllm (cuda:{index}) is not available'; {fix}", manual(fix))
     return details, None
 
 
@@ -245,10 +253,11 @@ def _server_overlap(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]
     # the model as the file names it, for a command line the user runs
     serve = f"CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model {ctx.config.raw.get('model_name_or_path', '<model>')}"
     train = f"CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(1, n))} accelerate launch --num_processes {n - 1}"
-    return details, fail(f"vLLM server mode with the server on this machine ({target.base_url}) and {procs} training processes "
-                         f"on all {n} visible GPUs: the server's GPU is also a training GPU, so the weight-sync communicator "
-                         "hangs or NCCL's watchdog fires at the first update (trl#3157) and both compete for its memory; give "
-                         f"the server its own GPU: `{serve}` and `{train}`", manual(f"`{serve}`, then `{train} ...`"))
+    return details, fail(
+        f"vLLM server mode with the server on this machine ({target.base_url}) and {procs} training processes "
+        f"on all {n} visible GPUs: the server's GPU is also a training GPU, so the weight-sync communicator "
+        "hangs or NCCL's watchdog fires at the first update (trl#3157) and both compete for its memory; give "
+        f"the server its own GPU: `{serve}` and `{train}`", manual(f"`{serve}`, then `{train} ...`"))
 
 
 # -- G10: the architecture in vLLM -------------------------------------------------------------------------
@@ -273,7 +282,8 @@ def _architecture(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
     if fallback is True:
         details["vLLM Transformers backend"] = f"{missing[0]} runs through vLLM's Transformers backend"
         return details, None
-    return details, fail(f"config.json architectures {missing} are not implemented by the installed vLLM {known.version} "
-                         f"({len(known.archs)} architectures in its registry){'' if fallback is None else '; ' + fallback}: the "
-                         f"engine cannot load the model; set {NO_VLLM}, or a vLLM release that implements it",
-                         manual(f"set {NO_VLLM}"))
+    return details, fail(
+        f"config.json architectures {missing} are not implemented by the installed vLLM {known.version} "
+        f"({len(known.archs)} architectures in its registry){'' if fallback is None else '; ' + fallback}: the "
+        f"engine cannot load the model; set {NO_VLLM}, or a vLLM release that implements it",
+        manual(f"set {NO_VLLM}"))
