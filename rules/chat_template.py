@@ -50,8 +50,12 @@ What the fix does
 
 from __future__ import annotations
 
-from trl_doctor import fail, passed, rule, skip, warn
+from dataclasses import replace
+from typing import Any
 
+from trl_doctor import Finding, fail, passed, rule, skip, warn
+
+from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.chat import _MARK, prompt_lengths, prompt_rendering, render_template, special_ids
 
 
@@ -113,9 +117,12 @@ def check(ctx):
             **details,
         ))
     rendered = [i for i in conv if facts["texts"][i] is not None]
-    if rendered:
-        findings += _generation_prompt(ctx, tok, how, facts, rendered[0], details)
-    findings += _bos(ctx, tok, how, facts, conv, plain, details)
+    parts = [_generation_prompt(ctx, tok, how, facts, rendered[0])] if rendered else []
+    parts.append(_bos(ctx, tok, how, facts, conv, plain))
+    for found, its_details in parts:
+        # a part's finding carries the check's details and the part's own found so far
+        findings += [replace(f, details={**details, **f.details}) for f in found]
+        details.update(its_details)
 
     for finding in findings:
         yield finding
@@ -156,22 +163,23 @@ def _raise_hint(roles, error: str) -> str:
     return "Make the rows match what the template accepts, or fix the template"
 
 
-def _generation_prompt(ctx, tok, how, facts, i, details) -> list:
+def _generation_prompt(ctx, tok, how, facts, i) -> tuple[list[Finding], dict[str, Any]]:
     """The rendered prompt must reach up to the assistant's content: what the template writes between the prompt and
     an assistant message appended to the same conversation may hold no special token."""
+    details: dict[str, Any] = {}
     prompt = ctx.dataset[facts["indices"][i]]["prompt"]
     text = facts["texts"][i]
     if prompt[-1].get("role") == "assistant":
-        return []  # TRL continues a final assistant message instead of opening a new turn
+        return [], details  # TRL continues a final assistant message instead of opening a new turn
     try:
         full = render_template(tok, list(prompt) + [{"role": "assistant", "content": _MARK}], "rendering a prompt with a "
                                "reply", tokenize=False, **how.template_kwargs)
     except Exception as exc:  # a template that cannot render an answer says nothing about the prompt
         details["generation prompt check"] = f"not run: the template cannot render an assistant reply ({type(exc).__name__})"
-        return []
+        return [], details
     if _MARK not in full or not full.split(_MARK, 1)[0].startswith(text):
         details["generation prompt check"] = "not run: the template renders the conversation differently with a reply"
-        return []
+        return [], details
     gap = full.split(_MARK, 1)[0][len(text):]
     specials = special_ids(tok)
     gap_ids = tok(gap, add_special_tokens=False)["input_ids"] if gap else []
@@ -179,7 +187,7 @@ def _generation_prompt(ctx, tok, how, facts, i, details) -> list:
     details["rendered prompt (row %d)" % facts["indices"][i]] = _short(text)
     if not marks:
         details["generation prompt"] = "the prompt ends where the assistant's content starts"
-        return []
+        return [], details
     try:
         without = render_template(tok, list(prompt), "rendering a prompt without the generation prompt", tokenize=False,
                                   add_generation_prompt=False, **how.template_kwargs)
@@ -194,13 +202,14 @@ def _generation_prompt(ctx, tok, how, facts, i, details) -> list:
         "the model has to write the assistant header itself and every completion carries it. Add an "
         "`{% if add_generation_prompt %}` block that writes it to the chat template",
         **details,
-    )]
+    )], details
 
 
-def _bos(ctx, tok, how, facts, conv, plain, details) -> list:
+def _bos(ctx, tok, how, facts, conv, plain) -> tuple[list[Finding], dict[str, Any]]:
+    details: dict[str, Any] = {}
     bos = tok.bos_token_id
     if bos is None:
-        return []
+        return [], details
     expects = tok("a", add_special_tokens=True)["input_ids"][:1] == [bos]
     name = tok.bos_token
     details["BOS"] = (f"{name!r} (id {bos}); the tokenizer " + ("prepends it to text it encodes, so the model expects it"
@@ -237,7 +246,7 @@ def _bos(ctx, tok, how, facts, conv, plain, details) -> list:
                        "add `{{ bos_token }}` at the start of the chat template")
             out.append(warn(f"{len(missing)} of {len(done)} {label} prompts reach the model without the BOS {name!r} "
                             f"its tokenizer prepends to text (id {bos}): {why}", **details))
-    if conv and how.vllm_gets_text and ctx.config.get("use_vllm"):
+    if conv and how.vllm_gets_text and config_value(ctx, "use_vllm", False):
         texts = [facts["texts"][i] for i in conv if facts["texts"][i] is not None]
         if texts:
             ids = tok(texts, add_special_tokens=True)["input_ids"]
@@ -252,7 +261,7 @@ def _bos(ctx, tok, how, facts, conv, plain, details) -> list:
                     "later give vLLM the messages or the token ids)",
                     **details,
                 ))
-    return out
+    return out, details
 
 
 def _short(text: str | None, limit: int = 200) -> str:

@@ -58,9 +58,12 @@ What the fix does
 
 from __future__ import annotations
 
-from trl_doctor import Edit, Fix, fail, passed, rule, skip, warn
+from dataclasses import replace
+from typing import Any
+
+from trl_doctor import Edit, Finding, Fix, fail, passed, rule, skip, warn
 from trl_doctor.facts.chat import prompt_lengths, prompt_rendering
-from trl_doctor.facts.settings import field_value, settings
+from trl_doctor.facts.settings import config_value, field_value, settings
 from trl_doctor.facts.trl import strips_truncated_prompts, trainer_mentions, vllm_code_mentions
 
 TRUNCATION_WARN = 0.02  # warn when TRL would truncate more than this share of the prompts
@@ -124,18 +127,24 @@ def check(ctx):
 
     findings = []
     if limit_prompt:
-        findings += _truncation(ctx, facts, trl, tok, limit_prompt, lengths, rows, completion, positions, details)
+        found, its_details = _truncation(ctx, facts, trl, tok, limit_prompt, lengths, rows, completion, positions)
+        details.update(its_details)
+        findings += [replace(f, details=dict(details)) for f in found]  # the details known when they were found
 
     # -- the model's own positions -------------------------------------------------------------------------------
     if positions is not None and need > positions:
         yield from findings
-        yield _positions(ctx, facts, details, rows, effective, lengths, completion, completion_key, positions,
-                         limit_prompt, has_truncation)
+        finding, its_details = _positions(ctx, facts, rows, effective, lengths, completion, completion_key, positions,
+                                          limit_prompt, has_truncation)
+        details.update(its_details)
+        yield replace(finding, details=dict(details))
         return
 
     # -- vLLM's context ------------------------------------------------------------------------------------------
     if s.use_vllm:
-        findings += _vllm(ctx, s, details, need, positions, rows, effective, completion, completion_key, eff_longest)
+        found, its_details = _vllm(ctx, s, need, positions, rows, effective, completion, completion_key, eff_longest)
+        details.update(its_details)
+        findings += [replace(f, details=dict(details)) for f in found]
 
     for finding in findings:
         yield finding
@@ -143,23 +152,25 @@ def check(ctx):
         where = f"the model's max_position_embeddings {positions}" if positions else "the model (no max_position_embeddings)"
         vllm = details.get("vLLM context")
         prompt = f"the longest prompt ({eff_longest} tokens{_after_cut(limit_prompt, longest)}, p99 {p99})"
-        yield passed(f"{prompt} + {completion_key} {completion} = {need} fits {where}" + _vllm_words(vllm, details),
+        yield passed(f"{prompt} + {completion_key} {completion} = {need} fits {where}"
+                     + _vllm_words(vllm, details.get("vLLM mode")),
                      **details)
 
 
-def _vllm_words(vllm: str | None, details: dict) -> str:
+def _vllm_words(vllm: str | None, mode: str | None) -> str:
     """How the pass message names vLLM's context: a server's is set where it starts, so it is named as such."""
     if not vllm:
         return ""
-    if details.get("vLLM mode") == "server":
+    if mode == "server":
         return "; vLLM's server needs --max-model-len of at least that (see details)"
     return f" and vLLM's context ({vllm})"
 
 
-def _positions(ctx, facts, details, rows, effective, lengths, completion, completion_key, positions, limit_prompt,
-               has_truncation):
+def _positions(ctx, facts, rows, effective, lengths, completion, completion_key, positions, limit_prompt,
+               has_truncation) -> tuple[Finding, dict[str, Any]]:
     """The longest prompt plus a full completion is past max_position_embeddings: how bad that is depends on whether
     a prompt alone is too long and on how the model encodes positions."""
+    details: dict[str, Any] = {}
     eff_longest, p99 = max(effective), facts["p99"]
     room = positions - eff_longest
     over = [r for r, n in zip(rows, effective) if n + completion > positions]
@@ -182,23 +193,21 @@ def _positions(ctx, facts, details, rows, effective, lengths, completion, comple
             f"{head}: {_share(len(alone), len(lengths))} of the measured prompts are as long as the model's "
             f"max_position_embeddings {positions} or longer on their own, so they leave no room for a completion "
             f"({learned + ': index out of range in self' if learned else 'generation starts past the trained context'}"
-            f"{'; vLLM refuses them' if ctx.config.get('use_vllm') else ''}); "
-            f"{' or '.join(fixes[1:]) or 'use a model with a longer context'}",
-            **details,
-        )
+            f"{'; vLLM refuses them' if config_value(ctx, 'use_vllm', False) else ''}); "
+            f"{' or '.join(fixes[1:]) or 'use a model with a longer context'}"
+        ), details
     if learned:
         return fail(
             f"{head} and {completion_key} is {completion}: {eff_longest} + {completion} = {eff_longest + completion} > the "
             f"model's max_position_embeddings {positions}, and {learned}: the first completion that runs past {room} tokens "
             f"stops the job with 'IndexError: index out of range in self' (a device-side assert on GPU); "
-            f"{' or '.join(fixes)}",
-            **details,
-        )
+            f"{' or '.join(fixes)}"
+        ), details
     text = (f"completions longer than {room} tokens (of {completion_key} {completion}) run past the model's "
             f"max_position_embeddings {positions} after the longest prompt ({_share(len(over), len(lengths))} of the prompts "
             "leave less room than a full completion): no error, but those tokens are generated at positions the model "
             f"was never trained on, and vLLM cuts them at its limit; {' or '.join(fixes)}")
-    return warn(f"{head}: {text}", **details)
+    return warn(f"{head}: {text}"), details
 
 
 def _learned_positions(ctx, positions: int) -> str | None:
@@ -219,11 +228,12 @@ def _learned_positions(ctx, positions: int) -> str | None:
     return None
 
 
-def _truncation(ctx, facts, trl, tok, limit, lengths, rows, completion, positions, details) -> list:
+def _truncation(ctx, facts, trl, tok, limit, lengths, rows, completion, positions) -> tuple[list[Finding], dict[str, Any]]:
+    details: dict[str, Any] = {}
     cut = [r for r, n in zip(rows, lengths) if n > limit]
     details["prompts TRL truncates"] = _rows(cut, len(lengths))
     if not cut:
-        return []
+        return [], details
     conversational = [i for i, n in enumerate(facts["lengths"]) if n is not None and n > limit
                       and facts["formats"][i] == "conversational"]
     out = []
@@ -239,20 +249,18 @@ def _truncation(ctx, facts, trl, tok, limit, lengths, rows, completion, position
                 f"max_prompt_length {limit} is shorter than the {closing[1]} tokens the chat template writes after the last "
                 f"message ({closing[0]!r}, the generation prompt included): TRL keeps the last {limit} tokens, so "
                 f"{_share(len(cut), len(lengths))} truncated prompts lose the generation prompt and all of the conversation; "
-                f"set max_prompt_length to at least {closing[1]} (the longest prompt is {facts['max']} tokens)",
-                **details,
+                f"set max_prompt_length to at least {closing[1]} (the longest prompt is {facts['max']} tokens)"
             ))
-            return out
+            return out, details
         strips = strips_truncated_prompts(ctx.trainer)
         if strips is not None and settings(ctx).use_vllm:
             details["trainer behaviour"] = strips
             out.append(fail(
                 f"trl {trl} decodes truncated prompts with skip_special_tokens=True before sending them to vLLM (trl#3644): "
                 f"the {len(cut)} prompts longer than max_prompt_length {limit} lose every chat-template token, the generation "
-                "prompt included; upgrade trl (fixed in 0.19.1) or drop the prompts longer than max_prompt_length",
-                **details,
+                "prompt included; upgrade trl (fixed in 0.19.1) or drop the prompts longer than max_prompt_length"
             ))
-            return out
+            return out, details
     share = len(cut) / len(lengths)
     if share > TRUNCATION_WARN:
         opening = details.get("template's tokens before the first message")
@@ -263,26 +271,26 @@ def _truncation(ctx, facts, trl, tok, limit, lengths, rows, completion, position
                f"max_position_embeddings {positions})" if fits else f"drop the prompts longer than {limit} tokens")
         out.append(warn(
             f"max_prompt_length {limit} truncates {_share(len(cut), len(lengths))} of the measured prompts (longest "
-            f"{facts['max']} tokens, p99 {facts['p99']}): TRL keeps their last {limit} tokens, so {what}; {fix}",
-            **details,
+            f"{facts['max']} tokens, p99 {facts['p99']}): TRL keeps their last {limit} tokens, so {what}; {fix}"
         ))
-    return out
+    return out, details
 
 
-def _vllm(ctx, s, details, need, positions, rows, effective, completion, completion_key, eff_longest) -> list:
+def _vllm(ctx, s, need, positions, rows, effective, completion, completion_key, eff_longest) -> tuple[list[Finding], dict[str, Any]]:
+    details: dict[str, Any] = {}
     mode_known = "vllm_mode" in s.fields
     mode = s.vllm_mode if mode_known else ("server" if trainer_mentions(ctx.trainer, "vllm_client") else "in-process")
     details["vLLM mode"] = mode
     if mode == "server":
         details["vLLM context"] = (f"the server's --max-model-len (default: the model's {positions}); start "
                                    f"`trl vllm-serve` with --max-model-len {need} or more")
-        return []
+        return [], details
     field = next((f for f in ("vllm_max_model_length", "vllm_max_model_len")
                   if f in s.fields and vllm_code_mentions(ctx.trainer, f)), None)
     value = field_value(ctx, field)[0] if field else None
     if not value:
         details["vLLM context"] = f"{positions} (no {field or 'max_model_len setting'}: vLLM takes the model's)"
-        return []
+        return [], details
     details["vLLM context"] = f"{field} {value}"
     config = ctx.config
     if positions is not None and value > positions:
@@ -291,10 +299,10 @@ def _vllm(ctx, s, details, need, positions, rows, effective, completion, complet
         return [fail(
             f"{field} {value} is larger than the model's max_position_embeddings {positions}: vLLM refuses to start "
             f"('User-specified max_model_len ({value}) is greater than the derived max_model_len'); set {field}: {positions}",
-            fix, **details,
-        )]
+            fix,
+        )], details
     if need <= value:
-        return []
+        return [], details
     over = [r for r, n in zip(rows, effective) if n + completion > value]
     too_long = [r for r, n in zip(rows, effective) if n > value]
     details["prompts that do not fit vLLM"] = _rows(over, len(effective))
@@ -310,8 +318,8 @@ def _vllm(ctx, s, details, need, positions, rows, effective, completion, complet
         f"{completion} = {need}: {_share(len(over), len(effective))} of the measured prompts do not fit, and {effect}; "
         f"set {field}: {need}" + ("" if fix else f" (above the model's max_position_embeddings {positions}: shorten "
                                                   f"{completion_key} or the prompts instead)"),
-        fix, **details,
-    )]
+        fix,
+    )], details
 
 
 def _template_edges(tok, prompt, text):

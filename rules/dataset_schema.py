@@ -47,11 +47,14 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from trl_doctor import InputError, Unavailable, fail, passed, rule, skip, warn
+from trl_doctor import Finding, InputError, Unavailable, fail, passed, rule, skip, warn
 
 from trl_doctor.facts.chat import prompt_format, sample_indices
+from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import ppo_style, script_fields, stream_support
 
 SCAN_ROWS = 10000  # rows looked at one by one when the Arrow column type does not settle the format
@@ -69,8 +72,7 @@ DEFAULT_EXCLUDED = ("prompt", "completion")
     title="The dataset has the columns and row format the trainer and the reward functions read",
 )
 def check(ctx):
-    stream: dict = {}
-    stream_problems = _streaming(ctx, stream)
+    stream_problems, stream = _streaming(ctx)
     findings: list = []
     try:
         ds = ctx.dataset
@@ -100,7 +102,9 @@ def check(ctx):
         # a launch command's PPO-style script (PPO, RLOO before trl 0.22) tokenized the prompts itself: the
         # trainer's collator pads `input_ids` as they are and never looks for a `prompt` column
         yield from findings
-        yield from _token_rows(ctx, ds, total, details)
+        rows_read, found = _token_rows(ctx, ds, total)
+        details.update(rows_read)
+        yield from (replace(f, details=dict(details)) for f in found)
         return
     if "prompt" not in columns:
         near = [c for c in CANDIDATES if c in columns]
@@ -113,9 +117,14 @@ def check(ctx):
             **details,
         )
         return
-    findings += _formats(ctx, ds, total, details)
+    # each part's findings carry the details known when they were found
+    formats, found = _formats(ctx, ds, total)
+    details.update(formats)
+    findings += [replace(f, details=dict(details)) for f in found]
     if ctx.trainer in ("grpo", "rloo") and ctx.config.reward_funcs:
-        findings += _reward_columns(ctx, columns, details)
+        reward_columns, found = _reward_columns(ctx, columns)
+        details.update(reward_columns)
+        findings += [replace(f, details=dict(details)) for f in found]
     yield from findings
     if not any(f.status.value in ("fail", "warn") for f in findings):
         kinds = details.get("prompt formats", {})
@@ -129,7 +138,8 @@ def check(ctx):
 
 # -- the rows ---------------------------------------------------------------------------------------------------
 
-def _formats(ctx, ds, total, details) -> list:
+def _formats(ctx, ds, total) -> tuple[dict[str, Any], list[Finding]]:
+    """(the details: the rows scanned and the prompt formats found; the findings, without details)."""
     found = _arrow_formats(ds)
     if found is not None:
         by_kind, scanned_rows = found, total
@@ -145,8 +155,7 @@ def _formats(ctx, ds, total, details) -> list:
                 entry[1].append(row)
         scanned_rows = len(indices)
         scanned = f"all {total} rows" if scanned_rows == total else f"{scanned_rows} rows evenly spaced over {total}"
-    details["rows scanned"] = scanned
-    details["prompt formats"] = {k: _rows(*v) for k, v in sorted(by_kind.items())}
+    details = {"rows scanned": scanned, "prompt formats": {k: _rows(*v) for k, v in sorted(by_kind.items())}}
     out = []
     if "standard" in by_kind and "conversational" in by_kind:
         (n_std, std), (n_conv, conv) = by_kind["standard"], by_kind["conversational"]
@@ -154,7 +163,6 @@ def _formats(ctx, ds, total, details) -> list:
             f"the prompts mix plain text ({n_std} rows, first row {std[0]}) and message lists ({n_conv} rows, first row "
             f"{conv[0]}) in {scanned}: TRL takes a batch's format from its first row, so a batch holding both kinds fails "
             "(or renders some prompts wrongly); convert them to one format",
-            **details,
         ))
     if "missing" in by_kind:
         n, rows = by_kind["missing"]
@@ -162,22 +170,22 @@ def _formats(ctx, ds, total, details) -> list:
         out.append(fail(
             f"{n} of {scanned_rows} rows have no prompt (null; rows {_rows(n, rows)})"
             + (f", row {rows[0]} has {', '.join(filled)} instead" if filled else "")
-            + ": the batch that holds one fails; fill or drop those rows", **details,
+            + ": the batch that holds one fails; fill or drop those rows",
         ))
     if "malformed" in by_kind:
         n, rows = by_kind["malformed"]
         value = ds[rows[0]]["prompt"]
         out.append(fail(
             f"{n} of {scanned_rows} prompts are neither text nor role/content messages (rows {_rows(n, rows)}; row "
-            f"{rows[0]}: {_short(value)}): {_malformed_why(value)}", **details,
+            f"{rows[0]}: {_short(value)}): {_malformed_why(value)}",
         ))
     if "empty" in by_kind:
         n, rows = by_kind["empty"]
         out.append(warn(
             f"{n} of {scanned_rows} prompts are empty (rows {_rows(n, rows)}): the model generates from nothing and the "
-            "rewards score text unrelated to any task; drop those rows", **details,
+            "rewards score text unrelated to any task; drop those rows",
         ))
-    return out
+    return details, out
 
 
 def _arrow_formats(ds) -> dict[str, list] | None:
@@ -273,7 +281,8 @@ def _diagnose_file(ctx, exc: InputError, extra: dict):
 
 # -- reward functions ---------------------------------------------------------------------------------------------
 
-def _reward_columns(ctx, columns, details) -> list:
+def _reward_columns(ctx, columns) -> tuple[dict[str, Any], list[Finding]]:
+    """(the details: the columns each reward function takes, what TRL passes; the findings, without details)."""
     passed_names, excluded, evidence = _reward_contract(ctx.trainer)
     available = set(passed_names) | (set(columns) - set(excluded))
     needs, out, notes = {}, [], {}
@@ -291,9 +300,9 @@ def _reward_columns(ctx, columns, details) -> list:
             near = {p: [c for c in columns if c.lower().startswith(p.lower()[:3]) and c not in excluded] for p in missing}
             hint = "; ".join(f"`{p}`: the dataset has {', '.join(near[p])}" for p in missing if near[p])
             out.append((name, missing, where, hint))
-    details["reward function columns"] = needs
-    details["TRL passes reward functions"] = (f"{', '.join(passed_names)} and every column but "
-                                              f"{', '.join(excluded)} ({evidence})")
+    details: dict[str, Any] = {"reward function columns": needs,
+                               "TRL passes reward functions": (f"{', '.join(passed_names)} and every column but "
+                                                               f"{', '.join(excluded)} ({evidence})")}
     if notes:
         details["reward functions not inspected"] = notes
     found = []
@@ -304,9 +313,8 @@ def _reward_columns(ctx, columns, details) -> list:
             f"(columns: {', '.join(columns)}): TRL passes only the dataset's columns and {', '.join(passed_names)} by name, so "
             f"the first reward call fails with TypeError: missing required argument {missing[0]!r}; add the column "
             f"or give the parameter a default" + (f" ({hint})" if hint else ""),
-            **details,
         ))
-    return found
+    return details, found
 
 
 def _reward_contract(trainer: str) -> tuple[list[str], list[str], str]:
@@ -404,14 +412,15 @@ def _signature(func) -> list[tuple[str, str, bool]]:
 
 # -- streaming ------------------------------------------------------------------------------------------------------
 
-def _streaming(ctx, details: dict):
-    """What is wrong with a streamed dataset (messages, all failures); `details` gets what was read."""
+def _streaming(ctx) -> tuple[list[str], dict[str, Any]]:
+    """(what is wrong with a streamed dataset: messages, all failures; the details: what was read)."""
     raw = ctx.config.raw
+    # the key as the file writes it (TRL's script arguments, which the trainer config does not hold)
     key = next((k for k in ("dataset_streaming", "streaming") if raw.get(k)), None)
     if key is None:
-        return []
+        return [], {}
     trl = ctx.version("trl") or "not installed"
-    details.update({key: True, "trl": trl})
+    details: dict[str, Any] = {key: True, "trl": trl}
     try:
         known = key in script_fields()
     except ImportError:
@@ -420,32 +429,32 @@ def _streaming(ctx, details: dict):
         details[f"{key} in trl {trl}"] = "not a field of ScriptArguments or DatasetMixtureConfig (see trainer-config)"
     support = stream_support(ctx.trainer)
     if support is None:
-        return []
+        return [], details
     cls = {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "ppo": "PPOTrainer"}[ctx.trainer]
     if support.kind == "repeats":
-        steps = raw.get("max_steps", -1)
+        steps = config_value(ctx, "max_steps", -1)
         details["max_steps"] = steps
         details["trainer behaviour"] = support.evidence
         if not isinstance(steps, int) or steps <= 0:
             return [
                 f"`{key}: true` streams the dataset (an IterableDataset has no length) and max_steps is {steps}: "
                 f"{cls} in trl {trl} accepts the stream, but the Trainer stops with 'ValueError: The train_dataset does "
-                "not implement __len__, max_steps has to be specified'; set max_steps"]
-        return []
+                "not implement __len__, max_steps has to be specified'; set max_steps"], details
+        return [], details
     details["trainer behaviour"] = support.evidence
     if support.kind == "refuses":
         return [
             f"`{key}: true` streams the dataset, but {cls} in trl {trl} refuses an IterableDataset at start-up "
             f"(NotImplementedError: {support.refusal}); drop `{key}` (the dataset loads as a map-style dataset) or "
-            "upgrade trl (1.9.0 and later repeat a stream's prompts, with max_steps set)"]
+            "upgrade trl (1.9.0 and later repeat a stream's prompts, with max_steps set)"], details
     if support.kind == "len":
         return [
             f"`{key}: true` streams the dataset, but {cls} in trl {trl} takes len(train_dataset) at start-up: "
-            f"'TypeError: object of type 'IterableDataset' has no len()'; drop `{key}`"]
+            f"'TypeError: object of type 'IterableDataset' has no len()'; drop `{key}`"], details
     return [
         f"`{key}: true` streams the dataset, but {cls} in trl {trl} has no support for an IterableDataset: its sampler "
         "cannot repeat each prompt num_generations times, so the advantages compare completions of unrelated prompts "
-        f"(trl#3213) or the first batch fails (trl#2942); drop `{key}` or upgrade trl (1.9.0 and later)"]
+        f"(trl#3213) or the first batch fails (trl#2942); drop `{key}` or upgrade trl (1.9.0 and later)"], details
 
 
 # -- formatting -------------------------------------------------------------------------------------------------------
@@ -457,9 +466,10 @@ def _where(ctx) -> str:
     return str(cfg.dataset_file or cfg.dataset_dir or cfg.get("dataset_name"))
 
 
-def _token_rows(ctx, ds, total, details):
+def _token_rows(ctx, ds, total) -> tuple[dict[str, Any], list[Finding]]:
     """The `input_ids` a PPO-style script tokenized: every row must hold at least one id the tokenizer knows (an empty
-    row leaves the trainer nothing to generate from; an id past the tokenizer's vocabulary was made by another one)."""
+    row leaves the trainer nothing to generate from; an id past the tokenizer's vocabulary was made by another one).
+    (the details: the rows scanned; the findings, without details)."""
     cls = f"{ctx.trainer.upper()}Trainer"
     indices = sample_indices(total, SCAN_ROWS)
     rows = ds.select_columns(["input_ids"])[indices]["input_ids"]
@@ -469,17 +479,18 @@ def _token_rows(ctx, ds, total, details):
         size = None
     empty = [i for i, r in zip(indices, rows) if not r]
     foreign = [i for i, r in zip(indices, rows) if r and size is not None and max(r) >= size]
-    details["rows scanned"] = f"{len(indices)} of {total}"
+    found = []
     if empty:
-        yield fail(f"`input_ids` is empty in rows {_rows(len(empty), empty)}: {cls} has no prompt to generate from there; "
-                   "drop those rows before training", **details)
+        found.append(fail(f"`input_ids` is empty in rows {_rows(len(empty), empty)}: {cls} has no prompt to generate "
+                          "from there; drop those rows before training"))
     if foreign:
-        yield fail(f"`input_ids` in rows {_rows(len(foreign), foreign)} hold ids past the tokenizer's {size} tokens: the "
-                   "prompts were tokenized with another tokenizer; tokenize them with the trainer's processing_class",
-                   **details)
+        found.append(fail(f"`input_ids` in rows {_rows(len(foreign), foreign)} hold ids past the tokenizer's {size} "
+                          "tokens: the prompts were tokenized with another tokenizer; tokenize them with the trainer's "
+                          "processing_class"))
     if not empty and not foreign:
-        yield passed(f"{total} rows of `input_ids`, tokenized by the script, as {cls} (trl "
-                     f"{ctx.version('trl')}) reads them: it pads them itself and reads no `prompt` column", **details)
+        found.append(passed(f"{total} rows of `input_ids`, tokenized by the script, as {cls} (trl "
+                            f"{ctx.version('trl')}) reads them: it pads them itself and reads no `prompt` column"))
+    return {"rows scanned": f"{len(indices)} of {total}"}, found
 
 
 def _reader(ctx) -> str:

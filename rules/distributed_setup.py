@@ -60,6 +60,7 @@ from trl_doctor.facts.versions import entry_matches_versions, load_table
 
 SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")  # transformers' strategies that place layers itself
 MIXED_DTYPE_ISSUE = "KI015"
+_Verdict = tuple[str, str, Any]  # (status, message, fix) of one part of the check
 ACCELERATE_ERROR = ("ValueError: You can't train a model that has been loaded with `device_map='auto'` in any "
                     "distributed mode")
 
@@ -82,7 +83,8 @@ def check(ctx):
     findings = []
     for part in (_device_map, _deepspeed_unreadable, _deepspeed_installed, _peft_zero3_checkpointing,
                  _peft_zero3_mixed_dtype):
-        found = part(ctx, the_launch, shard, details)
+        found, its_details = part(ctx, the_launch, shard)
+        details.update(its_details)
         if found is not None:
             findings.append(found)
     for status, message, fix in findings:
@@ -103,23 +105,24 @@ def spreads(device_map: Any) -> bool:
     return False
 
 
-def _device_map(ctx, the_launch, shard, details):
+def _device_map(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[str, Any]]:
+    details: dict[str, Any] = {}
     live = getattr(ctx, "live", None)
     preloaded = live is not None and live.model is not None
     if preloaded:  # the script loaded the policy itself: what it passed to from_pretrained (launch capture)
-        kwargs = ctx.config.raw.get("model_init_kwargs")
+        kwargs = ctx.config.raw.get("model_init_kwargs")  # what the capture recorded the script passing
         kwargs = kwargs if isinstance(kwargs, Mapping) else {}
         where = "the script loads the policy with"
     else:
         s = settings(ctx)
         if "model_init_kwargs" not in s.fields and s.config_class:
             details["device_map"] = f"{s.config_class} has no model_init_kwargs: the script places the model"
-            return None
+            return None, details
         kwargs = s.model_init_kwargs
         where = "model_init_kwargs sets"
     if "device_map" not in kwargs or kwargs["device_map"] is None:
         details["device_map"] = "not set"
-        return None
+        return None, details
     dm = kwargs["device_map"]
     shown = f"device_map={dm!r}"
     n = the_launch.processes
@@ -129,16 +132,16 @@ def _device_map(ctx, the_launch, shard, details):
     if not (zero3 or (spreads(dm) and n > 1)):
         details["device_map"] = f"{shown}: " + ("one device per process" if not spreads(dm) else
                                                 "one process: accelerate lets a spread model train (no data parallel)")
-        return None
+        return None, details
     if not preloaded:
         handling = trainer_distributed_handling(ctx.trainer)
         if kind in handling.drops_device_map:
             details["device_map"] = (f"{shown}: trl {ctx.version('trl')} loads the model id with device_map=None under "
                                      f"{kind} ({handling.drops_device_map_at}), so the setting is dropped")
-            return None
+            return None, details
     if kind == "FSDP":  # with fsdp_cpu_ram_efficient_loading transformers does not dispatch the model: not judged
         details["device_map"] = f"{shown} under FSDP: transformers skips placing it when FSDP loads the weights itself"
-        return None
+        return None, details
     details["device_map"] = f"{shown} under {kind} with {n} process{'es' if n != 1 else ''}"
     remove = "from the script's from_pretrained call" if preloaded else "from model_init_kwargs"
     if zero3:
@@ -146,50 +149,52 @@ def _device_map(ctx, the_launch, shard, details):
             f"{where} {shown} under {shard.words} ({shard.configured_by}): ZeRO-3 partitions the weights as they load, "
             "and transformers refuses to place them when TRL loads the model (\"ValueError: DeepSpeed Zero-3 is not "
             f"compatible with passing a `device_map`\"); remove device_map {remove}"),
-            manual("remove device_map: ZeRO-3 places the partitions itself"))
+            manual("remove device_map: ZeRO-3 places the partitions itself")), details
     return ("fail", (
         f"{where} {shown} and the launch starts {n} training processes ({the_launch.processes_from}, {kind}): "
         f"accelerate refuses a model spread over devices in any distributed mode (\"{ACCELERATE_ERROR}\"), and every "
         f"process would load the whole model over all its GPUs; remove device_map {remove} (or use "
         "{\"\": local_rank} per process), or launch one process"),
-        manual("remove device_map (each process then loads its copy on its own GPU), or launch with --num_processes 1"))
+        manual("remove device_map (each process then loads its copy on its own GPU), or launch with --num_processes 1")), details
 
 
 # -- a DeepSpeed config the launch cannot read ---------------------------------------------------------------------
 
-def _deepspeed_unreadable(ctx, the_launch, shard, details):
+def _deepspeed_unreadable(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[str, Any]]:
     """The DeepSpeed config named (the trainer config's `deepspeed`, or the accelerate config's deepspeed file) is
     missing or no mapping: TrainingArguments / accelerate stop on it at the launch, on every machine."""
+    details: dict[str, Any] = {}
     if shard.backend != "deepspeed" or not shard.unreadable:
-        return None
+        return None, details
     return ("fail", (
         f"DeepSpeed is configured ({shard.configured_by}) but its config cannot be read: {shard.unknown}; the launch "
         "stops before training ('ValueError: Expected a string path to an existing deepspeed config, or a "
         "dictionary', or accelerate's error reading the file); fix the path (relative paths are read from the "
-        "directory the job is launched in)"), manual("point deepspeed at an existing DeepSpeed JSON"))
+        "directory the job is launched in)"), manual("point deepspeed at an existing DeepSpeed JSON")), details
 
 
 # -- DeepSpeed configured but not installed ----------------------------------------------------------------------
 
-def _deepspeed_installed(ctx, the_launch, shard, details):
+def _deepspeed_installed(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[str, Any]]:
+    details: dict[str, Any] = {}
     if shard.backend != "deepspeed":
-        return None
+        return None, details
     version = package_version("deepspeed")
     if version is not None:
         details["deepspeed"] = f"deepspeed {version} installed"
-        return None
+        return None, details
     if not the_launch.software_here:
         where = f"--target {the_launch.target}" if the_launch.target else "the launch machine (no GPU here)"
         details["deepspeed"] = (f"not installed here; {shard.configured_by} needs it on {where}: "
                                 f"pip install deepspeed there ({the_launch.not_judged})")
-        return None
+        return None, details
     whose = f"the environment of the launch on {the_launch.target} (--target)" if the_launch.target else \
         "this machine, whose GPUs the job runs on"
     return ("fail", (
         f"{shard.words} is configured ({shard.configured_by}) but the deepspeed package is not installed in "
         f"{whose}: `accelerate launch` stops with \"ImportError: DeepSpeed is not installed "
         "=> run `pip3 install deepspeed` or build it from source\"; pip install deepspeed, or drop the DeepSpeed "
-        "setting (plain data parallel)"), manual("pip install deepspeed"))
+        "setting (plain data parallel)"), manual("pip install deepspeed")), details
 
 
 # -- H2: PEFT + ZeRO-3 + non-reentrant gradient checkpointing ---------------------------------------------------------
@@ -198,25 +203,26 @@ def _zero3_peft(ctx, shard) -> bool:
     return shard.backend == "deepspeed" and shard.zero_stage == 3 and settings(ctx).use_peft
 
 
-def _peft_zero3_checkpointing(ctx, the_launch, shard, details):
+def _peft_zero3_checkpointing(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[str, Any]]:
+    details: dict[str, Any] = {}
     if not _zero3_peft(ctx, shard):
-        return None
+        return None, details
     reentrant, where = checkpointing_reentrant(ctx)
     details["gradient checkpointing"] = "off" if reentrant is None else f"use_reentrant={reentrant} ({where})"
     if reentrant is None or reentrant:
-        return None
+        return None, details
     handling = trainer_distributed_handling(ctx.trainer)
     if handling.forces_reentrant:
         details["gradient checkpointing"] += (f"; trl {ctx.version('trl')} forces use_reentrant=True for PEFT + ZeRO-3 "
                                               f"({handling.forces_reentrant}) and warns")
-        return None
+        return None, details
     return ("fail", (
         f"PEFT + {shard.words} ({shard.configured_by}) + gradient checkpointing with use_reentrant=False ({where}): "
         "ZeRO-3 re-partitions the frozen weights before the non-reentrant recompute, and the first backward fails "
         "with \"CheckpointError: Recomputed values for the following tensors have different metadata than during the "
         f"forward pass\" (trl#2514); trl {ctx.version('trl')} does not force reentrant checkpointing there; set "
         "gradient_checkpointing_kwargs: {use_reentrant: true}, or use ZeRO-2, or upgrade TRL (trl#6356 forces it)"),
-        manual("gradient_checkpointing_kwargs: {use_reentrant: true} (or ZeRO stage 2)"))
+        manual("gradient_checkpointing_kwargs: {use_reentrant: true} (or ZeRO stage 2)")), details
 
 
 # -- H3: PEFT + ZeRO-3 mixed adapter dtype on DeepSpeed 0.19.2 --------------------------------------------------------
@@ -233,12 +239,13 @@ def mixed_dtype_problem(installed: Mapping[str, str | None], entry: Mapping[str,
             f"fp32 on a {base_dtype} base under ZeRO-3")
 
 
-def _peft_zero3_mixed_dtype(ctx, the_launch, shard, details):
+def _peft_zero3_mixed_dtype(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[str, Any]]:
+    details: dict[str, Any] = {}
     if not _zero3_peft(ctx, shard):
-        return None
+        return None, details
     entry = next((e for e in load_table() if e["id"] == MIXED_DTYPE_ISSUE), None)
     if entry is None:
-        return None
+        return None, details
     installed = {pkg: package_version(pkg) for pkg in entry["when"]}
     try:
         quantized = bool(config_value(ctx, "load_in_4bit", False)) or bool(config_value(ctx, "load_in_8bit", False))
@@ -252,10 +259,10 @@ def _peft_zero3_mixed_dtype(ctx, the_launch, shard, details):
     details["adapter dtype"] = (f"{versions}; policy {dtype}" + (f"; trl {ctx.version('trl')} builds the adapters in the "
                                 f"base dtype under ZeRO-3 ({handling.keeps_adapter_dtype})" if handling.keeps_adapter_dtype else ""))
     if why is None:
-        return None
+        return None, details
     return ("fail", (
         f"{why} ({shard.configured_by}): deepspeed 0.19.2 sizes ZeRO-3's all-gather buffers by the first parameter's "
         "dtype, so the first optimizer step fails with \"TypeError: output tensor must have the same type as input "
         f"tensor\" in _allgather_params_coalesced (deepspeed#8072), and trl {ctx.version('trl')} does not pass "
         "autocast_adapter_dtype=False; pip install \"deepspeed>=0.19.3\" (or <=0.19.1), or upgrade TRL (trl#6091)"),
-        manual('pip install "deepspeed>=0.19.3"'))
+        manual('pip install "deepspeed>=0.19.3"')), details

@@ -51,6 +51,7 @@ from __future__ import annotations
 from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
 
 from trl_doctor.facts.chat import completion_terminator
+from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.generation import mask_eos
 from trl_doctor.facts.trl import TRAINER_CLASS, ppo_style
 from trl_doctor.facts.tokens import as_id_list
@@ -86,7 +87,7 @@ def check(ctx):
         return
     stop_set = sorted(set(gen_eos) | ({tok.eos_token_id} if tok.eos_token_id is not None else set()))
     names = {i: tok.convert_ids_to_tokens(i) for i in stop_set}
-    use_vllm = bool(ctx.config.get("use_vllm"))
+    use_vllm = bool(config_value(ctx, "use_vllm", False))
     details = {
         "terminator": f"{term['token']!r} (id {term['id']}): {term['why']}",
         "tokenizer eos": f"{tok.eos_token!r} (id {tok.eos_token_id})",
@@ -107,7 +108,8 @@ def check(ctx):
         + (f": {mask.evidence}" if mask is not None else " (no mask code recognised in the installed trainer)"))
     fix = None if static_ok else _add_eos_fix(ctx, gen_path, gen_json, gen_eos, term, retarget_eos=not mask_all)
     if static_ok and term["id"] not in mask_ids:
-        yield from _mask_mismatch(ctx, term, gen_eos, gen_json, mask, details)
+        report, message, mask_fix = _mask_mismatch(ctx, term, gen_eos, gen_json, mask)
+        yield report(message, mask_fix, **details)
         return
     secondary = sorted(set(stop_set) - mask_ids - {term["id"]})
     if secondary:
@@ -210,9 +212,9 @@ def _eos_edits(ctx, term):
     return edits
 
 
-def _mask_mismatch(ctx, term, gen_eos, gen_json, mask, details):
+def _mask_mismatch(ctx, term, gen_eos, gen_json, mask):
     """Generation stops at the terminator (a generation_config.json eos id) but the trainer's completion mask ends at
-    the tokenizer's eos only (catalog B8: Phi-3.5's `<|end|>`, trl PR #7039)."""
+    the tokenizer's eos only (catalog B8: Phi-3.5's `<|end|>`, trl PR #7039): (fail or warn, the message, the fix)."""
     tok = ctx.tokenizer
     trl_version = ctx.version("trl") or "?"
     where = "generation_config.json" if gen_json is not None else "config.json"
@@ -225,9 +227,9 @@ def _mask_mismatch(ctx, term, gen_eos, gen_json, mask, details):
     else:
         fix = Fix(what + " (the token the trainer's completion mask ends at)", tuple(_eos_edits(ctx, term)))
     evidence = f" ({mask.evidence})" if mask is not None else ""
-    drops = bool(ctx.config.get("mask_truncated_completions"))
+    drops = bool(config_value(ctx, "mask_truncated_completions", False))
     cls = TRAINER_CLASS[ctx.trainer]
-    if ctx.config.get("use_vllm"):
+    if config_value(ctx, "use_vllm", False):
         effect = (f"every completion vLLM ends at {term['token']!r} counts as truncated (completions/clipped_ratio near 1)"
                   + (", and mask_truncated_completions drops them all from the loss" if drops else ""))
     else:
@@ -235,12 +237,11 @@ def _mask_mismatch(ctx, term, gen_eos, gen_json, mask, details):
                   "it (the model is trained to emit padding after its turn), and the longest completion of each batch "
                   "counts as truncated" + (" and is dropped by mask_truncated_completions" if drops else ""))
     report = fail if drops else warn
-    yield report(
-        f"completions end at {term['token']!r} (id {term['id']}), where generation stops ({where} eos_token_id "
-        f"{gen_eos}), but trl {trl_version}'s {cls} ends completions at the tokenizer's eos {tok.eos_token!r} "
-        f"(id {tok.eos_token_id}) only{evidence}: {effect}",
-        fix, **details,
-    )
+    return (report,
+            f"completions end at {term['token']!r} (id {term['id']}), where generation stops ({where} eos_token_id "
+            f"{gen_eos}), but trl {trl_version}'s {cls} ends completions at the tokenizer's eos {tok.eos_token!r} "
+            f"(id {tok.eos_token_id}) only{evidence}: {effect}",
+            fix)
 
 
 def _stop_settings(ctx) -> dict:

@@ -49,10 +49,12 @@ What the fix does
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, skip, warn
 
 from trl_doctor.facts.chat import is_conversational
+from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.generation import effective_generation, token_type_ids_reach_generate, trainer_generation_config
 from trl_doctor.facts.trl import TRAINER_CLASS, generation_without_kv_cache, trainer_source
 from trl_doctor.facts.trainer_config import trainer_config
@@ -75,8 +77,12 @@ def check(ctx):
         yield skip(f"the installed trl has no {ctx.trainer} trainer source to read")
         return
     details: dict = {}
-    findings = [f for f in (_sampling(ctx, details), _token_type_ids(ctx, details), _padding_side(ctx, details),
-                            _checkpointed_generation(ctx, details)) if f]
+    findings = []
+    for part in (_sampling, _token_type_ids, _padding_side, _checkpointed_generation):
+        found, its_details = part(ctx)  # (status, message, fix) or None
+        details.update(its_details)
+        if found:
+            findings.append(found)
     if not findings:
         yield passed("generate samples with the trainer's own settings, from left-padded prompts it accepts", **details)
         return
@@ -104,35 +110,36 @@ def _config(ctx):
         return None
 
 
-def _sampling(ctx, details):
+def _sampling(ctx) -> tuple[tuple | None, dict[str, Any]]:
     """generation_config.json keys that change what the job samples with (transformers' generate path)."""
+    details: dict[str, Any] = {}
     gen_path = ctx.model_file("generation_config.json")
     gen_json = ctx.read_json(gen_path)
     if gen_json is None:
         details["sampling"] = "no generation_config.json: generate uses the trainer's settings and transformers' defaults"
-        return None
-    if ctx.config.get("use_vllm"):
+        return None, details
+    if config_value(ctx, "use_vllm", False):
         details["sampling"] = ("vLLM samples with the SamplingParams TRL builds from the config; it reads only the eos "
                                "ids from generation_config.json")
-        return None
+        return None, details
     cfg = _config(ctx)
     if cfg is None:
         details["sampling"] = "not judged: TRL rejects this config (see trainer-config)"
-        return None
+        return None, details
     built = trainer_generation_config(ctx.trainer, cfg, ctx.tokenizer)
     if built is None:
         details["sampling"] = f"not judged: no GenerationConfig(...) call found in the installed {TRAINER_CLASS[ctx.trainer]}"
-        return None
+        return None, details
     details["trainer's GenerationConfig"] = built.evidence
     passed_kwargs = {k: v for k, v in built.kwargs.items() if k not in ("eos_token_id", "pad_token_id", "bos_token_id")}
     effective = _quiet(lambda: effective_generation(ctx, passed_kwargs, built.overrides_model_config))
     if effective is None:
         details["sampling"] = "not judged: the installed transformers cannot merge the generation configs here"
-        return None
+        return None, details
     details["merge"] = effective.how
     if not effective.changed:
         details["sampling"] = "generation_config.json changes no sampling setting of the trainer's GenerationConfig"
-        return None
+        return None, details
     cls = type(cfg).__name__
     parts = []
     for key, (used, plain) in sorted(effective.changed.items()):
@@ -155,7 +162,7 @@ def _sampling(ctx, details):
     fix = manual(f"pin them in the config ({', '.join(pins)}) or delete {', '.join(sorted(effective.changed))} "
                  f"from {gen_path}")
     return ("warn", f"generate samples with {'; '.join(parts)}: transformers fills what the trainer leaves unset from "
-                    f"{gen_path.name}, so the job does not sample as {cls} says", fix)
+                    f"{gen_path.name}, so the job does not sample as {cls} says", fix), details
 
 
 def _quiet(fn):
@@ -172,25 +179,26 @@ def _quiet(fn):
         logging.set_verbosity(before)
 
 
-def _token_type_ids(ctx, details):
+def _token_type_ids(ctx) -> tuple[tuple | None, dict[str, Any]]:
+    details: dict[str, Any] = {}
     tok = ctx.tokenizer
     try:
         returned = list(tok("trl-doctor probe").keys())
     except Exception as exc:  # a tokenizer that cannot tokenize is for other rules to report
         details["token_type_ids"] = f"not judged: the tokenizer raised {type(exc).__name__}"
-        return None
+        return None, details
     if "token_type_ids" not in returned:
-        return None
+        return None, details
     try:
         model = ctx.meta_model
         model._validate_model_kwargs({"token_type_ids": [[0]]})
         details["token_type_ids"] = f"the tokenizer returns token_type_ids; {type(model).__name__} accepts them in generate"
-        return None
+        return None, details
     except ValueError as exc:
         refusal = " ".join(str(exc).split())
     except Exception as exc:  # no meta model (remote code, an unknown architecture): not judged
         details["token_type_ids"] = f"not judged: {type(exc).__name__}: {exc}"
-        return None
+        return None, details
     reach, evidence = token_type_ids_reach_generate(ctx.trainer)
     details["trainer's prompt inputs"] = evidence
     try:
@@ -198,23 +206,24 @@ def _token_type_ids(ctx, details):
     except Unavailable:
         rows = []
     chat = bool(rows) and is_conversational(rows[0])
-    uses_generate = not ctx.config.get("use_vllm")
+    uses_generate = not config_value(ctx, "use_vllm", False)
     details["token_type_ids"] = (f"the tokenizer returns {returned}; {type(ctx.meta_model).__name__}.generate refuses "
                                  f"token_type_ids ({refusal[:160]})")
     if not (reach and chat and uses_generate):
-        return None
+        return None, details
     names = [n for n in tok.model_input_names if n != "token_type_ids"] or ["input_ids", "attention_mask"]
     fix = _tokenizer_fix(ctx, "model_input_names", names,
                          f"write model_input_names {names} to tokenizer_config.json (the tokenizer stops returning token_type_ids)")
     return ("fail", f"the tokenizer returns token_type_ids (model_input_names {list(tok.model_input_names)}) and "
                     f"{TRAINER_CLASS[ctx.trainer]} passes them with the chat prompts to generate, which "
-                    f"{type(ctx.meta_model).__name__} refuses: the first step stops with \"{refusal[:120]}\"", fix)
+                    f"{type(ctx.meta_model).__name__} refuses: the first step stops with \"{refusal[:120]}\"", fix), details
 
 
 _LEFT = re.compile(r"""padding_side\s*=\s*["']left["']""")
 
 
-def _padding_side(ctx, details):
+def _padding_side(ctx) -> tuple[tuple | None, dict[str, Any]]:
+    details: dict[str, Any] = {}
     tok = ctx.tokenizer
     side = getattr(tok, "padding_side", "right")
     rel, text = trainer_source(ctx.trainer)
@@ -223,35 +232,36 @@ def _padding_side(ctx, details):
     if m is not None:
         line = text.count("\n", 0, m.start()) + 1
         details["padding side"] = f"tokenizer pads {side}; {cls} pads prompts left itself ({rel}:{line}: `{m.group(0)}`)"
-        return None
+        return None, details
     if ctx.live is None:
         # from a config file, the trainer gets the tokenizer TRL's example script builds:
         # examples/scripts/ppo/ppo.py loads it with `AutoTokenizer.from_pretrained(..., padding_side="left")`
         details["padding side"] = (f"tokenizer_config.json pads {side}; {rel} pads as the tokenizer says, and TRL's example "
                                    "script (examples/scripts/ppo/ppo.py) loads it with padding_side='left'")
-        return None
+        return None, details
     details["padding side"] = f"the script's tokenizer pads {side}; {rel} never sets padding_side: its collator pads as the tokenizer says"
     if side != "right":
-        return None
+        return None, details
     fix = _tokenizer_fix(ctx, "padding_side", "left", "write padding_side: left to tokenizer_config.json (or pass "
                                                       "padding_side='left' to AutoTokenizer.from_pretrained in the script)")
     return ("fail", f"the script's tokenizer pads on the right (padding_side 'right') and {cls} batches prompts with the "
                     "tokenizer's own padding: pad tokens sit between each shorter prompt and its completion, so "
-                    "generation continues after padding and those rollouts degrade", fix)
+                    "generation continues after padding and those rollouts degrade", fix), details
 
 
-def _checkpointed_generation(ctx, details):
+def _checkpointed_generation(ctx) -> tuple[tuple | None, dict[str, Any]]:
     """GRPO generating in the trainer (no vLLM) with gradient checkpointing left on: no KV cache (catalog H4)."""
+    details: dict[str, Any] = {}
     cfg = _config(ctx)
     if ctx.trainer != "grpo" or cfg is None or not getattr(cfg, "gradient_checkpointing", False):
-        return None
+        return None, details
     if getattr(cfg, "use_vllm", False):
         details["generation and checkpointing"] = "vLLM generates: gradient checkpointing does not touch its KV cache"
-        return None
+        return None, details
     without_cache, evidence = generation_without_kv_cache(ctx.trainer)
     details["generation and checkpointing"] = evidence
     if not without_cache:
-        return None
+        return None, details
     length = getattr(cfg, "max_completion_length", None)
     return ("warn", f"gradient_checkpointing is on and the trainer generates itself ({evidence}): in training mode "
                     "with checkpointing enabled transformers turns the KV cache off (use_cache=False), so every new "
@@ -260,7 +270,7 @@ def _checkpointed_generation(ctx, details):
                     "incompatible with gradient checkpointing' at every layer and step (trl#3683)",
             manual("generate with vLLM (use_vllm: true), or upgrade to trl>=0.22, whose unwrap_model_for_generation "
                    "turns checkpointing off while it generates (trl PR#3891), or set gradient_checkpointing: false "
-                   "where memory allows"))
+                   "where memory allows")), details
 
 
 def _tokenizer_fix(ctx, key, value, what):

@@ -71,6 +71,7 @@ What the fix does
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from trl_doctor import fail, passed, rule, skip, warn
 from trl_doctor.facts.launch import launch, sharding, torch_cuda_version
@@ -88,7 +89,7 @@ TIGHT = 0.10  # within 10% of the free memory: warn
 )
 def check(ctx):
     raw = ctx.config.raw
-    if raw.get("use_cpu") is True:
+    if raw.get("use_cpu") is True:  # as the file asks (the built config holds the doctor's stand-in)
         yield skip("use_cpu: true: the job trains on the CPU, so there is no GPU to check")
         return
     resolved = settings(ctx)
@@ -145,7 +146,8 @@ def check(ctx):
     memory_message = None
     if plan is not None and training:
         gather = config_value(ctx, "ds3_gather_for_generation", True) is not False
-        memory_status, memory_message = _judge_memory(plan, training, details, shard, processes, gather)
+        memory_status, memory_message, estimated = _judge_memory(plan, training, shard, processes, gather)
+        details.update(estimated)
         if memory_status != "pass":
             findings.append((memory_status, memory_message))
 
@@ -274,17 +276,18 @@ def _plan(ctx):
         return None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
-def _estimate_details(details: dict, plan, est) -> None:
-    details["memory estimate per GPU"] = f"{est.total_gib:.1f} GiB at the peak ({est.peak_phase}): {est.summary()}"
-    details["memory breakdown"] = est.breakdown()
-    details["estimate inputs"] = {k: v for k, v in plan.labels}
-    details["assumptions"] = list(est.assumptions)
+def _estimate_details(plan, est) -> dict[str, Any]:
+    return {"memory estimate per GPU": f"{est.total_gib:.1f} GiB at the peak ({est.peak_phase}): {est.summary()}",
+            "memory breakdown": est.breakdown(),
+            "estimate inputs": {k: v for k, v in plan.labels},
+            "assumptions": list(est.assumptions)}
 
 
-def _judge_memory(plan, training: list[dict], details: dict, shard, processes: int,
-                  gather: bool = True) -> tuple[str, str]:
-    """('pass' / 'warn' / 'fail', message) for the tightest training GPU, under the launch's sharding (and, under
-    ZeRO-3, whether generation gathers the whole policy: `gather`, TRL's ds3_gather_for_generation)."""
+def _judge_memory(plan, training: list[dict], shard, processes: int,
+                  gather: bool = True) -> tuple[str, str, dict[str, Any]]:
+    """('pass' / 'warn' / 'fail', message, the details: the estimate and the free memory) for the tightest training
+    GPU, under the launch's sharding (and, under ZeRO-3, whether generation gathers the whole policy: `gather`, TRL's
+    ds3_gather_for_generation)."""
     from trl_doctor.facts.memory import estimate, sharded
 
     worst = None
@@ -296,7 +299,7 @@ def _judge_memory(plan, training: list[dict], details: dict, shard, processes: i
         if worst is None or margin < worst[0]:
             worst = (margin, g, est, free, split)
     margin, g, est, free, split = worst
-    _estimate_details(details, plan, est)
+    details = _estimate_details(plan, est)
     details["free memory per GPU"] = {f"GPU {x['index']}": f"{_gib(x.get('memory_free_bytes', x['memory_free_mib'] * 2**20))} GiB"
                                       for x in training}
     need = f"~{est.total_gib:.1f} GiB per GPU ({est.summary()})"
@@ -313,12 +316,12 @@ def _judge_memory(plan, training: list[dict], details: dict, shard, processes: i
         status = "warn"
         message = f"barely fits: needs {need} and {has} (within {TIGHT:.0%}); {hint}"
     else:
-        return "pass", f"fits: needs {need} and {has}"
+        return "pass", f"fits: needs {need} and {has}", details
     if shard.backend is not None and not shard.modelled and status == "fail":
         status = "warn"
         message += (f"; {shard.words} is set ({shard.configured_by}) but its sharding is not read ({shard.unknown}): the "
                     "estimate is for an unsharded process, so this is a warning")
-    return status, message
+    return status, message, details
 
 
 def _hint(plan, est, backend: str | None = None) -> str:

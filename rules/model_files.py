@@ -65,7 +65,7 @@ def _folders(ctx) -> list[tuple[str, Path]]:
     if cfg.model.path.is_dir():
         out.append(("policy", cfg.model.path))
     for key, role in OTHER_MODELS:
-        ref = cfg.get(key)
+        ref = cfg.get(key)  # a path as the file writes it (relative to the file)
         if not isinstance(ref, str) or not ref:
             continue
         try:

@@ -109,11 +109,14 @@ def check(ctx):
     raw = cfg.raw
     trl_version = ctx.version("trl")
     cls = TRAINER_CLASS[ctx.trainer]
-    use_peft = raw.get("use_peft") is True or str(raw.get("use_peft")).lower() == "true"
+    asked = config_value(ctx, "use_peft", False)
+    use_peft = asked is True or str(asked).lower() == "true"
     details: dict[str, Any] = {"trl": trl_version, "use_peft": use_peft}
     adapter = cfg.model.path / "adapter_config.json"
     if adapter.is_file():
-        yield _adapter_as_model(ctx, adapter, use_peft, cls, details)
+        message, its_details = _adapter_as_model(ctx, adapter, use_peft, cls)
+        details.update(its_details)
+        yield fail(message, **details)
         return
     set_keys = [k for k in PEFT_KEYS if k in raw]
     if not use_peft:
@@ -125,7 +128,7 @@ def check(ctx):
         else:
             yield skip("`use_peft` is not set: the full model trains, there is no LoRA setup to check")
         return
-    details["lora keys"] = {k: raw[k] for k in set_keys}
+    details["lora keys"] = {k: raw[k] for k in set_keys}  # as the file writes them
     if ctx.version("peft") is None:
         yield fail(f"`use_peft: true` but peft is not installed: `trl {ctx.trainer}` stops at once ('You need to have "
                    "PEFT library installed'); `pip install peft`", **details)
@@ -138,7 +141,12 @@ def check(ctx):
                    f"and the whole model trains{pin}", **details)
         return
 
-    found = list(_target_modules(ctx, details)) + list(_new_token_rows(ctx, details)) + list(_checkpointing(ctx, details))
+    found = []
+    for part in (_target_modules, _new_token_rows, _checkpointing):
+        verdict, its_details = part(ctx)  # (fail / warn, message, fix) or None
+        details.update(its_details)
+        if verdict:
+            found.append(verdict)
     if not found:
         parts = [details.get("target modules"), details.get("new tokens"), details.get("gradient checkpointing")]
         yield passed(f"LoRA on the base model {cfg.model.ref}: " + "; ".join(str(p) for p in parts if p), **details)
@@ -149,15 +157,16 @@ def check(ctx):
 
 # -- a PEFT adapter given as the model -------------------------------------------------------------------------------
 
-def _adapter_as_model(ctx, adapter: Path, use_peft: bool, cls: str, details: dict):
+def _adapter_as_model(ctx, adapter: Path, use_peft: bool, cls: str) -> tuple[str, dict[str, Any]]:
+    """(the fail's message, the details: the adapter and how the trainer loads the model path)."""
     cfg = ctx.config
     info = _read_json(adapter) or {}
     base = info.get("base_model_name_or_path")
     targets = info.get("target_modules")
     targets = ", ".join(sorted(targets)) if isinstance(targets, list) else targets
     kind = f"{info.get('peft_type', 'PEFT')} r={info.get('r')} on {targets}" if info.get("r") else info.get("peft_type", "PEFT")
-    details.update({"adapter_config.json": str(adapter), "adapter": kind, "adapter base model": base,
-                    "config.json in the folder": (cfg.model.path / "config.json").is_file()})
+    details: dict[str, Any] = {"adapter_config.json": str(adapter), "adapter": kind, "adapter base model": base,
+                           "config.json in the folder": (cfg.model.path / "config.json").is_file()}
     loader, reads_config, evidence = model_loader(ctx.trainer)
     details["model loading"] = evidence
     ref = cfg.model.ref
@@ -167,69 +176,67 @@ def _adapter_as_model(ctx, adapter: Path, use_peft: bool, cls: str, details: dic
              + (" and keep use_peft for a fresh adapter on top" if use_peft else " (with use_peft for LoRA on top)"))
     head = f"model_name_or_path {ref} is a PEFT adapter ({kind} over {base}), not a model"
     if reads_config and not (cfg.model.path / "config.json").is_file():
-        return fail(f"{head}: trl {ctx.version('trl')}'s {cls} loads a model path with {loader}, whose "
-                    "AutoConfig.from_pretrained stops at once ('Unrecognized model in ... Should have a `model_type` "
-                    f"key in its config.json'); {merge}", **details)
+        return (f"{head}: trl {ctx.version('trl')}'s {cls} loads a model path with {loader}, whose "
+                "AutoConfig.from_pretrained stops at once ('Unrecognized model in ... Should have a `model_type` "
+                f"key in its config.json'); {merge}"), details
     if use_peft:
-        return fail(f"{head}: {loader} loads {base} with this adapter attached, then {cls} wraps it with "
-                    "get_peft_model(model, peft_config), which builds a fresh 'default' adapter in place of the loaded "
-                    "one (PEFT warns 'modify a model with PEFT for a second time'; the loaded lora_B weights are reset "
-                    f"to zero): the adapter's training is silently discarded; {merge}", **details)
-    return fail(f"{head}: {loader} loads {base} with this adapter attached and frozen, and nothing else is trainable: "
-                "the first backward fails with 'element 0 of tensors does not require grad and does not have a "
-                f"grad_fn'; {merge}", **details)
+        return (f"{head}: {loader} loads {base} with this adapter attached, then {cls} wraps it with "
+                "get_peft_model(model, peft_config), which builds a fresh 'default' adapter in place of the loaded "
+                "one (PEFT warns 'modify a model with PEFT for a second time'; the loaded lora_B weights are reset "
+                f"to zero): the adapter's training is silently discarded; {merge}"), details
+    return (f"{head}: {loader} loads {base} with this adapter attached and frozen, and nothing else is trainable: "
+            "the first backward fails with 'element 0 of tensors does not require grad and does not have a "
+            f"grad_fn'; {merge}"), details
 
 
 # -- target modules --------------------------------------------------------------------------------------------------
 
-def _target_modules(ctx, details: dict):
+def _target_modules(ctx) -> tuple[tuple | None, dict[str, Any]]:
     """LoRA's `target_modules`, as TRL hands them to PEFT, against the meta-device model's module names, matched as
     PEFT's check_target_module_exists matches them: a list item is a module's full name or its last components
     (name ending with "." + item); a string is one regular expression the full name must match entirely
     (`re.fullmatch`); "all-linear" is every Linear layer but the LM head."""
+    details: dict[str, Any] = {}
     import re as regex
 
     raw = ctx.config.raw
-    if "lora_target_modules" not in raw or raw["lora_target_modules"] is None:
-        return  # PEFT picks its own default targets for the architecture
+    if "lora_target_modules" not in raw or raw["lora_target_modules"] is None:  # not written in the file
+        return None, details  # PEFT picks its own default targets for the architecture
     targets, given = _effective_targets(ctx)
     try:
         model = ctx.meta_model
     except (InputError, Unavailable, ImportError, OSError, ValueError) as exc:
         details["target modules"] = f"not checked: {exc}"
-        return
+        return None, details
     names = [n for n, _ in model.named_modules() if n]
     linear = _linear_leaf_names(model)
     details["lora_target_modules (as PEFT gets them)"] = targets
     if isinstance(targets, str) and targets.lower() == "all-linear":
         details["target modules"] = f"all-linear: {', '.join(linear)}"
-        return
+        return None, details
     if isinstance(targets, str) and _NESTED_QUANTIFIER.search(targets):
-        yield (warn, f"lora_target_modules {targets!r}{given} nests quantifiers (a group repeated by *, + or {{}} that "
-                     "repeats inside): PEFT matches it against every module name with Python's re, which can take "
-                     "exponential time; not matched here. Write a list of names, e.g. "
-                     f"`lora_target_modules: [{', '.join(linear[:2])}]`", None)
-        return
+        return (warn, f"lora_target_modules {targets!r}{given} nests quantifiers (a group repeated by *, + or {{}} that "
+                      "repeats inside): PEFT matches it against every module name with Python's re, which can take "
+                      "exponential time; not matched here. Write a list of names, e.g. "
+                      f"`lora_target_modules: [{', '.join(linear[:2])}]`", None), details
     if isinstance(targets, str):
         try:
             hits = [n for n in names if regex.fullmatch(targets, n)]
         except regex.error as exc:
-            yield (fail, f"lora_target_modules {targets!r}{given} is not a valid regular expression ({exc}), which PEFT "
-                         f"reads a string as: get_peft_model stops; the model's Linear layers are named "
-                         f"{', '.join(linear)}: write a list, e.g. `lora_target_modules: [{', '.join(linear[:2])}]`", None)
-            return
+            return (fail, f"lora_target_modules {targets!r}{given} is not a valid regular expression ({exc}), which PEFT "
+                          f"reads a string as: get_peft_model stops; the model's Linear layers are named "
+                          f"{', '.join(linear)}: write a list, e.g. `lora_target_modules: [{', '.join(linear[:2])}]`", None), details
         if hits:
             details["target modules"] = f"{targets!r} (a regular expression) matches {len(hits)} modules, e.g. {hits[0]}"
-            return
-        yield (fail, _no_regex_match(targets, given, linear, names), None)
-        return
+            return None, details
+        return (fail, _no_regex_match(targets, given, linear, names), None), details
     items = [str(t) for t in targets]
     missing = [t for t in items if not any(n == t or n.endswith("." + t) for n in names)]
     matched = [t for t in items if t not in missing]
     if not missing:
         details["target modules"] = f"{', '.join(items)} match modules of {type(model).__name__}"
-        return
-    yield (fail, _no_list_match(ctx, items, missing, matched, given, linear, type(model).__name__), _comma_fix(ctx, items))
+        return None, details
+    return (fail, _no_list_match(ctx, items, missing, matched, given, linear, type(model).__name__), _comma_fix(ctx, items)), details
 
 
 def _effective_targets(ctx) -> tuple[Any, str]:
@@ -237,7 +244,7 @@ def _effective_targets(ctx) -> tuple[Any, str]:
     the script built; a config file's go through TRL's ModelConfig, which turns a one-item list into a string."""
     from trl_doctor.facts.parsing import model_config_value
 
-    value = ctx.config.raw["lora_target_modules"]
+    value = ctx.config.raw["lora_target_modules"]  # the file's value: what TRL's ModelConfig makes of it follows
     if ctx.live is not None:
         return value, " (the script's LoraConfig)"
     effective = model_config_value("lora_target_modules", value)
@@ -307,7 +314,8 @@ def _linear_leaf_names(model) -> list[str]:
 
 # -- rows of new tokens ----------------------------------------------------------------------------------------------
 
-def _new_token_rows(ctx, details: dict):
+def _new_token_rows(ctx) -> tuple[tuple | None, dict[str, Any]]:
+    details: dict[str, Any] = {}
     cfg = ctx.config
     raw = cfg.raw
     added = list(cfg.added_tokens)
@@ -316,7 +324,7 @@ def _new_token_rows(ctx, details: dict):
         rows = embedding_rows(ctx)
     except (InputError, Unavailable) as exc:
         details["new tokens"] = f"not checked: {exc}"
-        return
+        return None, details
     vocab = _disk_vocab(ctx)
     new = [t for t in added if t not in vocab]
     size = len(tok)
@@ -324,9 +332,9 @@ def _new_token_rows(ctx, details: dict):
     if not new and not grown:
         details["new tokens"] = (f"no new tokens (the tokenizer's {size} tokens fit the {rows} embedding rows"
                                  + (f" and {', '.join(added)} are in its vocabulary" if added else "") + ")")
-        return
+        return None, details
     emb, head, facts = _embedding_names(ctx)
-    saved = _names(raw.get("lora_modules_to_save"))
+    saved = _names(raw.get("lora_modules_to_save"))  # as the file writes them: the fix adds to this list
     targets = _names(raw.get("lora_target_modules"))
     # PEFT matches modules_to_save (and listed target_modules) by the end of the module's full name
     full = {emb: facts.get("input embedding") or emb, head: facts.get("LM head") or head}
@@ -340,16 +348,16 @@ def _new_token_rows(ctx, details: dict):
     missing = [name for name, ok in covered.items() if not ok]
     if not missing:
         details["new tokens"] = f"{what}: trained through lora_modules_to_save / lora_target_modules {sorted(saved + targets)}"
-        return
+        return None, details
     want = list(dict.fromkeys(saved + missing))
     tied = " (tied: PEFT trains separate copies of the two)" if facts.get("tied") else ""
     fix = Fix(f"set lora_modules_to_save: {want} in {cfg.path.name}", (Edit(str(cfg.path), set=(("lora_modules_to_save", want),)),))
-    yield (warn, (
+    return (warn, (
         f"{what}, but LoRA freezes the input embedding `{emb}` and the LM head `{head}`: "
         f"{'neither is' if len(missing) == 2 else '`' + missing[0] + '` is not'} in lora_modules_to_save"
         f"{' ' + str(saved) if saved else ''}, so the new tokens' rows stay as initialised and the policy cannot learn "
         f"to read or emit them; add {' and '.join(missing)} to lora_modules_to_save (the fix writes {want}: full "
-        f"trainable copies, {facts.get('parameters', '?')} parameters{tied})"), fix)
+        f"trainable copies, {facts.get('parameters', '?')} parameters{tied})"), fix), details
 
 
 def _disk_vocab(ctx) -> set[str]:
@@ -387,10 +395,11 @@ def _names(value: Any) -> list[str]:
 
 # -- gradient checkpointing ------------------------------------------------------------------------------------------
 
-def _checkpointing(ctx, details: dict):
+def _checkpointing(ctx) -> tuple[tuple | None, dict[str, Any]]:
+    details: dict[str, Any] = {}
     if not config_value(ctx, "gradient_checkpointing", False):
         details["gradient checkpointing"] = "gradient checkpointing off"
-        return
+        return None, details
     kwargs = checkpointing_kwargs(ctx)
     tf_enables, tf_evidence, tf_default = _transformers_input_grads()
     trl_enables, trl_evidence = enables_input_grads(ctx.trainer)
@@ -402,27 +411,27 @@ def _checkpointing(ctx, details: dict):
     details["input gradients (transformers)"] = tf_evidence
     if trl_enables:
         details["gradient checkpointing"] += f"; trl {ctx.version('trl')} enables input gradients for PEFT"
-        return
+        return None, details
     if tf_enables:
         details["gradient checkpointing"] += f"; transformers {ctx.version('transformers')} enables input gradients"
-        return
+        return None, details
     if reentrant is False:
         details["gradient checkpointing"] += ": non-reentrant, so no input gradients are needed"
-        return
+        return None, details
     fix = None
     action = "set gradient_checkpointing_kwargs: {use_reentrant: false}"
-    if ctx.config.get("deepspeed"):
+    if ctx.config.get("deepspeed"):  # as the file asks (the built config holds the doctor's stand-in)
         action = ("upgrade to trl>=0.16, which enables input gradients itself (this config uses DeepSpeed, where PEFT + "
                   "ZeRO-3 needs reentrant checkpointing, so use_reentrant: false is not written)")
     else:
         fix = Fix(f"set gradient_checkpointing_kwargs: {{use_reentrant: false}} in {ctx.config.path.name}",
                   (Edit(str(ctx.config.path), set=(("gradient_checkpointing_kwargs", {**kwargs, "use_reentrant": False}),)),))
-    yield (fail, (
-        f"gradient checkpointing is on with use_reentrant={reentrant} ({where}) and LoRA freezes the embedding, but "
-        f"nothing enables input gradients: trl {ctx.version('trl')}'s {TRAINER_CLASS[ctx.trainer]} never calls "
-        f"enable_input_require_grads() and transformers {ctx.version('transformers')} does so only for adapters it "
-        "loaded itself; the first backward fails with 'element 0 of tensors does not require grad and does not have a "
-        f"grad_fn' (trl#3089); {action}"), fix)
+    return (fail, (
+         f"gradient checkpointing is on with use_reentrant={reentrant} ({where}) and LoRA freezes the embedding, but "
+         f"nothing enables input gradients: trl {ctx.version('trl')}'s {TRAINER_CLASS[ctx.trainer]} never calls "
+         f"enable_input_require_grads() and transformers {ctx.version('transformers')} does so only for adapters it "
+         "loaded itself; the first backward fails with 'element 0 of tensors does not require grad and does not have a "
+         f"grad_fn' (trl#3089); {action}"), fix), details
 
 
 def _transformers_input_grads() -> tuple[bool, str, bool]:

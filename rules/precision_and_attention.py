@@ -80,6 +80,7 @@ What the fix does
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from trl_doctor import Edit, Fix, fail, passed, rule, warn
@@ -113,7 +114,7 @@ def check(ctx):
     bf16, fp16 = resolved.bf16, resolved.fp16
     the_launch = launch(ctx)
     visible, gpu_reason = list(the_launch.gpus), the_launch.gpus_missing
-    on_cpu = raw.get("use_cpu") is True
+    on_cpu = raw.get("use_cpu") is True  # as the file asks (the built config holds the doctor's stand-in)
     bf16_words = _bf16_origin(ctx)
     ckpt = _checkpoint_dtype(ctx)
     details: dict[str, Any] = {
@@ -122,28 +123,46 @@ def check(ctx):
         or f"none ({gpu_reason})",
         "checkpoint dtype (config.json)": ckpt or "not given",
     }
-    findings: list = []
-    device_words = _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt, findings, details)
-    attn_words = _attention(ctx, raw, visible, on_cpu, findings, details)
+    found = _Found("", details, [])
+    device_words = found.add(_device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt))
+    attn_words = found.add(_attention(ctx, raw, visible, on_cpu))
     # no bf16 weights are proposed for a GPU that cannot run bf16
     bf16_runs = not (visible and not on_cpu and min(_cc(g) for g in visible) < BF16_MIN_CC)
-    dtype_words = _dtype(ctx, raw, bf16 and bf16_runs, fp16, ckpt, visible, findings, details)
-    quant_words = _quantization(ctx, raw, on_cpu, findings, details)
-    _unapplied(ctx, findings, details)
-    if not findings:
+    dtype_words = found.add(_dtype(ctx, raw, bf16 and bf16_runs, fp16, ckpt, visible))
+    quant_words = found.add(_quantization(ctx, raw, on_cpu))
+    found.add(_unapplied(ctx))
+    if not found.findings:
         yield passed("; ".join(w for w in (device_words, attn_words, dtype_words, quant_words) if w), **details)
         return
-    for status, message, fix in findings:
+    for status, message, fix in found.findings:
         yield (fail if status == "fail" else warn)(message, fix=fix, **details)
+
+
+@dataclass
+class _Found:
+    """What one part of the check found: its words for the pass message ("" once it has a finding), its details,
+    its findings as (status, message, fix)."""
+
+    words: str
+    details: dict[str, Any]
+    findings: list[tuple[str, str, Fix | None]]
+
+    def add(self, part: "_Found") -> str:
+        """`part`'s details and findings added after these (in the order they were found); its words."""
+        self.details.update(part.details)
+        self.findings += part.findings
+        return part.words
 
 
 # -- what the launch asks for and the model never gets -------------------------------------------------------
 
-def _unapplied(ctx, findings, details) -> None:
+def _unapplied(ctx) -> _Found:
     """A recipe's (or command line's) ModelConfig loading keys that the script never hands to the model."""
+    details: dict[str, Any] = {}
+    findings: list[tuple[str, str, Fix | None]] = []
     missing = unapplied_model_keys(ctx)
     if not missing:
-        return
+        return _Found("", details, findings)
     resolved = settings(ctx)
     kwargs = resolved.model_init_kwargs
     asked = " and ".join(f"`{k}: {v}`" for k, (v, _) in missing.items())
@@ -173,25 +192,29 @@ def _unapplied(ctx, findings, details) -> None:
         f"{' and '.join(where)} sets {asked} for TRL's ModelConfig, but {'it never reaches' if them == 'it' else 'they never reach'} "
         f"the model: {how}, so the policy loads with {', '.join(gets)}; {remedy}, or drop {them} from "
         f"{' and '.join(where)}"), None))
+    return _Found("", details, findings)
 
 
 # -- precision against the device -------------------------------------------------------------------------
 
-def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt, findings, details) -> str:
+def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt) -> _Found:
+    details: dict[str, Any] = {}
+    findings: list[tuple[str, str, Fix | None]] = []
     if bf16 and fp16:
         findings.append(("fail", "bf16 and fp16 are both on: transformers stops with \"At most one of fp16 and bf16 can "
                                  "be True, but not both\"; keep one (`bf16: false` or `fp16: false`)", None))
-        return ""
+        return _Found("", details, findings)
     mode = "bf16" if bf16 else "fp16" if fp16 else "fp32"
     if on_cpu:
-        return f"use_cpu: true: {mode} on the CPU" + (" (fp16 mixed precision is not applied there)" if fp16 else "")
+        return _Found(
+            f"use_cpu: true: {mode} on the CPU" + (" (fp16 mixed precision is not applied there)" if fp16 else ""), details, findings)
     if not visible:  # not the launch machine: its GPUs decide (--target), never a verdict from this one
-        return (f"{mode} ({bf16_words}); no GPU here to check it against ({gpu_reason}): pass --target (e.g. "
-                "--target 8xH100-80GB) to check against the launch machine")
+        return _Found(f"{mode} ({bf16_words}); no GPU here to check it against ({gpu_reason}): pass --target (e.g. "
+                      "--target 8xH100-80GB) to check against the launch machine", details, findings)
     lowest = min(visible, key=_cc)
     use_vllm = settings(ctx).use_vllm
     if bf16 and _cc(lowest) < BF16_MIN_CC:
-        where = "" if raw.get("bf16") is True else f" ({bf16_words})"
+        where = "" if raw.get("bf16") is True else f" ({bf16_words})"  # the file's own words: set there or not
         fix = Fix(f"set bf16: false in {ctx.config.path.name} (train in fp32 on {lowest['name']})",
                   (Edit(str(ctx.config.path), set=(("bf16", False),)),))
         findings.append(("fail", (
@@ -199,7 +222,7 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt,
             "needs 8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs it "
             "emulated, many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to NaN), "
             "or use an Ampere or newer GPU"), fix))
-    if raw.get("tf32") is True and _cc(lowest) < BF16_MIN_CC:
+    if raw.get("tf32") is True and _cc(lowest) < BF16_MIN_CC:  # as the file asks (the built config holds the doctor's stand-in)
         fix = Fix(f"set tf32: false in {ctx.config.path.name} ({lowest['name']} has no TF32 units)",
                   (Edit(str(ctx.config.path), set=(("tf32", False),)),))
         findings.append(("fail", (
@@ -216,8 +239,9 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt,
             f"(compute capability {lowest['compute_capability']}): \"Bfloat16 is only supported on GPUs with compute "
             f"capability of at least 8.0\"; {how}"), None))
     if bf16:
-        return f"bf16 ({bf16_words}) on GPUs of compute capability {lowest['compute_capability']} or more (8.0 needed)"
-    return f"{mode} on {len(visible)} GPU{'s' if len(visible) != 1 else ''}"
+        return _Found(
+            f"bf16 ({bf16_words}) on GPUs of compute capability {lowest['compute_capability']} or more (8.0 needed)", details, findings)
+    return _Found(f"{mode} on {len(visible)} GPU{'s' if len(visible) != 1 else ''}", details, findings)
 
 
 def _bf16_origin(ctx) -> str:
@@ -226,7 +250,7 @@ def _bf16_origin(ctx) -> str:
 
     raw = ctx.config.raw
     if "bf16" in raw:
-        return f"`bf16: {str(raw['bf16']).lower()}` in the config"
+        return f"`bf16: {str(raw['bf16']).lower()}` in the config"  # where the value comes from: the file
     cls = config_class(ctx.trainer)
     if cls is None:
         return "bf16 not set"
@@ -238,11 +262,12 @@ def _bf16_origin(ctx) -> str:
 
 # -- attention --------------------------------------------------------------------------------------------
 
-def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
+def _attention(ctx, raw, visible, on_cpu) -> _Found:
+    found = _Found("", {}, [])
     kwargs = settings(ctx).model_init_kwargs
     if kwargs.get("attn_implementation"):
         attn, where = kwargs["attn_implementation"], "model_init_kwargs"
-    elif raw.get("attn_implementation"):
+    elif raw.get("attn_implementation"):  # which key of the file chose it: the fix writes there
         attn, where = raw["attn_implementation"], "attn_implementation"
     else:
         cfg_json = ctx.read_json(ctx.model_file("config.json")) or {}
@@ -251,20 +276,22 @@ def _attention(ctx, raw, visible, on_cpu, findings, details) -> str:
     gemma = _gemma_type(ctx)
     if attn:
         attn = str(attn)
-        details["attn_implementation"] = f"{attn} ({where})"
-        words = _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, findings, details, gemma)
+        found.details["attn_implementation"] = f"{attn} ({where})"
+        words = found.add(_flash(ctx, raw, attn, where, kwargs, visible, on_cpu, gemma))
     else:
         words = "attention: transformers' default (sdpa where the model supports it)"
     if gemma:
-        gemma_words = _gemma(ctx, raw, attn, where, kwargs, gemma, findings, details)
+        gemma_words = found.add(_gemma(ctx, raw, attn, where, kwargs, gemma))
         words = gemma_words if not attn else "; ".join(w for w in (words, gemma_words) if w)
-    return words
+    return _Found(words, found.details, found.findings)
 
 
-def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, findings, details, gemma) -> str:
+def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, gemma) -> _Found:
+    details: dict[str, Any] = {}
+    findings: list[tuple[str, str, Fix | None]] = []
     m = re.fullmatch(r"(?:paged\|)?flash_attention_(\d)", attn)
     if m is None or int(m.group(1)) not in FLASH:
-        return f"attention: {attn}"
+        return _Found(f"attention: {attn}", details, findings)
     version = int(m.group(1))
     module, dists, need_cc, family = FLASH[version]
     installed = _flash_installed(module, dists)
@@ -274,10 +301,11 @@ def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, findings, details, ge
     alt = "eager" if gemma else "sdpa"
     name = f"FlashAttention{version}"
     if launch(ctx).software_here:
-        problem = _flash_package_problem(ctx, attn, where, module, dists, name, alt, installed, details)
+        problem, import_error = _flash_package_problem(ctx, attn, where, module, dists, name, alt, installed)
+        details.update(import_error)
         if problem is not None:
             findings.append((*problem, fix))
-            return ""
+            return _Found("", details, findings)
     else:
         # installed or not on the launch machine is that machine's business: judged there (a GPU here, or --target in
         # this environment) only; the GPUs and the dtype are still judged
@@ -286,9 +314,9 @@ def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, findings, details, ge
     if on_cpu:
         findings.append(("fail", f"{where}: {attn} with use_cpu: true: {name} runs only on a CUDA GPU; use "
                                  f"`attn_implementation: {alt}`", fix))
-        return ""
+        return _Found("", details, findings)
     if not visible:
-        return f"attention: {attn} (no GPU here to check it against: pass --target)"
+        return _Found(f"attention: {attn} (no GPU here to check it against: pass --target)", details, findings)
     old = [g for g in visible if _cc(g) < need_cc]
     if old:
         g = old[0]
@@ -296,39 +324,39 @@ def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, findings, details, ge
             f"{where}: {attn}, but {_name(g)} has compute capability {g['compute_capability']} and {name} needs "
             f"{need_cc[0]}.{need_cc[1]} ({family}) or newer: the first forward stops (\"FlashAttention only supports "
             f"{family} GPUs or newer\"); use `attn_implementation: {alt}` on this GPU"), fix))
-        return ""
+        return _Found("", details, findings)
     dtype_problem = _flash_dtype_problem(ctx, attn, where, name, alt)
     if dtype_problem is not None:
         findings.append((*dtype_problem, fix))
-        return ""
-    return f"{name} ({installed}) on compute capability {min(visible, key=_cc)['compute_capability']}"
+        return _Found("", details, findings)
+    return _Found(
+        f"{name} ({installed}) on compute capability {min(visible, key=_cc)['compute_capability']}", details, findings)
 
 
-def _flash_package_problem(ctx, attn, where, module, dists, name, alt, installed, details) -> tuple[str, str] | None:
-    """('fail' / 'warn', message) when the flash-attention package of this environment cannot serve the load: not
-    installed (unless transformers falls back to a Hub kernel: a warning), or installed but failing to import (a
-    wheel built for another torch or CUDA: "undefined symbol")."""
+def _flash_package_problem(ctx, attn, where, module, dists, name, alt, installed) -> tuple[tuple[str, str] | None, dict]:
+    """(('fail' / 'warn', message) when the flash-attention package of this environment cannot serve the load, else
+    None; the details: the import's error): not installed (unless transformers falls back to a Hub kernel: a
+    warning), or installed but failing to import (a wheel built for another torch or CUDA: "undefined symbol")."""
     if not installed:
         fallback = _kernels_fallback()
         if fallback:
-            return "warn", (
+            return ("warn", (
                 f"{where}: {attn}, but {dists[0]} is not installed: transformers {ctx.version('transformers')} falls back "
                 f"to the Hub kernel {fallback} through the kernels package, which needs the Hub (or a cached kernel) at "
-                f"model loading; install {dists[0]}, or use `attn_implementation: {alt}`")
-        return "fail", (
+                f"model loading; install {dists[0]}, or use `attn_implementation: {alt}`")), {}
+        return ("fail", (
             f"{where}: {attn}, but the package {dists[0]} (module {module}) is not installed: model loading stops "
             f"with \"ImportError: {name} has been toggled on, but it cannot be used due to the following error: "
             f"the package ... is not installed\"; install {dists[0]} (a wheel built for this torch and CUDA), or "
-            f"use `attn_implementation: {alt}`")
+            f"use `attn_implementation: {alt}`")), {}
     error = _import_error(module)
     if error is None:
-        return None
-    details["flash attention import"] = error
-    return "fail", (
+        return None, {}
+    return ("fail", (
         f"{where}: {attn}, but {installed} does not import against torch {ctx.version('torch')} here ({error}): model "
         f"loading stops with \"ImportError: {name} has been toggled on, but it cannot be used\"; reinstall "
         f"{dists[0]} built for this torch and CUDA (`pip install {dists[0]} --no-build-isolation` rebuilds it), or "
-        f"use `attn_implementation: {alt}`")
+        f"use `attn_implementation: {alt}`")), {"flash attention import": error}
 
 
 IMPORT_TIMEOUT_S = 120  # the import of flash_attn imports torch: seconds, not minutes
@@ -370,31 +398,33 @@ def _flash_dtype_problem(ctx, attn, where, name, alt) -> tuple[str, str] | None:
 HALF_DTYPES = ("bfloat16", "float16", "half")
 
 
-def _quantization(ctx, raw, on_cpu, findings, details) -> str:
+def _quantization(ctx, raw, on_cpu) -> _Found:
     """bitsandbytes loading (`quantization_config` with quant_method bitsandbytes, `load_in_4bit` / `load_in_8bit`
     in model_init_kwargs or as TRL's ModelConfig keys) needs the bitsandbytes package and a GPU at model loading."""
+    details: dict[str, Any] = {}
+    findings: list[tuple[str, str, Fix | None]] = []
     kwargs = settings(ctx).model_init_kwargs
     quant = kwargs.get("quantization_config") if isinstance(kwargs.get("quantization_config"), dict) else {}
     bits = next((b for b in ("4bit", "8bit") if quant.get(f"load_in_{b}") or kwargs.get(f"load_in_{b}")
-                 or raw.get(f"load_in_{b}") is True), None)
+                 or config_value(ctx, f"load_in_{b}", False) is True), None)
     if bits is None and str(quant.get("quant_method", "")).lower() != "bitsandbytes":
-        return ""
+        return _Found("", details, findings)
     what = f"bitsandbytes {bits or ''} loading".replace("  ", " ")
     have = package_version("bitsandbytes")
     details["quantization"] = f"{what}; bitsandbytes {have or 'not installed'}"
     if on_cpu:
         findings.append(("fail", f"{what} with use_cpu: true: bitsandbytes quantized weights train on a CUDA GPU; "
                                  "drop the quantization or use_cpu", None))
-        return ""
+        return _Found("", details, findings)
     if have is None:
         if not launch(ctx).software_here:
             details["quantization"] += f": not judged ({launch(ctx).not_judged})"
-            return f"{what} (bitsandbytes not installed here: the launch machine needs it)"
+            return _Found(f"{what} (bitsandbytes not installed here: the launch machine needs it)", details, findings)
         findings.append(("fail", (f"{what} is asked for but the bitsandbytes package is not installed: model loading "
                                   "stops (\"Using `bitsandbytes` 4-bit quantization requires bitsandbytes\"); pip install "
                                   "bitsandbytes, or load the model unquantized"), None))
-        return ""
-    return f"{what} (bitsandbytes {have})"
+        return _Found("", details, findings)
+    return _Found(f"{what} (bitsandbytes {have})", details, findings)
 
 
 def _gemma_type(ctx) -> str | None:
@@ -404,9 +434,11 @@ def _gemma_type(ctx) -> str | None:
     return next((t for t in model_types(ctx) if t in GEMMA_EAGER), None)
 
 
-def _gemma(ctx, raw, attn, where, kwargs, model_type, findings, details) -> str:
+def _gemma(ctx, raw, attn, where, kwargs, model_type) -> _Found:
     """Gemma 2/3/4 with an attention other than eager: what the installed transformers does with it (refuses sdpa,
     warns while training, or says nothing) and the catalog's NaN / zero-loss reports."""
+    details: dict[str, Any] = {}
+    findings: list[tuple[str, str, Fix | None]] = []
     from trl_doctor.facts.models import config_json, default_attention, model_class_source
 
     tf = ctx.version("transformers")
@@ -416,11 +448,12 @@ def _gemma(ctx, raw, attn, where, kwargs, model_type, findings, details) -> str:
     else:
         effective, cls_name = default_attention(ctx)
         if effective is None:
-            return f"{model_type}: transformers {tf} cannot build it here to read its default attention ({cls_name})"
+            return _Found(
+                f"{model_type}: transformers {tf} cannot build it here to read its default attention ({cls_name})", details, findings)
         origin = f"no attn_implementation set: transformers {tf}'s default for {cls_name} is {effective}"
     details["Gemma attention"] = f"{model_type}, {origin}"
     if effective.split("|")[-1] == "eager":
-        return f"{model_type} with eager attention ({origin})"
+        return _Found(f"{model_type} with eager attention ({origin})", details, findings)
     cls_name = cls.__name__ if cls is not None else f"the {model_type} model"
     fix = _attn_fix(ctx, raw, where if attn else None, kwargs, "eager")
     cfg = config_json(ctx)
@@ -432,7 +465,7 @@ def _gemma(ctx, raw, attn, where, kwargs, model_type, findings, details) -> str:
             f"soft-cap the attention logits{f', attn_logit_softcapping={softcap}' if softcap else ''}): from_pretrained "
             f"stops with \"{cls_name} does not support an attention implementation through "
             f"torch.nn.functional.scaled_dot_product_attention yet\"; use `attn_implementation: eager`"), fix))
-        return ""
+        return _Found("", details, findings)
     warned = re.search(r"strongly recommended to train \w+ models with the `?eager`? attention", source or "")
     why = (f"it soft-caps its attention logits (attn_logit_softcapping={softcap}), and eager is the path that "
            "computes them as trained" if softcap else
@@ -443,7 +476,7 @@ def _gemma(ctx, raw, attn, where, kwargs, model_type, findings, details) -> str:
         f"{model_type} trains with {effective} attention ({origin}): {why}, and Gemma runs with sdpa or flash attention "
         f"are reported to reach NaN or zero loss (transformers#32390, LlamaFactory#7755){said}; train Gemma with "
         "`attn_implementation: eager`"), fix))
-    return ""
+    return _Found("", details, findings)
 
 
 def _attn_fix(ctx, raw, where: str | None, kwargs: dict, value: str) -> Fix | None:
@@ -452,7 +485,7 @@ def _attn_fix(ctx, raw, where: str | None, kwargs: dict, value: str) -> Fix | No
     path, name = str(ctx.config.path), ctx.config.path.name
     if where == "attn_implementation":
         return Fix(f"set attn_implementation: {value} in {name}", (Edit(path, set=(("attn_implementation", value),)),))
-    current = raw.get("model_init_kwargs")
+    current = raw.get("model_init_kwargs")  # the file's value, which the fix rewrites
     if current is not None and not isinstance(current, dict):
         return None  # a JSON string: left to the user
     new = dict(current or {})
@@ -501,7 +534,7 @@ def _sdpa_fix(ctx, raw, where: str, kwargs: dict) -> Fix | None:
     path = str(ctx.config.path)
     if where == "attn_implementation":
         return Fix(f"set attn_implementation: sdpa in {ctx.config.path.name}", (Edit(path, set=(("attn_implementation", "sdpa"),)),))
-    if where == "model_init_kwargs" and isinstance(raw.get("model_init_kwargs"), dict):
+    if where == "model_init_kwargs" and isinstance(raw.get("model_init_kwargs"), dict):  # the file's, rewritten
         new = dict(raw["model_init_kwargs"])
         new["attn_implementation"] = "sdpa"
         return Fix(f"set attn_implementation: sdpa in model_init_kwargs of {ctx.config.path.name}",
@@ -519,12 +552,14 @@ def _checkpoint_dtype(ctx) -> str | None:
     return str(found).replace("torch.", "") if found else None
 
 
-def _dtype(ctx, raw, bf16, fp16, ckpt, visible, findings, details) -> str:
+def _dtype(ctx, raw, bf16, fp16, ckpt, visible) -> _Found:
+    details: dict[str, Any] = {}
+    findings: list[tuple[str, str, Fix | None]] = []
     resolved = settings(ctx)
     load, load_from = resolved.policy_dtype, resolved.policy_dtype_from
     details["load dtype"] = f"{load} ({load_from})"
     if any(config_value(ctx, k, False) for k in ("load_in_4bit", "load_in_8bit")):
-        return f"weights load quantized ({load} for the rest)"
+        return _Found(f"weights load quantized ({load} for the rest)", details, findings)
     explicit = bool(_explicit_dtype(raw, resolved.model_init_kwargs))
     use_peft = resolved.use_peft
     beta = config_value(ctx, "beta", 0.0)
@@ -538,14 +573,14 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible, findings, details) -> str:
             f"parameters); load them in float32 (`model_init_kwargs: {{{dtype_key(ctx.trainer)}: float32}}`, fp16 autocast keeps "
             "the speed), "
             "or train LoRA adapters"), fix))
-        return ""
+        return _Found("", details, findings)
     if ckpt not in ("bfloat16", "float16") or load != "float32" or explicit:
         if ckpt and load != ckpt:
-            return f"weights load as {load} ({load_from}), checkpoint {ckpt}"
-        return f"weights load as {load}" + (f" (checkpoint {ckpt})" if ckpt else "")
+            return _Found(f"weights load as {load} ({load_from}), checkpoint {ckpt}", details, findings)
+        return _Found(f"weights load as {load}" + (f" (checkpoint {ckpt})" if ckpt else ""), details, findings)
     params = _params(ctx)
     if params is None:
-        return f"weights load as float32 ({load_from}), checkpoint {ckpt}"
+        return _Found(f"weights load as float32 ({load_from}), checkpoint {ckpt}", details, findings)
     gib32, gib16 = params * 4 / GiB, params * 2 / GiB
     details["policy parameters"] = f"{params:,} (meta-device model)"
     details["weights"] = f"{gib32:.1f} GiB in float32, {gib16:.1f} GiB in {ckpt}"
@@ -560,10 +595,11 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible, findings, details) -> str:
             f"the {ckpt} checkpoint loads in float32 ({load_from}): {what} take{'s' if frozen == params else ''} "
             f"{frozen * 4 / GiB:.1f} GiB instead of {frozen * 2 / GiB:.1f} GiB ({params:,} parameters), {waste:.1f} GiB "
             f"for no gain in precision; load it in {ckpt} (`model_init_kwargs: {{{dtype_key(ctx.trainer)}: {ckpt}}}`)"), fix))
-        return ""
+        return _Found("", details, findings)
     if use_peft:
-        return f"weights load as float32 ({load_from}), checkpoint {ckpt}: {waste:.1f} GiB more for the frozen base"
-    sharded = [k for k in ("deepspeed", "fsdp") if raw.get(k)]
+        return _Found(
+            f"weights load as float32 ({load_from}), checkpoint {ckpt}: {waste:.1f} GiB more for the frozen base", details, findings)
+    sharded = [k for k in ("deepspeed", "fsdp") if raw.get(k)]  # as the file asks (the built config holds the doctor's stand-in) (deepspeed)
     state32, state16 = params * 16 / GiB, params * 8 / GiB
     budget = min((g["memory_total_bytes"] for g in visible), default=NO_GPU_BUDGET_GIB * GiB) / GiB
     budget_words = (f"{_name(min(visible, key=lambda g: g['memory_total_bytes']))}'s {budget:.1f} GiB" if visible
@@ -576,9 +612,10 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible, findings, details) -> str:
             f"{params:,} parameters take {state32:.1f} GiB, more than {budget_words}, before any activation "
             f"({state16:.1f} GiB in {ckpt}); load in {ckpt} (`model_init_kwargs: {{{dtype_key(ctx.trainer)}: {ckpt}}}`, no fp32 master "
             "weights), train LoRA adapters (`use_peft: true`), or shard with ZeRO-3 / FSDP"), None))
-        return ""
-    return (f"weights load as float32 ({load_from}), checkpoint {ckpt}: fp32 master weights for a full fine-tune, "
-            f"{state32:.1f} GiB of weights, gradients and AdamW states")
+        return _Found("", details, findings)
+    return _Found(
+        f"weights load as float32 ({load_from}), checkpoint {ckpt}: fp32 master weights for a full fine-tune, "
+        f"{state32:.1f} GiB of weights, gradients and AdamW states", details, findings)
 
 
 def _explicit_dtype(raw: dict, kwargs: dict) -> str | None:
@@ -604,7 +641,7 @@ def _params(ctx) -> int | None:
 def _dtype_fix(ctx, raw, dtype: str, override: bool = False) -> Fix | None:
     """Write `dtype` where the load dtype is decided: into model_init_kwargs, or over an explicit key when
     `override` (only for a choice that cannot train)."""
-    current = raw.get("model_init_kwargs")
+    current = raw.get("model_init_kwargs")  # the file's value, which the fix rewrites
     if current is not None and not isinstance(current, dict):
         return None  # a JSON string: left to the user
     path, name = str(ctx.config.path), ctx.config.path.name

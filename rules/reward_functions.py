@@ -73,8 +73,7 @@ from typing import Any
 
 from trl_doctor import Unavailable, fail, passed, rule, skip, warn
 
-from trl_doctor.facts.models import SCRIPT_OBJECT, score_head
-from trl_doctor.facts.text import read_json as _read_json
+from trl_doctor.facts.models import SCRIPT_OBJECT, scorer_folder, scorer_head
 from trl_doctor.facts.trl import TRAINER_CLASS, trainer_mentions
 from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, call_reward, is_async, new_stats,
                                      record_values, reward_call, reward_fence, reward_problem, resolve_reward)
@@ -87,7 +86,6 @@ COMPLETIONS = (  # two synthetic completions per prompt, so group-relative rewar
     "<think>\nTwo plus two is four.\n</think>\nThe answer is 4.",
 )
 ASYNC_FROM = "0.27"  # first release whose trainers await async reward functions (read from the wheels)
-TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json")
 
 
 @rule(
@@ -104,7 +102,7 @@ def check(ctx):
     if call is None:
         yield skip(f"trl {trl_version or '(not installed)'} has no {cls} source to read (see the version-skew rule)")
         return
-    rm_ref = cfg.get("reward_model_name_or_path")
+    rm_ref = cfg.get("reward_model_name_or_path")  # a path as the file writes it (relative to the file)
     rm_ref = rm_ref if isinstance(rm_ref, str) and rm_ref else None
     names = list(cfg.reward_funcs)
     details: dict[str, Any] = {"trl": trl_version, "trainer": cls}
@@ -198,7 +196,8 @@ def _reward_model(ctx, ref: str, call: RewardCall, cls: str) -> tuple[list, str,
     path = resolve_artifact(ref, cfg.base_dir, str(cfg.path), "reward_model_name_or_path", need="config.json").path
     facts: dict[str, Any] = {"path": str(path)}
     problems: list[tuple[Any, str]] = []
-    archs, n, labels = _classifier_facts(ctx, path)
+    folder = scorer_folder(ctx, path)
+    archs, n, labels = list(folder.architectures), folder.num_labels, dict(folder.id2label)
     facts.update({"architectures": archs, "num_labels": n})
     seq = [a for a in archs if a.endswith("ForSequenceClassification")]
     how = f"{cls} loads it with AutoModelForSequenceClassification.from_pretrained(..., num_labels=1)"
@@ -206,7 +205,8 @@ def _reward_model(ctx, ref: str, call: RewardCall, cls: str) -> tuple[list, str,
         problems.append((warn, f"reward model {ref}: its config.json names no architectures, so it cannot be "
                                "confirmed to be a 1-label sequence classifier"))
     elif not seq:
-        head = _score_head(ctx, path)
+        live = ctx.live.aux_models.get("reward_model_name_or_path") if ctx.live is not None else None
+        head = scorer_head(ctx, path, live)
         facts["score head"] = head.head if head is not None else None
         if head is not None and head.fresh:
             got = (f"the script's {head.loaded_as} has a new, randomly initialised {head.head}"
@@ -227,7 +227,7 @@ def _reward_model(ctx, ref: str, call: RewardCall, cls: str) -> tuple[list, str,
             f"reward model {ref} is a {seq[0]} with {n} labels ({labels}): {how}, which stops on the score.weight "
             f"size mismatch ([{n}, hidden] in the checkpoint); use a 1-label reward model (one scalar per "
             "completion)")))
-    pad, eos, found = _special_tokens(path)
+    pad, eos, found = folder.pad_token, folder.eos_token, folder.tokenizer_files
     facts.update({"tokenizer pad_token": pad, "tokenizer eos_token": eos})
     if not found:
         facts["tokenizer"] = (f"no tokenizer files in {path}: {cls} loads the reward model's tokenizer from this folder "
@@ -242,56 +242,6 @@ def _reward_model(ctx, ref: str, call: RewardCall, cls: str) -> tuple[list, str,
         facts["pad"] = f"none: {cls} uses the eos token {eos!r} as the reward model's pad token"
     kind = f"{n}-label {seq[0]}" if seq else (archs[0] if archs else "unknown architecture")
     return problems, f"reward model {ref} ({kind})", facts
-
-
-def _score_head(ctx, path: Path):
-    """The reward model's score head as the trainer gets it (the script's object, or TRL's num_labels=1 load)."""
-    from transformers import AutoConfig
-
-    try:
-        mcfg = AutoConfig.from_pretrained(str(path), trust_remote_code=ctx.options.trust_remote_code, local_files_only=True)
-    except Exception:  # unreadable or remote code: nothing to build
-        return None
-    live = ctx.live.aux_models.get("reward_model_name_or_path") if ctx.live is not None else None
-    return score_head(mcfg, path, live, trust_remote_code=ctx.options.trust_remote_code)
-
-
-def _classifier_facts(ctx, path: Path) -> tuple[list[str], int | None, dict]:
-    """(architectures, num_labels, id2label) as transformers reads config.json (a config that saves no id2label
-    has transformers' default of 2 labels)."""
-    from transformers import AutoConfig
-
-    try:
-        mcfg = AutoConfig.from_pretrained(str(path), trust_remote_code=ctx.options.trust_remote_code, local_files_only=True)
-    except Exception:  # unreadable or remote code: fall back to the raw file
-        data = _read_json(path / "config.json") or {}
-        labels = data.get("id2label") or {}
-        return list(data.get("architectures") or []), (len(labels) if labels else data.get("num_labels")), labels
-    labels = {str(k): v for k, v in (getattr(mcfg, "id2label", None) or {}).items()}
-    return list(getattr(mcfg, "architectures", None) or []), int(mcfg.num_labels), labels
-
-
-def _special_tokens(path: Path) -> tuple[str | None, str | None, bool]:
-    """(pad token, eos token, any tokenizer file found) from the folder's tokenizer files, without loading it."""
-    pad = eos = None
-    found = False
-    for name in TOKENIZER_FILES:
-        data = _read_json(path / name)
-        if data is None:
-            continue
-        found = True
-        pad = pad or _token(data.get("pad_token"))
-        eos = eos or _token(data.get("eos_token"))
-    found = found or (path / "tokenizer.json").is_file()
-    return pad, eos, found
-
-
-def _token(value: Any) -> str | None:
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) and value else None
-
-
 
 
 # -- calling the functions --------------------------------------------------------------------------------------------

@@ -78,8 +78,10 @@ What the fix does
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import Any
 
-from trl_doctor import Location, fail, manual, passed, rule, skip, warn
+from trl_doctor import Finding, Location, fail, manual, passed, rule, skip, warn
 
 from trl_doctor.facts.trainer_run import MAX_COMPLETION, trainer_gap, trainer_run
 from trl_doctor.facts.text import config_relative
@@ -198,8 +200,8 @@ def _signal(code: int) -> str:
     return "a crash in native code" if code else "no result written"
 
 
-def _judge(result, details, ctx, plan=None, sample=None):
-    details = dict(details)
+def _judge(result, run_details, ctx, plan=None, sample=None):
+    details = dict(run_details)
     model = result.get("model") or {}
     details.update({
         "trainer": result["trainer"],
@@ -264,7 +266,9 @@ def _judge(result, details, ctx, plan=None, sample=None):
             problems.append(f"reward function {name} was never called")
         elif s["nonfinite"]:
             problems.append(f"reward function {name} returned {s['nonfinite']} non-finite scores (NaN or inf)")
-    findings, note = sample_findings(plan or {}, sample, details, ctx)
+    found, note, sampled = sample_findings(plan or {}, sample, ctx)
+    details.update(sampled)
+    findings = [replace(f, details=dict(details)) for f in found]  # the step's details, then the sample's
     if problems:
         yield fail("the smoke step ran but " + "; ".join(problems), **details)
         yield from findings
@@ -285,23 +289,24 @@ def _judge(result, details, ctx, plan=None, sample=None):
     yield from findings
 
 
-def sample_findings(plan: dict, sample: dict | None, details: dict, ctx) -> tuple[list, str]:
+def sample_findings(plan: dict, sample: dict | None, ctx) -> tuple[list[Finding], str, dict[str, Any]]:
     """The real-model sample's findings (C7: every completion cut at max_completion_length; E5: no group with any
-    reward spread), its details (added to `details`) and a note for the step's own message. Only the real model's
-    completions are evidence here: without a sample nothing is said about them."""
+    reward spread; without the step's details), a note for the step's own message, and the sample's details. Only
+    the real model's completions are evidence here: without a sample nothing is said about them."""
+    details: dict[str, Any] = {}
     if not plan:
         details["real-model completions"] = ("not sampled: the step's completions come from the twin or are cut at "
                                              f"{MAX_COMPLETION} tokens, so they show nothing about where the real model "
                                              "stops or how its rewards spread; --sample N samples N prompts with it")
-        return [], ""
+        return [], "", details
     if plan.get("refused"):
         details["real-model sample"] = f"not run ({plan.get('why')}): {plan['refused']}"
-        return [], f"; real-model sample not run: {plan['refused']}"
+        return [], f"; real-model sample not run: {plan['refused']}", details
     if sample is None:
-        return [], ""
+        return [], "", details
     if sample.get("error"):
         details["real-model sample"] = f"stopped after {sample.get('seconds')}s: {sample['error']}"
-        return [], f"; the real-model sample could not run: {sample['error']}"
+        return [], f"; the real-model sample could not run: {sample['error']}", details
     model = plan.get("model")
     size = _size(sample["parameters"])
     n, groups, cap = sample["prompts"], sample["num_generations"], sample["max_completion_length"]
@@ -330,7 +335,7 @@ def sample_findings(plan: dict, sample: dict | None, details: dict, ctx) -> tupl
     for name, s in sample["rewards"].items():
         problem = _reward_problem(name, s, ctx)
         if problem:
-            findings.append(fail(f"on the real model's completions {problem} {timing}", **details))
+            findings.append(fail(f"on the real model's completions {problem} {timing}"))
     if total and sample["hit_cap"] == total:
         how = ("the template ends the assistant turn with it" if plan.get("conversational") else "the prompts are plain text")
         findings.append(warn(
@@ -340,7 +345,7 @@ def sample_findings(plan: dict, sample: dict | None, details: dict, ctx) -> tupl
             f"model end with {plan.get('eos_token')} (check eos_token and the chat template; {how})",
             manual(f"raise max_completion_length above {cap} (and vLLM's max model length with it), or fix the eos so "
                    "the model's completions end; mask_truncated_completions: true keeps cut completions out of the loss"),
-            Location(str(ctx.config.path), "max_completion_length"), **details))
+            Location(str(ctx.config.path), "max_completion_length")))
     spreads = [s for s in sample.get("group_std") or [] if s is not None]
     if spreads and sample["zero_spread_groups"] == len(spreads):
         cut = " (all cut at the cap, so alike)" if total and sample["hit_cap"] == total else ""
@@ -351,13 +356,12 @@ def sample_findings(plan: dict, sample: dict | None, details: dict, ctx) -> tupl
             f"gradient are 0 (frac_reward_zero_std 1.0) and the run learns nothing from these prompts; give partial "
             f"credit in the reward, raise temperature ({temperature}), or use easier prompts",
             manual("make the reward graded (partial credit) so completions of one prompt score differently, sample more "
-                   "diversely (temperature), and watch reward_std and grad_norm rather than the loss"),
-            **details))
+                   "diversely (temperature), and watch reward_std and grad_norm rather than the loss")))
     found = [f for f in findings if f.status.value != "pass"]
     note = "" if found else (f"; the real model's {total} sampled completions: {sample['hit_cap']} cut at "
                              f"max_completion_length {cap}, {sample['zero_spread_groups']}/{len(spreads)} groups "
                              f"with no reward spread, in {sample['seconds']:.1f}s")
-    return findings, note
+    return findings, note, details
 
 
 def _first(groups: list, shown: int = 3) -> str:

@@ -39,9 +39,11 @@ What the fix does
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from trl_doctor import DELETE, Edit, Fix, Location, fail, manual, passed, rule, warn
+from trl_doctor import DELETE, Edit, Finding, Fix, Location, fail, manual, passed, rule, warn
 from trl_doctor.facts.trainer_config import trainer_config_info
 
 
@@ -59,12 +61,17 @@ def check(ctx):
         yield fail(why, location=Location(str(ctx.config.path), key),
                    **details)
     if info.unknown_keys:
-        yield from _unknown(ctx, info, details)
-    dropped = _dropped_recipe_keys(ctx, info, details) if not info.unknown_keys else []  # a launch's recipe
-    yield from dropped
+        found, unknown = _unknown(ctx, info)
+        yield from (replace(f, details={**details, **f.details}) for f in found)
+        details.update(unknown)
+    dropped = _dropped_recipe_keys(ctx, info) if not info.unknown_keys else []  # a launch's recipe
+    yield from (replace(f, details={**details, **f.details}) for f in dropped)
     if info.launch_note:
         details["batch arithmetic"] = f"left to batch-geometry: {info.launch_note}"
-    deferred = bool(info.launch_note) or (info.error and _left_to_batch_geometry(ctx, info.error, details))
+    geometry = None if info.launch_note or not info.error else _left_to_batch_geometry(ctx, info.error)
+    if geometry:
+        details["batch arithmetic"] = geometry
+    deferred = bool(info.launch_note) or bool(info.error and geometry)
     if info.error and not deferred:
         yield fail(f"{info.class_name} rejects the config: {info.error}", **details)
     if not info.unknown_keys and not dropped and not info.type_errors and (not info.error or deferred):
@@ -72,15 +79,16 @@ def check(ctx):
         yield passed(f"{info.class_name} (trl {info.trl_version}) accepts all {len(info.passed_keys)} trainer keys{extra}", **details)
 
 
-def _unknown(ctx, info, details: dict):
+def _unknown(ctx, info) -> tuple[list[Finding], dict[str, Any]]:
     """Unknown keys: a renamed or removed key (the migration table) says when and what replaces it, with a safe
     rename where the meaning is the same; any other gets the closest field when it is really close. What the
-    installed TRL does with it decides the words: stop at start-up, or drop it without a word."""
+    installed TRL does with it decides the words: stop at start-up, or drop it without a word. (The findings, with
+    the details this part adds; those details: the unknown keys, what TRL's parser does with them.)"""
     from trl_doctor.facts.migrations import arrival_for, migration_for, unknown_key_policy
 
     policy, evidence = unknown_key_policy()
-    details["unknown keys"] = info.unknown_keys
-    details["trl's parser"] = evidence
+    details: dict[str, Any] = {"unknown keys": info.unknown_keys, "trl's parser": evidence}
+    found = []
     consequence = (f"`trl {ctx.trainer} --config` stops on it at start-up" if policy == "stops" else
                    f"trl {info.trl_version}'s `trl {ctx.trainer} --config` drops it without a word: its value never "
                    "reaches the trainer")
@@ -95,38 +103,40 @@ def _unknown(ctx, info, details: dict):
             plain.append(plain_names[key])
             plain_keys.append(key)
             continue
-        value = ctx.config.raw.get(key)
+        value = ctx.config.raw.get(key)  # the file's value of a key TRL does not know: the fix moves it
         if entry.replacement and entry.same_meaning and entry.replacement not in ctx.config.raw:
             fix = Fix(f"rename `{key}` to `{entry.replacement}` in {ctx.config.path.name} (same meaning)",
                       (Edit(str(ctx.config.path), set=((key, DELETE), (entry.replacement, value))),))
         else:
             fix = manual(f"remove `{key}` from {ctx.config.path.name}" + (f" (and set `{entry.replacement}`)"
                                                                           if entry.replacement else ""))
-        yield report(f"{entry.words()}; with {entry.package} {installed[entry.package]}, {consequence}", fix,
-                     location=Location(str(ctx.config.path), key), **details)
+        found.append(report(f"{entry.words()}; with {entry.package} {installed[entry.package]}, {consequence}", fix,
+                            location=Location(str(ctx.config.path), key), **details))
     for key in list(plain_keys):
         arrival = arrival_for(key, installed, trainer=ctx.trainer)
         if arrival is not None:
             plain_keys.remove(key)
             plain.remove(plain_names[key])
-            yield report(_arrives(key, arrival, info, consequence), manual(_upgrade_or_remove(key, arrival, ctx.config.path.name)),
-                         location=Location(str(ctx.config.path), key), **details)
+            found.append(report(_arrives(key, arrival, info, consequence),
+                                manual(_upgrade_or_remove(key, arrival, ctx.config.path.name)),
+                                location=Location(str(ctx.config.path), key), **details))
     if plain:
-        yield report(f"trl {info.trl_version} does not know {', '.join(plain)}: {consequence}", **details)
+        found.append(report(f"trl {info.trl_version} does not know {', '.join(plain)}: {consequence}", **details))
+    return found, details
 
 
-def _left_to_batch_geometry(ctx, error: str, details: dict) -> bool:
+def _left_to_batch_geometry(ctx, error: str) -> str | None:
     """TRL's config class checks the batch arithmetic against the processes it runs in: one, here. That is
-    batch-geometry's question, which it answers at the launch's real process count with the fix: not repeated here."""
+    batch-geometry's question, which it answers at the launch's real process count with the fix: not repeated here.
+    The words for the details when `error` is that check's, else None."""
     from trl_doctor.facts.launch import is_geometry_error, launch
 
     if not is_geometry_error(error):
-        return False
+        return None
     the_launch = launch(ctx)
-    details["batch arithmetic"] = (f"left to batch-geometry (the launch has {the_launch.processes} process"
-                                   f"{'es' if the_launch.processes != 1 else ''}, {the_launch.processes_from}); TRL's "
-                                   f"check in this single process says: {error}")
-    return True
+    return (f"left to batch-geometry (the launch has {the_launch.processes} process"
+            f"{'es' if the_launch.processes != 1 else ''}, {the_launch.processes_from}); TRL's "
+            f"check in this single process says: {error}")
 
 
 def _arrives(key: str, arrival, info, consequence: str) -> str:
@@ -138,7 +148,7 @@ def _upgrade_or_remove(key: str, arrival, name: str) -> str:
     return f'pip install "{arrival.package}>={arrival.since}" (the release the recipe was written for), or remove `{key}` from {name}'
 
 
-def _dropped_recipe_keys(ctx, info, details: dict) -> list:
+def _dropped_recipe_keys(ctx, info) -> list[Finding]:
     """A launch command's recipe (`--config recipe.yaml`) keys that the installed TRL's parser took into none of its
     dataclasses. TRL before 0.19 drops them without a word (set_defaults_with_config returns them and
     parse_args_and_config discards them), so the script reached its trainer without their values. Every such key
@@ -189,10 +199,10 @@ def _dropped_recipe_keys(ctx, info, details: dict) -> list:
     upgrade = f'pip install "{newest.package}>={newest.since}" (the release the recipe was written for), or ' if newest else ""
     fix = manual(f"{upgrade}remove {', '.join(f'`{k}`' for k in dropped)} from {recipe}")
     return [warn(message, fix, location=Location(live.recipe or recipe, dropped[0]),
-                   **{**details, "dropped keys": {k: (f"a {later[k].where} field from {later[k].package} {later[k].since} "
-                                                      f"({later[k].evidence})" if k in later else "known to no dataclass of "
-                                                      "the script's parser") for k in dropped},
-                      "trl's parser": evidence})]
+                 **{"dropped keys": {k: (f"a {later[k].where} field from {later[k].package} {later[k].since} "
+                                         f"({later[k].evidence})" if k in later else "known to no dataclass of "
+                                         "the script's parser") for k in dropped},
+                    "trl's parser": evidence})]
 
 
 def _trl_script(live) -> bool:

@@ -74,7 +74,7 @@ import warnings
 from pathlib import Path
 
 from trl_doctor import Edit, Fix, InputError, fail, manual, passed, rule, warn
-from trl_doctor.facts.models import SCRIPT_OBJECT, ScoreHead, score_head, score_rows
+from trl_doctor.facts.models import SCRIPT_OBJECT, ScoreHead, score_rows, scorer_folder, scorer_head, scorer_tokenizer
 from trl_doctor.facts.trl import ppo_trains_value_model, ppo_without_value_model, trainer_class, trainer_source
 from trl_doctor.facts.text import load_error
 
@@ -124,7 +124,7 @@ def check(ctx):
         yield _same_reference(ctx)
 
     keys = {"reward": "reward_model_path", "value": "value_model_path"}
-    refs = {role: cfg.get(key) for role, key in keys.items()}
+    refs = {role: cfg.get(key) for role, key in keys.items()}  # paths as the file writes them (relative to it)
     facts, problems, head_problems = {}, {}, {}
     inspected: dict[Path, tuple] = {}
     trained = ppo_trains_value_model()
@@ -136,9 +136,9 @@ def check(ctx):
         path = _resolve(cfg, key, ref).path
         if path not in inspected:
             inspected[path] = _inspect_model(ctx, path, policy)
-        shared, problems[role], mcfg, built = inspected[path]
+        shared, problems[role], built = inspected[path]
         live = ctx.live.aux_models.get(key) if ctx.live is not None else None
-        head = built if live is None else score_head(mcfg, path, live)
+        head = built if live is None else scorer_head(ctx, path, live)
         facts[role] = dict(shared)
         head_problems[role] = _judge_head(ctx, role, head, facts[role], trained)
         details[f"{role} model"] = facts[role]
@@ -287,19 +287,16 @@ def _resolve(cfg, key: str, ref: str):
     return resolve_artifact(ref, cfg.base_dir, str(cfg.path), key, need="config.json")
 
 
-def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str, str]], object, ScoreHead]:
-    """(facts, problems, config, score head as TRL's example loads it) of one reward/value model folder: config
-    only, a meta-device build, its tokenizer. What its score head means depends on the role: see _judge_head."""
-    from transformers import AutoConfig
-
-    trc = ctx.options.trust_remote_code
+def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str, str]], ScoreHead]:
+    """(facts, problems, score head as TRL's example loads it) of one reward/value model folder (the facts layer's
+    `scorer_folder`): config only, a meta-device build, its tokenizer. What its score head means depends on the role: see _judge_head."""
     cfg_file = path / "config.json"
-    try:
-        mcfg = AutoConfig.from_pretrained(str(path), trust_remote_code=trc, local_files_only=True)
-    except Exception as exc:
-        raise InputError(f"{cfg_file}: cannot load the model config: {load_error(exc)}") from None
+    folder = scorer_folder(ctx, path)
+    mcfg = folder.config
+    if mcfg is None:
+        raise InputError(f"{cfg_file}: cannot load the model config: {folder.config_error}")
     text = mcfg.get_text_config() if hasattr(mcfg, "get_text_config") else mcfg
-    archs = list(getattr(mcfg, "architectures", None) or [])
+    archs = list(folder.architectures)
     vocab_size = getattr(text, "vocab_size", None)
     pad = getattr(mcfg, "pad_token_id", None)
     if pad is None:
@@ -317,19 +314,19 @@ def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str,
     shown = _shown(ctx, cfg_file)
     problems: list[tuple[str, str]] = []
     seq_cls = [a for a in archs if a.endswith("ForSequenceClassification")]
-    built = score_head(mcfg, path, trust_remote_code=trc)
+    built = scorer_head(ctx, path)
     facts["score head"] = built.head
     if not archs:
         problems.append(("warn", f"{shown} names no architectures, so it cannot be confirmed to be a 1-label sequence classifier"))
     if seq_cls:
-        n = int(mcfg.num_labels)
+        n = folder.num_labels
         rows = score_rows(path)
         if rows is not None and rows != n:
             # the weights decide what `num_labels=1` loads: a config left at the default 2 over a 1-row head is fine
             facts["num_labels (config.json)"] = f"{n}, but the checkpoint's score head has {rows} row(s): {rows} is what loads"
             n = rows
         facts["num_labels"] = n
-        facts["id2label"] = {str(k): v for k, v in (getattr(mcfg, "id2label", None) or {}).items()}
+        facts["id2label"] = dict(folder.id2label)
         if n != 1:
             problems.append(("fail", (
                 f"{shown} is a {seq_cls[0]} with {n} labels (id2label {facts['id2label']}, score head "
@@ -353,7 +350,7 @@ def _inspect_model(ctx, path: Path, policy: dict) -> tuple[dict, list[tuple[str,
     tok_problem = _compare_tokenizer(ctx, path, policy, facts)
     if tok_problem is not None:
         problems.append(tok_problem)
-    return facts, problems, mcfg, built
+    return facts, problems, built
 
 
 def _judge_head(ctx, role: str, head: ScoreHead, facts: dict, trained: str | None) -> list[tuple[str, str]]:
@@ -399,12 +396,9 @@ def _compare_tokenizer(ctx, path: Path, policy: dict, facts: dict) -> tuple[str,
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
         facts["tokenizer"] = f"none in {path}: token ids not compared (PPO feeds it the policy's ids)"
         return None
-    from transformers import AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=ctx.options.trust_remote_code, local_files_only=True)
-    except Exception as exc:
-        facts["tokenizer"] = f"cannot load the tokenizer in {path}: {load_error(exc)}"
+    tok, error = scorer_tokenizer(ctx, path)
+    if tok is None:
+        facts["tokenizer"] = f"cannot load the tokenizer in {path}: {error}"
         return None
     theirs = tok.get_vocab()
     diffs = []

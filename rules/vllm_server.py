@@ -57,7 +57,10 @@ What the fix does
 
 from __future__ import annotations
 
-from trl_doctor import fail, manual, passed, rule, skip, warn
+from dataclasses import replace
+from typing import Any
+
+from trl_doctor import Finding, fail, manual, passed, rule, skip, warn
 from trl_doctor.facts.launch import launch
 from trl_doctor.facts.settings import config_value, settings, vllm_placement
 from trl_doctor.facts.vllm_server import (
@@ -138,7 +141,9 @@ def check(ctx):
                    f"ConnectionError; start the server with `{start}`", fix, **details)
         return
     details["health"] = f"GET {got.health_path}: HTTP {h.status}"
-    yield from _served(ctx, got, endpoints, target, need, details, fix, start)
+    found, served = _served(ctx, got, endpoints, target, need, need_words, fix, start)
+    details.update(served)
+    yield from (replace(f, details=dict(details)) for f in found)
 
 
 def _mode(ctx) -> tuple[str, str]:
@@ -190,7 +195,9 @@ def _start_command(ctx, need: int | None) -> str:
     return cmd
 
 
-def _served(ctx, got, endpoints, target, need, details, fix, start):
+def _served(ctx, got, endpoints, target, need, need_words, fix, start) -> tuple[list[Finding], dict[str, Any]]:
+    """What the running server serves: (the findings, without details; the details: what it answered)."""
+    details: dict[str, Any] = {}
     if not got.served:
         models = got.models
         details["/v1/models"] = (f"HTTP {models.status}" if models and models.status is not None
@@ -198,13 +205,11 @@ def _served(ctx, got, endpoints, target, need, details, fix, start):
         if got.world_size is not None:
             details["world size"] = got.world_size
         if endpoints.reads_models and models is not None and models.status == 404:
-            yield fail(f"the server at {target.base_url} is up but has no /v1/models, which the installed TRL's client "
-                       f"({endpoints.where}) reads at start-up: it is a `trl vllm-serve` of TRL 1.10 or older (TRL's own "
-                       f"server); restart it with the installed TRL: `{start}`", fix, **details)
-            return
-        yield passed(f"the vLLM server at {target.base_url} is up ({got.health_path} answers); it does not report its "
-                     "model or max_model_len (TRL's own server, 0.16-1.10), so they are not checked", **details)
-        return
+            return [fail(f"the server at {target.base_url} is up but has no /v1/models, which the installed TRL's "
+                         f"client ({endpoints.where}) reads at start-up: it is a `trl vllm-serve` of TRL 1.10 or older "
+                         f"(TRL's own server); restart it with the installed TRL: `{start}`", fix)], details
+        return [passed(f"the vLLM server at {target.base_url} is up ({got.health_path} answers); it does not report "
+                       "its model or max_model_len (TRL's own server, 0.16-1.10), so they are not checked")], details
     entry = got.served[0]
     served_path = str(entry.get("root") or entry.get("id") or "")
     served_len = entry.get("max_model_len")
@@ -217,22 +222,21 @@ def _served(ctx, got, endpoints, target, need, details, fix, start):
     if not match:
         problems.append(fail(f"the vLLM server at {target.base_url} serves {served_path}, not the trained model "
                              f"{ctx.config.model.ref}: completions would come from another model (until the first "
-                             f"weight sync fails on its names or shapes); restart it with `{start}`", fix, **details))
+                             f"weight sync fails on its names or shapes); restart it with `{start}`", fix))
     elif match == "same name":
         problems.append(warn(f"the vLLM server serves {served_path} and the trained model is {ctx.config.model.ref}: "
-                             "the same name under another folder; make sure it is the same checkpoint", fix, **details))
+                             "the same name under another folder; make sure it is the same checkpoint", fix))
     if isinstance(served_len, int) and need is not None and served_len < need:
         problems.append(fail(f"the vLLM server's max_model_len {served_len} is below the longest prompt + "
-                             f"max_completion_length = {details['max-model-len needed']}: vLLM rejects or cuts those "
+                             f"max_completion_length = {need_words}: vLLM rejects or cuts those "
                              f"requests (\"The decoder prompt ... is longer than the maximum model length of "
-                             f"{served_len}\"); restart it with --max-model-len {need}: `{start}`", fix, **details))
+                             f"{served_len}\"); restart it with --max-model-len {need}: `{start}`", fix))
     if endpoints.posts_generate:
         problems.append(fail(f"the server at {target.base_url} is vLLM's own OpenAI server, but the installed TRL's "
                              f"client ({endpoints.where}) posts /generate/, which only TRL's `trl vllm-serve` serves; "
-                             f"start it with `{start}`", fix, **details))
+                             f"start it with `{start}`", fix))
     if problems:
-        yield from problems
-        return
+        return problems, details
     room = f", max_model_len {served_len} ≥ {need} needed" if isinstance(served_len, int) and need else (
         f", max_model_len {served_len}" if served_len else "")
-    yield passed(f"the vLLM server at {target.base_url} is up and serves {served_path}{room}", **details)
+    return [passed(f"the vLLM server at {target.base_url} is up and serves {served_path}{room}")], details

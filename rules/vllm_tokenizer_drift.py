@@ -105,9 +105,10 @@ from typing import Any
 
 from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, manual, passed, rule, skip, warn
 
+from trl_doctor.facts.edits import edited
 from trl_doctor.facts.locations import config_key
 from trl_doctor.facts.tokens import as_id_list, embedding_rows, vocab_size_on_disk
-from trl_doctor.facts.settings import as_mapping
+from trl_doctor.facts.settings import as_mapping, config_value, vllm_mode_in_words
 from trl_doctor.facts.trl import TRAINER_CLASS
 from trl_doctor.facts.vllm import installed_config_field, installed_trl_vllm_path, load_as_vllm
 
@@ -131,15 +132,20 @@ def check(ctx):
     rows = embedding_rows(ctx)
     beyond = _ids_beyond(tok, rows)
     details = _common_details(ctx, tok, rows, beyond)
-    if not _truthy(ctx.config.raw.get("use_vllm")):
-        yield _without_vllm(ctx, tok, rows, beyond, details)
+    if not _truthy(config_value(ctx, "use_vllm", False)):
+        if not beyond:
+            yield skip("use_vllm is not set: generation runs in the trainer with its own tokenizer, nothing for vLLM "
+                       "to drift from")
+            return
+        yield fail(*_beyond_without_vllm(ctx, tok, rows, beyond), **details)
         return
     path = installed_trl_vllm_path(ctx.trainer)
     no_vllm = _no_vllm_generation(ctx, path)
     if no_vllm:
         yield skip(no_vllm)
         return
-    mode, fwd = _vllm_setup(ctx, path, details)
+    mode, fwd, setup = _vllm_setup(ctx, path)
+    details.update(setup)
     loaded = load_as_vllm(ctx.config.model.path, ctx.options.trust_remote_code)
     details["vLLM tokenizer loaded with"] = loaded.loader
     stop = _stop_settings(ctx.config.raw)
@@ -149,8 +155,9 @@ def check(ctx):
     if beyond:
         found.add("fail", _beyond_message(ctx, beyond, rows, "; vLLM rejects a prompt holding them ('Token id N is out "
                                           "of vocabulary') and the model can never sample them"))
-    _resized_in_memory(ctx, rows, mode, details, found)
-    forwarded = _forwarding(ctx, mode, fwd, stop, details, found)
+    details.update(_resized_in_memory(ctx, rows, mode, found))
+    forwarded, forwarding = _forwarding(ctx, mode, fwd, stop, found)
+    details.update(forwarding)
     drift = None
     if loaded.tokenizer is None:
         found.add("fail", f"vLLM cannot load a tokenizer from {ctx.config.model.path} ({loaded.error}): "
@@ -158,15 +165,18 @@ def check(ctx):
         details["vLLM loader error"] = loaded.error
     else:
         drift = compare(tok, loaded.tokenizer)
-        _tokenizer_drift(ctx, tok, loaded.tokenizer, drift, path, stop, forwarded, details, found)
-        _stop_resolution(ctx, tok, loaded.tokenizer, rows, stop, forwarded, details, found)
+        details.update(_tokenizer_drift(ctx, tok, loaded.tokenizer, drift, path, stop, forwarded, found))
+        details.update(_stop_resolution(ctx, tok, loaded.tokenizer, rows, stop, forwarded, found))
     if not found.findings:
-        yield _matches(ctx, tok, rows, drift, stop, details)
+        yield passed(_matches(ctx, tok, rows, drift, stop), **details)
         return
     # one Fix for the whole rule (fold would mark a safe part unsafe if it were merged with the resize)
     needs_tokenizer = loaded.tokenizer is None or (drift is not None and drift.any())
-    fix = _the_fix(ctx, tok, rows, beyond, needs_tokenizer, stop, found, details)
-    yield from _findings(ctx, found, fix, details)
+    fix, note = _the_fix(ctx, tok, rows, beyond, needs_tokenizer, stop, found)
+    if note:
+        details["fix note"] = note
+    for status, message, its_fix, where in _findings(ctx, found, fix):
+        yield (fail if status == "fail" else warn)(message, its_fix, where, **details)
 
 
 # -- the steps of the check --------------------------------------------------------------------------------
@@ -218,18 +228,15 @@ def _beyond_message(ctx, beyond, rows, effect: str) -> str:
             f"({ctx.config.model.path / 'config.json'} vocab_size): resize_token_embeddings was not done{effect}")
 
 
-def _without_vllm(ctx, tok, rows, beyond, details):
-    """Without use_vllm only ids past the embedding rows matter: they break the trainer's own forward too."""
-    if not beyond:
-        return skip("use_vllm is not set: generation runs in the trainer with its own tokenizer, nothing for vLLM to drift from")
+def _beyond_without_vllm(ctx, tok, rows, beyond) -> tuple[str, Fix | None]:
+    """Without use_vllm only ids past the embedding rows matter: they break the trainer's own forward too (the
+    message and the fix of that fail)."""
     fix, why = _resize_fix(ctx, tok, rows, write_tokenizer=False)
     if fix is None and why:
         fix = manual(why)
-    return fail(
-        _beyond_message(ctx, beyond, rows, ", so a prompt holding them fails the forward pass with 'index out of range "
-                                           "in self' and the model can never sample them (with or without vLLM)"),
-        fix, **details,
-    )
+    return (_beyond_message(ctx, beyond, rows, ", so a prompt holding them fails the forward pass with 'index out of "
+                                               "range in self' and the model can never sample them (with or without vLLM)"),
+            fix)
 
 
 def _no_vllm_generation(ctx, path) -> str | None:
@@ -243,11 +250,13 @@ def _no_vllm_generation(ctx, path) -> str | None:
     return None
 
 
-def _vllm_setup(ctx, path, details: dict) -> tuple[str, Any]:
-    """(the vLLM mode the job runs, its generation_kwargs forwarding), with where vLLM loads from in `details`."""
+def _vllm_setup(ctx, path) -> tuple[str, Any, dict[str, Any]]:
+    """(the vLLM mode the job runs, its generation_kwargs forwarding, the details: the mode, where vLLM loads from,
+    how prompts reach it)."""
     trl_version = ctx.version("trl") or "not installed"
     model_dir = ctx.config.model.path
-    mode, mode_source = _vllm_mode(ctx, path)
+    details: dict[str, Any] = {}
+    mode, mode_source = vllm_mode_in_words(ctx)
     if (path.colocate if mode == "colocate" else path.server).forwards is None:
         other = "server" if mode == "colocate" else "colocate"
         mode, mode_source = other, f"trl {trl_version} has no {mode} mode (the config's vllm_mode is TD009's to report), so {other}"
@@ -262,18 +271,18 @@ def _vllm_setup(ctx, path, details: dict) -> tuple[str, Any]:
                                       "which the doctor does not evaluate: the model folder is checked)")
     details["prompts reach vLLM as"] = sorted(path.prompts) or ["unknown"]
     details["trl source read"] = path.files
-    return mode, path.colocate if mode == "colocate" else path.server
+    return mode, path.colocate if mode == "colocate" else path.server, details
 
 
-def _resized_in_memory(ctx, rows, mode: str, details: dict, found: _Verdicts) -> None:
+def _resized_in_memory(ctx, rows, mode: str, found: _Verdicts) -> dict[str, Any]:
     """A launch command's script grew (or shrank) the embeddings in memory while vLLM starts from the folder's
-    config.json (catalog B7): the synced embedding and LM head do not fit vLLM's vocabulary partition."""
+    config.json (catalog B7): the synced embedding and LM head do not fit vLLM's vocabulary partition (the
+    details: the vocab_size vLLM loads)."""
     if ctx.live is None or ctx.live.model is None or rows is None:
-        return
+        return {}
     on_disk = vocab_size_on_disk(ctx.config.model.path)
     if on_disk is None or on_disk == rows:
-        return
-    details["vocab_size vLLM loads (config.json)"] = on_disk
+        return {}
     where = f" ({ctx.live.where[0]}:{ctx.live.where[1]})" if ctx.live.where else ""
     engine = "LLM(model=...)" if mode == "colocate" else "`trl vllm-serve --model ...`"
     found.add("fail", f"the script's model has {rows} embedding rows{where} but vLLM starts from "
@@ -282,15 +291,16 @@ def _resized_in_memory(ctx, rows, mode: str, details: dict, found: _Verdicts) ->
                       "self.org_vocab_size' (trl#3112); save the resized model and its tokenizer "
                       "(model.save_pretrained(DIR), tokenizer.save_pretrained(DIR)) and train, and serve, from DIR")
     found.unfixable.append("the resized model lives in the script's memory: only the script can save it")
+    return {"vocab_size vLLM loads (config.json)": on_disk}
 
 
-def _forwarding(ctx, mode: str, fwd, stop: _Stops, details: dict, found: _Verdicts) -> bool:
-    """Whether generation_kwargs reaches vLLM's SamplingParams in this mode; a finding when the config relies on it
-    and it does not."""
+def _forwarding(ctx, mode: str, fwd, stop: _Stops, found: _Verdicts) -> tuple[bool, dict[str, Any]]:
+    """(whether generation_kwargs reaches vLLM's SamplingParams in this mode, the details: the evidence); a finding
+    when the config relies on it and it does not."""
     trl_version = ctx.version("trl") or "not installed"
     relied = [k for k in STOP_KEYS if k in stop.gen]
     field_exists = installed_config_field(ctx.trainer, "generation_kwargs")[0]
-    details[f"generation_kwargs -> vLLM ({mode})"] = fwd.evidence
+    details = {f"generation_kwargs -> vLLM ({mode})": fwd.evidence}
     forwarded = bool(fwd.forwards) and field_exists is not False
     if relied and not forwarded:
         reason = (
@@ -303,15 +313,16 @@ def _forwarding(ctx, mode: str, fwd, stop: _Stops, details: dict, found: _Verdic
                            "forward them)"), "generation_kwargs")
         found.unfixable.append(f"upgrade trl to a release that forwards generation_kwargs to vLLM (0.19 or later; "
                                f"installed: {trl_version})")
-    return forwarded
+    return forwarded, details
 
 
-def _tokenizer_drift(ctx, tok, vtok, drift: Drift, path, stop: _Stops, forwarded: bool, details: dict,
-                     found: _Verdicts) -> None:
-    """What the differences between the trainer's tokenizer and vLLM's break, given how prompts reach vLLM."""
+def _tokenizer_drift(ctx, tok, vtok, drift: Drift, path, stop: _Stops, forwarded: bool,
+                     found: _Verdicts) -> dict[str, Any]:
+    """What the differences between the trainer's tokenizer and vLLM's break, given how prompts reach vLLM (the
+    details: the differences, the prompts holding missing tokens)."""
     trl_version = ctx.version("trl") or "not installed"
     model_dir = ctx.config.model.path
-    details.update(drift.as_details())
+    details = drift.as_details()
     text_prompts = bool(path.prompts & {"text", "messages"})
     if drift.missing_in_vllm:
         miss = ", ".join(f"{t!r} (id {i})" for t, i in drift.missing_in_vllm.items())
@@ -343,10 +354,12 @@ def _tokenizer_drift(ctx, tok, vtok, drift: Drift, path, stop: _Stops, forwarded
         else:
             details["chat template"] = (
                 f"differs, harmless with trl {trl_version}: it renders prompts with the trainer's template itself")
+    return details
 
 
-def _stop_resolution(ctx, tok, vtok, rows, stop: _Stops, forwarded: bool, details: dict, found: _Verdicts) -> None:
-    """Every stop string encoded by the trainer's tokenizer and decoded by vLLM's, every stop id resolved in both."""
+def _stop_resolution(ctx, tok, vtok, rows, stop: _Stops, forwarded: bool, found: _Verdicts) -> dict[str, Any]:
+    """Every stop string encoded by the trainer's tokenizer and decoded by vLLM's, every stop id resolved in both
+    (the details: what each resolves to)."""
     resolved = {}
     for s in stop.strings:
         if isinstance(s, str):
@@ -362,8 +375,7 @@ def _stop_resolution(ctx, tok, vtok, rows, stop: _Stops, forwarded: bool, detail
             found.add("warn", f"stop_token_ids {i} is no token of the trainer's tokenizer ({len(tok)} tokens)",
                       "generation_kwargs")
             found.unfixable.append(f"check stop_token_ids {i}: the trainer's tokenizer has no token with that id")
-    if resolved:
-        details["stop settings resolved"] = resolved
+    return {"stop settings resolved": resolved} if resolved else {}
 
 
 def _stop_string(ctx, tok, vtok, s: str, stop: _Stops, forwarded: bool, found: _Verdicts) -> dict:
@@ -393,33 +405,31 @@ def _stop_string(ctx, tok, vtok, s: str, stop: _Stops, forwarded: bool, found: _
     return out
 
 
-def _the_fix(ctx, tok, rows, beyond, needs_tokenizer: bool, stop: _Stops, found: _Verdicts, details: dict) -> Fix | None:
-    """The files to change, or the steps by hand when something no file change repairs is left."""
+def _the_fix(ctx, tok, rows, beyond, needs_tokenizer: bool, stop: _Stops, found: _Verdicts) -> tuple[Fix | None, str | None]:
+    """(the files to change, or the steps by hand when something no file change repairs is left; a note on what the
+    fix leaves out, for the details)."""
     if found.unfixable:
         steps = list(found.unfixable)
         if needs_tokenizer:
             steps.append(f"save the trainer's tokenizer into the model folder, where vLLM loads it: {_copy_first(ctx.config)}"
                          if ctx.config.model.in_cache else
                          f"save the trainer's tokenizer into {ctx.config.model.path}, where vLLM loads it")
-        return manual("; ".join(steps))
+        return manual("; ".join(steps)), None
     fix, note = _plan_fix(ctx, tok, rows, beyond, needs_tokenizer, found.config_pairs, stop.gen)
     if fix is None:
-        return manual(note) if note else None
-    if note:
-        details["fix note"] = note
-    return fix
+        return (manual(note) if note else None), None
+    return fix, note
 
 
-def _findings(ctx, found: _Verdicts, fix: Fix | None, details: dict):
-    """The findings, fails first; the first carries the fix."""
+def _findings(ctx, found: _Verdicts, fix: Fix | None) -> list[tuple[str, str, Fix | None, Any]]:
+    """(status, message, fix, location) of each finding, fails first; the first carries the fix."""
     order = {"fail": 0, "warn": 1}
-    for n, (status, message, key) in enumerate(sorted(found.findings, key=lambda f: order[f[0]])):
-        where = config_key(ctx, key) if key else None
-        yield (fail if status == "fail" else warn)(message, fix if n == 0 else None, where, **details)
+    return [(status, message, fix if n == 0 else None, config_key(ctx, key) if key else None)
+            for n, (status, message, key) in enumerate(sorted(found.findings, key=lambda f: order[f[0]]))]
 
 
-def _matches(ctx, tok, rows, drift: Drift | None, stop: _Stops, details: dict):
-    """The pass: what was compared, and the differences the installed TRL does not act on."""
+def _matches(ctx, tok, rows, drift: Drift | None, stop: _Stops) -> str:
+    """The pass's message: what was compared, and the differences the installed TRL does not act on."""
     model_dir = ctx.config.model.path
     checked = f"{len(tok)} tokens, eos {tok.eos_token!r}"
     if stop.strings or stop.ids:
@@ -427,12 +437,9 @@ def _matches(ctx, tok, rows, drift: Drift | None, stop: _Stops, details: dict):
     within = f"every id is within the {rows} embedding rows" if rows is not None else "config.json names no vocab_size"
     if drift is not None and drift.any():
         what = [name for name, on in (("chat template", drift.template_differs), ("eos", drift.eos_differs)) if on]
-        return passed(
-            f"vLLM's tokenizer ({model_dir}) differs from the trainer's only in its {' and '.join(what)}, which trl "
-            f"{ctx.version('trl') or 'not installed'} does not act on here (see details): {checked}; {within}",
-            **details,
-        )
-    return passed(f"vLLM's tokenizer ({model_dir}) matches the trainer's: {checked}; {within}", **details)
+        return (f"vLLM's tokenizer ({model_dir}) differs from the trainer's only in its {' and '.join(what)}, which "
+                f"trl {ctx.version('trl') or 'not installed'} does not act on here (see details): {checked}; {within}")
+    return f"vLLM's tokenizer ({model_dir}) matches the trainer's: {checked}; {within}"
 
 
 # -- comparison ------------------------------------------------------------------------------------------
@@ -573,25 +580,13 @@ def _truthy(value) -> bool:
 
 
 def _generation_kwargs(raw: dict) -> dict:
-    return as_mapping(raw.get("generation_kwargs"))
+    return as_mapping(raw.get("generation_kwargs"))  # the file's value: the fix rewrites this key
 
 
 def _as_list(value) -> list:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def _vllm_mode(ctx, path) -> tuple[str, str]:
-    given = ctx.config.raw.get("vllm_mode")
-    if isinstance(given, str):
-        return given, "set in the config"
-    exists, default, where = installed_config_field(ctx.trainer, "vllm_mode")
-    if exists and isinstance(default, str):
-        return default, f"the default in trl {ctx.version('trl')}, {where}"
-    if path.colocate.forwards is None:
-        return "server", "the only vLLM mode of the installed trl"
-    return "colocate", "the only vLLM mode of the installed trl (vLLM inside the trainer)"
 
 
 def _listed(pairs: list[tuple[str, int]], most: int = 6) -> str:
@@ -682,18 +677,12 @@ def _verify(ctx, tok, target: Path, edits: list[Edit]) -> str | None:
     for f in target.iterdir():
         if f.is_file() and not f.name.endswith(WEIGHT_SUFFIXES) and ".trl-doctor.bak" not in f.name:
             shutil.copy2(f, trial / f.name)
+    by_file: dict[str, list[Edit]] = {}
     for e in edits:
-        dest = trial / Path(e.path).name
-        if e.content is not None:
-            dest.write_bytes(e.content)
-        else:
-            doc = json.loads(dest.read_text(encoding="utf-8")) if dest.is_file() else {}
-            for k, v in e.set:
-                if v is DELETE:
-                    doc.pop(k, None)
-                else:
-                    doc[k] = v
-            dest.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        by_file.setdefault(Path(e.path).name, []).append(e)
+    for name, file_edits in by_file.items():  # as --fix would write them
+        dest = trial / name
+        dest.write_bytes(edited(dest, dest.read_bytes() if dest.is_file() else None, file_edits))
     loaded = load_as_vllm(trial, ctx.options.trust_remote_code)
     if loaded.tokenizer is None:
         return f"saving the trainer's tokenizer into {target} would still not load ({loaded.error}); save it by hand"

@@ -54,9 +54,10 @@ What the fix does
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
-from trl_doctor import fail, manual, passed, rule, skip, warn
+from trl_doctor import Finding, fail, manual, passed, rule, skip, warn
 from trl_doctor.facts.launch import launch
 from trl_doctor.facts.settings import LOCAL_HOSTS, config_value, settings, vllm_placement
 from trl_doctor.facts.vllm_server import server_target
@@ -92,7 +93,10 @@ def check(ctx):
             details["weights pushed at"] = sync.push
     findings = []
     for part in (_quantized, _peft, _zero3_gather, _legacy_device, _server_overlap, _architecture):
-        findings += list(part(ctx, s, mode, sync, details))
+        found, finding = part(ctx, s, mode, sync)
+        details.update(found)
+        if finding is not None:  # it carries the details known so far
+            findings.append(replace(finding, details=dict(details)))
     if findings:
         yield from findings
         return
@@ -104,43 +108,46 @@ def check(ctx):
 
 # -- G7 / G5: quantized policy --------------------------------------------------------------------------------
 
-def _quantized(ctx, s, mode, sync, details):
+def _quantized(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
+    details: dict[str, Any] = {}
     q = quantization(ctx.config.raw, s.model_init_kwargs, ctx.config.model.path)
     if q.kind is None:
-        return
+        return details, None
     details["quantization"] = q.source
     unquantized = f"load the policy unquantized (remove {q.source}; bf16 + LoRA) or set {NO_VLLM}"
     fix = manual(unquantized)
     if q.kind == "8bit":
         if mode == "colocate" and sync is not None and sync.refuses_8bit:
             details["TRL refuses 8-bit"] = sync.refuses_8bit
-            yield fail(f"{q.source} with vLLM colocate: the installed TRL stops when it starts the engine ('vLLM does "
-                       f"not support in-flight 8-bit quantization'); {unquantized}, or use 4-bit", fix, **details)
-            return
-        yield fail(f"{q.source} with vLLM ({mode or 'server'} mode): each sync pushes the policy's int8 "
-                   "weights into an engine holding bf16 ones (vLLM generates from garbage, or its weight loader "
-                   f"stops on the dtype/shape); {unquantized}", fix, **details)
-        return
+            return details, fail(
+                f"{q.source} with vLLM colocate: the installed TRL stops when it starts the engine ('vLLM does "
+                f"not support in-flight 8-bit quantization'); {unquantized}, or use 4-bit", fix)
+        return details, fail(
+            f"{q.source} with vLLM ({mode or 'server'} mode): each sync pushes the policy's int8 "
+            "weights into an engine holding bf16 ones (vLLM generates from garbage, or its weight loader "
+            f"stops on the dtype/shape); {unquantized}", fix)
     if mode == "colocate" and sync is not None and sync.quantizes_4bit_engine:
         details["colocated engine quantized"] = sync.quantizes_4bit_engine
-        yield warn(f"{q.source} with vLLM colocate: the installed TRL starts vLLM with bitsandbytes 4-bit, so the "
-                   "push fits, but the merged LoRA is re-rounded to 4 bits at every sync and vLLM samples from a "
-                   "slightly different policy than the one trained (trl#3466); train a bf16 base with LoRA for "
-                   "exact rollouts, or accept the drift", fix, **details)
-        return
+        return details, warn(
+            f"{q.source} with vLLM colocate: the installed TRL starts vLLM with bitsandbytes 4-bit, so the "
+            "push fits, but the merged LoRA is re-rounded to 4 bits at every sync and vLLM samples from a "
+            "slightly different policy than the one trained (trl#3466); train a bf16 base with LoRA for "
+            "exact rollouts, or accept the drift", fix)
     where = {"server": "the `trl vllm-serve` engine loads the bf16 checkpoint",
              "colocate": "the installed TRL starts the colocated engine unquantized (no bitsandbytes quantization)",
              "device": "TRL starts vLLM on its own GPU from the bf16 checkpoint"}.get(mode or "", "vLLM loads the bf16 checkpoint")
-    yield fail(f"{q.source} with vLLM ({mode or 'server'} mode): {where}, and each sync pushes packed 4-bit tensors "
-               "(uint8, half the elements) into it: vLLM's weight loader stops with 'assert param_data.shape == "
-               f"loaded_weight.shape' at the first sync (trl#3654, trl#4973); {unquantized}", fix, **details)
+    return details, fail(
+        f"{q.source} with vLLM ({mode or 'server'} mode): {where}, and each sync pushes packed 4-bit tensors "
+        "(uint8, half the elements) into it: vLLM's weight loader stops with 'assert param_data.shape == "
+        f"loaded_weight.shape' at the first sync (trl#3654, trl#4973); {unquantized}", fix)
 
 
 # -- G6: LoRA names -------------------------------------------------------------------------------------------
 
-def _peft(ctx, s, mode, sync, details):
+def _peft(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
+    details: dict[str, Any] = {}
     if not s.use_peft or sync is None or sync.push is None:
-        return
+        return details, None
     saved = config_value(ctx, "lora_modules_to_save", None) or []
     if isinstance(saved, str):
         saved = [saved]
@@ -152,50 +159,55 @@ def _peft(ctx, s, mode, sync, details):
                                      ("strip `base_model.model.`/`.base_layer` from the names", sync.strips_base_layer),
                                      ("leave the LoRA tensors out", sync.drops_adapter)) if ev is None]
     if missing:
-        yield fail(f"use_peft with vLLM: the installed TRL's weight sync ({sync.push.split(': ')[0]}) does not "
-                   f"{', '.join(missing)}: vLLM gets names it has no parameter for and keeps generating with the "
-                   "base weights, or stops on them (trl#2698); upgrade TRL (0.15+) or set " + NO_VLLM,
-                   upgrade, **details)
-        return
+        return details, fail(
+            f"use_peft with vLLM: the installed TRL's weight sync ({sync.push.split(': ')[0]}) does not "
+            f"{', '.join(missing)}: vLLM gets names it has no parameter for and keeps generating with the "
+            "base weights, or stops on them (trl#2698); upgrade TRL (0.15+) or set " + NO_VLLM,
+            upgrade)
     details["PEFT sync"] = f"{sync.merges_peft}; {sync.strips_base_layer}"
     if saved:
         details["lora_modules_to_save"] = list(saved)
         if sync.strips_modules_to_save is None or sync.drops_original_module is None:
-            yield fail(f"lora_modules_to_save {list(saved)} with vLLM: the installed TRL's weight sync does not map "
-                       "`modules_to_save.default.` back to the base names (nor drop `original_module`), so the trained "
-                       f"copies of {', '.join(saved)} never reach vLLM; upgrade TRL, or leave them out of "
-                       "lora_modules_to_save", upgrade, **details)
-            return
+            return details, fail(
+                f"lora_modules_to_save {list(saved)} with vLLM: the installed TRL's weight sync does not map "
+                "`modules_to_save.default.` back to the base names (nor drop `original_module`), so the trained "
+                f"copies of {', '.join(saved)} never reach vLLM; upgrade TRL, or leave them out of "
+                "lora_modules_to_save", upgrade)
         details["modules_to_save sync"] = sync.strips_modules_to_save
+    return details, None
 
 
 # -- G5: ZeRO-3 without gathering ---------------------------------------------------------------------------
 
-def _zero3_gather(ctx, s, mode, sync, details):
+def _zero3_gather(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
+    details: dict[str, Any] = {}
     if config_value(ctx, "ds3_gather_for_generation", True) is not False:
-        return
+        return details, None
     acc = launch(ctx).accelerate
     stage = acc.deepspeed.zero_stage if acc is not None and acc.deepspeed is not None else None
     if str(stage) != "3":
-        return
+        return details, None
     details["DeepSpeed"] = f"ZeRO-{stage} ({acc.named_by})"
     if sync is not None and sync.ds3_gather_flag:
         details["gather follows the flag"] = sync.ds3_gather_flag
-        yield fail("ds3_gather_for_generation: false under DeepSpeed ZeRO-3 with vLLM: the installed TRL gathers the "
-                   "parameters for the sync only when that flag is on, so each process pushes its empty shard "
-                   "('Attempted to load weight (torch.Size([0])) into parameter'); set `ds3_gather_for_generation: "
-                   "true` (or use ZeRO-2)", manual("set `ds3_gather_for_generation: true`"), **details)
+        return details, fail(
+            "ds3_gather_for_generation: false under DeepSpeed ZeRO-3 with vLLM: the installed TRL gathers the "
+            "parameters for the sync only when that flag is on, so each process pushes its empty shard "
+            "('Attempted to load weight (torch.Size([0])) into parameter'); set `ds3_gather_for_generation: "
+            "true` (or use ZeRO-2)", manual("set `ds3_gather_for_generation: true`"))
+    return details, None
 
 
 # -- G3: TRL 0.14-0.15's vLLM GPU -----------------------------------------------------------------------------
 
-def _legacy_device(ctx, s, mode, sync, details):
+def _legacy_device(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
+    details: dict[str, Any] = {}
     if mode != "device" or "vllm_device" not in s.fields:
-        return
+        return details, None
     value = config_value(ctx, "vllm_device", "auto")
     where = launch(ctx)
     if not where.gpus:
-        return  # no GPU known here: TD008 reports it; the device cannot be judged
+        return details, None  # no GPU known here: TD008 reports it; the device cannot be judged
     n, procs = len(where.gpus), where.processes
     details["vllm_device"] = value
     details["training processes"] = f"{procs} ({where.processes_from})"
@@ -205,66 +217,73 @@ def _legacy_device(ctx, s, mode, sync, details):
         index = 0 if shares_one else procs
         said = f"vllm_device 'auto' = cuda:{index} (the GPU after the {procs} training process{'es' if procs != 1 else ''})"
         if shares_one:
-            return
+            return details, None
     else:
         m = re.fullmatch(r"cuda:(\d+)", str(value).strip())
         if m is None:
-            return
+            return details, None
         index, said = int(m.group(1)), f"vllm_device {value!r}"
     if index >= n:
         fix = (f"launch with `--num_processes {n - 1}` to leave cuda:{n - 1} to vLLM" if n > 1 else
                "vLLM needs a GPU of its own here: use a machine with 2 GPUs, or upgrade TRL (colocate mode)")
-        yield fail(f"{said} does not exist: {n} GPU{'s' if n != 1 else ''} visible, so TRL stops at start with 'The "
-                   f"requested device for vllm (cuda:{index}) is not available'; {fix}", manual(fix), **details)
+        return details, fail(
+            f"{said} does not exist: {n} GPU{'s' if n != 1 else ''} visible, so TRL stops at start with 'The "
+            f"requested device for vllm (cuda:{index}) is not available'; {fix}", manual(fix))
+    return details, None
 
 
 # -- G2: a server on this machine and training on every GPU ---------------------------------------------------
 
-def _server_overlap(ctx, s, mode, sync, details):
+def _server_overlap(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
+    details: dict[str, Any] = {}
     if mode != "server":
-        return
+        return details, None
     target = server_target(ctx)
     if target.host not in LOCAL_HOSTS:
-        return  # the server runs on another machine: no GPU of this one is shared
+        return details, None  # the server runs on another machine: no GPU of this one is shared
     where = launch(ctx)
     n, procs = len(where.gpus), where.processes
     if n < 2 or (where.nvml_gpus and len(where.nvml_gpus) > n):
-        return  # one GPU: TD008 says a server cannot share it; GPUs hidden by CUDA_VISIBLE_DEVICES may hold the server
+        return details, None  # one GPU: TD008 says a server cannot share it; GPUs hidden by CUDA_VISIBLE_DEVICES may hold the server
     if procs < n:
-        return
+        return details, None
     details["vLLM server"] = f"{target.base_url} (this machine)"
     details["training processes"] = f"{procs} ({where.processes_from})"
     details["visible GPUs"] = n
+    # the model as the file names it, for a command line the user runs
     serve = f"CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model {ctx.config.raw.get('model_name_or_path', '<model>')}"
     train = f"CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(1, n))} accelerate launch --num_processes {n - 1}"
-    yield fail(f"vLLM server mode with the server on this machine ({target.base_url}) and {procs} training processes "
-               f"on all {n} visible GPUs: the server's GPU is also a training GPU, so the weight-sync communicator "
-               "hangs or NCCL's watchdog fires at the first update (trl#3157) and both compete for its memory; give "
-               f"the server its own GPU: `{serve}` and `{train}`", manual(f"`{serve}`, then `{train} ...`"), **details)
+    return details, fail(
+        f"vLLM server mode with the server on this machine ({target.base_url}) and {procs} training processes "
+        f"on all {n} visible GPUs: the server's GPU is also a training GPU, so the weight-sync communicator "
+        "hangs or NCCL's watchdog fires at the first update (trl#3157) and both compete for its memory; give "
+        f"the server its own GPU: `{serve}` and `{train}`", manual(f"`{serve}`, then `{train} ...`"))
 
 
 # -- G10: the architecture in vLLM -------------------------------------------------------------------------
 
-def _architecture(ctx, s, mode, sync, details):
+def _architecture(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
+    details: dict[str, Any] = {}
     from trl_doctor.facts.text import read_json
 
     cfg = read_json(ctx.config.model.path / "config.json")
     archs = cfg.get("architectures") if isinstance(cfg, dict) else None
     if not isinstance(archs, list) or not archs:
-        return
+        return details, None
     known = supported_architectures()
     if known.archs is None:
         details["vLLM architectures"] = f"not judged: {known.why}"
-        return
+        return details, None
     details["vLLM architectures"] = known.why
     missing = [a for a in archs if isinstance(a, str) and a not in known.archs]
     if not missing or len(missing) < len(archs):
-        return
+        return details, None
     fallback = known.transformers_backend(ctx.config.model.path, missing[0])
     if fallback is True:
         details["vLLM Transformers backend"] = f"{missing[0]} runs through vLLM's Transformers backend"
-        return
-    yield fail(f"config.json architectures {missing} are not implemented by the installed vLLM {known.version} "
-               f"({len(known.archs)} architectures in its registry){'' if fallback is None else '; ' + fallback}: the "
-               f"engine cannot load the model; set {NO_VLLM}, or a vLLM release that implements it",
-               manual(f"set {NO_VLLM}"), **details)
+        return details, None
+    return details, fail(
+        f"config.json architectures {missing} are not implemented by the installed vLLM {known.version} "
+        f"({len(known.archs)} architectures in its registry){'' if fallback is None else '; ' + fallback}: the "
+        f"engine cannot load the model; set {NO_VLLM}, or a vLLM release that implements it",
+        manual(f"set {NO_VLLM}"))

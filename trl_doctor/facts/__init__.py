@@ -14,9 +14,11 @@ check, its InputError / Unavailable kept too); the larger answers are frozen dat
   as the trainer does: `prompt_rendering(ctx)`, `prompt_lengths(ctx)`);
 - `rewards`: reward functions: resolving them, calling them as TRL does, judging what they return;
 - `vllm`: what vLLM would load and how the installed TRL hands it over;
-- `memory`, `models`: the job's memory plan and parameter counts; where a model reference resolves;
+- `memory`, `models`: the job's memory plan and parameter counts; where a model reference resolves; a reward or
+  value model's folder as its trainer reads it (`scorer_folder`, `scorer_head`, `scorer_tokenizer`);
 - `versions`: declared requirements between the installed ML packages and the known-issues table;
 - `locations`: a config key's place in the file, for a finding that points at it;
+- `edits`: what a file holds once `Edit`s are applied (the fixer's plan and a rule's trial of its fix);
 - `text`: line numbers and lines of source text, small JSON files;
 - `trainer_run`: what the one-step trainer run found.
 """

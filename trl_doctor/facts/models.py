@@ -4,7 +4,10 @@ many parameters a model holds, and the score head a reward or value model reache
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from trl_doctor.cache import fact
 from trl_doctor.context.config import resolve_artifact
 from trl_doctor.wording import load_error
 from trl_doctor.context.twin import parameter_count
@@ -102,6 +105,91 @@ def score_head(mcfg, folder, live: tuple[str, str | None] | None = None, trust_r
     other = next((name for name in ("classifier", "v_head", "head") if hasattr(model, name)), None) if head is None else None
     return ScoreHead(checkpoint, classifier, type(model).__name__, SCRIPTS_LOAD, head, head is not None and untrained,
                      other_head=other)
+
+
+# -- a reward or value model's folder --------------------------------------------------------------------------
+
+SCORER_TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json")  # where its pad and eos tokens are written
+
+
+@dataclass(frozen=True)
+class ScorerFolder:
+    """A reward or value model's folder as the trainer reads it, without weights: transformers' config
+    (AutoConfig), its labels, and its tokenizer's pad and eos tokens as its files say (no tokenizer loaded)."""
+
+    path: Path
+    config: Any  # the AutoConfig; None when it does not load (config_error says why)
+    config_error: str | None
+    architectures: list[str]  # as transformers reads them; config.json's own when AutoConfig fails
+    num_labels: int | None  # likewise (a config that saves no id2label has transformers' default of 2 labels)
+    id2label: dict[str, Any]
+    pad_token: str | None  # tokenizer_config.json / special_tokens_map.json
+    eos_token: str | None
+    tokenizer_files: bool  # either of those files reads as JSON, or tokenizer.json is there
+
+
+@fact
+def scorer_folder(ctx, path: Path) -> ScorerFolder:
+    """The reward or value model folder `path` (config.json and the tokenizer files), read once per check for
+    every rule that judges it (reward-functions' reward model, value-model's reward and value models)."""
+    from transformers import AutoConfig
+
+    from .text import read_json
+
+    try:
+        mcfg = AutoConfig.from_pretrained(str(path), trust_remote_code=ctx.options.trust_remote_code, local_files_only=True)
+        error = None
+    except Exception as exc:  # unreadable or remote code: what config.json says as a file
+        mcfg, error = None, load_error(exc)
+    if mcfg is not None:
+        archs = list(getattr(mcfg, "architectures", None) or [])
+        labels = {str(k): v for k, v in (getattr(mcfg, "id2label", None) or {}).items()}
+        n = int(mcfg.num_labels)
+    else:
+        data = read_json(path / "config.json") or {}
+        archs = list(data.get("architectures") or [])
+        labels = data.get("id2label") or {}
+        n = len(labels) if labels else data.get("num_labels")
+    pad = eos = None
+    found = False
+    for name in SCORER_TOKENIZER_FILES:
+        data = read_json(path / name)
+        if data is None:
+            continue
+        found = True
+        pad = pad or _token_text(data.get("pad_token"))
+        eos = eos or _token_text(data.get("eos_token"))
+    found = found or (path / "tokenizer.json").is_file()
+    return ScorerFolder(path, mcfg, error, archs, n, labels, pad, eos, found)
+
+
+@fact
+def scorer_head(ctx, path: Path, live: tuple[str, str | None] | None = None) -> ScoreHead | None:
+    """The score head the trainer gets from the reward or value model at `path` (`live`: the script's own object,
+    see `score_head`); None when its config does not load."""
+    folder = scorer_folder(ctx, path)
+    if folder.config is None:
+        return None
+    return score_head(folder.config, path, live, trust_remote_code=ctx.options.trust_remote_code)
+
+
+@fact
+def scorer_tokenizer(ctx, path: Path) -> tuple[Any, str | None]:
+    """(the tokenizer of the reward or value model at `path`, loaded as the trainer loads it; None and why when it
+    does not load)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=ctx.options.trust_remote_code,
+                                             local_files_only=True), None
+    except Exception as exc:
+        return None, load_error(exc)
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
 
 
 # -- the model's family and its code -------------------------------------------------------------------------

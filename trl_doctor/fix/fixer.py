@@ -9,18 +9,16 @@ set. Key edits keep the file's key order, and for YAML its comments, so a second
 from __future__ import annotations
 
 import difflib
-import io
-import json
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from trl_doctor.fix import txn as _txn
 from trl_doctor.errors import InputError
 from trl_doctor.context.hubcache import in_hub_cache
+from trl_doctor.facts.edits import edited
 from trl_doctor.fix.txn import BACKUP_SUFFIX, backup_path  # noqa: F401  (re-exported)
-from trl_doctor.types import DELETE, Edit, Fix
+from trl_doctor.types import Edit, Fix
 
 
 @dataclass(frozen=True)
@@ -44,63 +42,10 @@ def plan(fixes: Iterable[Fix]) -> list[FileChange]:
     changes = []
     for path, file_edits in edits.items():
         old = path.read_bytes() if path.is_file() else None
-        new = old
-        for edit in file_edits:
-            new = edit.content if edit.content is not None else _set_keys(path, new, edit.set)
+        new = edited(path, old, file_edits)
         if new is not None and new != old:
             changes.append(FileChange(path, old, new))
     return changes
-
-
-def _set_keys(path: Path, data: bytes | None, pairs: tuple[tuple[str, Any], ...]) -> bytes:
-    if path.suffix.lower() in (".yaml", ".yml"):
-        return _set_yaml(path, data, pairs)
-    return _set_json(path, data, pairs)
-
-
-def _set_json(path: Path, data: bytes | None, pairs) -> bytes:
-    text = data.decode("utf-8") if data else "{}"
-    try:
-        doc = json.loads(text)  # dicts keep file order
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: cannot rewrite, invalid JSON: {exc}") from None
-    changed = False
-    for key, value in pairs:
-        if value is DELETE:
-            changed |= doc.pop(key, DELETE) is not DELETE
-        elif key not in doc or doc[key] != value or type(doc[key]) is not type(value):
-            doc[key] = value
-            changed = True
-    if not changed and data is not None:
-        return data
-    m = re.search(r'^\{\s*\n([ \t]+)"', text)
-    indent = len(m.group(1)) if m else 2
-    return (json.dumps(doc, indent=indent, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def _set_yaml(path: Path, data: bytes | None, pairs) -> bytes:
-    from ruamel.yaml import YAML
-
-    yaml = YAML()
-    yaml.preserve_quotes = True
-    yaml.width = 4096
-    doc = yaml.load(data.decode("utf-8")) if data else None
-    if doc is None:
-        doc = {}
-    changed = False
-    for key, value in pairs:
-        if value is DELETE:
-            if key in doc:
-                del doc[key]
-                changed = True
-        elif key not in doc or doc[key] != value:
-            doc[key] = value
-            changed = True
-    if not changed and data is not None:
-        return data
-    out = io.StringIO()
-    yaml.dump(doc, out)
-    return out.getvalue().encode("utf-8")
 
 
 def unified_diff(changes: Iterable[FileChange]) -> str:
