@@ -1,5 +1,4 @@
-"""TD010 batch-geometry: the batch sizes divide the way the installed TRL requires, at the launch's
-process count.
+"""TD010 batch-geometry: batch sizes divide as the installed TRL needs at the launch's process count.
 
 What it does
     Evaluates the installed TRL's own geometry checks (read with `ast` from the config's
@@ -17,10 +16,11 @@ Why is this bad?
     config from TRL 0.18, after the model loaded before), one error at a time:
     "generation_batch_size (12) must be divisible by num_generations (8)." (>= 0.21; other words in
     0.15-0.20; 0.14 counted per device), "GRPO requires at least 2 generations per prompt", the
-    eval batch (`num_generations_eval`, 1.0), PPO's "`local_batch_size` must be a multiple of
-    `num_mini_batches`" or "insufficient for whitening". `auto_find_batch_size: true` halves the
-    batch after an out-of-memory error and the retry dies with "shape '[-1, 4]' is invalid for
-    input of size 2" (trl#3842; refused from the release with PR#6411).
+    eval batch (`num_generations_eval`, 1.0), PPO's
+    "`local_batch_size` must be a multiple of `num_mini_batches`" or "insufficient for whitening".
+    `auto_find_batch_size: true` halves the batch after an out-of-memory error and the retry dies
+    with "shape '[-1, 4]' is invalid for input of size 2" (trl#3842; refused from the release with
+    PR#6411).
 
 Versions
     0.17 multiplied in gradient_accumulation_steps, 0.18 added `generation_batch_size` /
@@ -36,10 +36,10 @@ Example
        [trl/trainer/grpo_config.py:1132]: set gradient_accumulation_steps: 4 (or num_generations: 2)
 
 Fix safety
-    Safe: writes the chosen key changes into the config file (e.g. `gradient_accumulation_steps:
-    2`, or removes `steps_per_generation` when generation_batch_size is set too) for the process
-    count the report names, once the installed config class accepts the result. Nothing is written
-    when no change of the config's own keys removes a violation.
+    Safe: writes the chosen key changes into the config file (e.g.
+    `gradient_accumulation_steps: 2`, or removes `steps_per_generation` when generation_batch_size
+    is set too) for the process count the report names, once the installed config class accepts the
+    result. Nothing is written when no change of the config's own keys removes a violation.
 """
 
 from __future__ import annotations

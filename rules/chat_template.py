@@ -1,5 +1,4 @@
-"""TD012 chat-template: the chat template renders the dataset's prompts, opens the assistant's turn,
-and the prompt reaches the model with the one BOS it was trained with.
+"""TD012 chat-template: the template renders the prompts and opens the assistant's turn, after one BOS.
 
 What it does
     Renders and tokenizes up to 1000 prompts spread over the dataset as the installed trainer does
@@ -16,17 +15,17 @@ Why is this bad?
     - no template (a base checkpoint): "ValueError: Cannot use apply_chat_template() because
       tokenizer.chat_template is not set" (open-r1#85; "Cannot use chat template functions ..." in
       transformers 5; no class-level defaults from 4.43, transformers#33246);
-    - a template that raises: Mistral's and Gemma's first ones on a system message ("Conversation
-      roles must alternate user/assistant/user/assistant/..."), TRL 0.14-0.24 on a last message not
-      from the user ("Invalid role in the last message");
+    - a template that raises: Mistral's and Gemma's first ones on a system message
+      ("Conversation roles must alternate user/assistant/user/assistant/..."), TRL 0.14-0.24 on a
+      last message not from the user ("Invalid role in the last message");
     - a template that ignores `add_generation_prompt`: the model writes the assistant header, the
       rewards see it;
-    - BOS: chat prompts are tokenized without special tokens, so a template without `{{ bos_token
-      }}` drops the BOS Llama, Mistral and Gemma were trained with. TRL up to 0.25 tokenizes plain
-      prompts without it too (garbage from Gemma, trl#3520), 0.26 and later with it (pre-rendered
-      `<|begin_of_text|>` text gets two); up to 0.24 rendered text went to vLLM, which gave Llama 3
-      prompts two BOS (trl#3853). PPO's example script tokenizes `prompt` with the tokenizer's
-      defaults.
+    - BOS: chat prompts are tokenized without special tokens, so a template without
+      `{{ bos_token }}` drops the BOS Llama, Mistral and Gemma were trained with. TRL up to 0.25
+      tokenizes plain prompts without it too (garbage from Gemma, trl#3520), 0.26 and later with it
+      (pre-rendered `<|begin_of_text|>` text gets two); up to 0.24 rendered text went to vLLM,
+      which gave Llama 3 prompts two BOS (trl#3853). PPO's example script tokenizes `prompt` with
+      the tokenizer's defaults.
 
 Example
     model_name_or_path: gpt2-nopad      # a base tokenizer: no chat_template

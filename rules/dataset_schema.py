@@ -1,5 +1,4 @@
-"""TD013 dataset-schema: the dataset has the columns and the row format the trainer and the reward
-functions read.
+"""TD013 dataset-schema: the dataset has the columns and rows the trainer and reward functions read.
 
 What it does
     Loads the dataset offline as the context does (a file, a saved folder or a cached hub id; one
@@ -19,15 +18,15 @@ Why is this bad?
     - TRL decides per batch, from its first row, whether prompts are text or messages: mixed, null
       or empty rows fail or mix formats mid-run;
     - every column but `prompt`/`completion` is passed to each reward function by name: a function
-      that takes `answer` without a default needs that column ("TypeError: ... missing 1 required
-      positional argument: 'answer'");
+      that takes `answer` without a default needs that column
+      ("TypeError: ... missing 1 required positional argument: 'answer'");
     - a streamed dataset (`dataset_streaming: true`, a ScriptArguments field from TRL 0.19) is an
-      IterableDataset: GRPO 0.17-1.8 and RLOO 0.22-1.8 refuse it ("Iterable datasets are not yet
-      supported"), GRPO 0.14-0.16 broke the prompt groups (trl#3213) or crashed (trl#2942), PPO
-      (and RLOO before 0.22) takes its length; from 1.9.0, where it is repeated, `max_steps` must
-      be set. The keywords TRL passes besides the columns are read from the installed trainer
-      (`prompts`, `completions`; later `completion_ids`, `trainer_state`; `log_extra`, `log_metric`
-      in 1.x).
+      IterableDataset: GRPO 0.17-1.8 and RLOO 0.22-1.8 refuse it
+      ("Iterable datasets are not yet supported"), GRPO 0.14-0.16 broke the prompt groups
+      (trl#3213) or crashed (trl#2942), PPO (and RLOO before 0.22) takes its length; from 1.9.0,
+      where it is repeated, `max_steps` must be set. The keywords TRL passes besides the columns
+      are read from the installed trainer (`prompts`, `completions`; later `completion_ids`,
+      `trainer_state`; `log_extra`, `log_metric` in 1.x).
 
 Example
     dataset_path: questions.jsonl       # columns: question, answer

@@ -1,5 +1,4 @@
-"""TD019 distributed-setup: the model loading, PEFT and gradient checkpointing settings work under the
-launch's processes and its DeepSpeed / FSDP sharding.
+"""TD019 distributed-setup: device_map, PEFT and checkpointing suit the launch's processes, sharding.
 
 What it does
     Takes the process count and accelerate config from facts.launch and the sharding from
@@ -22,10 +21,10 @@ Why is this bad?
       metadata than during the forward pass" (catalog H2; trl#2514, transformers#47254); newer
       trainers force reentrant (trl#6356).
     - PEFT + ZeRO-3 on a 16-bit base with DeepSpeed 0.19.2: fp32 adapters meet a buffer sized by
-      the first parameter's dtype, and the first optimizer step fails with "TypeError: output
-      tensor must have the same type as input tensor" (catalog H3; deepspeed#8072, fixed in 0.19.3
-      by deepspeed#8073); newer trainers build the adapters with autocast_adapter_dtype=False
-      (trl#6091).
+      the first parameter's dtype, and the first optimizer step fails with
+      "TypeError: output tensor must have the same type as input tensor" (catalog H3;
+      deepspeed#8072, fixed in 0.19.3 by deepspeed#8073); newer trainers build the adapters with
+      autocast_adapter_dtype=False (trl#6091).
     - DeepSpeed configured without the package: "ImportError: DeepSpeed is not installed => run
       `pip3 install deepspeed` or build it from source."
 
@@ -36,9 +35,9 @@ Example
 Fix safety
     No automatic fix (the changes touch the launch or the packages); a manual fix names the
     smallest change: remove device_map (or {"": local_rank} per process) or launch one process;
-    `gradient_checkpointing_kwargs: {use_reentrant: true}`, ZeRO-2 or a TRL that forces it; `pip
-    install "deepspeed!=0.19.2"` or a TRL that keeps the adapters in the base dtype; `pip install
-    deepspeed`.
+    `gradient_checkpointing_kwargs: {use_reentrant: true}`, ZeRO-2 or a TRL that forces it;
+    `pip install "deepspeed!=0.19.2"` or a TRL that keeps the adapters in the base dtype;
+    `pip install deepspeed`.
 """
 
 from __future__ import annotations

@@ -32,10 +32,10 @@ Fix safety
     first); where the trainer's mask ends at the tokenizer's eos only, also sets the tokenizer's
     `eos_token` to the terminator (tokenizer_config.json, and special_tokens_map.json when
     present). PPO: sets `stop_token: eos` in the config. Manual instead for files in the Hugging
-    Face cache (never rewritten: copy the snapshot first), for a launch script (pass `--stop_token
-    eos`), and where a `stop_token_id` other than the eos meets `missing_eos_penalty`, which
-    penalizes every response that stopped there (use `stop_token: eos` with a tokenizer whose eos
-    is that token).
+    Face cache (never rewritten: copy the snapshot first), for a launch script (pass
+    `--stop_token eos`), and where a `stop_token_id` other than the eos meets
+    `missing_eos_penalty`, which penalizes every response that stopped there (use `stop_token: eos`
+    with a tokenizer whose eos is that token).
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""TD021 generation-settings: the job samples with the settings you set, from prompts `generate`
-accepts.
+"""TD021 generation-settings: the job samples as you set it, from prompts `generate` accepts.
 
 What it does
     Reads the GenerationConfig the installed trainer builds from its source (keys and expressions
@@ -36,11 +35,11 @@ Example
        generation_config.json, so the job does not sample as GRPOConfig says
 
 Fix safety
-    Safe for the tokenizer: writes `model_input_names` without `token_type_ids`, or `padding_side:
-    left`, to tokenizer_config.json (manual when it is in the Hugging Face cache, never rewritten).
-    Manual for the sampling keys (pin each in `generation_kwargs` or delete it from
-    generation_config.json, which also sets the model's inference defaults) and for checkpointed
-    generation (vLLM, trl>=0.22, or checkpointing off: each changes the job).
+    Safe for the tokenizer: writes `model_input_names` without `token_type_ids`, or
+    `padding_side: left`, to tokenizer_config.json (manual when it is in the Hugging Face cache,
+    never rewritten). Manual for the sampling keys (pin each in `generation_kwargs` or delete it
+    from generation_config.json, which also sets the model's inference defaults) and for
+    checkpointed generation (vLLM, trl>=0.22, or checkpointing off: each changes the job).
 """
 
 from __future__ import annotations

@@ -1,30 +1,25 @@
-"""TD008 gpu-capacity: the GPUs can run the job: a driver new enough for torch, enough GPUs, enough
-memory.
+"""TD008 gpu-capacity: the GPUs can run the job: a new enough driver, enough GPUs, enough memory.
 
 What it does
-    Reads the GPUs through NVML (name, compute capability, total and free memory, the driver's CUDA
-    version; CUDA_VISIBLE_DEVICES applied) and torch's CUDA build from torch/version.py, without
-    importing torch. Estimates one training process's peak memory
-    (trl_doctor/facts/memory_estimate.py, shared): the meta-device model's exact parameter count in
-    the load dtype; gradients and AdamW states of what trains (all weights, or fp32 LoRA adapters);
-    a reference copy when beta != 0 without PEFT; reward and value models; activations; the
-    log-prob head as the installed trainer runs it (TRL 1.x's fused LM head, or the logits tensor,
-    the whole sequence where the model ignores `logits_to_keep`, trl#2770); the KV cache; vLLM
-    colocate's share; 0.5 GiB of CUDA context. DeepSpeed ZeRO-1/2/3 or FSDP sharding
-    (facts.launch.sharding) divides it by the processes. More than a GPU's free memory is a fail (a
-    warn where the sharding cannot be read), within 10% a warn. vLLM server mode on this machine
-    (host 0.0.0.0 or localhost) takes one GPU for the server. Without a GPU: fail when the config
-    needs one (use_vllm), else skip.
+    Reads the GPUs through NVML (CUDA_VISIBLE_DEVICES applied) and torch's CUDA build from
+    torch/version.py, and estimates one training process's peak memory
+    (trl_doctor/facts/memory_estimate.py): weights from the meta-device model's parameter count,
+    gradients and AdamW states of what trains, a reference copy (beta != 0 without PEFT), reward
+    and value models, activations, the log-prob head as the installed trainer runs it (the logits
+    of the whole sequence where the model ignores `logits_to_keep`, trl#2770), the KV cache, vLLM
+    colocate's share, 0.5 GiB of CUDA context; divided by ZeRO or FSDP sharding. Above a GPU's free
+    memory fails (warns where the sharding cannot be read), within 10% warns. A local vLLM server
+    (0.0.0.0 or localhost) takes a GPU. No GPU: fail when use_vllm needs one, else skip.
 
 Why is this bad?
     A config written for one machine dies on another at start-up or at the first step: a driver
     older than torch's CUDA major ("The NVIDIA driver on your system is too old"; within the major
     version, Triton or torch.compile kernels can fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
-    vLLM colocate with a `vllm_tensor_parallel_size` above the GPUs ("tensor_parallel_size (X) must
-    divide world size (Y) evenly"), server mode on one GPU; out of memory, since TRL loads the
-    policy in float32 unless a dtype is given (`bf16: true` only autocasts): 16 bytes per
-    parameter, ~120 GiB for 8B before one activation. Precision (bf16 below compute capability 8.0)
-    and the attention kernel are TD015 precision-and-attention's.
+    vLLM colocate with a `vllm_tensor_parallel_size` above the GPUs
+    ("tensor_parallel_size (X) must divide world size (Y) evenly"), server mode on one GPU; out of
+    memory, since TRL loads the policy in float32 unless a dtype is given (`bf16: true` only
+    autocasts): 16 bytes per parameter, ~120 GiB for 8B before one activation. Precision (bf16
+    below compute capability 8.0) and the attention kernel are TD015 precision-and-attention's.
 
 Versions
     bf16 defaults to True in TRL >= 0.19 (GRPOConfig, RLOOConfig; False before). GRPO's beta
@@ -39,9 +34,9 @@ Example
     -> fail: does not fit: needs ~... GiB per GPU (...) but ... has ... GiB free; ...
 
 Fix safety
-    No fix: the message names the numbers and the smallest change (`model_init_kwargs: {dtype:
-    bfloat16}`, a smaller batch or completion length, gradient_checkpointing, beta 0 or PEFT, a
-    lower vllm_gpu_memory_utilization, a newer driver).
+    No fix: the message names the numbers and the smallest change
+    (`model_init_kwargs: {dtype: bfloat16}`, a smaller batch or completion length,
+    gradient_checkpointing, beta 0 or PEFT, a lower vllm_gpu_memory_utilization, a newer driver).
 """
 
 from __future__ import annotations

@@ -11,13 +11,14 @@ Why is this bad?
     GPT-2's and the Llama 3 tokenizers ship without a pad token. GRPOTrainer before TRL 0.17
     crashes at the first batch ("ValueError: Asking to pad but the tokenizer does not have a
     padding token"); from TRL 0.17 on (PR #3290) it silently sets `pad_token = eos_token` (TRL
-    0.14-0.16 do not). A pad id outside the embedding matrix crashes the first forward ("index out
-    of range in self" on CPU, a device-side assert on GPU). A config.json or generation_config.json
-    pad id that disagrees with the tokenizer pads generation with another token than the trainer
-    masks, where the trainer leaves the pad id to generate (PPO); GRPO (trl 0.14 to 1.x) passes its
-    own pad id, so there it is not reported. pad = eos is harmless for GRPO and RLOO (the mask ends
-    at the first eos, inclusive) but not for PPO, whose value and reward forwards mask every pad
-    id: the final eos is masked out and the model is never rewarded for stopping.
+    0.14-0.16 do not). A pad id outside the embedding matrix crashes the first forward
+    ("index out of range in self" on CPU, a device-side assert on GPU). A config.json or
+    generation_config.json pad id that disagrees with the tokenizer pads generation with another
+    token than the trainer masks, where the trainer leaves the pad id to generate (PPO); GRPO (trl
+    0.14 to 1.x) passes its own pad id, so there it is not reported. pad = eos is harmless for GRPO
+    and RLOO (the mask ends at the first eos, inclusive) but not for PPO, whose value and reward
+    forwards mask every pad id: the final eos is masked out and the model is never rewarded for
+    stopping.
 
 Example
     model_name_or_path: gpt2-nopad      # tokenizer_config.json has no pad_token

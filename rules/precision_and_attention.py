@@ -1,5 +1,4 @@
-"""TD015 precision-and-attention: bf16/fp16, the attention kernel and the load dtype suit the GPUs and
-the checkpoint.
+"""TD015 precision-and-attention: precision, attention kernel and load dtype suit the GPUs and model.
 
 What it does
     Compares bf16/fp16, as the installed TRL config resolves them, with each GPU's compute
@@ -11,15 +10,17 @@ What it does
     loads the policy with.
 
 Why is this bad?
-    - bf16 below compute capability 8.0 (T4, V100): "ValueError: Your setup doesn't support
-      bf16/gpu." or emulated, many times slower; GRPO and RLOO default it on from TRL 0.19; vLLM
-      colocate there refuses a bf16 checkpoint ("Bfloat16 is only supported on GPUs with compute
-      capability of at least 8.0"). fp16/bf16 without a GPU: a warn.
+    - bf16 below compute capability 8.0 (T4, V100):
+      "ValueError: Your setup doesn't support bf16/gpu." or emulated, many times slower; GRPO and
+      RLOO default it on from TRL 0.19; vLLM colocate there refuses a bf16 checkpoint ("Bfloat16 is
+      only supported on GPUs with compute capability of at least 8.0"). fp16/bf16 without a GPU: a
+      warn.
     - flash_attention_2 (_3, _4) without its package: "ImportError: FlashAttention2 has been
       toggled on, but it cannot be used ..." (transformers >= 5 falls back to the Hub kernel
-      `kernels-community/flash-attn2` with `kernels` installed: a warn); a broken build ("undefined
-      symbol"); below 8.0 (FA2) or 9.0 (FA3, FA4): "FlashAttention only supports Ampere GPUs or
-      newer."; fp32 weights: "FlashAttention only support fp16 and bf16 data type".
+      `kernels-community/flash-attn2` with `kernels` installed: a warn); a broken build
+      ("undefined symbol"); below 8.0 (FA2) or 9.0 (FA3, FA4):
+      "FlashAttention only supports Ampere GPUs or newer."; fp32 weights:
+      "FlashAttention only support fp16 and bf16 data type".
     - Gemma 2, 3, 4 on sdpa or flash attention reach NaN or zero loss (transformers#32390,
       LlamaFactory#7755, NeMo Automodel#1883).
     - TRL 1.x loads float32 without a dtype (`kwargs.get("dtype", "float32")`), TRL 0.x
@@ -35,12 +36,13 @@ Example
        newer: transformers stops with "Your setup doesn't support bf16/gpu" or runs it emulated ...
 
 Fix safety
-    Safe: `bf16: false` below 8.0 (fp16 is only suggested: it can overflow); `attn_implementation:
-    sdpa` for flash attention that cannot run, where the config set it; `eager` for a Gemma (never
-    sdpa), where the config chose the attention, else in `model_init_kwargs`; into
-    `model_init_kwargs`, the checkpoint's 16-bit dtype under LoRA or for a frozen reference when
-    the mixed precision matches, and float32 for fp16 weights with `fp16: true`. Nothing is written
-    where the dtype was chosen explicitly, or for the other findings.
+    Safe: `bf16: false` below 8.0 (fp16 is only suggested: it can overflow);
+    `attn_implementation: sdpa` for flash attention that cannot run, where the config set it;
+    `eager` for a Gemma (never sdpa), where the config chose the attention, else in
+    `model_init_kwargs`; into `model_init_kwargs`, the checkpoint's 16-bit dtype under LoRA or for
+    a frozen reference when the mixed precision matches, and float32 for fp16 weights with
+    `fp16: true`. Nothing is written where the dtype was chosen explicitly, or for the other
+    findings.
 """
 
 from __future__ import annotations

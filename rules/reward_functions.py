@@ -1,14 +1,12 @@
-"""TD014 reward-functions: reward functions and reward models work the way the installed trainer calls
-them.
+"""TD014 reward-functions: reward functions and models work the way the installed trainer calls them.
 
 What it does
-    Imports each `reward_funcs` entry as TRL's scripts do, binds its signature to the keywords the
-    installed trainer passes (read from its source, dataset columns included), and calls it as the
-    trainer does, in the worker's fence (--user-code-timeout, 60 s) on its main thread (math_verify
-    needs signal.alarm), on the first two rows with two synthetic completions each. It must return
-    one float (or None, where TRL takes None) per completion; NaN warns where TRL skips it, else
-    fails; inf fails. The smoke step (TD006) checks every real call too. A reward model's
-    config.json and tokenizer files are read, no weights.
+    Imports each `reward_funcs` entry as TRL's scripts do and calls it as the installed trainer
+    does (keywords read from its source, dataset columns included) in the worker's fence
+    (--user-code-timeout, 60 s), on its main thread (math_verify needs signal.alarm), on two rows
+    with two synthetic completions each. It must return one float (or None, where TRL takes None)
+    per completion; NaN warns where TRL skips it, else fails; inf fails. The smoke step (TD006)
+    checks every real call too. Reward models: config.json and tokenizer files, no weights.
 
 Why is this bad?
     GRPOTrainer and RLOOTrainer call `reward_func(prompts=..., completions=..., completion_ids=...,
@@ -18,11 +16,11 @@ Why is this bad?
       (trl#4939, trl#2644);
     - "'list' object has no attribute 'strip'" / "string indices must be integers": the other
       completion format (trl#4202, unsloth#2907);
-    - one score per batch: broadcast silently by older releases (zero advantages), "returned 1
-      rewards, but 8 were expected" in newer (trl#6533);
+    - one score per batch: broadcast silently by older releases (zero advantages),
+      "returned 1 rewards, but 8 were expected" in newer (trl#6533);
     - None before 0.16 ("must be real number, not NoneType"), NaN or inf, strings; an `async def`
-      under a TRL that does not await it; `reward_weights` of another length ("Number of reward
-      weights (2) must match number of reward functions (3)");
+      under a TRL that does not await it; `reward_weights` of another length
+      ("Number of reward weights (2) must match number of reward functions (3)");
     - a reward model that is not a 1-label classifier: a causal LM gets a random, untrained score
       head (a warn), a 2-label one fails to load with num_labels=1, one with neither pad nor eos
       cannot score a batch ("Cannot handle batch sizes > 1 if no padding token is defined",
