@@ -26,8 +26,7 @@ Versions
     0.17 multiplied in gradient_accumulation_steps, 0.18 added `generation_batch_size` /
     `steps_per_generation`, 0.21 made it a plain divisibility test. PPO up to 0.16 multiplied
     num_mini_batches into `local_batch_size`, PPO 0.17-1.12 (trl.experimental.ppo from 0.26) did
-    not; no PPO from 1.13 (the rule skips). Wheels read: 0.14, 0.15.2, 0.16.1, 0.17, 0.18.2,
-    0.19.1, 0.21, 0.26, 1.0, 1.12, 1.16.
+    not; no PPO from 1.13 (the rule skips).
 
 Example
     per_device_train_batch_size: 2

@@ -9,30 +9,27 @@ What it does
     checks every real call too. Reward models: config.json and tokenizer files, no weights.
 
 Why is this bad?
-    GRPOTrainer and RLOOTrainer call `reward_func(prompts=..., completions=..., completion_ids=...,
-    **reward_kwargs)` (every column but `prompt`; `trainer_state`, `log_extra`, `log_metric` in
-    recent releases), after the model loaded and the first batch was generated:
+    GRPO and RLOO call `reward_func(prompts=..., completions=..., completion_ids=...,
+    **reward_kwargs)` with every column but `prompt`, after the model loaded and the first batch
+    was generated:
     - "TypeError: reward() got an unexpected keyword argument 'completion_ids'": no `**kwargs`
       (trl#4939, trl#2644);
     - "'list' object has no attribute 'strip'" / "string indices must be integers": the other
       completion format (trl#4202, unsloth#2907);
-    - one score per batch: broadcast silently by older releases (zero advantages),
-      "returned 1 rewards, but 8 were expected" in newer (trl#6533);
-    - None before 0.16 ("must be real number, not NoneType"), NaN or inf, strings; an `async def`
-      under a TRL that does not await it; `reward_weights` of another length
-      ("Number of reward weights (2) must match number of reward functions (3)");
-    - a reward model that is not a 1-label classifier: a causal LM gets a random, untrained score
-      head (a warn), a 2-label one fails to load with num_labels=1, one with neither pad nor eos
-      cannot score a batch ("Cannot handle batch sizes > 1 if no padding token is defined",
-      trl#422).
+    - one score per batch: broadcast silently (zero advantages), or
+      "returned 1 rewards, but 8 were expected" (trl#6533);
+    - None before 0.16 ("must be real number, not NoneType"), NaN, inf, strings; an unawaited
+      `async def`; "Number of reward weights (2) must match number of reward functions (3)";
+    - a reward model that is not a 1-label classifier: a causal LM gets a random score head (a
+      warn), a 2-label one fails to load, one without pad or eos cannot score
+      ("Cannot handle batch sizes > 1 if no padding token is defined", trl#422).
 
 Versions
-    Read from the installed trainer: `completion_ids` from 0.19, `trainer_state` from 0.21, None
-    accepted and NaN ignored (`nansum`) from 0.16, async awaited from 0.27, the count checked after
-    1.0; wheels read: 0.15.2, 0.16.0, 0.19.1, 0.21.0, 0.23.1, 0.26.0-0.29.0, 1.0.0, 1.12.0, 1.16.0.
-    RLOOTrainer takes reward functions from trl 0.22 (before, `reward_funcs` in an RLOO config
-    fails with the release to pin). `trl grpo`/`trl rloo` put the reward model first, then
-    `reward_funcs`: the order `reward_weights` follows.
+    Read from the installed trainer: `completion_ids` from 0.19, `trainer_state` from 0.21
+    (`log_extra`, `log_metric` later), None and NaN (`nansum`) taken from 0.16, async awaited from
+    0.27, the count checked after 1.0. RLOOTrainer takes reward functions from trl 0.22 (before,
+    the rule fails naming the release to pin). `trl grpo`/`trl rloo` put the reward model first,
+    then `reward_funcs`: the order `reward_weights` follows.
 
 Example
     reward_funcs: [rewards.no_kwargs_reward]   # def no_kwargs_reward(prompts, completions)

@@ -1,14 +1,13 @@
 """TD005 value-model: PPO has a value model; reward and value models are 1-label heads on its ids.
 
 What it does
-    Asks the installed TRL for its PPOTrainer (trl.experimental.ppo, then trl) and reads its source
-    for the value-model access that fails first, which decides the error quoted. Reads
-    `reward_model_path` and `value_model_path` without weights (AutoConfig, and the
-    sequence-classification model built on the meta device as TRL's example loads it, or the object
-    a launch script passed) for a `score` head, its shape and whether the checkpoint holds it;
-    vocab_size must cover the policy tokenizer's ids (with `added_tokens`) but the pad id, and a
-    folder's own tokenizer must number them the same. A script that passes the policy itself as
-    `ref_model` (catalog F5) fails.
+    Asks the installed TRL for its PPOTrainer and reads its source for the value-model access that
+    fails first (which decides the error quoted). Reads `reward_model_path` and `value_model_path`
+    without weights (config.json, and the classifier built on the meta device as TRL's example
+    loads it, or the object a script passed) for a `score` head, its shape and whether the
+    checkpoint holds it, a vocab_size covering the policy's ids (with `added_tokens`) and a
+    tokenizer that numbers them alike. A script passing the policy itself as `ref_model` (catalog
+    F5) fails.
 
 Why is this bad?
     Without a value model PPOTrainer dies at start-up:
@@ -25,15 +24,14 @@ Why is this bad?
     score other text.
 
 Versions
-    0.9-0.11: `trl.PPOv2Trainer`; 0.12.x: renamed `trl.PPOTrainer`, and value_model=None makes
-    `disable_dropout_in_model` call `None.modules()`; 0.13.0-0.25.x: the loop skips None and
-    `PolicyAndValueWrapper` reads `value_model.base_model_prefix`; 0.26.0-0.28.0:
-    `trl.experimental.ppo.PPOTrainer` with a `trl.PPOTrainer` shim; 0.29.0-1.12.0:
-    `trl.experimental.ppo` only (the error reproduced with trl 1.12.0 on transformers 5.23).
-    1.13.0 and later: no PPOTrainer; the last release with one is 1.12.0 (transformers>=4.56.2). No
-    PPOConfig has a value model field: TRL's example (examples/scripts/ppo/ppo.py) loads both
-    models from `reward_model_path` with `AutoModelForSequenceClassification.from_pretrained(...,
-    num_labels=1)`.
+    0.9-0.11: `trl.PPOv2Trainer`; 0.12.x: renamed `trl.PPOTrainer` (with value_model=None,
+    `disable_dropout_in_model` calls `None.modules()`); 0.13.0-0.25.x: `PolicyAndValueWrapper`
+    reads `value_model.base_model_prefix`; 0.26.0-0.28.0: `trl.experimental.ppo.PPOTrainer` plus a
+    `trl.PPOTrainer` shim; 0.29.0-1.12.0: `trl.experimental.ppo` only (reproduced with trl 1.12.0,
+    transformers 5.23); 1.13.0 and later: none, so the last release with PPO is 1.12.0
+    (transformers>=4.56.2). No PPOConfig has a value model field: TRL's example
+    (examples/scripts/ppo/ppo.py) loads both models from `reward_model_path` as 1-label
+    `AutoModelForSequenceClassification`.
 
 Example
     reward_model_path: rm-qwen2         # a 1-label classifier; no value_model_path

@@ -23,15 +23,15 @@ Why is this bad?
     `loaded_weight.shape[output_dim] == self.org_vocab_size` (trl#3112).
 
 Versions
-    Read from the installed source; the wheels show: 0.14.0, 0.15.2 fixed SamplingParams, text
-    prompts; 0.16.0, 0.17.0 server only, fixed arguments; 0.18.0, 0.18.2 server and colocate
-    (`vllm_mode`), fixed arguments; 0.19.0, 0.21.0, 0.23.0, 0.25.0 `generation_kwargs` reaches vLLM
-    in both modes (RLOOConfig from 0.23), text prompts before 1.0, chat messages too in 0.25-0.29
-    (vLLM renders them with its own template); 0.29.0 the same in trl/generation/; 1.0.0 to the
-    installed 1.16.0 send token ids, and 1.16's server runs vLLM's `vllm serve`. RLOOTrainer has a
-    vLLM path from 0.23. vLLM 0.31.0 loads the tokenizer with `AutoTokenizer.from_pretrained` from
-    the model path, checks stop strings on `DecodeStream(skip_special_tokens=...)` text, stop ids
-    by id, and rejects prompt ids above max(tokenizer.max_token_id, vocab_size - 1).
+    Read from the installed source; the wheels show: TRL 0.14.0-0.15.2 fixed SamplingParams, text
+    prompts; 0.16.0-0.17.0 server only, fixed arguments; 0.18.0-0.18.2 server and colocate
+    (`vllm_mode`), fixed arguments; from 0.19.0 `generation_kwargs` reaches vLLM in both modes
+    (RLOO's vLLM path from 0.23), text prompts before 1.0, chat messages too in 0.25-0.29 (rendered
+    with vLLM's own template); 0.29.0 moved the code to trl/generation/; 1.0.0 to the installed
+    1.16.0 send token ids (1.16's server runs vLLM's `vllm serve`). vLLM 0.31.0 loads the tokenizer
+    with `AutoTokenizer.from_pretrained` from the model path, matches stop strings on
+    `DecodeStream(skip_special_tokens=...)` text and stop ids by id, and rejects prompt ids above
+    max(tokenizer.max_token_id, vocab_size - 1).
 
 Example
     added_tokens: ["<search>", "</search>"]   # not in the model folder's tokenizer
