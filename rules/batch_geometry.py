@@ -16,11 +16,10 @@ Why is this bad?
     config from TRL 0.18, after the model loaded before), one error at a time:
     "generation_batch_size (12) must be divisible by num_generations (8)." (>= 0.21; other words in
     0.15-0.20; 0.14 counted per device), "GRPO requires at least 2 generations per prompt", the
-    eval batch (`num_generations_eval`, 1.0), PPO's
-    "`local_batch_size` must be a multiple of `num_mini_batches`" or "insufficient for whitening".
-    `auto_find_batch_size: true` halves the batch after an out-of-memory error and the retry dies
-    with "shape '[-1, 4]' is invalid for input of size 2" (trl#3842; refused from the release with
-    PR#6411).
+    eval batch (`num_generations_eval`, 1.0), PPO's "`local_batch_size` must be a multiple of
+    `num_mini_batches`" or "insufficient for whitening". `auto_find_batch_size: true` halves the
+    batch after an out-of-memory error and the retry dies with "shape '[-1, 4]' is invalid for
+    input of size 2" (trl#3842; refused from the release with PR#6411).
 
 Versions
     0.17 multiplied in gradient_accumulation_steps, 0.18 added `generation_batch_size` /

@@ -15,9 +15,9 @@ Why is this bad?
     - no template (a base checkpoint): "ValueError: Cannot use apply_chat_template() because
       tokenizer.chat_template is not set" (open-r1#85; "Cannot use chat template functions ..." in
       transformers 5; no class-level defaults from 4.43, transformers#33246);
-    - a template that raises: Mistral's and Gemma's first ones on a system message
-      ("Conversation roles must alternate user/assistant/user/assistant/..."), TRL 0.14-0.24 on a
-      last message not from the user ("Invalid role in the last message");
+    - a template that raises: Mistral's and Gemma's first ones on a system message ("Conversation
+      roles must alternate user/assistant/user/assistant/..."), TRL 0.14-0.24 on a last message not
+      from the user ("Invalid role in the last message");
     - a template that ignores `add_generation_prompt`: the model writes the assistant header, the
       rewards see it;
     - BOS: chat prompts are tokenized without special tokens, so a template without

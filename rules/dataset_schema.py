@@ -18,8 +18,8 @@ Why is this bad?
     - TRL decides per batch, from its first row, whether prompts are text or messages: mixed, null
       or empty rows fail or mix formats mid-run;
     - every column but `prompt`/`completion` is passed to each reward function by name: a function
-      that takes `answer` without a default needs that column
-      ("TypeError: ... missing 1 required positional argument: 'answer'");
+      that takes `answer` without a default needs that column ("TypeError: ... missing 1 required
+      positional argument: 'answer'");
     - a streamed dataset (`dataset_streaming: true`, a ScriptArguments field from TRL 0.19) is an
       IterableDataset: GRPO 0.17-1.8 and RLOO 0.22-1.8 refuse it
       ("Iterable datasets are not yet supported"), GRPO 0.14-0.16 broke the prompt groups

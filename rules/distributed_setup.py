@@ -21,10 +21,10 @@ Why is this bad?
       metadata than during the forward pass" (catalog H2; trl#2514, transformers#47254); newer
       trainers force reentrant (trl#6356).
     - PEFT + ZeRO-3 on a 16-bit base with DeepSpeed 0.19.2: fp32 adapters meet a buffer sized by
-      the first parameter's dtype, and the first optimizer step fails with
-      "TypeError: output tensor must have the same type as input tensor" (catalog H3;
-      deepspeed#8072, fixed in 0.19.3 by deepspeed#8073); newer trainers build the adapters with
-      autocast_adapter_dtype=False (trl#6091).
+      the first parameter's dtype, and the first optimizer step fails with "TypeError: output
+      tensor must have the same type as input tensor" (catalog H3; deepspeed#8072, fixed in 0.19.3
+      by deepspeed#8073); newer trainers build the adapters with autocast_adapter_dtype=False
+      (trl#6091).
     - DeepSpeed configured without the package: "ImportError: DeepSpeed is not installed => run
       `pip3 install deepspeed` or build it from source."
 

@@ -15,11 +15,11 @@ Why is this bad?
     A config written for one machine dies on another at start-up or at the first step: a driver
     older than torch's CUDA major ("The NVIDIA driver on your system is too old"; within the major
     version, Triton or torch.compile kernels can fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
-    vLLM colocate with a `vllm_tensor_parallel_size` above the GPUs
-    ("tensor_parallel_size (X) must divide world size (Y) evenly"), server mode on one GPU; out of
-    memory, since TRL loads the policy in float32 unless a dtype is given (`bf16: true` only
-    autocasts): 16 bytes per parameter, ~120 GiB for 8B before one activation. Precision (bf16
-    below compute capability 8.0) and the attention kernel are TD015 precision-and-attention's.
+    vLLM colocate with a `vllm_tensor_parallel_size` above the GPUs ("tensor_parallel_size (X) must
+    divide world size (Y) evenly"), server mode on one GPU; out of memory, since TRL loads the
+    policy in float32 unless a dtype is given (`bf16: true` only autocasts): 16 bytes per
+    parameter, ~120 GiB for 8B before one activation. Precision (bf16 below compute capability 8.0)
+    and the attention kernel are TD015 precision-and-attention's.
 
 Versions
     bf16 defaults to True in TRL >= 0.19 (GRPOConfig, RLOOConfig; False before). GRPO's beta

@@ -34,9 +34,9 @@ Example
        at this config's sizes the logits take ... instead of ...
 
 Fix safety
-    No fix in the files: the message names the installed versions and the upgrade (transformers >=
-    4.49; for remote code, a forward that honours the keywords, or a native architecture). An
-    untrusted remote-code model gets a manual step: read its code, then set
+    No fix in the files: the message names the installed versions and the upgrade
+    (transformers >= 4.49; for remote code, a forward that honours the keywords, or a native
+    architecture). An untrusted remote-code model gets a manual step: read its code, then set
     `model_init_kwargs.trust_remote_code: true`, never written for the user, who decides to run
     that code.
 """

@@ -15,11 +15,10 @@ Why is this bad?
     The other rules build models on the meta device or as a tiny twin and never read the weights;
     the job does, at start-up, after its processes started, its GPUs are held and vLLM began
     loading: a cut-short file stops `from_pretrained` with "SafetensorError: Error while
-    deserializing header: MetadataIncompleteBuffer" (or
-    "incomplete metadata, file not fully covered"); a missing shard with "OSError: ... does not
-    appear to have a file named model-00002-of-00004.safetensors"; a folder with no weights (a
-    tokenizer-only save, a `--include "*.json"` download) with
-    "does not appear to have a file named model.safetensors".
+    deserializing header: MetadataIncompleteBuffer" (or "incomplete metadata, file not fully
+    covered"); a missing shard with "OSError: ... does not appear to have a file named
+    model-00002-of-00004.safetensors"; a folder with no weights (a tokenizer-only save, a
+    `--include "*.json"` download) with "does not appear to have a file named model.safetensors".
 
 Example
     model_name_or_path: qwen2-truncated  # model.safetensors cut short

@@ -13,11 +13,10 @@ Why is this bad?
     `use_peft: true` wraps the model in a fresh LoRA adapter; these setups break once the job runs:
     - an adapter folder as the model: `create_model_from_path` (trl 0.26-1.16) stops ("Unrecognized
       model in ... Should have a `model_type` key in its config.json"); `from_pretrained` (trl
-      0.14-0.19, PPO's script) attaches it to its base and `get_peft_model` resets it
-      ("You are trying to modify a model with PEFT for a second time": the SFT training is silently
-      lost), or without `use_peft` nothing trains
-      ("element 0 of tensors does not require grad and does not have a grad_fn"); trl 0.21-0.25
-      read `AutoConfig` first;
+      0.14-0.19, PPO's script) attaches it to its base and `get_peft_model` resets it ("You are
+      trying to modify a model with PEFT for a second time": the SFT training is silently lost), or
+      without `use_peft` nothing trains ("element 0 of tensors does not require grad and does not
+      have a grad_fn"); trl 0.21-0.25 read `AutoConfig` first;
     - new tokens' embedding and head rows stay as initialised unless both are in
       `lora_modules_to_save`;
     - reentrant checkpointing (transformers 4.x's default) with PEFT needs input gradients:
@@ -28,9 +27,9 @@ Why is this bad?
       transformers 4.48.3, peft 0.14.0). `gradient_checkpointing` defaults to True from 0.23
       (BaseConfig from 0.29);
     - `lora_target_modules: ["q_proj,", "v_proj"]` (a recipe's `"q_proj", "v_proj"` through
-      nargs='+'): PEFT adapts only v_proj without a word
-      ("Target modules ... not found in the base model" when none match); a one-item list becomes a
-      regex string: `[q_proj]` matches nothing (peft 0.21.2, trl 1.16.0);
+      nargs='+'): PEFT adapts only v_proj without a word ("Target modules ... not found in the base
+      model" when none match); a one-item list becomes a regex string: `[q_proj]` matches nothing
+      (peft 0.21.2, trl 1.16.0);
     - LoRA keys without `use_peft`: `get_peft_config` returns None and the full model trains.
 
 Example

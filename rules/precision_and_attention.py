@@ -10,17 +10,15 @@ What it does
     loads the policy with.
 
 Why is this bad?
-    - bf16 below compute capability 8.0 (T4, V100):
-      "ValueError: Your setup doesn't support bf16/gpu." or emulated, many times slower; GRPO and
-      RLOO default it on from TRL 0.19; vLLM colocate there refuses a bf16 checkpoint ("Bfloat16 is
-      only supported on GPUs with compute capability of at least 8.0"). fp16/bf16 without a GPU: a
-      warn.
+    - bf16 below compute capability 8.0 (T4, V100): "ValueError: Your setup doesn't support
+      bf16/gpu." or emulated, many times slower; GRPO and RLOO default it on from TRL 0.19; vLLM
+      colocate there refuses a bf16 checkpoint ("Bfloat16 is only supported on GPUs with compute
+      capability of at least 8.0"). fp16/bf16 without a GPU: a warn.
     - flash_attention_2 (_3, _4) without its package: "ImportError: FlashAttention2 has been
       toggled on, but it cannot be used ..." (transformers >= 5 falls back to the Hub kernel
       `kernels-community/flash-attn2` with `kernels` installed: a warn); a broken build
-      ("undefined symbol"); below 8.0 (FA2) or 9.0 (FA3, FA4):
-      "FlashAttention only supports Ampere GPUs or newer."; fp32 weights:
-      "FlashAttention only support fp16 and bf16 data type".
+      ("undefined symbol"); below 8.0 (FA2) or 9.0 (FA3, FA4): "FlashAttention only supports Ampere
+      GPUs or newer."; fp32 weights: "FlashAttention only support fp16 and bf16 data type".
     - Gemma 2, 3, 4 on sdpa or flash attention reach NaN or zero loss (transformers#32390,
       LlamaFactory#7755, NeMo Automodel#1883).
     - TRL 1.x loads float32 without a dtype (`kwargs.get("dtype", "float32")`), TRL 0.x

@@ -21,8 +21,8 @@ Why is this bad?
     - None before 0.16 ("must be real number, not NoneType"), NaN, inf, strings; an unawaited
       `async def`; "Number of reward weights (2) must match number of reward functions (3)";
     - a reward model that is not a 1-label classifier: a causal LM gets a random score head (a
-      warn), a 2-label one fails to load, one without pad or eos cannot score
-      ("Cannot handle batch sizes > 1 if no padding token is defined", trl#422).
+      warn), a 2-label one fails to load, one without pad or eos cannot score ("Cannot handle batch
+      sizes > 1 if no padding token is defined", trl#422).
 
 Versions
     Read from the installed trainer: `completion_ids` from 0.19, `trainer_state` from 0.21

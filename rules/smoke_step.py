@@ -5,8 +5,8 @@ What it does
     tokenizer, precision, LoRA and first rows, for one optimizer step made tiny
     (`num_generations: 2`, 8-token completions, no saving, trackers or vLLM), in a child process
     under --smoke-timeout. GRPO and RLOO (trl >= 0.22) get the model path; PPO
-    (trl.experimental.ppo up to trl 1.12.0, trl.PPOTrainer before) and the PPO-style RLOO of trl <
-    0.22 get models built as TRL's example scripts build them. On the CPU every model is a
+    (trl.experimental.ppo up to trl 1.12.0, trl.PPOTrainer before) and the PPO-style RLOO of
+    trl < 0.22 get models built as TRL's example scripts build them. On the CPU every model is a
     miniature twin (same class and tokenizer, 2 layers); on a GPU, the real model when one step
     fits with a 10% margin. Checked: finite loss and grad norm, trainable parameters changed and
     frozen ones not, one finite float (or None) per completion from every reward call; a hang,

@@ -13,14 +13,13 @@ What it does
 Why is this bad?
     In server mode the trainer generates through a separate `trl vllm-serve` at
     `vllm_server_base_url` (or `vllm_server_host`:`vllm_server_port`) that nothing starts for you.
-    A server that is not up makes every process log
-    "Server is not up yet. Retrying in 2.0 seconds..." for `vllm_server_timeout` (240 s), after the
-    job took its GPUs and loaded the model, then die with
-    "ConnectionError: The vLLM server can't be reached at ..." (open-r1#568, open-r1#543: users
-    upgrading from 0.15). Another model's server generates completions trained on as the policy's
-    until the first weight sync fails. A short `--max-model-len` rejects long requests ("The
-    decoder prompt (length 3353) is longer than the maximum model length of 2560", trl#3569) or
-    returns nothing, and TRL fails with an IndexError (trl#3180).
+    A server that is not up makes every process log "Server is not up yet. Retrying in 2.0
+    seconds..." for `vllm_server_timeout` (240 s), after the job took its GPUs and loaded the
+    model, then die with "ConnectionError: The vLLM server can't be reached at ..." (open-r1#568,
+    open-r1#543: users upgrading from 0.15). Another model's server generates completions trained
+    on as the policy's until the first weight sync fails. A short `--max-model-len` rejects long
+    requests ("The decoder prompt (length 3353) is longer than the maximum model length of 2560",
+    trl#3569) or returns nothing, and TRL fails with an IndexError (trl#3180).
 
 Versions
     Server mode is the default in TRL 0.16-0.29 (0.16-0.17: server only; `vllm_mode` from 0.18),

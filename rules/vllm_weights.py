@@ -11,27 +11,24 @@ What it does
     without vLLM: TD007 judges that).
 
 Why is this bad?
-    With `use_vllm`, TRL pushes the policy's weights into vLLM by name after every optimizer step
-    (`load_weights`, or `update_named_param(s)` to `trl vllm-serve`); each of these breaks only
-    once the job runs:
-    - a bitsandbytes-quantized policy: packed 4-bit or int8 tensors meet bf16 weights,
-      `assert param_data.shape == loaded_weight.shape` (trl#3654 colocate, trl#4973 server).
-      Releases that start colocate with `quantization="bitsandbytes"` re-round the merged LoRA to 4
-      bits at every sync ("Merge lora module to 4-bit linear may get different generations due to
-      rounding errors", trl#3466) and refuse 8-bit
-      ("vLLM does not support in-flight 8-bit quantization");
-    - LoRA under a sync that does not merge, rename `base_model.model.…base_layer`, drop the LoRA
-      tensors and take `modules_to_save.default.` (trl 0.14 pushes the PEFT state dict as is,
-      trl#2698): vLLM generates with the base weights or stops on unknown names;
+    After every optimizer step TRL pushes the policy's weights into vLLM by name (`load_weights`,
+    or `update_named_param(s)` to `trl vllm-serve`); these break only once the job runs:
+    - a bitsandbytes-quantized policy pushes packed 4-bit or int8 tensors into bf16 weights:
+      `assert param_data.shape == loaded_weight.shape` (trl#3654 colocate, trl#4973 server);
+      releases that start colocate with `quantization="bitsandbytes"` re-round the merged LoRA
+      every sync (trl#3466: "Merge lora module to 4-bit linear may get different generations due to
+      rounding errors") and refuse 8-bit ("vLLM does not support in-flight 8-bit quantization");
+    - LoRA under a sync that does not merge, rename and filter the adapter's parameters (trl 0.14
+      pushes the PEFT state dict as is, trl#2698): vLLM generates with the base weights or stops on
+      unknown names;
     - ZeRO-3 with `ds3_gather_for_generation: false` where the sync gathers only with it (trl
-      0.15-0.18's `_move_model_to_vllm`): empty shards
-      ("Attempted to load weight (torch.Size([0])) into parameter");
+      0.15-0.18): "Attempted to load weight (torch.Size([0])) into parameter";
     - TRL 0.14-0.15's `vllm_device` "auto" is `cuda:<num_processes>`, missing with one process per
       GPU: "The requested device for vllm (cuda:N) is not available" (open-r1#260, trl#2852);
-    - a local `trl vllm-serve` with training on every GPU: the weight-sync communicator hangs or
+    - a local `trl vllm-serve` on a GPU that also trains: the weight-sync communicator hangs or
       NCCL's watchdog fires at the first update (trl#3157, open-r1#478);
-    - an architecture the installed vLLM does not implement: no engine, or only through its
-      Transformers backend where supported (trl#5269).
+    - an architecture the installed vLLM lacks: no engine, or only its Transformers backend where
+      that supports it (trl#5269).
 
 Example
     use_vllm: true                      # trl 0.15, one training process per GPU (4 GPUs)
@@ -40,11 +37,11 @@ Example
        available'; launch with `--num_processes 3` to leave cuda:3 to vLLM
 
 Fix safety
-    No automatic fix: each change is the user's choice, given as a manual fix: load the policy
-    unquantized (bf16 + LoRA) or set `use_vllm: false`; upgrade TRL for the PEFT sync; keep
-    `ds3_gather_for_generation: true` (or ZeRO-2); launch with `--num_processes <GPUs - 1>`; for a
-    local server `CUDA_VISIBLE_DEVICES=0 trl vllm-serve ...` and `CUDA_VISIBLE_DEVICES=1,...,N-1
-    accelerate launch --num_processes N-1`; `use_vllm: false` for an architecture vLLM lacks.
+    No automatic fix (each change is the user's choice); a manual fix names it: load the policy
+    unquantized (bf16 + LoRA) or `use_vllm: false`; upgrade TRL for the PEFT sync;
+    `ds3_gather_for_generation: true` (or ZeRO-2); `--num_processes <GPUs - 1>`;
+    `CUDA_VISIBLE_DEVICES=0 trl vllm-serve ...` beside `CUDA_VISIBLE_DEVICES=1,...,N-1 accelerate
+    launch --num_processes N-1`; `use_vllm: false` for an architecture vLLM lacks.
 """
 
 from __future__ import annotations
