@@ -12,14 +12,14 @@ What it does
 Why is this bad?
     GRPO and RLOO need whole groups of `num_generations` in every generated batch; PPO (and RLOO
     before TRL 0.22) splits rollouts into `num_mini_batches` (and `rloo_k` groups). Sizes multiply
-    across processes, so a config fine on one GPU stops on eight, inside the launched job (in the
-    config from TRL 0.18, after the model loaded before), one error at a time:
-    "generation_batch_size (12) must be divisible by num_generations (8)." (>= 0.21; other words in
-    0.15-0.20; 0.14 counted per device), "GRPO requires at least 2 generations per prompt", the
-    eval batch (`num_generations_eval`, 1.0), PPO's "`local_batch_size` must be a multiple of
-    `num_mini_batches`" or "insufficient for whitening". `auto_find_batch_size: true` halves the
-    batch after an out-of-memory error and the retry dies with "shape '[-1, 4]' is invalid for
-    input of size 2" (trl#3842; refused from the release with PR#6411).
+    across processes, so a config fine on one GPU stops on eight, inside the launched job (from TRL
+    0.18 in the config's `__post_init__`, before in the trainer after the model loaded), one error
+    at a time: "generation_batch_size (12) must be divisible by num_generations (8)." (>= 0.21;
+    other words in 0.15-0.20; 0.14 counted per device), "GRPO requires at least 2 generations per
+    prompt", the eval batch (`num_generations_eval`, 1.0), PPO's "`local_batch_size` must be a
+    multiple of `num_mini_batches`" or "insufficient for whitening". `auto_find_batch_size: true`
+    halves the batch after an out-of-memory error and the retry dies with "shape '[-1, 4]' is
+    invalid for input of size 2" (trl#3842; refused from the release with PR#6411).
 
 Versions
     0.17 multiplied in gradient_accumulation_steps, 0.18 added `generation_batch_size` /

@@ -1,13 +1,13 @@
 """TD013 dataset-schema: the dataset has the columns and rows the trainer and reward functions read.
 
 What it does
-    Loads the dataset offline as the context does (a file, a saved folder or a cached hub id; one
-    that cannot be loaded stops the check with exit status 2, naming it) and shows its columns, row
-    count and one row. Every prompt is classified as text, messages, empty, null or malformed, from
-    the Arrow column type when it settles it, else row by row on up to 10000 rows. The reward
-    functions' parameters without a default must be dataset columns or keywords the installed
-    trainer passes; they are read from the functions' source with `ast`, so user code is not run
-    twice.
+    Loads the dataset offline as the context does (one that cannot be loaded stops the check with
+    exit status 2, naming it) and shows its columns, row count and one row. Every prompt is
+    classified as text, messages, empty, null or malformed (from the Arrow column type when it
+    settles it, else on up to 10000 rows). Each reward function's parameters without a default,
+    read from its source with `ast` (user code is not run twice), must be dataset columns or
+    keywords the installed trainer passes (read from its source: `prompts`, `completions`; later
+    `completion_ids`, `trainer_state`; `log_extra`, `log_metric` in 1.x).
 
 Why is this bad?
     The trainer reads the dataset only when it builds the first batch, after the model (and vLLM)
@@ -24,9 +24,7 @@ Why is this bad?
       IterableDataset: GRPO 0.17-1.8 and RLOO 0.22-1.8 refuse it
       ("Iterable datasets are not yet supported"), GRPO 0.14-0.16 broke the prompt groups
       (trl#3213) or crashed (trl#2942), PPO (and RLOO before 0.22) takes its length; from 1.9.0,
-      where it is repeated, `max_steps` must be set. The keywords TRL passes besides the columns
-      are read from the installed trainer (`prompts`, `completions`; later `completion_ids`,
-      `trainer_state`; `log_extra`, `log_metric` in 1.x).
+      where it is repeated, `max_steps` must be set.
 
 Example
     dataset_path: questions.jsonl       # columns: question, answer

@@ -29,8 +29,9 @@ Why is this bad?
       `pip3 install deepspeed` or build it from source."
 
 Example
-    accelerate_config: accelerate_zero2_4gpu.yaml   # ZeRO-2, 4 processes; no deepspeed package
-    -> fail: DeepSpeed is configured ... but the deepspeed package is not installed ...
+    accelerate_config: accelerate_zero2_4gpu.yaml   # ZeRO-2 on this machine's 4 GPUs; no deepspeed
+    -> fail: DeepSpeed ZeRO-2 is configured (...) but the deepspeed package is not installed in this
+       machine, whose GPUs the job runs on: `accelerate launch` stops with "ImportError: ..." ...
 
 Fix safety
     No automatic fix (the changes touch the launch or the packages); a manual fix names the

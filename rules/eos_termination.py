@@ -24,8 +24,10 @@ Why is this bad?
 
 Example
     model_name_or_path: qwen2-base      # ChatML: turns end with <|im_end|>; eos is <|endoftext|>
-    -> fail: generation does not stop at '<|im_end|>' (id ...): the probe made the model emit it as
-       the 5th token and generation still ran all ... steps of the probe's limit; ...
+    -> fail: generation does not stop at '<|im_end|>' (id 2): the probe made the model emit it as
+       the 4th token and generation still ran all 8 steps of the probe's limit;
+       generation_config.json eos_token_id [0] lacks it, so every completion will run to
+       max_completion_length (256)
 
 Fix safety
     Safe: adds the missing id to generation_config.json's `eos_token_id` (a list, existing ids

@@ -30,9 +30,10 @@ Why is this bad?
 
 Example
     model_name_or_path: qwen2-minp      # generation_config.json sets min_p, no_repeat_ngram_size
-    -> warn: generate samples with min_p ... (generation_config.json) instead of unset (GRPOTrainer
-       does not pass it; ...); ...: transformers fills what the trainer leaves unset from
-       generation_config.json, so the job does not sample as GRPOConfig says
+    -> warn: generate samples with min_p 0.1 (generation_config.json) instead of unset
+       (GRPOConfig.min_p = None); no_repeat_ngram_size 4 (generation_config.json) instead of 0
+       (GRPOTrainer does not pass it; transformers' default 0): transformers fills what the trainer
+       leaves unset from generation_config.json, so the job does not sample as GRPOConfig says
 
 Fix safety
     Safe for the tokenizer: writes `model_input_names` without `token_type_ids`, or

@@ -22,8 +22,9 @@ Why is this bad?
 
 Example
     model_name_or_path: qwen2-truncated  # model.safetensors cut short
-    -> fail: the policy's weights in ... are broken: ...: from_pretrained stops at start-up,
-       after the job has taken its GPUs
+    -> fail: the policy's weights in .../qwen2-truncated are broken: model.safetensors: cut short:
+       59,232 of 118,464 bytes (its header describes 26 tensors): from_pretrained stops at
+       start-up, after the job has taken its GPUs
 
 Fix safety
     No automatic fix (the doctor never downloads or rewrites weights): a manual fix names the file

@@ -1,20 +1,16 @@
 """TD007 version-skew: installed packages fit each other's declared ranges; no known breakage applies.
 
 What it does
-    Reads versions and `Requires-Dist` lines from the installed metadata (importlib.metadata;
-    nothing is imported) and checks every requirement one watched package (TRL, transformers,
-    accelerate, torch, vLLM, PEFT, DeepSpeed, datasets) declares on another with packaging (markers
-    for this interpreter; pre-releases and local builds count, and 2.13.0+cpu satisfies
-    torch==2.13.0). An extra's requirement counts once the package it is named after is installed
-    (`trl[vllm]` once vllm is); dev, test or benchmarks extras never. Then every entry of the
-    known-issues table (trl_doctor/data/known_issues.yaml: package ranges, the config it concerns,
-    what breaks, the fix, the wheel files read as evidence) whose conditions match is reported with
-    its severity. An entry another rule's probe decides by running the installed code
-    (logits-contract, vllm-tokenizer-drift, pad-token, trainer-config) is listed as an explanation
-    and does not change this rule's status. `use_liger_kernel` / `use_liger_loss` (GRPOConfig in
-    trl 0.17-0.2x, catalog A9) need liger-kernel on the launch machine (fail), within TRL's `liger`
-    extra (trl 0.15.2: ==0.5.3; trl 1.16: >=0.8.2, PR#5690; outside: warn); elsewhere a note.
-    `trl-doctor env` prints the same findings.
+    Reads versions and `Requires-Dist` from the installed metadata (nothing is imported) and checks
+    every requirement one watched package (TRL, transformers, accelerate, torch, vLLM, PEFT,
+    DeepSpeed, datasets) declares on another (markers for this interpreter; 2.13.0+cpu satisfies
+    torch==2.13.0; an extra such as `trl[vllm]` counts once vllm is installed). Then reports each
+    entry of trl_doctor/data/known_issues.yaml whose package ranges and config match, with its
+    severity; an entry another rule's probe decides (logits-contract, vllm-tokenizer-drift,
+    pad-token, trainer-config) is only explained in the details. `use_liger_kernel` /
+    `use_liger_loss` (GRPOConfig in trl 0.17-0.2x, catalog A9) need liger-kernel on the launch
+    machine (fail; elsewhere a note) within TRL's `liger` extra (trl 0.15.2: ==0.5.3; trl 1.16:
+    >=0.8.2, PR#5690; outside: warn). `trl-doctor env` prints the same.
 
 Why is this bad?
     pip resolves requirements only at install and only warns when a later install

@@ -38,7 +38,7 @@ Example
     use_vllm: true
     generation_kwargs: {stop: ["</search>"]}
     -> fail: stop string '</search>' never fires: the trainer's tokenizer writes it as ids [321],
-       which vLLM's tokenizer (...) decodes as '' ...; completions run to max_completion_length
+       which vLLM's tokenizer (...) decodes as '' (...); completions run to max_completion_length
 
 Fix safety
     Safe: writes the trainer's tokenizer into the folder vLLM loads (tokenizer.json and the chat
