@@ -1,14 +1,12 @@
 """TD012 chat-template: the template renders the prompts and opens the assistant's turn, after one BOS.
 
 What it does
-    Renders and tokenizes up to 1000 prompts spread over the dataset as the installed trainer does
-    (read from its source: `maybe_apply_chat_template` in TRL 0.14-0.24,
-    `apply_chat_template(add_generation_prompt=True)` from 0.25; shared with context-length), in
-    the worker's fence (a template past --user-code-timeout fails the rule). It checks that
-    conversational rows have a template that renders them, that the text before an assistant
-    message holds no special token (the generation prompt is there), and, when the tokenizer's own
-    encoding starts with BOS, that each prompt's ids as the trainer (and vLLM) get them start with
-    exactly one BOS.
+    Renders and tokenizes up to 1000 prompts as the installed trainer does (read from its source:
+    `maybe_apply_chat_template` up to TRL 0.24, `apply_chat_template(add_generation_prompt=True)`
+    from 0.25; shared with context-length), in the worker's fence. Conversational rows need a
+    template that renders them; the text before an assistant message must hold no special token
+    (the generation prompt is there); when the tokenizer's own encoding starts with BOS, each
+    prompt's ids, as the trainer (and vLLM) get them, must start with exactly one BOS.
 
 Why is this bad?
     Prompts are rendered at every step, after the model and vLLM loaded:

@@ -1,14 +1,12 @@
 """TD019 distributed-setup: device_map, PEFT and checkpointing suit the launch's processes, sharding.
 
 What it does
-    Takes the process count and accelerate config from facts.launch and the sharding from
-    facts.launch.sharding (the config's `deepspeed` JSON or `fsdp`, else the accelerate config),
-    then reads: the `device_map` in `model_init_kwargs` (or the one a launch script loaded the
-    policy with), and whether the installed trainer resets it for the distributed type (from its
-    source); the effective `use_reentrant` (gradient_checkpointing_kwargs, else the trainer's
-    `setdefault`, else the installed transformers' default) and whether the trainer forces
-    reentrant for PEFT + ZeRO-3; the installed deepspeed and peft against known issue KI015;
-    whether deepspeed is installed, judged only on the launch machine.
+    Takes the processes and the DeepSpeed / FSDP sharding from facts.launch, and reads the
+    `device_map` the policy is loaded with (and whether the installed trainer resets it when
+    distributed), the effective `use_reentrant` (the config, the trainer's `setdefault`, the
+    installed transformers' default) and whether the trainer forces reentrant under PEFT + ZeRO-3,
+    the installed deepspeed and peft against known issue KI015, and whether deepspeed is installed
+    (on the launch machine only).
 
 Why is this bad?
     - `device_map="auto"` (or "balanced", "sequential", a multi-entry map) with more than one

@@ -1,15 +1,13 @@
 """TD004 eos-termination: generation stops at the token the model ends its turn with.
 
 What it does
-    Renders the chat template on a short conversation to find the first special token after the
-    assistant's content (for plain-text prompts, the tokenizer's eos) and checks it is in the stop
-    set the generation path uses: the tokenizer's eos plus generation_config.json's `eos_token_id`,
-    for HF `generate` and, with `use_vllm`, vLLM (which adds the latter to every request's stop
-    ids). With the smoke step, a probe makes the miniature twin emit that token as the 4th to 6th
-    completion token while the installed trainer runs its real generation path: generation must
-    stop there (vLLM's path is judged statically). The ids the trainer ends the completion mask at
-    are read from its source (facts.generation.mask_eos). PPO-style trainers (PPO, RLOO before trl
-    0.22) are judged on the config's `stop_token` / `stop_token_id` only, with no probe.
+    Finds the token the chat template ends the assistant's turn with (for plain prompts, the eos)
+    and checks it is in the stop set of HF `generate` and, with `use_vllm`, vLLM (the tokenizer's
+    eos plus generation_config.json's `eos_token_id`), and where the installed trainer ends the
+    completion mask (facts.generation.mask_eos). With the smoke step a probe makes the twin emit it
+    as the 4th to 6th completion token in the trainer's real generation path, which must stop
+    there. PPO-style trainers (PPO, RLOO before trl 0.22): the config's `stop_token` /
+    `stop_token_id`, no probe.
 
 Why is this bad?
     A completion that never stops runs to `max_completion_length` (PPO: `response_length`): the job

@@ -1,15 +1,12 @@
 """TD021 generation-settings: the job samples as you set it, from prompts `generate` accepts.
 
 What it does
-    Reads the GenerationConfig the installed trainer builds from its source (keys and expressions
-    evaluated against this config) and merges it with the installed transformers'
-    `_prepare_generation_config` on the meta-device model twice, with the checkpoint's
-    generation_config.json and with a blank one (inside TRL's `_override_model_generation_config`
-    where used): the keys that differ are the ones the file changes (bos/eos/pad ids aside). Calls
-    the tokenizer on a prompt and asks transformers' `_validate_model_kwargs` whether `generate`
-    accepts its output, and the trainer's source whether that output reaches `generate`. Reads
-    whether the trainer pads prompts left itself, and whether TRL's `unwrap_model_for_generation`
-    turns gradient checkpointing off before generating.
+    Merges the GenerationConfig the installed trainer builds (read from its source) with the
+    checkpoint's generation_config.json and with a blank one, through the installed transformers'
+    `_prepare_generation_config` on the meta-device model: keys that differ are the file's doing
+    (ids aside). Asks `_validate_model_kwargs` whether `generate` takes the tokenizer's output and
+    the trainer's source whether it gets it; reads who pads prompts, and whether
+    `unwrap_model_for_generation` turns gradient checkpointing off.
 
 Why is this bad?
     - Sampling defaults in generation_config.json (`min_p`, `top_k`, `temperature`,

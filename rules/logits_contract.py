@@ -1,16 +1,12 @@
 """TD003 logits-contract: the model answers the trainer's call the way the trainer expects.
 
 What it does
-    A probe builds the installed TRL's real trainer on the miniature twin (the candidate's
-    architecture class) and calls its own per-token log-prob method (`_get_per_token_logps` or
-    `_get_per_token_logps_and_entropies`) on 2 x (6 prompt + 4 completion) tokens, with hooks that
-    record the keywords the model received and every vocabulary-sized output. It fails when the
-    model produced logits for more positions than the trainer asked for, or the result is not
-    [batch, completion]; the memory the mismatch costs at the config's sizes is shown, and a probe
-    that raises names what the model lacks. Remote code: config.json's `auto_map` and `model_type`
-    are read as JSON against the installed transformers' model types, with the config's
-    `trust_remote_code`; the probe runs the model's code only under trl-doctor's
-    --trust-remote-code, else it skips and says so.
+    A probe builds the installed TRL's trainer on the miniature twin and calls its own per-token
+    log-prob method on 2 x (6 prompt + 4 completion) tokens, hooks recording the keywords the model
+    got and every vocabulary-sized output: logits for more positions than asked, or a result that
+    is not [batch, completion], fail, with the memory at the config's sizes. Remote code:
+    config.json's `auto_map` and `model_type` against the installed transformers, and the config's
+    `trust_remote_code`; the probe runs such code only under --trust-remote-code, else skips.
 
 Why is this bad?
     TRL 0.15-0.17 call `model(input_ids, attention_mask, logits_to_keep=k + 1).logits`;

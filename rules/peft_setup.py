@@ -1,13 +1,11 @@
 """TD016 peft-setup: LoRA starts from a base, trains new tokens' rows, and gets gradients.
 
 What it does
-    Without weights: looks for adapter_config.json in the model folder; counts the rows new tokens
-    need (`added_tokens`, or a tokenizer larger than the embedding) and looks the meta model's
-    embedding and head names (`embed_tokens`, `lm_head`; `wte` for GPT-2) up in
-    `lora_modules_to_save`; matches `lora_target_modules`, as PEFT gets them, against the model's
-    modules as PEFT's check_target_module_exists does; reads the trainer's source, transformers'
-    `gradient_checkpointing_enable` and the effective `gradient_checkpointing_kwargs` for whether
-    input gradients are on.
+    Without weights: looks for adapter_config.json in the model folder; looks the meta model's
+    embedding and head names up in `lora_modules_to_save` when new tokens need rows; matches
+    `lora_target_modules`, as PEFT gets them, against the model's modules as PEFT does; reads the
+    trainer's source, transformers' `gradient_checkpointing_enable` and the effective
+    `gradient_checkpointing_kwargs` for whether input gradients are on.
 
 Why is this bad?
     `use_peft: true` wraps the model in a fresh LoRA adapter; these setups break once the job runs:

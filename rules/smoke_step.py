@@ -1,19 +1,16 @@
 """TD006 smoke-step: one tiny, real training step of the installed TRL trainer before the long job.
 
 What it does
-    Runs the installed TRL's own trainer, with the config's settings, models, reward functions,
-    tokenizer, precision, LoRA and first rows, for one optimizer step made tiny
-    (`num_generations: 2`, 8-token completions, no saving, trackers or vLLM), in a child process
-    under --smoke-timeout. GRPO and RLOO (trl >= 0.22) get the model path; PPO
-    (trl.experimental.ppo up to trl 1.12.0, trl.PPOTrainer before) and the PPO-style RLOO of
-    trl < 0.22 get models built as TRL's example scripts build them. On the CPU every model is a
-    miniature twin (same class and tokenizer, 2 layers); on a GPU, the real model when one step
-    fits with a 10% margin. Checked: finite loss and grad norm, trainable parameters changed and
-    frozen ones not, one finite float (or None) per completion from every reward call; a hang,
-    segfault or OOM kill fails with its stage. `--sample N` (default 2 after a real-model step on a
-    GPU; not yet run in CI) has the REAL model (safetensors only) generate and the rewards score
-    it; on the CPU refused above 1.5B parameters or half of --smoke-timeout (~10 GB/s, ~20
-    GFLOP/s).
+    Runs the installed TRL's own trainer with the config's settings, models, reward functions,
+    tokenizer, precision, LoRA and first rows, made tiny (one step, `num_generations: 2`, 8-token
+    completions, no saving, trackers or vLLM), in a child process under --smoke-timeout; PPO and
+    the PPO-style RLOO of trl < 0.22 get models built as TRL's example scripts build them. On the
+    CPU every model is a miniature twin (same class and tokenizer, 2 layers); on a GPU the real
+    model, when one step fits with a 10% margin. It checks finite loss and grad norm, trained
+    parameters changed and frozen ones not, one finite float (or None) per completion from every
+    reward call; a hang, segfault or OOM kill fails with its stage. `--sample N` (default 2 after a
+    real-model step on a GPU; not yet run in CI) then has the real model (safetensors only)
+    generate and the rewards score it.
 
 Why is this bad?
     Many failures show only once the trainer runs, on a GPU job after the model loaded and the

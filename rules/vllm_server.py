@@ -1,14 +1,12 @@
 """TD018 vllm-server: in server mode, the vLLM server is up, serves the trained model, has room for it.
 
 What it does
-    Skipped without `use_vllm` and in TRL 0.14-0.15's in-process mode; colocate passes. Otherwise
-    asks the server the trainer would connect to for its health (the installed client's path
-    first), then `/v1/models` (and the world size on TRL's own server), 2 s per request, no
-    retries. A local server that refuses, is silent or unhealthy fails (a skip where this is not
-    the launch machine); a remote one that refuses warns, one that cannot be reached from here is a
-    skip. A served model (`root`, else `id`) other than the trained one fails (same last path
-    component: a warn), and so does a served `max_model_len` below the longest prompt (as
-    context-length measures it) plus `max_completion_length`.
+    With `use_vllm` in server mode (colocate passes; TRL 0.14-0.15's in-process mode skips), asks
+    the server for its health, then `/v1/models` (and the world size on TRL's own server), 2 s a
+    request. A local server that is not up and healthy: fail (skip off the launch machine); a
+    remote host that refuses: warn, one not reachable from here: skip. Another served model
+    (`root`, else `id`): fail (same folder name: warn); a served `max_model_len` below the longest
+    prompt plus `max_completion_length`: fail.
 
 Why is this bad?
     In server mode the trainer generates through a separate `trl vllm-serve` at
