@@ -11,16 +11,16 @@ What it does
     act on.
 
 Why is this bad?
-    TRL does not hand its tokenizer to vLLM (colocate builds `LLM(model=model.name_or_path, ...)`;
+    TRL does not hand its tokenizer to vLLM (colocate builds `LLM(model=model.name_or_path, ...)`,
     server mode runs whatever `--model` was given), so tokens the training script adds are unknown
-    to it: stop strings that name them never fire (vLLM matches its own detokenized text, which
-    also leaves special tokens out while `skip_special_tokens` is true) and completions run to
-    `max_completion_length`; prompts vLLM tokenizes itself split them or fail
-    ("Token id N is out of vocabulary"); stop token ids still fire where TRL forwards
-    `generation_kwargs`. Ids past config.json's `vocab_size` mean `resize_token_embeddings` was not
-    done: vLLM rejects them, the trainer's forward fails ("index out of range in self"), and a
-    script's in-memory resize stops the first weight sync on
-    `loaded_weight.shape[output_dim] == self.org_vocab_size` (trl#3112).
+    to it. Stop strings that name them never fire (vLLM matches its own detokenized text, which
+    also drops special tokens while `skip_special_tokens` is true): completions run to
+    `max_completion_length`. Prompts vLLM tokenizes itself split them or fail
+    ("Token id N is out of vocabulary"). Stop token ids still fire where TRL forwards
+    `generation_kwargs`. Ids past config.json's `vocab_size` (no `resize_token_embeddings`) break
+    vLLM and the trainer's forward ("index out of range in self"), and a script's in-memory resize
+    stops the first weight sync on `loaded_weight.shape[output_dim] == self.org_vocab_size`
+    (trl#3112).
 
 Versions
     Read from the installed source; the wheels show: TRL 0.14.0-0.15.2 fixed SamplingParams, text
@@ -41,17 +41,15 @@ Example
        which vLLM's tokenizer (...) decodes as '' (...); completions run to max_completion_length
 
 Fix safety
-    Safe: writes the trainer's tokenizer into the folder vLLM loads (tokenizer.json and the chat
-    template whole, tokenizer_config.json by key; with backups) once a fresh load matches; for a
-    stop string naming a special token, sets `skip_special_tokens: false` and
+    Safe: writes the trainer's tokenizer into the folder vLLM loads (with backups) once a fresh
+    load matches; for a stop string naming a special token, sets `skip_special_tokens: false` and
     `include_stop_str_in_output: true` in `generation_kwargs`. Manual where no file change repairs
     it (a TRL that does not forward `generation_kwargs`: upgrade to 0.19 or later; a stop id past
-    the embedding rows; a script's in-memory resize) and for files in the Hugging Face cache, never
-    rewritten (copy the snapshot with `cp -rL`, point the config at it, rerun --fix). New ids past
-    the embedding rows: unsafe (`--unsafe-fixes`), the embeddings are resized
-    (`resize_token_embeddings`, new rows from the old rows' mean and covariance, seeded) and
-    model.safetensors and `vocab_size` rewritten with the tokenizer, for single-file checkpoints up
-    to 256 MiB.
+    the embedding rows; a script's in-memory resize) and for the Hugging Face cache, never
+    rewritten (copy the snapshot with `cp -rL`, point the config at it, rerun --fix). Unsafe
+    (`--unsafe-fixes`) for new ids past the embedding rows: `resize_token_embeddings` (new rows
+    from the old rows' mean and covariance, seeded), rewriting model.safetensors and `vocab_size`
+    with the tokenizer, for single-file checkpoints up to 256 MiB.
 """
 
 from __future__ import annotations
