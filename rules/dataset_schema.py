@@ -12,19 +12,18 @@ What it does
 Why is this bad?
     The trainer reads the dataset only when it builds the first batch, after the model (and vLLM)
     loaded:
-    - GRPO and RLOO read a `prompt` column: `question`, `problem` or `messages` fail the first step
-      with "KeyError: 'prompt'" (ms-swift#5087); PPO's example script (examples/scripts/ppo/ppo.py)
-      tokenizes `prompt` too;
+    - GRPO and RLOO read a `prompt` column (PPO's example script examples/scripts/ppo/ppo.py too):
+      `question`, `problem` or `messages` fail the first step with "KeyError: 'prompt'"
+      (ms-swift#5087);
     - TRL decides per batch, from its first row, whether prompts are text or messages: mixed, null
       or empty rows fail or mix formats mid-run;
-    - every column but `prompt`/`completion` is passed to each reward function by name: a function
-      that takes `answer` without a default needs that column ("TypeError: ... missing 1 required
-      positional argument: 'answer'");
-    - a streamed dataset (`dataset_streaming: true`, a ScriptArguments field from TRL 0.19) is an
-      IterableDataset: GRPO 0.17-1.8 and RLOO 0.22-1.8 refuse it
-      ("Iterable datasets are not yet supported"), GRPO 0.14-0.16 broke the prompt groups
-      (trl#3213) or crashed (trl#2942), PPO (and RLOO before 0.22) takes its length; from 1.9.0,
-      where it is repeated, `max_steps` must be set.
+    - every column but `prompt`/`completion` goes to each reward function by name: one that takes
+      `answer` without a default needs that column ("TypeError: ... missing 1 required positional
+      argument: 'answer'");
+    - a streamed dataset (`dataset_streaming: true`, from TRL 0.19) is an IterableDataset: GRPO
+      0.17-1.8 and RLOO 0.22-1.8 refuse it ("Iterable datasets are not yet supported"), GRPO
+      0.14-0.16 broke the prompt groups (trl#3213) or crashed (trl#2942), PPO (and RLOO before
+      0.22) takes its length; from 1.9.0, which repeats it, `max_steps` must be set.
 
 Example
     dataset_path: questions.jsonl       # columns: question, answer

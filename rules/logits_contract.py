@@ -10,17 +10,15 @@ What it does
 
 Why is this bad?
     TRL 0.15-0.17 call `model(input_ids, attention_mask, logits_to_keep=k + 1).logits`;
-    transformers up to 4.48 named the argument `num_logits_to_keep`, swallowed the unknown keyword
-    and returned logits for the whole prompt+completion (trl#2770, on TRL 0.15.0.dev with
-    transformers 4.48.0; renamed in 4.49). Nothing fails: the logits cost (prompt+completion)/(k+1)
-    times the memory, not vocab/k as a widely shared write-up says, and the job dies of
-    out-of-memory or runs far slower; TRL 0.15.2 slices afterwards but still materialises the full
-    tensor. TRL 1.x asks for `fused_lm_head=True` and `labels` and reads `outputs.log_probs`.
-    Remote code (catalog A4) for a model_type transformers does not ship needs
+    transformers up to 4.48 named it `num_logits_to_keep`, swallowed the unknown keyword and
+    returned logits for the whole sequence (trl#2770, on TRL 0.15.0.dev with transformers 4.48.0;
+    renamed in 4.49). Nothing fails: the logits cost (prompt+completion)/(k+1) times the memory
+    (not vocab/k, as a widely shared write-up says) and the job runs out of memory or far slower;
+    TRL 0.15.2 slices afterwards but still materialises them. TRL 1.x asks for `fused_lm_head=True`
+    and `labels` and reads `outputs.log_probs`. Remote code (catalog A4) needs
     `trust_remote_code=True` ("... contains custom code which must be executed to correctly load
-    the model"), and its forward may lack `logits_to_keep` (a TypeError), swallow it (full logits),
-    or have no output embeddings ("'NoneType' object has no attribute 'weight'" under TRL 1.x's
-    fused head).
+    the model"), and its forward may lack `logits_to_keep` (a TypeError), swallow it, or have no
+    output embeddings ("'NoneType' object has no attribute 'weight'" under TRL 1.x's fused head).
 
 Example
     model_name_or_path: qwen2-chat      # with trl 0.15.2 + transformers 4.48.3

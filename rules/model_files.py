@@ -1,15 +1,12 @@
 """TD017 model-files: every model the trainer loads has its weights, whole.
 
 What it does
-    For the policy (`model_name_or_path`, or the folder a launch command's script loaded),
-    `reward_model_name_or_path`, `reward_model_path`, `value_model_path` and `sft_model_path`, when
-    local folders or cached snapshots, it finds the weights (`model.safetensors.index.json` and
-    every shard it maps, else `model.safetensors`, else `pytorch_model*.bin`, pickle, never opened,
-    else any `*.safetensors`) and reads each safetensors header only: every tensor's byte range
-    must match its shape and dtype, and the file must be as long as the largest range. A 140 GB
-    checkpoint is checked in milliseconds. A broken or missing file is a fail; a folder with no
-    weights at all is a warn (a config-only copy on a laptop or CI runner is normal when the launch
-    machine holds the checkpoint).
+    For the policy, `reward_model_name_or_path`, `reward_model_path`, `value_model_path` and
+    `sft_model_path` (local folders or cached snapshots) it finds the weights (the safetensors
+    index and its shards, `model.safetensors`, `pytorch_model*.bin`, never opened) and reads each
+    safetensors header only: every tensor's byte range must fit its shape and dtype and the file. A
+    140 GB checkpoint takes milliseconds. A broken or missing file fails; no weights at all warns
+    (a config-only copy is normal off the launch machine).
 
 Why is this bad?
     The other rules build models on the meta device or as a tiny twin and never read the weights;

@@ -2,23 +2,20 @@
 
 What it does
     Loads the tokenizer as the trainer will hold it (with `added_tokens`) and compares its pad
-    token and id with the eos, with the model's `vocab_size` (embedding rows) and with
-    `pad_token_id` in config.json and generation_config.json (generation_config.json's only where
-    the installed trainer's GenerationConfig takes no pad id itself, read from its source). Whether
-    the installed trainer sets pad = eos is read from its source, and the line found is quoted.
+    token with the eos, the embedding rows (`vocab_size`) and `pad_token_id` in config.json and
+    generation_config.json (the latter only where the installed trainer passes no pad id to
+    `generate`). Whether the trainer sets pad = eos is read from its source, and the line quoted.
 
 Why is this bad?
     GPT-2's and the Llama 3 tokenizers ship without a pad token. GRPOTrainer before TRL 0.17
     crashes at the first batch ("ValueError: Asking to pad but the tokenizer does not have a
-    padding token"); from TRL 0.17 on (PR #3290) it silently sets `pad_token = eos_token` (TRL
-    0.14-0.16 do not). A pad id outside the embedding matrix crashes the first forward
-    ("index out of range in self" on CPU, a device-side assert on GPU). A config.json or
-    generation_config.json pad id that disagrees with the tokenizer pads generation with another
-    token than the trainer masks, where the trainer leaves the pad id to generate (PPO); GRPO (trl
-    0.14 to 1.x) passes its own pad id, so there it is not reported. pad = eos is harmless for GRPO
-    and RLOO (the mask ends at the first eos, inclusive) but not for PPO, whose value and reward
-    forwards mask every pad id: the final eos is masked out and the model is never rewarded for
-    stopping.
+    padding token"); from TRL 0.17 on (PR #3290) it silently sets `pad_token = eos_token`. A pad id
+    outside the embedding crashes the first forward ("index out of range in self"; a device-side
+    assert on GPU). A pad id in the model files that differs from the tokenizer's makes generation
+    pad with another token than the trainer masks, where the trainer leaves it to generate (PPO;
+    GRPO, trl 0.14 to 1.x, passes its own). pad = eos is harmless for GRPO and RLOO (the mask ends
+    at the first eos, inclusive), not for PPO, whose value and reward forwards mask every pad id:
+    the final eos is masked out and stopping is never rewarded.
 
 Example
     model_name_or_path: gpt2-nopad      # tokenizer_config.json has no pad_token
@@ -27,10 +24,10 @@ Example
 
 Fix safety
     Safe: picks a pad token the vocabulary already has (`<pad>`, `<|pad|>`, `[PAD]`, `<|padding|>`,
-    `<|finetune_right_pad_id|>`, `<|endoftext|>` when it is not the eos), else the eos; never grows
-    the vocabulary. Writes `pad_token` to tokenizer_config.json (and special_tokens_map.json when
-    present) and `pad_token_id` to config.json and generation_config.json. Files in the Hugging
-    Face cache are never rewritten: the fix is then manual (copy the snapshot with `cp -rL`, point
+    `<|finetune_right_pad_id|>`, `<|endoftext|>` when it is not the eos), else the eos, never
+    growing the vocabulary; writes `pad_token` to tokenizer_config.json (and
+    special_tokens_map.json) and `pad_token_id` to config.json and generation_config.json. Manual
+    for files in the Hugging Face cache, never rewritten (copy the snapshot with `cp -rL`, point
     the config at it, rerun --fix).
 """
 

@@ -1,18 +1,13 @@
 """TD009 trainer-config: the config is one the installed TRL accepts.
 
 What it does
-    Reads the values as TRL's own parser does (the `make_parser()` of the installed release's
-    `trl/scripts/<trainer>.py`: argparse converts each string with the argument's type, so `2e-5`
-    is a float and `num_generations: eight` is refused with the parser's message). The doctor's own
-    keys (trainer, tokenizer_name_or_path, added_tokens, dataset_path, ...) are set aside; every
-    other key must be an argument of that parser (script arguments, the trainer's config class,
-    ModelConfig, DatasetMixtureConfig's `datasets:`), and the config class is built from its keys
-    so that TRL's validation runs. On a machine without a GPU it is built with `use_cpu=True`
-    (transformers otherwise rejects bf16 "on this setup"); precision against the real GPU is
-    another rule's job. For a launch command's recipe (`--config recipe.yaml`), keys in none of the
-    parser's dataclasses are named with the release they arrive in
-    (trl_doctor/data/added_keys.yaml, read from the released wheels): every such key for TRL's own
-    scripts, only the keys the table knows for a user's script.
+    Reads the values as the installed release's own parser does (`make_parser()` of
+    `trl/scripts/<trainer>.py`: `2e-5` is a float, `num_generations: eight` is refused with the
+    parser's message) and builds the trainer's config class from them so that TRL's validation runs
+    (with `use_cpu=True` where there is no GPU; precision is TD015's). Every key but the doctor's
+    own (trainer, added_tokens, dataset_path, ...) must be an argument of that parser. A launch
+    recipe's keys that no dataclass takes are named with the release they arrive in
+    (trl_doctor/data/added_keys.yaml, read from the wheels).
 
 Why is this bad?
     `trl grpo --config config.yaml` (and rloo, ppo) parses every key into TRL's dataclasses. A key
