@@ -10,15 +10,15 @@ What it does
     `max_prompt_length`, the share truncated (warn above 2%) are reported.
 
 Why is this bad?
-    Nothing checks this before the first batch. Past the table, GPT-2 fails with
+    Nothing checks this before the first batch. Past a learned table GPT-2 fails with
     "index out of range in self" (a device-side assert on GPU); rotary models generate from
     positions they never saw. vLLM refuses: "The decoder prompt (length 3353) is longer than the
     maximum model length of 2560" (trl#3569), or "Input prompt (8128 tokens) is too long and
-    exceeds limit of 6000" and an IndexError in TRL (trl#3180); a `max_model_len` above the model's
-    stops vLLM at start-up. TRL's truncation (`max_prompt_length`, GRPOConfig 0.14-0.27, removed in
-    0.28) keeps the last tokens: the BOS, system prompt or the generation prompt itself can be cut,
-    and TRL 0.19.0 also decoded truncated prompts with `skip_special_tokens=True` before vLLM
-    (trl#3644).
+    exceeds limit of 6000" and TRL fails with an IndexError (trl#3180); a `max_model_len` above the
+    model's stops vLLM at start-up. TRL's truncation (`max_prompt_length`, GRPOConfig 0.14-0.27,
+    removed in 0.28) keeps the last tokens, so the BOS, the system prompt or the generation prompt
+    can be cut; TRL 0.19.0 also decoded truncated prompts with `skip_special_tokens=True` before
+    vLLM (trl#3644).
 
 Versions
     Read from the installed config class: `vllm_max_model_length` (0.27 and later) or

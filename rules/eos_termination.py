@@ -13,12 +13,11 @@ Why is this bad?
     A completion that never stops runs to `max_completion_length` (PPO: `response_length`): the job
     pays for the longest completions and the rewards score rambling after the answer. Typical
     causes: generation_config.json lacks the template's turn end (`<|im_end|>` on a Qwen base
-    checkpoint, `<|eot_id|>` on the first Llama 3 Instruct release); the tokenizer's eos differs
-    from the model's; PPO's `stop_token` is unset. A trainer that ends the mask at the tokenizer's
-    eos only (TRL up to 1.12 at least: `completion_ids == eos_token_id`) counts every completion
-    that stopped at another terminator as truncated (Phi-3.5's `<|end|>`, catalog B8, trl
-    PR #7039). TRL 1.x's GRPOTrainer passes the eos union to `generate`; TRL 0.15's built a
-    GenerationConfig without eos ids, hence the probe.
+    checkpoint, `<|eot_id|>` on the first Llama 3 Instruct release), the tokenizer's eos differs
+    from the model's, PPO's `stop_token` is unset. A mask that ends at the tokenizer's eos only
+    (TRL up to 1.12 at least) counts every completion that stopped at another terminator as
+    truncated (Phi-3.5's `<|end|>`, catalog B8, trl PR #7039). TRL 0.15's GRPOTrainer built its
+    GenerationConfig without eos ids (1.x passes them), hence the probe.
 
 Example
     model_name_or_path: qwen2-base      # ChatML: turns end with <|im_end|>; eos is <|endoftext|>
@@ -28,14 +27,13 @@ Example
        max_completion_length (256)
 
 Fix safety
-    Safe: adds the missing id to generation_config.json's `eos_token_id` (a list, existing ids
-    first); where the trainer's mask ends at the tokenizer's eos only, also sets the tokenizer's
-    `eos_token` to the terminator (tokenizer_config.json, and special_tokens_map.json when
-    present). PPO: sets `stop_token: eos` in the config. Manual instead for files in the Hugging
-    Face cache (never rewritten: copy the snapshot first), for a launch script (pass
-    `--stop_token eos`), and where a `stop_token_id` other than the eos meets
-    `missing_eos_penalty`, which penalizes every response that stopped there (use `stop_token: eos`
-    with a tokenizer whose eos is that token).
+    Safe: adds the id to generation_config.json's `eos_token_id` (a list, existing ids first) and,
+    where the trainer's mask ends at the tokenizer's eos only, makes the terminator the tokenizer's
+    `eos_token` (tokenizer_config.json, special_tokens_map.json); PPO: `stop_token: eos`. Manual
+    for the Hugging Face cache (never rewritten: copy the snapshot first), a launch script (pass
+    `--stop_token eos`), and a `stop_token_id` other than the eos with `missing_eos_penalty`, which
+    penalizes every response that stopped there (use `stop_token: eos` with a tokenizer whose eos
+    is that token).
 """
 
 from __future__ import annotations

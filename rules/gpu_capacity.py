@@ -3,13 +3,13 @@
 What it does
     Reads the GPUs through NVML (CUDA_VISIBLE_DEVICES applied) and torch's CUDA build from
     torch/version.py, and estimates one training process's peak memory
-    (trl_doctor/facts/memory_estimate.py): weights from the meta-device model's parameter count,
-    gradients and AdamW states of what trains, a reference copy (beta != 0 without PEFT), reward
-    and value models, activations, the log-prob head as the installed trainer runs it (the logits
-    of the whole sequence where the model ignores `logits_to_keep`, trl#2770), the KV cache, vLLM
-    colocate's share, 0.5 GiB of CUDA context; divided by ZeRO or FSDP sharding. Above a GPU's free
-    memory fails (warns where the sharding cannot be read), within 10% warns. A local vLLM server
-    (0.0.0.0 or localhost) takes a GPU. No GPU: fail when use_vllm needs one, else skip.
+    (trl_doctor/facts/memory_estimate.py): weights, gradients and AdamW states of what trains, a
+    reference copy (beta != 0 without PEFT), reward and value models, activations, the log-prob
+    head as the installed trainer runs it (whole-sequence logits where the model ignores
+    `logits_to_keep`, trl#2770), the KV cache, vLLM colocate's share, 0.5 GiB of CUDA context,
+    divided by ZeRO or FSDP sharding. Over a GPU's free memory fails (warns where the sharding
+    cannot be read), within 10% warns; a local vLLM server (0.0.0.0 or localhost) takes a GPU; no
+    GPU fails with use_vllm, else skips.
 
 Why is this bad?
     A config written for one machine dies on another at start-up or at the first step: a driver
