@@ -1,71 +1,43 @@
-"""TD010 batch-geometry: the batch sizes divide the way the installed TRL requires, at the launch's process count.
+"""TD010 batch-geometry: batch sizes divide as the installed TRL needs at the launch's process count.
 
-What goes wrong
-    GRPO and RLOO score completions in groups of `num_generations` per prompt, so every batch TRL generates
-    must hold whole groups; PPO (and RLOO before TRL 0.22) splits each rollout batch into `num_mini_batches`
-    and RLOO's groups of `rloo_k`. The sizes multiply across processes: a config that is fine on one GPU
-    stops on eight. TRL finds out inside the launched job, one error at a time, after accelerate has started
-    every process (and, from TRL 0.18, inside the config's `__post_init__`; before, in the trainer's
-    `__init__`, after the model is loaded):
-    - "generation_batch_size (12) must be divisible by num_generations (8)." (GRPOConfig/RLOOConfig, TRL >= 0.21);
-      "The effective train batch size (4 x 3 x 1) must be evenly divisible by the number of generations per
-      prompt (8)" (TRL 0.17-0.20); "The global train batch size (4 x 3) must be evenly divisible ..." (0.15-0.16);
-    - "GRPO requires at least 2 generations per prompt to calculate the advantages" (num_generations 1);
-    - "'generation_batch_size' and 'steps_per_generation' can not be both configured at the same time",
-      "generation_batch_size (10) must be divisible by the global batch size (8).";
-    - "The global eval batch size (8 * 4) must be divisible by the number of generations used for evaluation
-      (6)." when evaluation is on (`eval_strategy` other than "no");
-    - PPO: "`local_batch_size` must be a multiple of `num_mini_batches`, inexact division: 6 / 4 = 1.5",
-      "Per-rank minibatch size 4 is insufficient for whitening" (`whiten_rewards` needs 8 per mini-batch);
-      old RLOO: "`local_batch_size` must be a multiple of rloo_k"; a `local_rollout_forward_batch_size` of 0
-      stops the first rollout ("range() arg 3 must not be zero");
-    - `auto_find_batch_size: true` with GRPO or RLOO: after an out-of-memory error the per-device batch is
-      halved, the generation batch no longer holds whole groups, and the retry dies with "RuntimeError: shape
-      '[-1, 4]' is invalid for input of size 2" (trl#3842); the config refuses it from the release with PR#6411.
+What it does
+    Evaluates the installed TRL's own geometry checks (read with `ast` from the config's
+    `__post_init__` and the trainer's `__init__`, not imported) on the config's values at the
+    launch's process count, collects every violation with TRL's message and line, and cross-checks
+    by building the config class with that `world_size`. The count is `--num-processes`, the
+    config's `num_processes`, its accelerate config, accelerate's default config, the GPUs NVML
+    sees, else 1 (said in the report). The cheapest one-key change that removes each violation is
+    named.
+
+Why is this bad?
+    GRPO and RLOO need whole groups of `num_generations` in every generated batch; PPO (and RLOO
+    before TRL 0.22) splits rollouts into `num_mini_batches` (and `rloo_k` groups). Sizes multiply
+    across processes, so a config fine on one GPU stops on eight, inside the launched job (from TRL
+    0.18 in the config's `__post_init__`, before in the trainer after the model loaded), one error
+    at a time: "generation_batch_size (12) must be divisible by num_generations (8)." (>= 0.21;
+    other words in 0.15-0.20; 0.14 counted per device), "GRPO requires at least 2 generations per
+    prompt", the eval batch (`num_generations_eval`, 1.0), PPO's "`local_batch_size` must be a
+    multiple of `num_mini_batches`" or "insufficient for whitening". `auto_find_batch_size: true`
+    halves the batch after an out-of-memory error and the retry dies with "shape '[-1, 4]' is
+    invalid for input of size 2" (trl#3842; refused from the release with PR#6411).
 
 Versions
-    The rule reads the installed TRL instead of a table. TRL 0.14 counted prompts per device (no divisibility);
-    0.15-0.16 required per-device × processes to divide by num_generations, 0.17 multiplied in
-    gradient_accumulation_steps, 0.18 moved the check into GRPOConfig with `generation_batch_size` /
-    `steps_per_generation` (default: gradient_accumulation_steps), 0.21 replaced the list of valid values by a
-    plain divisibility test, 1.0 added `num_generations_eval`. RLOO took GRPO's geometry in 0.22; before it,
-    RLOO (and PPO up to 0.16) computed `local_batch_size = per_device × gradient_accumulation_steps ×
-    num_mini_batches`; PPO 0.17-1.12 (trl.experimental.ppo from 0.26) dropped num_mini_batches from that
-    product, which is what makes `num_mini_batches` able to fail there. PPO is absent from TRL >= 1.13 (the
-    rule then skips; see value-model). Checked against the wheels of 0.14, 0.15.2, 0.16.1, 0.17, 0.18.2, 0.19.1,
-    0.21, 0.26, 1.0, 1.12 and 1.16.
+    0.17 multiplied in gradient_accumulation_steps, 0.18 added `generation_batch_size` /
+    `steps_per_generation`, 0.21 made it a plain divisibility test. PPO up to 0.16 multiplied
+    num_mini_batches into `local_batch_size`, PPO 0.17-1.12 (trl.experimental.ppo from 0.26) did
+    not; no PPO from 1.13 (the rule skips).
 
-How it is detected
-    The geometry statements of the installed TRL are read from its own code with Python's `ast`: the config
-    class's `__post_init__` chain (its `inspect` source) and the trainer's `__init__` (its source file, not
-    imported). The statements that touch the batch knobs (per-device and eval batch, gradient accumulation,
-    generation batch, steps per generation, num_generations(_eval), processes, mini-batches, rloo_k) are
-    evaluated on the config's values (the config class's defaults, then the user's keys), with `world_size` /
-    `accelerator.num_processes` set to the launch's process count. Each `raise`, failed `assert` or inexact
-    `exact_div` is recorded with TRL's own message and the code line, and evaluation goes on, so every
-    violation is reported at once. As a cross-check the installed config class is built with its `world_size`
-    set to the same count: an error it raises that the reading did not find is reported too, and a finding it
-    does not confirm is dropped. TRL 1.x's `trl <trainer> --config` passes keys its dataclasses do not know on
-    to `accelerate launch`, which is how `num_processes` and `accelerate_config` get into a config.
+Example
+    per_device_train_batch_size: 2
+    num_generations: 8                  # launched on one process
+    -> fail: generation_batch_size (2) must be divisible by num_generations (8).
+       [trl/trainer/grpo_config.py:1132]: set gradient_accumulation_steps: 4 (or num_generations: 2)
 
-    The number of processes is, in this order: `--num-processes N`; the config's `num_processes` key; the
-    `num_processes` of the accelerate config the config names (`accelerate_config`: a path, relative to the
-    config file, or one of TRL's built-in names such as `zero2`, `multi_gpu`; or `config_file`, accelerate
-    launch's own flag); accelerate's default config ($HF_HOME/accelerate/default_config.yaml), which
-    `accelerate launch` reads when no config is given; the GPUs NVML reports (with CUDA_VISIBLE_DEVICES applied:
-    accelerate launch starts one process per GPU); else 1, and the report says so.
-
-    For each violation, changes of one key at a time are tried on the same reading (gradient_accumulation_steps
-    or steps_per_generation / generation_batch_size first, then the eval batch, num_mini_batches,
-    num_generations or rloo_k, per_device_train_batch_size last; cheaper the closer to the current value), and
-    the cheapest that removes it without adding another is named, with the best change of another key as
-    the alternative.
-
-What the fix does
-    Writes the chosen changes into the config file (for example `gradient_accumulation_steps: 2`, or removing
-    `steps_per_generation` when both it and generation_batch_size are set), for the process count the report
-    names, after checking that the installed config class accepts the result. Nothing is written when no
-    change of the config's own keys removes a violation.
+Fix safety
+    Safe: writes the chosen key changes into the config file (e.g.
+    `gradient_accumulation_steps: 2`, or removes `steps_per_generation` when generation_batch_size
+    is set too) for the process count the report names, once the installed config class accepts the
+    result. Nothing is written when no change of the config's own keys removes a violation.
 """
 
 from __future__ import annotations

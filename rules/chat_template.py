@@ -1,51 +1,41 @@
-"""TD012 chat-template: the chat template renders the dataset's prompts, opens the assistant's turn, and the
-prompt reaches the model with the one BOS it was trained with.
+"""TD012 chat-template: the template renders the prompts and opens the assistant's turn, after one BOS.
 
-What goes wrong
-    Conversational prompts (lists of role/content messages) are rendered with the tokenizer's chat template
-    and `add_generation_prompt=True` at every step, after the model (and vLLM) have loaded:
-    - a tokenizer without a chat template (a base checkpoint) fails the first step with "ValueError: Cannot
-      use apply_chat_template() because tokenizer.chat_template is not set" (open-r1#85; "Cannot use chat
-      template functions ..." in transformers 5; 4.43 and later have no class-level default templates,
-      transformers#33246);
-    - a template that raises on the dataset's messages (Mistral's and Gemma's first templates reject a
-      system message: "Conversation roles must alternate user/assistant/user/assistant/...") fails it too;
-    - a template that ignores `add_generation_prompt` ends the prompt after the user's turn: the model has
-      to write the assistant header itself, and the reward functions see it in every completion;
-    - the BOS: a model whose tokenizer prepends BOS (Llama, Mistral, Gemma) was trained with it. TRL renders
-      chat prompts to text and tokenizes them without special tokens, so a template that writes no
-      `{{ bos_token }}` gives prompts without BOS; TRL up to 0.25 tokenizes plain-text prompts without
-      special tokens too (garbage generations from Gemma, trl#3520); from 0.26 it tokenizes them with special
-      tokens, so prompts that already hold rendered chat text with `<|begin_of_text|>` get a second BOS; and
-      up to 0.24 the rendered chat text itself went to vLLM, which tokenizes text with special tokens:
-      Llama 3 prompts reached vLLM with two BOS and rewards dropped (trl#3853).
+What it does
+    Renders and tokenizes up to 1000 prompts as the installed trainer does (read from its source:
+    `maybe_apply_chat_template` up to TRL 0.24, `apply_chat_template(add_generation_prompt=True)`
+    from 0.25; shared with context-length), in the worker's fence. Conversational rows need a
+    template that renders them; the text before an assistant message must hold no special token
+    (the generation prompt is there); when the tokenizer's own encoding starts with BOS, each
+    prompt's ids, as the trainer (and vLLM) get them, must start with exactly one BOS.
 
-Versions
-    Read from the installed TRL's trainer source: whether it renders chat prompts with
-    `maybe_apply_chat_template` (0.14-0.24: the generation prompt only when the last message is the user's;
-    a last message with another role raises "Invalid role in the last message") or
-    `apply_chat_template(add_generation_prompt=True)` (0.25 and later, with `chat_template_kwargs`), and
-    whether its plain-prompt tokenizer call passes `add_special_tokens=False` (up to 0.25) or not (0.26 and
-    later). PPO has no prompt rendering of its own: TRL's example script tokenizes `prompt` with the
-    tokenizer's defaults, and the doctor renders conversational PPO prompts as its smoke step does.
+Why is this bad?
+    Prompts are rendered at every step, after the model and vLLM loaded:
+    - no template (a base checkpoint): "ValueError: Cannot use apply_chat_template() because
+      tokenizer.chat_template is not set" (open-r1#85; "Cannot use chat template functions ..." in
+      transformers 5; no class-level defaults from 4.43, transformers#33246);
+    - a template that raises: Mistral's and Gemma's first ones on a system message ("Conversation
+      roles must alternate user/assistant/user/assistant/..."), TRL 0.14-0.24 on a last message not
+      from the user ("Invalid role in the last message");
+    - a template that ignores `add_generation_prompt`: the model writes the assistant header, the
+      rewards see it;
+    - BOS: chat prompts are tokenized without special tokens, so a template without
+      `{{ bos_token }}` drops the BOS Llama, Mistral and Gemma were trained with. TRL up to 0.25
+      tokenizes plain prompts without it too (garbage from Gemma, trl#3520), 0.26 and later with it
+      (pre-rendered `<|begin_of_text|>` text gets two); up to 0.24 rendered text went to vLLM,
+      which gave Llama 3 prompts two BOS (trl#3853). PPO's example script tokenizes `prompt` with
+      the tokenizer's defaults.
 
-How it is detected
-    The prompts are rendered and tokenized once per run the way the installed trainer does (shared with
-    context-length; up to 1000 rows spread over the dataset), in the worker's fence: a template that runs past
-    --user-code-timeout (a Jinja loop) or takes the worker down fails the rule that rendered it, and is not
-    rendered again in the check. Conversational rows need a template; rows
-    whose rendering raises are counted and the first error is quoted with the row's roles. The first
-    rendered prompt is compared with the same conversation plus an assistant message: what the template
-    writes between the prompt and the assistant's content must hold no special token (else the generation
-    prompt is missing). A tokenizer "expects" BOS when its own encoding of plain text starts with it; each
-    prompt's first token ids, as the trainer (and, where it applies, vLLM) tokenizes them, must then start
-    with exactly one BOS, and must never start with two.
+Example
+    model_name_or_path: gpt2-nopad      # a base tokenizer: no chat_template
+    dataset_path: chat.jsonl            # prompts are role/content messages
+    -> fail: 16 of the 16 measured prompts are conversational ... but the tokenizer ... has no chat
+       template: ... the first step fails with ValueError: Cannot use chat template functions ...
 
-What the fix does
-    Nothing automatic: the template and the dataset are the user's. The message names the smallest change:
-    a chat template to copy from the instruct sibling (or plain-text prompts), the role the template
-    rejects, `{{ bos_token }}` at the template's start, the BOS text to strip from pre-rendered prompts or
-    to prepend to plain ones.
+Fix safety
+    No fix: the template and the dataset are the user's. The message names the smallest change: a
+    chat template to copy from the instruct sibling (or plain-text prompts), the role the template
+    rejects, `{{ bos_token }}` at the template's start, the BOS text to strip from pre-rendered
+    prompts or prepend to plain ones.
 """
 
 from __future__ import annotations

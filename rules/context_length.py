@@ -1,59 +1,44 @@
 """TD011 context-length: every prompt plus a full completion fits the model's context and vLLM's.
 
-What goes wrong
-    A prompt and its completion share one context: the prompt's tokens (after the chat template) plus
-    `max_completion_length` (PPO: `response_length`) must fit the model's `max_position_embeddings`, and
-    with vLLM its `max_model_len` (`vllm_max_model_length`; the model's limit when unset). Nothing checks
-    this before the first batch:
-    - past `max_position_embeddings`, models with learned positions (GPT-2) fail with "index out of range
-      in self" (a device-side assert on GPU), rotary ones generate from positions they never saw;
-    - vLLM refuses the request: "The decoder prompt (length 3353) is longer than the maximum model length of
-      2560" (trl#3569), or logs "Input prompt (8128 tokens) is too long and exceeds limit of 6000" and TRL
-      then fails with an IndexError (trl#3180); a prompt that fits alone but not with its completion gets
-      a completion cut at vLLM's limit; a `max_model_len` above the model's own stops vLLM at start-up;
-    - where TRL truncates prompts (`max_prompt_length`, up to 0.27), it keeps the *last* tokens: a long
-      chat prompt loses its start (BOS, the system prompt, the template's opening tokens), and a
-      `max_prompt_length` shorter than the template's own closing tokens cuts the generation prompt itself,
-      so the model is never asked to answer. TRL 0.19.0 also decoded truncated prompts with
-      `skip_special_tokens=True` before sending them to vLLM, stripping every chat-template token (trl#3644).
+What it does
+    Renders and tokenizes up to 1000 prompts spread over the dataset as the installed trainer does
+    (shared with chat-template and logits-contract), and compares the longest (after TRL's
+    truncation, where it truncates) plus `max_completion_length` (PPO: `response_length`) with
+    config.json's `max_position_embeddings` and, with vLLM, its `max_model_len`. Overrunning a
+    learned position table (GPT-2, OPT, GPT-Neo, seen on the meta-device model) fails, rotary or
+    relative positions warn; the 99th percentile, the prompts that do not fit and, with
+    `max_prompt_length`, the share truncated (warn above 2%) are reported.
+
+Why is this bad?
+    Nothing checks this before the first batch. Past a learned table GPT-2 fails with
+    "index out of range in self" (a device-side assert on GPU); rotary models generate from
+    positions they never saw. vLLM refuses: "The decoder prompt (length 3353) is longer than the
+    maximum model length of 2560" (trl#3569), or "Input prompt (8128 tokens) is too long and
+    exceeds limit of 6000" and TRL fails with an IndexError (trl#3180); a `max_model_len` above the
+    model's stops vLLM at start-up. TRL's truncation (`max_prompt_length`, GRPOConfig 0.14-0.27,
+    removed in 0.28) keeps the last tokens, so the BOS, the system prompt or the generation prompt
+    can be cut; TRL 0.19.0 also decoded truncated prompts with `skip_special_tokens=True` before
+    vLLM (trl#3644).
 
 Versions
-    Read from the installed TRL, not from a table: whether its config class has `max_prompt_length`
-    (GRPOConfig 0.14-0.27; removed in 0.28, so nothing truncates prompts any more and long dataset prompts
-    are the user's to filter), `vllm_max_model_length` (0.27 and later) or `vllm_max_model_len` (0.15-0.17,
-    read only by 0.15's in-process vLLM), `vllm_mode` (0.18 and later; server mode's `--max-model-len` is
-    a flag of `trl vllm-serve`, not of the config). How prompts are rendered is read from the trainer's
-    source (see chat-template): TRL up to 0.25 tokenizes plain-text prompts without special tokens, 0.26
-    and later with them; chat prompts get the template's own tokens only.
+    Read from the installed config class: `vllm_max_model_length` (0.27 and later) or
+    `vllm_max_model_len` (0.15-0.17, read only by 0.15's in-process vLLM), `vllm_mode`
+    (0.18 and later; server mode's `--max-model-len` is a flag of `trl vllm-serve`). Plain prompts
+    are tokenized without special tokens up to TRL 0.25, with them from 0.26.
 
-How it is detected
-    The prompts of up to 1000 rows spread evenly over the dataset (all rows of a smaller one; the details
-    say which) are rendered and tokenized with the real tokenizer and chat template the way the installed
-    trainer does it (conversational prompts through the chat template with the generation prompt), once
-    per run and shared with chat-template and logits-contract. Past 400,000 characters only the 100
-    longest prompts (so the maximum stays exact) and evenly spaced others up to that budget are
-    tokenized; the rest are estimated from their characters, and the details say how many.
-    The longest prompt (after TRL's truncation, where it truncates) plus the completion length is compared
-    with the model config's `max_position_embeddings`, and the 99th percentile and the prompts that do
-    not fit are reported:
-    - a prompt as long as the context on its own: fail;
-    - a model that looks positions up in a learned table (an embedding of `max_position_embeddings` rows
-      in the meta-device model: GPT-2, OPT, GPT-Neo): fail, the first long completion crashes the job;
-    - rotary and relative positions raise no error, but a completion budget that runs past the context at all
-      is a warning: the model never saw those positions, quality collapses there, and vLLM refuses such a
-      length; the message names the completion length that fits.
-    With vLLM (colocate, or in-process in 0.14-0.15) the prompt plus a full completion must also fit its
-    `max_model_len`; in server mode the needed `--max-model-len` is reported. With `max_prompt_length`,
-    the share of truncated prompts is counted (a warning above 2%), and the tokens the template writes
-    after the last message are compared with it.
+Example
+    model_name_or_path: gpt2-nopad      # learned positions: 512 rows
+    max_completion_length: 500
+    -> fail: the longest prompt is 26 tokens (row 8; p99 26) and max_completion_length is 500:
+       26 + 500 = 526 > the model's max_position_embeddings 512, and GPT2LMHeadModel.transformer.wpe
+       is a learned table of 512 positions ...
 
-What the fix does
-    When vLLM's context (`vllm_max_model_length`, or `vllm_max_model_len` where that is the field the
-    installed TRL reads) is too small for the longest prompt plus a full completion but the model's own
-    limit is large enough, `--fix` sets it to exactly that sum (or lowers a value above the model's limit
-    to the limit). Everything else is reported with the smallest change (a `max_completion_length` that
-    fits, the prompt length to filter the dataset at, a `max_prompt_length` to set) but not applied: they
-    change what is trained on.
+Fix safety
+    Safe, for vLLM's context only: when `vllm_max_model_length` (or `vllm_max_model_len` where the
+    installed TRL reads that) is too small but the model's limit is large enough, `--fix` sets it
+    to the longest prompt plus a full completion (or lowers a value above the model's limit to the
+    limit). The rest is named but not written, since it changes what is trained on: a
+    `max_completion_length` that fits, the prompt length to filter at, a `max_prompt_length`.
 """
 
 from __future__ import annotations

@@ -1,46 +1,39 @@
-"""TD013 dataset-schema: the dataset has the columns and the row format the trainer and the reward functions read.
+"""TD013 dataset-schema: the dataset has the columns and rows the trainer and reward functions read.
 
-What goes wrong
-    The trainer reads the dataset only when it builds the first batch, after the model (and vLLM) loaded:
-    - GRPO and RLOO build every batch from a `prompt` column (`prompts = [x["prompt"] for x in inputs]`):
-      a dataset that keeps its questions in `question`, `problem` or `messages` fails the first step with
-      "KeyError: 'prompt'" (ms-swift#5087). PPO's example script (examples/scripts/ppo/ppo.py) tokenizes the
-      `prompt` column too (`dataset_text_field = "prompt"`, in every release since PPOv2);
-    - TRL decides per batch, from its first row, whether prompts are text or role/content messages: rows
-      of both kinds in one dataset (or rows whose prompt is null, empty or neither) fail or mix formats in
-      the middle of a run, wherever such a row lands in a batch;
-    - every column but `prompt`/`completion` is passed to each reward function by name: a function that
-      takes `answer` (or `solution`, `ground_truth`) without a default needs that column, or the first
-      reward call fails with "TypeError: ... missing 1 required positional argument: 'answer'";
-    - a streamed dataset (`dataset_streaming: true`, or `streaming` in a dataset mixture) is an
-      IterableDataset: GRPO and RLOO refused it ("Iterable datasets are not yet supported") until they
-      learned to repeat the stream, earlier releases silently broke the prompt groups (trl#3213) or
-      crashed (trl#2942), PPO takes `len(train_dataset)`; where it is supported, `max_steps` must be set
-      ("The train_dataset does not implement __len__, max_steps has to be specified").
+What it does
+    Loads the dataset offline as the context does (one that cannot be loaded stops the check with
+    exit status 2, naming it) and shows its columns, row count and one row. Every prompt is
+    classified as text, messages, empty, null or malformed (from the Arrow column type when it
+    settles it, else on up to 10000 rows). Each reward function's parameters without a default,
+    read from its source with `ast` (user code is not run twice), must be dataset columns or
+    keywords the installed trainer passes (read from its source: `prompts`, `completions`; later
+    `completion_ids`, `trainer_state`; `log_extra`, `log_metric` in 1.x).
 
-Versions
-    Read from the installed TRL's trainer source: which keywords it passes to reward functions besides the
-    dataset columns (`prompts` and `completions` in every release, `completion_ids` and `trainer_state` in
-    later ones, `log_extra` and `log_metric` in 1.x) and which columns it keeps out; whether the trainer
-    refuses an IterableDataset (GRPO 0.17-1.8, RLOO 0.22-1.8), repeats it (1.9.0 and later), takes its
-    length (PPO, RLOO before 0.22) or neither (GRPO 0.14-0.16). `dataset_streaming` is a field of TRL's
-    ScriptArguments from 0.19.
+Why is this bad?
+    The trainer reads the dataset only when it builds the first batch, after the model (and vLLM)
+    loaded:
+    - GRPO and RLOO read a `prompt` column (PPO's example script examples/scripts/ppo/ppo.py too):
+      `question`, `problem` or `messages` fail the first step with "KeyError: 'prompt'"
+      (ms-swift#5087);
+    - TRL decides per batch, from its first row, whether prompts are text or messages: mixed, null
+      or empty rows fail or mix formats mid-run;
+    - every column but `prompt`/`completion` goes to each reward function by name: one that takes
+      `answer` without a default needs that column ("TypeError: ... missing 1 required positional
+      argument: 'answer'");
+    - a streamed dataset (`dataset_streaming: true`, from TRL 0.19) is an IterableDataset: GRPO
+      0.17-1.8 and RLOO 0.22-1.8 refuse it ("Iterable datasets are not yet supported"), GRPO
+      0.14-0.16 broke the prompt groups (trl#3213) or crashed (trl#2942), PPO (and RLOO before
+      0.22) takes its length; from 1.9.0, which repeats it, `max_steps` must be set.
 
-How it is detected
-    The dataset is loaded offline as the context loads it (a file, a saved folder or a cached hub id; one
-    that cannot be loaded stops the check with exit status 2, naming it; when a local JSON file fails to
-    load, its rows are read directly to say which rows break the format). The columns, the row count and
-    one row (shortened) are shown. Every prompt is classified as text, messages, empty, null or malformed:
-    from the Arrow column when its type settles it (a string column, a list of role/content structs), else
-    row by row on up to 10000 rows spread over the dataset. The reward functions' parameters without a
-    default must be dataset columns or keywords TRL passes; they are read from the functions' source
-    without importing it (Python's `ast`; an import only when the function is not a plain `def`), so user
-    code is not run twice and modules named alike in different folders cannot shadow each other.
+Example
+    dataset_path: questions.jsonl       # columns: question, answer
+    -> fail: the dataset has no `prompt` column (columns: question, answer): ... so the first step
+       fails with KeyError: 'prompt'; ...
 
-What the fix does
-    Nothing automatic: the dataset is the user's. The message names the column to rename (the likely
-    candidate is named), the rows to repair, the missing column each reward function takes, and for a
-    stream either `max_steps` or the release that supports it.
+Fix safety
+    No fix: the dataset is the user's. The message names the column to rename (the likely
+    candidate), the rows to repair, the missing column each reward function takes, and for a stream
+    either `max_steps` or the release that supports it.
 """
 
 from __future__ import annotations

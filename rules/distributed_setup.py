@@ -1,50 +1,42 @@
-"""TD019 distributed-setup: the model loading, PEFT and gradient checkpointing settings work under the launch's
-processes and its DeepSpeed / FSDP sharding.
+"""TD019 distributed-setup: device_map, PEFT and checkpointing suit the launch's processes, sharding.
 
-What goes wrong
-    Settings that are fine in one process break when `accelerate launch` starts several, or under ZeRO-3:
-    - a model spread over devices by `device_map="auto"` (or "balanced", "sequential", a map with several
-      entries) in a launch of more than one process: accelerate refuses it at `prepare` with "ValueError: You
-      can't train a model that has been loaded with `device_map='auto'` in any distributed mode. Please rerun
-      your script specifying `--num_processes=1` or by launching with `python {{myscript.py}}`." (catalog H9;
-      transformers#31557). Each process also loads the whole model over every GPU it sees.
-    - PEFT + DeepSpeed ZeRO-3 + non-reentrant gradient checkpointing (`use_reentrant=False`, the default of
-      transformers 5 and of TRL's trainers on transformers 4 since trl#4811): ZeRO-3 re-partitions the frozen
-      weights before the recompute, and the first backward fails with "torch.utils.checkpoint.CheckpointError:
-      Recomputed values for the following tensors have different metadata than during the forward pass"
-      (catalog H2; trl#2514, transformers#47254). Newer trainers force reentrant checkpointing there (trl#6356).
-    - PEFT + ZeRO-3 on a 16-bit base with DeepSpeed 0.19.2: PEFT keeps the LoRA adapters in fp32
-      (autocast_adapter_dtype), and 0.19.2's `_allgather_params_coalesced` sizes every buffer by the first
-      parameter's dtype, so the first optimizer step fails with "TypeError: output tensor must have the same type
-      as input tensor" (catalog H3; deepspeed#8072, fixed in 0.19.3 by deepspeed#8073). Newer trainers build the
-      adapters with autocast_adapter_dtype=False under ZeRO-3 (trl#6091).
-    - DeepSpeed configured (the config's `deepspeed`, or an accelerate config with distributed_type DEEPSPEED)
-      on a machine without the deepspeed package: `accelerate launch` stops with "ImportError: DeepSpeed is not
-      installed => run `pip3 install deepspeed` or build it from source."
+What it does
+    Takes the processes and the DeepSpeed / FSDP sharding from facts.launch, and reads the
+    `device_map` the policy is loaded with (and whether the installed trainer resets it when
+    distributed), the effective `use_reentrant` (the config, the trainer's `setdefault`, the
+    installed transformers' default) and whether the trainer forces reentrant under PEFT + ZeRO-3,
+    the installed deepspeed and peft against known issue KI015, and whether deepspeed is installed
+    (on the launch machine only).
 
-How it is detected
-    The training processes and the accelerate config come from facts.launch (`--num-processes`, the launch
-    command, `num_processes`, the accelerate config, else one per visible GPU); the sharding from
-    facts.launch.sharding (the config's `deepspeed` JSON or `fsdp`, else the accelerate config).
-    - device_map: `model_init_kwargs.device_map`, or for a launch command the device_map the script loaded the
-      policy with. A model id TRL loads itself is judged by what the installed trainer does: trainers that set
-      device_map=None for the launch's distributed type (read from their source: `distributed_type in
-      ["MULTI_GPU", "DEEPSPEED"]`) pass; a model the script already loaded does not get that help.
-    - checkpointing: `use_reentrant` from gradient_checkpointing_kwargs, else the default the installed trainer
-      sets (its `setdefault("use_reentrant", ...)`, with its transformers-version guard), else the installed
-      transformers' default (modeling_utils.py); whether the trainer forces `use_reentrant=True` for PEFT +
-      ZeRO-3 is read from its source.
-    - mixed dtype: the installed deepspeed and peft versions against known issue KI015 (known_issues.yaml),
-      PEFT without 4/8-bit loading, a 16-bit policy dtype, ZeRO stage 3, and whether the installed trainer
-      passes autocast_adapter_dtype=False.
-    - deepspeed installed: judged only where the check runs on the launch machine (its GPUs are visible here
-      and no --target names another one); elsewhere the details say what the launch machine needs.
+Why is this bad?
+    - `device_map="auto"` (or "balanced", "sequential", a multi-entry map) with more than one
+      process: accelerate refuses it at `prepare` ("ValueError: You can't train a model that has
+      been loaded with `device_map='auto'` in any distributed mode ...", catalog H9;
+      transformers#31557).
+    - PEFT + ZeRO-3 + non-reentrant checkpointing (`use_reentrant=False`, the default of
+      transformers 5 and of TRL's trainers on transformers 4 since trl#4811): the first backward
+      fails with "CheckpointError: Recomputed values for the following tensors have different
+      metadata than during the forward pass" (catalog H2; trl#2514, transformers#47254); newer
+      trainers force reentrant (trl#6356).
+    - PEFT + ZeRO-3 on a 16-bit base with DeepSpeed 0.19.2: fp32 adapters meet a buffer sized by
+      the first parameter's dtype, and the first optimizer step fails with "TypeError: output
+      tensor must have the same type as input tensor" (catalog H3; deepspeed#8072, fixed in 0.19.3
+      by deepspeed#8073); newer trainers build the adapters with autocast_adapter_dtype=False
+      (trl#6091).
+    - DeepSpeed configured without the package: "ImportError: DeepSpeed is not installed => run
+      `pip3 install deepspeed` or build it from source."
 
-What the fix does
-    No automatic fix (the changes touch the launch or the packages): the message names the key and value, why
-    it breaks, and the smallest change: remove device_map (or {"": local_rank} per process) or launch one
-    process; gradient_checkpointing_kwargs: {use_reentrant: true} or ZeRO-2, or a TRL that forces it; pip
-    install "deepspeed!=0.19.2" or a TRL that keeps the adapters in the base dtype; pip install deepspeed.
+Example
+    accelerate_config: accelerate_zero2_4gpu.yaml   # ZeRO-2 on this machine's 4 GPUs; no deepspeed
+    -> fail: DeepSpeed ZeRO-2 is configured (...) but the deepspeed package is not installed in this
+       machine, whose GPUs the job runs on: `accelerate launch` stops with "ImportError: ..." ...
+
+Fix safety
+    No automatic fix (the changes touch the launch or the packages); a manual fix names the
+    smallest change: remove device_map (or {"": local_rank} per process) or launch one process;
+    `gradient_checkpointing_kwargs: {use_reentrant: true}`, ZeRO-2 or a TRL that forces it;
+    `pip install "deepspeed!=0.19.2"` or a TRL that keeps the adapters in the base dtype;
+    `pip install deepspeed`.
 """
 
 from __future__ import annotations

@@ -1,49 +1,39 @@
 """TD004 eos-termination: generation stops at the token the model ends its turn with.
 
-What goes wrong
-    If generation never stops at the model's end-of-turn token, every completion runs to
-    `max_completion_length` (PPO: `response_length`): the job pays for the longest possible completions
-    and the rewards score rambling text after the real answer. Typical causes: generation_config.json's
-    `eos_token_id` lacks the token the chat template ends assistant turns with (`<|im_end|>` on a Qwen
-    base checkpoint, `<|eot_id|>` on the first Llama 3 Instruct release); the tokenizer's eos differs from
-    the model's; PPO's `stop_token` / `stop_token_id` is unset, so responses are neither stopped nor
-    truncated at eos.
+What it does
+    Finds the token the chat template ends the assistant's turn with (for plain prompts, the eos)
+    and checks it is in the stop set of HF `generate` and, with `use_vllm`, vLLM (the tokenizer's
+    eos plus generation_config.json's `eos_token_id`), and where the installed trainer ends the
+    completion mask (facts.generation.mask_eos). With the smoke step a probe makes the twin emit it
+    as the 4th to 6th completion token in the trainer's real generation path, which must stop
+    there. PPO-style trainers (PPO, RLOO before trl 0.22): the config's `stop_token` /
+    `stop_token_id`, no probe.
 
-Versions
-    Generation's stop set is what HF `generate` and vLLM each derive from the checkpoint: the tokenizer's
-    eos plus generation_config.json's `eos_token_id` (vLLM adds the latter to every request's stop ids).
-    TRL 1.x's GRPOTrainer also passes that union to `generate`; TRL 0.15's built its own GenerationConfig
-    without eos ids and relied on transformers' defaults. The static reading is therefore checked by a probe.
+Why is this bad?
+    A completion that never stops runs to `max_completion_length` (PPO: `response_length`): the job
+    pays for the longest completions and the rewards score rambling after the answer. Typical
+    causes: generation_config.json lacks the template's turn end (`<|im_end|>` on a Qwen base
+    checkpoint, `<|eot_id|>` on the first Llama 3 Instruct release), the tokenizer's eos differs
+    from the model's, PPO's `stop_token` is unset. A mask that ends at the tokenizer's eos only
+    (TRL up to 1.12 at least) counts every completion that stopped at another terminator as
+    truncated (Phi-3.5's `<|end|>`, catalog B8, trl PR #7039). TRL 0.15's GRPOTrainer built its
+    GenerationConfig without eos ids (1.x passes them), hence the probe.
 
-How it is detected
-    Static: the chat template is rendered on a short conversation (for conversational datasets) to find
-    the first special token after the assistant's content; for plain-text prompts the terminator is the
-    tokenizer's eos. That token must be in the stop set the generation path will use (HF generate, and
-    vLLM's when `use_vllm` is set).
-    Dynamic (with the smoke step): the miniature twin is made to emit that token as the 4th to 6th
-    completion token (a hook on its LM head, during generation only) while the installed trainer runs its
-    real generation path with this config's settings; generation must stop there instead of running to
-    the length limit. The probe decides for the HF path; vLLM's path is judged statically (it needs a GPU).
-    The ids the installed trainer ends the completion mask at are read from its source (facts.generation.mask_eos:
-    every stop id, `torch.isin(completion_ids, self.eos_token_ids)`, or the tokenizer's eos only); a terminator
-    that generation stops at but the mask does not end at fails.
-    PPO-style trainers (PPO, and RLOO before trl 0.22) generate response_length tokens and truncate each response
-    after the config's stop token, so only that is judged, read from the config object the trainer gets (no probe):
-    `stop_token` or `stop_token_id` must be set; a `stop_token_id` other than the tokenizer's eos is a
-    warning, and a failure with `missing_eos_penalty`.
+Example
+    model_name_or_path: qwen2-base      # ChatML: turns end with <|im_end|>; eos is <|endoftext|>
+    -> fail: generation does not stop at '<|im_end|>' (id 2): the probe made the model emit it as
+       the 4th token and generation still ran all 8 steps of the probe's limit;
+       generation_config.json eos_token_id [0] lacks it, so every completion will run to
+       max_completion_length (256)
 
-What the fix does
-    Adds the missing id to generation_config.json's `eos_token_id` (kept as a list, existing ids first);
-    for PPO sets `stop_token: eos` in the config.
-    Where the installed trainer ends the completion mask at the tokenizer's eos only (TRL up to 1.12 at least:
-    `completion_ids == eos_token_id`), a terminator that generation stops at through generation_config.json's
-    eos list but that is not the tokenizer's eos (Phi-3.5's `<|end|>`, catalog B8, trl PR #7039) ends every
-    completion without ending its mask: every finished completion counts as truncated. The fix then sets the
-    tokenizer's eos_token to the terminator (tokenizer_config.json, and special_tokens_map.json when present),
-    and the fix that adds a terminator to generation_config.json does the same so as not to create that mismatch.
-    PPO: a `stop_token_id` other than the tokenizer's eos with `missing_eos_penalty` penalizes every response
-    that stopped at it (the penalty looks for the eos); the manual fix says to use `stop_token: eos` with a
-    tokenizer whose eos is that token.
+Fix safety
+    Safe: adds the id to generation_config.json's `eos_token_id` (a list, existing ids first) and,
+    where the trainer's mask ends at the tokenizer's eos only, makes the terminator the tokenizer's
+    `eos_token` (tokenizer_config.json, special_tokens_map.json); PPO: `stop_token: eos`. Manual
+    for the Hugging Face cache (never rewritten: copy the snapshot first), a launch script (pass
+    `--stop_token eos`), and a `stop_token_id` other than the eos with `missing_eos_penalty`, which
+    penalizes every response that stopped there (use `stop_token: eos` with a tokenizer whose eos
+    is that token).
 """
 
 from __future__ import annotations

@@ -1,49 +1,43 @@
-"""TD021 generation-settings: the job samples with the settings you set, from prompts `generate` accepts.
+"""TD021 generation-settings: the job samples as you set it, from prompts `generate` accepts.
 
-What goes wrong
-    - The checkpoint's generation_config.json carries sampling defaults (`min_p`, `top_k`, `temperature`,
-      `no_repeat_ngram_size`, `do_sample`...). transformers' `generate` merges the model's generation config into
-      the one the trainer passes: every key the trainer leaves unset (or, in transformers 4.50-4.57, sets to
-      transformers' global default: transformers#42762) takes the checkpoint's value. The job then samples with
-      settings nobody wrote in the training config: a `min_p` or `no_repeat_ngram_size` that narrows exploration,
-      identical completions and a high `frac_reward_zero_std` (ms-swift#3135 for the `do_sample: false` case).
-      vLLM is not affected: TRL hands it explicit SamplingParams, and vLLM reads only the eos ids from the file.
-    - A tokenizer whose output includes `token_type_ids` (its `model_input_names` lists them, as PleIAs'
-      Baguettotron's does) on a model whose forward takes none: a trainer that passes the tokenizer's whole
-      output to `generate` stops at the first step with "ValueError: The following `model_kwargs` are not used by
-      the model: ['token_type_ids']" (trl#4549).
-    - A tokenizer that pads on the right (`padding_side: right`) where the trainer batches prompts with the
-      tokenizer's own padding (PPO's DataCollatorWithPadding): the pad tokens sit between each short prompt and
-      its completion, and generation continues after them ("A decoder-only architecture is being used, but
-      right-padding was detected!"), degrading every rollout of the shorter prompts.
-    - GRPO with `gradient_checkpointing: true` generating in the trainer (no vLLM) on TRL before 0.22: the model
-      generates in training mode with checkpointing on, so transformers sets `use_cache=False` and every token
-      recomputes the whole prefix; generation becomes quadratic in the completion length and the job seems not
-      to progress, and transformers 4.53+ floods the log with "Caching is incompatible with gradient
-      checkpointing" (trl#3683).
+What it does
+    Merges the GenerationConfig the installed trainer builds (read from its source) with the
+    checkpoint's generation_config.json and with a blank one, through the installed transformers'
+    `_prepare_generation_config` on the meta-device model: keys that differ are the file's doing
+    (ids aside). Asks `_validate_model_kwargs` whether `generate` takes the tokenizer's output and
+    the trainer's source whether it gets it; reads who pads prompts, and whether
+    `unwrap_model_for_generation` turns gradient checkpointing off.
 
-How it is detected
-    Sampling: the GenerationConfig the installed trainer builds is read from its source (the keys and the
-    expressions, evaluated against this config) and merged by the installed transformers'
-    `_prepare_generation_config` on the meta-device model twice, with the checkpoint's generation_config.json and
-    with a blank one (inside TRL's own `_override_model_generation_config` when the trainer uses it): the keys
-    whose value differs are the ones the file changes. Only ids (bos/eos/pad) change nothing here.
-    token_type_ids: the tokenizer is called on a prompt; the installed transformers' `_validate_model_kwargs` on
-    the meta model says whether `generate` accepts what it returns; the trainer's source says whether the
-    tokenizer's extra outputs reach `generate` (TRL 1.x keeps them for conversational prompts; TRL 0.x takes
-    `input_ids` and the attention mask only).
-    Padding side: the trainer's source says whether it pads prompts left itself (GRPO and RLOO do) or leaves
-    it to the tokenizer (PPO's collator).
-    Checkpointed generation: GRPO with `gradient_checkpointing` and no vLLM generates in training mode; the
-    installed TRL's `unwrap_model_for_generation` is read for whether it turns checkpointing off first (trl 0.22
-    and later, PR#3891). Where it does not, transformers drops the KV cache during generation (catalog H4): a warn.
+Why is this bad?
+    - Sampling defaults in generation_config.json (`min_p`, `top_k`, `temperature`,
+      `no_repeat_ngram_size`, `do_sample`...) fill every key the trainer leaves unset (in
+      transformers 4.50-4.57 also keys set to the global default, transformers#42762): the job
+      samples with settings nobody wrote, narrower exploration, identical completions, high
+      `frac_reward_zero_std` (ms-swift#3135). vLLM gets explicit SamplingParams and reads only the
+      eos ids.
+    - `token_type_ids` in the tokenizer's output (Baguettotron) on a model whose forward takes
+      none: "ValueError: The following `model_kwargs` are not used by the model:
+      ['token_type_ids']" at the first step (trl#4549).
+    - `padding_side: right` where the trainer leaves padding to the tokenizer (PPO's
+      DataCollatorWithPadding): pads sit between prompt and completion ("A decoder-only
+      architecture is being used, but right-padding was detected!").
+    - GRPO with `gradient_checkpointing: true` and no vLLM on TRL before 0.22 (PR#3891 fixed it):
+      generation runs without the KV cache, quadratic in the completion length; transformers 4.53+
+      logs "Caching is incompatible with gradient checkpointing" (trl#3683, catalog H4): a warn.
 
-What the fix does
-    Sampling: nothing automatic (the file also sets the model's inference defaults): the manual fix names each key
-    to set in the config (`generation_kwargs`) or delete from generation_config.json. token_type_ids: writes
-    `model_input_names` without `token_type_ids` to tokenizer_config.json. Padding: writes `padding_side: left`
-    to tokenizer_config.json. Files in the Hugging Face cache are never rewritten: the fix says how to copy them.
-    Checkpointed generation: a manual fix (vLLM, trl>=0.22, or checkpointing off): each changes the job.
+Example
+    model_name_or_path: qwen2-minp      # generation_config.json sets min_p, no_repeat_ngram_size
+    -> warn: generate samples with min_p 0.1 (generation_config.json) instead of unset
+       (GRPOConfig.min_p = None); no_repeat_ngram_size 4 (generation_config.json) instead of 0
+       (GRPOTrainer does not pass it; transformers' default 0): transformers fills what the trainer
+       leaves unset from generation_config.json, so the job does not sample as GRPOConfig says
+
+Fix safety
+    Safe for the tokenizer: writes `model_input_names` without `token_type_ids`, or
+    `padding_side: left`, to tokenizer_config.json (manual when it is in the Hugging Face cache,
+    never rewritten). Manual for the sampling keys (pin each in `generation_kwargs` or delete it
+    from generation_config.json, which also sets the model's inference defaults) and for
+    checkpointed generation (vLLM, trl>=0.22, or checkpointing off: each changes the job).
 """
 
 from __future__ import annotations

@@ -1,71 +1,42 @@
-"""TD008 gpu-capacity: the GPUs can run the job: a driver new enough for torch, enough GPUs, enough memory.
+"""TD008 gpu-capacity: the GPUs can run the job: a new enough driver, enough GPUs, enough memory.
 
-What goes wrong
-    A config written for one machine meets another, and the job dies at start-up or at the first step:
-    - a driver whose CUDA is older than the CUDA torch was built for: torch sees no usable GPU ("The NVIDIA
-      driver on your system is too old") when the major version is older; within the same major version
-      CUDA's minor-version compatibility runs it, but kernels built for the newer release (Triton,
-      torch.compile) can fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
-    - too few GPUs: vLLM colocate with `vllm_tensor_parallel_size` larger than the GPUs ("tensor_parallel_size
-      (X) must divide world size (Y) evenly" when it does not divide them); vLLM in server mode needs a GPU for
-      the server apart from the training's, so one GPU cannot hold both.
-    - out of memory: the policy is loaded in float32 unless a dtype is given (TRL's create_model_from_path
-      and ModelConfig default; `bf16: true` only autocasts), so weights, gradients and AdamW's two states take
-      16 bytes per parameter: 8B parameters need ~120 GiB before a single activation. A reference copy
-      (beta != 0 without PEFT), reward models, the logits TRL takes log-probs from (batch × completion ×
-      vocabulary) and vLLM colocate's `vllm_gpu_memory_utilization` share of the GPU add up on the same GPU.
-    - no GPU at all: vLLM needs one.
-    Precision against the GPU (bf16 below compute capability 8.0, fp16 or bf16 without a GPU) and the
-    attention kernel are judged by TD015 precision-and-attention, not here.
+What it does
+    Reads the GPUs through NVML (CUDA_VISIBLE_DEVICES applied) and torch's CUDA build from
+    torch/version.py, and estimates one training process's peak memory
+    (trl_doctor/facts/memory_estimate.py): weights, gradients and AdamW states of what trains, a
+    reference copy (beta != 0 without PEFT), reward and value models, activations, the log-prob
+    head as the installed trainer runs it (whole-sequence logits where the model ignores
+    `logits_to_keep`, trl#2770), the KV cache, vLLM colocate's share, 0.5 GiB of CUDA context,
+    divided by ZeRO or FSDP sharding. Over a GPU's free memory fails (warns where the sharding
+    cannot be read), within 10% warns; a local vLLM server (0.0.0.0 or localhost) takes a GPU; no
+    GPU fails with use_vllm, else skips.
 
-How it is detected
-    GPUs are read through NVML (the pynvml module of nvidia-ml-py): name, compute capability, total and free
-    memory now (what other processes hold is already taken off), the driver's CUDA version; CUDA_VISIBLE_DEVICES
-    is applied (indices in NVML's PCI order, or GPU- UUIDs). torch is not imported: its CUDA build is read from
-    torch/version.py. Precision, batch, lengths, beta, PEFT and vLLM settings are the values the installed TRL's
-    config class resolves (its defaults included).
-
-    The memory estimate is for one training process per GPU (trl_doctor/facts/memory_estimate.py, which other rules share):
-    the meta-device model's exact parameter count × the load dtype's bytes for the weights; gradients and
-    optimizer states of what trains (all weights, or the fp32 LoRA adapters: r × (in + out) per targeted linear);
-    a reference copy when beta != 0 without PEFT; reward and value models built on the meta device; activations
-    of per_device_train_batch_size × (prompt + completion) tokens (6·hidden + 2·kv + 4·intermediate values per
-    token and layer, only each layer's input with gradient checkpointing); the log-prob head as the installed
-    trainer runs it, read from its source: TRL 1.x's fused LM head (`fused_lm_head=True`: one tile of 4096
-    tokens × 32768 vocabulary columns, the fp32 gradients of the hidden states and, when it trains, of the
-    output layer), or the logits tensor (batch × completion + 1 × vocabulary, twice for the temperature-scaled
-    copy; the whole sequence where the model ignores the trainer's logits_to_keep keyword, trl#2770); the KV
-    cache when the trainer generates itself; vLLM colocate's share; 0.5 GiB of CUDA context. It is compared with each training GPU's free memory: more
-    than free is `fail`, within 10% of it `warn`.
-
-    Sharding (facts.launch.sharding: the config's `deepspeed` JSON or `fsdp`, else the accelerate config's
-    DEEPSPEED / FSDP settings) divides that by the training processes N (facts.memory.sharded): ZeRO-1 the
-    optimizer states, ZeRO-2 the gradients too, ZeRO-3 the parameters too (the reference and reward models
-    TRL prepares with the same stage); FSDP FULL_SHARD as ZeRO-3, SHARD_GRAD_OP as ZeRO-2, NO_SHARD nothing;
-    offload to the CPU takes what it moves off the GPU. With 16-bit weights DeepSpeed's optimizer holds an fp32
-    master copy and fp32 Adam states (12 bytes per trained parameter, before ÷ N). Sharded parameters add the
-    layer being gathered and the one prefetched, and, when the trainer generates without vLLM, the whole policy
-    gathered for generation. A shortfall after sharding is a `fail`; where the sharding cannot be read (a ZeRO
-    stage "auto", a DeepSpeed JSON that is not there) a shortfall is only a `warn`. The breakdown, the inputs
-    and the assumptions are in the details.
-
-    The GPUs counted are the training processes (there is no num_processes option: every visible GPU is one
-    process); vLLM server mode on this machine (host 0.0.0.0 or localhost) takes one of them for the server,
-    and training is judged on the GPUs with the most free memory.
-
-    Without a GPU: `fail` when the config needs one (use_vllm), `skip` otherwise (the estimate is still shown).
-    The check is meant to run on the training machine, where a missing GPU shows as NVML's reason in the message.
+Why is this bad?
+    A config written for one machine dies on another at start-up or at the first step: a driver
+    older than torch's CUDA major ("The NVIDIA driver on your system is too old"; within the major
+    version, Triton or torch.compile kernels can fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+    vLLM colocate with a `vllm_tensor_parallel_size` above the GPUs ("tensor_parallel_size (X) must
+    divide world size (Y) evenly"), server mode on one GPU; out of memory, since TRL loads the
+    policy in float32 unless a dtype is given (`bf16: true` only autocasts): 16 bytes per
+    parameter, ~120 GiB for 8B before one activation. Precision (bf16 below compute capability 8.0)
+    and the attention kernel are TD015 precision-and-attention's.
 
 Versions
-    bf16 defaults to True in TRL >= 0.19 (GRPOConfig, RLOOConfig; before: False), which sizes activations.
-    GRPO's beta defaults to 0.0 from TRL 0.19 (0.04 before), RLOO's to 0.05 in TRL 1.16. vLLM: a spare GPU in TRL 0.14-0.15, server mode by
-    default in 0.16-0.29, colocate by default from 1.0 with vllm_gpu_memory_utilization 0.3. max_prompt_length
-    exists up to TRL 0.27 (default 512); later the estimate assumes 512 prompt tokens and says so.
+    bf16 defaults to True in TRL >= 0.19 (GRPOConfig, RLOOConfig; False before). GRPO's beta
+    defaults to 0.0 from TRL 0.19 (0.04 before), RLOO's to 0.05 in TRL 1.16. vLLM takes a spare GPU
+    in TRL 0.14-0.15, runs as a server by default in 0.16-0.29, colocated from 1.0 with
+    vllm_gpu_memory_utilization 0.3. max_prompt_length exists up to TRL 0.27 (default 512); later
+    the estimate assumes 512 prompt tokens and says so.
 
-What the fix does
-    No automatic fix: the message names the numbers and the smallest change: `model_init_kwargs: {dtype:
-    bfloat16}`, a smaller batch or completion length, gradient_checkpointing, beta 0 or PEFT, a lower
-    vllm_gpu_memory_utilization, a newer driver.
+Example
+    model_name_or_path: llama-3-8b      # no dtype: loaded in float32
+    bf16: true                          # on one 80 GB A100
+    -> fail: does not fit: needs ~... GiB per GPU (...) but ... has ... GiB free; ...
+
+Fix safety
+    No fix: the message names the numbers and the smallest change
+    (`model_init_kwargs: {dtype: bfloat16}`, a smaller batch or completion length,
+    gradient_checkpointing, beta 0 or PEFT, a lower vllm_gpu_memory_utilization, a newer driver).
 """
 
 from __future__ import annotations

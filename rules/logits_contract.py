@@ -1,50 +1,38 @@
 """TD003 logits-contract: the model answers the trainer's call the way the trainer expects.
 
-What goes wrong
-    Trainers call the model with keyword arguments that must match the installed transformers and the
-    model's own forward. TRL 0.15-0.17 compute per-token log-probs with
-    `model(input_ids, attention_mask, logits_to_keep=k + 1).logits`; transformers up to 4.48 named the
-    argument `num_logits_to_keep`, swallowed the unknown keyword in `**kwargs`, and returned logits for the
-    whole prompt+completion: [batch, prompt+completion, vocab] instead of [batch, k+1, vocab]. Nothing
-    fails; the logits simply cost (prompt+completion)/(k+1) times the memory (gigabytes at batch 8, long
-    prompts and a 150k vocabulary), and the job dies of out-of-memory or runs far slower. (A widely shared
-    write-up puts the waste at vocab/k, about 1000x: that is wrong, the vocabulary dimension is there in
-    both cases.) TRL 1.x calls the model differently again: it patches a fused LM head onto the model and
-    asks for `fused_lm_head=True` and `labels`, and reads `outputs.log_probs`; remote-code models whose
-    forward ignores these keywords, or lacks what the trainer reaches for, break or silently waste memory.
-    Remote code (catalog A4): a model whose config.json `auto_map` names its own modeling_*.py, for a model_type
-    the installed transformers does not ship, loads only with `trust_remote_code=True`; a trainer config without
-    it stops in from_pretrained ("... contains custom code which must be executed to correctly load the model").
-    Its forward may lack `logits_to_keep` (a TypeError where TRL passes it), swallow it in `**kwargs` (full
-    logits, as above), or expose no output embeddings (`get_output_embeddings()` is None: TRL 1.x's fused LM head
-    projects through it, and the first step stops with "'NoneType' object has no attribute 'weight'").
+What it does
+    A probe builds the installed TRL's trainer on the miniature twin and calls its own per-token
+    log-prob method on 2 x (6 prompt + 4 completion) tokens, hooks recording the keywords the model
+    got and every vocabulary-sized output: logits for more positions than asked, or a result that
+    is not [batch, completion], fail, with the memory at the config's sizes. Remote code:
+    config.json's `auto_map` and `model_type` against the installed transformers, and the config's
+    `trust_remote_code`; the probe runs such code only under --trust-remote-code, else skips.
 
-Versions
-    Reported as trl#2770 on TRL 0.15.0.dev with transformers 4.48.0 (Qwen2); transformers 4.49 renamed the
-    argument to `logits_to_keep`. TRL 0.15.2 slices the logits afterwards (so the numbers are right) but the
-    full tensor is still materialised. The rule does not rely on this table: it runs the installed code.
+Why is this bad?
+    TRL 0.15-0.17 call `model(input_ids, attention_mask, logits_to_keep=k + 1).logits`;
+    transformers up to 4.48 named it `num_logits_to_keep`, swallowed the unknown keyword and
+    returned logits for the whole sequence (trl#2770, on TRL 0.15.0.dev with transformers 4.48.0;
+    renamed in 4.49). Nothing fails: the logits cost (prompt+completion)/(k+1) times the memory
+    (not vocab/k, as a widely shared write-up says) and the job runs out of memory or far slower;
+    TRL 0.15.2 slices afterwards but still materialises them. TRL 1.x asks for `fused_lm_head=True`
+    and `labels` and reads `outputs.log_probs`. Remote code (catalog A4) needs
+    `trust_remote_code=True` ("... contains custom code which must be executed to correctly load
+    the model"), and its forward may lack `logits_to_keep` (a TypeError), swallow it, or have no
+    output embeddings ("'NoneType' object has no attribute 'weight'" under TRL 1.x's fused head).
 
-How it is detected
-    A probe builds the installed TRL's real trainer on the miniature twin (same architecture class as the
-    candidate) and calls the trainer's own per-token log-prob method (`_get_per_token_logps` or
-    `_get_per_token_logps_and_entropies`) on a batch of 2 x (6 prompt + 4 completion) tokens, with hooks
-    that record the keyword arguments the model received and every vocabulary-sized output. It fails when
-    the model produced logits for more positions than the trainer asked for, or when the result does not
-    have the [batch, completion] shape the trainer uses next. The memory the mismatch would cost at the
-    config's batch size, prompt and completion lengths is computed and shown. A probe that raises after the
-    trainer was built is reported with what the model lacks (its output embeddings, a keyword its forward
-    refuses). Remote code: config.json's `auto_map` and `model_type` are read as JSON (no code runs) against the
-    installed transformers' own model types, and the trainer config's `model_init_kwargs.trust_remote_code` or
-    top-level `trust_remote_code` (GRPOConfig's field in TRL 1.x, ModelConfig's that `trl grpo` passes on
-    before). The probe runs the model's code only under trl-doctor's --trust-remote-code; without it the rule
-    skips the probe and says so.
+Example
+    model_name_or_path: qwen2-chat      # with trl 0.15.2 + transformers 4.48.3
+    per_device_train_batch_size: 8
+    max_completion_length: 512
+    -> fail: _get_per_token_logps asked for logits of the last 5 positions but got all 10 (...):
+       at this config's sizes the logits take ... instead of ...
 
-What the fix does
-    Nothing in the files: the message names the installed versions and the upgrade that resolves it
-    (transformers >= 4.49 for the logits_to_keep rename; for remote code, a forward that honours the
-    keywords, or a native architecture without --trust-remote-code). An untrusted remote-code model gets a manual
-    step: read its code, then set `model_init_kwargs.trust_remote_code: true` (never written for the user: it
-    decides to run that code).
+Fix safety
+    No fix in the files: the message names the installed versions and the upgrade
+    (transformers >= 4.49; for remote code, a forward that honours the keywords, or a native
+    architecture). An untrusted remote-code model gets a manual step: read its code, then set
+    `model_init_kwargs.trust_remote_code: true`, never written for the user, who decides to run
+    that code.
 """
 
 from __future__ import annotations

@@ -1,34 +1,32 @@
 """TD017 model-files: every model the trainer loads has its weights, whole.
 
-What goes wrong
-    The rules that probe a model build it on the meta device or as a tiny twin of its config, so none of them
-    reads the weights, and neither does the rest of a CPU check. The job does, at start-up, after its
-    processes have started, its GPUs are held and vLLM has begun loading:
-    - a `model.safetensors` cut short by a failed copy, a full disk or an interrupted download stops
-      `from_pretrained` with "SafetensorError: Error while deserializing header: MetadataIncompleteBuffer"
-      (or "incomplete metadata, file not fully covered");
-    - a sharded checkpoint whose index names a shard that is not there stops it with "OSError: ... does not
-      appear to have a file named model-00002-of-00004.safetensors";
-    - a folder with a config and a tokenizer but no weights at all (a `save_pretrained` of the tokenizer only,
-      a partial `huggingface-cli download --include "*.json"`) stops it with "does not appear to have a file
-      named model.safetensors".
+What it does
+    For the policy, `reward_model_name_or_path`, `reward_model_path`, `value_model_path` and
+    `sft_model_path` (local folders or cached snapshots) it finds the weights (the safetensors
+    index and its shards, `model.safetensors`, `pytorch_model*.bin`, never opened) and reads each
+    safetensors header only: every tensor's byte range must fit its shape and dtype and the file. A
+    140 GB checkpoint takes milliseconds. A broken or missing file fails; no weights at all warns
+    (a config-only copy is normal off the launch machine).
 
-How it is detected
-    For the policy (`model_name_or_path`, or the folder a launch command's script loaded), the reward model
-    (`reward_model_name_or_path`, `reward_model_path`), `value_model_path` and `sft_model_path` when they are
-    local folders or cached snapshots: `model.safetensors.index.json` and every shard it maps to, else
-    `model.safetensors`, else `pytorch_model*.bin` (pickle: never opened), else any `*.safetensors`. Each
-    safetensors file's header is read (8 bytes of length, then the JSON header): every tensor's byte range must
-    match its shape and dtype, and the file must be as long as the largest range says. Nothing else is read,
-    so a 140 GB checkpoint is checked in milliseconds.
+Why is this bad?
+    The other rules build models on the meta device or as a tiny twin and never read the weights;
+    the job does, at start-up, after its processes started, its GPUs are held and vLLM began
+    loading: a cut-short file stops `from_pretrained` with "SafetensorError: Error while
+    deserializing header: MetadataIncompleteBuffer" (or "incomplete metadata, file not fully
+    covered"); a missing shard with "OSError: ... does not appear to have a file named
+    model-00002-of-00004.safetensors"; a folder with no weights (a tokenizer-only save, a
+    `--include "*.json"` download) with "does not appear to have a file named model.safetensors".
 
-    A broken or missing file the checkpoint names is a `fail`. A folder with no weights at all is a `warn`,
-    not a failure: a config-only copy on the machine that runs the check (a laptop, a CI runner) is normal
-    when the launch machine holds the full checkpoint; the message says what the launch will need.
+Example
+    model_name_or_path: qwen2-truncated  # model.safetensors cut short
+    -> fail: the policy's weights in .../qwen2-truncated are broken: model.safetensors: cut short:
+       59,232 of 118,464 bytes (its header describes 26 tensors): from_pretrained stops at
+       start-up, after the job has taken its GPUs
 
-What the fix does
-    Nothing automatic (the doctor never downloads or rewrites weights): the manual fix names the file to copy
-    or download again (`huggingface-cli download REPO --include FILE`, or the copy command's source).
+Fix safety
+    No automatic fix (the doctor never downloads or rewrites weights): a manual fix names the file
+    to copy or download again (`huggingface-cli download REPO --include FILE`, or the copy
+    command's source).
 """
 
 from __future__ import annotations

@@ -1,41 +1,34 @@
 """TD001 pad-token: the tokenizer needs a pad token the trainer, the model files and vLLM agree on.
 
-What goes wrong
-    GRPO pads prompts (left) and completions into batches, PPO pads queries and responses, and both pad
-    the batches their reward models score. Causal-LM tokenizers such as GPT-2's and the Llama 3 releases
-    ship without a pad token. GRPOTrainer before TRL 0.17 then crashes at the first batch with
-    "ValueError: Asking to pad but the tokenizer does not have a padding token"; from TRL 0.17 on
-    (PR #3290) it silently sets `pad_token = eos_token`. A pad id that is outside the embedding matrix
-    crashes the first forward pass ("index out of range in self" on CPU, a device-side assert on GPU), and
-    a `pad_token_id` in config.json or generation_config.json that disagrees with the tokenizer makes
-    generation pad with a different token than the trainer masks, where the trainer leaves the pad id to
-    generate (PPO's GenerationConfig names none, so transformers fills it from generation_config.json). GRPO
-    (trl 0.14 to 1.x) passes generate the tokenizer's pad id itself and masks completions at the eos: there a
-    generation_config.json pad id that differs pads nothing (a script's `pad_token = eos_token` on a Qwen
-    instruct checkpoint, whose file says <|endoftext|>), and is not reported.
+What it does
+    Loads the tokenizer as the trainer will hold it (with `added_tokens`) and compares its pad
+    token with the eos, the embedding rows (`vocab_size`) and `pad_token_id` in config.json and
+    generation_config.json (the latter only where the installed trainer passes no pad id to
+    `generate`). Whether the trainer sets pad = eos is read from its source, and the line quoted.
 
-    pad = eos is harmless for GRPO and RLOO: they build the completion mask from the first eos
-    (inclusive), so the eos stays in the loss. It is not harmless for PPO, whose value and reward
-    forwards mask every id equal to the pad id, so the final eos is masked out and the model is never
-    rewarded for stopping.
+Why is this bad?
+    GPT-2's and the Llama 3 tokenizers ship without a pad token. GRPOTrainer before TRL 0.17
+    crashes at the first batch ("ValueError: Asking to pad but the tokenizer does not have a
+    padding token"); from TRL 0.17 on (PR #3290) it silently sets `pad_token = eos_token`. A pad id
+    outside the embedding crashes the first forward ("index out of range in self"; a device-side
+    assert on GPU). A pad id in the model files that differs from the tokenizer's makes generation
+    pad with another token than the trainer masks, where the trainer leaves it to generate (PPO;
+    GRPO, trl 0.14 to 1.x, passes its own). pad = eos is harmless for GRPO and RLOO (the mask ends
+    at the first eos, inclusive), not for PPO, whose value and reward forwards mask every pad id:
+    the final eos is masked out and stopping is never rewarded.
 
-Versions
-    GRPOTrainer sets pad = eos from TRL 0.17.0; TRL 0.14-0.16 do not. The rule does not rely on this
-    table: it reads the installed trainer's source for the assignment and quotes the line it found.
+Example
+    model_name_or_path: gpt2-nopad      # tokenizer_config.json has no pad_token
+    -> warn: the tokenizer has no pad token; GRPOTrainer in trl 1.16.0 will silently set
+       pad_token = eos_token '<|endoftext|>' (id 0).
 
-How it is detected
-    The tokenizer is loaded as the trainer will hold it (with `added_tokens` added); its pad token and id
-    are compared with the eos, with the model's vocab_size (embedding rows) and with `pad_token_id` in
-    config.json and generation_config.json; generation_config.json's only where the installed trainer's
-    GenerationConfig (read from its source, facts.generation.pad_passed_to_generate) takes no pad id itself.
-
-What the fix does
-    Picks a pad token the vocabulary already has (`<pad>`, `<|pad|>`, `[PAD]`, `<|padding|>`,
-    `<|finetune_right_pad_id|>`, `<|endoftext|>` when it is not the eos), falling back to the eos token;
-    it never grows the vocabulary. It writes `pad_token` to tokenizer_config.json (and
-    special_tokens_map.json when present) and `pad_token_id` to config.json and generation_config.json.
-    Files in the Hugging Face cache are never rewritten: the fix is then a manual one that says how to copy the
-    snapshot to a folder of your own (`cp -rL`), point the config at it and rerun --fix.
+Fix safety
+    Safe: picks a pad token the vocabulary already has (`<pad>`, `<|pad|>`, `[PAD]`, `<|padding|>`,
+    `<|finetune_right_pad_id|>`, `<|endoftext|>` when it is not the eos), else the eos, never
+    growing the vocabulary; writes `pad_token` to tokenizer_config.json (and
+    special_tokens_map.json) and `pad_token_id` to config.json and generation_config.json. Manual
+    for files in the Hugging Face cache, never rewritten (copy the snapshot with `cp -rL`, point
+    the config at it, rerun --fix).
 """
 
 from __future__ import annotations

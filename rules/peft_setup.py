@@ -1,79 +1,47 @@
-"""TD016 peft-setup: LoRA starts from a base model, trains new tokens' rows, gets gradients through checkpointing.
+"""TD016 peft-setup: LoRA starts from a base, trains new tokens' rows, and gets gradients.
 
-What goes wrong
-    `use_peft: true` (with TRL's ModelConfig keys `lora_r`, `lora_target_modules`, `lora_modules_to_save`...)
-    makes `trl <trainer>` wrap the model in a fresh LoRA adapter. Three setups break that, each only once the
-    job runs:
-    - the model is already a PEFT adapter (an SFT run's output folder: adapter_config.json and adapter
-      weights, no config.json). TRL releases that load a model path through `create_model_from_path` stop
-      at once ("Unrecognized model in ... Should have a `model_type` key in its config.json"). Releases that
-      call `AutoModelForCausalLM.from_pretrained` get the base model with the adapter attached by
-      transformers; with `use_peft`, `get_peft_model` then builds a new "default" adapter in its place
-      (PEFT warns "You are trying to modify a model with PEFT for a second time", and the loaded lora_B
-      weights are reset to zero: the SFT adapter's training is silently discarded); without it, the adapter
-      is frozen, nothing is trainable, and the first backward fails with "element 0 of tensors does not
-      require grad and does not have a grad_fn". TRL's own message for a PeftModel plus a peft_config
-      ("Please first merge and unload the existing adapter") names the fix: merge, then train.
-    - tokens the run adds (`added_tokens`, or a tokenizer larger than the embedding) get embedding and
-      output rows that LoRA freezes: unless the input embedding and the LM head are in
-      `lora_modules_to_save`, those rows stay as initialised and the policy can neither read the new tokens
-      properly nor learn to emit them.
-    - gradient checkpointing with PEFT needs the embedding output to require grad when checkpointing is
-      reentrant (the embedding is frozen): otherwise torch warns "None of the inputs have requires_grad=True"
-      and the first backward fails with "element 0 of tensors does not require grad and does not have a
-      grad_fn" (trl#3089, trl#3150).
-    - `lora_target_modules` names that match no module of the model: a recipe's `--lora_target_modules "q_proj",
-      "v_proj"` reaches TRL's parser (nargs='+') as ['q_proj,', 'v_proj'], and PEFT adapts only v_proj without a
-      word (every name unmatched: get_peft_model stops, "Target modules ... not found in the base model"). TRL's
-      ModelConfig turns a one-item list into its item, a string, which PEFT reads as a regular expression the
-      module's full name must match entirely: `[q_proj]` matches nothing (peft 0.21.2, trl 1.16.0).
-    LoRA keys without `use_peft` are a quieter mistake: `get_peft_config` returns None, so the full model
-    trains, with the memory that needs.
+What it does
+    Without weights: looks for adapter_config.json in the model folder; looks the meta model's
+    embedding and head names up in `lora_modules_to_save` when new tokens need rows; matches
+    `lora_target_modules`, as PEFT gets them, against the model's modules as PEFT does; reads the
+    trainer's source, transformers' `gradient_checkpointing_enable` and the effective
+    `gradient_checkpointing_kwargs` for whether input gradients are on.
 
-Versions
-    Read from the installed code, not a table:
-    - how a model path is loaded: `AutoModelForCausalLM.from_pretrained` directly (trl 0.14-0.19, which
-      attaches an adapter folder's adapter to its base), `AutoConfig.from_pretrained(model_id)` then the
-      architecture it names inside the trainer (trl 0.21-0.25), or `create_model_from_path`
-      (trl/trainer/utils.py, which reads AutoConfig first: trl 0.26-1.16); releases read: 0.15.2, 0.16.0,
-      0.17.0, 0.19.1, 0.21.0, 0.23.1, 0.25.1, 0.26.0-0.29.0, 1.0.0, 1.12.0, 1.16.0. PPO configs load through
-      TRL's example script (`AutoModelForCausalLM.from_pretrained`).
-    - who enables input gradients: GRPOTrainer calls `enable_input_require_grads()` itself in trl 0.16-0.22
-      (`_enable_gradient_checkpointing`, when checkpointing is reentrant), in trl 0.23-0.25 through
-      `prepare_peft_model` -> `enable_gradient_checkpointing` (trl/models/utils.py), and from trl 0.26 in
-      `__init__` when `is_peft_model(model) and args.gradient_checkpointing` (transformers#42489); trl
-      0.14-0.15 never do. transformers 5.x enables it in `gradient_checkpointing_enable` for every model
-      whose main input is `input_ids`; 4.x only for adapters it loaded itself (`_hf_peft_config_loaded`), not
-      for a PeftModel wrapper. transformers' default is `use_reentrant=True` in 4.x and `False` in 5.x, and
-      non-reentrant checkpointing does not need input gradients. So only trl < 0.16 with transformers 4.x,
-      reentrant checkpointing and PEFT fails; reproduced with trl 0.15.2 + transformers 4.48.3 + peft
-      0.14.0, and the fix (use_reentrant: false) trains there.
-    - GRPOConfig's `gradient_checkpointing` defaults to True in the releases read from 0.23 on (GRPOConfig,
-      then the shared BaseConfig from 0.29), to TrainingArguments' False before: the value used is the
-      installed config class's, defaults included.
+Why is this bad?
+    `use_peft: true` wraps the model in a fresh LoRA adapter; these setups break once the job runs:
+    - an adapter folder as the model: `create_model_from_path` (trl 0.26-1.16) stops ("Unrecognized
+      model in ... Should have a `model_type` key in its config.json"); `from_pretrained` (trl
+      0.14-0.19, PPO's script) attaches it to its base and `get_peft_model` resets it ("You are
+      trying to modify a model with PEFT for a second time": the SFT training is silently lost), or
+      without `use_peft` nothing trains ("element 0 of tensors does not require grad and does not
+      have a grad_fn"); trl 0.21-0.25 read `AutoConfig` first;
+    - new tokens' embedding and head rows stay as initialised unless both are in
+      `lora_modules_to_save`;
+    - reentrant checkpointing (transformers 4.x's default) with PEFT needs input gradients:
+      "None of the inputs have requires_grad=True", then the grad_fn error (trl#3089, trl#3150).
+      GRPOTrainer enables them from trl 0.16 (itself in 0.16-0.22, via `prepare_peft_model` in
+      0.23-0.25, in `__init__` from 0.26, transformers#42489), and transformers 5.x does for every
+      `input_ids` model: trl 0.14-0.15 + transformers 4.x fails (reproduced: trl 0.15.2,
+      transformers 4.48.3, peft 0.14.0). `gradient_checkpointing` defaults to True from 0.23
+      (BaseConfig from 0.29);
+    - `lora_target_modules: ["q_proj,", "v_proj"]` (a recipe's `"q_proj", "v_proj"` through
+      nargs='+'): PEFT adapts only v_proj without a word ("Target modules ... not found in the base
+      model" when none match); a one-item list becomes a regex string: `[q_proj]` matches nothing
+      (peft 0.21.2, trl 1.16.0);
+    - LoRA keys without `use_peft`: `get_peft_config` returns None and the full model trains.
 
-How it is detected
-    No weights. The model folder is checked for adapter_config.json (its PEFT type, rank, targets and base
-    are reported). The `added_tokens` new to the tokenizer's own vocabulary (read from tokenizer.json, or the
-    tokenizer as saved), and the tokenizer's size against the embedding rows of config.json, give the new
-    rows; the names of the input embedding and LM head come from the meta-device model (`embed_tokens`,
-    `lm_head`; `wte` for GPT-2) and are looked up in `lora_modules_to_save` and `lora_target_modules`, as
-    PEFT matches them (by name suffix). `lora_target_modules`, as PEFT gets them (a launch command's from the
-    script's LoraConfig; a config file's through the installed ModelConfig), are matched against the meta model's
-    module names as PEFT's check_target_module_exists matches them (a list item: the full name or its last
-    components; a string: re.fullmatch; "all-linear": every Linear layer). For checkpointing, the trainer's source (and the TRL helpers it
-    calls), transformers' `gradient_checkpointing_enable` and the effective `gradient_checkpointing_kwargs`
-    decide whether input gradients are on; the files and lines read are in the details.
+Example
+    use_peft: true
+    lora_target_modules: ["q_proj,", "v_proj"]
+    -> fail: lora_target_modules ['q_proj,', 'v_proj']...: `q_proj,` matches no module of
+       Qwen2ForCausalLM, so PEFT ... adapts only v_proj and says nothing about it; ...
 
-What the fix does
-    For new tokens under LoRA it writes `lora_modules_to_save` with the model's own embedding and head names
-    added to what the config lists (full trainable copies of both matrices: the details give their size; with
-    tied embeddings PEFT unties the copies). For target names with stray commas in a config file it writes the
-    list without them. For reentrant checkpointing that leaves input gradients off it
-    writes `gradient_checkpointing_kwargs: {use_reentrant: false}` (kept keys preserved), unless the config
-    uses DeepSpeed, where PEFT + ZeRO-3 needs reentrant checkpointing (upgrade TRL there). An adapter folder
-    as the model needs a merge (the message gives the two lines); LoRA keys without `use_peft` need the
-    user's choice, so neither is written.
+Fix safety
+    Safe: adds the model's embedding and head names to `lora_modules_to_save` (full trainable
+    copies; tied embeddings are untied); writes the target list without stray commas; writes
+    `gradient_checkpointing_kwargs: {use_reentrant: false}` (other keys kept), except with
+    DeepSpeed, where PEFT + ZeRO-3 needs reentrant (upgrade TRL). An adapter folder (merge it: the
+    message gives two lines) and LoRA keys without `use_peft` are left to the user.
 """
 
 from __future__ import annotations

@@ -1,80 +1,46 @@
-"""TD015 precision-and-attention: bf16/fp16, the attention kernel and the load dtype suit the GPUs and the checkpoint.
+"""TD015 precision-and-attention: precision, attention kernel and load dtype suit the GPUs and model.
 
-What goes wrong
-    - bf16 on a GPU below compute capability 8.0 (T4, V100, RTX 20xx): transformers stops in TrainingArguments
-      with "ValueError: Your setup doesn't support bf16/gpu." where torch does not count emulated bf16, and
-      where it does, bf16 matmuls run emulated, many times slower. TRL's GRPO and RLOO configs turn bf16 on by
-      default since TRL 0.19 (`bf16=None`, which `__post_init__` makes `not fp16`), so a config that names no
-      precision asks for bf16 too.
-    - vLLM colocate on such a GPU with a bf16 checkpoint: TRL builds `LLM(...)` without a dtype, vLLM takes
-      the checkpoint's and refuses ("Bfloat16 is only supported on GPUs with compute capability of at least
-      8.0"); the trainer's `fp16: true` does not reach vLLM.
-    - fp16 or bf16 on a machine without a GPU: accelerate applies fp16 mixed precision only on a GPU (on the
-      CPU the job trains in fp32 without a word), torch runs bf16 on the CPU slowly: the config is meant for
-      another machine, so it is a warning.
-    - `attn_implementation: flash_attention_2` (or _3, _4) without its package: model loading stops with
-      "ImportError: FlashAttention2 has been toggled on, but it cannot be used due to the following error: the
-      package flash_attn seems to be not installed"; installed but built for another torch or CUDA, `import
-      flash_attn` fails ("undefined symbol: ...") and loading stops the same way; on a GPU older than the kernel
-      supports (FlashAttention 2 needs 8.0, Ampere; 3 and 4 need 9.0, Hopper) the first forward stops with
-      "FlashAttention only supports Ampere GPUs or newer."; with fp32 weights and neither bf16 nor fp16 nothing
-      casts the queries to 16 bits: "FlashAttention only support fp16 and bf16 data type".
-    - Gemma 2, 3 and 4 (config.json model_type gemma2, gemma3, gemma3_text, gemma4, or the text_config's) with an
-      attention other than eager: Gemma 2 soft-caps its attention logits; runs with sdpa or flash attention are
-      reported to reach NaN or zero loss (transformers#32390 for Gemma 2 with sdpa and padding, LlamaFactory#7755
-      for Gemma 3, NeMo Automodel#1883 for Gemma 4). transformers 4.x warned "It is strongly recommended to train
-      Gemma2 models with the `eager` attention implementation instead of `sdpa`" and defaulted to sdpa; newer
-      releases mark Gemma 2 `_supports_sdpa = False`, default it to eager and refuse an explicit sdpa at loading.
-    - the load dtype against the checkpoint's: TRL loads the policy in float32 unless a dtype is given
-      (create_model_from_path's default in TRL 1.x, ModelConfig's `dtype` default), whatever config.json says.
-      For a full fine-tune that is fp32 master weights, the usual mixed-precision recipe, until it no longer
-      fits: weights, gradients and AdamW's two states take 16 bytes per parameter (an 8B model: 120 GiB). With
-      LoRA the base is frozen, so a bf16 checkpoint loaded in fp32 only doubles its memory, and so does a
-      frozen reference copy (beta != 0 without PEFT). Weights loaded in float16 with `fp16: true` (full
-      fine-tune) stop at the first optimizer step: "ValueError: Attempting to unscale FP16 gradients."
-    - a launch recipe (or command line) that sets TRL's ModelConfig loading keys (`attn_implementation`,
-      `torch_dtype` / `dtype`, `load_in_4bit` / `load_in_8bit`) for a script that never passes them on: TRL's
-      parser fills ModelConfig, but a script that hands the trainer the model's name without `model_init_kwargs`
-      (philschmid's mini-R1 GRPO script), or loads the model itself without them, trains with transformers'
-      defaults: no FlashAttention, float32 weights, no quantization. The job runs, slower and larger than asked:
-      a warning.
+What it does
+    Compares bf16/fp16, as the installed TRL config resolves them, with each GPU's compute
+    capability (NVML, or --target); the attention implementation (`model_init_kwargs`, the
+    `attn_implementation` key, config.json) with the flash-attention packages, imported in a
+    subprocess, and for a Gemma with the class's `_supports_sdpa`; the load dtype the installed TRL
+    uses with config.json's dtype and the smallest GPU's memory (80 GiB without one; not judged
+    with deepspeed or fsdp); a launch recipe's ModelConfig loading keys with what the script really
+    loads the policy with.
 
-Versions
-    bf16 defaults to True in GRPOConfig and RLOOConfig from TRL 0.19 (before, TrainingArguments' False); the
-    rule reads the installed config class's `bf16` default and its `__post_init__`. TRL 1.x loads float32 when
-    no dtype is given (trl/trainer/utils.py: `kwargs.get("dtype", "float32")`); TRL 0.x passes `torch_dtype`
-    on to transformers, whose default is float32 before 5.0 and "auto" (the checkpoint's) from 5.0: the
-    installed code is read (trl_doctor/facts/memory_estimate.py's policy_dtype). transformers >= 5 falls back to the Hub
-    kernel `kernels-community/flash-attn2` when flash_attn is missing and the `kernels` package is installed
-    (read from its modeling_utils.py); that needs the Hub or a cached kernel, so it is a warning.
+Why is this bad?
+    - bf16 below compute capability 8.0 (T4, V100): "ValueError: Your setup doesn't support
+      bf16/gpu." or emulated, many times slower; GRPO and RLOO default it on from TRL 0.19; vLLM
+      colocate there refuses a bf16 checkpoint ("Bfloat16 is only supported on GPUs with compute
+      capability of at least 8.0"). fp16/bf16 without a GPU: a warn.
+    - flash_attention_2 (_3, _4) without its package: "ImportError: FlashAttention2 has been
+      toggled on, but it cannot be used ..." (transformers >= 5 falls back to the Hub kernel
+      `kernels-community/flash-attn2` with `kernels` installed: a warn); a broken build
+      ("undefined symbol"); below 8.0 (FA2) or 9.0 (FA3, FA4): "FlashAttention only supports Ampere
+      GPUs or newer."; fp32 weights: "FlashAttention only support fp16 and bf16 data type".
+    - Gemma 2, 3, 4 on sdpa or flash attention reach NaN or zero loss (transformers#32390,
+      LlamaFactory#7755, NeMo Automodel#1883).
+    - TRL 1.x loads float32 without a dtype (`kwargs.get("dtype", "float32")`), TRL 0.x
+      transformers' default (float32 before 5.0, "auto" from 5.0): a full fine-tune takes 16 bytes
+      per parameter (8B: 120 GiB), LoRA doubles a 16-bit base; fp16 weights with `fp16: true` stop
+      with "ValueError: Attempting to unscale FP16 gradients."
+    - a recipe's `attn_implementation`, `dtype`, `load_in_4bit` that the script never passes on
+      (philschmid's mini-R1 GRPO script): transformers' defaults, a warn.
 
-How it is detected
-    bf16 and fp16 are the values the installed TRL config resolves (its defaults included). The GPUs come from
-    NVML (trl_doctor.context.env.gpus(), CUDA_VISIBLE_DEVICES applied): compute capability of each visible GPU. The
-    attention implementation is `model_init_kwargs.attn_implementation`, else the `attn_implementation` key
-    (TRL's ModelConfig, which the CLI puts into model_init_kwargs), else config.json's; the flash-attention
-    packages are looked up with importlib.util.find_spec and their distribution metadata, then imported in a
-    subprocess of this Python (a broken extension must not take the check down), where the launch's environment
-    is this one (a GPU here, or --target without `--target-env other`). The GPUs and the load dtype are judged
-    for --target either way. For a Gemma the attention in effect is the one asked for, else the one the installed transformers
-    gives the meta-device model (its default for that class); its causal-LM class is looked up in transformers'
-    auto mapping to read `_supports_sdpa` and whether its source warns about training without eager. The
-    checkpoint dtype is config.json's `dtype` / `torch_dtype`; the parameter count for the GiB
-    figures is the meta-device model's (no weights are loaded). A full fine-tune's fp32 state is compared with
-    the smallest visible GPU's total memory (80 GiB when there is no GPU, the largest common single GPU); with
-    deepspeed or fsdp set it is not judged. For a launch command, the ModelConfig loading keys of its recipe and
-    command line are compared with what the policy is loaded with (facts.settings.unapplied_model_keys: the
-    trainer's model_init_kwargs for a model given by name, the script's own from_pretrained keywords otherwise).
+Example
+    bf16: true                          # on a Tesla T4 (compute capability 7.5)
+    -> fail: bf16 is on but ... has compute capability 7.5 and bfloat16 needs 8.0 (Ampere) or
+       newer: transformers stops with "Your setup doesn't support bf16/gpu" or runs it emulated ...
 
-What the fix does
-    bf16 on a GPU below 8.0: writes `bf16: false` (fp32 training; fp16 is faster but can overflow, so it is only
-    suggested). Flash attention that cannot run here: writes `attn_implementation: sdpa` where the config set
-    it (the top-level key, or inside model_init_kwargs). A Gemma on anything but eager: writes
-    `attn_implementation: eager` where the config chose the attention, else into model_init_kwargs (flash attention
-    on a Gemma gets eager too, never sdpa). A 16-bit checkpoint loaded in fp32 under LoRA (or for a
-    frozen reference): writes the checkpoint's dtype into model_init_kwargs when the mixed precision matches it.
-    fp16 weights with `fp16: true`: writes dtype float32 into model_init_kwargs (fp32 master weights, fp16
-    autocast). Nothing is written where the dtype was chosen explicitly, or for the other findings.
+Fix safety
+    Safe: `bf16: false` below 8.0 (fp16 is only suggested: it can overflow);
+    `attn_implementation: sdpa` for flash attention that cannot run, where the config set it;
+    `eager` for a Gemma (never sdpa), where the config chose the attention, else in
+    `model_init_kwargs`; into `model_init_kwargs`, the checkpoint's 16-bit dtype under LoRA or for
+    a frozen reference when the mixed precision matches, and float32 for fp16 weights with
+    `fp16: true`. Nothing is written where the dtype was chosen explicitly, or for the other
+    findings.
 """
 
 from __future__ import annotations

@@ -1,68 +1,45 @@
-"""TD014 reward-functions: reward functions and reward models work the way the installed trainer calls them.
+"""TD014 reward-functions: reward functions and models work the way the installed trainer calls them.
 
-What goes wrong
-    GRPOTrainer and RLOOTrainer call each reward function once per batch, as
-    `reward_func(prompts=..., completions=..., completion_ids=..., **reward_kwargs)`, where reward_kwargs
-    holds every dataset column but `prompt` (repeated per completion) and, in recent releases,
-    `trainer_state`, `log_extra` and `log_metric`. Completions are strings for plain-text prompts and
-    `[{"role": "assistant", "content": ...}]` for conversational ones. All of this first happens after the
-    model has loaded and the first batch has been generated, and each mistake stops the job there:
-    - `TypeError: reward() got an unexpected keyword argument 'completion_ids'` (or a column name): the
-      function lacks `**kwargs` (trl#4939, trl#2644);
-    - `'list' object has no attribute 'strip'` / `string indices must be integers`: the function expects the
-      other completion format (trl#4202, unsloth#2907);
-    - one score per batch instead of one per completion: older releases broadcast it silently to every
-      completion (so every advantage is zero), newer ones stop with "returned 1 rewards, but 8 were expected"
-      (trl#6533);
-    - None where the installed TRL cannot take it (`must be real number, not NoneType` before 0.16), NaN or
-      inf (NaN advantages and loss where rewards are summed plainly), strings instead of numbers;
-    - an `async def` reward function under a TRL that does not await it (a coroutine instead of scores);
-    - `reward_weights` whose length is not the number of reward sources: "Number of reward weights (2) must
-      match number of reward functions (3)" at start-up;
-    - a reward model (`reward_model_name_or_path`) that is not a 1-label sequence classifier: a causal LM's
-      folder gets a new, random score head that the trainer never trains (the job runs on noise rewards: a
-      warning), a causal LM passed as an object gives next-token logits, not scores, a 2-label classifier
-      fails to load with num_labels=1 on the score.weight size mismatch, and one whose tokenizer has neither
-      a pad nor an eos token cannot score a batch ("Cannot handle batch sizes > 1 if no padding token is
-      defined", trl#422).
+What it does
+    Imports each `reward_funcs` entry as TRL's scripts do and calls it as the installed trainer
+    does (keywords read from its source, dataset columns included) in the worker's fence
+    (--user-code-timeout, 60 s), on its main thread (math_verify needs signal.alarm), on two rows
+    with two synthetic completions each. It must return one float (or None, where TRL takes None)
+    per completion; NaN warns where TRL skips it, else fails; inf fails. The smoke step (TD006)
+    checks every real call too. Reward models: config.json and tokenizer files, no weights.
+
+Why is this bad?
+    GRPO and RLOO call `reward_func(prompts=..., completions=..., completion_ids=...,
+    **reward_kwargs)` with every column but `prompt`, after the model loaded and the first batch
+    was generated:
+    - "TypeError: reward() got an unexpected keyword argument 'completion_ids'": no `**kwargs`
+      (trl#4939, trl#2644);
+    - "'list' object has no attribute 'strip'" / "string indices must be integers": the other
+      completion format (trl#4202, unsloth#2907);
+    - one score per batch: broadcast silently (zero advantages), or
+      "returned 1 rewards, but 8 were expected" (trl#6533);
+    - None before 0.16 ("must be real number, not NoneType"), NaN, inf, strings; an unawaited
+      `async def`; "Number of reward weights (2) must match number of reward functions (3)";
+    - a reward model that is not a 1-label classifier: a causal LM gets a random score head (a
+      warn), a 2-label one fails to load, one without pad or eos cannot score ("Cannot handle batch
+      sizes > 1 if no padding token is defined", trl#422).
 
 Versions
-    Read from the installed trainer's source, never from a table: the call's keywords (`completion_ids` from
-    0.19), the extra arguments (`trainer_state` from 0.21, `log_extra`/`log_metric` later; `environments`
-    is passed only with environment factories and is not assumed), the columns left out (`prompt`,
-    `completion`, `completion_ids`), None accepted (`... if reward is not None else torch.nan`, from 0.16),
-    NaN ignored (`nansum`, from 0.16), async functions awaited (`is_async_callable`, from 0.27), the count
-    checked ("were expected", after 1.0), and the eos fallback for a reward model's pad token. Checked
-    against trl 0.15.2, 0.16.0, 0.19.1, 0.21.0, 0.23.1, 0.26.0-0.29.0, 1.0.0, 1.12.0 and 1.16.0. RLOOTrainer
-    takes reward functions from trl 0.22; before, it is the PPO-style trainer that scores with
-    `reward_model_path` only, and `reward_funcs` in an RLOO config fails here with the release to pin.
-    The script's order of reward sources (`trl grpo`/`trl rloo`): the reward model first, then
-    `reward_funcs`, which is the order `reward_weights` follows.
+    Read from the installed trainer: `completion_ids` from 0.19, `trainer_state` from 0.21
+    (`log_extra`, `log_metric` later), None and NaN (`nansum`) taken from 0.16, async awaited from
+    0.27, the count checked after 1.0. RLOOTrainer takes reward functions from trl 0.22 (before,
+    the rule fails naming the release to pin). `trl grpo`/`trl rloo` put the reward model first,
+    then `reward_funcs`: the order `reward_weights` follows.
 
-How it is detected
-    No model and no GPU. Every `reward_funcs` entry is imported as TRL's scripts import it (a `trl.rewards`
-    name or a dotted path, the config file's folder first, then the current one as `trl grpo` does; the import
-    runs in the worker's fence too); its signature is bound to exactly the keywords
-    the installed trainer passes, dataset columns included. Then it is called as the trainer calls it: on the
-    worker's main thread (math_verify, which most math recipes score with, times its parsing with signal.alarm
-    and refuses any other thread; `async def` functions on an event loop thread, as TRL's), in the worker's
-    fence (stopped after --user-code-timeout, 60 s, by a timer that leaves the function's own SIGALRM alone; a
-    call that ends the worker fails this rule with the cause) and its printed output captured, on the
-    trainer's dataset's first two rows with two synthetic completions each, every column but `prompt` (and
-    those TRL leaves out) passed by name with those rows' real values, completions in the dataset's own format
-    (text, or one assistant message for conversational prompts), `completion_ids` from the real tokenizer, and
-    stand-ins for `trainer_state`, `log_extra` and `log_metric`. An error that only the doctor's calling causes
-    (code that needs the main thread, probed from another thread in-process) is not held against the function.
-    It must return one float (or None, where the installed TRL takes None) per completion; NaN is a warning
-    where TRL treats it as "no score" and a failure where it poisons the sum, inf a failure. A completion no
-    source scores is a warning (TRL logs "All reward functions returned None").
-    The same checks run on every real call during the smoke step (TD006). A reward model's config.json and
-    tokenizer files are read (architectures, id2label, pad and eos tokens), no weights.
+Example
+    reward_funcs: [rewards.no_kwargs_reward]   # def no_kwargs_reward(prompts, completions)
+    -> fail: reward function rewards.no_kwargs_reward cannot be called the way trl 1.16.0 calls it:
+       it is `no_kwargs_reward(prompts, completions)`, TRL calls it with (answer=, ...
 
-What the fix does
-    No automatic fix: the message names the function, its file and line, the keyword it lacks or what it
-    returned, and the smallest change (`def reward(completions, **kwargs)`, one float per completion, one
-    weight per reward source, a 1-label reward model).
+Fix safety
+    No fix: the message names the function, its file and line, the keyword it lacks or what it
+    returned, and the smallest change (`def reward(completions, **kwargs)`, one float per
+    completion, one weight per reward source, a 1-label reward model).
 """
 
 from __future__ import annotations

@@ -1,78 +1,44 @@
 """TD006 smoke-step: one tiny, real training step of the installed TRL trainer before the long job.
 
-What goes wrong
-    Many failures only show once the trainer runs: a reward function that raises, returns the wrong number
-    of scores or string labels, or has a signature TRL cannot call (no `**kwargs`: TRL passes
-    `completion_ids` and every dataset column by name); a dataset without the `prompt` column; a chat
-    template that breaks on the data; a dtype the device cannot do (bf16 below compute capability 8.0);
-    PPO without a value model; an out-of-memory at the first backward. On a GPU job they show up after the
-    model has loaded and the first batch has been generated, often an hour in.
+What it does
+    Runs the installed TRL's own trainer with the config's settings, models, reward functions,
+    tokenizer, precision, LoRA and first rows, made tiny (one step, `num_generations: 2`, 8-token
+    completions, no saving, trackers or vLLM), in a child process under --smoke-timeout; PPO and
+    the PPO-style RLOO of trl < 0.22 get models built as TRL's example scripts build them. On the
+    CPU every model is a miniature twin (same class and tokenizer, 2 layers); on a GPU the real
+    model, when one step fits with a 10% margin. It checks finite loss and grad norm, trained
+    parameters changed and frozen ones not, one finite float (or None) per completion from every
+    reward call; a hang, segfault or OOM kill fails with its stage. `--sample N` (default 2 after a
+    real-model step on a GPU; not yet run in CI) then has the real model (safetensors only)
+    generate and the rewards score it.
 
-    Two failures need the real model itself and do not crash at all (catalog C7, E5): completions that all run to
-    `max_completion_length` without the eos (the answer comes after the cap: clipped_ratio 1.0, reward 0, trl#5697),
-    and groups whose completions all get the same reward (all cut, all wrong, a constant reward, no sampling
-    diversity): GRPO's group-normalised advantages are then zero, so the loss and the gradient are zero
-    (frac_reward_zero_std 1.0, trl#3857) and the run "trains" for hours learning nothing.
-
-How it is detected
-    The installed TRL's own trainer is built with the config's own settings, reward functions, reward,
-    value and reference models, tokenizer (with `added_tokens`), precision (bf16/fp16, TRL's defaults
-    included), LoRA settings (`use_peft`, `lora_*`) and the first rows of the config's dataset, overriding
-    only what makes it tiny: one optimizer step, 2 sequences (`num_generations: 2`, so GRPO's grouping stays
-    valid), 8-token completions, no saving, no trackers, no vLLM, output in a temporary folder.
-    - GRPOTrainer and RLOOTrainer (trl >= 0.22) take the model path and the reward functions.
-    - PPOTrainer (trl.experimental.ppo up to trl 1.12.0, trl.PPOTrainer before) and the PPO-style
-      RLOOTrainer of trl < 0.22 take model instances and a tokenized dataset, built as TRL's example scripts
-      build them (reward and value models loaded as 1-label sequence classifiers).
-    On the CPU the policy is the miniature twin (same architecture class, tokenizer and special ids, 2
-    layers, tiny width) and the reward and value models are twins too, so the step runs the real code path
-    of the architecture in seconds. With a GPU (`--device cuda`, or `auto` when NVML and torch see one) the
-    real model is used when one step fits: the memory estimate of the gpu-capacity rule at the step's sizes
-    (weights in the config's dtype, gradients, optimizer states, reference and reward models) against the
-    free memory NVML reports for the first visible GPU, with a 10% margin, and safetensors weights on disk;
-    otherwise the report says why it fell back to the twin. vLLM never runs in the step: generation takes the
-    trainer's transformers path.
-
-    The step runs in a child process (started early, so its imports overlap the other rules) with a time
-    limit (--smoke-timeout): a hang, a segfault or a kill by the out-of-memory killer becomes a `fail` with
-    the stage it reached and the last lines of its output. On a terminal its stage is shown on stderr.
-
-    Checked after the step: one optimizer step was taken; the loss and grad norm (TRL's log, or measured at
-    the optimizer for PPO) are finite; the trainable parameters changed (for LoRA: the adapters, where
-    lora_A has no gradient in the first step while lora_B is zero) and no frozen one did; every reward
-    function was called as TRL calls it and returned one finite float (or None) per completion. Reported:
-    the device, the model used (real or twin, parameters, dtype), the step time, peak host and GPU memory,
-    loss, grad norm, reward statistics per function, mean completion length and how many completions ended
-    before the length limit (the termination probe forces the end-of-turn token from the 4th token on). The step's
-    completions come from the twin's random weights (or are cut at 8 tokens, with the end token forced): they are
-    never presented as evidence about the real model's completions.
-
-    The real-model sample (`--sample N`; by default 2 prompts where the step itself ran the real model on a GPU):
-    after the step, the REAL model (full safetensors weights; pickle weights are refused) and the real tokenizer
-    generate `num_generations` completions for each of the dataset's first N prompts (rendered as the installed
-    trainer renders them: the chat template for conversational prompts), with the trainer's sampling settings
-    (temperature, top_p, top_k, min_p, repetition_penalty, generation_kwargs, max_completion_length, the
-    config's seed) through transformers' `generate`, as TRL's non-vLLM path does. The configured reward functions
-    (user code, in the worker's fence) score them as the trainer calls them, weighted by `reward_weights`. Warned:
-    every completion ran to the cap without the tokenizer's eos (the token TRL's completion mask looks for), and
-    every group's rewards have zero spread. Reported: the counts, lengths, the group rewards, the model's size and
-    the time taken. On the CPU the sample is refused (with why, the step's result unchanged) above 1.5B parameters,
-    when the fp32 weights would take over half the worker's memory, or when the estimate (memory bandwidth
-    ~10 GB/s, ~20 GFLOP/s) exceeds half of --smoke-timeout. The GPU default is decided, but has not been run on a GPU
-    in this project's CI. Reward models (`reward_model_name_or_path`) do not score the sample.
+Why is this bad?
+    Many failures show only once the trainer runs, on a GPU job after the model loaded and the
+    first batch was generated, often an hour in: a reward function that raises, returns the wrong
+    count or strings, or lacks `**kwargs`; no `prompt` column; a template that breaks on the data;
+    bf16 below compute capability 8.0; PPO without a value model; out of memory at the first
+    backward. Two need the real model and never crash (catalog C7, E5): every completion runs to
+    `max_completion_length` without the eos (clipped_ratio 1.0, reward 0, trl#5697), and groups
+    whose completions all get the same reward, so GRPO's advantages, loss and gradient are zero
+    (frac_reward_zero_std 1.0, trl#3857). The step's own completions come from random twin weights
+    and are never presented as evidence about the real model.
 
 Versions
-    Tested in CI with trl 1.16.0 (GRPO, RLOO; no PPO: the rule fails and names trl==1.12.0), trl 1.12.0
-    (PPO, from PyPI) and trl 0.15.2 + transformers 4.48.3 (GRPO, PPO, the PPO-style RLOO). Where the
-    installed TRL has no trainer for the config (PPO on trl >= 1.13, RLOO with reward functions on
-    trl < 0.22) the rule fails with the release to pin.
+    Tested in CI with trl 1.16.0 (GRPO, RLOO; PPO fails and names trl==1.12.0), trl 1.12.0 (PPO)
+    and trl 0.15.2 + transformers 4.48.3 (GRPO, PPO, PPO-style RLOO). PPO on trl >= 1.13 and RLOO
+    with reward functions on trl < 0.22 fail with the release to pin.
 
-What the fix does
-    No automatic fix: the report names the cause (the reward function and its line, the columns the
-    dataset has, the dtype and the device, the memory estimate beside an out-of-memory) and keeps TRL's
-    own error and the traceback trimmed to the user's frames. For the sample's findings the manual fix says: raise
-    `max_completion_length` or fix the eos so completions end (`mask_truncated_completions: true` keeps cut ones
-    out of the loss); make the reward graded and the sampling diverse, and watch reward_std and grad_norm.
+Example
+    reward_funcs: [rewards.raising_reward]   # reads kwargs["answer"]; the dataset has no answer
+    -> fail: reward function rewards.raising_reward raised KeyError: 'answer' at rewards.py:10: ...
+
+Fix safety
+    No automatic fix: the report names the cause (the reward function and its line, the dataset's
+    columns, the dtype and device, the memory estimate beside an out-of-memory) and keeps TRL's
+    error with the traceback trimmed to the user's frames. For the sample's findings a manual fix:
+    raise `max_completion_length` or fix the eos (`mask_truncated_completions: true` keeps cut
+    completions out of the loss); make the reward graded and the sampling diverse, and watch
+    reward_std and grad_norm.
 """
 
 from __future__ import annotations

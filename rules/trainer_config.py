@@ -1,39 +1,34 @@
 """TD009 trainer-config: the config is one the installed TRL accepts.
 
-What goes wrong
-    `trl grpo --config config.yaml` (and rloo, ppo) parses every key into TRL's dataclasses: the script
-    arguments, the model arguments and the trainer's config class (GRPOConfig, RLOOConfig, PPOConfig). A
-    key that none of them has (a typo, or a field renamed or removed between TRL releases, such as
-    `max_prompt_length` or `use_vllm` options moving around) makes the parser stop before training starts,
-    and a value TRL's own `__post_init__` rejects (a batch that does not divide into generations, a
-    conflicting pair of options) stops the job inside the launcher, one error at a time.
+What it does
+    Reads the values as the installed release's own parser does (`make_parser()` of
+    `trl/scripts/<trainer>.py`: `2e-5` is a float, `num_generations: eight` is refused with the
+    parser's message) and builds the trainer's config class from them so that TRL's validation runs
+    (with `use_cpu=True` where there is no GPU; precision is TD015's). Every key but the doctor's
+    own (trainer, added_tokens, dataset_path, ...) must be an argument of that parser. A launch
+    recipe's keys that no dataclass takes are named with the release they arrive in
+    (trl_doctor/data/added_keys.yaml, read from the wheels).
 
-Versions
-    Field sets change with every TRL minor release; the rule asks the installed release, never a table.
-    On a machine without a GPU the config is built with `use_cpu=True` (transformers otherwise rejects
-    bf16 "on this setup"), because the config is meant for the training machine; precision against the
-    real GPU is another rule's job.
+Why is this bad?
+    `trl grpo --config config.yaml` (and rloo, ppo) parses every key into TRL's dataclasses. A key
+    none of them has (a typo, or a field renamed or removed between releases, such as
+    `max_prompt_length` or the `use_vllm` options) stops the parser before training (TrlParser from
+    0.19: a fail) or is dropped without a word (before 0.19: a warn, the run goes on without the
+    value). A value TRL's `__post_init__` rejects stops the job inside the launcher, one error at a
+    time. Field sets change with every minor release: the rule asks the installed one, never a
+    table.
 
-How it is detected
-    The values are read as TRL's own parser reads them (the `make_parser()` of the installed release's
-    `trl/scripts/<trainer>.py`): argparse converts every string with the argument's type, so `2e-5` is a
-    float and `num_generations: eight` is refused with the parser's own message, naming the key. The
-    doctor's own keys (trainer, tokenizer_name_or_path, added_tokens, dataset_path, ...) are set aside;
-    every other key must be an argument of that parser (script arguments, the trainer's config class,
-    ModelConfig, DatasetMixtureConfig's `datasets:`), and the config class is built from its keys so that
-    TRL's validation runs.
+Example
+    num_generation: 4                   # a typo for num_generations
+    -> fail: trl 1.16.0 does not know 'num_generation' (did you mean 'num_generations'?):
+       `trl grpo --config` stops on it at start-up
 
-What the fix does
-    A key renamed with the same meaning (trl_doctor/data/migrations.yaml: `torch_dtype` -> `dtype` in trl
-    0.23, `warmup_ratio` -> `warmup_steps` in transformers 5) is renamed in the config, value unchanged. A
-    removed key gets a manual fix (remove it) and the table's note on what replaced it; any other unknown key
-    gets the closest known field only when it is really close (a typo), and TRL's own messages are quoted.
-    The words follow the installed TRL: stopped at start-up (TrlParser from 0.19: a failure), or dropped without a
-    word (before 0.19: a warning, the run goes on without the value).
-    A launch command's recipe (`--config recipe.yaml`): the script reached its trainer, so a recipe key that is in
-    none of the parser's dataclasses was dropped; it is named (a warning) with the release it arrives in
-    (trl_doctor/data/added_keys.yaml, read from the released wheels). For TRL's own scripts every such key is named;
-    for the user's own script (its dataclasses may take any key) only the keys the table knows.
+Fix safety
+    Safe for a key renamed with the same meaning (trl_doctor/data/migrations.yaml: `torch_dtype` ->
+    `dtype` in trl 0.23, `warmup_ratio` -> `warmup_steps` in transformers 5): renamed, value
+    unchanged. Manual for a removed key (remove it; the table's note says what replaced it) and for
+    a key that arrives in a later release (upgrade or remove it). Any other unknown key gets the
+    closest known field only when it is really close (a typo); TRL's own messages are quoted.
 """
 
 from __future__ import annotations

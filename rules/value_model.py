@@ -1,71 +1,50 @@
-"""TD005 value-model: PPO has a value model; its reward and value models are 1-label classifiers on the policy's ids.
+"""TD005 value-model: PPO has a value model; reward and value models are 1-label heads on its ids.
 
-What goes wrong
-    PPOTrainer holds four models: the policy, a reference, a reward model and a value model. Without a value
-    model it dies at start-up, before the first rollout:
+What it does
+    Asks the installed TRL for its PPOTrainer and reads its source for the value-model access that
+    fails first (which decides the error quoted). Reads `reward_model_path` and `value_model_path`
+    without weights (config.json, and the classifier built on the meta device as TRL's example
+    loads it, or the object a script passed) for a `score` head, its shape and whether the
+    checkpoint holds it, a vocab_size covering the policy's ids (with `added_tokens`) and a
+    tokenizer that numbers them alike. A script passing the policy itself as `ref_model` (catalog
+    F5) fails.
+
+Why is this bad?
+    Without a value model PPOTrainer dies at start-up:
     "AttributeError: 'NoneType' object has no attribute 'modules'" up to TRL 0.12,
-    "AttributeError: 'NoneType' object has no attribute 'base_model_prefix'" in the later releases that still
-    have PPO.
-
-    The reward and value models are not called through their own forward(): PPO runs their backbone
-    (`getattr(model, model.base_model_prefix)`) on the policy's own token ids (ids equal to the policy
-    tokenizer's pad id are masked and replaced by 0) and applies `model.score(...)` to every position,
-    taking one scalar per token. So:
-    - a causal LM has no `score` head: passed as it is, PPO fails at the first rollout with
-      "'Qwen2ForCausalLM' object has no attribute 'score'". Loaded with AutoModelForSequenceClassification
-      (as TRL's PPO example loads both models, and as trl-doctor loads `value_model_path`) it gets a newly
-      initialised, random score head: harmless for the value model, which PPOTrainer optimises with the policy
-      (`PolicyAndValueWrapper`), but the reward model is never trained, so its rewards come from a random head
-      (the job runs: a warning), as with the launch line of TRL's own example (`--reward_model_path
-      EleutherAI/pythia-1b-deduped`, a causal LM);
-    - a head with 2 labels (a preference or sentiment classifier) gives two numbers per token: TRL's example
-      loads it with num_labels=1 and transformers stops on the size mismatch of score.weight ([2, hidden] in
-      the checkpoint); passed as it is, the first step fails with "output with shape [2] doesn't match the
-      broadcast shape [2, 2]";
-    - a reward model with another tokenizer reads ids that mean other tokens to it: ids past its vocab_size
-      crash the forward ("index out of range in self" on CPU, a device-side assert on GPU), and a vocabulary
-      of the same size that numbers tokens differently trains without any error on wrong rewards.
+    "AttributeError: 'NoneType' object has no attribute 'base_model_prefix'" later. PPO runs the
+    reward and value backbones on the policy's ids (pad ids masked) and applies `model.score(...)`
+    per token. A causal LM has no `score` ("'Qwen2ForCausalLM' object has no attribute 'score'");
+    loaded as a classifier it gets a random head, harmless for the value model, which trains, but
+    the reward model never does (a warn; TRL's example launch line uses
+    `EleutherAI/pythia-1b-deduped` and PPOConfig's default `reward_model_path` is
+    "EleutherAI/pythia-160m", both causal LMs). A 2-label head fails to load with num_labels=1, or
+    fails the first step ("output with shape [2] doesn't match the broadcast shape [2, 2]");
+    another tokenizer's ids crash past its vocab_size ("index out of range in self") or silently
+    score other text.
 
 Versions
-    Read from the TRL wheels on PyPI (0.9.6, 0.10.1, 0.11.4, 0.12.0, 0.12.2, 0.13.0, 0.14.0, 0.19.1, 0.23.1,
-    0.24.0, 0.25.1, 0.26.0, 0.26.2, 0.27.2, 0.28.0, 0.29.0, 0.29.1, 1.0.0, 1.5.0, 1.10.0-1.13.0, 1.14.2, 1.15.0):
-    - 0.9-0.11: the trainer with a value model is `trl.PPOv2Trainer` (trl/trainer/ppov2_trainer.py);
-      `trl.PPOTrainer` is the old PPOv1 API (a value head on the policy, no reward or value model).
-    - 0.12.x: PPOv2 is renamed `trl.PPOTrainer` (trl/trainer/ppo_trainer.py). With value_model=None,
-      `disable_dropout_in_model(module)` runs over [policy, ref, value, reward] and calls `None.modules()`.
-    - 0.13.0-0.25.x: `trl.PPOTrainer`; the dropout loop skips None (`if module is not None`), and
-      `PolicyAndValueWrapper` then reads `value_model.base_model_prefix`.
-    - 0.26.0-0.28.0: `trl.experimental.ppo.PPOTrainer` (trl/experimental/ppo/ppo_trainer.py), with
-      `trl.PPOTrainer` kept as a FutureWarning shim; 0.29.0-1.12.0: `trl.experimental.ppo.PPOTrainer` only.
-      With trl 1.12.0 on transformers 5.23 the 'base_model_prefix' error was reproduced (ppo_trainer.py:492
-      -> :280), and so were the three failures above, on tiny models.
-    - 1.13.0 and later (1.13.0, 1.14.2, 1.15.0 and 1.16.0 looked at): no PPOTrainer, no trl/experimental/ppo.
-      The last release with one is 1.12.0 (it requires transformers>=4.56.2); RLOO and GRPO, which score
-      completions with reward functions or a reward model and need no value model, are the trainers to move
-      to.
-    No PPOConfig has a value model field: TRL's example (examples/scripts/ppo/ppo.py) loads the value model
-    and the reward model both from `reward_model_path` with
-    `AutoModelForSequenceClassification.from_pretrained(..., num_labels=1)`. PPOConfig's default
-    `reward_model_path` is "EleutherAI/pythia-160m", a causal LM.
+    0.9-0.11: `trl.PPOv2Trainer`; 0.12.x: renamed `trl.PPOTrainer` (with value_model=None,
+    `disable_dropout_in_model` calls `None.modules()`); 0.13.0-0.25.x: `PolicyAndValueWrapper`
+    reads `value_model.base_model_prefix`; 0.26.0-0.28.0: `trl.experimental.ppo.PPOTrainer` plus a
+    `trl.PPOTrainer` shim; 0.29.0-1.12.0: `trl.experimental.ppo` only (reproduced with trl 1.12.0,
+    transformers 5.23); 1.13.0 and later: none, so the last release with PPO is 1.12.0
+    (transformers>=4.56.2). No PPOConfig has a value model field: TRL's example
+    (examples/scripts/ppo/ppo.py) loads both models from `reward_model_path` as 1-label
+    `AutoModelForSequenceClassification`.
 
-How it is detected
-    The installed TRL is asked for its PPOTrainer (trl.experimental.ppo, then trl), and its source is read
-    for the value-model access that fails first, which decides the error quoted. `reward_model_path` and
-    `value_model_path` (relative to the config file) are read without weights: AutoConfig gives the
-    architectures, num_labels (id2label), vocab_size and pad_token_id, and the sequence-classification model
-    is built on the meta device as TRL's example loads it (or, for a launch command, the object the script
-    passed is read) to confirm it has a `score` head, its shape, and whether the checkpoint's weights hold
-    it (a causal LM's folder does not: the head is new). vocab_size must cover every
-    id of the policy's tokenizer (with `added_tokens`) except its pad id, which PPO masks; when the folder
-    has its own tokenizer, every policy token must have the same id in it (the first differences are
-    listed). A missing PPOTrainer is a failure too, reported together with the model checks.
+Example
+    reward_model_path: rm-qwen2         # a 1-label classifier; no value_model_path
+    -> fail: no value model: ... sets no `value_model_path`, and PPOTrainer dies at start-up without
+       one (AttributeError: 'NoneType' object has no attribute 'base_model_prefix' from trl 0.13 to
+       1.12.0, ...); the reward model ../models/rm-qwen2 can be its start (the fix sets it)
 
-What the fix does
-    When `value_model_path` is missing and `reward_model_path` is a healthy 1-label sequence classifier, it
-    writes `value_model_path: <the reward_model_path string>` into the config file (keeping YAML comments
-    and key order): the value model starts from the reward model, as in TRL's example. Nothing else is
-    changed: a wrong architecture, label count or tokenizer needs another checkpoint, and a TRL without
-    PPOTrainer needs `pip install "trl==1.12.0"` or a move to RLOO or GRPO.
+Fix safety
+    Safe: with no `value_model_path` and a healthy 1-label `reward_model_path`, writes
+    `value_model_path: <the reward_model_path string>` (comments and key order kept), as TRL's
+    example starts the value model. A wrong architecture, label count or tokenizer needs another
+    checkpoint, a TRL without PPOTrainer `pip install "trl==1.12.0"` or RLOO/GRPO; `ref_model` as
+    the policy gets a manual fix (ref_model=None, or load the reference separately).
 """
 
 from __future__ import annotations

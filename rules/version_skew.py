@@ -1,49 +1,38 @@
-"""TD007 version-skew: the installed packages fit the ranges they declare on each other, and no known breakage applies.
+"""TD007 version-skew: installed packages fit each other's declared ranges; no known breakage applies.
 
-What goes wrong
-    pip resolves requirements when it installs, and only warns when a later install breaks the packages
-    already there: a later `pip install vllm==X`, a `pip install --no-deps`, a conda package or a pre-built
-    image leaves TRL, transformers, accelerate, torch, vLLM, PEFT, DeepSpeed and datasets at versions that
-    one of them says it does not support. An extra's range (`trl[vllm]` naming the vLLM releases TRL's
-    weight sync was written against) is not enforced at all unless the extra was asked for. The job then
-    fails far from the cause: an AttributeError deep in TRL's weight sync to vLLM, an ImportError at the
-    trainer import, or nothing at all while memory or the loss goes wrong.
+What it does
+    Reads versions and `Requires-Dist` from the installed metadata (nothing is imported) and checks
+    every requirement one watched package (TRL, transformers, accelerate, torch, vLLM, PEFT,
+    DeepSpeed, datasets) declares on another (markers for this interpreter; 2.13.0+cpu satisfies
+    torch==2.13.0; an extra such as `trl[vllm]` counts once vllm is installed). Then reports each
+    entry of trl_doctor/data/known_issues.yaml whose package ranges and config match, with its
+    severity; an entry another rule's probe decides (logits-contract, vllm-tokenizer-drift,
+    pad-token, trainer-config) is only explained in the details. `use_liger_kernel` /
+    `use_liger_loss` (GRPOConfig in trl 0.17-0.2x, catalog A9) need liger-kernel on the launch
+    machine (fail; elsewhere a note) within TRL's `liger` extra (trl 0.15.2: ==0.5.3; trl 1.16:
+    >=0.8.2, PR#5690; outside: warn). `trl-doctor env` prints the same.
 
-    Other breakages sit inside ranges the packages allow: with transformers 5.3 and later, GRPOTrainer of
-    trl 0.14-0.28 cannot be imported (trl's optional-package checks all turn true); trl 1.13 removed PPO;
-    trl 0.15-0.17 pass `logits_to_keep`, which transformers before 4.49 swallows; stop token ids do not
-    reach vLLM before trl 0.19; `use_vllm` means an external `trl vllm-serve` server in trl 0.16-0.29 and
-    colocated vLLM from 1.0.
+Why is this bad?
+    pip resolves requirements only at install and only warns when a later install
+    (`pip install vllm==X`, `--no-deps`, a conda package, a pre-built image) breaks them; an
+    extra's range is not enforced unless the extra was asked for. The job then fails far from the
+    cause: an AttributeError deep in TRL's weight sync to vLLM, an ImportError at the trainer
+    import, or silently wrong memory or loss. Known breakages sit inside allowed ranges: with
+    transformers 5.3 and later GRPOTrainer of trl 0.14-0.28 cannot be imported; trl 1.13 removed
+    PPO; trl 0.15-0.17 pass `logits_to_keep`, which transformers before 4.49 swallows; stop token
+    ids do not reach vLLM before trl 0.19; `use_vllm` means an external `trl vllm-serve` in trl
+    0.16-0.29 and colocated vLLM from 1.0.
 
-Versions
-    The known-issues table (trl_doctor/data/known_issues.yaml, data, one entry per breakage) lists each
-    entry's package ranges, the config it concerns (trainer, use_vllm, ...), what breaks, the fix and the
-    evidence: the files of the released wheels that were read (or run) to confirm it. `trl-doctor env`
-    prints the requirement violations and the entries that need no config beyond the trainer.
+Example
+    reward_model_path: rm-qwen2         # a PPO config, with trl 1.16.0 installed
+    response_length: 16
+    -> fail: KI008 trl 1.13 and later have no PPOTrainer (...): "ImportError: cannot import name
+       'PPOTrainer' from 'trl'" (and trl.experimental.ppo does not exist); no PPO job can start.
 
-How it is detected
-    Versions and `Requires-Dist` lines come from the installed metadata (importlib.metadata); nothing is
-    imported. Every requirement that one of the watched packages declares on another is checked with
-    packaging (markers evaluated for this interpreter; pre-releases and local builds such as 2.13.0+cpu
-    count, and 2.13.0+cpu satisfies torch==2.13.0). A requirement under an extra counts when the package the
-    extra is named after is installed: `trl[vllm]`'s range once vllm is installed, `trl[deepspeed]`'s once
-    deepspeed is; extras such as dev, test or benchmarks are never applied. Then every table entry whose
-    ranges and config conditions all match is reported: `fail` or `warn` as the entry's severity says.
-    An entry that another rule's probe decides by running the installed code (logits-contract,
-    vllm-tokenizer-drift, pad-token, trainer-config) is listed in the details as an explanation and does
-    not change this rule's status: the table explains, the probe decides.
-    Liger kernels (catalog A9): when the config turns on `use_liger_kernel` (TrainingArguments) or
-    `use_liger_loss` (GRPOConfig in trl 0.17-0.2x), liger-kernel must be installed on the launch machine
-    (transformers' apply_liger_kernel and TRL's liger loss raise ImportError without it) and within the range
-    the installed TRL's `liger` extra declares (trl 0.15.2: ==0.5.3; trl 1.16: >=0.8.2, PR#5690). That extra
-    is named after no package, so the scan above never applies it; it is read apart. Missing on the launch
-    machine is a fail, outside the range a warning; on a machine that is not the launch machine (no GPU, or
-    --target) it is a note in the details.
-
-What the fix does
-    Nothing automatic: each finding names the range, who declares it, and carries a manual fix (shown, never
-    applied) with the pin or upgrade that resolves it (for example `pip install "vllm>=0.22.0,<=0.31.0"`, or
-    `pip install "trl==1.12.0"` for PPO).
+Fix safety
+    No automatic fix: each finding names the range and who declares it, with a manual fix (shown,
+    never applied): the pin or upgrade that resolves it, e.g.
+    `pip install "vllm>=0.22.0,<=0.31.0"`, or `pip install "trl==1.12.0"` for PPO.
 """
 
 from __future__ import annotations

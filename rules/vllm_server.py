@@ -1,58 +1,46 @@
-"""TD018 vllm-server: in vLLM server mode, the server is up, serves the trained model and has room for it.
+"""TD018 vllm-server: in server mode, the vLLM server is up, serves the trained model, has room for it.
 
-What goes wrong
-    With `use_vllm: true` in server mode the trainer generates through a separate `trl vllm-serve` process
-    at `vllm_server_base_url` (or `vllm_server_host`:`vllm_server_port`). Nothing starts it for you:
-    - a server that is not up makes every process log "Server is not up yet. Retrying in 2.0 seconds..."
-      for `vllm_server_timeout` (240 s by default), after the job has taken its GPUs and loaded the
-      model, then die with "ConnectionError: The vLLM server can't be reached at ..." (open-r1#568,
-      open-r1#543: users upgrading from 0.15, where vLLM ran in-process on a spare GPU);
-    - a server started with another model generates the other model's completions, trained on as if the
-      policy wrote them, until the first weight sync fails on names or shapes;
-    - a server whose `--max-model-len` is below the longest prompt + `max_completion_length` rejects those
-      requests ("The decoder prompt (length 3353) is longer than the maximum model length of 2560",
-      trl#3569) or returns nothing for them, and TRL fails with an IndexError (trl#3180).
+What it does
+    With `use_vllm` in server mode (colocate passes; TRL 0.14-0.15's in-process mode skips), asks
+    the server for its health, then `/v1/models` (and the world size on TRL's own server), 2 s a
+    request. A local server that is not up and healthy: fail (skip off the launch machine); a
+    remote host that refuses: warn, one not reachable from here: skip. Another served model
+    (`root`, else `id`): fail (same folder name: warn); a served `max_model_len` below the longest
+    prompt plus `max_completion_length`: fail.
+
+Why is this bad?
+    In server mode the trainer generates through a separate `trl vllm-serve` at
+    `vllm_server_base_url` (or `vllm_server_host`:`vllm_server_port`) that nothing starts for you.
+    A server that is not up makes every process log "Server is not up yet. Retrying in 2.0
+    seconds..." for `vllm_server_timeout` (240 s), after the job took its GPUs and loaded the
+    model, then die with "ConnectionError: The vLLM server can't be reached at ..." (open-r1#568,
+    open-r1#543: users upgrading from 0.15). Another model's server generates completions trained
+    on as the policy's until the first weight sync fails. A short `--max-model-len` rejects long
+    requests ("The decoder prompt (length 3353) is longer than the maximum model length of 2560",
+    trl#3569) or returns nothing, and TRL fails with an IndexError (trl#3180).
 
 Versions
-    Server mode is the default for `use_vllm: true` in TRL 0.16-0.29 (0.16-0.17 have no `vllm_mode`: server
-    only; 0.18 adds `vllm_mode`, default "server"); TRL 1.0 and later default to "colocate". TRL 0.14-0.15
-    ran vLLM in-process on a spare GPU (`vllm_device`, catalog G3: gpu-capacity and version-skew judge it).
-    What the server can be asked, read from TRL's sources:
-    - TRL 0.16-1.10: `trl vllm-serve` is TRL's own FastAPI app: `GET /health/` (`{"status": "ok"}`),
-      `GET /get_tensor_parallel_size/` (0.16-0.17) or `GET /get_world_size/` (0.18-1.10). No endpoint reports
-      the served model or its max_model_len, so those two checks cannot be made: the pass says so.
-    - TRL 1.11 and later: `trl vllm-serve` runs vLLM's own `vllm serve`; the client checks `GET /health` and
-      reads `GET /v1/models`, whose entries carry `id`, `root` (the model path) and `max_model_len`. The same
-      answers come from a plain `vllm serve`, whichever TRL is installed.
-    The health path probed first is the one the installed client uses (read from its source), then the other
-    spelling; the client's needs are read too: a 1.11+ client stops at start-up on a server without
-    `/v1/models` (one from TRL 1.10 or older), a 0.16-1.10 client posts `/generate/`, which vLLM's own server
-    lacks.
+    Server mode is the default in TRL 0.16-0.29 (0.16-0.17: server only; `vllm_mode` from 0.18),
+    colocate from 1.0; TRL 0.14-0.15 ran vLLM in-process (`vllm_device`, catalog G3: gpu-capacity
+    and version-skew judge it). TRL 0.16-1.10's server is its own FastAPI app: `GET /health/`,
+    `GET /get_tensor_parallel_size/` (0.16-0.17) or `GET /get_world_size/` (0.18-1.10), no model or
+    max_model_len. TRL 1.11 and later run vLLM's own `vllm serve` (`GET /health`, `GET /v1/models`
+    with `id`, `root`, `max_model_len`). A 1.11+ client stops on a server without `/v1/models`; a
+    0.16-1.10 client posts `/generate/`, which vLLM's server lacks.
 
-How it is detected
-    Skipped without `use_vllm` and in TRL 0.14-0.15's in-process mode; colocate mode passes (vLLM runs
-    inside the training processes: there is no server to be down). Otherwise the
-    server the trainer would connect to is asked for its health, then `/v1/models` (and the world size on
-    TRL's own server), each request with a 2 s timeout (standard library HTTP, no retries), so a dead server
-    costs at most a few seconds:
-    - refused, no answer, or an unhealthy answer from this machine's server: fail, with the command that
-      starts it (`CUDA_VISIBLE_DEVICES=<spare GPUs> trl vllm-serve --model <the trained model>
-      --tensor-parallel-size <vllm_tensor_parallel_size or 1> --max-model-len <longest prompt +
-      max_completion_length>`) or `vllm_mode: colocate` where the installed TRL has it;
-    - a server on another host: the check may run on a laptop or a login node while the job and its
-      server run on the launch machine, so an unreachable remote server is no proof the job will not reach
-      it. A refusal (the host answered, nothing listens on the port) is a `warn`; no answer, no route or a
-      name that does not resolve here is a `skip` saying that the probe must run where the job launches;
-    - served model (`root`, else `id`) not the trained one: fail; the same last path component under
-      another folder (a copy on the server's machine) is a warn;
-    - served `max_model_len` below the longest dataset prompt (rendered and tokenized as the trainer
-      does, shared with context-length; after `max_prompt_length` truncation where TRL truncates) plus
-      `max_completion_length`: fail;
-    - otherwise pass, with what could not be read (TRL's own server reports neither model nor length).
+Example
+    use_vllm: true
+    vllm_mode: server
+    vllm_server_base_url: http://127.0.0.1:9   # nothing listens there
+    -> fail: no vLLM server answers at http://127.0.0.1:9 (...): the job would retry for
+       vllm_server_timeout (240 s), ... then stop with "ConnectionError: The vLLM server can't be
+       reached"; start it with `CUDA_VISIBLE_DEVICES=... trl vllm-serve --model ...`
 
-What the fix does
-    Nothing automatic: the doctor never starts processes. The manual fix is the start command above, or
-    `vllm_mode: colocate`.
+Fix safety
+    No automatic fix: the doctor never starts processes. A manual fix gives the start command
+    (`CUDA_VISIBLE_DEVICES=<spare GPUs> trl vllm-serve --model <the trained model>
+    --tensor-parallel-size <vllm_tensor_parallel_size or 1> --max-model-len <longest prompt +
+    max_completion_length>`), or `vllm_mode: colocate` where the installed TRL has it.
 """
 
 from __future__ import annotations

@@ -1,98 +1,55 @@
-"""TD002 vllm-tokenizer-drift: vLLM must load the tokenizer the trainer holds, and see the stop settings the config relies on.
+"""TD002 vllm-tokenizer-drift: vLLM loads the trainer's tokenizer and sees the config's stop settings.
 
-What goes wrong
-    With `use_vllm`, TRL does not hand its tokenizer to vLLM: colocate mode builds
-    `LLM(model=model.name_or_path, ...)` with no `tokenizer=` argument, and server mode runs whatever
-    `trl vllm-serve --model` was given. vLLM then loads its own tokenizer from that model folder. Tokens
-    the training script adds (`added_tokens`, or a separate `tokenizer_name_or_path`) are unknown to it:
+What it does
+    Loads the tokenizer vLLM will load (the model folder; in server mode assumed to be
+    `trl vllm-serve --model`'s, and said) through vLLM's loader, else transformers, and compares it
+    with the trainer's: tokens, ids, eos, chat template. Stop strings are encoded by the trainer's
+    tokenizer and decoded by vLLM's; stop ids resolved in both. The installed TRL's vLLM code says
+    whether `generation_kwargs` reaches SamplingParams and whether prompts go as ids, text or
+    messages. Ids past the embedding rows are judged even without `use_vllm` (the pad token is
+    TD001 pad-token's). Fail where this config breaks; warn for drift the installed TRL does not
+    act on.
 
-    - stop strings that name them never fire. vLLM matches stop strings on its own detokenized text; an id
-      its tokenizer does not know decodes to nothing, and even a token it knows is left out of that text
-      when it is special and `skip_special_tokens` is true (vLLM's default). Completions then run to
-      `max_completion_length`.
-    - the text vLLM produces for those ids is empty or another token's, and prompts that vLLM tokenizes
-      itself (TRL before 1.0 sends prompt text, 0.25-0.29 also chat messages that vLLM renders with its
-      own chat template) split the token into pieces, or fail with "Token id N is out of vocabulary".
-    - stop token ids still fire, because vLLM compares ids, but only where the installed TRL forwards
-      `generation_kwargs` to vLLM's SamplingParams at all.
-    - ids past the model's embedding rows (`vocab_size` in config.json) mean `resize_token_embeddings` was
-      not done: vLLM rejects a prompt holding them ("Token id N is out of vocabulary"), the trainer's own
-      forward fails with "index out of range in self", and the model can never sample the new tokens.
+Why is this bad?
+    TRL does not hand its tokenizer to vLLM (colocate builds `LLM(model=model.name_or_path, ...)`,
+    server mode runs whatever `--model` was given), so tokens the training script adds are unknown
+    to it. Stop strings that name them never fire (vLLM matches its own detokenized text, which
+    also drops special tokens while `skip_special_tokens` is true): completions run to
+    `max_completion_length`. Prompts vLLM tokenizes itself split them or fail
+    ("Token id N is out of vocabulary"). Stop token ids still fire where TRL forwards
+    `generation_kwargs`. Ids past config.json's `vocab_size` (no `resize_token_embeddings`) break
+    vLLM and the trainer's forward ("index out of range in self"), and a script's in-memory resize
+    stops the first weight sync on `loaded_weight.shape[output_dim] == self.org_vocab_size`
+    (trl#3112).
 
 Versions
-    Read from the installed TRL's source, not from this table (the table is what the reader finds in the
-    released wheels from PyPI; paths inside each wheel):
+    Read from the installed source; the wheels show: TRL 0.14.0-0.15.2 fixed SamplingParams, text
+    prompts; 0.16.0-0.17.0 server only, fixed arguments; 0.18.0-0.18.2 server and colocate
+    (`vllm_mode`), fixed arguments; from 0.19.0 `generation_kwargs` reaches vLLM in both modes
+    (RLOO's vLLM path from 0.23), text prompts before 1.0, chat messages too in 0.25-0.29 (rendered
+    with vLLM's own template); 0.29.0 moved the code to trl/generation/; 1.0.0 to the installed
+    1.16.0 send token ids (1.16's server runs vLLM's `vllm serve`). vLLM 0.31.0 loads the tokenizer
+    with `AutoTokenizer.from_pretrained` from the model path, matches stop strings on
+    `DecodeStream(skip_special_tokens=...)` text and stop ids by id, and rejects prompt ids above
+    max(tokenizer.max_token_id, vocab_size - 1).
 
-    - 0.14.0, 0.15.2: trl/trainer/grpo_trainer.py builds `LLM(model=model.name_or_path, ...)` and a fixed
-      `SamplingParams(n=..., temperature=..., max_tokens=...)`; prompts are sent as text
-      (`self.llm.generate(all_prompts_text, ...)`). No `generation_kwargs`.
-    - 0.16.0, 0.17.0: server only; `self.vllm_client.generate(prompts=ordered_set_of_prompts, n=...,
-      guided_decoding_regex=...)` with fixed arguments (trl/trainer/grpo_trainer.py), and the server's
-      `SamplingParams(...)` in trl/scripts/vllm_serve.py has none either. No `generation_kwargs` field.
-    - 0.18.0, 0.18.2: server and colocate (`vllm_mode`, default "server"); both with fixed arguments.
-    - 0.19.0, 0.21.0, 0.23.0, 0.25.0: `generation_kwargs` (GRPOConfig; RLOOConfig from 0.23) reaches
-      vLLM in both modes: trl/trainer/grpo_trainer.py `generation_kwargs.update(self.args.generation_kwargs)`
-      then `SamplingParams(**generation_kwargs)` (colocate), `vllm_client.generate(...,
-      generation_kwargs=...)` -> trl/extras/vllm_client.py `"generation_kwargs": generation_kwargs or {}`
-      -> trl/scripts/vllm_serve.py `generation_kwargs.update(request.generation_kwargs)` (server). Prompts
-      are text; 0.25 also sends chat messages (`llm.chat`, `vllm_client.chat`).
-    - 0.29.0: the same, moved to trl/generation/vllm_generation.py and trl/generation/vllm_client.py.
-    - 1.0.0 and the installed 1.16.0: prompts go to vLLM as token ids (`{"prompt_token_ids": ids}` in
-      trl/generation/vllm_generation.py), so vLLM's tokenizer no longer splits them; 1.16's
-      trl/scripts/vllm_serve.py runs vLLM's own `vllm serve`, whose OpenAI API takes stop,
-      stop_token_ids, include_stop_str_in_output and skip_special_tokens per request.
-    - RLOOTrainer has a vLLM path from 0.23 (trl/trainer/rloo_trainer.py), the shared module from 0.29.
-    - vLLM 0.31.0: the tokenizer comes from `vllm.tokenizers.cached_tokenizer_from_config`
-      (vllm/tokenizers/registry.py: tokenizer = the model path, tokenizer_mode "auto" -> "hf" ->
-      `AutoTokenizer.from_pretrained`); stop strings are checked on the text of
-      `tokenizers.decoders.DecodeStream(skip_special_tokens=...)` (vllm/v1/engine/detokenizer.py);
-      stop token ids by id (vllm/v1/core/sched/utils.py); prompt ids above
-      max(tokenizer.max_token_id, vocab_size - 1) are rejected (vllm/v1/engine/input_processor.py).
+Example
+    added_tokens: ["<search>", "</search>"]   # not in the model folder's tokenizer
+    use_vllm: true
+    generation_kwargs: {stop: ["</search>"]}
+    -> fail: stop string '</search>' never fires: the trainer's tokenizer writes it as ids [321],
+       which vLLM's tokenizer (...) decodes as '' (...); completions run to max_completion_length
 
-How it is detected
-    The tokenizer is loaded from the folder vLLM loads (the model path; in server mode the doctor assumes
-    `trl vllm-serve --model` gets the same path, and says so) through vLLM's own loader when vllm is
-    installed, otherwise with transformers the same way; the details say which. It is compared with the
-    trainer's tokenizer (`added_tokens` included): added and special tokens missing on either side, the
-    same token with another id, the eos, the chat template. Every stop string in `generation_kwargs` is
-    encoded by the trainer's tokenizer and decoded by vLLM's (with the config's `skip_special_tokens`)
-    to see whether vLLM's text can ever contain it; every stop token id is resolved in both. The installed
-    TRL's vLLM code (trainer, generation module, client and server script) is read for whether
-    `generation_kwargs` reaches SamplingParams in the configured `vllm_mode`, and whether prompts reach
-    vLLM as ids, text or chat messages. Every id of the trainer's tokenizer is checked against the
-    model's embedding rows. For a launch command whose script resized the embeddings in memory (added
-    tokens, `resize_token_embeddings`), the rows of the script's model are compared with `vocab_size` in the
-    config.json vLLM starts from: a difference fails, since the first weight sync stops on vLLM's
-    `loaded_weight.shape[output_dim] == self.org_vocab_size` assert (trl#3112); only the script can save the
-    resized model, so the fix is manual.
-
-    Without `use_vllm` the rule is skipped, except for ids past the embedding rows: they break the
-    trainer's own forward too and no other rule reports them (the pad token, which TD001 pad-token
-    reports, is left out here).
-
-    Severity follows what breaks with this config and the installed versions: fail for a stop string or
-    stop setting that can never act, for ids past the embedding rows, for tokens that vLLM's tokenizer
-    would split or misread in prompts it tokenizes itself, and when vLLM cannot load a tokenizer from the
-    folder at all; warn for drift the installed TRL does not act on (it sends token ids and reads token
-    ids back, so only vLLM's own text is wrong).
-
-What the fix does
-    `--fix` saves the trainer's tokenizer into the model folder vLLM loads (tokenizer.json and the chat
-    template as whole files, tokenizer_config.json key by key), with backups, once a fresh load of the
-    result is checked to match the trainer's tokenizer. Where a stop string names a special token, it also
-    sets `skip_special_tokens: false` and `include_stop_str_in_output: true` in the config's
-    `generation_kwargs`, so vLLM's text contains the token and the match can fire (TRL reads token ids,
-    so the text it ignores changes nothing else). When something no file change can repair is left (the
-    installed TRL does not forward `generation_kwargs`: upgrade to 0.19 or later; a stop id past the
-    embedding rows), the fix is a manual one: the steps by hand, shown with the finding and never applied.
-
-    When new ids are past the embedding rows, the tokenizer is not written on its own (vLLM would then
-    accept ids the model cannot embed). With `--unsafe-fixes` the model is loaded, its embeddings are
-    resized with `resize_token_embeddings` (new rows from the old rows' mean and covariance, seeded) and
-    model.safetensors and config.json's `vocab_size` are rewritten together with the tokenizer. This is
-    done for single-file model.safetensors checkpoints up to 256 MiB; for larger or sharded ones the
-    message says how to do it by hand. Files in the Hugging Face cache are never rewritten: the manual fix
-    says how to copy the snapshot to a folder of your own (`cp -rL`), point the config at it and rerun --fix.
+Fix safety
+    Safe: writes the trainer's tokenizer into the folder vLLM loads (with backups) once a fresh
+    load matches; for a stop string naming a special token, sets `skip_special_tokens: false` and
+    `include_stop_str_in_output: true` in `generation_kwargs`. Manual where no file change repairs
+    it (a TRL that does not forward `generation_kwargs`: upgrade to 0.19 or later; a stop id past
+    the embedding rows; a script's in-memory resize) and for the Hugging Face cache, never
+    rewritten (copy the snapshot with `cp -rL`, point the config at it, rerun --fix). Unsafe
+    (`--unsafe-fixes`) for new ids past the embedding rows: `resize_token_embeddings` (new rows
+    from the old rows' mean and covariance, seeded), rewriting model.safetensors and `vocab_size`
+    with the tokenizer, for single-file checkpoints up to 256 MiB.
 """
 
 from __future__ import annotations

@@ -1,54 +1,47 @@
-"""TD020 vllm-weights: the policy's weights can reach vLLM, and vLLM has a device and an implementation for them.
+"""TD020 vllm-weights: the policy's weights reach vLLM, which has a device and implementation for them.
 
-What goes wrong
-    With `use_vllm`, TRL starts a vLLM engine from the model's folder and, after every optimizer step, pushes the
-    policy's current weights into it by name (`load_weights`, or `update_named_param(s)` to `trl vllm-serve`).
-    Several setups break that push or the engine's start, each only once the job runs:
-    - a bitsandbytes-quantized policy (`load_in_4bit` / `load_in_8bit`, a `quantization_config`, a checkpoint
-      saved quantized): the push sends packed 4-bit tensors (uint8, half the elements) or int8 ones to an engine
-      that holds bf16 weights, and vLLM's weight loader stops with `assert param_data.shape ==
-      loaded_weight.shape` (trl#3654 colocate, trl#4973 server). Releases that start a colocated engine with
-      `quantization="bitsandbytes"` for a Linear4bit policy load the push into matching 4-bit parameters, but the
-      merged LoRA is re-rounded to 4 bits at every sync (PEFT: "Merge lora module to 4-bit linear may get
-      different generations due to rounding errors", trl#3466); the same releases refuse an 8-bit policy at the
-      engine's start ("vLLM does not support in-flight 8-bit quantization").
-    - LoRA: vLLM has no adapter modules, so TRL must merge the adapter, rename `base_model.model.…base_layer`
-      back to the base names, leave the LoRA tensors out, and for `modules_to_save` take the trained copy
-      (`modules_to_save.default.`) instead of `original_module`. A release whose sync does not (trl 0.14 pushes
-      the PEFT state dict as is, trl#2698) leaves vLLM generating with the base weights or stops on unknown names.
-    - DeepSpeed ZeRO-3 with `ds3_gather_for_generation: false`, where the installed sync gathers the
-      parameters only when that flag is on (trl 0.15-0.18's `_move_model_to_vllm`): each process pushes its empty
-      shard ("Attempted to load weight (torch.Size([0])) into parameter"); TRL's own help says the option "is not
-      compatible with vLLM generation".
-    - TRL 0.14-0.15 start vLLM on its own GPU, `vllm_device` ("auto": `cuda:<num_processes>`, the GPU after the
-      training processes). Launched with one process per visible GPU (accelerate's default), that GPU does not
-      exist: "The requested device for vllm (cuda:N) is not available" (open-r1#260, trl#2852).
-    - server mode with `trl vllm-serve` on this machine and a training process on every visible GPU (accelerate's
-      default): the server's GPU trains too, and the weight-sync communicator between trainer rank 0 and the
-      server hangs, or NCCL's watchdog fires, at the first update (trl#3157, open-r1#478).
-    - an architecture the installed vLLM does not implement (config.json `architectures`): the engine cannot be
-      built, or built through vLLM's Transformers backend only where the transformers class supports it (trl#5269).
+What it does
+    Statically, without weights: the quantization from the config (`load_in_4bit`/`load_in_8bit`,
+    `model_init_kwargs`) and config.json; what the installed TRL's weight sync does (merge and
+    rename PEFT parameters, `modules_to_save`, a bitsandbytes colocated engine, 8-bit refused, the
+    ZeRO-3 gather following `ds3_gather_for_generation`), read from its source with file:line
+    evidence; the DeepSpeed stage and processes from the launch, the GPUs from NVML (a server is
+    local at 0.0.0.0 or localhost); on TRL without `vllm_mode` (0.14-0.15), `vllm_device`; the
+    architectures in the installed vLLM's model registry, without starting an engine (skipped
+    without vLLM: TD007 judges that).
 
-How it is detected
-    Statically, without weights. The quantization comes from the config's `load_in_4bit`/`load_in_8bit`, its
-    `model_init_kwargs` and the checkpoint's config.json. What the weight sync does is read from the installed
-    TRL's source (the trainer and `trl/generation/vllm_generation.py` where it imports it): whether it merges and
-    renames PEFT parameters, handles `modules_to_save`, starts a colocated engine with bitsandbytes quantization,
-    refuses 8-bit, and whether its gather follows `ds3_gather_for_generation`; the file:line evidence is in the
-    details. The DeepSpeed stage and the process count come from the launch (`accelerate_config`,
-    `num_processes`), the GPUs from NVML after CUDA_VISIBLE_DEVICES; a server counts as on this machine when the
-    trainer's client connects to a local address (0.0.0.0, localhost), and GPUs that CUDA_VISIBLE_DEVICES hides from
-    the training may hold it. On TRL without `vllm_mode` (0.14-0.15), a `vllm_mode` key is not read: vLLM runs on
-    `vllm_device`. The architectures come from the installed
-    vLLM's model registry (its list of implemented architectures, read without starting an engine or touching a
-    GPU); without vLLM here that part is skipped (TD007 judges vLLM's absence).
+Why is this bad?
+    After every optimizer step TRL pushes the policy's weights into vLLM by name (`load_weights`,
+    or `update_named_param(s)` to `trl vllm-serve`); these break only once the job runs:
+    - a bitsandbytes-quantized policy pushes packed 4-bit or int8 tensors into bf16 weights:
+      `assert param_data.shape == loaded_weight.shape` (trl#3654 colocate, trl#4973 server);
+      releases that start colocate with `quantization="bitsandbytes"` re-round the merged LoRA
+      every sync (trl#3466: "Merge lora module to 4-bit linear may get different generations due to
+      rounding errors") and refuse 8-bit ("vLLM does not support in-flight 8-bit quantization");
+    - LoRA under a sync that does not merge, rename and filter the adapter's parameters (trl 0.14
+      pushes the PEFT state dict as is, trl#2698): vLLM generates with the base weights or stops on
+      unknown names;
+    - ZeRO-3 with `ds3_gather_for_generation: false` where the sync gathers only with it (trl
+      0.15-0.18): "Attempted to load weight (torch.Size([0])) into parameter";
+    - TRL 0.14-0.15's `vllm_device` "auto" is `cuda:<num_processes>`, missing with one process per
+      GPU: "The requested device for vllm (cuda:N) is not available" (open-r1#260, trl#2852);
+    - a local `trl vllm-serve` on a GPU that also trains: the weight-sync communicator hangs or
+      NCCL's watchdog fires at the first update (trl#3157, open-r1#478);
+    - an architecture the installed vLLM lacks: no engine, or only its Transformers backend where
+      that supports it (trl#5269).
 
-What the fix does
-    No automatic fix: each change is the user's choice. The message names it: load the policy unquantized
-    (bf16 + LoRA) or set `use_vllm: false`; upgrade TRL for the PEFT sync; keep `ds3_gather_for_generation: true`
-    (or ZeRO-2); launch with `--num_processes <GPUs - 1>`; for a local server, `CUDA_VISIBLE_DEVICES=0 trl vllm-serve
-    ...` and `CUDA_VISIBLE_DEVICES=1,...,N-1 accelerate launch --num_processes N-1`; `use_vllm: false` (generation in the trainer) for an
-    architecture vLLM lacks.
+Example
+    use_vllm: true                      # trl 0.15, one training process per GPU (4 GPUs)
+    -> fail: vllm_device 'auto' = cuda:4 (the GPU after the 4 training processes) does not exist: 4
+       GPUs visible, so TRL stops at start with 'The requested device for vllm (cuda:4) is not
+       available'; launch with `--num_processes 3` to leave cuda:3 to vLLM
+
+Fix safety
+    No automatic fix (each change is the user's choice); a manual fix names it: load the policy
+    unquantized (bf16 + LoRA) or `use_vllm: false`; upgrade TRL for the PEFT sync;
+    `ds3_gather_for_generation: true` (or ZeRO-2); `--num_processes <GPUs - 1>`;
+    `CUDA_VISIBLE_DEVICES=0 trl vllm-serve ...` beside `CUDA_VISIBLE_DEVICES=1,...,N-1 accelerate
+    launch --num_processes N-1`; `use_vllm: false` for an architecture vLLM lacks.
 """
 
 from __future__ import annotations

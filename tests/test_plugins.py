@@ -18,12 +18,14 @@ pytestmark = pytest.mark.release_free  # the doctor's own code: no release chang
 PLUGIN = '''
 """XT001 example-beta: an example third-party rule.
 
-What goes wrong
-    Nothing; it demonstrates the plugin contract.
-How it is detected
+What it does
     It reads `beta` from the config.
-What the fix does
-    Nothing.
+Why is this bad?
+    Nothing; it demonstrates the plugin contract.
+Example
+    beta: null
+Fix safety
+    No fix.
 """
 from trl_doctor import fail, passed, rule
 

@@ -8,7 +8,7 @@ import yaml
 from conftest import FIXTURES, run_doctor
 from trl_doctor.registry import all_rules, builtin_rules
 
-HEADINGS = ("What goes wrong", "How it is detected", "What the fix does")
+HEADINGS = ("What it does", "Why is this bad?", "Example", "Fix safety")  # ruff's rule-doc shape, in this order
 
 
 def test_ids_and_slugs_unique():
@@ -28,8 +28,12 @@ def test_module_named_after_slug_and_documented():
     for r in builtin_rules():
         assert r.module == "trl_doctor.rules." + r.slug.replace("-", "_"), r
         assert r.explanation.startswith(f"{r.id} {r.slug}:"), r.id
-        for heading in HEADINGS:
-            assert heading in r.explanation, f"{r.id} explanation lacks '{heading}'"
+        summary, blank, *body = r.explanation.splitlines()
+        assert blank == "", f"{r.id}: the summary is one line"
+        headings = [line for line in body if line and not line.startswith(" ")]
+        assert [h for h in headings if h != "Versions"] == list(HEADINGS), f"{r.id} explanation's headings: {headings}"
+        assert "Versions" not in headings or headings.index("Versions") == 2, f"{r.id}: Versions follows 'Why is this bad?'"
+        assert all(len(line) <= 100 for line in (summary, *body)), f"{r.id} explain is wider than 100 columns"
 
 
 def test_every_rule_has_broken_and_healthy_fixtures():

@@ -1,27 +1,31 @@
 """EX001 tracker-packages: every tracker named in `report_to` can be loaded where the job runs.
 
-What goes wrong
-    `report_to: [wandb]` makes the trainer's constructor add transformers' WandbCallback, which raises
-    "RuntimeError: WandbCallback requires wandb to be installed. Run `pip install wandb`." when the package is
-    missing: the job stops at start-up, after its processes have started and its models have loaded. A name
-    transformers does not know (`wandbb`) stops it the same way with "ValueError: wandbb is not supported, only
-    azure_ml, comet_ml, ... are supported". The doctor's smoke step turns trackers off, so it never meets either.
-
-Versions
-    Every transformers release TRL 0.14 and later runs on: the trainer builds its callbacks from
-    `transformers.integrations.INTEGRATION_TO_CALLBACK`. `report_to: all` (transformers 4's default) means the
-    trackers that are installed, so it never names a missing one; transformers 5's default is `none`.
-
-How it is detected
-    `report_to` is read from the trainer config as the installed TRL builds it (the rule needs
-    `trainer_config`, so it is skipped when TRL rejects the config), as a list. Each name is looked up in
+What it does
+    Reads `report_to` from the trainer config as the installed TRL builds it (the rule needs
+    `trainer_config`, so it is skipped when TRL rejects the config) and looks each name up in
     transformers' table of integrations and in the ones transformers finds installed in this Python
-    (`get_available_reporting_integrations`). The check's Python is taken to be the job's, as version-skew does.
+    (`get_available_reporting_integrations`). The check's Python is taken to be the job's.
 
-What the fix does
-    Unsafe (applied by `--fix --unsafe-fixes` only): writes `report_to` without the trackers that cannot load
-    (`none` when nothing is left); the job then runs without logs someone asked for, so `--fix` alone does not
-    do it. The better fix, installing the package, is in the fix's description.
+Why is this bad?
+    `report_to: [wandb]` makes the trainer's constructor add transformers' WandbCallback, which
+    raises "RuntimeError: WandbCallback requires wandb to be installed. Run `pip install wandb`."
+    when the package is missing: the job stops at start-up, after its processes have started and
+    its models have loaded. A name transformers does not know (`wandbb`) stops it the same way with
+    "ValueError: wandbb is not supported, only azure_ml, comet_ml, ... are supported". This holds
+    for every transformers release TRL 0.14 and later runs on (`INTEGRATION_TO_CALLBACK`);
+    `report_to: all` (transformers 4's default) means the installed trackers, and transformers 5's
+    default is `none`. The doctor's smoke step turns trackers off, so it never meets either.
+
+Example
+    report_to: [wandb]                  # wandb is not installed
+    -> fail: report_to: wandb is not installed: the trainer's constructor raises at start-up, after
+       the job's models have loaded
+
+Fix safety
+    Unsafe (applied by `--fix --unsafe-fixes` only): writes `report_to` without the trackers that
+    cannot load (`none` when nothing is left); the job then runs without logs someone asked for, so
+    `--fix` alone does not do it. The better fix, installing the package, is in the fix's
+    description.
 """
 
 from __future__ import annotations
