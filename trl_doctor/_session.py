@@ -214,13 +214,20 @@ def run_check(config: Path | None, rules: list, options: Any, on_result: Callabl
     builds the trainer, and `on_capture` sees what was captured (once, before any result)."""
     from ._registry import run_order
 
+    from . import _failfast
+
     check = _Check(run_order(rules), options, on_result, on_progress, on_capture)
     with _interrupt.stop_on_signals(), _tmp.check_folder() as folder:
-        for attempt in range(MAX_WORKERS):
-            if check.run_worker(config, folder, attempt):
-                break
-        else:
-            check.missing(f"not run: the worker died {MAX_WORKERS} times in this check")
+        try:
+            for attempt in range(MAX_WORKERS):
+                if check.run_worker(config, folder, attempt):
+                    break
+            else:
+                check.missing(f"not run: the worker died {MAX_WORKERS} times in this check")
+        except _failfast.Stopped:  # --fail-fast: run_worker has already stopped the worker's whole tree
+            for r in check.ordered:
+                if r.id not in check.results:
+                    check.accept(_failfast.not_run(r))
     return check.ordered_results()
 
 
