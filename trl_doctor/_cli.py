@@ -66,7 +66,7 @@ def main() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks: a launch command's script that fails before its trainer, and any unexpected stop of the check.")
 @click.option("--user-code-timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True, help="Seconds the user's code (importing a reward module, one reward call, rendering the chat template) may run before it is stopped.")
 @click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N",
-              help="After the smoke step, sample num_generations completions for N dataset prompts with the real model and score them: completions cut at max_completion_length, groups with no reward spread (default: 2 on a GPU where the real model fits, else off; 0: off).")
+              help="After the smoke step, sample num_generations completions for N dataset prompts with the real model and score them: completions cut at max_completion_length, groups with no reward spread (default: 2 on a GPU where the real model fits with --format table, else off; 0: off).")
 @click.option("--fail-fast", is_flag=True,
               help="Stop at the first verdict that fails the check (see --fail-on): the worker is stopped, even in the trainer run's step, and the rules not reached are reported as skipped ('not run: --fail-fast'). With several configs, the configs after the first that fails are not checked.")
 @click.option("--max-memory", type=click.FloatRange(min=0), default=None, help="GiB of address space the check's worker may use where it uses no CUDA (default: 85% of physical memory; 0: no limit).")
@@ -375,7 +375,17 @@ def _worker_limits() -> dict:
     ctx = click.get_current_context(silent=True)
     params = ctx.params if ctx is not None else {}
     return {"user_code_timeout": params.get("user_code_timeout", 60.0), "max_memory": params.get("max_memory"),
-            "sample": params.get("sample"), "target_env": params.get("target_env") or "auto"}
+            "sample": sample_asked(params.get("sample"), params.get("fmt") or "table"),
+            "target_env": params.get("target_env") or "auto"}
+
+
+def sample_asked(sample: int | None, fmt: str) -> int | None:
+    """--sample as the worker gets it: None leaves the default to the worker (2 prompts on a GPU where the step ran
+    the real model) for the table; under a machine format (json, sarif, junit, github: a CI gate) the default is off,
+    so that the gate's verdict comes as soon as the step's and does not hang on sampled text; --sample N still asks."""
+    if sample is None and fmt != "table":
+        return 0
+    return sample
 
 
 class _Target:
