@@ -42,6 +42,21 @@ def test_streamed_github_annotations_equal_the_annotations_written_at_once(built
     assert "title=TD010 batch-geometry::" in whole.stdout and whole.stdout.splitlines()[-1].startswith("trl-doctor: ")
 
 
+def test_streamed_github_annotations_of_several_configs_equal_the_combined_report(built_fixtures, tmp_path):
+    """Each config's annotations stream as they come; the line of a config that could not be read comes last, as
+    in the combined report written at once."""
+    args = ("check", GEOMETRY_BAD, str(tmp_path / "missing.yaml"), CASE, "--no-smoke", "--num-processes", "1",
+            "--format", "github", "--select", "pad-token,batch-geometry,trainer-config")
+    server = {"TRL_DOCTOR_FORKSERVER": os.environ.get("TRL_DOCTOR_FORKSERVER", "")}
+    streamed = run_doctor(*args, env={**server})
+    whole = run_doctor(*args, env={**server, "TRL_DOCTOR_STREAM": "0"})
+    assert streamed.returncode == whole.returncode == 2, streamed.stderr
+    assert streamed.stdout == whole.stdout
+    lines = whole.stdout.splitlines()
+    assert lines[-1].startswith("::error title=trl-doctor::") and "missing.yaml" in lines[-1]
+    assert sum(line.startswith("trl-doctor: ") for line in lines) == 2  # one summary per config checked
+
+
 # the reward (first called by reward-functions, TD014, after context-length's fail, TD011) waits for the test's
 # go-ahead: only an annotation written as its result arrives can be read before it is given
 WAITING_REWARD = '''
