@@ -225,8 +225,11 @@ def _check_many(configs: list[str], asked, run: _Run) -> int:
     reports, errors, worst = [], [], 0
     for number, config in enumerate(configs, 1):
         if run.fail_fast and worst:  # as pytest -x: the first config that fails ends the call
-            _error_line(f"--fail-fast: {len(configs) - number + 1} config(s) not checked after a failure: "
-                        + ", ".join(configs[number - 1:]))
+            from ._formats._safe import for_terminal
+
+            left = configs[number - 1:]
+            click.echo(for_terminal(f"trl-doctor: --fail-fast: {len(left)} config(s) not checked after a failure: "
+                                    + ", ".join(left), one_line=True), err=True)
             break
         if run.progress is not None:
             run.progress(f"config {number} of {len(configs)}: {config}", whole_line=True)

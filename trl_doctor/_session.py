@@ -211,7 +211,10 @@ def run_check(config: Path | None, rules: list, options: Any, on_result: Callabl
     removing the check's folder.
 
     With `options.launch` (a launch command) there is no config file: the worker runs the command until its script
-    builds the trainer, and `on_capture` sees what was captured (once, before any result)."""
+    builds the trainer, and `on_capture` sees what was captured (once, before any result).
+
+    `on_result` may raise trl_doctor._failfast.Stopped (--fail-fast): the worker is stopped at once, wherever it is,
+    and every rule not reported yet is a `skip` "not run: --fail-fast"."""
     from ._registry import run_order
 
     from . import _failfast
