@@ -8,7 +8,6 @@ import json
 import os
 import time
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +20,6 @@ NOT_RUN = "not run: --fail-fast"
 # context-length fails statically (5 prompts of ~1300 tokens do not fit 512 positions), yet the trainer builds and
 # its step runs; the reward writes a mark each time it is called (reward-functions calls it, and so does the step)
 MARKING_REWARD = '''
-from pathlib import Path
 
 
 def length_reward(prompts, completions, **kwargs):
