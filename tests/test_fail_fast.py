@@ -20,6 +20,7 @@ NOT_RUN = "not run: --fail-fast"
 # context-length fails statically (5 prompts of ~1300 tokens do not fit 512 positions), yet the trainer builds and
 # its step runs; the reward writes a mark each time it is called (reward-functions calls it, and so does the step)
 MARKING_REWARD = '''
+from pathlib import Path
 
 
 def length_reward(prompts, completions, **kwargs):
@@ -41,7 +42,7 @@ def test_fail_fast_stops_before_the_trainer_run_and_reports_every_format(built_f
     full, full_s = _timed("check", str(cfg), "--format", "json")
     assert full.returncode == 1, full.stderr
     by_id = {r["rule"]: r for r in json.loads(full.stdout)["results"]}
-    assert by_id["context-length"]["status"] == "fail" and by_id["smoke-step"]["status"] == "pass"
+    assert by_id["context-length"]["status"] == "fail" and by_id["smoke-step"]["status"] == "pass", by_id["smoke-step"]
     assert (cfg.parent / "reward-called").exists()  # without --fail-fast the reward ran (and the step with it)
 
     cfg = long_prompts_config(tmp_path / "fast", MARKING_REWARD)
