@@ -17,7 +17,13 @@ runs), each beside its target:
       weights, built by fixtures/_build_bench.py): <= 1.3x and <= 1 GB peak RSS;
 - (d) the first table row on screen: (a) under a pseudo-terminal (stdout and stderr on the pty), the time from
       the process start to the first line that starts with a rule id (`TD0`): <= 1.2x the floor;
-- (e) `trl-doctor --help`: <= 0.3 s.
+- (e) `trl-doctor --help`: <= 0.3 s;
+- (f) the first `--format github` annotation in a CI log: a full check of a config whose first rule warns
+      (fixtures/pad-token/bad_pad_mismatch.yaml: pad-token, TD001, runs first) with stdout on a pipe, as a CI runner
+      reads it; the time from the process start to the first line that starts with `::`: <= 1.5x the floor
+      (issue 22: time to first verdict).
+
+`--figures df` measures only those figures (and the floor).
 
 A measurement, not a test: it exits 0 whatever the figures (1 only when it cannot run at all).
 """
@@ -50,6 +56,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # a user's cold check: never served by a test session's warm fork server
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "TRL_DOCTOR_FORKSERVER"}
 ROW = re.compile(r"^TD0\d")
+ANNOTATION = re.compile(r"^::(error|warning|notice) ")
+WARNS_FIRST = FIXTURES / "pad-token" / "bad_pad_mismatch.yaml"
 
 
 def exe() -> str:
@@ -88,10 +96,11 @@ def measure(cmd: list[str]) -> Run:
         return Run(wall, cpu, rss, code, stdout=out.read(), stderr=err.read())
 
 
-def measure_on_terminal(cmd: list[str]) -> Run:
-    """One fresh process with stdout and stderr on a pseudo-terminal, as in a user's shell; `first_row_s` is the
-    time from its start until the first line starting with a rule id has been written to the terminal."""
-    master, slave = pty.openpty()
+def measure_on_terminal(cmd: list[str], first_line: re.Pattern = ROW, terminal: bool = True) -> Run:
+    """One fresh process with stdout and stderr on a pseudo-terminal, as in a user's shell (or, not `terminal`, on
+    one pipe, as a CI runner reads them); `first_row_s` is the time from its start until the first line matching
+    `first_line` (a rule id's row) has been written."""
+    master, slave = pty.openpty() if terminal else os.pipe()
     env = dict(CHILD_ENV)
     env.setdefault("TERM", "xterm-256color")
     start = time.perf_counter()
@@ -121,7 +130,7 @@ def measure_on_terminal(cmd: list[str]) -> Run:
         # a row is on screen once its id is (the rest may come in the next chunk); \r-redrawn progress lines
         # count as lines of their own
         for line in re.split(rb"[\r\n]", buf):
-            if first is None and ROW.match(ANSI.sub("", line.decode("utf-8", "replace"))):
+            if first is None and first_line.match(ANSI.sub("", line.decode("utf-8", "replace"))):
                 first = now - start
         buf = buf.rsplit(b"\n", 1)[-1]
     os.close(master)
@@ -135,6 +144,7 @@ class Figure:
     label: str
     cmd: list[str]
     terminal: bool = False
+    first_line: re.Pattern | None = None  # measured on a pipe to the first line matching it
     runs: list[Run] = field(default_factory=list)
 
     def med(self, attr: str) -> float:
@@ -196,6 +206,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the medians are reported (default 3)")
     parser.add_argument("--per-rule", action="store_true", help="also print each rule's duration_s in the last full check")
+    parser.add_argument("--figures", default="abcdef", help="which figures to measure, e.g. df (default: all)")
     opts = parser.parse_args()
     if opts.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -214,18 +225,24 @@ def main() -> int:
         "c": Figure("(c) 70B-class --no-smoke", [doctor, "check", str(BIG), "--no-smoke", "--format", "json"]),
         "d": Figure("(d) full check on a terminal", [doctor, "check", str(HEALTHY)], terminal=True),
         "e": Figure("(e) trl-doctor --help", [doctor, "--help"]),
+        "f": Figure("(f) first github line (pipe)", [doctor, "check", str(WARNS_FIRST), "--format", "github"],
+                    first_line=ANNOTATION),
     }
+    figures = {k: f for k, f in figures.items() if k in opts.figures}
     print(machine())
-    print(f"repeat {opts.repeat} (medians); the runs are interleaved: floor, (a), (b), (c), (d), (e), then again\n", flush=True)
+    print(f"repeat {opts.repeat} (medians); the runs are interleaved: floor, "
+          f"{', '.join(f'({k})' for k in figures)}, then again\n", flush=True)
     for i in range(opts.repeat):
         floor.runs.append(measure(floor.cmd))
         for fig in figures.values():
-            fig.runs.append(measure_on_terminal(fig.cmd) if fig.terminal else measure(fig.cmd))
+            if fig.first_line is not None:
+                fig.runs.append(measure_on_terminal(fig.cmd, fig.first_line, terminal=False))
+            else:
+                fig.runs.append(measure_on_terminal(fig.cmd) if fig.terminal else measure(fig.cmd))
         print(f"  round {i + 1}/{opts.repeat}: floor {floor.runs[-1].wall_s:.2f} s, "
               + ", ".join(f"({k}) {f.runs[-1].wall_s:.2f} s" for k, f in figures.items()), flush=True)
 
     fw, fc = floor.med("wall_s"), floor.med("cpu_s")
-    a, b, c, d, e = (figures[k] for k in "abcde")
     print()
     head = f"{'figure':32} {'wall s':>7} {'x floor':>8} {'target':>8} {'':4}  {'CPU s':>7} {'x floor':>8} {'target':>8} {'':4}  {'peak RSS MB':>11} {'target':>8} {'':4}"
     print(head)
@@ -235,40 +252,58 @@ def main() -> int:
         print(f"{label:32} {wall:>7} {wall_x:>8} {wall_t:>8} {wall_ok:4}  {cpu:>7} {cpu_x:>8} {cpu_t:>8} {cpu_ok:4}  "
               f"{rss:>11} {rss_t:>8} {rss_ok:4}")
 
+    def whole(fig: Figure, wall_t: float | None = None, cpu_t: float | None = None, rss_t: float | None = None) -> None:
+        w, c = fig.med("wall_s") / fw, fig.med("cpu_s") / fc
+        row(fig.label, f"{fig.med('wall_s'):.2f}", f"{w:.2f}", f"<={wall_t}" if wall_t else "", ok(w, wall_t) if wall_t else "",
+            f"{fig.med('cpu_s'):.2f}", f"{c:.2f}", f"<={cpu_t}" if cpu_t else "", ok(c, cpu_t) if cpu_t else "",
+            f"{fig.peak_rss():.0f}", f"<={rss_t:.0f}" if rss_t else "", ok(fig.peak_rss(), rss_t) if rss_t else "")
+
+    def first_line(label: str, fig: Figure, target: float, whole_label: str) -> None:
+        first = fig.med("first_row_s")
+        row(label, f"{first:.2f}", f"{first / fw:.2f}", f"<={target}", ok(first / fw, target))
+        row(whole_label, f"{fig.med('wall_s'):.2f}", f"{fig.med('wall_s') / fw:.2f}")
+
     row(floor.label, f"{fw:.2f}", "1.00", "", "", f"{fc:.2f}", "1.00", "", "", f"{floor.peak_rss():.0f}")
-    aw, ac = a.med("wall_s") / fw, a.med("cpu_s") / fc
-    row(a.label, f"{a.med('wall_s'):.2f}", f"{aw:.2f}", "<=1.5", ok(aw, 1.5), f"{a.med('cpu_s'):.2f}", f"{ac:.2f}", "<=1.6",
-        ok(ac, 1.6), f"{a.peak_rss():.0f}")
-    bw, bc = b.med("wall_s") / fw, b.med("cpu_s") / fc
-    row(b.label, f"{b.med('wall_s'):.2f}", f"{bw:.2f}", "<=1.3", ok(bw, 1.3), f"{b.med('cpu_s'):.2f}", f"{bc:.2f}", "", "",
-        f"{b.peak_rss():.0f}")
-    cw, cc = c.med("wall_s") / fw, c.med("cpu_s") / fc
-    row(c.label, f"{c.med('wall_s'):.2f}", f"{cw:.2f}", "<=1.3", ok(cw, 1.3), f"{c.med('cpu_s'):.2f}", f"{cc:.2f}", "", "",
-        f"{c.peak_rss():.0f}", "<=1024", ok(c.peak_rss(), 1024))
-    first = d.med("first_row_s")
-    dw = first / fw
-    row("(d) first table row on screen", f"{first:.2f}", f"{dw:.2f}", "<=1.2", ok(dw, 1.2))
-    row("    (whole check on the terminal)", f"{d.med('wall_s'):.2f}", f"{d.med('wall_s') / fw:.2f}")
-    ew = e.med("wall_s")
-    row(e.label, f"{ew:.3f}", "", "<=0.3 s", ok(ew, 0.3), f"{e.med('cpu_s'):.2f}", "", "", "", f"{e.peak_rss():.0f}")
+    if "a" in figures:
+        whole(figures["a"], 1.5, 1.6)
+    if "b" in figures:
+        whole(figures["b"], 1.3)
+    if "c" in figures:
+        whole(figures["c"], 1.3, rss_t=1024)
+    if "d" in figures:
+        first_line("(d) first table row on screen", figures["d"], 1.2, "    (whole check on the terminal)")
+    if "e" in figures:
+        e = figures["e"]
+        ew = e.med("wall_s")
+        row(e.label, f"{ew:.3f}", "", "<=0.3 s", ok(ew, 0.3), f"{e.med('cpu_s'):.2f}", "", "", "", f"{e.peak_rss():.0f}")
+    if "f" in figures:
+        first_line("(f) first github line (pipe)", figures["f"], 1.5, "    (whole check, github)")
 
     print("\nwhat the checks reported (last run; a figure means little if its check did not run as it should):")
     for key in "abc":
-        fig = figures[key]
-        print(f"  {fig.label:32} exit {fig.runs[-1].code}: {summary_of(fig.runs[-1])}")
-    last = d.runs[-1]
-    screen = ANSI.sub("", last.stdout)
-    ids = {line[:5] for line in re.split(r"[\r\n]", screen) if ROW.match(line)}
-    print(f"  {d.label:32} exit {last.code}: rows for {len(ids)} rules"
-          + ("" if last.first_row_s is not None else f"; NO row seen; the terminal ends: {last_line(screen)}"))
-    if e.runs[-1].code != 0:
-        print(f"  {e.label:32} exit {e.runs[-1].code}: {last_line(e.runs[-1].stderr)}")
+        if key in figures:
+            fig = figures[key]
+            print(f"  {fig.label:32} exit {fig.runs[-1].code}: {summary_of(fig.runs[-1])}")
+    if "d" in figures:
+        d = figures["d"]
+        last = d.runs[-1]
+        screen = ANSI.sub("", last.stdout)
+        ids = {line[:5] for line in re.split(r"[\r\n]", screen) if ROW.match(line)}
+        print(f"  {d.label:32} exit {last.code}: rows for {len(ids)} rules"
+              + ("" if last.first_row_s is not None else f"; NO row seen; the terminal ends: {last_line(screen)}"))
+    if "f" in figures:
+        last = figures["f"].runs[-1]
+        lines = [line for line in last.stdout.splitlines() if ANNOTATION.match(line)]
+        print(f"  {figures['f'].label:32} exit {last.code}: {len(lines)} annotations, the first: "
+              + (lines[0][:100] if lines else f"NONE; the log ends: {last_line(last.stdout)}"))
+    if "e" in figures and figures["e"].runs[-1].code != 0:
+        print(f"  {figures['e'].label:32} exit {figures['e'].runs[-1].code}: {last_line(figures['e'].runs[-1].stderr)}")
     if floor.runs[-1].code != 0:
         print(f"  the import floor itself failed (exit {floor.runs[-1].code}): its figures are not a floor")
 
-    if opts.per_rule:
+    if opts.per_rule and "a" in figures:
         try:
-            report = json.loads(a.runs[-1].stdout)
+            report = json.loads(figures["a"].runs[-1].stdout)
             print("\nper rule in the last full check (duration_s as the report gives it):")
             for r in report.get("results", []):
                 print(f"  {r.get('id')} {r.get('rule', '?'):26} {r.get('status', '?'):5} {r.get('duration_s', float('nan')):.3f}")

@@ -216,3 +216,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if left:
         terminalreporter.write_line(f"{left} long tests (marked slow, sweep or other_trl) were left out: --all-tests "
                                     "or -m runs them (CI's default lane does)")
+
+
+def long_prompts_config(folder: Path, reward_source: str) -> Path:
+    """A GRPO config that fails context-length statically (fixtures/context-length/bad_long_prompts.yaml: 5 prompts
+    of ~1300 tokens in 512 positions) while its trainer still builds and steps, with `rewards.length_reward` from
+    `reward_source` (a test's own reward: one that marks or waits)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "rewards.py").write_text(reward_source)
+    cfg = folder / "long_prompts.yaml"
+    cfg.write_text(f"model_name_or_path: {FIXTURES / 'models' / 'qwen2-chat'}\n"
+                   f"dataset_path: {FIXTURES / 'data' / 'long_prompts.jsonl'}\n"
+                   "reward_funcs: [rewards.length_reward]\nnum_generations: 2\nper_device_train_batch_size: 2\n"
+                   "max_completion_length: 64\n")
+    return cfg

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import run_doctor, run_json
+from conftest import FIXTURES, run_doctor, run_json
 
 pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 
@@ -208,3 +208,22 @@ def test_the_table_fits_columns_and_shows_a_skip_reason_once(built_fixtures):
         assert max(map(len, rows)) <= int(columns) and "…" not in proc.stdout
         (skip,) = [r for r in rows if r.startswith("TD018")]
         assert proc.stdout.count("use_vllm is off") == 1  # in its row, not again under the table
+
+
+@pytest.mark.parametrize("fmt, asked, worker_gets", [
+    ("table", None, None),  # the worker's default: 2 prompts on a GPU where the step ran the real model
+    ("json", None, 0), ("sarif", None, 0), ("junit", None, 0), ("github", None, 0),  # a CI gate: off
+    ("json", 2, 2), ("table", 0, 0),  # --sample N is honoured under every format
+])
+def test_sample_default_is_off_under_a_machine_format(built_fixtures, monkeypatch, fmt, asked, worker_gets):
+    """The real-model sample's default (issue 22 item 4): on for the table, off for the formats a CI gate reads."""
+    from trl_doctor.front import settings as _settings
+
+    seen = []
+    real = _settings.options_for
+    monkeypatch.setattr(_settings, "options_for", lambda *a, **kw: seen.append(kw["sample"]) or real(*a, **kw))
+    args = ["check", str(FIXTURES / "trainer-config" / "ok_grpo.yaml"), "--static", "--select", "pad-token",
+            "--format", fmt] + (["--sample", str(asked)] if asked is not None else [])
+    proc = run_doctor(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert seen == [worker_gets]

@@ -93,3 +93,16 @@ def test_hostile_text_reaches_no_format_raw(built_fixtures, tmp_path, name):
     jsonschema.validators.validator_for(schema)(schema).validate(sarif)
     assert len(sarif["runs"]) == 1
     assert "pwned" in texts["sarif"]
+
+
+@pytest.mark.parametrize("name", ["config key", "reward exception", "token string"])  # cases that exit 1
+def test_streamed_github_annotations_are_escaped_as_the_file(built_fixtures, tmp_path, name):
+    """The annotations streamed on stdout as results arrive (trl_doctor.report.streaming) are the lines of the github
+    report written at once, hostile text escaped the same way."""
+    cfg, rules = _case(name, tmp_path)
+    written = tmp_path / "report.github"
+    proc = run_doctor("check", "--no-smoke", "--select", rules, str(cfg), "--format", "github",
+                      "--report", f"github={written}")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # exit 2 writes stdout no report, the file says why
+    assert proc.stdout == written.read_text(encoding="utf-8")
+    assert "pwned" in proc.stdout and "\x1b" not in proc.stdout

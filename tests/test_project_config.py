@@ -151,3 +151,12 @@ def test_the_api_takes_settings_as_the_command_line_does(project):
                                                                   "batch-geometry, trainer-config")[1]["settings"]
     report = check(str(path), select=["batch-geometry", "trainer-config"], isolated=True)
     assert [r.id for r in report.results] == ["TD009", "TD010"] and not report.ok
+
+
+def test_a_suppressed_fail_does_not_stop_fail_fast(project):
+    """--fail-fast stops at a verdict that fails the check; a suppressed fail does not, so every rule still runs."""
+    path = suppressed_recipe(project, "# trl-doctor: ignore[batch-geometry]")
+    code, report = check_json(str(path), "--select", "batch-geometry,chat-template,trainer-config", "--fail-fast")
+    assert code == 0 and result_of(report, "batch-geometry")["suppressed"]
+    assert all(r["message"] != "not run: --fail-fast" for r in report["results"])
+    assert {r["rule"] for r in report["results"]} == {"batch-geometry", "chat-template", "trainer-config"}

@@ -67,11 +67,13 @@ def main() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks: a launch command's script that fails before its trainer, and any unexpected stop of the check.")
 @click.option("--user-code-timeout", type=click.FloatRange(min=0.1), default=DEFAULTS.user_code_timeout, show_default=True, help="Seconds the user's code (importing a reward module, one reward call, rendering the chat template) may run before it is stopped.")
 @click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N",
-              help="After the smoke step, sample num_generations completions for N dataset prompts with the real model and score them: completions cut at max_completion_length, groups with no reward spread (default: 2 on a GPU where the real model fits, else off; 0: off).")
+              help="After the smoke step, sample num_generations completions for N dataset prompts with the real model and score them: completions cut at max_completion_length, groups with no reward spread (default: 2 on a GPU where the real model fits with --format table, else off; 0: off).")
+@click.option("--fail-fast", is_flag=True,
+              help="Stop at the first verdict that fails the check (see --fail-on): the worker is stopped, even in the trainer run's step, and the rules not reached are reported as skipped ('not run: --fail-fast'). With several configs, the configs after the first that fails are not checked.")
 @click.option("--max-memory", type=click.FloatRange(min=0), default=None, help="GiB of address space the check's worker may use where it uses no CUDA (default: 85% of physical memory; 0: no limit).")
 def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, ignore, isolated, progress, smoke, smoke_timeout,
           device, trust_remote_code, num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only,
-          user_code_timeout, max_memory, sample, target_env):
+          user_code_timeout, max_memory, sample, target_env, fail_fast):
     """Check CONFIG files (TRL CLI configs, JSON or YAML; globs too), or what a launch command's script gives its
     trainer.
 
@@ -98,8 +100,8 @@ def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, i
                _progress() if _wanted("TRL_DOCTOR_PROGRESS", sys.stderr, progress) else None,
                dict(device=device, trust_remote_code=trust_remote_code, smoke_timeout=smoke_timeout,
                     num_processes=num_processes, load_weights=load_weights, script_timeout=script_timeout,
-                    verbose=verbose, user_code_timeout=user_code_timeout, max_memory=max_memory, sample=sample,
-                    target_env=target_env))
+                    verbose=verbose, user_code_timeout=user_code_timeout, max_memory=max_memory,
+                    sample=sample_asked(sample, fmt), target_env=target_env), fail_fast)
     try:
         launch = _launch(subject)
         configs = [] if launch else _configs(subject)
@@ -133,9 +135,10 @@ class _Run:
     """What one `check` call asked beyond the settings: fixing, where each format goes, progress, the worker's
     options (every config of the call shares them)."""
 
-    def __init__(self, fix, unsafe_fixes, show_diff, outputs, verbose, progress, options):
+    def __init__(self, fix, unsafe_fixes, show_diff, outputs, verbose, progress, options, fail_fast=False):
         self.fix, self.unsafe_fixes, self.show_diff = fix, unsafe_fixes, show_diff
         self.outputs, self.verbose, self.progress, self.options = outputs, verbose, progress, options
+        self.fail_fast = fail_fast
 
     @property
     def fixing(self) -> bool:
@@ -223,6 +226,13 @@ def _check_many(configs: list[str], asked, run: _Run) -> int:
 
     reports, errors, worst = [], [], 0
     for number, config in enumerate(configs, 1):
+        if run.fail_fast and worst:  # as pytest -x: the first config that fails ends the call
+            from trl_doctor.report.formats._safe import for_terminal
+
+            left = configs[number - 1:]
+            click.echo(for_terminal(f"trl-doctor: --fail-fast: {len(left)} config(s) not checked after a failure: "
+                                    + ", ".join(left), one_line=True), err=True)
+            break
         if run.progress is not None:
             run.progress(f"config {number} of {len(configs)}: {config}", whole_line=True)
         try:
@@ -233,15 +243,20 @@ def _check_many(configs: list[str], asked, run: _Run) -> int:
             continue
         reports.append(report)
         worst = max(worst, code)
-    _write_combined(run, reports, errors)
+    _write_combined(run, reports, errors, streamed=_github_streams(run))
     return EXIT_INPUT if errors else worst
 
 
-def _write_combined(run: _Run, reports: list, errors: list[str], files_only: bool = False) -> None:
+def _write_combined(run: _Run, reports: list, errors: list[str], files_only: bool = False,
+                    streamed: bool = False) -> None:
+    """Each format's combined document; stdout's github annotations, when they streamed, only lack the lines of the
+    configs that could not be read (the combined github document is each config's lines, then those)."""
     from trl_doctor.report.formats._combine import combine
 
     for fmt, path in run.outputs:
-        if path is not None or not files_only:
+        if path is None and streamed:
+            _emit(combine(fmt, [], errors), path)
+        elif path is not None or not files_only:
             _emit(combine(fmt, [_sorted(fmt, r) for r in reports], errors), path)
 
 
@@ -255,17 +270,16 @@ def _check(config, launch, asked, run: _Run, many: bool = False):
     settings = resolve(asked, checked_path(str(config), str(config)) if config else None)
     options = options_for(settings, unsafe_fixes=run.unsafe_fixes and run.fixing,
                           launch=launch.to_json() if launch else None, **run.options)
-    fmt, output = run.outputs[0]
-    stream = _Stream(settings.rules, _color(fmt, output), run.progress) if fmt == "table" and output is None and not run.fixing \
-        and not many and _wanted("TRL_DOCTOR_STREAM", sys.stdout) else None
-    cfg, results, listed = _run_once(config, launch, settings, options, stream, run.progress)
+    stream = _stream(run, settings, many)
+    cfg, results, listed = _run_once(config, launch, settings, options, stream, run.progress,
+                                     settings.fail_on if run.fail_fast else None)
     applied: list[dict] = []
     if run.show_diff:
         _show_diff(results, run)
         return exit_status(results, settings.fail_on), _report(cfg, results, [], listed), True
     if run.fix:
         cfg, results, listed, applied = _fix_and_recheck(cfg, results, listed, run, lambda: _run_once(
-            config, launch, settings, options, stream, run.progress))
+            config, launch, settings, options, stream, run.progress, settings.fail_on if run.fail_fast else None))
     _clear(run.progress)
     report = _report(cfg, results, applied, listed)
     if stream is not None:
@@ -273,16 +287,40 @@ def _check(config, launch, asked, run: _Run, many: bool = False):
     return exit_status(results, settings.fail_on), report, stream is not None
 
 
-def _run_once(config, launch, settings, options, stream, progress):
-    """(what was checked, results, the settings in force) of one run of the worker."""
+def _stream(run: _Run, settings, many: bool):
+    """What writes stdout's report while the check runs, or None: the table on a terminal (one config), the github
+    annotations always (their lines are the same however they are written; TRL_DOCTOR_STREAM=0 turns both off)."""
+    from trl_doctor.report.streaming import GithubStream
+
+    fmt, output = run.outputs[0]
+    if output is not None or run.fixing:  # --fix and --diff report the state after the fix
+        return None
+    if fmt == "table" and not many and _wanted("TRL_DOCTOR_STREAM", sys.stdout):
+        return _Stream(settings.rules, _color(fmt, output), run.progress)
+    return GithubStream() if _github_streams(run) else None
+
+
+def _github_streams(run: _Run) -> bool:
+    fmt, output = run.outputs[0]
+    return fmt == "github" and output is None and not run.fixing and os.environ.get("TRL_DOCTOR_STREAM", "1") not in ("", "0")
+
+
+def _run_once(config, launch, settings, options, stream, progress, fail_fast_on: str | None = None):
+    """(what was checked, results, the settings in force) of one run of the worker; with `fail_fast_on` (the
+    fail-on level) it stops at the first result that fails the check (trl_doctor.supervisor.failfast)."""
     from trl_doctor.context.config import load_config
-    from trl_doctor.supervisor.session import run_check
     from trl_doctor.front.settings import require_stack, run_config
+    from trl_doctor.supervisor.failfast import stop_at_first_failure
+    from trl_doctor.supervisor.session import run_check
 
     on_result = stream.row if stream else None
+    if fail_fast_on is not None:
+        on_result = stop_at_first_failure(on_result, fail_fast_on)
     if launch is not None:
         require_stack()
         subject = _Subject(launch.script or launch.cwd, "?", launch.text)
+        if getattr(stream, "early", False):
+            stream.start(subject, list(settings.in_force))
 
         def captured(info: dict) -> None:
             subject.path = (info.get("constructed_at") or "").rsplit(":", 1)[0] or subject.path
@@ -336,6 +374,13 @@ def _fix_and_recheck(cfg, results, listed, run: _Run, again):
     return cfg, results, listed, applied
 
 
+def sample_asked(sample: int | None, fmt: str) -> int | None:
+    """--sample as the worker gets it: None leaves the default to the worker (2 prompts on a GPU where the step ran
+    the real model) for the table; under a machine format (json, sarif, junit, github: a CI gate) the default is off,
+    so that the gate's verdict comes as soon as the step's and does not hang on sampled text; --sample N still asks."""
+    if sample is None and fmt != "table":
+        return 0
+    return sample
 
 class _Subject:
     """What a launch command's report is about: the file that built the trainer, the trainer, the capture."""
@@ -416,10 +461,11 @@ def _launch_of(cfg) -> dict | None:
 
 
 def _sorted(fmt, report):
-    """The machine formats list rules by id, as they always have; the table in run order."""
+    """The machine formats list rules by id, as they always have; the table and the github annotations in run
+    order (the order their lines stream in)."""
     from dataclasses import replace
 
-    return report if fmt == "table" else replace(report, results=sorted(report.results, key=lambda r: r.id))
+    return report if fmt in ("table", "github") else replace(report, results=sorted(report.results, key=lambda r: r.id))
 
 
 def _render(fmt, report, color: bool = False) -> str:

@@ -215,16 +215,26 @@ def run_check(config: Path | None, rules: list, options: Options, on_result: Cal
     removing the check's folder.
 
     With `options.launch` (a launch command) there is no config file: the worker runs the command until its script
-    builds the trainer, and `on_capture` sees what was captured (once, before any result)."""
+    builds the trainer, and `on_capture` sees what was captured (once, before any result).
+
+    `on_result` may raise trl_doctor.supervisor.failfast.Stopped (--fail-fast): the worker is stopped at once, wherever it is,
+    and every rule not reported yet is a `skip` "not run: --fail-fast"."""
     from trl_doctor.registry import run_order
+
+    from trl_doctor.supervisor import failfast as _failfast
 
     check = _Check(run_order(rules), options, on_result, on_progress, on_capture)
     with _interrupt.stop_on_signals(), _tmp.check_folder() as folder:
-        for attempt in range(MAX_WORKERS):
-            if check.run_worker(config, folder, attempt):
-                break
-        else:
-            check.missing(f"not run: the worker died {MAX_WORKERS} times in this check")
+        try:
+            for attempt in range(MAX_WORKERS):
+                if check.run_worker(config, folder, attempt):
+                    break
+            else:
+                check.missing(f"not run: the worker died {MAX_WORKERS} times in this check")
+        except _failfast.Stopped:  # --fail-fast: run_worker has already stopped the worker's whole tree
+            for r in check.ordered:
+                if r.id not in check.results:
+                    check.accept(_failfast.not_run(r))
     return check.ordered_results()
 
 

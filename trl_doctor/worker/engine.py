@@ -141,5 +141,10 @@ def summarize(results: Iterable[Result]) -> dict[str, int]:
 
 
 def exit_status(results: Iterable[Result], fail_on: str = "fail") -> int:
+    return 1 if any(fails(r, fail_on) for r in results) else 0
+
+
+def fails(r: Result, fail_on: str = "fail") -> bool:
+    """Whether this one result makes the exit status 1 (--fail-fast stops the check at the first that does)."""
     bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if fail_on == "warn" else set())
-    return 1 if any(r.status in bad and not r.suppressed for r in results) else 0
+    return r.status in bad and not r.suppressed
