@@ -328,6 +328,13 @@ def config_values(cls, raw: dict) -> dict:
                 values[f.name] = None
         else:
             values[f.name] = None
+    return values_over(values, raw)
+
+
+def values_over(defaults: dict, raw: dict) -> dict:
+    """The defaults overlaid with the user's keys that are fields (numbers given as strings made ints); `check
+    --static` gives the defaults from trl_doctor/data/trl_fields.json."""
+    values = dict(defaults)
     for key, value in raw.items():
         if key in values:
             values[key] = int(value) if key in GEOMETRY and isinstance(value, str) and value.strip().isdigit() else value
