@@ -51,7 +51,8 @@ def main() -> None:
 @click.option("--isolated", is_flag=True, help="Ignore all project configuration (.trl-doctor.toml, [tool.trl-doctor]) and inline `# trl-doctor: ignore` comments, as ruff's --isolated.")
 @click.option("--progress/--no-progress", default=None, help="Progress on stderr: each config of several, each long stage (default: when stderr is a terminal).")
 @click.option("--smoke/--no-smoke", default=None, help="Run the one-step training smoke test (default: on).")
-@click.option("--static", "static_only", is_flag=True, help="Only the static rules: no trainer run (no probes, no step), for pre-commit.")
+@click.option("--static", "static_only", is_flag=True, help="Judge from files only, in this process: no torch, transformers or TRL imported, none of the repository's code run (reward modules, remote code); rules that need more are skipped with the reason. For pre-commit and CI on pull requests.")
+@click.option("--trl-version", "trl_version", default=None, metavar="VERSION", help="With --static: the TRL release to judge against (default: the installed one, else the newest trl-doctor knows).")
 @click.option("--smoke-timeout", type=float, default=300.0, show_default=True, help="Seconds the trainer run (probes and smoke step) may take, counted from its start in the worker.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--trust-remote-code", is_flag=True, help="Allow the model's own Python code (auto_map) to run.")
@@ -70,7 +71,7 @@ def main() -> None:
 @click.option("--max-memory", type=click.FloatRange(min=0), default=None, help="GiB of address space the check's worker may use where it uses no CUDA (default: 85% of physical memory; 0: no limit).")
 def check(target, fix, unsafe_fixes, show_diff, fmt, output, reports, select, ignore, isolated, progress, smoke, smoke_timeout,
           device, trust_remote_code, num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only,
-          user_code_timeout, max_memory, sample, target_env):
+          user_code_timeout, max_memory, sample, target_env, trl_version):
     """Check CONFIG files (TRL CLI configs, JSON or YAML; globs too), or what a launch command's script gives its
     trainer.
 
@@ -98,8 +99,13 @@ def check(target, fix, unsafe_fixes, show_diff, fmt, output, reports, select, ig
                dict(device=device, trust_remote_code=trust_remote_code, smoke_timeout=smoke_timeout,
                     num_processes=num_processes, load_weights=load_weights, script_timeout=script_timeout,
                     verbose=verbose, **_worker_limits()))
+    run.trl_version = trl_version
     try:
         launch = _launch(target)
+        if static_only or trl_version:
+            from .static.front import refuse
+
+            refuse(static_only, trl_version, launch, run.fixing)
         configs = [] if launch else _configs(target)
         code = _check_many(configs, asked, run) if len(configs) > 1 else _check_one(configs, launch, asked, run)
     except (InputError, RegistryError) as exc:
@@ -256,7 +262,7 @@ def _check(config, launch, asked, run: _Run, many: bool = False):
     fmt, output = run.outputs[0]
     stream = _Stream(settings.rules, _color(fmt, output), run.progress) if fmt == "table" and output is None and not run.fixing \
         and not many and _wanted("TRL_DOCTOR_STREAM", sys.stdout) else None
-    cfg, results, listed = _run_once(config, launch, settings, options, stream, run.progress)
+    cfg, results, listed = _run_once(config, launch, settings, options, stream, run.progress, run)
     applied: list[dict] = []
     if run.show_diff:
         _show_diff(results, run)
@@ -271,8 +277,9 @@ def _check(config, launch, asked, run: _Run, many: bool = False):
     return exit_status(results, settings.fail_on), report, stream is not None
 
 
-def _run_once(config, launch, settings, options, stream, progress):
-    """(what was checked, results, the settings in force) of one run of the worker."""
+def _run_once(config, launch, settings, options, stream, progress, run=None):
+    """(what was checked, results, the settings in force) of one run of the worker (--static: of trl_doctor.static,
+    in this process)."""
     from ._config import load_config
     from ._session import run_check
     from ._settings import require_stack, run_config
@@ -292,6 +299,15 @@ def _run_once(config, launch, settings, options, stream, progress):
                             on_capture=captured)
         return target, results, list(settings.in_force)
     cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
+    if settings.static:
+        from .static.front import run_config_static
+
+        results, listed = run_config_static(cfg, settings, options, getattr(run, "trl_version", None))
+        if stream is not None:
+            stream.start(cfg, listed)
+            for r in results:
+                stream.row(r)
+        return cfg, results, listed
     if stream is not None:
         stream.start(cfg, settings.listed(settings.suppressor(cfg.path)))
     results, listed = run_config(cfg.path, settings, options, on_result=on_result, on_progress=progress)

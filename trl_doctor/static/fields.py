@@ -119,7 +119,7 @@ def judged_release(asked: str | None) -> tuple[str, str]:
 
         raise InputError(f"--trl-version {wanted!r} is not a version (e.g. 0.17.0)") from None
     if wanted in data()["releases"]:
-        return wanted, f"{source} ({wanted})"
+        return wanted, source
     before = [r for r in releases if _key(r) <= key]
     same_minor = [r for r in before if _key(r)[:2] == key[:2]]
     pick = (same_minor or before or releases[:1])[-1]
