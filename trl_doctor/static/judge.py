@@ -144,7 +144,7 @@ def _reading(stored: dict):
 
 def batch_geometry(s) -> Iterable[Finding]:
     from ..facts.launch import launch
-    from ..facts.trl_geometry import Evaluator, values_over
+    from ..facts.trl_geometry import AUTO_FIND_BATCH_SIZE, Evaluator, values_over
 
     own, name = F.config_fields(s.release, s.trainer)
     if name is None:
@@ -170,10 +170,13 @@ def batch_geometry(s) -> Iterable[Finding]:
     summary = (f"per_device_train_batch_size {resolved.get('per_device_train_batch_size')} x {procs} process"
                f"{'es' if procs != 1 else ''}" + (f", generation batch {gen}" if isinstance(gen, int) else "") +
                (f", num_generations {resolved.get('num_generations')}" if "num_generations" in resolved else ""))
-    if not problems:
+    lines = [f"({i}) {p.message} [{p.site}]" for i, p in enumerate(problems, 1)]
+    if s.trainer in ("grpo", "rloo") and s.cfg.raw.get("auto_find_batch_size") is True and \
+            not any("auto_find_batch_size" in p.message for p in problems):
+        lines.append(f"({len(lines) + 1}) {AUTO_FIND_BATCH_SIZE}")
+    if not lines:
         yield passed(f"at {procs} process{'es' if procs != 1 else ''} ({where}): {summary}", **details)
         return
-    lines = [f"({i}) {p.message} [{p.site}]" for i, p in enumerate(problems, 1)]
     details["violations"] = lines
     head = (f"{len(lines)} batch-geometry violation{'s' if len(lines) != 1 else ''} at {procs} process"
             f"{'es' if procs != 1 else ''} ({where}), where trl {s.release} stops: ")
@@ -247,7 +250,8 @@ def pad_token(s) -> Iterable[Finding]:
                        "and reward forwards, so the final eos is masked and the model is never rewarded for stopping",
                        **details)
             return
-    yield passed(f"pad token {pad!r} (id {pad_id}) is set and within the {rows} embedding rows", **details)
+    within = f"and within the {rows} embedding rows" if rows is not None else "(config.json names no vocab_size)"
+    yield passed(f"pad token {pad!r} (id {pad_id}) is set {within}", **details)
 
 
 # -- eos-termination ------------------------------------------------------------------------------------------
@@ -450,6 +454,17 @@ def precision(s) -> Iterable[Finding]:
         yield fail(f"tf32: true but {name} has compute capability {lowest['compute_capability']} and TF32 needs 8.0 "
                    "(Ampere) or newer: TrainingArguments stops with \"--tf32 requires Ampere or a newer GPU arch\"; set "
                    "`tf32: false`", **details)
+    ckpt = s.model_json.get("dtype") or s.model_json.get("torch_dtype")
+    if raw.get("use_vllm") and ckpt == "bfloat16" and _cc(lowest) < (8, 0):
+        found = True
+        mode_v = str(raw.get("vllm_mode", own.get("vllm_mode", {}).get("default")) or "server")
+        how = ("TRL builds vLLM's LLM(...) without a dtype, so the trainer's precision settings do not reach it; save "
+               "the checkpoint in float16" if mode_v == "colocate" else
+               "start the server with `trl vllm-serve --dtype half`")
+        yield (fail if mode_v == "colocate" else warn)(
+            f"use_vllm: vLLM loads the checkpoint's dtype (bfloat16, config.json) and refuses {name} (compute "
+            f"capability {lowest['compute_capability']}): \"Bfloat16 is only supported on GPUs with compute capability "
+            f"of at least 8.0\"; {how}", **details)
     if not found:
         mode = "bf16" if bf16 else "fp16" if fp16 else "fp32"
         yield passed(f"{mode} ({words}) suits {name} (compute capability {lowest['compute_capability']}); the attention "
