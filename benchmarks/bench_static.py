@@ -1,5 +1,6 @@
 """What `trl-doctor check --static` costs: the wall time of one config, in a fresh process each run, beside the
-target (0.5 s), and what the command line's own import costs (`python -X importtime -c "import trl_doctor._cli"`).
+target (0.5 s), and what the command line's own import costs (`python -X importtime -c "import trl_doctor._cli"`); the CPU time beside the wall time, since a busy machine
+stretches the wall time.
 
     python benchmarks/bench_static.py [--repeat N] [--config FILE] [--no-stack]
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -66,11 +68,14 @@ def main() -> int:
         if first.returncode not in (0, 1):
             print(f"the check did not run (exit {first.returncode}): {first.stderr.strip()}", file=sys.stderr)
             return 1
-        times = []
+        times, cpu = [], []
         for _ in range(args.repeat):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             subprocess.run(cmd, env=env, capture_output=True, text=True)
             times.append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         cli_ms, top = _import_ms(env)
     median = statistics.median(times)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -81,6 +86,8 @@ def main() -> int:
     print(f"check --static, fresh process, median of {args.repeat}: {median:.3f} s "
           f"(min {min(times):.3f}, max {max(times):.3f})   target <= {TARGET_S:.1f} s: "
           f"{'met' if median <= TARGET_S else 'NOT met'}")
+    print(f"CPU time (user + sys), median: {statistics.median(cpu):.3f} s: on a busy machine (load above the core "
+          "count) the wall time waits for a core, the CPU time much less")
     print(f"import trl_doctor._cli (python -X importtime): {cli_ms:.1f} ms; slowest under it: "
           + ", ".join(f"{name} {us / 1000:.1f} ms" for us, name in top))
     return 0
