@@ -373,18 +373,12 @@ def context_length(s) -> Iterable[Finding]:
             yield warn(f"{words}: the model never saw the positions past {limit}, and vLLM refuses such a length",
                        **details)
         return
-    if isinstance(prompt, int):
-        if prompt + completion > limit:
-            words = (f"max_prompt_length {prompt} + {key} {completion} = {prompt + completion} runs past the model's "
-                     f"{limit} positions")
-            if learned:
-                yield fail(f"{words}: the model looks positions up in a learned table, so the first long completion "
-                           "stops the job with \"index out of range in self\"", **details)
-            else:
-                yield warn(f"{words}: the model never saw those positions; a {key} of {limit - prompt} fits", **details)
-            return
+    if isinstance(prompt, int) and prompt + completion <= limit:
         yield passed(f"max_prompt_length {prompt} + {key} {completion} fit the model's {limit} positions", **details)
         return
+    if isinstance(prompt, int):  # only a bound: whether prompts that long exist is the dataset's, tokenized
+        raise Unavailable(f"{FULL}: max_prompt_length {prompt} + {key} {completion} could run past the model's "
+                          f"{limit} positions; whether any prompt is that long needs the prompts tokenized")
     raise Unavailable(f"{FULL}: trl {s.release} does not truncate prompts, so the prompts' token lengths decide "
                       f"({key} {completion} leaves {limit - completion} of the model's {limit} positions for the prompt)")
 
