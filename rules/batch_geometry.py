@@ -50,7 +50,8 @@ from trl_doctor import DELETE, Edit, Fix, fail, passed, rule, skip
 from trl_doctor.facts.launch import is_geometry_error, launch
 from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import config_class, field_default
-from trl_doctor.facts.trl_geometry import Evaluator, Problem, config_values, geometry_reading, plain, probe_class
+from trl_doctor.facts.trl_geometry import (AUTO_FIND_BATCH_SIZE, Evaluator, Problem, config_values, geometry_reading,
+                                           plain, probe_class)
 from trl_doctor.facts.trainer_config import trainer_config_info
 
 # The knobs a fix may change: (key, tier, direction). Lower tiers change less of what the job does: gradient
@@ -302,9 +303,7 @@ def _auto_find_batch_size(ctx, already: list[str]) -> list[str]:
         return []
     if any("auto_find_batch_size" in m for m in already):
         return []
-    return ["auto_find_batch_size halves per_device_train_batch_size after an out-of-memory error, and the generation "
-            "batch then holds partial groups of num_generations: the retry dies with \"RuntimeError: shape '[-1, N]' "
-            "is invalid for input of size M\" (trl#3842); set auto_find_batch_size: false and size the batch by hand"]
+    return [AUTO_FIND_BATCH_SIZE]
 
 
 def _same(a: str, b: str) -> bool:

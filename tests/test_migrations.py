@@ -71,7 +71,7 @@ def test_ppov1_keys_on_the_last_release_with_ppo(built_fixtures, tmp_path):
     joined = " | ".join(messages)
     assert "`ppo_epochs` was renamed `num_ppo_epochs`" in joined and "no adaptive KL controller" in joined
     assert "`adap_kl_ctrl` was removed in trl 0.12.0" in joined
-    proc = run_doctor("check", "--static", "--select", "trainer-config", "--fix", str(tmp_path / "bad_ppov1_keys.yaml"),
+    proc = run_doctor("check", "--no-smoke", "--select", "trainer-config", "--fix", str(tmp_path / "bad_ppov1_keys.yaml"),
                       env=env)
     fixed = yaml.safe_load((tmp_path / "bad_ppov1_keys.yaml").read_text())
     assert fixed.get("num_ppo_epochs") == 4 and "ppo_epochs" not in fixed  # the same-meaning rename only
@@ -109,7 +109,7 @@ def test_fix_renames_a_key_with_the_same_meaning(built_fixtures, tmp_path):
     config = tmp_path / "recipe.yaml"
     config.write_text((FIX / "bad_renamed_torch_dtype.yaml").read_text().replace("../", f"{FIX.parent}/"))
     shutil.copy(FIX / "rewards.py", tmp_path)
-    proc = run_doctor("check", "--static", "--select", "trainer-config", "--fix", str(config))
+    proc = run_doctor("check", "--no-smoke", "--select", "trainer-config", "--fix", str(config))
     assert proc.returncode == 0, proc.stdout
     text = config.read_text()
     assert "\ntorch_dtype:" not in text and "\ndtype: bfloat16" in text  # the comment line keeps its words

@@ -127,7 +127,7 @@ def test_isolated_ignores_project_config_and_inline_suppressions_and_every_repor
     assert code == 0 and [r["id"] for r in report["results"]] == ["TD010"]
     assert {(s["setting"], s["source"]) for s in report["settings"]} == {
         ("select", "command line"), ("ignore", str(project / ".trl-doctor.toml")),
-        ("inline ignore", f"{path}:{_line(path)}")}
+        ("inline ignore", f"{path}:{_line(path)}"), ("static", "command line")}
     table = run_doctor("check", "--static", str(path)).stdout
     assert f"setting in force: ignore trainer-config (from {project / '.trl-doctor.toml'})" in table
     assert f"setting in force: inline ignore batch-geometry on `num_generations` (from {path}:{_line(path)})" in table
@@ -135,7 +135,7 @@ def test_isolated_ignores_project_config_and_inline_suppressions_and_every_repor
     assert 'name="setting in force" value="ignore trainer-config (from ' in junit
     code, report = check_json(str(path), "--select", "batch-geometry,trainer-config", "--isolated")
     assert code == 1 and {r["id"]: r["suppressed"] for r in report["results"]} == {"TD009": None, "TD010": None}
-    assert [s["setting"] for s in report["settings"]] == ["isolated", "select"]
+    assert [s["setting"] for s in report["settings"]] == ["isolated", "select", "static"]
 
 
 def test_the_api_takes_settings_as_the_command_line_does(project):
@@ -147,8 +147,8 @@ def test_the_api_takes_settings_as_the_command_line_does(project):
     path = suppressed_recipe(project, "# trl-doctor: ignore[batch-geometry]")
     report = check(str(path), select="batch-geometry, trainer-config")
     assert [(r.id, bool(r.suppressed)) for r in report.results] == [("TD010", True)] and report.ok
-    assert json.loads(report.to_json())["settings"] == check_json(str(path), "--select",
-                                                                  "batch-geometry, trainer-config")[1]["settings"]
+    assert json.loads(report.to_json())["settings"] == [s for s in check_json(
+        str(path), "--select", "batch-geometry, trainer-config")[1]["settings"] if s["setting"] != "static"]
     report = check(str(path), select=["batch-geometry", "trainer-config"], isolated=True)
     assert [r.id for r in report.results] == ["TD009", "TD010"] and not report.ok
 

@@ -81,7 +81,7 @@ def test_github_annotation_is_written_before_the_check_goes_on(built_fixtures, t
     import subprocess
 
     cfg = long_prompts_config(tmp_path, WAITING_REWARD)
-    proc = subprocess.Popen([trl_doctor_exe(), "check", str(cfg), "--static", "--format", "github",
+    proc = subprocess.Popen([trl_doctor_exe(), "check", str(cfg), "--no-smoke", "--format", "github",
                              "--user-code-timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "TRL_DOCTOR_FORKSERVER": os.environ.get("TRL_DOCTOR_FORKSERVER", "")})
     try:

@@ -27,6 +27,10 @@ DOCTOR_KEYS = (
     "value_model_path",
     "dataset_path",
 )
+# keys TRL's CLI scripts (trl/scripts/grpo.py, rloo.py, ppo.py) and TrlParser's `env` block take besides the
+# dataclass fields; num_processes, accelerate_config and config_file go to `accelerate launch`
+SCRIPT_EXTRA_KEYS = ("reward_funcs", "reward_model_name_or_path", "env", "sft_model_path", "num_processes",
+                     "accelerate_config", "config_file")
 DATASET_SUFFIXES = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 

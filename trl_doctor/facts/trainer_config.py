@@ -15,15 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trl_doctor.cache import fact
-from trl_doctor.context.config import DOCTOR_KEYS, DoctorConfig
+from trl_doctor.context.config import DOCTOR_KEYS, SCRIPT_EXTRA_KEYS, DoctorConfig
 from trl_doctor.context.env import package_version
 from trl_doctor.errors import Unavailable
 from trl_doctor.wording import one_line
-
-# keys TRL's CLI scripts (trl/scripts/grpo.py, rloo.py, ppo.py) and TrlParser's `env` block take besides the
-# dataclass fields; num_processes, accelerate_config and config_file go to `accelerate launch`
-SCRIPT_EXTRA_KEYS = ("reward_funcs", "reward_model_name_or_path", "env", "sft_model_path", "num_processes",
-                     "accelerate_config", "config_file")
 
 
 @dataclass

@@ -33,6 +33,12 @@ GEOMETRY = frozenset({
     "global_batch_size", "effective_batch_size", "global_eval_batch_size",
 })
 # The knobs a fix may change: (key, tier, direction). Lower tiers change less of what the job does: gradient
+# GRPO and RLOO with auto_find_batch_size (transformers halves the per-device batch after an out-of-memory error):
+# what the job meets where the installed config class does not refuse it (before PR#6411)
+AUTO_FIND_BATCH_SIZE = (
+    "auto_find_batch_size halves per_device_train_batch_size after an out-of-memory error, and the generation "
+    "batch then holds partial groups of num_generations: the retry dies with \"RuntimeError: shape '[-1, N]' "
+    "is invalid for input of size M\" (trl#3842); set auto_find_batch_size: false and size the batch by hand")
 SAFE_BUILTINS = {name: getattr(builtins, name) for name in (
     "int", "float", "str", "bool", "len", "range", "max", "min", "abs", "round", "sum", "list", "tuple", "set",
     "isinstance", "any", "all", "ValueError", "TypeError")}
@@ -328,6 +334,13 @@ def config_values(cls, raw: dict) -> dict:
                 values[f.name] = None
         else:
             values[f.name] = None
+    return values_over(values, raw)
+
+
+def values_over(defaults: dict, raw: dict) -> dict:
+    """The defaults overlaid with the user's keys that are fields (numbers given as strings made ints); `check
+    --static` gives the defaults from trl_doctor/data/trl_fields.json."""
+    values = dict(defaults)
     for key, value in raw.items():
         if key in values:
             values[key] = int(value) if key in GEOMETRY and isinstance(value, str) and value.strip().isdigit() else value

@@ -52,7 +52,8 @@ def main() -> None:
 @click.option("--isolated", is_flag=True, help="Ignore all project configuration (.trl-doctor.toml, [tool.trl-doctor]) and inline `# trl-doctor: ignore` comments, as ruff's --isolated.")
 @click.option("--progress/--no-progress", default=None, help="Progress on stderr: each config of several, each long stage (default: when stderr is a terminal).")
 @click.option("--smoke/--no-smoke", default=None, help="Run the one-step training smoke test (default: on).")
-@click.option("--static", "static_only", is_flag=True, help="Only the static rules: no trainer run (no probes, no step), for pre-commit.")
+@click.option("--static", "static_only", is_flag=True, help="Judge from files only, in this process: no torch, transformers or TRL imported, none of the repository's code run (reward modules, remote code); rules that need more are skipped with the reason. For pre-commit and CI on pull requests.")
+@click.option("--trl-version", "trl_version", default=None, metavar="VERSION", help="With --static: the TRL release to judge against (default: the installed one, else the newest trl-doctor knows).")
 @click.option("--smoke-timeout", type=float, default=DEFAULTS.smoke_timeout, show_default=True, help="Seconds the trainer run (probes and smoke step) may take, counted from its start in the worker.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=DEFAULTS.device, show_default=True)
 @click.option("--trust-remote-code", is_flag=True, help="Allow the model's own Python code (auto_map) to run.")
@@ -73,7 +74,7 @@ def main() -> None:
 @click.option("--max-memory", type=click.FloatRange(min=0), default=None, help="GiB of address space the check's worker may use where it uses no CUDA (default: 85% of physical memory; 0: no limit).")
 def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, ignore, isolated, progress, smoke, smoke_timeout,
           device, trust_remote_code, num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only,
-          user_code_timeout, max_memory, sample, target_env, fail_fast):
+          user_code_timeout, max_memory, sample, target_env, fail_fast, trl_version):
     """Check CONFIG files (TRL CLI configs, JSON or YAML; globs too), or what a launch command's script gives its
     trainer.
 
@@ -102,8 +103,13 @@ def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, i
                     num_processes=num_processes, load_weights=load_weights, script_timeout=script_timeout,
                     verbose=verbose, user_code_timeout=user_code_timeout, max_memory=max_memory,
                     sample=sample_asked(sample, fmt), target_env=target_env), fail_fast)
+    run.trl_version = trl_version
     try:
         launch = _launch(subject)
+        if static_only or trl_version:
+            from trl_doctor.static.front import refuse
+
+            refuse(static_only, trl_version, launch, run.fixing)
         configs = [] if launch else _configs(subject)
         code = _check_many(configs, asked, run) if len(configs) > 1 else _check_one(configs, launch, asked, run)
     except (InputError, RegistryError) as exc:
@@ -272,7 +278,7 @@ def _check(config, launch, asked, run: _Run, many: bool = False):
                           launch=launch.to_json() if launch else None, **run.options)
     stream = _stream(run, settings, many)
     cfg, results, listed = _run_once(config, launch, settings, options, stream, run.progress,
-                                     settings.fail_on if run.fail_fast else None)
+                                     settings.fail_on if run.fail_fast else None, run.trl_version)
     applied: list[dict] = []
     if run.show_diff:
         _show_diff(results, run)
@@ -305,9 +311,11 @@ def _github_streams(run: _Run) -> bool:
     return fmt == "github" and output is None and not run.fixing and os.environ.get("TRL_DOCTOR_STREAM", "1") not in ("", "0")
 
 
-def _run_once(config, launch, settings, options, stream, progress, fail_fast_on: str | None = None):
+def _run_once(config, launch, settings, options, stream, progress, fail_fast_on: str | None = None,
+              trl_version: str | None = None):
     """(what was checked, results, the settings in force) of one run of the worker; with `fail_fast_on` (the
-    fail-on level) it stops at the first result that fails the check (trl_doctor.supervisor.failfast)."""
+    fail-on level) it stops at the first result that fails the check (trl_doctor.supervisor.failfast); with
+    --static, trl_doctor.static judges in this process against `trl_version`."""
     from trl_doctor.context.config import load_config
     from trl_doctor.front.settings import require_stack, run_config
     from trl_doctor.supervisor.failfast import stop_at_first_failure
@@ -332,6 +340,15 @@ def _run_once(config, launch, settings, options, stream, progress, fail_fast_on:
                             on_capture=captured)
         return subject, results, list(settings.in_force)
     cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
+    if settings.static:
+        from trl_doctor.static.front import run_config_static
+
+        results, listed = run_config_static(cfg, settings, options, trl_version)
+        if stream is not None:
+            stream.start(cfg, listed)
+            for r in results:
+                stream.row(r)
+        return cfg, results, listed
     if stream is not None:
         stream.start(cfg, settings.listed(settings.suppressor(cfg.path)))
     results, listed = run_config(cfg.path, settings, options, on_result=on_result, on_progress=progress)

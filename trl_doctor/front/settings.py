@@ -49,6 +49,7 @@ class Settings:
     target: str | None
     isolated: bool
     in_force: tuple[dict, ...]  # {"setting", "rules" or "value", "source"}: what narrows or silences the check
+    static: bool = False  # --static: judged from files in this process (trl_doctor.static), no worker
 
     def suppressor(self, config: Path | None):
         """The config's inline suppressions, or none with --isolated."""
@@ -83,11 +84,9 @@ def resolve(asked: Asked, config: Path | None) -> Settings:
         raise InputError("--target-env says whose Python environment a --target launch runs in: give --target too "
                          "(without it, the launch machine is this one when it has GPUs)")
     rules = run_order(select_rules(all_rules(), select[0], [n for group, _ in ignore for n in group]))
-    if asked.static:  # the trainer-run group (the probes and the step) stays out
-        rules = [r for r in rules if r.group != "trainer run"]
     smoke = asked.smoke if asked.smoke is not None else (project.smoke if project.smoke is not None else True)
     return Settings(rules, fail_on[0], smoke, target, asked.isolated,
-                    _in_force(asked, select, ignore, fail_on))
+                    _in_force(asked, select, ignore, fail_on), asked.static)
 
 
 def _in_force(asked: Asked, select, ignore, fail_on) -> tuple[dict, ...]:

@@ -20,4 +20,7 @@ def render(report: Report, color: bool = False) -> str:
     }
     if report.launch is not None:
         doc["launch"] = report.launch
+    static = next((e for e in report.settings if e.get("setting") == "static"), None)
+    if static is not None:  # --static: the release judged against, the rules judged (the others are skips)
+        doc["static"] = {k: v for k, v in static.items() if k not in ("setting", "source", "value")}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

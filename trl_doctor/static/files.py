@@ -1,0 +1,223 @@
+"""The files `check --static` reads, read as files: the model's config.json and generation_config.json, the
+tokenizer's tokenizer_config.json, special_tokens_map.json and tokenizer.json (as JSON: no `tokenizers`, no
+transformers), the chat template, and the first rows of a local dataset file. Nothing here imports the ML stack or
+runs the repository's code; a file that is not valid JSON is an input error naming it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from trl_doctor.errors import InputError
+
+HEAD_ROWS = 2  # dataset rows read: the columns and the prompt format of the first row decide what static can
+MAX_JSON_BYTES = 64 * 1024 * 1024  # a whole-file .json dataset past this is not read (the full check loads it)
+
+
+def read_json(path: Path) -> dict | None:
+    """The JSON object in `path`, or None when there is no such file."""
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
+def _content(value: Any) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string, or an AddedToken's {"content": ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+@dataclass
+class Tokenizer:
+    """A tokenizer folder read as files."""
+
+    folder: Path
+
+    @cached_property
+    def config(self) -> dict:
+        return read_json(self.folder / "tokenizer_config.json") or {}
+
+    @cached_property
+    def special_map(self) -> dict:
+        return read_json(self.folder / "special_tokens_map.json") or {}
+
+    @cached_property
+    def tokenizer_json(self) -> dict | None:
+        return read_json(self.folder / "tokenizer.json")
+
+    def token(self, role: str) -> str | None:
+        """`pad_token`, `eos_token`, ...: tokenizer_config.json's, else special_tokens_map.json's."""
+        return _content(self.config.get(role)) or _content(self.special_map.get(role))
+
+    @cached_property
+    def added(self) -> dict[str, tuple[int, bool]]:
+        """Added tokens: content -> (id, special), from tokenizer.json and tokenizer_config.json."""
+        out: dict[str, tuple[int, bool]] = {}
+        for entry in (self.tokenizer_json or {}).get("added_tokens") or []:
+            if isinstance(entry, dict) and isinstance(entry.get("content"), str) and isinstance(entry.get("id"), int):
+                out[entry["content"]] = (entry["id"], bool(entry.get("special")))
+        for tid, entry in (self.config.get("added_tokens_decoder") or {}).items():
+            if isinstance(entry, dict) and isinstance(entry.get("content"), str) and str(tid).isdigit():
+                out.setdefault(entry["content"], (int(tid), bool(entry.get("special"))))
+        return out
+
+    @cached_property
+    def vocab(self) -> dict[str, int] | None:
+        """The model vocabulary of tokenizer.json (BPE/WordPiece dict, Unigram list), or None without one."""
+        model = (self.tokenizer_json or {}).get("model") or {}
+        vocab = model.get("vocab")
+        if isinstance(vocab, dict):
+            return vocab
+        if isinstance(vocab, list):
+            return {entry[0]: i for i, entry in enumerate(vocab) if isinstance(entry, list) and entry}
+        return None
+
+    @property
+    def readable(self) -> bool:
+        """Whether token ids can be read from the files (tokenizer.json, or added tokens in tokenizer_config.json)."""
+        return self.vocab is not None or bool(self.added)
+
+    def id_of(self, token: str | None) -> int | None:
+        if token is None:
+            return None
+        if token in self.added:
+            return self.added[token][0]
+        return (self.vocab or {}).get(token)
+
+    def name_of(self, token_id: int) -> str | None:
+        for name, (tid, _) in self.added.items():
+            if tid == token_id:
+                return name
+        return next((name for name, tid in (self.vocab or {}).items() if tid == token_id), None)
+
+    @cached_property
+    def specials(self) -> dict[str, int]:
+        """Special tokens and their ids: the added tokens marked special, and the named roles'."""
+        out = {name: tid for name, (tid, special) in self.added.items() if special}
+        for role in ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"):
+            name = self.token(role)
+            if name is not None and self.id_of(name) is not None:
+                out.setdefault(name, self.id_of(name))
+        return out
+
+    @cached_property
+    def chat_template(self) -> tuple[str | None, str | None]:
+        """(the default chat template, the file it is in): chat_template.jinja, chat_template.json or
+        tokenizer_config.json's `chat_template` (a string, or a list of named templates: `default`)."""
+        jinja = self.folder / "chat_template.jinja"
+        if jinja.is_file():
+            return jinja.read_text(encoding="utf-8"), str(jinja)
+        for name, source in (("chat_template.json", read_json(self.folder / "chat_template.json") or {}),
+                             ("tokenizer_config.json", self.config)):
+            value = source.get("chat_template")
+            if isinstance(value, list):
+                named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+                value = named.get("default")
+            if isinstance(value, str):
+                return value, str(self.folder / name)
+        return None, None
+
+
+@dataclass
+class Dataset:
+    """The first rows of a local dataset file, or why they were not read."""
+
+    path: Path | None
+    rows: list[dict] = field(default_factory=list)
+    columns: list[str] | None = None
+    unread: str | None = None  # why no columns were read ("needs the full check", pyarrow not installed, ...)
+
+
+def read_dataset(cfg) -> Dataset:
+    """The columns and first rows of the config's dataset, where a file read cheaply gives them."""
+    path = cfg.dataset_file
+    if path is None:
+        what = "a dataset folder or hub dataset" if cfg.raw.get("dataset_name") is not None else "no dataset named"
+        return Dataset(None, unread=f"{what}: loading it needs the full check" if cfg.raw.get("dataset_name") else what)
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".jsonl" or (suffix == ".json" and _first_char(path) == "{" and _jsonl(path)):
+            rows = _jsonl_head(path)
+        elif suffix == ".json":
+            if path.stat().st_size > MAX_JSON_BYTES:
+                return Dataset(path, unread=f"{path.name} is a large JSON array: reading it needs the full check")
+            value = json.loads(path.read_text(encoding="utf-8"))
+            rows = value[:HEAD_ROWS] if isinstance(value, list) else _columnar(value)
+        elif suffix == ".csv":
+            import csv
+
+            with path.open(newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                rows = [row for _, row in zip(range(HEAD_ROWS), reader)]
+                if not rows:
+                    return Dataset(path, [], list(reader.fieldnames or []))
+        elif suffix == ".parquet":
+            return _parquet(path)
+        else:
+            return Dataset(path, unread=f"{path.name}: a {suffix} file needs the full check")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot be read as a dataset ({type(exc).__name__}: {str(exc)[:200]})") from None
+    rows = [r for r in rows if isinstance(r, dict)]
+    if not rows:
+        return Dataset(path, unread=f"{path.name} has no rows")
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    return Dataset(path, rows, columns)
+
+
+def _first_char(path: Path) -> str:
+    with path.open(encoding="utf-8") as f:
+        return f.read(4096).lstrip()[:1]
+
+
+def _jsonl(path: Path) -> bool:
+    """A .json file holding one object per line (datasets reads it as JSON Lines)."""
+    with path.open(encoding="utf-8") as f:
+        first = f.readline()
+    try:
+        return isinstance(json.loads(first), dict)
+    except ValueError:
+        return False
+
+
+def _jsonl_head(path: Path) -> list:
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rows.append(json.loads(line))
+                if len(rows) == HEAD_ROWS:
+                    break
+    return rows
+
+
+def _columnar(value: Any) -> list:
+    """{"column": [values]} (or {"data": [rows]}) as rows."""
+    if isinstance(value, dict) and isinstance(value.get("data"), list):
+        return value["data"][:HEAD_ROWS]
+    if isinstance(value, dict) and value and all(isinstance(v, list) for v in value.values()):
+        n = min(HEAD_ROWS, *(len(v) for v in value.values()))
+        return [{k: v[i] for k, v in value.items()} for i in range(n)]
+    return []
+
+
+def _parquet(path: Path) -> Dataset:
+    import importlib.util
+
+    if importlib.util.find_spec("pyarrow") is None:
+        return Dataset(path, unread=f"{path.name} is parquet and pyarrow is not installed here: the full check reads it")
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    columns = list(f.schema_arrow.names)
+    rows = f.read_row_group(0).slice(0, HEAD_ROWS).to_pylist() if f.num_row_groups else []
+    return Dataset(path, rows, columns)

@@ -1,0 +1,476 @@
+"""The judgments `check --static` makes from files, one per rule it can decide, under the full check's rule ids and
+in its words. A judgment returns Findings as a rule does, or raises Unavailable (a `skip` with the reason); a rule
+with no judgment here is skipped with SKIPPED's reason. Each one reads trl_doctor.static.files and the TRL release
+knowledge of trl_doctor.static.fields, never the ML stack, and reuses the full check's pure facts where they are
+light (the geometry evaluator, the migration table, the launch's process count)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Iterable
+
+from trl_doctor.errors import Unavailable
+from trl_doctor.types import Finding, Location, fail, passed, warn
+from ..facts.tokens import as_id_list
+from . import fields as F
+
+FULL = "needs the full check"
+SKIPPED = {
+    "vllm-tokenizer-drift": f"{FULL}: it loads the tokenizer and vLLM's view of it",
+    "logits-contract": f"{FULL}: it runs the model",
+    "value-model": f"{FULL}: it loads the value and reward models",
+    "smoke-step": f"{FULL}: it trains one step",
+    "version-skew": f"{FULL}: it judges the installed training stack",
+    "gpu-capacity": f"{FULL}: it counts the model's parameters on the meta device",
+    "chat-template": f"{FULL}: it tokenizes every prompt through the template",
+    "reward-functions": f"{FULL}: it imports and calls the repository's reward functions (static never runs them)",
+    "peft-setup": f"{FULL}: it builds the adapter on the meta-device model",
+    "model-files": f"{FULL}: it reads the weights' headers against the model",
+    "vllm-server": f"{FULL}: it asks the vLLM server",
+    "distributed-setup": f"{FULL}: it judges the installed accelerate and DeepSpeed",
+    "vllm-weights": f"{FULL}: it loads the model's weights",
+    "generation-settings": f"{FULL}: it reads the trainer's generation code",
+}
+
+
+def ppo_style(s) -> bool:
+    """PPO, and RLOO before trl 0.22 (PPO-style: responses end at the config's stop token)."""
+    return s.trainer == "ppo" or (s.trainer == "rloo" and F._key(s.release) < (0, 22))
+
+
+# -- trainer-config -------------------------------------------------------------------------------------------
+
+_BOOL = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+
+
+def _type_error(key: str, value: Any, kind: str) -> str | None:
+    """Why TRL's parser would refuse `value` for a field annotated `kind` (argparse converts strings with the type)."""
+    base = re.sub(r"^(Optional\[|typing\.Optional\[)(.*)\]$", r"\2", kind.replace(" ", ""))
+    base = re.sub(r"\|None$|^None\|", "", base)
+    if value is None or base not in ("int", "float", "bool"):
+        return None
+    if base == "bool":
+        ok = isinstance(value, bool) or (isinstance(value, str) and value.strip().lower() in _BOOL)
+    elif isinstance(value, bool):
+        ok = False
+    elif isinstance(value, (int, float)):
+        ok = base == "float" or (isinstance(value, int) or float(value).is_integer())
+    else:
+        ok = _parses(str(value), int if base == "int" else float)
+    return None if ok else f"`{key}`: {value!r} is not a valid {base} (TRL's parser: invalid {base} value: {str(value)!r})"
+
+
+def _parses(text: str, kind: type) -> bool:
+    try:
+        kind(text)
+        return True
+    except ValueError:
+        return False
+
+
+def trainer_config(s) -> Iterable[Finding]:
+    import difflib
+
+    from trl_doctor.context.config import DOCTOR_KEYS
+    from trl_doctor.context.config import SCRIPT_EXTRA_KEYS
+    from ..facts.migrations import arrival_for, migration_for
+
+    own, name = F.config_fields(s.release, s.trainer)
+    class_name = name or f"{s.trainer.upper()}Config"
+    details = {"config class": class_name, "trl": s.release_words, "TrainingArguments from": F.training_arguments()[1]}
+    if name is None:
+        yield fail(f"{class_name} rejects the config: trl {s.release} has no {class_name}", **details)
+        return
+    init = {k for k, f in own.items() if f.get("init", True)}
+    known = init | set(F.script_fields(s.release, s.trainer)) | set(DOCTOR_KEYS) | set(SCRIPT_EXTRA_KEYS)
+    typed = {**own, **F.script_fields(s.release, s.trainer)}
+    errors = {k: why for k, v in s.cfg.raw.items() if k in typed and (why := _type_error(k, v, typed[k]["type"]))}
+    for key, why in errors.items():
+        yield fail(why, location=Location(str(s.cfg.path), key), **details)
+    unknown = [k for k in s.cfg.raw if k not in known]
+    stops = F._key(s.release) >= (0, 19)
+    consequence = (f"`trl {s.trainer} --config` stops on it at start-up" if stops else
+                   f"trl {s.release}'s `trl {s.trainer} --config` drops it without a word: its value never reaches "
+                   "the trainer")
+    report = fail if stops else warn
+    installed = {"trl": s.release, "transformers": F.training_arguments()[1].split()[1]}
+    plain = []
+    for key in unknown:
+        loc = Location(str(s.cfg.path), key)
+        entry = migration_for(key, installed, trainer=s.trainer)
+        if entry is not None:
+            yield report(f"{entry.words()}; with {entry.package} {installed[entry.package]}, {consequence}",
+                         location=loc, **details)
+            continue
+        arrival = arrival_for(key, installed, trainer=s.trainer)
+        if arrival is not None:
+            yield report(f"`{key}` is not a field of {class_name} in trl {s.release}: it arrives in {arrival.package} "
+                         f"{arrival.since} ({arrival.where}); {consequence}", location=loc, **details)
+            continue
+        near = [n for n in difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8) if abs(len(n) - len(key)) <= 2]
+        plain.append(f"{key!r} (did you mean {near[0]!r}?)" if near else repr(key))
+    if plain:
+        yield report(f"trl {s.release} does not know {', '.join(plain)}: {consequence}", **details)
+    if not unknown and not errors:
+        keys = [k for k in s.cfg.raw if k in init]
+        yield passed(f"{class_name} (trl {s.release}) has all {len(keys)} trainer keys with values of the right type "
+                     "(its __post_init__ validation runs in the full check)", **details)
+
+
+# -- batch-geometry -------------------------------------------------------------------------------------------
+
+def _reading(stored: dict):
+    """The full check's geometry Reading, from the statements tools/gen_trl_fields.py stored for the release."""
+    import ast
+
+    from ..facts.trl_geometry import Reading, Unit
+
+    def body(unit: dict) -> tuple:
+        out = []
+        for line, text in unit["statements"]:
+            out.extend(ast.parse("\n" * (line - 1) + text).body)
+        return tuple(out)
+
+    units, chain = [], None
+    for unit in reversed(stored["config"]):  # innermost parent first
+        chain = Unit("config", f"{unit['file']}:{unit['line']}", body(unit), unit["file"], 0, (chain,) if chain else ())
+    if chain is not None:
+        units.append(chain)
+    if stored.get("trainer"):
+        t = stored["trainer"]
+        units.append(Unit("trainer", f"{t['file']}:{t['line']}", body(t), t["file"], 0))
+    return Reading(tuple(units))
+
+
+def batch_geometry(s) -> Iterable[Finding]:
+    from ..facts.launch import launch
+    from ..facts.trl_geometry import AUTO_FIND_BATCH_SIZE, Evaluator, values_over
+
+    own, name = F.config_fields(s.release, s.trainer)
+    if name is None:
+        yield passed(f"trl {s.release} has no {s.trainer.upper()}Config, so there is no batch geometry to check "
+                     "(see value-model / smoke-step for the trainer itself)")
+        return
+    refused = sorted(k for k in s.cfg.raw if k in own and _type_error(k, s.cfg.raw[k], own[k]["type"])
+                     and any(w in k for w in ("batch", "generation", "steps", "accumulation", "rloo_k", "epochs")))
+    if refused:
+        raise Unavailable(f"{', '.join(refused)} has a value TRL's parser refuses (see trainer-config): no batch "
+                          "arithmetic to judge until it is a number")
+    the_launch = launch(s)
+    procs, where = the_launch.processes, the_launch.processes_from
+    reading = _reading(F.release(s.release)["geometry"][s.trainer])
+    problems, resolved = Evaluator(reading, procs).run(values_over({k: f.get("default") for k, f in own.items()},
+                                                                   s.cfg.raw))
+    details: dict[str, Any] = {"trl": s.release_words, "processes": f"{procs} ({where})"}
+    if the_launch.processes_note:
+        details["process count note"] = the_launch.processes_note
+    details["read from"] = [f"{u.where} ({u.kind})" for u in reading.units] or "no geometry code found"
+    details["not done here"] = "the cross-check that builds TRL's config class, and the --fix plan: the full check"
+    gen = resolved.get("generation_batch_size")
+    summary = (f"per_device_train_batch_size {resolved.get('per_device_train_batch_size')} x {procs} process"
+               f"{'es' if procs != 1 else ''}" + (f", generation batch {gen}" if isinstance(gen, int) else "") +
+               (f", num_generations {resolved.get('num_generations')}" if "num_generations" in resolved else ""))
+    lines = [f"({i}) {p.message} [{p.site}]" for i, p in enumerate(problems, 1)]
+    if s.trainer in ("grpo", "rloo") and s.cfg.raw.get("auto_find_batch_size") is True and \
+            not any("auto_find_batch_size" in p.message for p in problems):
+        lines.append(f"({len(lines) + 1}) {AUTO_FIND_BATCH_SIZE}")
+    if not lines:
+        yield passed(f"at {procs} process{'es' if procs != 1 else ''} ({where}): {summary}", **details)
+        return
+    details["violations"] = lines
+    head = (f"{len(lines)} batch-geometry violation{'s' if len(lines) != 1 else ''} at {procs} process"
+            f"{'es' if procs != 1 else ''} ({where}), where trl {s.release} stops: ")
+    yield fail(head + "; ".join(lines), **details)
+
+
+# -- pad-token ----------------------------------------------------------------------------------------------
+
+def _tokenizer(s):
+    if not s.tok.readable:
+        raise Unavailable(f"{FULL}: {s.cfg.tokenizer.path} has no tokenizer.json (a sentencepiece-only tokenizer): "
+                          "its token ids need the tokenizer library")
+    return s.tok
+
+
+def _rows(s) -> int | None:
+    text = s.model_json.get("text_config") if isinstance(s.model_json.get("text_config"), dict) else s.model_json
+    size = text.get("vocab_size", s.model_json.get("vocab_size"))
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def pad_token(s) -> Iterable[Finding]:
+    from ..facts.trl import TRAINER_CLASS
+
+    tok = _tokenizer(s)
+    rows = _rows(s)
+    pad, eos = tok.token("pad_token"), tok.token("eos_token")
+    pad_id, eos_id = tok.id_of(pad), tok.id_of(eos)
+    gen = s.gen_json
+    trainer_cls = TRAINER_CLASS[s.trainer]
+    details = {"tokenizer": str(s.cfg.tokenizer.path), "pad_token": pad, "pad_token_id": pad_id, "eos_token": eos,
+               "eos_token_id": eos_id, "vocab_size (embedding rows)": rows,
+               "config.json pad_token_id": s.model_json.get("pad_token_id"),
+               "generation_config.json pad_token_id": None if gen is None else gen.get("pad_token_id"),
+               "trl": s.release_words}
+    if s.cfg.added_tokens:
+        raise Unavailable(f"{FULL}: `added_tokens` change the tokenizer the trainer holds")
+    if pad is None:
+        if eos is None:
+            yield fail("the tokenizer has neither a pad token nor an eos token; batches cannot be padded", **details)
+            return
+        evidence = F.release(s.release)["sets_pad_to_eos"].get(s.trainer)
+        details["trainer behaviour"] = evidence or f"{trainer_cls} in trl {s.release} never assigns the policy tokenizer's pad_token"
+        if evidence:
+            harm = (" PPO then masks that eos out of the value and reward forwards, so the model is never rewarded for "
+                    "stopping." if s.trainer == "ppo" else "")
+            yield warn(f"the tokenizer has no pad token; {trainer_cls} in trl {s.release} will silently set "
+                       f"pad_token = eos_token {eos!r} (id {eos_id}).{harm}", **details)
+        else:
+            yield fail(f"the tokenizer has no pad token and {trainer_cls} in trl {s.release} does not set one: the first "
+                       "batch fails with 'Asking to pad but the tokenizer does not have a padding token'", **details)
+        return
+    if pad_id is None or (rows is not None and pad_id >= rows):
+        if ppo_style(s):
+            raise Unavailable(f"{FULL}: pad id {pad_id} lies past the embedding rows, which PPO-style trainers may allow")
+        yield fail(f"pad token {pad!r} has id {pad_id}, outside the model's {rows} embedding rows (config.json "
+                   "vocab_size): the first forward pass indexes past the embedding matrix", **details)
+        return
+    files = {"config.json": s.model_json.get("pad_token_id")}
+    if gen is not None and ppo_style(s):  # GRPO and RLOO pass generate the tokenizer's pad id themselves
+        files["generation_config.json"] = gen.get("pad_token_id")
+    disagree = {n: v for n, v in files.items() if v is not None and v != pad_id}
+    if disagree:
+        listed = ", ".join(f"{n} says {v}" for n, v in disagree.items())
+        yield warn(f"pad_token_id disagrees between files: the tokenizer's pad {pad!r} is id {pad_id} but {listed}",
+                   **details)
+    if s.trainer == "ppo":
+        stop_id = s.cfg.raw.get("stop_token_id", eos_id)
+        if pad_id == stop_id:
+            yield warn(f"pad token {pad!r} is also PPO's stop token (id {pad_id}): PPO masks pad ids out of the value "
+                       "and reward forwards, so the final eos is masked and the model is never rewarded for stopping",
+                       **details)
+            return
+    within = f"and within the {rows} embedding rows" if rows is not None else "(config.json names no vocab_size)"
+    yield passed(f"pad token {pad!r} (id {pad_id}) is set {within}", **details)
+
+
+# -- eos-termination ------------------------------------------------------------------------------------------
+
+MARK = "TRLDOCTORMARK"
+
+
+def turn_terminator(s) -> dict | None:
+    """facts.chat.turn_terminator, read from files: the template rendered in Jinja2's sandbox (as transformers
+    renders it), the first special token after the assistant's content. None without a template."""
+    template, where = s.tok.chat_template
+    if template is None:
+        return None
+    try:
+        from jinja2.exceptions import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:
+        raise Unavailable(f"the chat template ({where}) renders only in Jinja2's sandbox, and jinja2 is not installed "
+                          "here (pip install jinja2), or run the full check") from None
+
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: "")
+    env.filters["tojson"] = lambda x, indent=None, **_: __import__("json").dumps(x, indent=indent, ensure_ascii=False)
+    specials_named = {role: s.tok.token(role) for role in ("bos_token", "eos_token", "unk_token", "pad_token")}
+    conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": MARK}]
+    try:
+        text = env.from_string(template).render(messages=conversation, add_generation_prompt=False, **specials_named)
+    except Exception as exc:  # a template that cannot render is the chat-template rule's finding
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    if MARK not in text:
+        return {"error": "the template does not render the assistant's content"}
+    after = text.split(MARK, 1)[1]
+    hits = [(after.find(name), name) for name in s.tok.specials if name and name in after]
+    if hits:
+        _, name = min(hits, key=lambda h: (h[0], -len(h[1])))
+        return {"token": name, "id": s.tok.specials[name], "text_after_content": after}
+    return {"token": None, "id": None, "text_after_content": after}
+
+
+def eos_termination(s) -> Iterable[Finding]:
+    from ..facts.chat import is_conversational
+
+    if ppo_style(s):
+        raise Unavailable(f"{FULL}: a PPO-style trainer ends responses at its stop token, read from the trainer")
+    tok = _tokenizer(s)
+    gen = s.gen_json
+    gen_eos = as_id_list((gen if gen is not None else s.model_json).get("eos_token_id"))
+    eos, eos_id = tok.token("eos_token"), tok.id_of(tok.token("eos_token"))
+    if s.dataset.unread and s.tok.chat_template[0] is not None:
+        raise Unavailable(f"whether prompts go through the chat template depends on the dataset ({s.dataset.unread})")
+    conversational = bool(s.dataset.rows) and is_conversational(s.dataset.rows[0])
+    term = None
+    if conversational:
+        found = turn_terminator(s)
+        if found and found.get("error"):
+            yield warn(f"the chat template cannot be rendered ({found['error']}); the turn terminator is unknown",
+                       tokenizer=str(s.cfg.tokenizer.path))
+            return
+        if found and found.get("id") is not None:
+            term = {"id": found["id"], "token": found["token"], "why": "the chat template's end of the assistant turn"}
+    if term is None:
+        term = {"id": eos_id, "token": eos, "why": "the tokenizer's eos (" + (
+            "the template puts no special token after a turn" if conversational else "plain-text prompts") + ")"}
+    stop_set = sorted(set(gen_eos) | ({eos_id} if eos_id is not None else set()))
+    use_vllm = bool(s.cfg.raw.get("use_vllm"))
+    details = {"terminator": f"{term['token']!r} (id {term['id']}): {term['why']}",
+               "tokenizer eos": f"{eos!r} (id {eos_id})",
+               "config.json eos_token_id": s.model_json.get("eos_token_id"),
+               "generation_config.json eos_token_id": None if gen is None else gen.get("eos_token_id"),
+               "stop set (HF generate and vLLM: tokenizer eos + generation config eos ids)":
+                   [f"{tok.name_of(i)!r} ({i})" for i in stop_set],
+               "generation path": "vLLM" if use_vllm else "transformers generate",
+               "termination probe": "not run (--static): the static reading decides"}
+    if term["id"] is None:
+        yield fail("the tokenizer has no eos token: nothing can end a completion", **details)
+        return
+    if term["id"] in stop_set:
+        yield passed(f"completions end at {term['token']!r} (id {term['id']}), which is in the stop set (the completion "
+                     "mask is read from the trainer in the full check)", **details)
+        return
+    where = (f"generation_config.json eos_token_id {gen_eos}" if gen is not None else
+             f"config.json eos_token_id {gen_eos} (no generation_config.json)")
+    path = "vLLM" if use_vllm else "generation"
+    yield fail(f"{term['token']!r} (id {term['id']}) ends the assistant's turn but {path} will not stop at it: {where} "
+               f"and the tokenizer's eos {eos!r} ({eos_id}) do not include it, so completions run to "
+               "max_completion_length", **details)
+
+
+# -- context-length -------------------------------------------------------------------------------------------
+
+LEARNED_POSITIONS = ("gpt2", "opt", "gpt_neo", "gptj", "bloom", "codegen", "biogpt")
+
+
+def context_length(s) -> Iterable[Finding]:
+    own, _ = F.config_fields(s.release, s.trainer)
+    text = s.model_json.get("text_config") if isinstance(s.model_json.get("text_config"), dict) else s.model_json
+    limit = text.get("max_position_embeddings") or text.get("n_positions")
+    if not isinstance(limit, int):
+        raise Unavailable("config.json names no max_position_embeddings")
+    key = "response_length" if ppo_style(s) else "max_completion_length"
+    completion = s.cfg.raw.get(key, own.get(key, {}).get("default"))
+    prompt = s.cfg.raw.get("max_prompt_length", own.get("max_prompt_length", {}).get("default")) \
+        if "max_prompt_length" in own else None
+    learned = s.model_json.get("model_type") in LEARNED_POSITIONS
+    details = {"max_position_embeddings": limit, key: completion, "max_prompt_length": prompt, "trl": s.release_words,
+               "positions": "a learned table (an index past it crashes)" if learned else "rotary or relative"}
+    if not isinstance(completion, int):
+        raise Unavailable(f"`{key}` is not a number")
+    if completion >= limit:
+        words = (f"{key} {completion} alone is as long as the model's context ({limit} positions, config.json "
+                 "max_position_embeddings): no prompt fits beside a full completion")
+        if learned:
+            yield fail(f"{words}; the model looks positions up in a learned table, so the first long completion stops "
+                       "the job with \"index out of range in self\"", **details)
+        else:
+            yield warn(f"{words}: the model never saw the positions past {limit}, and vLLM refuses such a length",
+                       **details)
+        return
+    if isinstance(prompt, int) and prompt + completion <= limit:
+        yield passed(f"max_prompt_length {prompt} + {key} {completion} fit the model's {limit} positions", **details)
+        return
+    if isinstance(prompt, int):  # only a bound: whether prompts that long exist is the dataset's, tokenized
+        raise Unavailable(f"{FULL}: max_prompt_length {prompt} + {key} {completion} could run past the model's "
+                          f"{limit} positions; whether any prompt is that long needs the prompts tokenized")
+    raise Unavailable(f"{FULL}: trl {s.release} does not truncate prompts, so the prompts' token lengths decide "
+                      f"({key} {completion} leaves {limit - completion} of the model's {limit} positions for the prompt)")
+
+
+# -- dataset-schema -------------------------------------------------------------------------------------------
+
+CANDIDATES = ("question", "problem", "query", "instruction", "input", "messages", "text", "conversations")
+
+
+def dataset_schema(s) -> Iterable[Finding]:
+    from ..facts.chat import prompt_format
+
+    if s.cfg.raw.get("dataset_streaming") or s.cfg.raw.get("datasets"):
+        raise Unavailable(f"{FULL}: a stream or a dataset mixture is loaded by the datasets library")
+    ds = s.dataset
+    if ds.unread:
+        raise Unavailable(ds.unread)
+    columns = ds.columns or []
+    details = {"dataset": str(ds.path), "columns": columns, "rows read": len(ds.rows)}
+    if "prompt" not in columns:
+        near = [c for c in CANDIDATES if c in columns]
+        hint = (f"rename `{near[0]}` to `prompt`" if near else "add a `prompt` column") + \
+            " (dataset.rename_column, or map the rows to {\"prompt\": ...})"
+        yield fail(f"the dataset has no `prompt` column (columns: {', '.join(columns) or 'none'}): the trainer reads "
+                   f"`prompt` from every row, so the first step fails with KeyError: 'prompt'; {hint}", **details)
+        return
+    kinds = sorted({prompt_format(r.get("prompt")) for r in ds.rows})
+    yield passed(f"columns {', '.join(columns)}: `prompt` is {', '.join(kinds)} in the first {len(ds.rows)} rows (every "
+                 "row's format and the reward functions' columns are read in the full check)", **details)
+
+
+# -- precision-and-attention -------------------------------------------------------------------------------------
+
+def _cc(g: dict) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", str(g.get("compute_capability", "")))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def precision(s) -> Iterable[Finding]:
+    from ..facts.launch import launch
+
+    visible = list(launch(s).gpus)
+    if not visible:
+        raise Unavailable("no GPU here to check precision against: pass --target (e.g. --target 1xA10G)")
+    own, _ = F.config_fields(s.release, s.trainer)
+    raw = s.cfg.raw
+    fp16 = raw.get("fp16", own.get("fp16", {}).get("default")) is True
+    declared = own.get("bf16", {})
+    bf16 = raw.get("bf16", declared.get("default"))
+    words = "set in the config" if "bf16" in raw else f"{s.trainer.upper()}Config's default in trl {s.release}"
+    if bf16 is None and "bf16" not in raw and s.trainer in ("grpo", "rloo") and F._key(s.release) >= (0, 19):
+        bf16, words = not fp16, f"{s.trainer.upper()}Config's default in trl {s.release}: bf16 unless fp16"
+    lowest = min(visible, key=_cc)
+    name = f"GPU {lowest['index']} ({lowest['name']})"
+    details = {"GPUs": [f"GPU {g['index']} ({g['name']}): compute capability {g['compute_capability']}" for g in visible],
+               "bf16": f"{bool(bf16)} ({words})", "trl": s.release_words}
+    found = False
+    if bf16 is True and _cc(lowest) < (8, 0):
+        found = True
+        where = "" if raw.get("bf16") is True else f" ({words})"
+        yield fail(f"bf16 is on{where} but {name} has compute capability {lowest['compute_capability']} and bfloat16 "
+                   "needs 8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs "
+                   "it emulated, many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to "
+                   "NaN), or use an Ampere or newer GPU", **details)
+    if raw.get("tf32") is True and _cc(lowest) < (8, 0):
+        found = True
+        yield fail(f"tf32: true but {name} has compute capability {lowest['compute_capability']} and TF32 needs 8.0 "
+                   "(Ampere) or newer: TrainingArguments stops with \"--tf32 requires Ampere or a newer GPU arch\"; set "
+                   "`tf32: false`", **details)
+    ckpt = s.model_json.get("dtype") or s.model_json.get("torch_dtype")
+    if raw.get("use_vllm") and ckpt == "bfloat16" and _cc(lowest) < (8, 0):
+        found = True
+        mode_v = str(raw.get("vllm_mode", own.get("vllm_mode", {}).get("default")) or "server")
+        how = ("TRL builds vLLM's LLM(...) without a dtype, so the trainer's precision settings do not reach it; save "
+               "the checkpoint in float16" if mode_v == "colocate" else
+               "start the server with `trl vllm-serve --dtype half`")
+        yield (fail if mode_v == "colocate" else warn)(
+            f"use_vllm: vLLM loads the checkpoint's dtype (bfloat16, config.json) and refuses {name} (compute "
+            f"capability {lowest['compute_capability']}): \"Bfloat16 is only supported on GPUs with compute capability "
+            f"of at least 8.0\"; {how}", **details)
+    if not found:
+        mode = "bf16" if bf16 else "fp16" if fp16 else "fp32"
+        yield passed(f"{mode} ({words}) suits {name} (compute capability {lowest['compute_capability']}); the attention "
+                     "kernel and the load dtype are judged in the full check", **details)
+
+
+JUDGES: dict[str, Callable] = {
+    "pad-token": pad_token,
+    "eos-termination": eos_termination,
+    "trainer-config": trainer_config,
+    "batch-geometry": batch_geometry,
+    "context-length": context_length,
+    "dataset-schema": dataset_schema,
+    "precision-and-attention": precision,
+}
