@@ -170,6 +170,9 @@ LONG_MARKS = ("slow", "sweep", "other_trl")
 def pytest_addoption(parser):
     parser.addoption("--all-tests", action="store_true",
                      help="run the slow, sweep and other_trl tests too, as CI's default lane does (fuzz stays -m fuzz)")
+    parser.addoption("--snapshot-update", action="store_true",
+                     help="write the fixture cases' snapshot files that are missing or differ, and delete those of no "
+                          "case (tests/case_snapshots.py; also TRL_DOCTOR_SNAPSHOT_UPDATE=1)")
 
 
 def _named_on_command_line(config, item) -> bool:

@@ -34,14 +34,6 @@ def config_for(tmp_path, rows, extra: str = "") -> Path:
     return config
 
 
-def test_no_prompt_column_names_the_candidate(built_fixtures):
-    code, r = check(HERE / "bad_no_prompt_column.yaml")
-    assert code == 1 and r["status"] == "fail"
-    assert "the dataset has no `prompt` column (columns: question, answer)" in r["message"]
-    assert "KeyError: 'prompt'" in r["message"] and "rename `question` to `prompt`" in r["message"]
-    assert r["details"]["row 0"] == {"question": repr("world solve what three of sum?"), "answer": repr("three")}
-
-
 def test_mixed_formats(built_fixtures):
     code, r = check(HERE / "bad_mixed_formats.yaml")
     assert code == 1 and r["status"] == "fail"
@@ -50,12 +42,6 @@ def test_mixed_formats(built_fixtures):
     assert r["details"]["prompt formats"]["conversational"] == "3, 7, 11, 15"
     if "loader error" in r["details"]:
         assert r["message"].startswith("the dataset cannot be loaded")
-
-
-def test_null_prompts(built_fixtures):
-    code, r = check(HERE / "bad_null_prompts.yaml")
-    assert code == 1 and r["status"] == "fail"
-    assert "2 of 16 rows have no prompt (null; rows 5, 11), row 5 has question instead" in r["message"]
 
 
 def test_reward_column_missing_is_read_without_importing_the_module(built_fixtures):
@@ -71,12 +57,6 @@ def test_reward_column_missing_is_read_without_importing_the_module(built_fixtur
     assert r["details"]["reward function columns"] == {"rewards.length_reward": [], "rewards.answer_reward": ["answer"]}
     assert "prompts, completions" in r["details"]["TRL passes reward functions"]
     assert from_here() == []  # parsed with ast: the user's module did not run
-
-
-def test_reward_column_present(built_fixtures):
-    code, r = check(HERE / "ok_reward_answer_column.yaml")
-    assert code == 0 and r["status"] == "pass", r
-    assert "the reward functions' columns (answer) are there" in r["message"]
 
 
 def test_reward_that_is_not_a_plain_def_is_inspected(built_fixtures, tmp_path):
@@ -127,12 +107,6 @@ def test_streaming_with_max_steps_by_version(built_fixtures):
         assert r["status"] == "fail" and "Iterable datasets are not yet supported" in r["message"]
     else:  # no guard and no repeat: the groups silently mix prompts
         assert r["status"] == "fail" and "trl#3213" in r["message"]
-
-
-def test_ppo_reads_prompt(built_fixtures):
-    code, r = check(HERE / "ok_ppo_prompts.yaml")
-    assert code == 0 and r["status"] == "pass", r
-    assert "`prompt` is plain text in all 16 rows" in r["message"]
 
 
 def test_dataset_not_in_the_cache_is_an_input_error(built_fixtures, tmp_path):

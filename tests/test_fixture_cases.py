@@ -7,6 +7,9 @@ An expected.yaml may also map cases to fake GPUs (`fake_gpus: {case: file.json}`
 folder): such a case runs as a subprocess with tests/fake_nvml (a pynvml stand-in) first on PYTHONPATH, and
 extra command-line arguments per case (`args: {case: [--sample, "2"]}`), and folders put on the check's PYTHONPATH
 per case (`pythonpath: {case: site/...}`, relative to the folder: an installed package's stand-in, or a broken one).
+
+The same run also gives the case's snapshot, fixtures/<slug>/snapshots/<case>.snap: the rule's result as the
+report words it and the diff --fix would write (tests/case_snapshots.py; `--snapshot-update` rewrites them).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pathlib import Path
 import yaml
 import pytest
 
-from conftest import FIXTURES, result_of, run_json
+import case_snapshots as snapshots
+from conftest import FIXTURES
 
 FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
 
@@ -98,10 +102,11 @@ def _marks(case) -> list:
 
 @pytest.mark.parametrize("config, rule, expected, fake_gpus, args", [  # the rules that run the trainer are slow
     pytest.param(*c.values, id=c.id, marks=_marks(c)) for c in CASES])
-def test_case_status(built_fixtures, config, rule, expected, fake_gpus, args):
-    kw = {} if fake_gpus is None else {"env": fake_gpu_env(fake_gpus, case_site(config))}
-    code, report = run_json("check", str(config), "--select", rule, *args, **kw)
-    result = result_of(report, rule)
+def test_case_status(built_fixtures, tmp_path, request, config, rule, expected, fake_gpus, args):
+    env = None if fake_gpus is None else fake_gpu_env(fake_gpus, case_site(config))
+    # one run gives the status, and the report and diff its snapshot records (tests/case_snapshots.py)
+    run = snapshots.run_case(config, rule, args, tmp_path, env)
+    code, result = run.code, run.result
     allowed, conditional = expected_statuses(expected)
     assert result["status"] in allowed, f"{config.name}: {result['status']}: {result['message']}\n{result['details']}"
     assert code == (1 if result["status"] in ("fail", "error") else 0)
@@ -109,6 +114,7 @@ def test_case_status(built_fixtures, config, rule, expected, fake_gpus, args):
         # a broken case must never pass (version-conditional cases say where it is broken)
         assert result["status"] != "pass"
     assert result["message"]
+    run.assert_snapshot(request.config, {FIXTURES: "<fixtures>"})
 
 
 def test_core_cases_exist():
@@ -131,3 +137,21 @@ def test_fake_gpus_name_listed_cases():
         assert set(spec.get("args") or {}) <= set(spec["cases"]), expected_file
         # a PYTHONPATH folder goes to the subprocess that sees the fake GPUs
         assert set(spec.get("pythonpath") or {}) <= set(spec.get("fake_gpus") or {}), expected_file
+
+
+def test_snapshots_name_listed_cases(request):
+    """Every snapshot file belongs to a case its folder's expected.yaml lists (a renamed or removed case leaves
+    its snapshot behind: deleted under the update switch), and every listed case has one (a case that was never
+    recorded fails here in a plain run, even when its own run is left out as slow)."""
+    listed = {f.parent: set(yaml.safe_load(f.read_text())["cases"]) for f in FIXTURES.glob("*/expected.yaml")}
+    update = snapshots.update_asked(request.config)
+    stale = snapshots.orphans(FIXTURES, listed)
+    if update:
+        for path in stale:
+            path.unlink()
+    else:
+        assert not stale, ("snapshots of no listed case (delete them, or run with --snapshot-update):\n"
+                           + "\n".join(str(p.relative_to(FIXTURES)) for p in stale))
+        missing = sorted(f"{folder.name}/{case}" for folder, cases in listed.items() for case in cases
+                         if not snapshots.snapshot_path(folder / case).is_file())
+        assert not missing, f"cases without a snapshot (record them: {snapshots.UPDATE_HINT}):\n" + "\n".join(missing)

@@ -154,12 +154,6 @@ def test_reentrant_checkpointing_with_deepspeed_gets_no_fix(fixture_copy):
     assert "upgrade to trl>=0.16" in r["message"]
 
 
-def test_lora_keys_without_use_peft(built_fixtures):
-    code, r, _ = check(built_fixtures / "peft-setup" / "bad_lora_keys_without_use_peft.yaml")
-    assert code == 0 and r["status"] == "warn" and r["fix"] is None
-    assert r["message"].startswith("lora_r, lora_alpha, lora_target_modules are set but `use_peft` is not")
-
-
 def test_no_peft_is_a_skip(built_fixtures):
     code, r, _ = check(built_fixtures / "smoke-step" / "ok_grpo_qwen2.yaml")
     assert r["status"] == "skip" and "use_peft" in r["message"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import case_snapshots
 from conftest import ROOT, result_of, run_doctor, run_json
 from test_plugins import _install
 
@@ -130,16 +131,20 @@ EXAMPLE_SPEC = yaml.safe_load((EXAMPLE_CASES / "expected.yaml").read_text())
 
 
 @pytest.mark.parametrize("case, expected", sorted(EXAMPLE_SPEC["cases"].items()))
-def test_the_example_cases(example_site, built_fixtures, case, expected):
+def test_the_example_cases(example_site, built_fixtures, case, expected, tmp_path, request):
     if case == "bad_tracker_not_installed.yaml" and importlib.util.find_spec("wandb") is not None:
         pytest.skip("wandb is installed in this Python: the case's tracker is not missing here")
-    code, report = run_json("check", str(EXAMPLE_CASES / case), "--select", EXAMPLE_SPEC["rule"],
-                            env={"PYTHONPATH": str(example_site)})
-    found = result_of(report, EXAMPLE_SPEC["rule"])
+    run = case_snapshots.run_case(EXAMPLE_CASES / case, EXAMPLE_SPEC["rule"], (), tmp_path,
+                                  {"PYTHONPATH": str(example_site)})
+    found = run.result
     assert found["status"] == expected, found
-    assert code == (1 if expected == "fail" else 0)
-    if expected == "fail":
-        assert found["fix"]["applicability"] == "unsafe" and found["location"]["key"] == "report_to"
+    assert run.code == (1 if expected == "fail" else 0)
+    # the message, details, fix and diff as the example's snapshot records them (docs/writing-a-rule.md, 7)
+    run.assert_snapshot(request.config, {EXAMPLE_CASES.parent: "<example-fixtures>", built_fixtures: "<fixtures>"})
+
+
+def test_the_example_snapshots_name_its_cases():
+    assert not case_snapshots.orphans(EXAMPLE_CASES.parent, {EXAMPLE_CASES: set(EXAMPLE_SPEC["cases"])})
 
 
 def test_the_example_fix_is_applied_only_with_unsafe_fixes(example_site, built_fixtures, tmp_path):
@@ -164,3 +169,10 @@ def test_the_guide_shows_the_example_as_it_is():
     source = (EXAMPLE / "tracker_rules.py").read_text()
     code = source[source.index("from trl_doctor.plugin"):]
     assert textwrap.dedent(code).strip() in guide
+
+
+def test_the_guide_quotes_the_example_snapshot():
+    """docs/writing-a-rule.md shows a snapshot of the example: it is the recorded file, word for word."""
+    guide = (ROOT / "docs" / "writing-a-rule.md").read_text()
+    snap = case_snapshots.snapshot_path(EXAMPLE_CASES / "bad_unknown_tracker.yaml").read_text()
+    assert snap in guide

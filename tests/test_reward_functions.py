@@ -69,14 +69,6 @@ def test_static_probe_passes_what_the_real_trainer_passes(built_fixtures):
     assert static["message"].split(" and Python says")[0] == smoke["message"].split(" and Python says")[0]
 
 
-def test_text_reward_on_conversational_prompts_names_the_line(built_fixtures):
-    code, r = check(folder(built_fixtures) / "bad_text_on_conversations.yaml")
-    assert code == 1 and r["status"] == "fail"
-    assert r["message"].startswith("reward function rewards.string_reward raised AttributeError: 'list' object has no "
-                                   "attribute 'strip' at rewards.py:")
-    assert "completions in the dataset's format" in r["message"]
-
-
 def test_one_score_per_batch_says_what_the_installed_trl_does(built_fixtures):
     code, r = check(folder(built_fixtures) / "bad_one_score_per_batch.yaml")
     assert code == 1 and r["status"] == "fail"
@@ -85,20 +77,6 @@ def test_one_score_per_batch_says_what_the_installed_trl_does(built_fixtures):
         assert "returned 1 rewards, but 4 were expected" in r["message"]
     else:
         assert "a single score is broadcast to every completion" in r["message"]
-
-
-def test_missing_dataset_column_is_the_cause(built_fixtures):
-    code, r = check(folder(built_fixtures) / "bad_missing_column.yaml")
-    assert code == 1 and r["status"] == "fail"
-    assert r["message"].startswith("reward function rewards.answer_column_reward raised KeyError: 'answer' at rewards.py:")
-    assert "dataset columns passed: none" in r["message"]
-
-
-def test_typo_in_the_name_is_an_import_failure(built_fixtures):
-    code, r = check(folder(built_fixtures) / "bad_import.yaml")
-    assert code == 1 and r["status"] == "fail"
-    assert r["message"].startswith("reward function rewards.lenght_reward cannot be imported: module 'rewards' (")
-    assert "has no 'lenght_reward'" in r["message"]
 
 
 def test_weights_must_match_the_sources(built_fixtures):
@@ -114,16 +92,6 @@ def test_reward_model_with_two_labels(built_fixtures):
     assert code == 1 and r["status"] == "fail"
     assert r["message"].startswith("reward model ../models/rm-qwen2-2labels is a Qwen2ForSequenceClassification with 2 labels")
     assert "score.weight size mismatch ([2, hidden] in the checkpoint)" in r["message"]
-
-
-def test_causal_lm_as_reward_model(built_fixtures):
-    """TRL loads a reward model path with AutoModelForSequenceClassification(num_labels=1): a causal LM's folder
-    gets a random 1-row head that the trainer never trains. The job runs, on rewards from that head: a warning."""
-    code, r = check(folder(built_fixtures) / "bad_reward_model_causal_lm.yaml")
-    assert code == 0 and r["status"] == "warn"
-    assert r["message"].startswith("reward model ../models/qwen2-chat is a Qwen2ForCausalLM without a trained score head")
-    assert "a new, randomly initialised Linear(32 → 1)" in r["message"] and "never trains a reward model" in r["message"]
-    assert r["details"]["reward model"]["score head"] == "Linear(32 → 1)"
 
 
 def test_reward_model_tokenizer_without_pad_or_eos(fixture_copy):
@@ -185,12 +153,6 @@ def test_rloo_with_reward_functions(built_fixtures):
         assert "plain text" in r["details"]["probe"]
     else:
         assert r["status"] == "fail" and "pin trl>=0.22" in r["message"]
-
-
-def test_no_reward_source(built_fixtures):
-    code, r = check(folder(built_fixtures) / "bad_no_reward_source.yaml")
-    assert code == 1 and r["status"] == "fail"
-    assert r["message"].startswith("the config names no `reward_funcs` and no `reward_model_name_or_path`")
 
 
 def test_printing_reward_keeps_the_report_clean_and_a_slow_one_is_named(built_fixtures, tmp_path):

@@ -173,13 +173,6 @@ def test_quantization_sources(tmp_path):
     assert quantization({"load_in_4bit": False}, {"dtype": "bfloat16"}, FIXTURES / "models" / "qwen2-chat").kind is None
 
 
-def test_quantized_server_message_names_the_key_the_error_and_the_fix(built_fixtures):
-    code, r = check(HERE / "bad_qlora_4bit_server.yaml")
-    assert code == 1 and r["status"] == "fail"
-    for words in ("load_in_4bit", "param_data.shape == loaded_weight.shape", "use_vllm: false", "trl#4973"):
-        assert words in r["message"], r["message"]
-
-
 # -- vLLM's registry ----------------------------------------------------------------------------------------
 
 def test_registry_reader_takes_the_dicts_vllm_models_merges():
