@@ -75,10 +75,12 @@ def trainer_run(ctx) -> RunResult:
     spec = build_spec(ctx)
     ctx.emit("trainer-run", {"details": spec.details(), "limit": ctx.options.smoke_timeout, "trainer": spec.trainer})
     from . import worker
+    from .heap import frozen_heap
     from .lent import lent_tokenizer
 
     started = time.perf_counter()
-    with lent_tokenizer(ctx) as tokenizer:  # the context's own, not a second load of it (see lent.py)
+    # the context's own tokenizer, not a second load of it (lent.py); the heap so far out of the run's collections
+    with lent_tokenizer(ctx) as tokenizer, frozen_heap():
         ok, data = worker.execute(spec, on_stage=lambda s: ctx.emit("trainer-stage", s.to_json()), tokenizer=tokenizer)
     ctx.emit("trainer-run-end", {"ok": ok})
     details = {**spec.details(), "wall_s": round(time.perf_counter() - started, 2)}
