@@ -18,6 +18,7 @@ import time
 from trl_doctor._cache import fact
 
 from .launch_only import launch_only, launch_only_model_kwargs
+from .lent import lendable
 from .protocol import RunResult, Spec
 
 ROWS = 4  # prompts handed to the worker side: enough for one generation batch and a spare
@@ -164,7 +165,7 @@ def build_spec(ctx) -> Spec:
         "trainer": ctx.trainer,
         "device": device,
         "model_path": model_path,
-        "tokenizer_path": str(ctx.twin_dir) if twin else _tokenizer_dir(ctx),
+        "tokenizer_path": None if lendable(ctx) else _tokenizer_dir(ctx),
         "model_label": label,
         "model_note": note,
         "twin_aux": twin,
