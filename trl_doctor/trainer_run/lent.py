@@ -29,15 +29,15 @@ _TABLES = frozenset({"_vocab", "_merges", "_tokenizer", "vocab", "encoder", "dec
 def state(tok: Any) -> tuple:
     """What a trainer could change on a tokenizer it is handed: its attributes but the vocabulary tables (special
     tokens, padding and truncation sides, chat template, init kwargs, ...), its length and added tokens, and the
-    Rust backend's padding, truncation and post-processor."""
+    Rust backend's post-processor and size. Not the backend's padding and truncation settings: transformers sets
+    them afresh on every call that encodes (`set_truncation_and_padding`; transformers 4 leaves the last call's in
+    place), so they are no state a trainer can leave behind."""
     attrs = repr(sorted((k, repr(v)) for k, v in vars(tok).items() if k not in _TABLES))
     backend = getattr(tok, "_tokenizer", None)
     rust = None
     if backend is not None:
         post = getattr(backend, "post_processor", None)
-        rust = (repr(getattr(backend, "padding", None)), repr(getattr(backend, "truncation", None)),
-                post.__getstate__() if post is not None else None,
-                backend.get_vocab_size(with_added_tokens=True))
+        rust = (post.__getstate__() if post is not None else None, backend.get_vocab_size(with_added_tokens=True))
     try:
         added = repr(sorted((i, str(t)) for i, t in tok.added_tokens_decoder.items()))
     except Exception:  # a tokenizer class without the table: its other state still counts
