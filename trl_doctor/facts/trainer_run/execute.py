@@ -21,8 +21,9 @@ from typing import Callable
 from trl_doctor.facts.trainer_run.protocol import Progress, Spec, Stage
 
 
-def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None) -> tuple[bool, dict]:
-    """(True, {"trainer", "import_s", "probes", "model", "train"}) or (False, the error as data)."""
+def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None, tokenizer=None) -> tuple[bool, dict]:
+    """(True, {"trainer", "import_s", "probes", "model", "train"}) or (False, the error as data). `tokenizer`: the
+    trainer's tokenizer already loaded (the context's, lent.py), else it is loaded from `spec.tokenizer_path`."""
     started = time.perf_counter()
     progress = Progress()
 
@@ -35,7 +36,7 @@ def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None) -> tupl
     here = os.getcwd()
     try:
         os.chdir(spec.work_dir)  # whatever the trainer writes beside itself lands in the check's own folder
-        return True, run(spec, progress, stage, started)
+        return True, run(spec, progress, stage, started, tokenizer)
     except BaseException as exc:  # everything, sys.exit() in a reward function included, must come back as data
         return False, {
             "error_type": type(exc).__name__,
@@ -57,7 +58,7 @@ def _trim(frames: list[str], user_dir: str | None) -> str:
     return "".join(keep + [f for f in tail if f not in keep]).rstrip()
 
 
-def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: float) -> dict:
+def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: float, tokenizer=None) -> dict:
     stage("import")
     import resource
 
@@ -76,7 +77,8 @@ def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: f
     stage("config")
     args = config_cls(**_config_kwargs(config_cls, spec))
 
-    tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_path, local_files_only=True)
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_path, local_files_only=True)
     if _ppo_style(trainer_cls):
         trainer, policy, model = _build_ppo_style(trainer_cls, args, tokenizer, spec, progress, stage)
     else:

@@ -18,6 +18,7 @@ import time
 from trl_doctor.cache import fact
 
 from trl_doctor.facts.trainer_run.launch_only import launch_only, launch_only_model_kwargs
+from trl_doctor.facts.trainer_run.lent import lendable
 from trl_doctor.facts.trainer_run.protocol import RunResult, Spec
 from trl_doctor.facts.trainer_config import trainer_config, trainer_config_info
 
@@ -78,9 +79,13 @@ def trainer_run(ctx) -> RunResult:
     spec = build_spec(ctx)
     ctx.emit("trainer-run", {"details": spec.details(), "limit": ctx.options.smoke_timeout, "trainer": spec.trainer})
     from trl_doctor.facts.trainer_run import execute as worker
+    from trl_doctor.facts.trainer_run.heap import frozen_heap
+    from trl_doctor.facts.trainer_run.lent import lent_tokenizer
 
     started = time.perf_counter()
-    ok, data = worker.execute(spec, on_stage=lambda s: ctx.emit("trainer-stage", s.to_json()))
+    # the context's own tokenizer, not a second load of it (lent.py); the heap so far out of the run's collections
+    with lent_tokenizer(ctx) as tokenizer, frozen_heap():
+        ok, data = worker.execute(spec, on_stage=lambda s: ctx.emit("trainer-stage", s.to_json()), tokenizer=tokenizer)
     ctx.emit("trainer-run-end", {"ok": ok})
     details = {**spec.details(), "wall_s": round(time.perf_counter() - started, 2)}
     if not ok:
@@ -163,7 +168,7 @@ def build_spec(ctx) -> Spec:
         "trainer": ctx.trainer,
         "device": device,
         "model_path": model_path,
-        "tokenizer_path": str(ctx.twin_dir) if twin else _tokenizer_dir(ctx),
+        "tokenizer_path": None if lendable(ctx) else _tokenizer_dir(ctx),
         "model_label": label,
         "model_note": note,
         "twin_aux": twin,

@@ -29,7 +29,7 @@ class Spec:
     trainer: str
     device: str
     model_path: str
-    tokenizer_path: str
+    tokenizer_path: str | None  # None: the run is lent the context's tokenizer (lent.py)
     model_label: str
     work_dir: str
     user_dir: str
