@@ -255,14 +255,19 @@ def _cached_snapshot(repo_id: str, filename: str) -> Path | None:
     return None
 
 
+def _path_key(cfg: DoctorConfig, shown: str, key: str) -> tuple[str, Path]:
+    """(the string a path key holds, the path it names, relative to the config's folder)."""
+    ref = cfg.raw[key]
+    if not isinstance(ref, str):
+        raise InputError(f"{shown}: `{key}` must be a string")
+    path = checked_path(ref, shown, key)
+    return ref, path if path.is_absolute() else cfg.base_dir / path
+
+
 def _resolve_dataset(cfg: DoctorConfig, shown: str) -> None:
     raw = cfg.raw
     if raw.get("dataset_path") is not None:
-        ref = raw["dataset_path"]
-        if not isinstance(ref, str):
-            raise InputError(f"{shown}: `dataset_path` must be a string")
-        f = checked_path(ref, shown, "dataset_path")
-        f = f if f.is_absolute() else cfg.base_dir / f
+        ref, f = _path_key(cfg, shown, "dataset_path")
         if not f.is_file():
             from trl_doctor.context.inputs import not_a_file
 
@@ -273,11 +278,7 @@ def _resolve_dataset(cfg: DoctorConfig, shown: str) -> None:
             raise InputError(f"{shown}: `dataset_path` {ref!r}: expected a .json, .jsonl or .parquet file")
         cfg.dataset_file = f.resolve()
     elif raw.get("dataset_name") is not None:
-        ref = raw["dataset_name"]
-        if not isinstance(ref, str):
-            raise InputError(f"{shown}: `dataset_name` must be a string")
-        d = checked_path(ref, shown, "dataset_name")
-        d = d if d.is_absolute() else cfg.base_dir / d
+        ref, d = _path_key(cfg, shown, "dataset_name")
         if d.is_dir():
             cfg.dataset_dir = d.resolve()
         elif not _looks_like_hub_id(ref):
