@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trl_doctor import Edit, Fix, fail, passed, rule, warn
-from trl_doctor.facts.launch import launch, package_version
+from trl_doctor.facts.launch import compute_capability, launch, package_version
 from trl_doctor.facts.settings import config_value, settings, unapplied_model_keys
 from trl_doctor.facts.trl import TRAINER_CLASS, config_class, dtype_key, post_init_sets_bf16
 
@@ -93,7 +93,7 @@ def check(ctx):
     device_words = found.add(_device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt))
     attn_words = found.add(_attention(ctx, raw, visible, on_cpu))
     # no bf16 weights are proposed for a GPU that cannot run bf16
-    bf16_runs = not (visible and not on_cpu and min(_cc(g) for g in visible) < BF16_MIN_CC)
+    bf16_runs = not (visible and not on_cpu and min(compute_capability(g) for g in visible) < BF16_MIN_CC)
     dtype_words = found.add(_dtype(ctx, raw, bf16 and bf16_runs, fp16, ckpt, visible))
     quant_words = found.add(_quantization(ctx, raw, on_cpu))
     found.add(_unapplied(ctx))
@@ -177,9 +177,9 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
     if not visible:  # not the launch machine: its GPUs decide (--target), never a verdict from this one
         return _Found(f"{mode} ({bf16_words}); no GPU here to check it against ({gpu_reason}): pass --target (e.g. "
                       "--target 8xH100-80GB) to check against the launch machine", details, findings)
-    lowest = min(visible, key=_cc)
+    lowest = min(visible, key=compute_capability)
     use_vllm = settings(ctx).use_vllm
-    if bf16 and _cc(lowest) < BF16_MIN_CC:
+    if bf16 and compute_capability(lowest) < BF16_MIN_CC:
         where = "" if raw.get("bf16") is True else f" ({bf16_words})"  # the file's own words: set there or not
         fix = Fix(f"set bf16: false in {ctx.config.path.name} (train in fp32 on {lowest['name']})",
                   (Edit(str(ctx.config.path), set=(("bf16", False),)),))
@@ -188,14 +188,14 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
             "needs 8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs it "
             "emulated, many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to NaN), "
             "or use an Ampere or newer GPU"), fix))
-    if raw.get("tf32") is True and _cc(lowest) < BF16_MIN_CC:  # as the file asks (the built config holds the doctor's stand-in)
+    if raw.get("tf32") is True and compute_capability(lowest) < BF16_MIN_CC:  # as the file asks (the built config holds the doctor's stand-in)
         fix = Fix(f"set tf32: false in {ctx.config.path.name} ({lowest['name']} has no TF32 units)",
                   (Edit(str(ctx.config.path), set=(("tf32", False),)),))
         findings.append(("fail", (
             f"tf32: true but {_name(lowest)} has compute capability {lowest['compute_capability']} and TF32 needs 8.0 "
             "(Ampere) or newer: TrainingArguments stops with \"--tf32 requires Ampere or a newer GPU arch\"; set "
             "`tf32: false`"), fix))
-    if use_vllm and ckpt == "bfloat16" and _cc(lowest) < BF16_MIN_CC:
+    if use_vllm and ckpt == "bfloat16" and compute_capability(lowest) < BF16_MIN_CC:
         mode_v = str(settings(ctx).vllm_mode or "server")
         how = ("TRL builds vLLM's LLM(...) without a dtype, so the trainer's precision settings do not reach it; save "
                "the checkpoint in float16" if mode_v == "colocate" else
@@ -283,7 +283,7 @@ def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, gemma) -> _Found:
         return _Found("", details, findings)
     if not visible:
         return _Found(f"attention: {attn} (no GPU here to check it against: pass --target)", details, findings)
-    old = [g for g in visible if _cc(g) < need_cc]
+    old = [g for g in visible if compute_capability(g) < need_cc]
     if old:
         g = old[0]
         findings.append(("fail", (
@@ -296,7 +296,7 @@ def _flash(ctx, raw, attn, where, kwargs, visible, on_cpu, gemma) -> _Found:
         findings.append((*dtype_problem, fix))
         return _Found("", details, findings)
     return _Found(
-        f"{name} ({installed}) on compute capability {min(visible, key=_cc)['compute_capability']}", details, findings)
+        f"{name} ({installed}) on compute capability {min(visible, key=compute_capability)['compute_capability']}", details, findings)
 
 
 def _flash_package_problem(ctx, attn, where, module, dists, name, alt, installed) -> tuple[tuple[str, str] | None, dict]:
@@ -630,11 +630,6 @@ def _dtype_fix(ctx, raw, dtype: str, override: bool = False) -> Fix | None:
 
 
 # -- GPUs -------------------------------------------------------------------------------------------------
-
-def _cc(g: dict) -> tuple[int, int]:
-    m = re.match(r"(\d+)\.(\d+)", str(g.get("compute_capability", "")))
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
 
 def _name(g: dict) -> str:
     return f"GPU {g['index']} ({g['name']})"

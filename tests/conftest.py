@@ -124,7 +124,8 @@ def rule_in_this_process(config, slug: str) -> tuple[int, dict]:
     process, which a monkeypatch made here does not reach."""
     from trl_doctor.context.config import load_config
     from trl_doctor.context.context import Context, Options
-    from trl_doctor.worker.engine import exit_status, run_rule
+    from trl_doctor.types import exit_status
+    from trl_doctor.worker.engine import run_rule
     from trl_doctor.report.formats import result_dict
     from trl_doctor.registry import builtin_rules
 

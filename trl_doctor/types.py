@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 
 class Status(str, enum.Enum):
@@ -174,3 +174,23 @@ def plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+# -- verdicts over results: the summary and the exit status every door and format reports --------------------
+def summarize(results: Iterable[Result]) -> dict[str, int]:
+    """Counts per status; a suppressed result counts under `suppressed`, not under its status."""
+    summary = {s.value: 0 for s in (Status.PASS, Status.WARN, Status.FAIL, Status.SKIP, Status.ERROR)}
+    summary["suppressed"] = 0
+    for r in results:
+        summary["suppressed" if r.suppressed else r.status.value] += 1
+    return summary
+
+
+def exit_status(results: Iterable[Result], fail_on: str = "fail") -> int:
+    return 1 if any(fails(r, fail_on) for r in results) else 0
+
+
+def fails(r: Result, fail_on: str = "fail") -> bool:
+    """Whether this one result makes the exit status 1 (--fail-fast stops the check at the first that does)."""
+    bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if fail_on == "warn" else set())
+    return r.status in bad and not r.suppressed

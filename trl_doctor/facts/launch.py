@@ -111,6 +111,13 @@ class Launch:
                 "this environment as the launch's")
 
 
+def compute_capability(gpu: dict) -> tuple[int, int]:
+    """(major, minor) of a GPU as nvml_gpus or a --target describes it; (0, 0) when unknown."""
+    m = re.match(r"(\d+)\.(\d+)", str(gpu.get("compute_capability", "")))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+
 @fact
 def nvml_gpus(ctx) -> tuple[tuple[dict, ...], str | None]:
     """(every GPU NVML reports, why there is no list), read once per check."""

@@ -15,7 +15,6 @@ from .settings import (  # noqa: F401
     _MISSING, DTYPE_BYTES, LOCAL_HOSTS, _field_default, config_value, model_init_kwargs, policy_dtype, precision,
     settings,
 )
-from .trainer_config import trainer_config_or_none  # noqa: F401
 
 # -- filling a Plan from a check context ----------------------------------------------------------------
 

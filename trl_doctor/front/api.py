@@ -14,7 +14,6 @@ import os
 from typing import Any, Sequence
 
 from trl_doctor.report.formats import Report
-from trl_doctor.version import __version__
 
 
 def check(subject: Any, /, *, select: str | Sequence[str] = (), ignore: str | Sequence[str] = (), fail_on: str | None = None,
@@ -34,10 +33,11 @@ def check(subject: Any, /, *, select: str | Sequence[str] = (), ignore: str | Se
     settings = resolve(asked, cfg.path if cfg else None)
     if cfg is not None:
         results, listed = run_config(cfg.path, settings, options_for(settings, **options))
-        return _report(str(cfg.path), cfg.trainer, results, settings.fail_on, None, listed)
+        return Report.made(str(cfg.path), cfg.trainer, results, settings=listed, fail_on=settings.fail_on)
     if _is_trainer(subject):
         trainer_kind, results, launch = _check_trainer(subject, settings.rules, options_for(settings, **options))
-        return _report(launch["command"], trainer_kind, results, settings.fail_on, launch, list(settings.in_force))
+        return Report.made(launch["command"], trainer_kind, results, launch=launch, settings=settings.in_force,
+                           fail_on=settings.fail_on)
     from trl_doctor.supervisor.session import run_check
     from trl_doctor.front.settings import require_stack
     from trl_doctor.capture.command import parse_command
@@ -47,16 +47,9 @@ def check(subject: Any, /, *, select: str | Sequence[str] = (), ignore: str | Se
     captured: dict = {}
     results = run_check(None, settings.rules, options_for(settings, launch=command.to_json(), **options),
                         on_capture=captured.update)
-    return _report(command.text, captured.get("trainer", "?"), results, settings.fail_on, captured or None,
-                   list(settings.in_force))
+    return Report.made(command.text, captured.get("trainer", "?"), results, launch=captured or None,
+                       settings=settings.in_force, fail_on=settings.fail_on)
 
-
-def _report(subject: str, trainer: str, results: list, fail_on: str, launch: dict | None, settings: list) -> Report:
-    from trl_doctor.context.env import environment
-    from trl_doctor.worker.engine import summarize
-
-    return Report(__version__, subject, trainer, environment(), results, summarize(results), [], launch, settings,
-                  fail_on)
 
 
 def _is_trainer(target: Any) -> bool:

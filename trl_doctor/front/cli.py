@@ -270,7 +270,7 @@ def _check(config, launch, asked, run: _Run, many: bool = False):
     """(exit status, report, whether stdout already has it) of one config or launch command, under the settings
     the command line and the project give (trl_doctor.front.settings, the API's own path), --fix applied."""
     from trl_doctor.context.config import checked_path
-    from trl_doctor.worker.engine import exit_status
+    from trl_doctor.types import exit_status
     from trl_doctor.front.settings import options_for, resolve
 
     settings = resolve(asked, checked_path(str(config), str(config)) if config else None)
@@ -461,12 +461,9 @@ def _is_tty(stream) -> bool:
 
 
 def _report(cfg, results, applied, settings=None):
-    from trl_doctor.worker.engine import summarize
-    from trl_doctor.context.env import environment
     from trl_doctor.report.formats import Report
 
-    return Report(__version__, str(cfg.path), cfg.trainer, environment(), results, summarize(results), applied,
-                  _launch_of(cfg), list(settings or ()))
+    return Report.made(str(cfg.path), cfg.trainer, results, applied=applied, launch=_launch_of(cfg), settings=settings)
 
 
 def _shown(cfg) -> str:

@@ -412,13 +412,8 @@ def dataset_schema(s) -> Iterable[Finding]:
 
 # -- precision-and-attention -------------------------------------------------------------------------------------
 
-def _cc(g: dict) -> tuple[int, int]:
-    m = re.match(r"(\d+)\.(\d+)", str(g.get("compute_capability", "")))
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
 def precision(s) -> Iterable[Finding]:
-    from ..facts.launch import launch
+    from ..facts.launch import compute_capability, launch
 
     visible = list(launch(s).gpus)
     if not visible:
@@ -431,25 +426,25 @@ def precision(s) -> Iterable[Finding]:
     words = "set in the config" if "bf16" in raw else f"{s.trainer.upper()}Config's default in trl {s.release}"
     if bf16 is None and "bf16" not in raw and s.trainer in ("grpo", "rloo") and F._key(s.release) >= (0, 19):
         bf16, words = not fp16, f"{s.trainer.upper()}Config's default in trl {s.release}: bf16 unless fp16"
-    lowest = min(visible, key=_cc)
+    lowest = min(visible, key=compute_capability)
     name = f"GPU {lowest['index']} ({lowest['name']})"
     details = {"GPUs": [f"GPU {g['index']} ({g['name']}): compute capability {g['compute_capability']}" for g in visible],
                "bf16": f"{bool(bf16)} ({words})", "trl": s.release_words}
     found = False
-    if bf16 is True and _cc(lowest) < (8, 0):
+    if bf16 is True and compute_capability(lowest) < (8, 0):
         found = True
         where = "" if raw.get("bf16") is True else f" ({words})"
         yield fail(f"bf16 is on{where} but {name} has compute capability {lowest['compute_capability']} and bfloat16 "
                    "needs 8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs "
                    "it emulated, many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to "
                    "NaN), or use an Ampere or newer GPU", **details)
-    if raw.get("tf32") is True and _cc(lowest) < (8, 0):
+    if raw.get("tf32") is True and compute_capability(lowest) < (8, 0):
         found = True
         yield fail(f"tf32: true but {name} has compute capability {lowest['compute_capability']} and TF32 needs 8.0 "
                    "(Ampere) or newer: TrainingArguments stops with \"--tf32 requires Ampere or a newer GPU arch\"; set "
                    "`tf32: false`", **details)
     ckpt = s.model_json.get("dtype") or s.model_json.get("torch_dtype")
-    if raw.get("use_vllm") and ckpt == "bfloat16" and _cc(lowest) < (8, 0):
+    if raw.get("use_vllm") and ckpt == "bfloat16" and compute_capability(lowest) < (8, 0):
         found = True
         mode_v = str(raw.get("vllm_mode", own.get("vllm_mode", {}).get("default")) or "server")
         how = ("TRL builds vLLM's LLM(...) without a dtype, so the trainer's precision settings do not reach it; save "

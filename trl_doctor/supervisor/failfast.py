@@ -29,7 +29,7 @@ class Stopped(Exception):
 
 def stop_at_first_failure(on_result: Callable[[Result], None] | None, fail_on: str) -> Callable[[Result], None]:
     """`on_result` (when given) for each result, then `Stopped` when the result fails the check."""
-    from trl_doctor.worker.engine import fails
+    from trl_doctor.types import fails
 
     def seen(r: Result) -> None:
         if on_result is not None:

@@ -130,21 +130,3 @@ def each_result(rules: Iterable[Rule], ctx: Context, starting: Callable[[Rule], 
 def run_rules(rules: Iterable[Rule], ctx: Context) -> list[Result]:
     return list(each_result(rules, ctx))
 
-
-def summarize(results: Iterable[Result]) -> dict[str, int]:
-    """Counts per status; a suppressed result counts under `suppressed`, not under its status."""
-    summary = {s.value: 0 for s in (Status.PASS, Status.WARN, Status.FAIL, Status.SKIP, Status.ERROR)}
-    summary["suppressed"] = 0
-    for r in results:
-        summary["suppressed" if r.suppressed else r.status.value] += 1
-    return summary
-
-
-def exit_status(results: Iterable[Result], fail_on: str = "fail") -> int:
-    return 1 if any(fails(r, fail_on) for r in results) else 0
-
-
-def fails(r: Result, fail_on: str = "fail") -> bool:
-    """Whether this one result makes the exit status 1 (--fail-fast stops the check at the first that does)."""
-    bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if fail_on == "warn" else set())
-    return r.status in bad and not r.suppressed

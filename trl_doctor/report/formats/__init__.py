@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trl_doctor.types import AppliedFix, Location, Result, plain
+from trl_doctor.types import AppliedFix, Location, Result, exit_status, plain, summarize
 from trl_doctor.report.formats import _safe
 
 FORMATS = ("table", "json", "junit", "github", "sarif")
@@ -36,11 +36,21 @@ class Report:
     settings: list[dict[str, Any]] = field(default_factory=list)  # what narrows or silences the check, and from where
     fail_on: str = "fail"  # the lowest status that is not ok
 
+    @classmethod
+    def made(cls, subject: str, trainer: str, results: list[Result], *, applied: list | None = None,
+             launch: dict[str, Any] | None = None, settings: list | None = None, fail_on: str = "fail") -> "Report":
+        """The report of one check, with this package's version, this environment and the results' summary: how
+        the command line and the API both make theirs."""
+        from trl_doctor.context.env import environment
+        from trl_doctor.version import __version__
+
+        return cls(__version__, subject, trainer, environment(), results, summarize(results), list(applied or ()),
+                   launch, list(settings or ()), fail_on)
+
     @property
     def ok(self) -> bool:
         """No result at or above `fail_on` (suppressed ones aside): the exit status would be 0."""
-        bad = {"fail", "error"} | ({"warn"} if self.fail_on == "warn" else set())
-        return not any(r.status.value in bad and not r.suppressed for r in self.results)
+        return exit_status(self.results, self.fail_on) == 0
 
     @property
     def target(self) -> str:
