@@ -47,16 +47,14 @@ class DoctorCallback(TrainerCallback):
                 self.seconds = time.perf_counter() - start
                 print(self.report.table, file=self.stream or sys.stderr, end="")
                 ok = self.report.ok
-                bad = [f"{r.id} {r.rule}" for r in self.report.results if r.status.value in _bad(self.fail_on)]
+                from trl_doctor.types import fails
+
+                bad = [f"{r.id} {r.rule}" for r in self.report.results if fails(r, self.fail_on)]
                 why = ", ".join(bad)
         ok, why = _agree(ok, why)
         if not ok:
             raise DoctorStop(f"trl-doctor stopped the job before step 1: {why} (fail_on={self.fail_on!r})")
         return control
-
-
-def _bad(fail_on: str) -> tuple[str, ...]:
-    return ("fail", "error", "warn") if fail_on == "warn" else ("fail", "error")
 
 
 def _calling_trainer(callback: DoctorCallback):
