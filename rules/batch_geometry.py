@@ -52,6 +52,7 @@ from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import config_class, field_default
 from trl_doctor.facts.trl_geometry import (AUTO_FIND_BATCH_SIZE, Evaluator, Problem, config_values, geometry_reading,
                                            plain, probe_class)
+from trl_doctor.facts import wording_config as words
 from trl_doctor.facts.trainer_config import trainer_config_info
 
 # The knobs a fix may change: (key, tier, direction). Lower tiers change less of what the job does: gradient
@@ -88,14 +89,12 @@ def check(ctx):
     cls = config_class(ctx.trainer)
     trl_version = ctx.version("trl") or "not installed"
     if cls is None:
-        yield skip(f"trl {trl_version} has no {ctx.trainer.upper()}Config, so there is no batch geometry to check "
-                   "(see value-model / smoke-step for the trainer itself)")
+        yield skip(words.no_config_class(trl_version, ctx.trainer))
         return
     refused = sorted(k for k in set(trainer_config_info(ctx).type_errors) & set(field_names(cls))
                      if any(w in k for w in ("batch", "generation", "steps", "accumulation", "rloo_k", "epochs")))
     if refused:
-        yield skip(f"{', '.join(refused)} has a value TRL's parser refuses (see trainer-config): no batch arithmetic "
-                   "to judge until it is a number")
+        yield skip(words.refused_numbers(refused))
         return
     the_launch = launch(ctx)
     procs, where = the_launch.processes, the_launch.processes_from
@@ -107,7 +106,7 @@ def check(ctx):
     if the_launch.processes_note:
         details["process count note"] = the_launch.processes_note
     details["geometry"] = _geometry(resolved, procs)
-    details["read from"] = [f"{u.where} ({u.kind})" for u in reading.units] or "no geometry code found"
+    details["read from"] = words.read_from(reading.units)
 
     confirmed, extra, verdict = _cross_check(ctx, cls, ctx.config.raw, procs, problems)
     if verdict:
@@ -116,8 +115,7 @@ def check(ctx):
     own = _auto_find_batch_size(ctx, extra)
 
     if not problems and not extra and not own:
-        yield passed(f"at {procs} process{'es' if procs != 1 else ''} ({where}): {_summary(resolved, procs)}",
-                     **details)
+        yield passed(words.geometry_healthy(procs, where, _summary(resolved, procs)), **details)
         return
 
     plan = _plan_fixes(state, base, problems, cls, set(ctx.config.raw))
@@ -135,16 +133,13 @@ def check(ctx):
         if ok:
             sets = ", ".join(f"{k}: {v}" for k, v in plan.changes.items() if v is not DELETE)
             drops = ", ".join(k for k, v in plan.changes.items() if v is DELETE)
-            words = "; ".join(w for w in (f"set {sets}" if sets else "", f"remove {drops}" if drops else "") if w)
-            fix = Fix(f"{words} in {ctx.config.path.name} (for {procs} process{'es' if procs != 1 else ''})",
+            changes = "; ".join(w for w in (f"set {sets}" if sets else "", f"remove {drops}" if drops else "") if w)
+            fix = Fix(f"{changes} in {ctx.config.path.name} (for {words.processes(procs)})",
                       (Edit(str(ctx.config.path), set=tuple(plan.changes.items())),))
-            details["changes"] = words
+            details["changes"] = changes
         else:
             details["fix not offered"] = f"TRL's {cls.__name__} rejects the changed config: {why}"
-    count = len(lines)
-    head = (f"{count} batch-geometry violation{'s' if count != 1 else ''} at {procs} process{'es' if procs != 1 else ''} "
-            f"({where}), where trl {trl_version} stops: ")
-    yield fail(head + "; ".join(lines), fix=fix, **details)
+    yield fail(words.violations(lines, procs, where, trl_version), fix=fix, **details)
 
 
 # -- the smallest change ----------------------------------------------------------------------------------

@@ -49,11 +49,10 @@ from trl_doctor import Finding, InputError, Unavailable, fail, passed, rule, ski
 from trl_doctor.facts.chat import prompt_format, sample_indices
 from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import ppo_style, script_fields, stream_support
+from trl_doctor.facts.wording_dataset import no_prompt_column, prompt_reader
 
 SCAN_ROWS = 10000  # rows looked at one by one when the Arrow column type does not settle the format
 SHOWN_ROWS = 8
-CANDIDATES = ("question", "problem", "query", "instruction", "input", "text", "messages", "conversations", "conversation",
-              "prompts", "Prompt", "question_text", "content")
 # keywords TRL passes to reward functions when its source cannot be read
 DEFAULT_PASSED = ("prompts", "completions")
 DEFAULT_EXCLUDED = ("prompt", "completion")
@@ -100,15 +99,8 @@ def check(ctx):
         yield from (replace(f, details=dict(details)) for f in found)
         return
     if "prompt" not in columns:
-        near = [c for c in CANDIDATES if c in columns]
-        hint = (f"rename `{near[0]}` to `prompt`" if near else "add a `prompt` column") + \
-            " (dataset.rename_column, or map the rows to {\"prompt\": ...})"
         yield from findings
-        yield fail(
-            f"the dataset has no `prompt` column (columns: {', '.join(columns) or 'none'}): {_reader(ctx)}, so the first "
-            f"step fails with KeyError: 'prompt'; {hint}",
-            **details,
-        )
+        yield fail(no_prompt_column(columns, prompt_reader(ctx.trainer, ppo_style(ctx.trainer))), **details)
         return
     # each part's findings carry the details known when they were found
     formats, found = _formats(ctx, ds, total)
@@ -484,13 +476,6 @@ def _token_rows(ctx, ds, total) -> tuple[dict[str, Any], list[Finding]]:
         found.append(passed(f"{total} rows of `input_ids`, tokenized by the script, as {cls} (trl "
                             f"{ctx.version('trl')}) reads them: it pads them itself and reads no `prompt` column"))
     return {"rows scanned": f"{len(indices)} of {total}"}, found
-
-
-def _reader(ctx) -> str:
-    if ppo_style(ctx.trainer):
-        return (f"{ctx.trainer.upper()}'s example script (examples/scripts/{ctx.trainer}/{ctx.trainer}.py) tokenizes "
-                "`prompt` (dataset_text_field = \"prompt\") into the `input_ids` the trainer reads")
-    return f"{ctx.trainer.upper()}Trainer builds every batch from it (`prompts = [x[\"prompt\"] for x in inputs]`)"
 
 
 def _rows(count: int, rows: list[int]) -> str:

@@ -47,6 +47,7 @@ from trl_doctor.facts.trl import TRAINER_CLASS, ppo_style
 from trl_doctor.facts.tokens import as_id_list
 from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
 from trl_doctor.facts.trainer_config import trainer_config
+from trl_doctor.facts import wording_eos as words
 
 
 @rule(
@@ -72,22 +73,15 @@ def check(ctx):
         rows = []
     term = completion_terminator(tok, rows)
     if term["template_error"]:
-        yield warn(f"the chat template cannot be rendered ({term['template_error']}); the turn terminator is unknown",
-                   **{"tokenizer": str(ctx.config.tokenizer.path)})
+        yield warn(words.unrendered(term["template_error"]), **{"tokenizer": str(ctx.config.tokenizer.path)})
         return
     stop_set = sorted(set(gen_eos) | ({tok.eos_token_id} if tok.eos_token_id is not None else set()))
     names = {i: tok.convert_ids_to_tokens(i) for i in stop_set}
     use_vllm = bool(config_value(ctx, "use_vllm", False))
-    details = {
-        "terminator": f"{term['token']!r} (id {term['id']}): {term['why']}",
-        "tokenizer eos": f"{tok.eos_token!r} (id {tok.eos_token_id})",
-        "config.json eos_token_id": cfg_json.get("eos_token_id"),
-        "generation_config.json eos_token_id": None if gen_json is None else gen_json.get("eos_token_id"),
-        "stop set (HF generate and vLLM: tokenizer eos + generation config eos ids)": [f"{names[i]!r} ({i})" for i in stop_set],
-        "generation path": "vLLM" if use_vllm else "transformers generate",
-    }
+    details = words.details(term, tok.eos_token, tok.eos_token_id, cfg_json, gen_json,
+                            [(names[i], i) for i in stop_set], use_vllm)
     if term["id"] is None:
-        yield fail("the tokenizer has no eos token: nothing can end a completion", **details)
+        yield fail(words.NO_EOS, **details)
         return
     static_ok = term["id"] in stop_set
     mask = mask_eos(ctx.trainer)
@@ -108,7 +102,7 @@ def check(ctx):
 
     probe = _probe(ctx, term)
     details.update(probe.get("details", {}))
-    where = f"{gen_path.name} eos_token_id {gen_eos}" if gen_json is not None else f"config.json eos_token_id {gen_eos} (no generation_config.json)"
+    where = words.stop_ids_from(gen_eos, gen_json is not None)
     if probe.get("stopped") is False:
         yield fail(
             f"generation does not stop at {term['token']!r} (id {term['id']}): the probe made the model emit it as the "
@@ -118,12 +112,7 @@ def check(ctx):
         )
         return
     if not static_ok and (use_vllm or probe.get("stopped") is None):
-        path = "vLLM" if use_vllm else "generation"
-        yield fail(
-            f"{term['token']!r} (id {term['id']}) ends the assistant's turn but {path} will not stop at it: {where} and the "
-            f"tokenizer's eos {tok.eos_token!r} ({tok.eos_token_id}) do not include it, so completions run to max_completion_length",
-            fix, **details,
-        )
+        yield fail(words.never_stops(term, use_vllm, where, tok.eos_token, tok.eos_token_id), fix, **details)
         return
     if not static_ok:
         yield warn(
@@ -133,7 +122,7 @@ def check(ctx):
         )
         return
     how = f"; the probe saw generation stop after {probe['steps']} steps" if probe.get("stopped") else ""
-    yield passed(f"completions end at {term['token']!r} (id {term['id']}), which is in the stop set{how}", **details)
+    yield passed(words.in_stop_set(term, how), **details)
 
 
 def _limit(ctx):

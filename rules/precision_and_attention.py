@@ -53,8 +53,9 @@ from trl_doctor import Edit, Fix, fail, passed, rule, warn
 from trl_doctor.facts.launch import compute_capability, launch, package_version
 from trl_doctor.facts.settings import config_value, settings, unapplied_model_keys
 from trl_doctor.facts.trl import TRAINER_CLASS, config_class, dtype_key, post_init_sets_bf16
+from trl_doctor.facts.wording_precision import (BF16_MIN_CC, bf16_unsupported, gpu_lines, gpu_name as _name,
+                                               tf32_unsupported, vllm_bf16_unsupported)
 
-BF16_MIN_CC = (8, 0)
 FLASH = {  # version: (module, distributions that provide it, minimum compute capability, GPU family)
     2: ("flash_attn", ("flash-attn",), (8, 0), "Ampere"),
     3: ("flash_attn_interface", ("flash-attn-3",), (9, 0), "Hopper"),
@@ -85,8 +86,7 @@ def check(ctx):
     ckpt = _checkpoint_dtype(ctx)
     details: dict[str, Any] = {
         "bf16 / fp16": f"{bf16} / {fp16} ({bf16_words})",
-        "GPUs": [f"GPU {g['index']} ({g['name']}): compute capability {g['compute_capability']}" for g in visible]
-        or f"none ({gpu_reason})",
+        "GPUs": gpu_lines(visible) or f"none ({gpu_reason})",
         "checkpoint dtype (config.json)": ckpt or "not given",
     }
     found = _Found("", details, [])
@@ -183,27 +183,15 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
         where = "" if raw.get("bf16") is True else f" ({bf16_words})"  # the file's own words: set there or not
         fix = Fix(f"set bf16: false in {ctx.config.path.name} (train in fp32 on {lowest['name']})",
                   (Edit(str(ctx.config.path), set=(("bf16", False),)),))
-        findings.append(("fail", (
-            f"bf16 is on{where} but {_name(lowest)} has compute capability {lowest['compute_capability']} and bfloat16 "
-            "needs 8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs it "
-            "emulated, many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to NaN), "
-            "or use an Ampere or newer GPU"), fix))
+        findings.append(("fail", bf16_unsupported(where, lowest), fix))
     if raw.get("tf32") is True and compute_capability(lowest) < BF16_MIN_CC:  # as the file asks (the built config holds the doctor's stand-in)
         fix = Fix(f"set tf32: false in {ctx.config.path.name} ({lowest['name']} has no TF32 units)",
                   (Edit(str(ctx.config.path), set=(("tf32", False),)),))
-        findings.append(("fail", (
-            f"tf32: true but {_name(lowest)} has compute capability {lowest['compute_capability']} and TF32 needs 8.0 "
-            "(Ampere) or newer: TrainingArguments stops with \"--tf32 requires Ampere or a newer GPU arch\"; set "
-            "`tf32: false`"), fix))
+        findings.append(("fail", tf32_unsupported(lowest), fix))
     if use_vllm and ckpt == "bfloat16" and compute_capability(lowest) < BF16_MIN_CC:
         mode_v = str(settings(ctx).vllm_mode or "server")
-        how = ("TRL builds vLLM's LLM(...) without a dtype, so the trainer's precision settings do not reach it; save "
-               "the checkpoint in float16" if mode_v == "colocate" else
-               "start the server with `trl vllm-serve --dtype half`")
-        findings.append(("fail" if mode_v == "colocate" else "warn", (
-            f"use_vllm: vLLM loads the checkpoint's dtype (bfloat16, config.json) and refuses {_name(lowest)} "
-            f"(compute capability {lowest['compute_capability']}): \"Bfloat16 is only supported on GPUs with compute "
-            f"capability of at least 8.0\"; {how}"), None))
+        findings.append(("fail" if mode_v == "colocate" else "warn",
+                         vllm_bf16_unsupported(lowest, mode_v == "colocate"), None))
     if bf16:
         return _Found(
             f"bf16 ({bf16_words}) on GPUs of compute capability {lowest['compute_capability']} or more (8.0 needed)", details, findings)
@@ -627,9 +615,3 @@ def _dtype_fix(ctx, raw, dtype: str, override: bool = False) -> Fix | None:
     new = dict(current or {})
     new[key] = dtype
     return Fix(f"set model_init_kwargs.{key}: {dtype} in {name}", (Edit(path, set=(("model_init_kwargs", new),)),))
-
-
-# -- GPUs -------------------------------------------------------------------------------------------------
-
-def _name(g: dict) -> str:
-    return f"GPU {g['index']} ({g['name']})"
