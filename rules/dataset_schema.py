@@ -1,39 +1,33 @@
 """TD013 dataset-schema: the dataset has the columns and rows the trainer and reward functions read.
 
 What it does
-    Loads the dataset offline as the context does (one that cannot be loaded stops the check with
-    exit status 2, naming it) and shows its columns, row count and one row. Every prompt is
-    classified as text, messages, empty, null or malformed (from the Arrow column type when it
-    settles it, else on up to 10000 rows). Each reward function's parameters without a default,
-    read from its source with `ast` (user code is not run twice), must be dataset columns or
-    keywords the installed trainer passes (read from its source: `prompts`, `completions`; later
-    `completion_ids`, `trainer_state`; `log_extra`, `log_metric` in 1.x).
+    Loads the dataset offline (one that cannot load: exit 2) and shows its columns, rows and row 0.
+    Classifies every prompt as text, messages, empty, null or malformed (from the Arrow type, else
+    up to 10000 rows). Each reward function's parameters without a default (read with `ast`) must be
+    columns or keywords the installed trainer passes (`prompts`, `completions`; later
+    `completion_ids`, `trainer_state`; 1.x `log_extra`, `log_metric`).
 
 Why is this bad?
-    The trainer reads the dataset only when it builds the first batch, after the model (and vLLM)
-    loaded:
-    - GRPO and RLOO read a `prompt` column (PPO's example script examples/scripts/ppo/ppo.py too):
-      `question`, `problem` or `messages` fail the first step with "KeyError: 'prompt'"
-      (ms-swift#5087);
+    The trainer reads the dataset only at the first batch, after the model (and vLLM) loaded:
+    - GRPO and RLOO read a `prompt` column (so does examples/scripts/ppo/ppo.py): `question`,
+      `problem` or `messages` fail the first step with "KeyError: 'prompt'" (ms-swift#5087);
     - TRL decides per batch, from its first row, whether prompts are text or messages: mixed, null
       or empty rows fail or mix formats mid-run;
-    - every column but `prompt`/`completion` goes to each reward function by name: one that takes
-      `answer` without a default needs that column ("TypeError: ... missing 1 required positional
-      argument: 'answer'");
-    - a streamed dataset (`dataset_streaming: true`, from TRL 0.19) is an IterableDataset: GRPO
-      0.17-1.8 and RLOO 0.22-1.8 refuse it ("Iterable datasets are not yet supported"), GRPO
-      0.14-0.16 broke the prompt groups (trl#3213) or crashed (trl#2942), PPO (and RLOO before
-      0.22) takes its length; from 1.9.0, which repeats it, `max_steps` must be set.
+    - every column but `prompt`/`completion` goes to each reward function by name: one taking
+      `answer` without a default needs it ("TypeError: ... missing 1 required positional argument:
+      'answer'");
+    - `dataset_streaming: true` (TRL 0.19+) gives an IterableDataset: GRPO 0.17-1.8 and RLOO
+      0.22-1.8 refuse it ("Iterable datasets are not yet supported"), GRPO 0.14-0.16 broke groups
+      (trl#3213) or crashed (trl#2942), PPO (and RLOO < 0.22) take its length; 1.9.0+ need
+      `max_steps`.
 
 Example
     dataset_path: questions.jsonl       # columns: question, answer
-    -> fail: the dataset has no `prompt` column (columns: question, answer): ... so the first step
-       fails with KeyError: 'prompt'; ...
+    -> fail: the dataset has no `prompt` column (columns: question, answer): ... KeyError: 'prompt'
 
 Fix safety
-    No fix: the dataset is the user's. The message names the column to rename (the likely
-    candidate), the rows to repair, the missing column each reward function takes, and for a stream
-    either `max_steps` or the release that supports it.
+    No fix: the dataset is the user's. The message names the column to rename, the rows to repair,
+    the column each reward function lacks, and for a stream `max_steps` or the release to use.
 """
 
 from __future__ import annotations

@@ -1,39 +1,33 @@
 """TD004 eos-termination: generation stops at the token the model ends its turn with.
 
 What it does
-    Finds the token the chat template ends the assistant's turn with (for plain prompts, the eos)
-    and checks it is in the stop set of HF `generate` and, with `use_vllm`, vLLM (the tokenizer's
-    eos plus generation_config.json's `eos_token_id`), and where the installed trainer ends the
-    completion mask (facts.generation.mask_eos). With the smoke step a probe makes the twin emit it
-    as the 4th to 6th completion token in the trainer's real generation path, which must stop
-    there. PPO-style trainers (PPO, RLOO before trl 0.22): the config's `stop_token` /
-    `stop_token_id`, no probe.
+    Finds the token the chat template ends the assistant's turn with (plain prompts: the eos) and
+    checks it is in the stop set of HF `generate` and, with `use_vllm`, vLLM (the tokenizer's eos
+    plus generation_config.json's `eos_token_id`), and where the installed trainer ends the
+    completion mask. With the smoke step a probe makes the twin emit it as completion token 4-6 in
+    the trainer's real generation path, which must stop there. PPO, RLOO < trl 0.22: the config's
+    `stop_token` / `stop_token_id`, no probe.
 
 Why is this bad?
     A completion that never stops runs to `max_completion_length` (PPO: `response_length`): the job
-    pays for the longest completions and the rewards score rambling after the answer. Typical
-    causes: generation_config.json lacks the template's turn end (`<|im_end|>` on a Qwen base
-    checkpoint, `<|eot_id|>` on the first Llama 3 Instruct release), the tokenizer's eos differs
-    from the model's, PPO's `stop_token` is unset. A mask that ends at the tokenizer's eos only
-    (TRL up to 1.12 at least) counts every completion that stopped at another terminator as
-    truncated (Phi-3.5's `<|end|>`, catalog B8, trl PR #7039). TRL 0.15's GRPOTrainer built its
-    GenerationConfig without eos ids (1.x passes them), hence the probe.
+    pays for the longest ones and the rewards score rambling. Typical causes: generation_config.json
+    lacks the turn end (`<|im_end|>` on a Qwen base checkpoint, `<|eot_id|>` on the first Llama 3
+    Instruct release), the tokenizer's eos differs from the model's, PPO's `stop_token` is unset. A
+    mask that ends at the tokenizer's eos only (TRL up to 1.12 at least) counts completions that
+    stopped at another terminator as truncated (Phi-3.5's `<|end|>`, catalog B8, trl PR #7039). TRL
+    0.15's GRPOTrainer built its GenerationConfig without eos ids.
 
 Example
     model_name_or_path: qwen2-base      # ChatML: turns end with <|im_end|>; eos is <|endoftext|>
     -> fail: generation does not stop at '<|im_end|>' (id 2): the probe made the model emit it as
-       the 4th token and generation still ran all 8 steps of the probe's limit;
-       generation_config.json eos_token_id [0] lacks it, so every completion will run to
-       max_completion_length (256)
+       the 4th token and generation still ran all 8 steps of the probe's limit; ...
 
 Fix safety
-    Safe: adds the id to generation_config.json's `eos_token_id` (a list, existing ids first) and,
-    where the trainer's mask ends at the tokenizer's eos only, makes the terminator the tokenizer's
-    `eos_token` (tokenizer_config.json, special_tokens_map.json); PPO: `stop_token: eos`. Manual
-    for the Hugging Face cache (never rewritten: copy the snapshot first), a launch script (pass
-    `--stop_token eos`), and a `stop_token_id` other than the eos with `missing_eos_penalty`, which
-    penalizes every response that stopped there (use `stop_token: eos` with a tokenizer whose eos
-    is that token).
+    Safe: adds the id to generation_config.json's `eos_token_id` (existing ids first) and, where the
+    mask ends at the tokenizer's eos only, makes the terminator its `eos_token`; PPO:
+    `stop_token: eos`. Manual for the Hugging Face cache (copy the snapshot first), a launch script
+    (`--stop_token eos`), and a `stop_token_id` other than the eos with `missing_eos_penalty`, which
+    penalizes every response that stopped there (use `stop_token: eos`, that token as the eos).
 """
 
 from __future__ import annotations

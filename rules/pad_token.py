@@ -1,21 +1,21 @@
 """TD001 pad-token: the tokenizer needs a pad token the trainer, the model files and vLLM agree on.
 
 What it does
-    Loads the tokenizer as the trainer will hold it (with `added_tokens`) and compares its pad
-    token with the eos, the embedding rows (`vocab_size`) and `pad_token_id` in config.json and
-    generation_config.json (the latter only where the installed trainer passes no pad id to
-    `generate`). Whether the trainer sets pad = eos is read from its source, and the line quoted.
+    Compares the pad token of the tokenizer the trainer holds (with `added_tokens`) with the eos,
+    the embedding rows (`vocab_size`) and `pad_token_id` in config.json and generation_config.json
+    (the latter only where the installed trainer passes no pad id to `generate`). Whether the
+    trainer sets pad = eos is read from its source, and the line quoted.
 
 Why is this bad?
-    GPT-2's and the Llama 3 tokenizers ship without a pad token. GRPOTrainer before TRL 0.17
-    crashes at the first batch ("ValueError: Asking to pad but the tokenizer does not have a
-    padding token"); from TRL 0.17 on (PR #3290) it silently sets `pad_token = eos_token`. A pad id
-    outside the embedding crashes the first forward ("index out of range in self"; a device-side
-    assert on GPU). A pad id in the model files that differs from the tokenizer's makes generation
-    pad with another token than the trainer masks, where the trainer leaves it to generate (PPO;
-    GRPO, trl 0.14 to 1.x, passes its own). pad = eos is harmless for GRPO and RLOO (the mask ends
-    at the first eos, inclusive), not for PPO, whose value and reward forwards mask every pad id:
-    the final eos is masked out and stopping is never rewarded.
+    GPT-2's and the Llama 3 tokenizers ship without a pad token. GRPOTrainer before TRL 0.17 crashes
+    at the first batch ("ValueError: Asking to pad but the tokenizer does not have a padding
+    token"); from TRL 0.17 on (PR #3290) it silently sets `pad_token = eos_token`. A pad id outside
+    the embedding crashes the first forward ("index out of range in self"; a device-side assert on
+    GPU). A pad id in the model files that differs from the tokenizer's makes generation pad with
+    another token than the trainer masks, where the trainer leaves it to generate (PPO; GRPO, trl
+    0.14 to 1.x, passes its own). pad = eos is harmless for GRPO and RLOO (the mask ends at the
+    first eos, inclusive), not for PPO, whose value and reward forwards mask every pad id: the final
+    eos is masked out and stopping is never rewarded.
 
 Example
     model_name_or_path: gpt2-nopad      # tokenizer_config.json has no pad_token
@@ -27,8 +27,7 @@ Fix safety
     `<|finetune_right_pad_id|>`, `<|endoftext|>` when it is not the eos), else the eos, never
     growing the vocabulary; writes `pad_token` to tokenizer_config.json (and
     special_tokens_map.json) and `pad_token_id` to config.json and generation_config.json. Manual
-    for files in the Hugging Face cache, never rewritten (copy the snapshot with `cp -rL`, point
-    the config at it, rerun --fix).
+    for the Hugging Face cache (copy the snapshot with `cp -rL`, point the config at it).
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ Why is this bad?
     `max_prompt_length` or the `use_vllm` options) stops the parser before training (TrlParser from
     0.19: a fail) or is dropped without a word (before 0.19: a warn, the run goes on without the
     value). A value TRL's `__post_init__` rejects stops the job inside the launcher, one error at a
-    time. Field sets change with every minor release: the rule asks the installed one, never a
-    table.
+    time. Field sets change with every minor release: the rule asks the installed one, not a table.
 
 Example
     num_generation: 4                   # a typo for num_generations
@@ -25,10 +24,9 @@ Example
 
 Fix safety
     Safe for a key renamed with the same meaning (trl_doctor/data/migrations.yaml: `torch_dtype` ->
-    `dtype` in trl 0.23, `warmup_ratio` -> `warmup_steps` in transformers 5): renamed, value
-    unchanged. Manual for a removed key (remove it; the table's note says what replaced it) and for
-    a key that arrives in a later release (upgrade or remove it). Any other unknown key gets the
-    closest known field only when it is really close (a typo); TRL's own messages are quoted.
+    `dtype` in trl 0.23, `warmup_ratio` -> `warmup_steps` in transformers 5). Manual for a removed
+    key (the table's note says what replaced it) and one that arrives in a later release (upgrade or
+    remove it). Another unknown key gets the closest known field only when it is really close.
 """
 
 from __future__ import annotations
