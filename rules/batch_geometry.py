@@ -1,43 +1,33 @@
 """TD010 batch-geometry: batch sizes divide as the installed TRL needs at the launch's process count.
 
 What it does
-    Evaluates the installed TRL's own geometry checks (read with `ast` from the config's
-    `__post_init__` and the trainer's `__init__`, not imported) on the config's values at the
-    launch's process count, collects every violation with TRL's message and line, and cross-checks
-    by building the config class with that `world_size`. The count is `--num-processes`, the
-    config's `num_processes`, its accelerate config, accelerate's default config, the GPUs NVML
-    sees, else 1 (said in the report). The cheapest one-key change that removes each violation is
-    named.
+    Evaluates the installed TRL's geometry checks (read with `ast` from its config's `__post_init__`
+    and trainer's `__init__`) at the launch's process count (`--num-processes`, `num_processes`, the
+    accelerate config, the GPUs NVML sees, else 1) with TRL's message and line, cross-checks with
+    the config class at that `world_size`, and names the cheapest one-key change per violation.
 
 Why is this bad?
-    GRPO and RLOO need whole groups of `num_generations` in every generated batch; PPO (and RLOO
-    before TRL 0.22) splits rollouts into `num_mini_batches` (and `rloo_k` groups). Sizes multiply
-    across processes, so a config fine on one GPU stops on eight, inside the launched job (from TRL
-    0.18 in the config's `__post_init__`, before in the trainer after the model loaded), one error
-    at a time: "generation_batch_size (12) must be divisible by num_generations (8)." (>= 0.21;
-    other words in 0.15-0.20; 0.14 counted per device), "GRPO requires at least 2 generations per
-    prompt", the eval batch (`num_generations_eval`, 1.0), PPO's "`local_batch_size` must be a
-    multiple of `num_mini_batches`" or "insufficient for whitening". `auto_find_batch_size: true`
-    halves the batch after an out-of-memory error and the retry dies with "shape '[-1, 4]' is
-    invalid for input of size 2" (trl#3842; refused from the release with PR#6411).
-
-Versions
-    0.17 multiplied in gradient_accumulation_steps, 0.18 added `generation_batch_size` /
-    `steps_per_generation`, 0.21 made it a plain divisibility test. PPO up to 0.16 multiplied
-    num_mini_batches into `local_batch_size`, PPO 0.17-1.12 (trl.experimental.ppo from 0.26) did
-    not; no PPO from 1.13 (the rule skips).
+    GRPO and RLOO need whole `num_generations` groups per generated batch; PPO (and RLOO < 0.22)
+    splits rollouts into `num_mini_batches` (and `rloo_k` groups). Sizes multiply across processes:
+    fine on one GPU, a config stops on eight inside the job (from 0.18 in `__post_init__`, before
+    after the model loaded), one error at a time: "generation_batch_size (12) must be divisible by
+    num_generations (8)." (>= 0.21; other words in 0.15-0.20; 0.14 counted per device), "GRPO
+    requires at least 2 generations per prompt", the eval batch (`num_generations_eval`, 1.0), PPO's
+    "`local_batch_size` must be a multiple of `num_mini_batches`" or "insufficient for whitening".
+    `auto_find_batch_size` halves the batch after an OOM; the retry dies with "shape '[-1, 4]' is
+    invalid for input of size 2" (trl#3842; refused from PR#6411). 0.17 multiplied in
+    gradient_accumulation_steps, 0.18 added `generation_batch_size` / `steps_per_generation`; PPO up
+    to 0.16 multiplied num_mini_batches into `local_batch_size`, 0.17-1.12 not; no PPO from 1.13.
 
 Example
-    per_device_train_batch_size: 2
-    num_generations: 8                  # launched on one process
+    num_generations: 8                  # per_device_train_batch_size 2, launched on one process
     -> fail: generation_batch_size (2) must be divisible by num_generations (8).
        [trl/trainer/grpo_config.py:1132]: set gradient_accumulation_steps: 4 (or num_generations: 2)
 
 Fix safety
-    Safe: writes the chosen key changes into the config file (e.g.
-    `gradient_accumulation_steps: 2`, or removes `steps_per_generation` when generation_batch_size
-    is set too) for the process count the report names, once the installed config class accepts the
-    result. Nothing is written when no change of the config's own keys removes a violation.
+    Safe: writes those changes (e.g. `gradient_accumulation_steps: 2`, or drops
+    `steps_per_generation`) for the report's process count once the installed config class accepts
+    them; else nothing.
 """
 
 from __future__ import annotations
@@ -52,6 +42,7 @@ from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import config_class, field_default
 from trl_doctor.facts.trl_geometry import (AUTO_FIND_BATCH_SIZE, Evaluator, Problem, config_values, geometry_reading,
                                            plain, probe_class)
+from trl_doctor.facts import wording_config as words
 from trl_doctor.facts.trainer_config import trainer_config_info
 
 # The knobs a fix may change: (key, tier, direction). Lower tiers change less of what the job does: gradient
@@ -88,14 +79,12 @@ def check(ctx):
     cls = config_class(ctx.trainer)
     trl_version = ctx.version("trl") or "not installed"
     if cls is None:
-        yield skip(f"trl {trl_version} has no {ctx.trainer.upper()}Config, so there is no batch geometry to check "
-                   "(see value-model / smoke-step for the trainer itself)")
+        yield skip(words.no_config_class(trl_version, ctx.trainer))
         return
     refused = sorted(k for k in set(trainer_config_info(ctx).type_errors) & set(field_names(cls))
                      if any(w in k for w in ("batch", "generation", "steps", "accumulation", "rloo_k", "epochs")))
     if refused:
-        yield skip(f"{', '.join(refused)} has a value TRL's parser refuses (see trainer-config): no batch arithmetic "
-                   "to judge until it is a number")
+        yield skip(words.refused_numbers(refused))
         return
     the_launch = launch(ctx)
     procs, where = the_launch.processes, the_launch.processes_from
@@ -107,7 +96,7 @@ def check(ctx):
     if the_launch.processes_note:
         details["process count note"] = the_launch.processes_note
     details["geometry"] = _geometry(resolved, procs)
-    details["read from"] = [f"{u.where} ({u.kind})" for u in reading.units] or "no geometry code found"
+    details["read from"] = words.read_from(reading.units)
 
     confirmed, extra, verdict = _cross_check(ctx, cls, ctx.config.raw, procs, problems)
     if verdict:
@@ -116,8 +105,7 @@ def check(ctx):
     own = _auto_find_batch_size(ctx, extra)
 
     if not problems and not extra and not own:
-        yield passed(f"at {procs} process{'es' if procs != 1 else ''} ({where}): {_summary(resolved, procs)}",
-                     **details)
+        yield passed(words.geometry_healthy(procs, where, _summary(resolved, procs)), **details)
         return
 
     plan = _plan_fixes(state, base, problems, cls, set(ctx.config.raw))
@@ -135,16 +123,13 @@ def check(ctx):
         if ok:
             sets = ", ".join(f"{k}: {v}" for k, v in plan.changes.items() if v is not DELETE)
             drops = ", ".join(k for k, v in plan.changes.items() if v is DELETE)
-            words = "; ".join(w for w in (f"set {sets}" if sets else "", f"remove {drops}" if drops else "") if w)
-            fix = Fix(f"{words} in {ctx.config.path.name} (for {procs} process{'es' if procs != 1 else ''})",
+            changes = "; ".join(w for w in (f"set {sets}" if sets else "", f"remove {drops}" if drops else "") if w)
+            fix = Fix(f"{changes} in {ctx.config.path.name} (for {words.processes(procs)})",
                       (Edit(str(ctx.config.path), set=tuple(plan.changes.items())),))
-            details["changes"] = words
+            details["changes"] = changes
         else:
             details["fix not offered"] = f"TRL's {cls.__name__} rejects the changed config: {why}"
-    count = len(lines)
-    head = (f"{count} batch-geometry violation{'s' if count != 1 else ''} at {procs} process{'es' if procs != 1 else ''} "
-            f"({where}), where trl {trl_version} stops: ")
-    yield fail(head + "; ".join(lines), fix=fix, **details)
+    yield fail(words.violations(lines, procs, where, trl_version), fix=fix, **details)
 
 
 # -- the smallest change ----------------------------------------------------------------------------------

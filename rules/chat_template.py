@@ -1,41 +1,33 @@
 """TD012 chat-template: the template renders the prompts and opens the assistant's turn, after one BOS.
 
 What it does
-    Renders and tokenizes up to 1000 prompts as the installed trainer does (read from its source:
-    `maybe_apply_chat_template` up to TRL 0.24, `apply_chat_template(add_generation_prompt=True)`
-    from 0.25; shared with context-length), in the worker's fence. Conversational rows need a
-    template that renders them; the text before an assistant message must hold no special token
-    (the generation prompt is there); when the tokenizer's own encoding starts with BOS, each
-    prompt's ids, as the trainer (and vLLM) get them, must start with exactly one BOS.
+    Renders and tokenizes up to 1000 prompts as the trainer does (`maybe_apply_chat_template` up to
+    TRL 0.24, `apply_chat_template(add_generation_prompt=True)` from 0.25), in the worker's fence:
+    conversational rows need a template that renders them and opens the assistant's turn, and, where
+    the tokenizer adds a BOS, one BOS in each prompt's ids as the trainer (and vLLM) get them.
 
 Why is this bad?
-    Prompts are rendered at every step, after the model and vLLM loaded:
-    - no template (a base checkpoint): "ValueError: Cannot use apply_chat_template() because
-      tokenizer.chat_template is not set" (open-r1#85; "Cannot use chat template functions ..." in
-      transformers 5; no class-level defaults from 4.43, transformers#33246);
+    Each step renders prompts, after the model and vLLM loaded:
+    - no template: "ValueError: Cannot use apply_chat_template() because tokenizer.chat_template is
+      not set" (open-r1#85; transformers 5: "Cannot use chat template functions ..."; no class
+      defaults from 4.43, transformers#33246);
     - a template that raises: Mistral's and Gemma's first ones on a system message ("Conversation
       roles must alternate user/assistant/user/assistant/..."), TRL 0.14-0.24 on a last message not
       from the user ("Invalid role in the last message");
-    - a template that ignores `add_generation_prompt`: the model writes the assistant header, the
-      rewards see it;
     - BOS: chat prompts are tokenized without special tokens, so a template without
-      `{{ bos_token }}` drops the BOS Llama, Mistral and Gemma were trained with. TRL up to 0.25
-      tokenizes plain prompts without it too (garbage from Gemma, trl#3520), 0.26 and later with it
-      (pre-rendered `<|begin_of_text|>` text gets two); up to 0.24 rendered text went to vLLM,
-      which gave Llama 3 prompts two BOS (trl#3853). PPO's example script tokenizes `prompt` with
-      the tokenizer's defaults.
+      `{{ bos_token }}` drops the BOS Llama, Mistral and Gemma were trained with; TRL up to 0.25
+      also tokenizes plain prompts without it (Gemma: garbage, trl#3520), 0.26+ with it
+      (pre-rendered `<|begin_of_text|>` gets two); up to 0.24 vLLM got rendered text, two BOS for
+      Llama 3 (trl#3853).
 
 Example
-    model_name_or_path: gpt2-nopad      # a base tokenizer: no chat_template
-    dataset_path: chat.jsonl            # prompts are role/content messages
+    dataset_path: chat.jsonl            # role/content messages; gpt2-nopad has no chat_template
     -> fail: 16 of the 16 measured prompts are conversational ... but the tokenizer ... has no chat
        template: ... the first step fails with ValueError: Cannot use chat template functions ...
 
 Fix safety
-    No fix: the template and the dataset are the user's. The message names the smallest change: a
-    chat template to copy from the instruct sibling (or plain-text prompts), the role the template
-    rejects, `{{ bos_token }}` at the template's start, the BOS text to strip from pre-rendered
-    prompts or prepend to plain ones.
+    No fix; the message names the change: the instruct sibling's template, the role rejected,
+    `{{ bos_token }}` first, the BOS to strip or prepend.
 """
 
 from __future__ import annotations

@@ -1,44 +1,33 @@
 """TD011 context-length: every prompt plus a full completion fits the model's context and vLLM's.
 
 What it does
-    Renders and tokenizes up to 1000 prompts spread over the dataset as the installed trainer does
-    (shared with chat-template and logits-contract), and compares the longest (after TRL's
-    truncation, where it truncates) plus `max_completion_length` (PPO: `response_length`) with
-    config.json's `max_position_embeddings` and, with vLLM, its `max_model_len`. Overrunning a
-    learned position table (GPT-2, OPT, GPT-Neo, seen on the meta-device model) fails, rotary or
-    relative positions warn; the 99th percentile, the prompts that do not fit and, with
-    `max_prompt_length`, the share truncated (warn above 2%) are reported.
+    Tokenizes up to 1000 prompts as the installed trainer does (shared with chat-template) and
+    compares the longest (after TRL's truncation) plus `max_completion_length` (PPO:
+    `response_length`) with `max_position_embeddings` and vLLM's `max_model_len`: past a learned
+    position table (GPT-2, OPT, GPT-Neo) fails, rotary or relative warns; also the p99, the prompts
+    that do not fit, the share truncated (warn above 2%).
 
 Why is this bad?
-    Nothing checks this before the first batch. Past a learned table GPT-2 fails with
-    "index out of range in self" (a device-side assert on GPU); rotary models generate from
-    positions they never saw. vLLM refuses: "The decoder prompt (length 3353) is longer than the
-    maximum model length of 2560" (trl#3569), or "Input prompt (8128 tokens) is too long and
-    exceeds limit of 6000" and TRL fails with an IndexError (trl#3180); a `max_model_len` above the
-    model's stops vLLM at start-up. TRL's truncation (`max_prompt_length`, GRPOConfig 0.14-0.27,
-    removed in 0.28) keeps the last tokens, so the BOS, the system prompt or the generation prompt
-    can be cut; TRL 0.19.0 also decoded truncated prompts with `skip_special_tokens=True` before
-    vLLM (trl#3644).
-
-Versions
-    Read from the installed config class: `vllm_max_model_length` (0.27 and later) or
-    `vllm_max_model_len` (0.15-0.17, read only by 0.15's in-process vLLM), `vllm_mode`
-    (0.18 and later; server mode's `--max-model-len` is a flag of `trl vllm-serve`). Plain prompts
-    are tokenized without special tokens up to TRL 0.25, with them from 0.26.
+    Past a learned table GPT-2 fails with "index out of range in self" (a device-side assert on
+    GPU); rotary models run on untrained positions. vLLM refuses: "The decoder prompt (length 3353)
+    is longer than the maximum model length of 2560" (trl#3569), or "Input prompt (8128 tokens) is
+    too long and exceeds limit of 6000" and TRL fails with an IndexError (trl#3180); a
+    `max_model_len` above the model's stops vLLM at start-up. `max_prompt_length` (GRPOConfig
+    0.14-0.27, gone in 0.28) keeps the last tokens, so the BOS, system or generation prompt can be
+    cut; TRL 0.19.0 also decoded truncated prompts with `skip_special_tokens=True` for vLLM
+    (trl#3644). Keys: `vllm_max_model_length` (0.27+), `vllm_max_model_len` (0.15-0.17, only 0.15's
+    in-process vLLM reads it), `vllm_mode` (0.18+; a server's `--max-model-len` is a
+    `trl vllm-serve` flag).
 
 Example
-    model_name_or_path: gpt2-nopad      # learned positions: 512 rows
-    max_completion_length: 500
+    model_name_or_path: gpt2-nopad      # learned positions: 512 rows; max_completion_length: 500
     -> fail: the longest prompt is 26 tokens (row 8; p99 26) and max_completion_length is 500:
-       26 + 500 = 526 > the model's max_position_embeddings 512, and GPT2LMHeadModel.transformer.wpe
-       is a learned table of 512 positions ...
+       26 + 500 = 526 > the model's max_position_embeddings 512, and ... is a learned table ...
 
 Fix safety
-    Safe, for vLLM's context only: when `vllm_max_model_length` (or `vllm_max_model_len` where the
-    installed TRL reads that) is too small but the model's limit is large enough, `--fix` sets it
-    to the longest prompt plus a full completion (or lowers a value above the model's limit to the
-    limit). The rest is named but not written, since it changes what is trained on: a
-    `max_completion_length` that fits, the prompt length to filter at, a `max_prompt_length`.
+    Safe for vLLM's context only: a too small `vllm_max_model_length` (or `vllm_max_model_len` where
+    read) becomes the longest prompt plus a full completion (too large: the limit). Changes to
+    training are only named (`max_completion_length`, a prompt filter, `max_prompt_length`).
 """
 
 from __future__ import annotations

@@ -1,39 +1,33 @@
 """TD013 dataset-schema: the dataset has the columns and rows the trainer and reward functions read.
 
 What it does
-    Loads the dataset offline as the context does (one that cannot be loaded stops the check with
-    exit status 2, naming it) and shows its columns, row count and one row. Every prompt is
-    classified as text, messages, empty, null or malformed (from the Arrow column type when it
-    settles it, else on up to 10000 rows). Each reward function's parameters without a default,
-    read from its source with `ast` (user code is not run twice), must be dataset columns or
-    keywords the installed trainer passes (read from its source: `prompts`, `completions`; later
-    `completion_ids`, `trainer_state`; `log_extra`, `log_metric` in 1.x).
+    Loads the dataset offline (one that cannot load: exit 2) and shows its columns, rows and row 0.
+    Classifies every prompt as text, messages, empty, null or malformed (from the Arrow type, else
+    up to 10000 rows). Each reward function's parameters without a default (read with `ast`) must be
+    columns or keywords the installed trainer passes (`prompts`, `completions`; later
+    `completion_ids`, `trainer_state`; 1.x `log_extra`, `log_metric`).
 
 Why is this bad?
-    The trainer reads the dataset only when it builds the first batch, after the model (and vLLM)
-    loaded:
-    - GRPO and RLOO read a `prompt` column (PPO's example script examples/scripts/ppo/ppo.py too):
-      `question`, `problem` or `messages` fail the first step with "KeyError: 'prompt'"
-      (ms-swift#5087);
+    The trainer reads the dataset only at the first batch, after the model (and vLLM) loaded:
+    - GRPO and RLOO read a `prompt` column (so does examples/scripts/ppo/ppo.py): `question`,
+      `problem` or `messages` fail the first step with "KeyError: 'prompt'" (ms-swift#5087);
     - TRL decides per batch, from its first row, whether prompts are text or messages: mixed, null
       or empty rows fail or mix formats mid-run;
-    - every column but `prompt`/`completion` goes to each reward function by name: one that takes
-      `answer` without a default needs that column ("TypeError: ... missing 1 required positional
-      argument: 'answer'");
-    - a streamed dataset (`dataset_streaming: true`, from TRL 0.19) is an IterableDataset: GRPO
-      0.17-1.8 and RLOO 0.22-1.8 refuse it ("Iterable datasets are not yet supported"), GRPO
-      0.14-0.16 broke the prompt groups (trl#3213) or crashed (trl#2942), PPO (and RLOO before
-      0.22) takes its length; from 1.9.0, which repeats it, `max_steps` must be set.
+    - every column but `prompt`/`completion` goes to each reward function by name: one taking
+      `answer` without a default needs it ("TypeError: ... missing 1 required positional argument:
+      'answer'");
+    - `dataset_streaming: true` (TRL 0.19+) gives an IterableDataset: GRPO 0.17-1.8 and RLOO
+      0.22-1.8 refuse it ("Iterable datasets are not yet supported"), GRPO 0.14-0.16 broke groups
+      (trl#3213) or crashed (trl#2942), PPO (and RLOO < 0.22) take its length; 1.9.0+ need
+      `max_steps`.
 
 Example
     dataset_path: questions.jsonl       # columns: question, answer
-    -> fail: the dataset has no `prompt` column (columns: question, answer): ... so the first step
-       fails with KeyError: 'prompt'; ...
+    -> fail: the dataset has no `prompt` column (columns: question, answer): ... KeyError: 'prompt'
 
 Fix safety
-    No fix: the dataset is the user's. The message names the column to rename (the likely
-    candidate), the rows to repair, the missing column each reward function takes, and for a stream
-    either `max_steps` or the release that supports it.
+    No fix: the dataset is the user's. The message names the column to rename, the rows to repair,
+    the column each reward function lacks, and for a stream `max_steps` or the release to use.
 """
 
 from __future__ import annotations
@@ -49,11 +43,10 @@ from trl_doctor import Finding, InputError, Unavailable, fail, passed, rule, ski
 from trl_doctor.facts.chat import prompt_format, sample_indices
 from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import ppo_style, script_fields, stream_support
+from trl_doctor.facts.wording_dataset import no_prompt_column, prompt_reader
 
 SCAN_ROWS = 10000  # rows looked at one by one when the Arrow column type does not settle the format
 SHOWN_ROWS = 8
-CANDIDATES = ("question", "problem", "query", "instruction", "input", "text", "messages", "conversations", "conversation",
-              "prompts", "Prompt", "question_text", "content")
 # keywords TRL passes to reward functions when its source cannot be read
 DEFAULT_PASSED = ("prompts", "completions")
 DEFAULT_EXCLUDED = ("prompt", "completion")
@@ -100,15 +93,8 @@ def check(ctx):
         yield from (replace(f, details=dict(details)) for f in found)
         return
     if "prompt" not in columns:
-        near = [c for c in CANDIDATES if c in columns]
-        hint = (f"rename `{near[0]}` to `prompt`" if near else "add a `prompt` column") + \
-            " (dataset.rename_column, or map the rows to {\"prompt\": ...})"
         yield from findings
-        yield fail(
-            f"the dataset has no `prompt` column (columns: {', '.join(columns) or 'none'}): {_reader(ctx)}, so the first "
-            f"step fails with KeyError: 'prompt'; {hint}",
-            **details,
-        )
+        yield fail(no_prompt_column(columns, prompt_reader(ctx.trainer, ppo_style(ctx.trainer))), **details)
         return
     # each part's findings carry the details known when they were found
     formats, found = _formats(ctx, ds, total)
@@ -484,13 +470,6 @@ def _token_rows(ctx, ds, total) -> tuple[dict[str, Any], list[Finding]]:
         found.append(passed(f"{total} rows of `input_ids`, tokenized by the script, as {cls} (trl "
                             f"{ctx.version('trl')}) reads them: it pads them itself and reads no `prompt` column"))
     return {"rows scanned": f"{len(indices)} of {total}"}, found
-
-
-def _reader(ctx) -> str:
-    if ppo_style(ctx.trainer):
-        return (f"{ctx.trainer.upper()}'s example script (examples/scripts/{ctx.trainer}/{ctx.trainer}.py) tokenizes "
-                "`prompt` (dataset_text_field = \"prompt\") into the `input_ids` the trainer reads")
-    return f"{ctx.trainer.upper()}Trainer builds every batch from it (`prompts = [x[\"prompt\"] for x in inputs]`)"
 
 
 def _rows(count: int, rows: list[int]) -> str:

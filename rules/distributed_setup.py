@@ -1,41 +1,32 @@
 """TD019 distributed-setup: device_map, PEFT and checkpointing suit the launch's processes, sharding.
 
 What it does
-    Takes the processes and the DeepSpeed / FSDP sharding from facts.launch, and reads the
-    `device_map` the policy is loaded with (and whether the installed trainer resets it when
-    distributed), the effective `use_reentrant` (the config, the trainer's `setdefault`, the
-    installed transformers' default) and whether the trainer forces reentrant under PEFT + ZeRO-3,
-    the installed deepspeed and peft against known issue KI015, and whether deepspeed is installed
-    (on the launch machine only).
+    Reads the launch's processes and DeepSpeed / FSDP sharding, the policy's `device_map` (and
+    whether the trainer resets it), the effective `use_reentrant` (config, the trainer's
+    `setdefault`, transformers' default) and whether the trainer forces reentrant under PEFT +
+    ZeRO-3, deepspeed and peft against KI015, and deepspeed's presence on the launch machine.
 
 Why is this bad?
-    - `device_map="auto"` (or "balanced", "sequential", a multi-entry map) with more than one
-      process: accelerate refuses it at `prepare` ("ValueError: You can't train a model that has
-      been loaded with `device_map='auto'` in any distributed mode ...", catalog H9;
-      transformers#31557).
-    - PEFT + ZeRO-3 + non-reentrant checkpointing (`use_reentrant=False`, the default of
-      transformers 5 and of TRL's trainers on transformers 4 since trl#4811): the first backward
-      fails with "CheckpointError: Recomputed values for the following tensors have different
-      metadata than during the forward pass" (catalog H2; trl#2514, transformers#47254); newer
-      trainers force reentrant (trl#6356).
-    - PEFT + ZeRO-3 on a 16-bit base with DeepSpeed 0.19.2: fp32 adapters meet a buffer sized by
-      the first parameter's dtype, and the first optimizer step fails with "TypeError: output
-      tensor must have the same type as input tensor" (catalog H3; deepspeed#8072, fixed in 0.19.3
-      by deepspeed#8073); newer trainers build the adapters with autocast_adapter_dtype=False
-      (trl#6091).
+    - `device_map="auto"` ("balanced", "sequential", a multi-entry map) with more than one process:
+      accelerate refuses it at `prepare` ("ValueError: You can't train a model that has been loaded
+      with `device_map='auto'` in any distributed mode ...", catalog H9; transformers#31557).
+    - PEFT + ZeRO-3 + non-reentrant checkpointing (`use_reentrant=False`, transformers 5's default,
+      TRL's on transformers 4 since trl#4811): the first backward fails with "CheckpointError:
+      Recomputed values for the following tensors have different metadata than during the forward
+      pass" (catalog H2; trl#2514, transformers#47254); newer trainers force reentrant (trl#6356).
+    - PEFT + ZeRO-3 on a 16-bit base with DeepSpeed 0.19.2: "TypeError: output tensor must have the
+      same type as input tensor" at the first step (catalog H3; deepspeed#8072, fixed in 0.19.3 by
+      deepspeed#8073; trl#6091 avoids it).
     - DeepSpeed configured without the package: "ImportError: DeepSpeed is not installed => run
       `pip3 install deepspeed` or build it from source."
 
 Example
     accelerate_config: accelerate_zero2_4gpu.yaml   # ZeRO-2 on this machine's 4 GPUs; no deepspeed
-    -> fail: DeepSpeed ZeRO-2 is configured (...) but the deepspeed package is not installed in this
-       machine, whose GPUs the job runs on: `accelerate launch` stops with "ImportError: ..." ...
+    -> fail: DeepSpeed ZeRO-2 is configured (...) but the deepspeed package is not installed ...
 
 Fix safety
-    No automatic fix (the changes touch the launch or the packages); a manual fix names the
-    smallest change: remove device_map (or {"": local_rank} per process) or launch one process;
-    `gradient_checkpointing_kwargs: {use_reentrant: true}`, ZeRO-2 or a TRL that forces it;
-    `pip install "deepspeed!=0.19.2"` or a TRL that keeps the adapters in the base dtype;
+    Manual fixes only, the smallest change: no device_map (or {"": local_rank}) or one process;
+    `use_reentrant: true`, ZeRO-2 or a TRL that forces it; `pip install "deepspeed!=0.19.2"`;
     `pip install deepspeed`.
 """
 

@@ -1,39 +1,33 @@
 """TD004 eos-termination: generation stops at the token the model ends its turn with.
 
 What it does
-    Finds the token the chat template ends the assistant's turn with (for plain prompts, the eos)
-    and checks it is in the stop set of HF `generate` and, with `use_vllm`, vLLM (the tokenizer's
-    eos plus generation_config.json's `eos_token_id`), and where the installed trainer ends the
-    completion mask (facts.generation.mask_eos). With the smoke step a probe makes the twin emit it
-    as the 4th to 6th completion token in the trainer's real generation path, which must stop
-    there. PPO-style trainers (PPO, RLOO before trl 0.22): the config's `stop_token` /
-    `stop_token_id`, no probe.
+    Finds the token the chat template ends the assistant's turn with (plain prompts: the eos) and
+    checks it is in the stop set of HF `generate` and, with `use_vllm`, vLLM (the tokenizer's eos
+    plus generation_config.json's `eos_token_id`), and where the installed trainer ends the
+    completion mask. With the smoke step a probe makes the twin emit it as completion token 4-6 in
+    the trainer's real generation path, which must stop there. PPO, RLOO < trl 0.22: the config's
+    `stop_token` / `stop_token_id`, no probe.
 
 Why is this bad?
     A completion that never stops runs to `max_completion_length` (PPO: `response_length`): the job
-    pays for the longest completions and the rewards score rambling after the answer. Typical
-    causes: generation_config.json lacks the template's turn end (`<|im_end|>` on a Qwen base
-    checkpoint, `<|eot_id|>` on the first Llama 3 Instruct release), the tokenizer's eos differs
-    from the model's, PPO's `stop_token` is unset. A mask that ends at the tokenizer's eos only
-    (TRL up to 1.12 at least) counts every completion that stopped at another terminator as
-    truncated (Phi-3.5's `<|end|>`, catalog B8, trl PR #7039). TRL 0.15's GRPOTrainer built its
-    GenerationConfig without eos ids (1.x passes them), hence the probe.
+    pays for the longest ones and the rewards score rambling. Typical causes: generation_config.json
+    lacks the turn end (`<|im_end|>` on a Qwen base checkpoint, `<|eot_id|>` on the first Llama 3
+    Instruct release), the tokenizer's eos differs from the model's, PPO's `stop_token` is unset. A
+    mask that ends at the tokenizer's eos only (TRL up to 1.12 at least) counts completions that
+    stopped at another terminator as truncated (Phi-3.5's `<|end|>`, catalog B8, trl PR #7039). TRL
+    0.15's GRPOTrainer built its GenerationConfig without eos ids.
 
 Example
     model_name_or_path: qwen2-base      # ChatML: turns end with <|im_end|>; eos is <|endoftext|>
     -> fail: generation does not stop at '<|im_end|>' (id 2): the probe made the model emit it as
-       the 4th token and generation still ran all 8 steps of the probe's limit;
-       generation_config.json eos_token_id [0] lacks it, so every completion will run to
-       max_completion_length (256)
+       the 4th token and generation still ran all 8 steps of the probe's limit; ...
 
 Fix safety
-    Safe: adds the id to generation_config.json's `eos_token_id` (a list, existing ids first) and,
-    where the trainer's mask ends at the tokenizer's eos only, makes the terminator the tokenizer's
-    `eos_token` (tokenizer_config.json, special_tokens_map.json); PPO: `stop_token: eos`. Manual
-    for the Hugging Face cache (never rewritten: copy the snapshot first), a launch script (pass
-    `--stop_token eos`), and a `stop_token_id` other than the eos with `missing_eos_penalty`, which
-    penalizes every response that stopped there (use `stop_token: eos` with a tokenizer whose eos
-    is that token).
+    Safe: adds the id to generation_config.json's `eos_token_id` (existing ids first) and, where the
+    mask ends at the tokenizer's eos only, makes the terminator its `eos_token`; PPO:
+    `stop_token: eos`. Manual for the Hugging Face cache (copy the snapshot first), a launch script
+    (`--stop_token eos`), and a `stop_token_id` other than the eos with `missing_eos_penalty`, which
+    penalizes every response that stopped there (use `stop_token: eos`, that token as the eos).
 """
 
 from __future__ import annotations
@@ -47,6 +41,7 @@ from trl_doctor.facts.trl import TRAINER_CLASS, ppo_style
 from trl_doctor.facts.tokens import as_id_list
 from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
 from trl_doctor.facts.trainer_config import trainer_config
+from trl_doctor.facts import wording_eos as words
 
 
 @rule(
@@ -72,22 +67,15 @@ def check(ctx):
         rows = []
     term = completion_terminator(tok, rows)
     if term["template_error"]:
-        yield warn(f"the chat template cannot be rendered ({term['template_error']}); the turn terminator is unknown",
-                   **{"tokenizer": str(ctx.config.tokenizer.path)})
+        yield warn(words.unrendered(term["template_error"]), **{"tokenizer": str(ctx.config.tokenizer.path)})
         return
     stop_set = sorted(set(gen_eos) | ({tok.eos_token_id} if tok.eos_token_id is not None else set()))
     names = {i: tok.convert_ids_to_tokens(i) for i in stop_set}
     use_vllm = bool(config_value(ctx, "use_vllm", False))
-    details = {
-        "terminator": f"{term['token']!r} (id {term['id']}): {term['why']}",
-        "tokenizer eos": f"{tok.eos_token!r} (id {tok.eos_token_id})",
-        "config.json eos_token_id": cfg_json.get("eos_token_id"),
-        "generation_config.json eos_token_id": None if gen_json is None else gen_json.get("eos_token_id"),
-        "stop set (HF generate and vLLM: tokenizer eos + generation config eos ids)": [f"{names[i]!r} ({i})" for i in stop_set],
-        "generation path": "vLLM" if use_vllm else "transformers generate",
-    }
+    details = words.details(term, tok.eos_token, tok.eos_token_id, cfg_json, gen_json,
+                            [(names[i], i) for i in stop_set], use_vllm)
     if term["id"] is None:
-        yield fail("the tokenizer has no eos token: nothing can end a completion", **details)
+        yield fail(words.NO_EOS, **details)
         return
     static_ok = term["id"] in stop_set
     mask = mask_eos(ctx.trainer)
@@ -108,7 +96,7 @@ def check(ctx):
 
     probe = _probe(ctx, term)
     details.update(probe.get("details", {}))
-    where = f"{gen_path.name} eos_token_id {gen_eos}" if gen_json is not None else f"config.json eos_token_id {gen_eos} (no generation_config.json)"
+    where = words.stop_ids_from(gen_eos, gen_json is not None)
     if probe.get("stopped") is False:
         yield fail(
             f"generation does not stop at {term['token']!r} (id {term['id']}): the probe made the model emit it as the "
@@ -118,12 +106,7 @@ def check(ctx):
         )
         return
     if not static_ok and (use_vllm or probe.get("stopped") is None):
-        path = "vLLM" if use_vllm else "generation"
-        yield fail(
-            f"{term['token']!r} (id {term['id']}) ends the assistant's turn but {path} will not stop at it: {where} and the "
-            f"tokenizer's eos {tok.eos_token!r} ({tok.eos_token_id}) do not include it, so completions run to max_completion_length",
-            fix, **details,
-        )
+        yield fail(words.never_stops(term, use_vllm, where, tok.eos_token, tok.eos_token_id), fix, **details)
         return
     if not static_ok:
         yield warn(
@@ -133,7 +116,7 @@ def check(ctx):
         )
         return
     how = f"; the probe saw generation stop after {probe['steps']} steps" if probe.get("stopped") else ""
-    yield passed(f"completions end at {term['token']!r} (id {term['id']}), which is in the stop set{how}", **details)
+    yield passed(words.in_stop_set(term, how), **details)
 
 
 def _limit(ctx):

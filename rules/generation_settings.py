@@ -1,43 +1,33 @@
 """TD021 generation-settings: the job samples as you set it, from prompts `generate` accepts.
 
 What it does
-    Merges the GenerationConfig the installed trainer builds (read from its source) with the
-    checkpoint's generation_config.json and with a blank one, through the installed transformers'
-    `_prepare_generation_config` on the meta-device model: keys that differ are the file's doing
-    (ids aside). Asks `_validate_model_kwargs` whether `generate` takes the tokenizer's output and
-    the trainer's source whether it gets it; reads who pads prompts, and whether
-    `unwrap_model_for_generation` turns gradient checkpointing off.
+    Merges, through transformers' `_prepare_generation_config`, the GenerationConfig the installed
+    trainer builds with generation_config.json and with a blank one: keys that differ are the file's
+    doing. Reads from `_validate_model_kwargs` and the trainer's source whether `generate` takes the
+    tokenizer's output, who pads prompts, and whether checkpointing is off while generating.
 
 Why is this bad?
-    - Sampling defaults in generation_config.json (`min_p`, `top_k`, `temperature`,
-      `no_repeat_ngram_size`, `do_sample`...) fill every key the trainer leaves unset (in
-      transformers 4.50-4.57 also keys set to the global default, transformers#42762): the job
-      samples with settings nobody wrote, narrower exploration, identical completions, high
-      `frac_reward_zero_std` (ms-swift#3135). vLLM gets explicit SamplingParams and reads only the
-      eos ids.
-    - `token_type_ids` in the tokenizer's output (Baguettotron) on a model whose forward takes
-      none: "ValueError: The following `model_kwargs` are not used by the model:
-      ['token_type_ids']" at the first step (trl#4549).
-    - `padding_side: right` where the trainer leaves padding to the tokenizer (PPO's
-      DataCollatorWithPadding): pads sit between prompt and completion ("A decoder-only
-      architecture is being used, but right-padding was detected!").
-    - GRPO with `gradient_checkpointing: true` and no vLLM on TRL before 0.22 (PR#3891 fixed it):
-      generation runs without the KV cache, quadratic in the completion length; transformers 4.53+
-      logs "Caching is incompatible with gradient checkpointing" (trl#3683, catalog H4): a warn.
+    - Sampling defaults in generation_config.json (`min_p`, `top_k`, `no_repeat_ngram_size`...) fill
+      every key the trainer leaves unset (4.50-4.57 also keys set to the global default,
+      transformers#42762): settings nobody wrote, identical completions, high `frac_reward_zero_std`
+      (ms-swift#3135); vLLM reads only the eos ids.
+    - `token_type_ids` (Baguettotron's tokenizer) for a forward without them: "ValueError: The
+      following `model_kwargs` are not used by the model: ['token_type_ids']" (trl#4549).
+    - `padding_side: right` under PPO's DataCollatorWithPadding: "A decoder-only architecture is
+      being used, but right-padding was detected!".
+    - GRPO with `gradient_checkpointing: true` and no vLLM before TRL 0.22 (fixed by PR#3891): no KV
+      cache, quadratic in the completion length (transformers 4.53+: "Caching is incompatible with
+      gradient checkpointing", trl#3683, catalog H4): a warn.
 
 Example
     model_name_or_path: qwen2-minp      # generation_config.json sets min_p, no_repeat_ngram_size
-    -> warn: generate samples with min_p 0.1 (generation_config.json) instead of unset
-       (GRPOConfig.min_p = None); no_repeat_ngram_size 4 (generation_config.json) instead of 0
-       (GRPOTrainer does not pass it; transformers' default 0): transformers fills what the trainer
-       leaves unset from generation_config.json, so the job does not sample as GRPOConfig says
+    -> warn: generate samples with min_p 0.1 (generation_config.json) instead of unset ...
 
 Fix safety
-    Safe for the tokenizer: writes `model_input_names` without `token_type_ids`, or
-    `padding_side: left`, to tokenizer_config.json (manual when it is in the Hugging Face cache,
-    never rewritten). Manual for the sampling keys (pin each in `generation_kwargs` or delete it
-    from generation_config.json, which also sets the model's inference defaults) and for
-    checkpointed generation (vLLM, trl>=0.22, or checkpointing off: each changes the job).
+    Safe: `model_input_names` without `token_type_ids`, or `padding_side: left`, in
+    tokenizer_config.json (manual in the hub cache). Manual: pin sampling keys in
+    `generation_kwargs` or delete them from generation_config.json; vLLM, trl>=0.22 or no
+    checkpointing.
 """
 
 from __future__ import annotations

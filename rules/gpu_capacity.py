@@ -1,42 +1,33 @@
 """TD008 gpu-capacity: the GPUs can run the job: a new enough driver, enough GPUs, enough memory.
 
 What it does
-    Reads the GPUs through NVML (CUDA_VISIBLE_DEVICES applied) and torch's CUDA build from
-    torch/version.py, and estimates one training process's peak memory
-    (trl_doctor/facts/memory_estimate.py): weights, gradients and AdamW states of what trains, a
-    reference copy (beta != 0 without PEFT), reward and value models, activations, the log-prob
-    head as the installed trainer runs it (whole-sequence logits where the model ignores
-    `logits_to_keep`, trl#2770), the KV cache, vLLM colocate's share, 0.5 GiB of CUDA context,
-    divided by ZeRO or FSDP sharding. Over a GPU's free memory fails (warns where the sharding
-    cannot be read), within 10% warns; a local vLLM server (0.0.0.0 or localhost) takes a GPU; no
-    GPU fails with use_vllm, else skips.
+    Reads the GPUs through NVML (CUDA_VISIBLE_DEVICES applied) and torch's CUDA build, and estimates
+    one process's peak memory (facts/memory_estimate.py): weights, gradients and AdamW states of
+    what trains, a reference copy (beta != 0 without PEFT), reward and value models, activations,
+    the log-prob head as the installed trainer runs it (whole-sequence logits where `logits_to_keep`
+    is ignored, trl#2770), the KV cache, vLLM colocate's share, 0.5 GiB of CUDA context, divided by
+    ZeRO or FSDP sharding. Over a GPU's free memory fails (warns where the sharding cannot be read),
+    within 10% warns; a local vLLM server takes a GPU; no GPU fails with use_vllm, else skips.
 
 Why is this bad?
-    A config written for one machine dies on another at start-up or at the first step: a driver
-    older than torch's CUDA major ("The NVIDIA driver on your system is too old"; within the major
-    version, Triton or torch.compile kernels can fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
-    vLLM colocate with a `vllm_tensor_parallel_size` above the GPUs ("tensor_parallel_size (X) must
-    divide world size (Y) evenly"), server mode on one GPU; out of memory, since TRL loads the
-    policy in float32 unless a dtype is given (`bf16: true` only autocasts): 16 bytes per
-    parameter, ~120 GiB for 8B before one activation. Precision (bf16 below compute capability 8.0)
-    and the attention kernel are TD015 precision-and-attention's.
-
-Versions
-    bf16 defaults to True in TRL >= 0.19 (GRPOConfig, RLOOConfig; False before). GRPO's beta
-    defaults to 0.0 from TRL 0.19 (0.04 before), RLOO's to 0.05 in TRL 1.16. vLLM takes a spare GPU
-    in TRL 0.14-0.15, runs as a server by default in 0.16-0.29, colocated from 1.0 with
-    vllm_gpu_memory_utilization 0.3. max_prompt_length exists up to TRL 0.27 (default 512); later
-    the estimate assumes 512 prompt tokens and says so.
+    A config written for one machine dies on another at start-up or the first step: a driver older
+    than torch's CUDA major ("The NVIDIA driver on your system is too old"; within it,
+    CUDA_ERROR_UNSUPPORTED_PTX_VERSION from Triton kernels); `vllm_tensor_parallel_size` above the
+    GPUs ("tensor_parallel_size (X) must divide world size (Y) evenly"), server mode on one GPU; out
+    of memory: TRL loads the policy in float32 unless a dtype is given (`bf16: true` only
+    autocasts), 16 bytes per parameter, ~120 GiB for 8B. bf16 is on by default from TRL 0.19; GRPO's
+    beta is 0.0 from 0.19 (0.04 before), RLOO's 0.05 in 1.16; vLLM takes a spare GPU in 0.14-0.15,
+    is a server by default in 0.16-0.29, colocated from 1.0 (memory utilization 0.3); past 0.27 (no
+    max_prompt_length) 512 prompt tokens are assumed, and said.
 
 Example
-    model_name_or_path: llama-3-8b      # no dtype: loaded in float32
-    bf16: true                          # on one 80 GB A100
+    model_name_or_path: llama-3-8b      # no dtype: loaded in float32; one 80 GB A100
     -> fail: does not fit: needs ~... GiB per GPU (...) but ... has ... GiB free; ...
 
 Fix safety
     No fix: the message names the numbers and the smallest change
-    (`model_init_kwargs: {dtype: bfloat16}`, a smaller batch or completion length,
-    gradient_checkpointing, beta 0 or PEFT, a lower vllm_gpu_memory_utilization, a newer driver).
+    (`model_init_kwargs: {dtype: bfloat16}`, a smaller batch or completion, gradient_checkpointing,
+    beta 0 or PEFT, a lower vllm_gpu_memory_utilization, a newer driver).
 """
 
 from __future__ import annotations

@@ -1,38 +1,33 @@
 """TD003 logits-contract: the model answers the trainer's call the way the trainer expects.
 
 What it does
-    A probe builds the installed TRL's trainer on the miniature twin and calls its own per-token
-    log-prob method on 2 x (6 prompt + 4 completion) tokens, hooks recording the keywords the model
-    got and every vocabulary-sized output: logits for more positions than asked, or a result that
-    is not [batch, completion], fail, with the memory at the config's sizes. Remote code:
-    config.json's `auto_map` and `model_type` against the installed transformers, and the config's
-    `trust_remote_code`; the probe runs such code only under --trust-remote-code, else skips.
+    A probe builds the installed TRL's trainer on the twin and calls its per-token log-prob method
+    on 2 x (6 prompt + 4 completion) tokens, recording the keywords the model got and every
+    vocabulary-sized output: logits for more positions than asked, or a result that is not [batch,
+    completion], fail, with the memory at the config's sizes. Remote code (`auto_map`, `model_type`
+    unknown to the installed transformers) runs only under --trust-remote-code.
 
 Why is this bad?
-    TRL 0.15-0.17 call `model(input_ids, attention_mask, logits_to_keep=k + 1).logits`;
-    transformers up to 4.48 named it `num_logits_to_keep`, swallowed the unknown keyword and
-    returned logits for the whole sequence (trl#2770, on TRL 0.15.0.dev with transformers 4.48.0;
-    renamed in 4.49). Nothing fails: the logits cost (prompt+completion)/(k+1) times the memory
-    (not vocab/k, as a widely shared write-up says) and the job runs out of memory or far slower;
-    TRL 0.15.2 slices afterwards but still materialises them. TRL 1.x asks for `fused_lm_head=True`
-    and `labels` and reads `outputs.log_probs`. Remote code (catalog A4) needs
-    `trust_remote_code=True` ("... contains custom code which must be executed to correctly load
-    the model"), and its forward may lack `logits_to_keep` (a TypeError), swallow it, or have no
-    output embeddings ("'NoneType' object has no attribute 'weight'" under TRL 1.x's fused head).
+    TRL 0.15-0.17 call `model(input_ids, attention_mask, logits_to_keep=k + 1).logits`; transformers
+    up to 4.48 named it `num_logits_to_keep`, swallowed the unknown keyword and returned logits for
+    the whole sequence (trl#2770; renamed in 4.49). Nothing fails: the logits cost
+    (prompt+completion)/(k+1) times the memory (not vocab/k, as a shared write-up says) and the job
+    runs out of memory or far slower (0.15.2 slices them afterwards). TRL 1.x asks for
+    `fused_lm_head=True` and `labels` and reads `outputs.log_probs`. Remote code (A4) needs
+    `trust_remote_code=True` ("... contains custom code which must be executed to correctly load the
+    model"), and its forward may lack `logits_to_keep` (a TypeError), swallow it, or have no output
+    embeddings ("'NoneType' object has no attribute 'weight'" under TRL 1.x's fused head).
 
 Example
     model_name_or_path: qwen2-chat      # with trl 0.15.2 + transformers 4.48.3
-    per_device_train_batch_size: 8
-    max_completion_length: 512
     -> fail: _get_per_token_logps asked for logits of the last 5 positions but got all 10 (...):
        at this config's sizes the logits take ... instead of ...
 
 Fix safety
-    No fix in the files: the message names the installed versions and the upgrade
-    (transformers >= 4.49; for remote code, a forward that honours the keywords, or a native
-    architecture). An untrusted remote-code model gets a manual step: read its code, then set
-    `model_init_kwargs.trust_remote_code: true`, never written for the user, who decides to run
-    that code.
+    No fix in the files: the message names the installed versions and the upgrade (transformers >=
+    4.49; for remote code, a forward that honours the keywords, or a native architecture). For
+    untrusted remote code, a manual step: read it, then set
+    `model_init_kwargs.trust_remote_code: true` (never written for the user).
 """
 
 from __future__ import annotations

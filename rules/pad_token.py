@@ -1,21 +1,21 @@
 """TD001 pad-token: the tokenizer needs a pad token the trainer, the model files and vLLM agree on.
 
 What it does
-    Loads the tokenizer as the trainer will hold it (with `added_tokens`) and compares its pad
-    token with the eos, the embedding rows (`vocab_size`) and `pad_token_id` in config.json and
-    generation_config.json (the latter only where the installed trainer passes no pad id to
-    `generate`). Whether the trainer sets pad = eos is read from its source, and the line quoted.
+    Compares the pad token of the tokenizer the trainer holds (with `added_tokens`) with the eos,
+    the embedding rows (`vocab_size`) and `pad_token_id` in config.json and generation_config.json
+    (the latter only where the installed trainer passes no pad id to `generate`). Whether the
+    trainer sets pad = eos is read from its source, and the line quoted.
 
 Why is this bad?
-    GPT-2's and the Llama 3 tokenizers ship without a pad token. GRPOTrainer before TRL 0.17
-    crashes at the first batch ("ValueError: Asking to pad but the tokenizer does not have a
-    padding token"); from TRL 0.17 on (PR #3290) it silently sets `pad_token = eos_token`. A pad id
-    outside the embedding crashes the first forward ("index out of range in self"; a device-side
-    assert on GPU). A pad id in the model files that differs from the tokenizer's makes generation
-    pad with another token than the trainer masks, where the trainer leaves it to generate (PPO;
-    GRPO, trl 0.14 to 1.x, passes its own). pad = eos is harmless for GRPO and RLOO (the mask ends
-    at the first eos, inclusive), not for PPO, whose value and reward forwards mask every pad id:
-    the final eos is masked out and stopping is never rewarded.
+    GPT-2's and the Llama 3 tokenizers ship without a pad token. GRPOTrainer before TRL 0.17 crashes
+    at the first batch ("ValueError: Asking to pad but the tokenizer does not have a padding
+    token"); from TRL 0.17 on (PR #3290) it silently sets `pad_token = eos_token`. A pad id outside
+    the embedding crashes the first forward ("index out of range in self"; a device-side assert on
+    GPU). A pad id in the model files that differs from the tokenizer's makes generation pad with
+    another token than the trainer masks, where the trainer leaves it to generate (PPO; GRPO, trl
+    0.14 to 1.x, passes its own). pad = eos is harmless for GRPO and RLOO (the mask ends at the
+    first eos, inclusive), not for PPO, whose value and reward forwards mask every pad id: the final
+    eos is masked out and stopping is never rewarded.
 
 Example
     model_name_or_path: gpt2-nopad      # tokenizer_config.json has no pad_token
@@ -27,8 +27,7 @@ Fix safety
     `<|finetune_right_pad_id|>`, `<|endoftext|>` when it is not the eos), else the eos, never
     growing the vocabulary; writes `pad_token` to tokenizer_config.json (and
     special_tokens_map.json) and `pad_token_id` to config.json and generation_config.json. Manual
-    for files in the Hugging Face cache, never rewritten (copy the snapshot with `cp -rL`, point
-    the config at it, rerun --fix).
+    for the Hugging Face cache (copy the snapshot with `cp -rL`, point the config at it).
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from trl_doctor import Edit, Fix, fail, manual, passed, rule, warn
 from trl_doctor.facts.generation import pad_passed_to_generate
 from trl_doctor.facts.tokens import as_id_list, embedding_rows
 from trl_doctor.facts.trl import TRAINER_CLASS, pad_ids_zeroed, trainer_sets_pad_to_eos
+from trl_doctor.facts import wording_pad as words
 
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_pad_id|>", "<|endoftext|>")
 
@@ -58,42 +58,21 @@ def check(ctx):
     trl_version = ctx.version("trl") or "not installed"
     pad, pad_id, eos, eos_id = tok.pad_token, tok.pad_token_id, tok.eos_token, tok.eos_token_id
     gen_eos = as_id_list((gen_json or {}).get("eos_token_id"))
-    details = {
-        "tokenizer": str(ctx.config.tokenizer.path),
-        "pad_token": pad,
-        "pad_token_id": pad_id,
-        "eos_token": eos,
-        "eos_token_id": eos_id,
-        "vocab_size (embedding rows)": rows,
-        "config.json pad_token_id": cfg_json.get("pad_token_id"),
-        "generation_config.json pad_token_id": None if gen_json is None else gen_json.get("pad_token_id"),
-        "trl": trl_version,
-    }
+    details = words.details(tokenizer=str(ctx.config.tokenizer.path), pad=pad, pad_id=pad_id, eos=eos, eos_id=eos_id,
+                            rows=rows, config_pad=cfg_json.get("pad_token_id"), generation_json=gen_json, trl=trl_version)
 
     if pad is None:
         choice = _choose_pad(tok, rows, eos_id)
         fix = _fix(ctx, choice, gen_json)
         if eos is None:
-            yield fail("the tokenizer has neither a pad token nor an eos token; batches cannot be padded", fix, **details)
+            yield fail(words.NEITHER, fix, **details)
             return
         sets, evidence = trainer_sets_pad_to_eos(ctx.trainer)
         details["trainer behaviour"] = evidence
         if sets:
-            harm = (
-                " PPO then masks that eos out of the value and reward forwards, so the model is never rewarded for stopping."
-                if ctx.trainer == "ppo" else ""
-            )
-            yield warn(
-                f"the tokenizer has no pad token; {trainer_cls} in trl {trl_version} will silently set "
-                f"pad_token = eos_token {eos!r} (id {eos_id}).{harm}",
-                fix, **details,
-            )
+            yield warn(words.set_to_eos(ctx.trainer, trainer_cls, trl_version, eos, eos_id), fix, **details)
         else:
-            yield fail(
-                f"the tokenizer has no pad token and {trainer_cls} in trl {trl_version} does not set one: the first batch "
-                "fails with 'Asking to pad but the tokenizer does not have a padding token'",
-                fix, **details,
-            )
+            yield fail(words.never_set(trainer_cls, trl_version), fix, **details)
         return
 
     zeroed = pad_ids_zeroed(ctx.trainer) if pad_id is not None and rows is not None and pad_id >= rows else None
@@ -107,8 +86,7 @@ def check(ctx):
     if pad_id is None or (rows is not None and pad_id >= rows):
         choice = _choose_pad(tok, rows, eos_id)
         yield fail(
-            f"pad token {pad!r} has id {pad_id}, outside the model's {rows} embedding rows (config.json vocab_size): "
-            "the first forward pass indexes past the embedding matrix",
+            words.outside_rows(pad, pad_id, rows),
             _fix(ctx, choice, gen_json) if choice and choice[0] != pad else None,
             **details,
         )
@@ -125,9 +103,8 @@ def check(ctx):
             f"{disagree.pop('generation_config.json')} pads nothing: {trainer_cls} passes generate the tokenizer's pad id "
             f"({passed_pad}), pads prompts and completions with it and masks completions at the eos")
     if disagree:
-        listed = ", ".join(f"{name} says {value}" for name, value in disagree.items())
         yield warn(
-            f"pad_token_id disagrees between files: the tokenizer's pad {pad!r} is id {pad_id} but {listed}",
+            words.files_disagree(pad, pad_id, disagree),
             _fix(ctx, (pad, pad_id, "the tokenizer's own pad token"), gen_json, tokenizer=False),
             **details,
         )
@@ -140,8 +117,7 @@ def check(ctx):
         if pad_id == stop_id:
             choice = _choose_pad(tok, rows, eos_id, exclude={stop_id})
             yield warn(
-                f"pad token {pad!r} is also PPO's stop token (id {pad_id}): PPO masks pad ids out of the value and reward "
-                "forwards, so the final eos is masked and the model is never rewarded for stopping",
+                words.ppo_stop(pad, pad_id),
                 _fix(ctx, choice, gen_json) if choice and choice[1] != pad_id else None,
                 **details,
             )
@@ -150,7 +126,7 @@ def check(ctx):
         details["pad = eos"] = (
             f"harmless for {trainer_cls}: it masks the completion after the first eos, keeping that eos in the loss"
         )
-    yield passed(f"pad token {pad!r} (id {pad_id}) is set and within the {rows} embedding rows", **details)
+    yield passed(words.healthy(pad, pad_id, rows), **details)
 
 
 def _choose_pad(tok, rows, eos_id, exclude=frozenset()):

@@ -1,47 +1,33 @@
 """TD016 peft-setup: LoRA starts from a base, trains new tokens' rows, and gets gradients.
 
 What it does
-    Without weights: looks for adapter_config.json in the model folder; looks the meta model's
-    embedding and head names up in `lora_modules_to_save` when new tokens need rows; matches
-    `lora_target_modules`, as PEFT gets them, against the model's modules as PEFT does; reads the
-    trainer's source, transformers' `gradient_checkpointing_enable` and the effective
-    `gradient_checkpointing_kwargs` for whether input gradients are on.
+    Without weights: an adapter as the model, `lora_modules_to_save` for new tokens' rows,
+    `lora_target_modules` against the model's modules, whether input gradients are on.
 
 Why is this bad?
-    `use_peft: true` wraps the model in a fresh LoRA adapter; these setups break once the job runs:
-    - an adapter folder as the model: `create_model_from_path` (trl 0.26-1.16) stops ("Unrecognized
-      model in ... Should have a `model_type` key in its config.json"); `from_pretrained` (trl
-      0.14-0.19, PPO's script) attaches it to its base and `get_peft_model` resets it ("You are
-      trying to modify a model with PEFT for a second time": the SFT training is silently lost), or
-      without `use_peft` nothing trains ("element 0 of tensors does not require grad and does not
-      have a grad_fn"); trl 0.21-0.25 read `AutoConfig` first;
-    - new tokens' embedding and head rows stay as initialised unless both are in
-      `lora_modules_to_save`;
-    - reentrant checkpointing (transformers 4.x's default) with PEFT needs input gradients:
-      "None of the inputs have requires_grad=True", then the grad_fn error (trl#3089, trl#3150).
-      GRPOTrainer enables them from trl 0.16 (itself in 0.16-0.22, via `prepare_peft_model` in
-      0.23-0.25, in `__init__` from 0.26, transformers#42489), and transformers 5.x does for every
-      `input_ids` model: trl 0.14-0.15 + transformers 4.x fails (reproduced: trl 0.15.2,
-      transformers 4.48.3, peft 0.14.0). `gradient_checkpointing` defaults to True from 0.23
-      (BaseConfig from 0.29);
-    - `lora_target_modules: ["q_proj,", "v_proj"]` (a recipe's `"q_proj", "v_proj"` through
-      nargs='+'): PEFT adapts only v_proj without a word ("Target modules ... not found in the base
-      model" when none match); a one-item list becomes a regex string: `[q_proj]` matches nothing
-      (peft 0.21.2, trl 1.16.0);
-    - LoRA keys without `use_peft`: `get_peft_config` returns None and the full model trains.
+    - an adapter folder as the model: trl 0.26-1.16 stop ("Unrecognized model in ... Should have a
+      `model_type` key in its config.json"; 0.21-0.25 read `AutoConfig` first); trl 0.14-0.19 (and
+      PPO's script) load its base and `get_peft_model` resets it ("You are trying to modify a model
+      with PEFT for a second time": the SFT is lost), or without `use_peft` nothing trains ("element
+      0 of tensors does not require grad and does not have a grad_fn");
+    - new tokens' rows stay as initialised outside `lora_modules_to_save`; LoRA keys without
+      `use_peft`: the full model trains;
+    - reentrant checkpointing (transformers 4.x) needs input gradients: "None of the inputs have
+      requires_grad=True", then the grad_fn error (trl#3089, trl#3150); GRPO enables them from trl
+      0.16 (transformers#42489), transformers 5.x always: trl 0.14-0.15 + transformers 4.x fails
+      (reproduced with peft 0.14.0); on by default from 0.23 (BaseConfig from 0.29);
+    - `lora_target_modules: ["q_proj,", "v_proj"]` (a recipe's `"q_proj", "v_proj"`): only v_proj
+      adapted, silently ("Target modules ... not found in the base model" when none match); a
+      one-item list is a regex: `[q_proj]` matches nothing (peft 0.21.2, trl 1.16.0).
 
 Example
-    use_peft: true
-    lora_target_modules: ["q_proj,", "v_proj"]
-    -> fail: lora_target_modules ['q_proj,', 'v_proj']...: `q_proj,` matches no module of
-       Qwen2ForCausalLM, so PEFT ... adapts only v_proj and says nothing about it; ...
+    lora_target_modules: ["q_proj,", "v_proj"]   # use_peft: true
+    -> fail: lora_target_modules ['q_proj,', 'v_proj']...: `q_proj,` matches no module ...
 
 Fix safety
-    Safe: adds the model's embedding and head names to `lora_modules_to_save` (full trainable
-    copies; tied embeddings are untied); writes the target list without stray commas; writes
-    `gradient_checkpointing_kwargs: {use_reentrant: false}` (other keys kept), except with
-    DeepSpeed, where PEFT + ZeRO-3 needs reentrant (upgrade TRL). An adapter folder (merge it: the
-    message gives two lines) and LoRA keys without `use_peft` are left to the user.
+    Safe: embedding and head into `lora_modules_to_save`; the target list without stray commas;
+    `gradient_checkpointing_kwargs: {use_reentrant: false}` except under DeepSpeed (ZeRO-3 needs
+    reentrant: upgrade TRL). Adapter folders and keys without `use_peft`: manual.
 """
 
 from __future__ import annotations

@@ -1,46 +1,33 @@
 """TD015 precision-and-attention: precision, attention kernel and load dtype suit the GPUs and model.
 
 What it does
-    Compares bf16/fp16, as the installed TRL config resolves them, with each GPU's compute
-    capability (NVML, or --target); the attention implementation (`model_init_kwargs`, the
-    `attn_implementation` key, config.json) with the flash-attention packages, imported in a
-    subprocess, and for a Gemma with the class's `_supports_sdpa`; the load dtype the installed TRL
-    uses with config.json's dtype and the smallest GPU's memory (80 GiB without one; not judged
-    with deepspeed or fsdp); a launch recipe's ModelConfig loading keys with what the script really
-    loads the policy with.
+    Compares bf16/fp16 (as TRL resolves them) with the GPUs' compute capability (NVML, --target),
+    the attention implementation with the flash-attention packages and Gemma's `_supports_sdpa`, the
+    load dtype with the checkpoint's and GPU memory, a recipe's keys with what the script loads.
 
 Why is this bad?
-    - bf16 below compute capability 8.0 (T4, V100): "ValueError: Your setup doesn't support
-      bf16/gpu." or emulated, many times slower; GRPO and RLOO default it on from TRL 0.19; vLLM
-      colocate there refuses a bf16 checkpoint ("Bfloat16 is only supported on GPUs with compute
-      capability of at least 8.0"). fp16/bf16 without a GPU: a warn.
-    - flash_attention_2 (_3, _4) without its package: "ImportError: FlashAttention2 has been
-      toggled on, but it cannot be used ..." (transformers >= 5 falls back to the Hub kernel
-      `kernels-community/flash-attn2` with `kernels` installed: a warn); a broken build
+    - bf16 below compute capability 8.0 (T4, V100; on by default in GRPO, RLOO from TRL 0.19):
+      "ValueError: Your setup doesn't support bf16/gpu." or emulated, far slower; vLLM colocate:
+      "Bfloat16 is only supported on GPUs with compute capability of at least 8.0".
+    - flash_attention_2 (_3, _4) without its package: "ImportError: FlashAttention2 has been toggled
+      on, but it cannot be used ..." (transformers 5 + `kernels`: a warn); a broken build
       ("undefined symbol"); below 8.0 (FA2) or 9.0 (FA3, FA4): "FlashAttention only supports Ampere
-      GPUs or newer."; fp32 weights: "FlashAttention only support fp16 and bf16 data type".
-    - Gemma 2, 3, 4 on sdpa or flash attention reach NaN or zero loss (transformers#32390,
-      LlamaFactory#7755, NeMo Automodel#1883).
-    - TRL 1.x loads float32 without a dtype (`kwargs.get("dtype", "float32")`), TRL 0.x
-      transformers' default (float32 before 5.0, "auto" from 5.0): a full fine-tune takes 16 bytes
-      per parameter (8B: 120 GiB), LoRA doubles a 16-bit base; fp16 weights with `fp16: true` stop
-      with "ValueError: Attempting to unscale FP16 gradients."
-    - a recipe's `attn_implementation`, `dtype`, `load_in_4bit` that the script never passes on
-      (philschmid's mini-R1 GRPO script): transformers' defaults, a warn.
+      GPUs or newer."; fp32: "FlashAttention only support fp16 and bf16 data type".
+    - Gemma 2-4 on sdpa or flash: NaN or zero loss (transformers#32390, LlamaFactory#7755,
+      Automodel#1883).
+    - TRL 1.x loads float32 without a dtype, 0.x transformers' default (float32 before 5.0): 16
+      bytes per parameter for a full fine-tune (8B: 120 GiB), a doubled LoRA base; fp16 weights with
+      `fp16: true`: "ValueError: Attempting to unscale FP16 gradients."
+    - recipe keys the script never passes on (`dtype`, `load_in_4bit`...; mini-R1): a warn.
 
 Example
     bf16: true                          # on a Tesla T4 (compute capability 7.5)
-    -> fail: bf16 is on but ... has compute capability 7.5 and bfloat16 needs 8.0 (Ampere) or
-       newer: transformers stops with "Your setup doesn't support bf16/gpu" or runs it emulated ...
+    -> fail: bf16 is on but ... has compute capability 7.5 and bfloat16 needs 8.0 (Ampere) or newer
 
 Fix safety
-    Safe: `bf16: false` below 8.0 (fp16 is only suggested: it can overflow);
-    `attn_implementation: sdpa` for flash attention that cannot run, where the config set it;
-    `eager` for a Gemma (never sdpa), where the config chose the attention, else in
-    `model_init_kwargs`; into `model_init_kwargs`, the checkpoint's 16-bit dtype under LoRA or for
-    a frozen reference when the mixed precision matches, and float32 for fp16 weights with
-    `fp16: true`. Nothing is written where the dtype was chosen explicitly, or for the other
-    findings.
+    Safe: `bf16: false` below 8.0; `attn_implementation: sdpa` for flash attention that cannot run,
+    `eager` for Gemma; in `model_init_kwargs` the checkpoint's 16-bit dtype (LoRA, frozen reference)
+    or float32 for fp16 weights under `fp16: true`; never over an explicit dtype.
 """
 
 from __future__ import annotations
@@ -53,8 +40,9 @@ from trl_doctor import Edit, Fix, fail, passed, rule, warn
 from trl_doctor.facts.launch import compute_capability, launch, package_version
 from trl_doctor.facts.settings import config_value, settings, unapplied_model_keys
 from trl_doctor.facts.trl import TRAINER_CLASS, config_class, dtype_key, post_init_sets_bf16
+from trl_doctor.facts.wording_precision import (BF16_MIN_CC, bf16_unsupported, gpu_lines, gpu_name as _name,
+                                               tf32_unsupported, vllm_bf16_unsupported)
 
-BF16_MIN_CC = (8, 0)
 FLASH = {  # version: (module, distributions that provide it, minimum compute capability, GPU family)
     2: ("flash_attn", ("flash-attn",), (8, 0), "Ampere"),
     3: ("flash_attn_interface", ("flash-attn-3",), (9, 0), "Hopper"),
@@ -85,8 +73,7 @@ def check(ctx):
     ckpt = _checkpoint_dtype(ctx)
     details: dict[str, Any] = {
         "bf16 / fp16": f"{bf16} / {fp16} ({bf16_words})",
-        "GPUs": [f"GPU {g['index']} ({g['name']}): compute capability {g['compute_capability']}" for g in visible]
-        or f"none ({gpu_reason})",
+        "GPUs": gpu_lines(visible) or f"none ({gpu_reason})",
         "checkpoint dtype (config.json)": ckpt or "not given",
     }
     found = _Found("", details, [])
@@ -183,27 +170,15 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
         where = "" if raw.get("bf16") is True else f" ({bf16_words})"  # the file's own words: set there or not
         fix = Fix(f"set bf16: false in {ctx.config.path.name} (train in fp32 on {lowest['name']})",
                   (Edit(str(ctx.config.path), set=(("bf16", False),)),))
-        findings.append(("fail", (
-            f"bf16 is on{where} but {_name(lowest)} has compute capability {lowest['compute_capability']} and bfloat16 "
-            "needs 8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs it "
-            "emulated, many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to NaN), "
-            "or use an Ampere or newer GPU"), fix))
+        findings.append(("fail", bf16_unsupported(where, lowest), fix))
     if raw.get("tf32") is True and compute_capability(lowest) < BF16_MIN_CC:  # as the file asks (the built config holds the doctor's stand-in)
         fix = Fix(f"set tf32: false in {ctx.config.path.name} ({lowest['name']} has no TF32 units)",
                   (Edit(str(ctx.config.path), set=(("tf32", False),)),))
-        findings.append(("fail", (
-            f"tf32: true but {_name(lowest)} has compute capability {lowest['compute_capability']} and TF32 needs 8.0 "
-            "(Ampere) or newer: TrainingArguments stops with \"--tf32 requires Ampere or a newer GPU arch\"; set "
-            "`tf32: false`"), fix))
+        findings.append(("fail", tf32_unsupported(lowest), fix))
     if use_vllm and ckpt == "bfloat16" and compute_capability(lowest) < BF16_MIN_CC:
         mode_v = str(settings(ctx).vllm_mode or "server")
-        how = ("TRL builds vLLM's LLM(...) without a dtype, so the trainer's precision settings do not reach it; save "
-               "the checkpoint in float16" if mode_v == "colocate" else
-               "start the server with `trl vllm-serve --dtype half`")
-        findings.append(("fail" if mode_v == "colocate" else "warn", (
-            f"use_vllm: vLLM loads the checkpoint's dtype (bfloat16, config.json) and refuses {_name(lowest)} "
-            f"(compute capability {lowest['compute_capability']}): \"Bfloat16 is only supported on GPUs with compute "
-            f"capability of at least 8.0\"; {how}"), None))
+        findings.append(("fail" if mode_v == "colocate" else "warn",
+                         vllm_bf16_unsupported(lowest, mode_v == "colocate"), None))
     if bf16:
         return _Found(
             f"bf16 ({bf16_words}) on GPUs of compute capability {lowest['compute_capability']} or more (8.0 needed)", details, findings)
@@ -627,9 +602,3 @@ def _dtype_fix(ctx, raw, dtype: str, override: bool = False) -> Fix | None:
     new = dict(current or {})
     new[key] = dtype
     return Fix(f"set model_init_kwargs.{key}: {dtype} in {name}", (Edit(path, set=(("model_init_kwargs", new),)),))
-
-
-# -- GPUs -------------------------------------------------------------------------------------------------
-
-def _name(g: dict) -> str:
-    return f"GPU {g['index']} ({g['name']})"

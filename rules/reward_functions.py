@@ -2,44 +2,32 @@
 
 What it does
     Imports each `reward_funcs` entry as TRL's scripts do and calls it as the installed trainer
-    does (keywords read from its source, dataset columns included) in the worker's fence
-    (--user-code-timeout, 60 s), on its main thread (math_verify needs signal.alarm), on two rows
-    with two synthetic completions each. It must return one float (or None, where TRL takes None)
-    per completion; NaN warns where TRL skips it, else fails; inf fails. The smoke step (TD006)
-    checks every real call too. Reward models: config.json and tokenizer files, no weights.
+    does, in the fence (--user-code-timeout) on the main thread (math_verify's signal.alarm), on 2
+    rows x 2 completions: one float (or None, where TRL takes it) per completion; NaN warns where
+    TRL skips it, else fails; inf fails. Reward models: files, no weights.
 
 Why is this bad?
     GRPO and RLOO call `reward_func(prompts=..., completions=..., completion_ids=...,
-    **reward_kwargs)` with every column but `prompt`, after the model loaded and the first batch
-    was generated:
+    **reward_kwargs)` with every column but `prompt`, after the first generation:
     - "TypeError: reward() got an unexpected keyword argument 'completion_ids'": no `**kwargs`
-      (trl#4939, trl#2644);
+      (trl#4939, trl#2644); `completion_ids` from 0.19, `trainer_state` from 0.21;
     - "'list' object has no attribute 'strip'" / "string indices must be integers": the other
       completion format (trl#4202, unsloth#2907);
-    - one score per batch: broadcast silently (zero advantages), or
-      "returned 1 rewards, but 8 were expected" (trl#6533);
-    - None before 0.16 ("must be real number, not NoneType"), NaN, inf, strings; an unawaited
-      `async def`; "Number of reward weights (2) must match number of reward functions (3)";
-    - a reward model that is not a 1-label classifier: a causal LM gets a random score head (a
-      warn), a 2-label one fails to load, one without pad or eos cannot score ("Cannot handle batch
-      sizes > 1 if no padding token is defined", trl#422).
-
-Versions
-    Read from the installed trainer: `completion_ids` from 0.19, `trainer_state` from 0.21
-    (`log_extra`, `log_metric` later), None and NaN (`nansum`) taken from 0.16, async awaited from
-    0.27, the count checked after 1.0. RLOOTrainer takes reward functions from trl 0.22 (before,
-    the rule fails naming the release to pin). `trl grpo`/`trl rloo` put the reward model first,
-    then `reward_funcs`: the order `reward_weights` follows.
+    - one score per batch: broadcast, or "returned 1 rewards, but 8 were expected" (trl#6533,
+      checked after 1.0); None before 0.16 ("must be real number, not NoneType"), NaN, inf, strings;
+      `async def` before 0.27; "Number of reward weights (2) must match number of reward functions
+      (3)";
+    - a reward model that is not a 1-label classifier: a causal LM gets a random head (warn), a
+      2-label one fails to load; without pad or eos: "Cannot handle batch sizes > 1 if no padding
+      token is defined" (trl#422). RLOO takes reward functions from trl 0.22 .
 
 Example
     reward_funcs: [rewards.no_kwargs_reward]   # def no_kwargs_reward(prompts, completions)
-    -> fail: reward function rewards.no_kwargs_reward cannot be called the way trl 1.16.0 calls it:
-       it is `no_kwargs_reward(prompts, completions)`, TRL calls it with (answer=, ...
+    -> fail: reward function rewards.no_kwargs_reward cannot be called the way trl 1.16.0 calls ...
 
 Fix safety
-    No fix: the message names the function, its file and line, the keyword it lacks or what it
-    returned, and the smallest change (`def reward(completions, **kwargs)`, one float per
-    completion, one weight per reward source, a 1-label reward model).
+    No fix: the message names the function, file and line, the keyword it lacks or what it returned,
+    and the smallest change (`def reward(completions, **kwargs)`, a float per completion).
 """
 
 from __future__ import annotations

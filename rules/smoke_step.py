@@ -1,44 +1,33 @@
 """TD006 smoke-step: one tiny, real training step of the installed TRL trainer before the long job.
 
 What it does
-    Runs the installed TRL's own trainer with the config's settings, models, reward functions,
-    tokenizer, precision, LoRA and first rows, made tiny (one step, `num_generations: 2`, 8-token
-    completions, no saving, trackers or vLLM), in a child process under --smoke-timeout; PPO and
-    the PPO-style RLOO of trl < 0.22 get models built as TRL's example scripts build them. On the
-    CPU every model is a miniature twin (same class and tokenizer, 2 layers); on a GPU the real
-    model, when one step fits with a 10% margin. It checks finite loss and grad norm, trained
-    parameters changed and frozen ones not, one finite float (or None) per completion from every
+    Runs the installed TRL's own trainer for one step with the config's settings, models, rewards,
+    tokenizer, precision, LoRA and first rows, made tiny (`num_generations: 2`, 8-token completions,
+    no saving, trackers or vLLM), in a child process under --smoke-timeout; on the CPU on twins (2
+    layers), on a GPU the real model when it fits with 10% margin. Checks finite loss and grad norm,
+    trained parameters changed and frozen ones not, one float (or None) per completion from each
     reward call; a hang, segfault or OOM kill fails with its stage. `--sample N` (default 2 after a
-    real-model step on a GPU; not yet run in CI) then has the real model (safetensors only)
-    generate and the rewards score it.
+    real-model GPU step; not in CI) scores the real model's completions.
 
 Why is this bad?
-    Many failures show only once the trainer runs, on a GPU job after the model loaded and the
-    first batch was generated, often an hour in: a reward function that raises, returns the wrong
-    count or strings, or lacks `**kwargs`; no `prompt` column; a template that breaks on the data;
-    bf16 below compute capability 8.0; PPO without a value model; out of memory at the first
-    backward. Two need the real model and never crash (catalog C7, E5): every completion runs to
-    `max_completion_length` without the eos (clipped_ratio 1.0, reward 0, trl#5697), and groups
-    whose completions all get the same reward, so GRPO's advantages, loss and gradient are zero
-    (frac_reward_zero_std 1.0, trl#3857). The step's own completions come from random twin weights
-    and are never presented as evidence about the real model.
-
-Versions
-    Tested in CI with trl 1.16.0 (GRPO, RLOO; PPO fails and names trl==1.12.0), trl 1.12.0 (PPO)
-    and trl 0.15.2 + transformers 4.48.3 (GRPO, PPO, PPO-style RLOO). PPO on trl >= 1.13 and RLOO
-    with reward functions on trl < 0.22 fail with the release to pin.
+    Many failures show only once the trainer runs, often an hour in: a reward function that raises,
+    returns the wrong count or strings, or lacks `**kwargs`; no `prompt` column; a template that
+    breaks on the data; bf16 below compute capability 8.0; PPO without a value model; OOM at the
+    first backward. Two need the real model and never crash (catalog C7, E5): completions that all
+    run to `max_completion_length` (clipped_ratio 1.0, reward 0, trl#5697), and groups whose
+    completions all get one reward, so GRPO's advantages, loss and gradient are zero
+    (frac_reward_zero_std 1.0, trl#3857).  CI runs trl 1.16.0 (GRPO, RLOO; PPO fails naming
+    trl==1.12.0), 1.12.0 (PPO), 0.15.2 + transformers 4.48.3 (GRPO, PPO, PPO-style RLOO); RLOO with
+    reward functions before 0.22 fails naming the release.
 
 Example
     reward_funcs: [rewards.raising_reward]   # reads kwargs["answer"]; the dataset has no answer
     -> fail: reward function rewards.raising_reward raised KeyError: 'answer' at rewards.py:10: ...
 
 Fix safety
-    No automatic fix: the report names the cause (the reward function and its line, the dataset's
-    columns, the dtype and device, the memory estimate beside an out-of-memory) and keeps TRL's
-    error with the traceback trimmed to the user's frames. For the sample's findings a manual fix:
-    raise `max_completion_length` or fix the eos (`mask_truncated_completions: true` keeps cut
-    completions out of the loss); make the reward graded and the sampling diverse, and watch
-    reward_std and grad_norm.
+    No automatic fix: the report names the cause (reward function and line, columns, dtype, device,
+    the memory estimate beside an OOM) with TRL's error trimmed to the user's frames; the sample's
+    findings: raise `max_completion_length` or fix the eos, graded rewards, diverse sampling.
 """
 
 from __future__ import annotations

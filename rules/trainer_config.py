@@ -15,8 +15,7 @@ Why is this bad?
     `max_prompt_length` or the `use_vllm` options) stops the parser before training (TrlParser from
     0.19: a fail) or is dropped without a word (before 0.19: a warn, the run goes on without the
     value). A value TRL's `__post_init__` rejects stops the job inside the launcher, one error at a
-    time. Field sets change with every minor release: the rule asks the installed one, never a
-    table.
+    time. Field sets change with every minor release: the rule asks the installed one, not a table.
 
 Example
     num_generation: 4                   # a typo for num_generations
@@ -25,10 +24,9 @@ Example
 
 Fix safety
     Safe for a key renamed with the same meaning (trl_doctor/data/migrations.yaml: `torch_dtype` ->
-    `dtype` in trl 0.23, `warmup_ratio` -> `warmup_steps` in transformers 5): renamed, value
-    unchanged. Manual for a removed key (remove it; the table's note says what replaced it) and for
-    a key that arrives in a later release (upgrade or remove it). Any other unknown key gets the
-    closest known field only when it is really close (a typo); TRL's own messages are quoted.
+    `dtype` in trl 0.23, `warmup_ratio` -> `warmup_steps` in transformers 5). Manual for a removed
+    key (the table's note says what replaced it) and one that arrives in a later release (upgrade or
+    remove it). Another unknown key gets the closest known field only when it is really close.
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from trl_doctor import DELETE, Edit, Finding, Fix, Location, fail, manual, passed, rule, warn
+from trl_doctor.facts import wording_config as words
 from trl_doctor.facts.trainer_config import trainer_config_info
 
 
@@ -68,7 +67,7 @@ def check(ctx):
         details["batch arithmetic"] = geometry
     deferred = bool(info.launch_note) or bool(info.error and geometry)
     if info.error and not deferred:
-        yield fail(f"{info.class_name} rejects the config: {info.error}", **details)
+        yield fail(words.rejected(info.class_name, info.error), **details)
     if not info.unknown_keys and not dropped and not info.type_errors and (not info.error or deferred):
         extra = "; its batch check at 1 process is left to batch-geometry" if deferred else ""
         yield passed(f"{info.class_name} (trl {info.trl_version}) accepts all {len(info.passed_keys)} trainer keys{extra}", **details)
@@ -84,9 +83,7 @@ def _unknown(ctx, info) -> tuple[list[Finding], dict[str, Any]]:
     policy, evidence = unknown_key_policy()
     details: dict[str, Any] = {"unknown keys": info.unknown_keys, "trl's parser": evidence}
     found = []
-    consequence = (f"`trl {ctx.trainer} --config` stops on it at start-up" if policy == "stops" else
-                   f"trl {info.trl_version}'s `trl {ctx.trainer} --config` drops it without a word: its value never "
-                   "reaches the trainer")
+    consequence = words.unknown_key_consequence(ctx.trainer, info.trl_version, policy == "stops")
     # a key the parser stops on fails the launch; one it drops only loses its value: the run goes on without it
     report = fail if policy == "stops" else warn
     installed = {"trl": info.trl_version, "transformers": ctx.version("transformers")}
@@ -94,7 +91,7 @@ def _unknown(ctx, info) -> tuple[list[Finding], dict[str, Any]]:
     for key in info.unknown_keys:
         entry = migration_for(key, installed, trainer=ctx.trainer)
         if entry is None:
-            plain_names[key] = f"{key!r} (did you mean {info.suggestions[key]!r}?)" if key in info.suggestions else repr(key)
+            plain_names[key] = words.unknown(key, info.suggestions.get(key))
             plain.append(plain_names[key])
             plain_keys.append(key)
             continue
@@ -105,18 +102,18 @@ def _unknown(ctx, info) -> tuple[list[Finding], dict[str, Any]]:
         else:
             fix = manual(f"remove `{key}` from {ctx.config.path.name}" + (f" (and set `{entry.replacement}`)"
                                                                           if entry.replacement else ""))
-        found.append(report(f"{entry.words()}; with {entry.package} {installed[entry.package]}, {consequence}", fix,
+        found.append(report(words.migrated(entry, installed, consequence), fix,
                             location=Location(str(ctx.config.path), key), **details))
     for key in list(plain_keys):
         arrival = arrival_for(key, installed, trainer=ctx.trainer)
         if arrival is not None:
             plain_keys.remove(key)
             plain.remove(plain_names[key])
-            found.append(report(_arrives(key, arrival, info, consequence),
+            found.append(report(words.arrives_later(key, info.class_name, info.trl_version, arrival, consequence),
                                 manual(_upgrade_or_remove(key, arrival, ctx.config.path.name)),
                                 location=Location(str(ctx.config.path), key), **details))
     if plain:
-        found.append(report(f"trl {info.trl_version} does not know {', '.join(plain)}: {consequence}", **details))
+        found.append(report(words.not_known(info.trl_version, plain, consequence), **details))
     return found, details
 
 
@@ -129,14 +126,8 @@ def _left_to_batch_geometry(ctx, error: str) -> str | None:
     if not is_geometry_error(error):
         return None
     the_launch = launch(ctx)
-    return (f"left to batch-geometry (the launch has {the_launch.processes} process"
-            f"{'es' if the_launch.processes != 1 else ''}, {the_launch.processes_from}); TRL's "
-            f"check in this single process says: {error}")
-
-
-def _arrives(key: str, arrival, info, consequence: str) -> str:
-    return (f"`{key}` is not a field of {info.class_name} in trl {info.trl_version}: it arrives in {arrival.package} "
-            f"{arrival.since} ({arrival.where}); {consequence}")
+    return (f"left to batch-geometry (the launch has {words.processes(the_launch.processes)}, "
+            f"{the_launch.processes_from}); TRL's check in this single process says: {error}")
 
 
 def _upgrade_or_remove(key: str, arrival, name: str) -> str:

@@ -1,50 +1,33 @@
 """TD005 value-model: PPO has a value model; reward and value models are 1-label heads on its ids.
 
 What it does
-    Asks the installed TRL for its PPOTrainer and reads its source for the value-model access that
-    fails first (which decides the error quoted). Reads `reward_model_path` and `value_model_path`
-    without weights (config.json, and the classifier built on the meta device as TRL's example
-    loads it, or the object a script passed) for a `score` head, its shape and whether the
-    checkpoint holds it, a vocab_size covering the policy's ids (with `added_tokens`) and a
-    tokenizer that numbers them alike. A script passing the policy itself as `ref_model` (catalog
-    F5) fails.
+    Reads the installed PPOTrainer's source for the value-model access that fails first, and
+    `reward_model_path` and `value_model_path` without weights (as TRL's example loads them, on the
+    meta device): a `score` head, its shape and whether the checkpoint holds it, a vocab_size
+    covering the policy's ids, a tokenizer that numbers them alike. The policy as `ref_model` (F5)
+    fails.
 
 Why is this bad?
-    Without a value model PPOTrainer dies at start-up:
-    "AttributeError: 'NoneType' object has no attribute 'modules'" up to TRL 0.12,
-    "AttributeError: 'NoneType' object has no attribute 'base_model_prefix'" later. PPO runs the
-    reward and value backbones on the policy's ids (pad ids masked) and applies `model.score(...)`
-    per token. A causal LM has no `score` ("'Qwen2ForCausalLM' object has no attribute 'score'");
-    loaded as a classifier it gets a random head, harmless for the value model, which trains, but
-    the reward model never does (a warn; TRL's example launch line uses
-    `EleutherAI/pythia-1b-deduped` and PPOConfig's default `reward_model_path` is
-    "EleutherAI/pythia-160m", both causal LMs). A 2-label head fails to load with num_labels=1, or
-    fails the first step ("output with shape [2] doesn't match the broadcast shape [2, 2]");
-    another tokenizer's ids crash past its vocab_size ("index out of range in self") or silently
-    score other text.
-
-Versions
-    0.9-0.11: `trl.PPOv2Trainer`; 0.12.x: renamed `trl.PPOTrainer` (with value_model=None,
-    `disable_dropout_in_model` calls `None.modules()`); 0.13.0-0.25.x: `PolicyAndValueWrapper`
-    reads `value_model.base_model_prefix`; 0.26.0-0.28.0: `trl.experimental.ppo.PPOTrainer` plus a
-    `trl.PPOTrainer` shim; 0.29.0-1.12.0: `trl.experimental.ppo` only (reproduced with trl 1.12.0,
-    transformers 5.23); 1.13.0 and later: none, so the last release with PPO is 1.12.0
-    (transformers>=4.56.2). No PPOConfig has a value model field: TRL's example
-    (examples/scripts/ppo/ppo.py) loads both models from `reward_model_path` as 1-label
-    `AutoModelForSequenceClassification`.
+    Without a value model PPOTrainer dies at start-up: up to TRL 0.12 with
+    "AttributeError: 'NoneType' object has no attribute 'modules'", in 0.13.0-1.12.0 with
+    "AttributeError: 'NoneType' object has no attribute 'base_model_prefix'". A causal LM has no
+    `score` ("'Qwen2ForCausalLM' object has no attribute 'score'"); as a classifier it gets a random
+    head, harmless for the value model, which trains, not the reward model (a warn: PPOConfig's
+    default "EleutherAI/pythia-160m" is one). A 2-label head fails to load with num_labels=1 or at
+    the first step ("output with shape [2] doesn't match the broadcast shape [2, 2]"); another
+    tokenizer's ids crash past its vocab_size ("index out of range in self") or score other text.
+    Releases: 0.9-0.11 `trl.PPOv2Trainer`; 0.12 `trl.PPOTrainer`; 0.26-0.28 `trl.experimental.ppo`
+    plus a shim; 0.29-1.12.0 `trl.experimental.ppo` only; none in 1.13.0 and later.
 
 Example
     reward_model_path: rm-qwen2         # a 1-label classifier; no value_model_path
-    -> fail: no value model: ... sets no `value_model_path`, and PPOTrainer dies at start-up without
-       one (AttributeError: 'NoneType' object has no attribute 'base_model_prefix' from trl 0.13 to
-       1.12.0, ...); the reward model ../models/rm-qwen2 can be its start (the fix sets it)
+    -> fail: no value model: ... PPOTrainer dies at start-up without one (AttributeError: ...); the
+       reward model ../models/rm-qwen2 can be its start (the fix sets it)
 
 Fix safety
     Safe: with no `value_model_path` and a healthy 1-label `reward_model_path`, writes
-    `value_model_path: <the reward_model_path string>` (comments and key order kept), as TRL's
-    example starts the value model. A wrong architecture, label count or tokenizer needs another
-    checkpoint, a TRL without PPOTrainer `pip install "trl==1.12.0"` or RLOO/GRPO; `ref_model` as
-    the policy gets a manual fix (ref_model=None, or load the reference separately).
+    `value_model_path: <that path>`, as examples/scripts/ppo/ppo.py does. Otherwise manual: another
+    checkpoint; `pip install "trl==1.12.0"` (transformers>=4.56.2) or RLOO/GRPO; ref_model=None.
 """
 
 from __future__ import annotations

@@ -1,38 +1,33 @@
 """TD007 version-skew: installed packages fit each other's declared ranges; no known breakage applies.
 
 What it does
-    Reads versions and `Requires-Dist` from the installed metadata (nothing is imported) and checks
-    every requirement one watched package (TRL, transformers, accelerate, torch, vLLM, PEFT,
-    DeepSpeed, datasets) declares on another (markers for this interpreter; 2.13.0+cpu satisfies
-    torch==2.13.0; an extra such as `trl[vllm]` counts once vllm is installed). Then reports each
-    entry of trl_doctor/data/known_issues.yaml whose package ranges and config match, with its
-    severity; an entry another rule's probe decides (logits-contract, vllm-tokenizer-drift,
-    pad-token, trainer-config) is only explained in the details. `use_liger_kernel` /
-    `use_liger_loss` (GRPOConfig in trl 0.17-0.2x, catalog A9) need liger-kernel on the launch
-    machine (fail; elsewhere a note) within TRL's `liger` extra (trl 0.15.2: ==0.5.3; trl 1.16:
-    >=0.8.2, PR#5690; outside: warn). `trl-doctor env` prints the same.
+    Reads versions and `Requires-Dist` from the installed metadata (nothing imported) and checks
+    every requirement one of TRL, transformers, accelerate, torch, vLLM, PEFT, DeepSpeed, datasets
+    declares on another (markers for this interpreter; 2.13.0+cpu satisfies torch==2.13.0; an extra
+    such as `trl[vllm]` counts once vllm is installed); then each matching entry of
+    trl_doctor/data/known_issues.yaml (one another rule's probe decides is only explained).
+    `use_liger_kernel` / `use_liger_loss` (trl 0.17-0.2x, catalog A9) need liger-kernel on the
+    launch machine (fail) within TRL's `liger` extra (0.15.2: ==0.5.3; 1.16: >=0.8.2, PR#5690;
+    outside: warn). `trl-doctor env` prints the same.
 
 Why is this bad?
-    pip resolves requirements only at install and only warns when a later install
-    (`pip install vllm==X`, `--no-deps`, a conda package, a pre-built image) breaks them; an
-    extra's range is not enforced unless the extra was asked for. The job then fails far from the
-    cause: an AttributeError deep in TRL's weight sync to vLLM, an ImportError at the trainer
-    import, or silently wrong memory or loss. Known breakages sit inside allowed ranges: with
-    transformers 5.3 and later GRPOTrainer of trl 0.14-0.28 cannot be imported; trl 1.13 removed
-    PPO; trl 0.15-0.17 pass `logits_to_keep`, which transformers before 4.49 swallows; stop token
-    ids do not reach vLLM before trl 0.19; `use_vllm` means an external `trl vllm-serve` in trl
-    0.16-0.29 and colocated vLLM from 1.0.
+    pip enforces requirements only at install and only warns when a later install
+    (`pip install vllm==X`, `--no-deps`, conda, a pre-built image) breaks them; an extra's range
+    only when asked for. The job then fails far from the cause: an AttributeError in TRL's weight
+    sync to vLLM, an ImportError at the trainer import, or silently wrong memory or loss. Known
+    breakages sit inside allowed ranges: transformers >= 5.3 cannot import GRPOTrainer of trl
+    0.14-0.28; trl 1.13 removed PPO; trl 0.15-0.17 pass `logits_to_keep`, which transformers < 4.49
+    swallows; stop ids reach vLLM only from trl 0.19; `use_vllm` is an external `trl vllm-serve` in
+    trl 0.16-0.29, colocated from 1.0.
 
 Example
     reward_model_path: rm-qwen2         # a PPO config, with trl 1.16.0 installed
-    response_length: 16
     -> fail: KI008 trl 1.13 and later have no PPOTrainer (...): "ImportError: cannot import name
        'PPOTrainer' from 'trl'" (and trl.experimental.ppo does not exist); no PPO job can start.
 
 Fix safety
-    No automatic fix: each finding names the range and who declares it, with a manual fix (shown,
-    never applied): the pin or upgrade that resolves it, e.g.
-    `pip install "vllm>=0.22.0,<=0.31.0"`, or `pip install "trl==1.12.0"` for PPO.
+    No automatic fix: each finding names the range and who declares it, with a manual fix (the pin
+    or upgrade, e.g. `pip install "vllm>=0.22.0,<=0.31.0"`, or `pip install "trl==1.12.0"` for PPO).
 """
 
 from __future__ import annotations

@@ -1,46 +1,33 @@
 """TD018 vllm-server: in server mode, the vLLM server is up, serves the trained model, has room for it.
 
 What it does
-    With `use_vllm` in server mode (colocate passes; TRL 0.14-0.15's in-process mode skips), asks
-    the server for its health, then `/v1/models` (and the world size on TRL's own server), 2 s a
-    request. A local server that is not up and healthy: fail (skip off the launch machine); a
-    remote host that refuses: warn, one not reachable from here: skip. Another served model
-    (`root`, else `id`): fail (same folder name: warn); a served `max_model_len` below the longest
-    prompt plus `max_completion_length`: fail.
+    In server mode (colocate passes, TRL 0.14-0.15 skips) asks the server's health, `/v1/models`
+    (world size), 2 s each. Down: fail (off the launch machine: skip; remote refusing: warn).
+    Another served model (`root`, else `id`): fail (same folder name: warn); a `max_model_len` below
+    longest prompt + completion: fail.
 
 Why is this bad?
-    In server mode the trainer generates through a separate `trl vllm-serve` at
-    `vllm_server_base_url` (or `vllm_server_host`:`vllm_server_port`) that nothing starts for you.
-    A server that is not up makes every process log "Server is not up yet. Retrying in 2.0
-    seconds..." for `vllm_server_timeout` (240 s), after the job took its GPUs and loaded the
-    model, then die with "ConnectionError: The vLLM server can't be reached at ..." (open-r1#568,
-    open-r1#543: users upgrading from 0.15). Another model's server generates completions trained
-    on as the policy's until the first weight sync fails. A short `--max-model-len` rejects long
-    requests ("The decoder prompt (length 3353) is longer than the maximum model length of 2560",
-    trl#3569) or returns nothing, and TRL fails with an IndexError (trl#3180).
-
-Versions
-    Server mode is the default in TRL 0.16-0.29 (0.16-0.17: server only; `vllm_mode` from 0.18),
-    colocate from 1.0; TRL 0.14-0.15 ran vLLM in-process (`vllm_device`, catalog G3: gpu-capacity
-    and version-skew judge it). TRL 0.16-1.10's server is its own FastAPI app: `GET /health/`,
-    `GET /get_tensor_parallel_size/` (0.16-0.17) or `GET /get_world_size/` (0.18-1.10), no model or
-    max_model_len. TRL 1.11 and later run vLLM's own `vllm serve` (`GET /health`, `GET /v1/models`
-    with `id`, `root`, `max_model_len`). A 1.11+ client stops on a server without `/v1/models`; a
-    0.16-1.10 client posts `/generate/`, which vLLM's server lacks.
+    Server mode generates through a `trl vllm-serve` at `vllm_server_base_url` that nothing starts.
+    Down, every process logs "Server is not up yet. Retrying in 2.0 seconds..." for
+    `vllm_server_timeout` (240 s), with the GPUs taken, then dies with "ConnectionError: The vLLM
+    server can't be reached at ..." (open-r1#568, open-r1#543). Another model's server is trained on
+    until the weight sync fails. A short `--max-model-len` rejects long requests ("The decoder
+    prompt (length 3353) is longer than the maximum model length of 2560", trl#3569) or returns
+    nothing and TRL fails with an IndexError (trl#3180). Server mode is the default in TRL 0.16-0.29
+    (`vllm_mode` from 0.18), colocate from 1.0. TRL 0.16-1.10's server is its own FastAPI app
+    (`/health/`, `/get_tensor_parallel_size/` in 0.16-0.17, `/get_world_size/` in 0.18-1.10; no
+    model or max_model_len); 1.11+ runs vLLM's `vllm serve` (`/health`, `/v1/models` with `id`,
+    `root`, `max_model_len`). Mixed kinds fail: a 1.11+ client needs `/v1/models`, an older one
+    posts `/generate/`.
 
 Example
-    use_vllm: true
-    vllm_mode: server
-    vllm_server_base_url: http://127.0.0.1:9   # nothing listens there
-    -> fail: no vLLM server answers at http://127.0.0.1:9 (...): the job would retry for
-       vllm_server_timeout (240 s), ... then stop with "ConnectionError: The vLLM server can't be
-       reached"; start it with `CUDA_VISIBLE_DEVICES=... trl vllm-serve --model ...`
+    vllm_server_base_url: http://127.0.0.1:9   # use_vllm, server mode; nothing listens there
+    -> fail: no vLLM server answers at http://127.0.0.1:9 (...): ... start it with `trl vllm-serve`
 
 Fix safety
-    No automatic fix: the doctor never starts processes. A manual fix gives the start command
-    (`CUDA_VISIBLE_DEVICES=<spare GPUs> trl vllm-serve --model <the trained model>
-    --tensor-parallel-size <vllm_tensor_parallel_size or 1> --max-model-len <longest prompt +
-    max_completion_length>`), or `vllm_mode: colocate` where the installed TRL has it.
+    Manual (the doctor starts no process): the start command (`CUDA_VISIBLE_DEVICES=<spare GPUs> trl
+    vllm-serve --model <the trained model> --tensor-parallel-size <vllm_tensor_parallel_size or 1>
+    --max-model-len <longest prompt + max_completion_length>`), or `vllm_mode: colocate`.
 """
 
 from __future__ import annotations

@@ -1,55 +1,33 @@
 """TD002 vllm-tokenizer-drift: vLLM loads the trainer's tokenizer and sees the config's stop settings.
 
 What it does
-    Loads the tokenizer vLLM will load (the model folder; in server mode assumed to be
-    `trl vllm-serve --model`'s, and said) through vLLM's loader, else transformers, and compares it
-    with the trainer's: tokens, ids, eos, chat template. Stop strings are encoded by the trainer's
-    tokenizer and decoded by vLLM's; stop ids resolved in both. The installed TRL's vLLM code says
-    whether `generation_kwargs` reaches SamplingParams and whether prompts go as ids, text or
-    messages. Ids past the embedding rows are judged even without `use_vllm` (the pad token is
-    TD001 pad-token's). Fail where this config breaks; warn for drift the installed TRL does not
-    act on.
+    Loads the tokenizer vLLM will (the model folder; a server's `--model` assumed, and said) and
+    compares it with the trainer's: tokens, ids, eos, chat template; stop strings encoded by one and
+    decoded by the other, stop ids in both. TRL's code says whether `generation_kwargs` reach vLLM
+    and prompts go as ids, text or messages. Ids past the embedding rows: also without `use_vllm`.
+    Drift TRL does not act on: a warn.
 
 Why is this bad?
-    TRL does not hand its tokenizer to vLLM (colocate builds `LLM(model=model.name_or_path, ...)`,
-    server mode runs whatever `--model` was given), so tokens the training script adds are unknown
-    to it. Stop strings that name them never fire (vLLM matches its own detokenized text, which
-    also drops special tokens while `skip_special_tokens` is true): completions run to
-    `max_completion_length`. Prompts vLLM tokenizes itself split them or fail
-    ("Token id N is out of vocabulary"). Stop token ids still fire where TRL forwards
-    `generation_kwargs`. Ids past config.json's `vocab_size` (no `resize_token_embeddings`) break
-    vLLM and the trainer's forward ("index out of range in self"), and a script's in-memory resize
-    stops the first weight sync on `loaded_weight.shape[output_dim] == self.org_vocab_size`
-    (trl#3112).
-
-Versions
-    Read from the installed source; the wheels show: TRL 0.14.0-0.15.2 fixed SamplingParams, text
-    prompts; 0.16.0-0.17.0 server only, fixed arguments; 0.18.0-0.18.2 server and colocate
-    (`vllm_mode`), fixed arguments; from 0.19.0 `generation_kwargs` reaches vLLM in both modes
-    (RLOO's vLLM path from 0.23), text prompts before 1.0, chat messages too in 0.25-0.29 (rendered
-    with vLLM's own template); 0.29.0 moved the code to trl/generation/; 1.0.0 to the installed
-    1.16.0 send token ids (1.16's server runs vLLM's `vllm serve`). vLLM 0.31.0 loads the tokenizer
-    with `AutoTokenizer.from_pretrained` from the model path, matches stop strings on
-    `DecodeStream(skip_special_tokens=...)` text and stop ids by id, and rejects prompt ids above
-    max(tokenizer.max_token_id, vocab_size - 1).
+    TRL does not hand its tokenizer to vLLM (colocate builds `LLM(model=model.name_or_path)`, a
+    server runs its `--model`), so tokens a script adds are unknown there. Stop strings naming them
+    never fire (vLLM matches its own detokenized text, special tokens dropped while
+    `skip_special_tokens`): completions run to `max_completion_length`. Prompts vLLM tokenizes split
+    them (or "Token id N is out of vocabulary"). Ids past `vocab_size` break vLLM and the forward
+    ("index out of range in self"); a script's in-memory resize stops the first weight sync on
+    `loaded_weight.shape[output_dim] == self.org_vocab_size` (trl#3112). TRL 0.14-0.18 used fixed
+    SamplingParams; from 0.19 `generation_kwargs` reach vLLM (RLOO from 0.23); text prompts before
+    1.0 (messages too in 0.25-0.29), token ids from 1.0 to 1.16. vLLM 0.31.0 loads `AutoTokenizer`
+    from the model path and rejects ids past its vocabulary.
 
 Example
-    added_tokens: ["<search>", "</search>"]   # not in the model folder's tokenizer
-    use_vllm: true
-    generation_kwargs: {stop: ["</search>"]}
-    -> fail: stop string '</search>' never fires: the trainer's tokenizer writes it as ids [321],
-       which vLLM's tokenizer (...) decodes as '' (...); completions run to max_completion_length
+    added_tokens: ["<search>", "</search>"]   # use_vllm; generation_kwargs: {stop: ["</search>"]}
+    -> fail: stop string '</search>' never fires: ... vLLM's tokenizer (...) decodes as '' (...)
 
 Fix safety
-    Safe: writes the trainer's tokenizer into the folder vLLM loads (with backups) once a fresh
-    load matches; for a stop string naming a special token, sets `skip_special_tokens: false` and
-    `include_stop_str_in_output: true` in `generation_kwargs`. Manual where no file change repairs
-    it (a TRL that does not forward `generation_kwargs`: upgrade to 0.19 or later; a stop id past
-    the embedding rows; a script's in-memory resize) and for the Hugging Face cache, never
-    rewritten (copy the snapshot with `cp -rL`, point the config at it, rerun --fix). Unsafe
-    (`--unsafe-fixes`) for new ids past the embedding rows: `resize_token_embeddings` (new rows
-    from the old rows' mean and covariance, seeded), rewriting model.safetensors and `vocab_size`
-    with the tokenizer, for single-file checkpoints up to 256 MiB.
+    Safe: the trainer's tokenizer into the folder vLLM loads (once a fresh load matches); for a
+    special-token stop string, `skip_special_tokens: false` and `include_stop_str_in_output`. Manual
+    where no file helps, and for the hub cache. Unsafe: `resize_token_embeddings` for new ids
+    (seeded rows from the old ones' statistics), rewriting model.safetensors (up to 256 MiB).
 """
 
 from __future__ import annotations

@@ -1,47 +1,33 @@
 """TD020 vllm-weights: the policy's weights reach vLLM, which has a device and implementation for them.
 
 What it does
-    Statically, without weights: the quantization from the config (`load_in_4bit`/`load_in_8bit`,
-    `model_init_kwargs`) and config.json; what the installed TRL's weight sync does (merge and
-    rename PEFT parameters, `modules_to_save`, a bitsandbytes colocated engine, 8-bit refused, the
-    ZeRO-3 gather following `ds3_gather_for_generation`), read from its source with file:line
-    evidence; the DeepSpeed stage and processes from the launch, the GPUs from NVML (a server is
-    local at 0.0.0.0 or localhost); on TRL without `vllm_mode` (0.14-0.15), `vllm_device`; the
-    architectures in the installed vLLM's model registry, without starting an engine (skipped
-    without vLLM: TD007 judges that).
+    Without weights: the quantization and launch against what the installed TRL's weight sync does
+    (PEFT merge and renames, a bitsandbytes engine, 8-bit, the ZeRO-3 gather; file:line quoted),
+    `vllm_device` (TRL 0.14-0.15), the installed vLLM's model registry.
 
 Why is this bad?
-    After every optimizer step TRL pushes the policy's weights into vLLM by name (`load_weights`,
-    or `update_named_param(s)` to `trl vllm-serve`); these break only once the job runs:
-    - a bitsandbytes-quantized policy pushes packed 4-bit or int8 tensors into bf16 weights:
-      `assert param_data.shape == loaded_weight.shape` (trl#3654 colocate, trl#4973 server);
-      releases that start colocate with `quantization="bitsandbytes"` re-round the merged LoRA
-      every sync (trl#3466: "Merge lora module to 4-bit linear may get different generations due to
-      rounding errors") and refuse 8-bit ("vLLM does not support in-flight 8-bit quantization");
-    - LoRA under a sync that does not merge, rename and filter the adapter's parameters (trl 0.14
-      pushes the PEFT state dict as is, trl#2698): vLLM generates with the base weights or stops on
-      unknown names;
-    - ZeRO-3 with `ds3_gather_for_generation: false` where the sync gathers only with it (trl
-      0.15-0.18): "Attempted to load weight (torch.Size([0])) into parameter";
-    - TRL 0.14-0.15's `vllm_device` "auto" is `cuda:<num_processes>`, missing with one process per
-      GPU: "The requested device for vllm (cuda:N) is not available" (open-r1#260, trl#2852);
-    - a local `trl vllm-serve` on a GPU that also trains: the weight-sync communicator hangs or
-      NCCL's watchdog fires at the first update (trl#3157, open-r1#478);
-    - an architecture the installed vLLM lacks: no engine, or only its Transformers backend where
-      that supports it (trl#5269).
+    TRL pushes the weights into vLLM by name after every step; these break only once the job runs:
+    - bitsandbytes 4-bit or int8 tensors into bf16: `assert param_data.shape == loaded_weight.shape`
+      (trl#3654, trl#4973); colocate with `quantization="bitsandbytes"` re-rounds the merged LoRA
+      each sync (trl#3466: "Merge lora module to 4-bit linear may get different generations due to
+      rounding errors") and refuses 8-bit ("vLLM does not support in-flight 8-bit quantization");
+    - LoRA under a sync that does not merge, rename and filter the adapter (trl 0.14, trl#2698):
+      base weights, or unknown names;
+    - ZeRO-3 with `ds3_gather_for_generation: false` where the sync obeys it (trl 0.15-0.18):
+      "Attempted to load weight (torch.Size([0])) into parameter";
+    - TRL 0.14-0.15's `vllm_device` "auto" is `cuda:<num_processes>`: "The requested device for vllm
+      (cuda:N) is not available" (open-r1#260, trl#2852);
+    - a local `trl vllm-serve` on a training GPU: the sync hangs (trl#3157, open-r1#478);
+    - an architecture the installed vLLM lacks: no engine, or its Transformers backend (trl#5269).
 
 Example
     use_vllm: true                      # trl 0.15, one training process per GPU (4 GPUs)
-    -> fail: vllm_device 'auto' = cuda:4 (the GPU after the 4 training processes) does not exist: 4
-       GPUs visible, so TRL stops at start with 'The requested device for vllm (cuda:4) is not
-       available'; launch with `--num_processes 3` to leave cuda:3 to vLLM
+    -> fail: vllm_device 'auto' = cuda:4 (...) does not exist: 4 GPUs visible, so TRL stops ...
 
 Fix safety
-    No automatic fix (each change is the user's choice); a manual fix names it: load the policy
-    unquantized (bf16 + LoRA) or `use_vllm: false`; upgrade TRL for the PEFT sync;
-    `ds3_gather_for_generation: true` (or ZeRO-2); `--num_processes <GPUs - 1>`;
-    `CUDA_VISIBLE_DEVICES=0 trl vllm-serve ...` beside `CUDA_VISIBLE_DEVICES=1,...,N-1 accelerate
-    launch --num_processes N-1`; `use_vllm: false` for an architecture vLLM lacks.
+    Manual: an unquantized policy (bf16 + LoRA) or `use_vllm: false`; a TRL whose sync handles PEFT;
+    `ds3_gather_for_generation: true` (or ZeRO-2); `--num_processes <GPUs - 1>`; the server on its
+    own GPU.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from conftest import FIXTURES, run_doctor
 from trl_doctor.registry import all_rules, builtin_rules
 
 HEADINGS = ("What it does", "Why is this bad?", "Example", "Fix safety")  # ruff's rule-doc shape, in this order
+MAX_LINES = 30  # an explanation's length, its summary line included
 
 
 def test_ids_and_slugs_unique():
@@ -34,6 +35,13 @@ def test_module_named_after_slug_and_documented():
         assert [h for h in headings if h != "Versions"] == list(HEADINGS), f"{r.id} explanation's headings: {headings}"
         assert "Versions" not in headings or headings.index("Versions") == 2, f"{r.id}: Versions follows 'Why is this bad?'"
         assert all(len(line) <= 100 for line in (summary, *body)), f"{r.id} explain is wider than 100 columns"
+
+
+def test_every_explanation_fits_30_lines():
+    """`explain` reads on one screen: each rule says what it checks, the failure and its versions, an example and
+    the fix in at most 30 lines (docs/writing-a-rule.md)."""
+    long = {r.id: n for r in builtin_rules() if (n := len(r.explanation.strip("\n").splitlines())) > MAX_LINES}
+    assert not long, f"explanations longer than {MAX_LINES} lines: {long}"
 
 
 def test_every_rule_has_broken_and_healthy_fixtures():

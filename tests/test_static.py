@@ -207,3 +207,34 @@ def test_static_raises_no_alarm_the_full_check_does_not(built_fixtures, config, 
             if r["status"] in ("fail", "error") and r["id"] != rule:
                 assert r["rule"] == "trainer-config" and "rejects the config: trl" in r["message"] and \
                     "has no PPOConfig" in r["message"], (r["rule"], r["message"])
+
+
+# -- one wording: where --static and the full check judge a case alike, they say it word for word ---------------
+
+# Cases whose --static verdict and message equal the full check's (the snapshot records the full check's words): the
+# words come from the facts layer's wording modules (trl_doctor/facts/wording_*.py), which both sides call.
+SAME_WORDS = ("pad-token/bad_gpt2_nopad.yaml", "pad-token/bad_llama3_nopad.yaml", "pad-token/bad_pad_mismatch.yaml",
+              "pad-token/bad_pad_outside_vocab.yaml", "pad-token/bad_ppo_pad_is_eos.yaml", "pad-token/ok_qwen2_chat.json",
+              "pad-token/ok_grpo_pad_is_eos.yaml", "pad-token/ok_grpo_generation_pad_differs.yaml",
+              "pad-token/bad_ppo_generation_pad_differs.yaml", "precision-and-attention/bad_bf16_t4.yaml",
+              "precision-and-attention/bad_vllm_bf16_checkpoint_t4.yaml", "trainer-config/bad_unknown_key.yaml",
+              "trainer-config/bad_renamed_torch_dtype.yaml", "trainer-config/bad_removed_max_prompt_length.yaml",
+              "trainer-config/bad_ppov1_keys.yaml", "trainer-config/ok_ppo.yaml",
+              "batch-geometry/bad_num_generations_text.yaml", "dataset-schema/bad_no_prompt_column.yaml")
+
+
+@pytest.mark.trl_pair
+@pytest.mark.parametrize("case_id", SAME_WORDS)
+def test_static_says_what_the_full_check_says(built_fixtures, case_id):
+    import case_snapshots
+
+    case = FIXTURES / case_id
+    fields, body = case_snapshots.split(case_snapshots.snapshot_path(case).read_text())
+    if fields.get("lane") != case_snapshots.lane():  # the words name the releases the snapshot was recorded with
+        pytest.skip(f"the snapshot was recorded with {fields.get('lane')}, this is {case_snapshots.lane()}")
+    status_line, message, *_ = body.split("\n")
+    fake = case_fake_gpus(case)
+    proc = run_doctor("check", "--static", "--format", "json", str(case), **({"env": fake_gpu_env(fake)} if fake else {}))
+    mine = result_of(json.loads(proc.stdout), case.parent.name)
+    assert f"{mine['id']} {mine['rule']}: {mine['status']}" == status_line
+    assert case_snapshots.normalise(mine["message"], {FIXTURES: "<fixtures>"}) == message

@@ -20,5 +20,7 @@ check, its InputError / Unavailable kept too); the larger answers are frozen dat
 - `locations`: a config key's place in the file, for a finding that points at it;
 - `edits`: what a file holds once `Edit`s are applied (the fixer's plan and a rule's trial of its fix);
 - `text`: line numbers and lines of source text, small JSON files;
-- `trainer_run`: what the one-step trainer run found.
+- `trainer_run`: what the one-step trainer run found;
+- `wording_*` (pad, eos, precision, config, dataset): not facts but the words of findings that `check --static`
+  (trl_doctor/static/judge.py) says too, built from plain values, so both read the same; they import nothing.
 """

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from trl_doctor.runtime import fence as _fence
 from trl_doctor.cache import fact
+from trl_doctor.facts.wording_eos import TURN_END, eos_why
 
 _MARK = "TRLDOCTORMARK"
 
@@ -96,9 +97,9 @@ def completion_terminator(tok, rows: list[dict[str, Any]]) -> dict[str, Any]:
         if term and term.get("error"):
             out["template_error"] = term["error"]
         elif term and term.get("id") is not None:
-            return {**out, "id": term["id"], "token": term["token"], "why": "the chat template's end of the assistant turn"}
+            return {**out, "id": term["id"], "token": term["token"], "why": TURN_END}
     return {**out, "id": tok.eos_token_id, "token": tok.eos_token,
-            "why": "the tokenizer's eos (" + ("the template puts no special token after a turn" if conversational else "plain-text prompts") + ")"}
+            "why": eos_why(conversational)}
 
 
 # -- prompts as the installed trainer renders and tokenizes them ---------------------------------------------------

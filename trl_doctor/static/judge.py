@@ -2,7 +2,8 @@
 in its words. A judgment returns Findings as a rule does, or raises Unavailable (a `skip` with the reason); a rule
 with no judgment here is skipped with SKIPPED's reason. Each one reads trl_doctor.static.files and the TRL release
 knowledge of trl_doctor.static.fields, never the ML stack, and reuses the full check's pure facts where they are
-light (the geometry evaluator, the migration table, the launch's process count)."""
+light (the geometry evaluator, the migration table, the launch's process count). Words both sides say come from the
+facts layer's wording modules (facts/wording_*.py), so a finding reads the same in --static and the full check."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from typing import Any, Callable, Iterable
 
 from trl_doctor.errors import Unavailable
 from trl_doctor.types import Finding, Location, fail, passed, warn
+from ..facts import wording_config as words_config, wording_eos as words_eos, wording_pad as words_pad
+from ..facts import wording_precision as words_precision
 from ..facts.tokens import as_id_list
+from ..facts.wording_dataset import no_prompt_column, prompt_reader
 from . import fields as F
 
 FULL = "needs the full check"
@@ -79,7 +83,7 @@ def trainer_config(s) -> Iterable[Finding]:
     class_name = name or f"{s.trainer.upper()}Config"
     details = {"config class": class_name, "trl": s.release_words, "TrainingArguments from": F.training_arguments()[1]}
     if name is None:
-        yield fail(f"{class_name} rejects the config: trl {s.release} has no {class_name}", **details)
+        yield fail(words_config.rejected(class_name, f"trl {s.release} has no {class_name}"), **details)
         return
     init = {k for k, f in own.items() if f.get("init", True)}
     known = init | set(F.script_fields(s.release, s.trainer)) | set(DOCTOR_KEYS) | set(SCRIPT_EXTRA_KEYS)
@@ -89,9 +93,7 @@ def trainer_config(s) -> Iterable[Finding]:
         yield fail(why, location=Location(str(s.cfg.path), key), **details)
     unknown = [k for k in s.cfg.raw if k not in known]
     stops = F._key(s.release) >= (0, 19)
-    consequence = (f"`trl {s.trainer} --config` stops on it at start-up" if stops else
-                   f"trl {s.release}'s `trl {s.trainer} --config` drops it without a word: its value never reaches "
-                   "the trainer")
+    consequence = words_config.unknown_key_consequence(s.trainer, s.release, stops)
     report = fail if stops else warn
     installed = {"trl": s.release, "transformers": F.training_arguments()[1].split()[1]}
     plain = []
@@ -99,18 +101,17 @@ def trainer_config(s) -> Iterable[Finding]:
         loc = Location(str(s.cfg.path), key)
         entry = migration_for(key, installed, trainer=s.trainer)
         if entry is not None:
-            yield report(f"{entry.words()}; with {entry.package} {installed[entry.package]}, {consequence}",
-                         location=loc, **details)
+            yield report(words_config.migrated(entry, installed, consequence), location=loc, **details)
             continue
         arrival = arrival_for(key, installed, trainer=s.trainer)
         if arrival is not None:
-            yield report(f"`{key}` is not a field of {class_name} in trl {s.release}: it arrives in {arrival.package} "
-                         f"{arrival.since} ({arrival.where}); {consequence}", location=loc, **details)
+            yield report(words_config.arrives_later(key, class_name, s.release, arrival, consequence), location=loc,
+                         **details)
             continue
         near = [n for n in difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8) if abs(len(n) - len(key)) <= 2]
-        plain.append(f"{key!r} (did you mean {near[0]!r}?)" if near else repr(key))
+        plain.append(words_config.unknown(key, near[0] if near else None))
     if plain:
-        yield report(f"trl {s.release} does not know {', '.join(plain)}: {consequence}", **details)
+        yield report(words_config.not_known(s.release, plain, consequence), **details)
     if not unknown and not errors:
         keys = [k for k in s.cfg.raw if k in init]
         yield passed(f"{class_name} (trl {s.release}) has all {len(keys)} trainer keys with values of the right type "
@@ -148,14 +149,12 @@ def batch_geometry(s) -> Iterable[Finding]:
 
     own, name = F.config_fields(s.release, s.trainer)
     if name is None:
-        yield passed(f"trl {s.release} has no {s.trainer.upper()}Config, so there is no batch geometry to check "
-                     "(see value-model / smoke-step for the trainer itself)")
+        yield passed(words_config.no_config_class(s.release, s.trainer))
         return
     refused = sorted(k for k in s.cfg.raw if k in own and _type_error(k, s.cfg.raw[k], own[k]["type"])
                      and any(w in k for w in ("batch", "generation", "steps", "accumulation", "rloo_k", "epochs")))
     if refused:
-        raise Unavailable(f"{', '.join(refused)} has a value TRL's parser refuses (see trainer-config): no batch "
-                          "arithmetic to judge until it is a number")
+        raise Unavailable(words_config.refused_numbers(refused))
     the_launch = launch(s)
     procs, where = the_launch.processes, the_launch.processes_from
     reading = _reading(F.release(s.release)["geometry"][s.trainer])
@@ -164,23 +163,21 @@ def batch_geometry(s) -> Iterable[Finding]:
     details: dict[str, Any] = {"trl": s.release_words, "processes": f"{procs} ({where})"}
     if the_launch.processes_note:
         details["process count note"] = the_launch.processes_note
-    details["read from"] = [f"{u.where} ({u.kind})" for u in reading.units] or "no geometry code found"
+    details["read from"] = words_config.read_from(reading.units)
     details["not done here"] = "the cross-check that builds TRL's config class, and the --fix plan: the full check"
     gen = resolved.get("generation_batch_size")
-    summary = (f"per_device_train_batch_size {resolved.get('per_device_train_batch_size')} x {procs} process"
-               f"{'es' if procs != 1 else ''}" + (f", generation batch {gen}" if isinstance(gen, int) else "") +
+    summary = (f"per_device_train_batch_size {resolved.get('per_device_train_batch_size')} x "
+               f"{words_config.processes(procs)}" + (f", generation batch {gen}" if isinstance(gen, int) else "") +
                (f", num_generations {resolved.get('num_generations')}" if "num_generations" in resolved else ""))
     lines = [f"({i}) {p.message} [{p.site}]" for i, p in enumerate(problems, 1)]
     if s.trainer in ("grpo", "rloo") and s.cfg.raw.get("auto_find_batch_size") is True and \
             not any("auto_find_batch_size" in p.message for p in problems):
         lines.append(f"({len(lines) + 1}) {AUTO_FIND_BATCH_SIZE}")
     if not lines:
-        yield passed(f"at {procs} process{'es' if procs != 1 else ''} ({where}): {summary}", **details)
+        yield passed(words_config.geometry_healthy(procs, where, summary), **details)
         return
     details["violations"] = lines
-    head = (f"{len(lines)} batch-geometry violation{'s' if len(lines) != 1 else ''} at {procs} process"
-            f"{'es' if procs != 1 else ''} ({where}), where trl {s.release} stops: ")
-    yield fail(head + "; ".join(lines), **details)
+    yield fail(words_config.violations(lines, procs, where, s.release), **details)
 
 
 # -- pad-token ----------------------------------------------------------------------------------------------
@@ -207,51 +204,39 @@ def pad_token(s) -> Iterable[Finding]:
     pad_id, eos_id = tok.id_of(pad), tok.id_of(eos)
     gen = s.gen_json
     trainer_cls = TRAINER_CLASS[s.trainer]
-    details = {"tokenizer": str(s.cfg.tokenizer.path), "pad_token": pad, "pad_token_id": pad_id, "eos_token": eos,
-               "eos_token_id": eos_id, "vocab_size (embedding rows)": rows,
-               "config.json pad_token_id": s.model_json.get("pad_token_id"),
-               "generation_config.json pad_token_id": None if gen is None else gen.get("pad_token_id"),
-               "trl": s.release_words}
+    details = words_pad.details(tokenizer=str(s.cfg.tokenizer.path), pad=pad, pad_id=pad_id, eos=eos, eos_id=eos_id,
+                                rows=rows, config_pad=s.model_json.get("pad_token_id"), generation_json=gen,
+                                trl=s.release_words)
     if s.cfg.added_tokens:
         raise Unavailable(f"{FULL}: `added_tokens` change the tokenizer the trainer holds")
     if pad is None:
         if eos is None:
-            yield fail("the tokenizer has neither a pad token nor an eos token; batches cannot be padded", **details)
+            yield fail(words_pad.NEITHER, **details)
             return
         evidence = F.release(s.release)["sets_pad_to_eos"].get(s.trainer)
         details["trainer behaviour"] = evidence or f"{trainer_cls} in trl {s.release} never assigns the policy tokenizer's pad_token"
         if evidence:
-            harm = (" PPO then masks that eos out of the value and reward forwards, so the model is never rewarded for "
-                    "stopping." if s.trainer == "ppo" else "")
-            yield warn(f"the tokenizer has no pad token; {trainer_cls} in trl {s.release} will silently set "
-                       f"pad_token = eos_token {eos!r} (id {eos_id}).{harm}", **details)
+            yield warn(words_pad.set_to_eos(s.trainer, trainer_cls, s.release, eos, eos_id), **details)
         else:
-            yield fail(f"the tokenizer has no pad token and {trainer_cls} in trl {s.release} does not set one: the first "
-                       "batch fails with 'Asking to pad but the tokenizer does not have a padding token'", **details)
+            yield fail(words_pad.never_set(trainer_cls, s.release), **details)
         return
     if pad_id is None or (rows is not None and pad_id >= rows):
         if ppo_style(s):
             raise Unavailable(f"{FULL}: pad id {pad_id} lies past the embedding rows, which PPO-style trainers may allow")
-        yield fail(f"pad token {pad!r} has id {pad_id}, outside the model's {rows} embedding rows (config.json "
-                   "vocab_size): the first forward pass indexes past the embedding matrix", **details)
+        yield fail(words_pad.outside_rows(pad, pad_id, rows), **details)
         return
     files = {"config.json": s.model_json.get("pad_token_id")}
     if gen is not None and ppo_style(s):  # GRPO and RLOO pass generate the tokenizer's pad id themselves
         files["generation_config.json"] = gen.get("pad_token_id")
     disagree = {n: v for n, v in files.items() if v is not None and v != pad_id}
     if disagree:
-        listed = ", ".join(f"{n} says {v}" for n, v in disagree.items())
-        yield warn(f"pad_token_id disagrees between files: the tokenizer's pad {pad!r} is id {pad_id} but {listed}",
-                   **details)
+        yield warn(words_pad.files_disagree(pad, pad_id, disagree), **details)
     if s.trainer == "ppo":
         stop_id = s.cfg.raw.get("stop_token_id", eos_id)
         if pad_id == stop_id:
-            yield warn(f"pad token {pad!r} is also PPO's stop token (id {pad_id}): PPO masks pad ids out of the value "
-                       "and reward forwards, so the final eos is masked and the model is never rewarded for stopping",
-                       **details)
+            yield warn(words_pad.ppo_stop(pad, pad_id), **details)
             return
-    within = f"and within the {rows} embedding rows" if rows is not None else "(config.json names no vocab_size)"
-    yield passed(f"pad token {pad!r} (id {pad_id}) is set {within}", **details)
+    yield passed(words_pad.healthy(pad, pad_id, rows), **details)
 
 
 # -- eos-termination ------------------------------------------------------------------------------------------
@@ -310,37 +295,26 @@ def eos_termination(s) -> Iterable[Finding]:
     if conversational:
         found = turn_terminator(s)
         if found and found.get("error"):
-            yield warn(f"the chat template cannot be rendered ({found['error']}); the turn terminator is unknown",
-                       tokenizer=str(s.cfg.tokenizer.path))
+            yield warn(words_eos.unrendered(found["error"]), tokenizer=str(s.cfg.tokenizer.path))
             return
         if found and found.get("id") is not None:
-            term = {"id": found["id"], "token": found["token"], "why": "the chat template's end of the assistant turn"}
+            term = {"id": found["id"], "token": found["token"], "why": words_eos.TURN_END}
     if term is None:
-        term = {"id": eos_id, "token": eos, "why": "the tokenizer's eos (" + (
-            "the template puts no special token after a turn" if conversational else "plain-text prompts") + ")"}
+        term = {"id": eos_id, "token": eos, "why": words_eos.eos_why(conversational)}
     stop_set = sorted(set(gen_eos) | ({eos_id} if eos_id is not None else set()))
     use_vllm = bool(s.cfg.raw.get("use_vllm"))
-    details = {"terminator": f"{term['token']!r} (id {term['id']}): {term['why']}",
-               "tokenizer eos": f"{eos!r} (id {eos_id})",
-               "config.json eos_token_id": s.model_json.get("eos_token_id"),
-               "generation_config.json eos_token_id": None if gen is None else gen.get("eos_token_id"),
-               "stop set (HF generate and vLLM: tokenizer eos + generation config eos ids)":
-                   [f"{tok.name_of(i)!r} ({i})" for i in stop_set],
-               "generation path": "vLLM" if use_vllm else "transformers generate",
+    details = {**words_eos.details(term, eos, eos_id, s.model_json, gen, [(tok.name_of(i), i) for i in stop_set],
+                                   use_vllm),
                "termination probe": "not run (--static): the static reading decides"}
     if term["id"] is None:
-        yield fail("the tokenizer has no eos token: nothing can end a completion", **details)
+        yield fail(words_eos.NO_EOS, **details)
         return
     if term["id"] in stop_set:
-        yield passed(f"completions end at {term['token']!r} (id {term['id']}), which is in the stop set (the completion "
-                     "mask is read from the trainer in the full check)", **details)
+        yield passed(words_eos.in_stop_set(term, " (the completion mask is read from the trainer in the full check)"),
+                     **details)
         return
-    where = (f"generation_config.json eos_token_id {gen_eos}" if gen is not None else
-             f"config.json eos_token_id {gen_eos} (no generation_config.json)")
-    path = "vLLM" if use_vllm else "generation"
-    yield fail(f"{term['token']!r} (id {term['id']}) ends the assistant's turn but {path} will not stop at it: {where} "
-               f"and the tokenizer's eos {eos!r} ({eos_id}) do not include it, so completions run to "
-               "max_completion_length", **details)
+    yield fail(words_eos.never_stops(term, use_vllm, words_eos.stop_ids_from(gen_eos, gen is not None), eos, eos_id),
+               **details)
 
 
 # -- context-length -------------------------------------------------------------------------------------------
@@ -385,9 +359,6 @@ def context_length(s) -> Iterable[Finding]:
 
 # -- dataset-schema -------------------------------------------------------------------------------------------
 
-CANDIDATES = ("question", "problem", "query", "instruction", "input", "messages", "text", "conversations")
-
-
 def dataset_schema(s) -> Iterable[Finding]:
     from ..facts.chat import prompt_format
 
@@ -399,11 +370,7 @@ def dataset_schema(s) -> Iterable[Finding]:
     columns = ds.columns or []
     details = {"dataset": str(ds.path), "columns": columns, "rows read": len(ds.rows)}
     if "prompt" not in columns:
-        near = [c for c in CANDIDATES if c in columns]
-        hint = (f"rename `{near[0]}` to `prompt`" if near else "add a `prompt` column") + \
-            " (dataset.rename_column, or map the rows to {\"prompt\": ...})"
-        yield fail(f"the dataset has no `prompt` column (columns: {', '.join(columns) or 'none'}): the trainer reads "
-                   f"`prompt` from every row, so the first step fails with KeyError: 'prompt'; {hint}", **details)
+        yield fail(no_prompt_column(columns, prompt_reader(s.trainer, ppo_style(s))), **details)
         return
     kinds = sorted({prompt_format(r.get("prompt")) for r in ds.rows})
     yield passed(f"columns {', '.join(columns)}: `prompt` is {', '.join(kinds)} in the first {len(ds.rows)} rows (every "
@@ -427,33 +394,21 @@ def precision(s) -> Iterable[Finding]:
     if bf16 is None and "bf16" not in raw and s.trainer in ("grpo", "rloo") and F._key(s.release) >= (0, 19):
         bf16, words = not fp16, f"{s.trainer.upper()}Config's default in trl {s.release}: bf16 unless fp16"
     lowest = min(visible, key=compute_capability)
-    name = f"GPU {lowest['index']} ({lowest['name']})"
-    details = {"GPUs": [f"GPU {g['index']} ({g['name']}): compute capability {g['compute_capability']}" for g in visible],
-               "bf16": f"{bool(bf16)} ({words})", "trl": s.release_words}
+    name = words_precision.gpu_name(lowest)
+    details = {"GPUs": words_precision.gpu_lines(visible), "bf16": f"{bool(bf16)} ({words})", "trl": s.release_words}
+    below = compute_capability(lowest) < words_precision.BF16_MIN_CC
     found = False
-    if bf16 is True and compute_capability(lowest) < (8, 0):
+    if bf16 is True and below:
         found = True
-        where = "" if raw.get("bf16") is True else f" ({words})"
-        yield fail(f"bf16 is on{where} but {name} has compute capability {lowest['compute_capability']} and bfloat16 "
-                   "needs 8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs "
-                   "it emulated, many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to "
-                   "NaN), or use an Ampere or newer GPU", **details)
-    if raw.get("tf32") is True and compute_capability(lowest) < (8, 0):
+        yield fail(words_precision.bf16_unsupported("" if raw.get("bf16") is True else f" ({words})", lowest), **details)
+    if raw.get("tf32") is True and below:
         found = True
-        yield fail(f"tf32: true but {name} has compute capability {lowest['compute_capability']} and TF32 needs 8.0 "
-                   "(Ampere) or newer: TrainingArguments stops with \"--tf32 requires Ampere or a newer GPU arch\"; set "
-                   "`tf32: false`", **details)
+        yield fail(words_precision.tf32_unsupported(lowest), **details)
     ckpt = s.model_json.get("dtype") or s.model_json.get("torch_dtype")
-    if raw.get("use_vllm") and ckpt == "bfloat16" and compute_capability(lowest) < (8, 0):
+    if raw.get("use_vllm") and ckpt == "bfloat16" and below:
         found = True
-        mode_v = str(raw.get("vllm_mode", own.get("vllm_mode", {}).get("default")) or "server")
-        how = ("TRL builds vLLM's LLM(...) without a dtype, so the trainer's precision settings do not reach it; save "
-               "the checkpoint in float16" if mode_v == "colocate" else
-               "start the server with `trl vllm-serve --dtype half`")
-        yield (fail if mode_v == "colocate" else warn)(
-            f"use_vllm: vLLM loads the checkpoint's dtype (bfloat16, config.json) and refuses {name} (compute "
-            f"capability {lowest['compute_capability']}): \"Bfloat16 is only supported on GPUs with compute capability "
-            f"of at least 8.0\"; {how}", **details)
+        colocate = str(raw.get("vllm_mode", own.get("vllm_mode", {}).get("default")) or "server") == "colocate"
+        yield (fail if colocate else warn)(words_precision.vllm_bf16_unsupported(lowest, colocate), **details)
     if not found:
         mode = "bf16" if bf16 else "fp16" if fp16 else "fp32"
         yield passed(f"{mode} ({words}) suits {name} (compute capability {lowest['compute_capability']}); the attention "
