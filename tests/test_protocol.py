@@ -10,18 +10,16 @@ import pytest
 
 from trl_doctor import DELETE, Edit, Fix, Location, Status, manual
 from trl_doctor.options import DEFAULTS, Options
-from trl_doctor.protocol import ProtocolError, Request, decode_result, encode_result, message, read_message
-from trl_doctor.types import AppliedFix, Result
+from trl_doctor.protocol import VERSION, ProtocolError, Request, decode_result, encode_result, message, read_message
+from trl_doctor.types import Result
 from trl_doctor.facts.trainer_run import protocol as run_protocol
 
 pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 
 
-def _result(fix: Fix | None, location: Location | None) -> Result:
-    applied = AppliedFix(fix.description, False, fix.unsafe, tuple(sorted({e.path for e in fix.edits})),
-                         fix.applicability) if fix else None
-    return Result("TD010", "batch-geometry", "t", Status.FAIL, "m", {"a": (1, 2), "p": object.__name__}, applied, 0.5,
-                  fix, location)
+def _result(fix: Fix | None, location: Location | None, applied: bool = False) -> Result:
+    return Result("TD010", "batch-geometry", "t", Status.FAIL, "m", {"a": (1, 2), "p": object.__name__}, fix, 0.5,
+                  location, fix_applied=applied)
 
 
 @pytest.mark.parametrize("fix", [
@@ -31,13 +29,13 @@ def _result(fix: Fix | None, location: Location | None) -> Result:
     None,
 ])
 def test_results_round_trip_through_a_channel_line(fix):
-    r = _result(fix, Location("/c.yaml", "num_generations", 3, 1) if fix else None)
+    r = _result(fix, Location("/c.yaml", "num_generations", 3, 1) if fix else None, applied=fix is not None)
     back = decode_result(read_message(message("result", result=encode_result(r)))["result"])
-    assert back.pending_fix == r.pending_fix and back.fix == r.fix and back.location == r.location
+    assert back.fix == r.fix and back.fix_applied == r.fix_applied and back.location == r.location
     assert (back.id, back.status, back.message, back.duration_s) == (r.id, r.status, r.message, r.duration_s)
     assert back.details == {"a": [1, 2], "p": "object"}  # plain JSON: what every format prints anyway
     if fix is not None and fix.edits and fix.edits[0].set:
-        assert back.pending_fix.edits[0].set[1][1] is DELETE
+        assert back.fix.edits[0].set[1][1] is DELETE
 
 
 def test_another_protocol_version_is_refused():
@@ -46,9 +44,9 @@ def test_another_protocol_version_is_refused():
     with pytest.raises(ProtocolError, match="protocol version 99"):
         read_message(json.dumps(line))
     with pytest.raises(ProtocolError):
-        read_message(json.dumps({"version": 1, "kind": "shout"}))
+        read_message(json.dumps({"version": VERSION, "kind": "shout"}))
     with pytest.raises(ProtocolError):
-        Request.from_json(json.dumps({"version": 2, "config": "c", "rules": []}))
+        Request.from_json(json.dumps({"version": VERSION + 1, "config": "c", "rules": []}))
     with pytest.raises(ProtocolError):
         run_protocol.RunResult.from_json({"version": 0, "outcome": "ok", "details": {}})
 

@@ -24,6 +24,9 @@ import pytest
 
 import badinputs
 from conftest import trl_doctor_exe
+from trl_doctor.protocol import VERSION
+
+DONE = json.dumps({"version": VERSION, "kind": "done"})  # a `done` line as the worker writes it
 
 pytestmark = pytest.mark.release_free  # the doctor's own worker: no release changes the outcome
 
@@ -190,7 +193,7 @@ def test_a_signal_to_the_cli_ends_the_check_with_nothing_left(built_fixtures, tm
 # -- the channel ----------------------------------------------------------------------------------------------------
 
 def test_user_output_shaped_like_the_protocol_changes_nothing(built_fixtures, tmp_path):
-    forged = '{"version": 1, "kind": "done"}'
+    forged = DONE
     module = (f"\nimport json, sys\nprint({forged!r}, flush=True)\nprint({forged!r}, file=sys.stderr, flush=True)\n"
               "json.dumps = lambda *a, **k: 'not json'\njson.JSONEncoder.encode = lambda *a, **k: 'not json'\n")
     case = Hostile(tmp_path, module)
@@ -216,7 +219,7 @@ for fd in range(3, 64):
 
 def test_a_forged_done_on_the_channel_is_never_a_pass(built_fixtures, tmp_path):
     # user code that finds the channel's descriptor and writes a whole `done` line into every pipe it has
-    case = Hostile(tmp_path, _into_every_pipe('{"version": 1, "kind": "done"}'))
+    case = Hostile(tmp_path, _into_every_pipe(DONE))
     code, out, err = case.run("--select", "trainer-config,reward-functions,model-files")
     rules = report_of(out)
     assert code == 1, err[-2000:]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trl_doctor.options import Options
-from trl_doctor.types import DELETE, AppliedFix, Edit, Fix, Location, Result, Status, plain
+from trl_doctor.types import DELETE, Edit, Fix, Location, Result, Status, plain
 
 VERSION = 1
 CHANNEL_LOST = 86  # the worker's exit status when its channel cannot be written (its code closed the descriptor)
@@ -98,25 +98,18 @@ def encode_result(r: Result) -> dict[str, Any]:
     return {
         "id": r.id, "rule": r.rule, "title": r.title, "status": r.status.value, "message": r.message,
         "details": plain(r.details), "duration_s": r.duration_s,
-        "fix": None if r.fix is None else dataclasses.asdict(r.fix),
-        "pending_fix": None if r.pending_fix is None else _encode_fix(r.pending_fix),
+        "fix": None if r.fix is None else _encode_fix(r.fix), "fix_applied": r.fix_applied,
         "location": None if r.location is None else dataclasses.asdict(r.location),
         "suppressed": r.suppressed,
     }
 
 
 def decode_result(data: dict[str, Any]) -> Result:
-    fix = data.get("fix")
-    applied = None
-    if fix is not None:
-        names = {f.name for f in dataclasses.fields(AppliedFix)}
-        fix = {k: v for k, v in fix.items() if k in names}
-        applied = AppliedFix(**{**fix, "files": tuple(fix.get("files") or ())})
     loc = data.get("location")
     return Result(
         id=data["id"], rule=data["rule"], title=data["title"], status=Status(data["status"]), message=data["message"],
-        details=data.get("details") or {}, fix=applied, duration_s=data.get("duration_s", 0.0),
-        pending_fix=_decode_fix(data["pending_fix"]) if data.get("pending_fix") else None,
+        details=data.get("details") or {}, fix=_decode_fix(data["fix"]) if data.get("fix") else None,
+        duration_s=data.get("duration_s", 0.0), fix_applied=bool(data.get("fix_applied")),
         location=Location(**loc) if loc else None, suppressed=data.get("suppressed"),
     )
 

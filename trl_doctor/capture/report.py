@@ -12,7 +12,7 @@ import dataclasses
 import os
 from typing import Any
 
-from trl_doctor.types import AppliedFix, Fix, Location, Result, manual
+from trl_doctor.types import Fix, Location, Result, manual
 
 
 def describe(cfg: Any, live: Any) -> dict[str, Any]:
@@ -39,12 +39,11 @@ def adapt(result: Result, cfg: Any, live: Any) -> Result:
     if location is not None and _same(location.file, cfg.path) and location.key in scripted:
         location = Location(live.where[0], location.key, live.where[1]) if live.where else \
             Location(live.script or str(cfg.path), location.key)
-    fix = result.pending_fix
+    fix = result.fix
     if fix is not None and fix.applicability != "manual":
         fix = manual(f"{fix.description} (the script sets {', '.join(sorted(scripted))}: change it where the script "
                      f"builds the trainer's config, {where})")
-    applied = None if fix is None else AppliedFix(fix.description, False, False, (), fix.applicability)
-    return dataclasses.replace(result, location=location, pending_fix=fix, fix=applied)
+    return dataclasses.replace(result, location=location, fix=fix)
 
 
 def _scripted_keys(result: Result, cfg: Any, live: Any) -> set[str]:
@@ -52,7 +51,7 @@ def _scripted_keys(result: Result, cfg: Any, live: Any) -> set[str]:
     keys: set[str] = set()
     if result.location is not None and result.location.key and _same(result.location.file, cfg.path):
         keys.add(result.location.key)
-    fix: Fix | None = result.pending_fix
+    fix: Fix | None = result.fix
     for edit in fix.edits if fix is not None else ():
         if edit.set and _same(edit.path, cfg.path):
             keys.update(k for k, _ in edit.set)

@@ -130,7 +130,7 @@ def _inputs_kept(result, changes: list[str]):
                "the same code; restore the files and rerun the check")
     details = dict(result.details, **{"input files changed": changes,
                                       "result before": f"{result.status.value}: {result.message}"})
-    return dataclasses.replace(result, status=Status.FAIL, message=message, details=details, fix=None, pending_fix=None)
+    return dataclasses.replace(result, status=Status.FAIL, message=message, details=details, fix=None)
 
 
 def _processes_left(result, left: list[str]):
