@@ -12,22 +12,23 @@ import dataclasses
 import os
 from typing import Any
 
+from trl_doctor.protocol import Captured
 from trl_doctor.types import Fix, Location, Result, manual
 
 
-def describe(cfg: Any, live: Any) -> dict[str, Any]:
-    """What the check captured, for the reports."""
+def describe(cfg: Any, live: Any) -> Captured:
+    """What the check captured, for the reports (the worker's `captured` message)."""
     cls = live.trainer_cls
-    return {
-        "command": live.command,
-        "trainer": cfg.trainer,
-        "trainer_class": f"{cls.__module__}.{cls.__qualname__}" if cls is not None else None,
-        "constructed_at": f"{live.where[0]}:{live.where[1]}" if live.where else None,
-        "script": live.script,
-        "recipe": live.recipe,
-        "relaxed": {k: why for k, (_, why) in [*live.relaxed.items(), *live.machine_relaxed.items()]},
-        "notes": list(live.notes),
-    }
+    return Captured(
+        command=live.command,
+        trainer=cfg.trainer,
+        trainer_class=f"{cls.__module__}.{cls.__qualname__}" if cls is not None else None,
+        constructed_at=f"{live.where[0]}:{live.where[1]}" if live.where else None,
+        script=live.script,
+        recipe=live.recipe,
+        relaxed={k: why for k, (_, why) in [*live.relaxed.items(), *live.machine_relaxed.items()]},
+        notes=tuple(live.notes),
+    )
 
 
 def adapt(result: Result, cfg: Any, live: Any) -> Result:
