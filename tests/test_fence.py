@@ -167,11 +167,11 @@ def test_a_json_py_in_the_current_folder_shadows_nothing(built_fixtures, tmp_pat
 
 def test_the_fence_is_silent_without_a_channel_and_announces_with_one():
     from trl_doctor.runtime import fence as _fence
-    from trl_doctor.protocol import read_message
+    from trl_doctor.protocol import UserCode, UserCodeEnd
 
     with _fence.user_code("rewards.py (importing rewards.f)"):
         pass  # in-process use: nothing to send, nothing to stop
-    sent: list[str] = []
+    sent: list = []
     _fence.configure(sent.append, 7.0, {"k2": "x.py (calling x.g) ended the check's worker: exit status 9"})
     try:
         with _fence.user_code("rewards.py (importing rewards.f)", key="k1"):
@@ -180,10 +180,10 @@ def test_the_fence_is_silent_without_a_channel_and_announces_with_one():
             _fence.check_failed("k1", "k2")
     finally:
         _fence.configure()
-    start, end = (read_message(line) for line in sent)
-    assert (start["kind"], start["what"], start["key"], start["limit"]) == ("user-code", "rewards.py (importing rewards.f)",
-                                                                           "k1", 7.0)
-    assert (end["kind"], end["key"]) == ("user-code-end", "k1")
+    start, end = sent
+    assert isinstance(start, UserCode) and (start.what, start.key, start.limit) == ("rewards.py (importing rewards.f)",
+                                                                                    "k1", 7.0)
+    assert end == UserCodeEnd("k1")
     assert not _fence.supervised()
 
 
@@ -209,7 +209,7 @@ def test_the_fence_names_input_files_the_user_code_changed(tmp_path):
 def test_the_fence_gives_the_worker_back_its_stdout_and_stderr(tmp_path):
     # in a process of its own: closing this one's descriptors would close pytest's
     log = tmp_path / "log.txt"
-    code = ("import os, sys\nfrom trl_doctor.runtime import fence as _fence\n_fence.configure(lambda line: None)\n"
+    code = ("import os, sys\nfrom trl_doctor.runtime import fence as _fence\n_fence.configure(lambda message: None)\n"
             "with _fence.user_code('x.py (importing x.f)'):\n    sys.stdout.flush(); os.close(1); os.close(2)\n"
             "held = open(os.devnull)  # would take descriptor 1 if it stayed closed\n"
             "print('stdout after', flush=True)\nprint('stderr after', file=sys.stderr, flush=True)\n")

@@ -72,7 +72,7 @@ def pad_fix(config: Path) -> Fix:
 
     (rule,) = [r for r in builtin_rules() if r.slug == "pad-token"]
     with Context(load_config(config), Options(smoke=False)) as ctx:
-        fix = run_rule(rule, ctx).pending_fix
+        fix = run_rule(rule, ctx).fix
     assert fix is not None and fix.applicability == "safe"
     names = sorted(Path(e.path).name for e in fix.edits)
     assert names in (sorted(TOUCHED), sorted(TOUCHED + ("special_tokens_map.json",)))  # the latter: transformers 4.x

@@ -268,22 +268,24 @@ def test_table_is_coloured_on_a_terminal(mixed_config):
 
 
 def _hand_report(tmp_path):
-    """A report built by hand: a manual fix at a located key, a safe and an unsafe fix, one applied, and an
-    older-style AppliedFix that says only unsafe=True."""
-    from trl_doctor import Location, Status
+    """A report built by hand: a manual fix at a located key, a safe and an unsafe fix, one applied, and a Fix
+    in the older spelling that says only unsafe=True."""
+    from trl_doctor import Edit, Fix, Location, Status, manual
     from trl_doctor.report.formats import Report
-    from trl_doctor.types import AppliedFix, Result
+    from trl_doctor.types import Result
 
     cfg = tmp_path / "run.yaml"
     cfg.write_text("model_name_or_path: ./m\nnum_generations: 8\n")
     at = Location(str(cfg), "num_generations", 2, 1)
     results = [
-        Result("XT001", "by-hand", "t", Status.FAIL, "ulimit too low", {}, AppliedFix("raise `ulimit -n` to 65536", False, applicability="manual"),
+        Result("XT001", "by-hand", "t", Status.FAIL, "ulimit too low", {}, manual("raise `ulimit -n` to 65536"),
                0.0, location=at),
-        Result("XT002", "safe-one", "t", Status.WARN, "w", {}, AppliedFix("set beta: 0.0", False, files=(str(cfg),)), 0.0),
-        Result("XT003", "unsafe-one", "t", Status.WARN, "w", {}, AppliedFix("resize the embeddings", False, True, applicability="unsafe"), 0.0),
-        Result("XT004", "old-unsafe", "t", Status.WARN, "w", {}, AppliedFix("rewrite the weights", False, True), 0.0),
-        Result("XT005", "was-fixed", "t", Status.PASS, "ok now", {}, AppliedFix("set bf16: false", True), 0.0),
+        Result("XT002", "safe-one", "t", Status.WARN, "w", {}, Fix("set beta: 0.0", (Edit(str(cfg), set=(("beta", 0.0),)),)), 0.0),
+        Result("XT003", "unsafe-one", "t", Status.WARN, "w", {},
+               Fix("resize the embeddings", (Edit(str(tmp_path / "m.safetensors"), content=b"w"),), applicability="unsafe"), 0.0),
+        Result("XT004", "old-unsafe", "t", Status.WARN, "w", {}, Fix("rewrite the weights", unsafe=True), 0.0),
+        Result("XT005", "was-fixed", "t", Status.PASS, "ok now", {}, Fix("set bf16: false", (Edit(str(cfg), set=(("bf16", False),)),)),
+               0.0, fix_applied=True),
     ]
     summary = {"pass": 1, "warn": 3, "fail": 1, "skip": 0, "error": 0}
     return Report("0.0.0", str(cfg), "grpo", {}, results, summary)
@@ -313,6 +315,8 @@ def test_every_format_carries_the_location_and_applicability(tmp_path):
     assert by_id["XT002"]["location"] is None
     assert [by_id[i]["fix"]["applicability"] for i in ("XT001", "XT002", "XT003", "XT004")] == ["manual", "safe", "unsafe", "unsafe"]
     assert [by_id[i]["fix"]["unsafe"] for i in ("XT001", "XT002", "XT003", "XT004")] == [False, False, True, True]
+    assert [by_id[i]["fix"]["applied"] for i in ("XT002", "XT005")] == [False, True]
+    assert by_id["XT002"]["fix"]["files"] == [str(tmp_path / "run.yaml")] and by_id["XT004"]["fix"]["files"] == []
 
     sarif = json.loads(render("sarif", report))
     _sarif_schema_validate(sarif)

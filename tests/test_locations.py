@@ -211,17 +211,17 @@ def test_fix_merging_keeps_edits_and_takes_the_most_restrictive(ctx):
     by_hand = manual("raise the ulimit")
 
     r = _run(ctx, fail("a", safe), warn("b", by_hand))
-    assert r.pending_fix.applicability == "safe" and r.fix.applicability == "safe"
-    assert r.pending_fix.edits == safe.edits  # the manual part did not make the edit disappear
+    assert r.fix.applicability == "safe" and not r.fix_applied
+    assert r.fix.edits == safe.edits  # the manual part did not make the edit disappear
     assert r.fix.description == "set beta: 0.1; by hand: raise the ulimit"
 
     r = _run(ctx, fail("a", safe), warn("b", unsafe), warn("c", by_hand))
-    assert r.pending_fix.applicability == "unsafe" and r.fix.unsafe and r.fix.applicability == "unsafe"
-    assert r.pending_fix.edits == safe.edits + unsafe.edits
+    assert r.fix.applicability == "unsafe" and r.fix.unsafe
+    assert r.fix.edits == safe.edits + unsafe.edits and r.fix.files == (path, path + ".w")
 
     r = _run(ctx, fail("a", by_hand), warn("b", manual("pin torch")))
-    assert r.pending_fix.applicability == "manual" and r.pending_fix.edits == ()
+    assert r.fix.applicability == "manual" and r.fix.edits == ()
     assert r.fix.description == "raise the ulimit; pin torch" and r.fix.files == ()
 
     r = _run(ctx, fail("a", by_hand))
-    assert r.pending_fix is by_hand and r.fix.applicability == "manual"
+    assert r.fix is by_hand

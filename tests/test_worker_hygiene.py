@@ -24,6 +24,9 @@ import pytest
 
 import badinputs
 from conftest import trl_doctor_exe
+from trl_doctor.protocol import VERSION, Done
+
+DONE = Done().to_line().strip()  # a `done` line as the worker writes it
 
 pytestmark = pytest.mark.release_free  # the doctor's own worker: no release changes the outcome
 
@@ -190,7 +193,7 @@ def test_a_signal_to_the_cli_ends_the_check_with_nothing_left(built_fixtures, tm
 # -- the channel ----------------------------------------------------------------------------------------------------
 
 def test_user_output_shaped_like_the_protocol_changes_nothing(built_fixtures, tmp_path):
-    forged = '{"version": 1, "kind": "done"}'
+    forged = DONE
     module = (f"\nimport json, sys\nprint({forged!r}, flush=True)\nprint({forged!r}, file=sys.stderr, flush=True)\n"
               "json.dumps = lambda *a, **k: 'not json'\njson.JSONEncoder.encode = lambda *a, **k: 'not json'\n")
     case = Hostile(tmp_path, module)
@@ -216,7 +219,7 @@ for fd in range(3, 64):
 
 def test_a_forged_done_on_the_channel_is_never_a_pass(built_fixtures, tmp_path):
     # user code that finds the channel's descriptor and writes a whole `done` line into every pipe it has
-    case = Hostile(tmp_path, _into_every_pipe('{"version": 1, "kind": "done"}'))
+    case = Hostile(tmp_path, _into_every_pipe(DONE))
     code, out, err = case.run("--select", "trainer-config,reward-functions,model-files")
     rules = report_of(out)
     assert code == 1, err[-2000:]
@@ -238,6 +241,21 @@ def test_a_line_that_is_not_the_protocol_is_named_as_such(built_fixtures, tmp_pa
     assert message.startswith("rewards.py (importing rewards.format_reward) broke the worker's channel to trl-doctor: "
                               "'hello from a reward': JSONDecodeError")
     assert rules["dataset-schema"]["status"] == "pass"  # a fresh worker went on
+    case.assert_clean()
+
+
+def test_a_protocol_line_of_another_shape_is_refused_not_misread(built_fixtures, tmp_path):
+    # the right version and kind, a field of the wrong type: the supervisor refuses it as it refuses noise
+    forged = json.dumps({"version": VERSION, "kind": "user-code-end", "key": 7})
+    case = Hostile(tmp_path, _into_every_pipe(forged))
+    code, out, err = case.run("--select", "reward-functions,dataset-schema")
+    rules = report_of(out)
+    assert code == 1, err[-2000:]
+    message = rules["reward-functions"]["message"]
+    assert rules["reward-functions"]["status"] == "fail"
+    assert message.startswith("rewards.py (importing rewards.format_reward) broke the worker's channel to trl-doctor: ")
+    assert "ProtocolError: a 'user-code-end' message's key is int 7, not str" in message
+    assert rules["dataset-schema"]["status"] == "pass"
     case.assert_clean()
 
 

@@ -87,6 +87,11 @@ class Fix:
         """Whether `--fix` applies it (with `--unsafe-fixes` when that flag is given)."""
         return self.applicability == "safe" or (self.applicability == "unsafe" and unsafe_fixes)
 
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files its edits change, sorted (the report's `fix.files`)."""
+        return tuple(sorted({e.path for e in self.edits}))
+
 
 def manual(description: str) -> Fix:
     """A fix the user makes by hand: shown with the finding, never applied."""
@@ -140,15 +145,6 @@ def skip(message: str, location: Location | None = None, **details: Any) -> Find
 
 
 @dataclass(frozen=True)
-class AppliedFix:
-    description: str
-    applied: bool
-    unsafe: bool = False
-    files: tuple[str, ...] = ()
-    applicability: str = "safe"
-
-
-@dataclass(frozen=True)
 class Result:
     """The outcome of one rule on one config, as the reports show it."""
 
@@ -158,11 +154,11 @@ class Result:
     status: Status
     message: str
     details: Mapping[str, Any]
-    fix: AppliedFix | None
+    fix: Fix | None  # the fix the rule offers (its findings' fixes merged), shown, and applied by --fix as it allows
     duration_s: float
-    pending_fix: Fix | None = None  # the Fix object behind `fix`, for the fixer; not reported
     location: Location | None = None
     suppressed: str | None = None  # `file:line` of the `# trl-doctor: ignore[...]` comment that suppresses it
+    fix_applied: bool = False  # --fix wrote `fix` before this result was made (the re-check after the fix)
 
 
 def plain(value: Any) -> Any:

@@ -12,22 +12,23 @@ import dataclasses
 import os
 from typing import Any
 
-from trl_doctor.types import AppliedFix, Fix, Location, Result, manual
+from trl_doctor.protocol import Captured
+from trl_doctor.types import Fix, Location, Result, manual
 
 
-def describe(cfg: Any, live: Any) -> dict[str, Any]:
-    """What the check captured, for the reports."""
+def describe(cfg: Any, live: Any) -> Captured:
+    """What the check captured, for the reports (the worker's `captured` message)."""
     cls = live.trainer_cls
-    return {
-        "command": live.command,
-        "trainer": cfg.trainer,
-        "trainer_class": f"{cls.__module__}.{cls.__qualname__}" if cls is not None else None,
-        "constructed_at": f"{live.where[0]}:{live.where[1]}" if live.where else None,
-        "script": live.script,
-        "recipe": live.recipe,
-        "relaxed": {k: why for k, (_, why) in [*live.relaxed.items(), *live.machine_relaxed.items()]},
-        "notes": list(live.notes),
-    }
+    return Captured(
+        command=live.command,
+        trainer=cfg.trainer,
+        trainer_class=f"{cls.__module__}.{cls.__qualname__}" if cls is not None else None,
+        constructed_at=f"{live.where[0]}:{live.where[1]}" if live.where else None,
+        script=live.script,
+        recipe=live.recipe,
+        relaxed={k: why for k, (_, why) in [*live.relaxed.items(), *live.machine_relaxed.items()]},
+        notes=tuple(live.notes),
+    )
 
 
 def adapt(result: Result, cfg: Any, live: Any) -> Result:
@@ -39,12 +40,11 @@ def adapt(result: Result, cfg: Any, live: Any) -> Result:
     if location is not None and _same(location.file, cfg.path) and location.key in scripted:
         location = Location(live.where[0], location.key, live.where[1]) if live.where else \
             Location(live.script or str(cfg.path), location.key)
-    fix = result.pending_fix
+    fix = result.fix
     if fix is not None and fix.applicability != "manual":
         fix = manual(f"{fix.description} (the script sets {', '.join(sorted(scripted))}: change it where the script "
                      f"builds the trainer's config, {where})")
-    applied = None if fix is None else AppliedFix(fix.description, False, False, (), fix.applicability)
-    return dataclasses.replace(result, location=location, pending_fix=fix, fix=applied)
+    return dataclasses.replace(result, location=location, fix=fix)
 
 
 def _scripted_keys(result: Result, cfg: Any, live: Any) -> set[str]:
@@ -52,7 +52,7 @@ def _scripted_keys(result: Result, cfg: Any, live: Any) -> set[str]:
     keys: set[str] = set()
     if result.location is not None and result.location.key and _same(result.location.file, cfg.path):
         keys.add(result.location.key)
-    fix: Fix | None = result.pending_fix
+    fix: Fix | None = result.fix
     for edit in fix.edits if fix is not None else ():
         if edit.set and _same(edit.path, cfg.path):
             keys.update(k for k, _ in edit.set)

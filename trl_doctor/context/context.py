@@ -21,6 +21,7 @@ from trl_doctor.cache import fact, lazy
 from trl_doctor.context.config import DoctorConfig, local_path
 from trl_doctor.errors import InputError, Unavailable
 from trl_doctor.options import Options  # noqa: F401  (trl_doctor.Options, the context's options)
+from trl_doctor.protocol import Message
 from trl_doctor.wording import load_error
 
 
@@ -64,7 +65,7 @@ class Context:
         self._cache: dict[str, tuple[bool, Any]] = {}
         self._workdir: Path | None = None
         self._cleanups: list[Callable[[], None]] = []
-        self.events: Callable[[str, dict], None] | None = None  # the worker's channel to the printing process
+        self.events: Callable[[Message], None] | None = None  # the worker's channel to the printing process
 
     # -- housekeeping -------------------------------------------------------------------------------
     @property
@@ -83,10 +84,10 @@ class Context:
                 self._workdir = _tmp.new_folder().path
         return self._workdir
 
-    def emit(self, kind: str, payload: dict) -> None:
+    def emit(self, message: Message) -> None:
         """Tell the supervising process something (a trainer run starts, its stage); nothing without one."""
         if self.events is not None:
-            self.events(kind, payload)
+            self.events(message)
 
     def on_close(self, fn: Callable[[], None]) -> None:
         self._cleanups.append(fn)

@@ -67,7 +67,7 @@ def _check_trainer(trainer: Any, rules: list, options) -> tuple[str, list, dict]
         cfg, live = from_trainer(trainer)
         with Context(cfg, options, live) as ctx:
             results = _run_rules(ctx, rules, options.smoke)
-    return cfg.trainer, results, describe(cfg, live)
+    return cfg.trainer, results, describe(cfg, live).as_dict()
 
 
 def _run_rules(ctx, rules: list, smoke: bool) -> list:

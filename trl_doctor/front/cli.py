@@ -360,7 +360,7 @@ def _show_diff(results, run: _Run) -> None:
     from trl_doctor.fix import fixer as _fixer
     from trl_doctor.report.formats._safe import for_terminal
 
-    fixes = [r.pending_fix for r in results if r.pending_fix and r.pending_fix.applies(run.unsafe_fixes)]
+    fixes = [r.fix for r in results if r.fix and r.fix.applies(run.unsafe_fixes)]
     _clear(run.progress)
     text = _fixer.unified_diff(_fixer.plan(fixes))
     if text:
@@ -376,16 +376,16 @@ def _fix_and_recheck(cfg, results, listed, run: _Run, again):
 
     from trl_doctor.fix import fixer as _fixer
 
-    fixes = [r.pending_fix for r in results if r.pending_fix and r.pending_fix.applies(run.unsafe_fixes)]
+    fixes = [r.fix for r in results if r.fix and r.fix.applies(run.unsafe_fixes)]
     written = _fixer.apply(_fixer.plan(fixes), fixes, cfg)
     if not (fixes or written):  # re-checked too when a concurrent --fix already made the changes
         return cfg, results, listed, []
     applied = [{"file": str(p), "backup": str(b) if b else None} for p, b in written]
-    fixed_ids = {r.id: r.fix for r in results if r.pending_fix in fixes}
+    fixed = {r.id: r.fix for r in results if r.fix in fixes}
     cfg, results, listed = again()
-    results = [
-        replace(r, fix=replace(fixed_ids[r.id], applied=True))
-        if r.id in fixed_ids and (r.fix is None or r.status.value in ("pass", "skip")) else r
+    results = [  # a rule the fix cured reports the fix it was cured by, as applied
+        replace(r, fix=fixed[r.id], fix_applied=True)
+        if r.id in fixed and (r.fix is None or r.status.value in ("pass", "skip")) else r
         for r in results
     ]
     return cfg, results, listed, applied

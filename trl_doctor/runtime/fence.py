@@ -30,12 +30,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from trl_doctor.protocol import Message, UserCode, UserCodeEnd
 from trl_doctor.runtime import tree as _tree
 
 DEFAULT_LIMIT = 60.0  # seconds (--user-code-timeout)
 MAX_INPUT_FILES = 200  # files of the inputs' folders whose size and mtime are compared
 
-_send: Callable[[str], None] | None = None
+_send: Callable[[Message], None] | None = None
 _limit = DEFAULT_LIMIT
 _failed: dict[str, str] = {}
 _inputs: tuple[Path, ...] = ()
@@ -48,7 +49,7 @@ class UserCodeFailed(RuntimeError):
     """This user code ended (or overran) an earlier worker of the check: it is not run again."""
 
 
-def configure(send: Callable[[str], None] | None = None, limit: float = DEFAULT_LIMIT,
+def configure(send: Callable[[Message], None] | None = None, limit: float = DEFAULT_LIMIT,
               failed: dict[str, str] | None = None, inputs: tuple[Path, ...] = ()) -> None:
     """Set up the worker's fence (`serve` calls it); `configure()` puts it back to in-process use."""
     global _send, _limit, _failed, _inputs
@@ -102,14 +103,14 @@ def user_code(what: str, limit: float | None = None, key: str | None = None) -> 
     dumps = _send is not None and not faulthandler.is_enabled()
     if dumps:  # a crash in the user's code leaves its Python stack in the worker's log (the rule's log_tail)
         faulthandler.enable(all_threads=False)
-    _emit("user-code", what=what, key=key, limit=_limit if limit is None else float(limit), log_offset=_log_size())
+    _emit(UserCode(what, key, _limit if limit is None else float(limit), _log_size()))
     try:
         yield
     finally:
         if dumps:
             faulthandler.disable()
         _restore_std(std)
-        _emit("user-code-end", key=key)
+        _emit(UserCodeEnd(key))
         changed = _changed(before, _snapshot())
         if changed:
             _changes.append(f"{what} {changed}")
@@ -123,13 +124,11 @@ def _children() -> set[int]:
     return set(_tree.descendants(os.getpid()))
 
 
-def _emit(kind: str, **payload) -> None:
+def _emit(message: Message) -> None:
     if _send is None:
         return
-    from trl_doctor.protocol import message
-
     try:
-        _send(message(kind, **payload))
+        _send(message)
     except (OSError, ValueError):
         pass  # the supervisor is gone: the worker is stopped anyway
 

@@ -33,9 +33,10 @@ from trl_doctor.supervisor import interrupt as _interrupt
 from trl_doctor.runtime import tmp as _tmp
 from trl_doctor.runtime import tree as _tree
 from trl_doctor.errors import InputError
-from trl_doctor.protocol import CHANNEL_LOST, Request, decode_result, read_message
+from trl_doctor.protocol import (CHANNEL_LOST, BadInput, Captured, Done, Message, Request, RuleResult, RuleStart,
+                                 TrainerRun, TrainerRunEnd, TrainerStage, UserCode, UserCodeEnd, read_message)
 from trl_doctor.types import Result, Status
-from trl_doctor.options import DEFAULTS, Options
+from trl_doctor.options import Options
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # control characters in what the user's code printed
 POLL_S = 0.25  # how often the supervisor looks at the clock while the worker is quiet
@@ -82,7 +83,7 @@ class _Watch:
     run: _Run | None = None
     fences: list[_Fence] = field(default_factory=list)  # the user code running now, innermost last
     done: bool = False
-    captured: dict | None = None  # a launch command's script built its trainer (the `captured` message)
+    captured: Captured | None = None  # a launch command's script built its trainer
     on_capture: Callable[[dict], None] | None = None
     buffer: bytes = b""
     results: list[Result] = field(default_factory=list)
@@ -415,44 +416,43 @@ def _overran(watch: _Watch, worker: Worker, on_progress) -> bool:
     return False
 
 
-def _handle(msg: dict, watch: _Watch, worker: Worker, accept, on_progress, by_id: dict) -> None:
-    kind = msg["kind"]
+def _handle(msg: Message, watch: _Watch, worker: Worker, accept, on_progress, by_id: dict) -> None:
     watch.heard = True
-    if kind == "captured":
-        watch.captured = {k: v for k, v in msg.items() if k not in ("version", "kind")}
-        if watch.on_capture is not None:
-            watch.on_capture(watch.captured)
-        if on_progress is not None:
-            on_progress(f"captured {watch.captured.get('trainer_class')} at {watch.captured.get('constructed_at')}")
-    elif kind == "rule-start":
-        watch.current = msg["id"]
-        rule = by_id.get(msg["id"])
-        if on_progress is not None and rule is not None:
-            on_progress(f"checking {rule.id} {rule.slug}...")
-    elif kind == "result":
-        accept(decode_result(msg["result"]))
-        watch.current = None
-        watch.fences.clear()
-    elif kind == "user-code":
-        offset = msg.get("log_offset")  # the worker's own: what it wrote before the supervisor reads this is its code's
-        watch.fences.append(_Fence(str(msg.get("what") or "the user's code"), str(msg.get("key") or msg.get("what")),
-                                   float(msg.get("limit") or DEFAULTS.user_code_timeout), time.monotonic(),
-                                   int(offset) if offset is not None else _size(worker.log_path)))
-    elif kind == "user-code-end":
-        if watch.fences:
-            watch.fences.pop()
-    elif kind == "trainer-run":
-        watch.run = _Run(dict(msg.get("details") or {}), float(msg.get("limit") or DEFAULTS.smoke_timeout), time.monotonic(),
-                         _size(worker.log_path), str(msg.get("trainer") or ""))
-    elif kind == "trainer-stage" and watch.run is not None:
-        watch.run.stage = msg.get("name")
-    elif kind == "trainer-run-end":
-        watch.run = None
-    elif kind == "input-error":
-        worker.kill()
-        raise InputError(msg["message"])
-    elif kind == "done":
-        watch.done = True
+    match msg:
+        case Captured():
+            watch.captured = msg
+            if watch.on_capture is not None:
+                watch.on_capture(msg.as_dict())
+            if on_progress is not None:
+                on_progress(f"captured {msg.trainer_class} at {msg.constructed_at}")
+        case RuleStart(id=rule_id):
+            watch.current = rule_id
+            rule = by_id.get(rule_id)
+            if on_progress is not None and rule is not None:
+                on_progress(f"checking {rule.id} {rule.slug}...")
+        case RuleResult(result=result):
+            accept(result)
+            watch.current = None
+            watch.fences.clear()
+        case UserCode():
+            # the worker's own log offset: what it wrote before the supervisor reads this line is its code's
+            offset = msg.log_offset if msg.log_offset is not None else _size(worker.log_path)
+            watch.fences.append(_Fence(msg.what, msg.key, msg.limit, time.monotonic(), offset))
+        case UserCodeEnd():
+            if watch.fences:
+                watch.fences.pop()
+        case TrainerRun():
+            watch.run = _Run(dict(msg.details), msg.limit, time.monotonic(), _size(worker.log_path), msg.trainer)
+        case TrainerStage(name=name):
+            if watch.run is not None:
+                watch.run.stage = name
+        case TrainerRunEnd():
+            watch.run = None
+        case BadInput(message=text):
+            worker.kill()
+            raise InputError(text)
+        case Done():
+            watch.done = True
 
 
 def _stopped_run(run: _Run, code: int, worker: Worker) -> dict:

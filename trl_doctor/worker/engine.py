@@ -16,7 +16,7 @@ from trl_doctor.errors import InputError, Unavailable
 from trl_doctor.registry import Rule
 from trl_doctor.context.locations import locate
 from trl_doctor.facts.needs import build
-from trl_doctor.types import AppliedFix, Finding, Fix, Location, Result, Status, manual
+from trl_doctor.types import Finding, Fix, Location, Result, Status, manual
 
 
 def run_rule(rule: Rule, ctx: Context) -> Result:
@@ -24,10 +24,8 @@ def run_rule(rule: Rule, ctx: Context) -> Result:
 
     def result(status: Status, message: str, details: dict | None = None, fix: Fix | None = None,
                location: Location | None = None) -> Result:
-        applied = AppliedFix(fix.description, False, fix.unsafe, tuple(sorted({e.path for e in fix.edits})),
-                             fix.applicability) if fix else None
-        return Result(rule.id, rule.slug, rule.title, status, message, details or {}, applied,
-                      round(time.perf_counter() - start, 3), fix, location)
+        return Result(rule.id, rule.slug, rule.title, status, message, details or {}, fix,
+                      round(time.perf_counter() - start, 3), location)
 
     if ctx.trainer not in rule.trainers:
         return result(Status.SKIP, f"applies to {', '.join(rule.trainers)}, not {ctx.trainer}")

@@ -21,7 +21,7 @@ from typing import Callable
 
 from trl_doctor.runtime import fence as _fence
 from trl_doctor.runtime import tree as _tree
-from trl_doctor.protocol import CHANNEL_LOST, Request, encode_result, message
+from trl_doctor.protocol import CHANNEL_LOST, BadInput, Done, Message, Request, RuleResult, RuleStart
 from trl_doctor.capture.report import adapt
 
 CHANNEL_ENV = "TRL_DOCTOR_CHANNEL_FD"
@@ -48,7 +48,7 @@ def quiet_environment() -> None:
     warnings.filterwarnings("ignore")
 
 
-def serve(request: Request, send: Callable[[str], None]) -> None:
+def serve(request: Request, send: Callable[[Message], None]) -> None:
     """Run the request's rules and send every message; an input error ends the check (exit status 2)."""
     from trl_doctor.context.config import load_config
     from trl_doctor.errors import InputError
@@ -65,7 +65,7 @@ def serve(request: Request, send: Callable[[str], None]) -> None:
         else:
             cfg = load_config(request.config)
     except (InputError, RegistryError) as exc:
-        send(message("input-error", message=str(exc)))
+        send(BadInput(str(exc)))
         return
     _fence.configure(send, options.user_code_timeout, request.failed, _input_files(cfg))
     try:
@@ -88,7 +88,7 @@ def _limit_memory(options):
     return dataclasses.replace(options, memory_limit=limit)
 
 
-def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable[[str], None]) -> None:
+def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable[[Message], None]) -> None:
     from trl_doctor.context.context import Context
     from trl_doctor.worker.engine import each_result
     from trl_doctor.errors import InputError
@@ -97,17 +97,17 @@ def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable
         cfg = _typed_as_trl(cfg)
     todo = [r for r in rules if r.id not in request.done]
     with Context(cfg, options, live) as ctx:
-        ctx.events = lambda kind, payload: send(message(kind, **payload))
+        ctx.events = send
         try:
-            for result in each_result(todo, ctx, starting=lambda r: send(message("rule-start", id=r.id))):
+            for result in each_result(todo, ctx, starting=lambda r: send(RuleStart(r.id))):
                 if live is not None:
                     result = adapt(result, cfg, live)
                 result = _processes_left(_inputs_kept(result, _fence.take_changes()), _fence.take_left())
-                send(message("result", result=encode_result(result)))
+                send(RuleResult(result))
         except InputError as exc:
-            send(message("input-error", message=str(exc)))
+            send(BadInput(str(exc)))
             return
-    send(message("done"))
+    send(Done())
 
 
 def _input_files(cfg) -> tuple:
@@ -130,7 +130,7 @@ def _inputs_kept(result, changes: list[str]):
                "the same code; restore the files and rerun the check")
     details = dict(result.details, **{"input files changed": changes,
                                       "result before": f"{result.status.value}: {result.message}"})
-    return dataclasses.replace(result, status=Status.FAIL, message=message, details=details, fix=None, pending_fix=None)
+    return dataclasses.replace(result, status=Status.FAIL, message=message, details=details, fix=None)
 
 
 def _processes_left(result, left: list[str]):
@@ -143,7 +143,7 @@ def _processes_left(result, left: list[str]):
     return dataclasses.replace(result, details=dict(result.details, **{"processes left running by user code": left}))
 
 
-def _capture(options, send: Callable[[str], None]):
+def _capture(options, send: Callable[[Message], None]):
     """Run the launch command until it builds its trainer; the check's config and live objects from what it built."""
     from trl_doctor.context.context import has_cuda
     from trl_doctor.capture.command import LaunchCommand
@@ -154,9 +154,9 @@ def _capture(options, send: Callable[[str], None]):
     command = LaunchCommand.from_json(options.launch)
     captured = capture(command, timeout=options.script_timeout, load_weights=options.load_weights,
                        has_cuda=has_cuda(options), trust_remote_code=options.trust_remote_code,
-                       verbose=options.verbose, on_timeout=lambda text: send(message("input-error", message=text)))
+                       verbose=options.verbose, on_timeout=lambda text: send(BadInput(text)))
     cfg, live = to_config(captured)
-    send(message("captured", **describe(cfg, live)))
+    send(describe(cfg, live))
     return cfg, live
 
 
@@ -186,8 +186,8 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def open_channel(fd: int) -> Callable[[str], None]:
-    """`send` for the channel on descriptor `fd`: moved to a close-on-exec descriptor >= CHANNEL_MIN_FD (inherited by
+def open_channel(fd: int) -> Callable[[Message], None]:
+    """`send` for the channel on descriptor `fd` (each message one line, `Message.to_line`): moved to a close-on-exec descriptor >= CHANNEL_MIN_FD (inherited by
     no process the user's code starts), written with no buffering left behind. A channel that cannot be written (the
     user's code closed it) ends the worker with CHANNEL_LOST, which the supervisor names."""
     import fcntl
@@ -197,8 +197,8 @@ def open_channel(fd: int) -> Callable[[str], None]:
     write, fstat = os.write, os.fstat
     pipe = _identity(fstat(high))
 
-    def send(line: str) -> None:
-        data = line.encode("utf-8")
+    def send(message: Message) -> None:
+        data = message.to_line().encode("utf-8")
         try:
             if _identity(fstat(high)) != pipe:  # closed, and its number taken by another file (dup2, open)
                 raise OSError("the channel's descriptor is no longer the channel")

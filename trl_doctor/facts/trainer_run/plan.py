@@ -16,6 +16,7 @@ import os
 import time
 
 from trl_doctor.cache import fact
+from trl_doctor.protocol import TrainerRun, TrainerRunEnd, TrainerStage
 
 from trl_doctor.facts.trainer_run.launch_only import launch_only, launch_only_model_kwargs
 from trl_doctor.facts.trainer_run.lent import lendable
@@ -77,7 +78,7 @@ def trainer_run(ctx) -> RunResult:
     for need in ("trainer_config", "tokenizer", "model_config", "dataset"):
         build(ctx, need)
     spec = build_spec(ctx)
-    ctx.emit("trainer-run", {"details": spec.details(), "limit": ctx.options.smoke_timeout, "trainer": spec.trainer})
+    ctx.emit(TrainerRun(spec.details(), ctx.options.smoke_timeout, spec.trainer))
     from trl_doctor.facts.trainer_run import execute as worker
     from trl_doctor.facts.trainer_run.heap import frozen_heap
     from trl_doctor.facts.trainer_run.lent import lent_tokenizer
@@ -85,8 +86,8 @@ def trainer_run(ctx) -> RunResult:
     started = time.perf_counter()
     # the context's own tokenizer, not a second load of it (lent.py); the heap so far out of the run's collections
     with lent_tokenizer(ctx) as tokenizer, frozen_heap():
-        ok, data = worker.execute(spec, on_stage=lambda s: ctx.emit("trainer-stage", s.to_json()), tokenizer=tokenizer)
-    ctx.emit("trainer-run-end", {"ok": ok})
+        ok, data = worker.execute(spec, on_stage=lambda s: ctx.emit(TrainerStage(s.name, s.elapsed_s)), tokenizer=tokenizer)
+    ctx.emit(TrainerRunEnd(ok))
     details = {**spec.details(), "wall_s": round(time.perf_counter() - started, 2)}
     if not ok:
         return RunResult("failed", details, spec=spec, error=data, last_stage=data.get("stage"))

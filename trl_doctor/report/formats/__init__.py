@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trl_doctor.types import AppliedFix, Location, Result, exit_status, plain, summarize
+from trl_doctor.types import Fix, Location, Result, exit_status, plain, summarize
 from trl_doctor.report.formats import _safe
 
 FORMATS = ("table", "json", "junit", "github", "sarif")
@@ -108,19 +108,17 @@ def result_dict(r: Result) -> dict[str, Any]:
         "details": plain(r.details),
         "fix": None
         if r.fix is None
-        else {"description": r.fix.description, "applied": r.fix.applied, "unsafe": r.fix.unsafe, "files": list(r.fix.files),
-              "applicability": applicability(r.fix)},
+        else {"description": r.fix.description, "applied": r.fix_applied, "unsafe": r.fix.unsafe, "files": list(r.fix.files),
+              "applicability": r.fix.applicability},
         "duration_s": r.duration_s,
         "location": location_dict(r.location),
         "suppressed": r.suppressed,
     }
 
 
-def applicability(fix: AppliedFix) -> str:
-    """safe, unsafe or manual; an AppliedFix built with only the older `unsafe=True` reads as unsafe."""
-    if fix.applicability == "safe" and fix.unsafe:
-        return "unsafe"
-    return fix.applicability
+def fix_note(fix: Fix, word: str = "fix") -> str:
+    """`fix: DESCRIPTION`, or `fix (manual): ...` for instructions --fix never applies (junit, github, sarif)."""
+    return f"{word}{' (manual)' if fix.applicability == 'manual' else ''}: {fix.description}"
 
 
 def location_dict(loc: Location | None) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ once."""
 from __future__ import annotations
 
 from trl_doctor.types import Location, Status
-from trl_doctor.report.formats import COMMAND_LINE, Report, applicability, describe, workspace_relative
+from trl_doctor.report.formats import COMMAND_LINE, Report, describe, fix_note, workspace_relative
 
 LEVEL = {Status.FAIL: "error", Status.ERROR: "error", Status.WARN: "warning"}
 
@@ -44,7 +44,7 @@ def annotation(r, config: str) -> str | None:
     if r.suppressed:
         level, message = "notice", f"suppressed by {r.suppressed}: {message}"
     if r.fix:
-        message += f"\nfix{' (manual)' if applicability(r.fix) == 'manual' else ''}: {r.fix.description}"
+        message += "\n" + fix_note(r.fix)
     loc = r.location or Location(config)
     props = f"file={escape_property(_shown(loc.file))},line={loc.line or 1}"
     if loc.line and loc.column:

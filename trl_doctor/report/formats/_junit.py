@@ -11,7 +11,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from trl_doctor.types import Status
-from trl_doctor.report.formats import Report, describe, applicability, details_lines, location_text
+from trl_doctor.report.formats import Report, describe, details_lines, fix_note, location_text
 
 
 def render(report: Report, color: bool = False) -> str:
@@ -34,7 +34,7 @@ def render(report: Report, color: bool = False) -> str:
         where = [f"at: {location_text(r.location)}"] if r.location is not None else []
         body = "\n".join([r.message, *where, *details_lines(dict(r.details), indent="  ")])
         if r.fix is not None:
-            body += f"\nfix{' (manual)' if applicability(r.fix) == 'manual' else ''}: {r.fix.description}"
+            body += "\n" + fix_note(r.fix)
         if r.suppressed:
             ET.SubElement(case, "skipped", message=f"suppressed by {r.suppressed}: {r.message}")
         elif r.status is Status.FAIL:

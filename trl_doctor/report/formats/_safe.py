@@ -19,6 +19,8 @@ import enum
 import re
 from typing import Any, Callable
 
+from trl_doctor.types import Edit
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _CONTROL_ONE_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
@@ -75,9 +77,11 @@ def clean(value: Any, fn: Callable[[str], str]) -> Any:
         return {clean(k, fn): clean(v, fn) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(clean(v, fn) for v in value)
+    if isinstance(value, Edit):  # of a fix's edits the reports show only the paths (the fix's files)
+        return dataclasses.replace(value, path=fn(value.path))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.replace(value, **{f.name: clean(getattr(value, f.name), fn)
-                                             for f in dataclasses.fields(value) if f.init and f.name != "pending_fix"})
+                                             for f in dataclasses.fields(value) if f.init})
     return value
 
 

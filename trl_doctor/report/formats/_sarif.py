@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from trl_doctor.types import Location, Result, Status
-from trl_doctor.report.formats import Report, applicability, workspace, workspace_relative
+from trl_doctor.report.formats import Report, fix_note, workspace, workspace_relative
 
 LEVEL = {Status.FAIL: "error", Status.ERROR: "error", Status.WARN: "warning"}
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -45,7 +45,7 @@ def _location(r: Result, config: str) -> dict:
 def _fix_note(r: Result) -> str:
     if r.fix is None:
         return ""
-    return f" Fix{' (manual)' if applicability(r.fix) == 'manual' else ''}: {r.fix.description}"
+    return " " + fix_note(r.fix, "Fix")
 
 
 def _rule(r: Result) -> dict:
@@ -56,7 +56,7 @@ def _rule(r: Result) -> dict:
 def _result(r: Result, report: Report) -> dict:
     properties = {"status": r.status.value, "config": report.config}
     if r.fix is not None:
-        properties["fixApplicability"] = applicability(r.fix)
+        properties["fixApplicability"] = r.fix.applicability
     result = {"ruleId": r.id, "level": LEVEL[r.status], "message": {"text": r.message + _fix_note(r)},
               "locations": [_location(r, report.config)], "properties": properties}
     if r.suppressed:  # SARIF's own field: code scanning shows it as dismissed in source

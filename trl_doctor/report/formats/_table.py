@@ -11,17 +11,17 @@ from __future__ import annotations
 import click
 
 from trl_doctor.types import Status
-from trl_doctor.report.formats import Report, applicability, details_lines, location_text
+from trl_doctor.report.formats import Report, details_lines, location_text
 from trl_doctor.report.formats._safe import visible
 
 COLORS = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status.SKIP: "bright_black", Status.ERROR: "magenta"}
 
 
-def _fix_state(fix) -> str:
-    level = applicability(fix)
+def _fix_state(r) -> str:
+    level = r.fix.applicability
     if level == "manual":
         return "manual"  # instructions: --fix never applies them
-    if fix.applied:
+    if r.fix_applied:
         return "applied"
     return "available with --fix --unsafe-fixes" if level == "unsafe" else "available with --fix"
 
@@ -108,7 +108,7 @@ def tail(report: Report, color: bool = False) -> list[str]:
             lines.append(f"    at: {location_text(r.location)}")
         lines.extend(details_lines(dict(r.details)))
         if r.fix is not None:
-            lines.append(f"    fix ({_fix_state(r.fix)}): {r.fix.description}")
+            lines.append(f"    fix ({_fix_state(r)}): {r.fix.description}")
     if report.applied:
         lines.append("")
         lines.append("files written by --fix:")
@@ -125,7 +125,7 @@ def tail(report: Report, color: bool = False) -> list[str]:
 def _has_tail(r) -> bool:
     """Whether a result has more to say than its row: a pass only an applied fix, a skip only details or a fix."""
     if r.status is Status.PASS:
-        return bool(r.fix and r.fix.applied)
+        return bool(r.fix and r.fix_applied)
     if r.status is Status.SKIP:
         return bool(r.details or r.fix)
     return True
