@@ -87,6 +87,14 @@ def test_unknown_rule_in_select(built_fixtures):
                  "unknown rule 'no-such-rule'")
 
 
+@pytest.mark.parametrize("flag", ["--smoke-timeout", "--script-timeout", "--user-code-timeout"])
+def test_a_time_limit_of_zero_is_refused(built_fixtures, flag):
+    """0 s would stop the trainer run (or the script, or the user's code) at once: refused, not a silent skip."""
+    proc = run_doctor("check", str(built_fixtures / "pad-token" / "ok_qwen2_chat.json"), flag, "0")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert flag in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_trainer_inferred_from_ppo_keys(built_fixtures):
     code, report = run_json("check", str(built_fixtures / "pad-token" / "bad_ppo_pad_is_eos.yaml"), "--select", "pad-token")
     assert report["trainer"] == "ppo"

@@ -54,7 +54,7 @@ def main() -> None:
 @click.option("--smoke/--no-smoke", default=None, help="Run the one-step training smoke test (default: on).")
 @click.option("--static", "static_only", is_flag=True, help="Judge from files only, in this process: no torch, transformers or TRL imported, none of the repository's code run (reward modules, remote code); rules that need more are skipped with the reason. For pre-commit and CI on pull requests.")
 @click.option("--trl-version", "trl_version", default=None, metavar="VERSION", help="With --static: the TRL release to judge against (default: the installed one, else the newest trl-doctor knows).")
-@click.option("--smoke-timeout", type=float, default=DEFAULTS.smoke_timeout, show_default=True, help="Seconds the trainer run (probes and smoke step) may take, counted from its start in the worker.")
+@click.option("--smoke-timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULTS.smoke_timeout, show_default=True, help="Seconds the trainer run (probes and smoke step) may take, counted from its start in the worker.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=DEFAULTS.device, show_default=True)
 @click.option("--trust-remote-code", is_flag=True, help="Allow the model's own Python code (auto_map) to run.")
 @click.option("--num-processes", type=click.IntRange(min=1), default=None,
@@ -64,7 +64,7 @@ def main() -> None:
 @click.option("--target-env", type=click.Choice(["auto", "this", "other"]), default=DEFAULTS.target_env, show_default=True,
               help="With --target: whether the launch machine's Python environment is this one (flash-attn, bitsandbytes, deepspeed and liger-kernel installed here are judged as the launch's) or another (they are not judged). auto: this one when this torch is a CUDA build, another when it is not (a CPU torch is no GPU job's environment).")
 @click.option("--load-weights", is_flag=True, help="With a launch command: let the script load real weights (default: models on the meta device).")
-@click.option("--script-timeout", type=float, default=DEFAULTS.script_timeout, show_default=True, help="Seconds a launch command's script may take to construct its trainer.")
+@click.option("--script-timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULTS.script_timeout, show_default=True, help="Seconds a launch command's script may take to construct its trainer.")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks: a launch command's script that fails before its trainer, and any unexpected stop of the check.")
 @click.option("--user-code-timeout", type=click.FloatRange(min=0.1), default=DEFAULTS.user_code_timeout, show_default=True, help="Seconds the user's code (importing a reward module, one reward call, rendering the chat template) may run before it is stopped.")
 @click.option("--sample", type=click.IntRange(min=0), default=None, metavar="N",
