@@ -101,3 +101,37 @@ def test_failed_loads_are_remembered(tmp_path, built_fixtures):
         with pytest.raises(Unavailable) as second:
             ctx.dataset
         assert second.value is first.value  # the failure is cached, not retried by each rule
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["collector on", "collector off before"])
+def test_the_tokenizer_loads_without_garbage_collections(tmp_path, built_fixtures, enabled):
+    """Qwen's real 151k-token tokenizer (the benchmark's figure (g)): transformers 5 parses its tokenizer.json into
+    hundreds of thousands of Python objects, whose allocation triggered collections of the whole heap. The load
+    runs with the collector paused, and leaves it as it found it."""
+    import gc
+
+    collections = []
+
+    def seen(phase, info):
+        if phase == "start":
+            collections.append(info["generation"])
+
+    warm = tmp_path / "c.yaml"  # the same tokenizer class on a tiny vocabulary: the imports are done before
+    warm.write_text(f"model_name_or_path: {built_fixtures / 'models' / 'qwen2-chat'}\n")
+    with Context(load_config(warm), Options(device="cpu")) as ctx:
+        ctx.tokenizer
+    cfg = built_fixtures / "models" / "bench-qwen25-realvocab" / "grpo.yaml"
+    with Context(load_config(cfg), Options(device="cpu")) as ctx:
+        gc.callbacks.append(seen)
+        if not enabled:
+            gc.disable()
+        try:
+            tok = ctx.tokenizer
+            assert gc.isenabled() is enabled
+        finally:
+            gc.callbacks.remove(seen)
+            gc.enable()
+    assert len(tok) > 150_000
+    # at most the one the first allocation after the load triggers; without the pause over a thousand, some of
+    # them of the whole heap
+    assert len(collections) <= 1, collections

@@ -152,7 +152,8 @@ def trainer_generation_config(trainer: str, cfg, tok) -> TrainerGenerationConfig
             kwargs[key] = value
             sources[key] = f"{cls_name}.generation_kwargs"
     overrides = bool(re.search(r"unwrap_model_for_generation\([^)]*generation_kwargs\s*=", text, re.S))
-    code = " ".join(ast.get_source_segment(text, call).split()) if ast.get_source_segment(text, call) else "GenerationConfig(...)"
+    segment = ast.get_source_segment(text, call)  # once: it splits the trainer's whole source in Python
+    code = " ".join(segment.split()) if segment else "GenerationConfig(...)"
     evidence = f"{rel}:{call.lineno}: `{code if len(code) < 160 else code[:157] + '...'}`"
     return TrainerGenerationConfig(kwargs, sources, tuple(unresolved), evidence, overrides, eos_expr)
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from trl_doctor.facts.trainer_run.protocol import Progress, Spec, Stage
 
@@ -59,6 +60,40 @@ def _trim(frames: list[str], user_dir: str | None) -> str:
 
 
 def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: float, tokenizer=None) -> dict:
+    with twin_threads(spec):
+        out = _step(spec, progress, stage, started, tokenizer)
+    if out["train"] is None:
+        return out
+    sample = None
+    if spec.sample.get("prompt_ids") and not spec.sample.get("refused"):
+        stage("sample")  # the step's trainer and models went with _step: the real model takes their place in memory
+        sample = sample_real(spec)
+    return {**out, "sample": sample}
+
+
+@contextmanager
+def twin_threads(spec: Spec) -> Iterator[None]:
+    """One torch thread while the miniature twin runs on the CPU, the worker's count restored after. The twin's
+    ops are too small to split: with more threads, OpenMP's idle threads spin between the thousands of tiny ops
+    (with Qwen's 151k vocabulary the check burnt about 1 s of CPU more on 2 cores, more where there are more), and
+    one thread also gives the step the same float sums on every machine. Not for the real model (a GPU's step, or
+    `sample_real` on the CPU), which keeps every thread."""
+    if spec.device != "cpu" or not spec.twin_aux:
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started: float, tokenizer=None) -> dict:
+    """The trainer built on the twin (or the real model), its probes and, unless the smoke step is off, its one
+    optimizer step: {"trainer", "import_s", "probes", "model", "train"}."""
     stage("import")
     import resource
 
@@ -146,12 +181,7 @@ def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: f
     }
     if torch.cuda.is_available() and spec.device == "cuda":
         result["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-    sample = None
-    if spec.sample.get("prompt_ids") and not spec.sample.get("refused"):
-        stage("sample")
-        del trainer, policy, model, trainable, frozen  # the real model takes their place in memory
-        sample = sample_real(spec)
-    return {**info, "train": result, "sample": sample}
+    return {**info, "train": result}
 
 
 def sample_real(spec: Spec) -> dict:
