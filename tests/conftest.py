@@ -23,6 +23,21 @@ sys.path.append(str(FIXTURES))  # after the installed distributions: PyPI's `bui
 import build_fixtures as fixture_build  # noqa: E402
 
 
+def _default_signals() -> None:
+    """Every process the tests start (checks, fork server, workers) gets the default SIGINT and SIGHUP: a test run
+    started under nohup or in a non-interactive shell's background ignores both, every child inherits that, and the
+    check rightly keeps a signal its caller ignores (tests/test_worker_hygiene.py holds both behaviours)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+_default_signals()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def warm_worker_server(tmp_path_factory):
     """A fork server for the check workers of this session (trl_doctor/supervisor/forkserver.py): every check still runs

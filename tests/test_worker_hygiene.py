@@ -58,8 +58,8 @@ class Hostile:
 
     def start(self, *args: str, forkserver: bool = True, config: str = "config.yaml",
               signals: dict | None = None) -> subprocess.Popen:
-        """The check, started with `signals` ({signal: disposition}) set for it: a process inherits the signals its
-        parent ignores (a test run started under nohup or in a shell's background ignores SIGHUP and SIGINT)."""
+        """The check, started with `signals` ({signal: disposition}) set for it (the tests' own are the defaults:
+        conftest._default_signals)."""
         cmd = [trl_doctor_exe(), "check", config, "--no-smoke", "--format", "json", *args]
         preexec = None if signals is None else (lambda: [signal.signal(s, d) for s, d in signals.items()])
         return subprocess.Popen(cmd, cwd=self.setup, env=self.env(forkserver), stdout=subprocess.PIPE,
@@ -134,7 +134,6 @@ POOL = multiprocessing.get_context("fork").Pool(2)
 for child in multiprocessing.active_children():
     open(os.path.join(PIDS, str(child.pid)), "w").close()
 """
-DEFAULT_SIGNALS = {signal.SIGINT: signal.SIG_DFL, signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_DFL}
 WAIT = "\nimport pathlib\npathlib.Path(STARTED).touch()\ntime.sleep(600)\n"
 
 
@@ -185,7 +184,7 @@ def _launch(case: Hostile) -> tuple[int, str, str]:
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
 def test_a_signal_to_the_cli_ends_the_check_with_nothing_left(built_fixtures, tmp_path, signum):
     case = Hostile(tmp_path, SPAWNS + WAIT)
-    proc = case.start("--select", "reward-functions", "--user-code-timeout", "600", signals=DEFAULT_SIGNALS)
+    proc = case.start("--select", "reward-functions", "--user-code-timeout", "600")
     case.wait_started(proc)
     os.kill(proc.pid, signum)
     out, err = proc.communicate(timeout=60)
@@ -200,7 +199,7 @@ def test_a_hangup_the_caller_ignores_stays_ignored(built_fixtures, tmp_path):
     nothing behind."""
     case = Hostile(tmp_path, SPAWNS + WAIT)
     proc = case.start("--select", "reward-functions", "--user-code-timeout", "4",
-                      signals={**DEFAULT_SIGNALS, signal.SIGHUP: signal.SIG_IGN})
+                      signals={signal.SIGHUP: signal.SIG_IGN})
     case.wait_started(proc)
     os.kill(proc.pid, signal.SIGHUP)
     out, err = proc.communicate(timeout=LIMIT_S)
