@@ -13,6 +13,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from trl_doctor.types import fails
+
 
 class DoctorStop(RuntimeError):
     """Raised in every process when the check fails: the job stops before its first step."""
@@ -47,8 +49,6 @@ class DoctorCallback(TrainerCallback):
                 self.seconds = time.perf_counter() - start
                 print(self.report.table, file=self.stream or sys.stderr, end="")
                 ok = self.report.ok
-                from trl_doctor.types import fails
-
                 bad = [f"{r.id} {r.rule}" for r in self.report.results if fails(r, self.fail_on)]
                 why = ", ".join(bad)
         ok, why = _agree(ok, why)

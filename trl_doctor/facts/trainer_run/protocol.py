@@ -39,7 +39,7 @@ class Spec:
     raw: dict = field(default_factory=dict)  # every plain value of the config (PEFT keys, paths)
     columns: list = field(default_factory=list)
     model_note: str | None = None  # why the twin or the real model
-    twin_aux: bool = True  # reward and value models are twinned too
+    twin_aux: bool = True  # the step runs on the miniature twin, its reward and value models twinned too
     model_kwargs: dict = field(default_factory=dict)
     precision: str = "fp32"
     reward_funcs: list = field(default_factory=list)
