@@ -87,17 +87,35 @@ def tagged(tag: str) -> list[int]:
 
 
 def descendants(root: int) -> list[int]:
-    """Live descendants of `root` (its children, theirs, ...): from /proc's children lists where the kernel keeps them,
-    else from every process's parent link."""
-    out, todo = [], _children(root)
-    if todo is None:
+    """Live descendants of `root` (its children, theirs, ...).
+
+    /proc's children lists are quick, but the kernel's own caveat (proc(5)) holds: a child that exits while a list is
+    read can hide a sibling that does not. The lists are walked twice; when the walks agree and met no zombie (an
+    exited child not yet reaped: the user's code rarely waits for a daemon's first fork) they are the answer, else
+    every process's parent link is read (each /proc/PID/stat read is whole)."""
+    first, zombie = _walk(root)
+    if first is None:
         return _descendants_by_scan(root)
+    if not zombie:
+        second, zombie = _walk(root)
+        if second is not None and not zombie and set(second) == set(first):
+            return first
+    return _descendants_by_scan(root)
+
+
+def _walk(root: int) -> tuple[list[int] | None, bool]:
+    """The live descendants by /proc's children lists (None where the kernel has none), and whether a zombie was met."""
+    out, zombie, todo = [], False, _children(root)
+    if todo is None:
+        return None, False
     while todo:
         pid = todo.pop()
         if alive(pid):
             out.append(pid)
+        else:
+            zombie = True
         todo.extend(_children(pid) or ())
-    return out
+    return out, zombie
 
 
 def _children(pid: int) -> list[int] | None:
@@ -120,16 +138,25 @@ def _children(pid: int) -> list[int] | None:
 
 
 def _descendants_by_scan(root: int) -> list[int]:
+    """Live descendants from every process's parent link. A zombie is walked through, not listed: a grandchild read
+    before its exited parent's exit re-parented it still names that parent."""
     children: dict[int, list[int]] = {}
+    dead: set[int] = set()
     for pid in _pids():
         fields = _stat(pid)
-        if fields is None or fields[0] in ("Z", "X"):
+        if fields is None:
             continue
+        if fields[0] in ("Z", "X"):
+            dead.add(pid)
         children.setdefault(int(fields[1]), []).append(pid)
-    out, todo = [], list(children.get(root, ()))
+    out, todo, seen = [], list(children.get(root, ())), {root}
     while todo:
         pid = todo.pop()
-        out.append(pid)
+        if pid in seen:
+            continue
+        seen.add(pid)
+        if pid not in dead:
+            out.append(pid)
         todo.extend(children.get(pid, ()))
     return out
 
