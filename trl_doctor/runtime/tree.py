@@ -89,23 +89,22 @@ def tagged(tag: str) -> list[int]:
 def descendants(root: int) -> list[int]:
     """Live descendants of `root` (its children, theirs, ...).
 
-    /proc's children lists are quick, but the kernel's own caveat (proc(5)) holds: a child that exits while a list is
-    read can hide a sibling that does not. The lists are walked twice; when the walks agree and met no zombie (an
-    exited child not yet reaped: the user's code rarely waits for a daemon's first fork) they are the answer, else
-    every process's parent link is read (each /proc/PID/stat read is whole)."""
-    first, zombie = _walk(root)
-    if first is None:
-        return _descendants_by_scan(root)
-    if not zombie:
-        second, zombie = _walk(root)
-        if second is not None and not zombie and set(second) == set(first):
+    /proc's children lists are quick but can miss a process while another exits: a daemon's first fork that exits
+    mid-walk hands the daemon up to the subreaper, past the list already read (CI, stop 28), and proc(5) warns that an
+    exiting child can hide a sibling. So two walks that agree and met no exited child are the answer; else every
+    process's parent link is read (each /proc/PID/stat read is whole)."""
+    first, exited = _walk(root)
+    if first is not None and not exited:
+        second, exited = _walk(root)
+        if second is not None and not exited and set(second) == set(first):
             return first
     return _descendants_by_scan(root)
 
 
 def _walk(root: int) -> tuple[list[int] | None, bool]:
-    """The live descendants by /proc's children lists (None where the kernel has none), and whether a zombie was met."""
-    out, zombie, todo = [], False, _children(root)
+    """The live descendants by /proc's children lists (None where the kernel has none), and whether the walk met a
+    child that had exited (a zombie, or gone)."""
+    out, exited, todo = [], False, _children(root)
     if todo is None:
         return None, False
     while todo:
@@ -113,9 +112,9 @@ def _walk(root: int) -> tuple[list[int] | None, bool]:
         if alive(pid):
             out.append(pid)
         else:
-            zombie = True
+            exited = True
         todo.extend(_children(pid) or ())
-    return out, zombie
+    return out, exited
 
 
 def _children(pid: int) -> list[int] | None:
