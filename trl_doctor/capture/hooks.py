@@ -204,16 +204,20 @@ class Hooks:
 
     # -- TRL's config classes --------------------------------------------------------------------------------
     def _config_init(self, original: Callable) -> Callable:
+        from ..facts.trl import dict_fields_for
+
         recorder = self.recorder
 
         def __init__(config_self, *args: Any, **kwargs: Any) -> None:
             recorder.config_kwargs[id(config_self)] = (config_self, dict(kwargs))
             try:
-                original(config_self, *args, **kwargs)
+                with dict_fields_for(type(config_self)):
+                    original(config_self, *args, **kwargs)
             except ValueError as exc:
                 for kind, built_with, why in self._batch_candidates(type(config_self), kwargs, exc):
                     try:
-                        original(config_self, *args, **built_with)
+                        with dict_fields_for(type(config_self)):
+                            original(config_self, *args, **built_with)
                     except ValueError:
                         continue
                     relaxed = recorder.relaxed.setdefault(id(config_self), {})

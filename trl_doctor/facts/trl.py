@@ -36,11 +36,68 @@ _SOURCE_FILES = {
 def _lookup(trainer: str, index: int):
     for module_name, *names in _LOCATIONS[trainer]:
         try:
-            module = importlib.import_module(module_name)
-            return getattr(module, names[index])
+            with _without_import_side_effects():
+                module = importlib.import_module(module_name)
+                return getattr(module, names[index])
         except (ImportError, AttributeError):
             continue
     return None
+
+
+# -- what importing TRL changes in transformers ----------------------------------------------------------------
+# trl 0.17 and 0.18's grpo_config.py, with transformers <= 4.50.3, append "model_init_kwargs" to transformers'
+# module-level `training_args._VALID_DICT_FIELDS` when imported, and every TrainingArguments.__post_init__ then
+# reads that attribute: a later RLOOConfig(...) dies with "'RLOOConfig' object has no attribute
+# 'model_init_kwargs'". A script that never imports GRPO never sees it; the doctor imports GRPO's classes for its own
+# use (the capture's hooks, the fork server's preload), so it puts the list back as it was and remembers what TRL
+# added, for the config classes that have those fields (`dict_fields_for`).
+_REMOVED_DICT_FIELDS: list[str] = []
+
+
+class _without_import_side_effects:
+    """Around the doctor's own import of TRL's classes: transformers' `_VALID_DICT_FIELDS` is left as it was."""
+
+    def __enter__(self):
+        self.fields = _dict_fields()
+        self.before = list(self.fields) if self.fields is not None else None
+
+    def __exit__(self, *exc):
+        if self.fields is None:
+            return
+        added = [f for f in self.fields if f not in self.before]
+        if added:
+            _REMOVED_DICT_FIELDS.extend(f for f in added if f not in _REMOVED_DICT_FIELDS)
+            self.fields[:] = self.before
+
+
+def _dict_fields() -> list | None:
+    """transformers' module-level list of TrainingArguments fields read as JSON dicts (releases that keep it on the
+    class instead have nothing a TRL import can change); None without transformers."""
+    try:
+        from transformers import training_args
+    except ImportError:
+        return None
+    fields = getattr(training_args, "_VALID_DICT_FIELDS", None)
+    return fields if isinstance(fields, list) else None
+
+
+class dict_fields_for:
+    """While `cls` (a TRL config class the script builds) runs its __post_init__: the fields TRL's import added to
+    transformers' list and the doctor took out are back, where `cls` has them, as they are in the user's job."""
+
+    def __init__(self, cls: type):
+        self.wanted = [f for f in _REMOVED_DICT_FIELDS if f in getattr(cls, "__dataclass_fields__", {})]
+
+    def __enter__(self):
+        self.fields = _dict_fields() if self.wanted else None
+        self.added = [f for f in self.wanted if self.fields is not None and f not in self.fields]
+        if self.fields is not None:
+            self.fields.extend(self.added)
+
+    def __exit__(self, *exc):
+        for name in self.added:
+            if name in self.fields:
+                self.fields.remove(name)
 
 
 def trainer_class(trainer: str):

@@ -166,7 +166,9 @@ def serve(path: str) -> None:
     before = dict(os.environ)
     for name in PRELOAD:
         __import__(name)
-    import trl.trainer.grpo_trainer  # noqa: F401  (the floor every GRPO check pays)
+    from trl_doctor.facts.trl import trainer_class
+
+    trainer_class("grpo")  # the floor every GRPO check pays, imported as a check's worker imports it
 
     # what the imports set themselves (torch sets TORCHINDUCTOR_CACHE_DIR): a caller that imported them too has it
     set_by_imports = sorted(k for k, v in os.environ.items() if before.get(k) != v)
