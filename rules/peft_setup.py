@@ -50,6 +50,8 @@ PEFT_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lor
 
 # a group holding a quantifier, itself quantified: `(.*)*x`, `(a+)+`: catastrophic backtracking in Python's re
 _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[*+}](?:[^()\\]|\\.)*\)[*+{]")
+_UNCHECKED = "not checked: "  # a part of the LoRA setup the model could not be built to judge
+
 
 @rule(
     id="TD016",
@@ -101,6 +103,11 @@ def check(ctx):
         details.update(its_details)
         if verdict:
             found.append(verdict)
+    unchecked = [f"{what} {details[what][len(_UNCHECKED):]}" for what in ("target modules", "new tokens")
+                 if str(details.get(what, "")).startswith(_UNCHECKED)]
+    if not found and unchecked:  # a LoRA target that matches nothing stops get_peft_model: not a pass unread
+        yield skip(f"LoRA on the base model {cfg.model.ref} not judged: " + "; ".join(unchecked), **details)
+        return
     if not found:
         parts = [details.get("target modules"), details.get("new tokens"), details.get("gradient checkpointing")]
         yield passed(f"LoRA on the base model {cfg.model.ref}: " + "; ".join(str(p) for p in parts if p), **details)
@@ -160,7 +167,7 @@ def _target_modules(ctx) -> tuple[tuple | None, dict[str, Any]]:
     try:
         model = ctx.meta_model
     except (InputError, Unavailable, ImportError, OSError, ValueError) as exc:
-        details["target modules"] = f"not checked: {exc}"
+        details["target modules"] = f"{_UNCHECKED}{exc}"
         return None, details
     names = [n for n, _ in model.named_modules() if n]
     linear = _linear_leaf_names(model)
@@ -277,7 +284,7 @@ def _new_token_rows(ctx) -> tuple[tuple | None, dict[str, Any]]:
         tok = ctx.tokenizer
         rows = embedding_rows(ctx)
     except (InputError, Unavailable) as exc:
-        details["new tokens"] = f"not checked: {exc}"
+        details["new tokens"] = f"{_UNCHECKED}{exc}"
         return None, details
     vocab = _disk_vocab(ctx)
     new = [t for t in added if t not in vocab]

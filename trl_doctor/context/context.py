@@ -211,10 +211,12 @@ class Context:
         if self.live is not None and self.live.model is not None:
             return _base_model(self.live.model)
         import torch
-        from transformers import AutoModelForCausalLM
+
+        from trl_doctor.context.twin import auto_class
 
         with torch.device("meta"), self._building():
-            return AutoModelForCausalLM.from_config(self.model_config, trust_remote_code=self.options.trust_remote_code)
+            return auto_class(self.model_config).from_config(self.model_config,
+                                                              trust_remote_code=self.options.trust_remote_code)
 
     @lazy
     def twin(self):

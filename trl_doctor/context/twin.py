@@ -59,11 +59,39 @@ def twin_config(config: Any) -> Any:
     return small
 
 
+def vision_language(config: Any) -> str | None:
+    """The architecture's name when `config` is a vision-language model's (a vision tower beside the language model:
+    Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Gemma 3, LLaVA, Idefics...), else None."""
+    if getattr(config, "vision_config", None) is None:
+        return None
+    names = getattr(config, "architectures", None) or []
+    return str(names[0]) if names else type(config).__name__.replace("Config", "")
+
+
+def auto_class(config: Any):
+    """The auto class whose `from_config` builds the whole candidate: AutoModelForImageTextToText for a
+    vision-language model (the vision tower and projector included, as TRL builds it from the checkpoint's own
+    architecture), AutoModelForCausalLM otherwise."""
+    import transformers
+
+    if vision_language(config) is not None and hasattr(transformers, "AutoModelForImageTextToText"):
+        return transformers.AutoModelForImageTextToText
+    return transformers.AutoModelForCausalLM
+
+
 def build_twin(config: Any, *, trust_remote_code: bool = False, seed: int = TWIN_SEED):
-    """Instantiate the twin on the CPU in float32 with deterministic random weights."""
+    """Instantiate the twin on the CPU in float32 with deterministic random weights. A vision-language model has
+    none yet (its processor, image inputs and nested configs are not shrunk): Unavailable, so the probes that run the
+    twin say `skip` and why."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from trl_doctor.errors import Unavailable
+
+    arch = vision_language(config)
+    if arch is not None:
+        raise Unavailable(f"{arch} is a vision-language model: trl-doctor has no miniature twin for one yet (its "
+                          "processor, image inputs and vision tower), so nothing ran the trainer's code on it")
     small = twin_config(config)
     for attr in ("torch_dtype", "dtype"):
         if hasattr(small, attr):
