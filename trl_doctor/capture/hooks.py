@@ -3,7 +3,9 @@
 - Trainer constructors (GRPO, RLOO, PPO / PPOv2 in whichever form the installed TRL has them; subclasses
   reach them through `super().__init__`): the call's arguments are bound to the constructor's signature,
   the script line that built the trainer is noted, and `TrainerBuilt` (a BaseException, so the script's
-  own `except Exception` cannot swallow it) ends the script before the trainer does any work.
+  own `except Exception` cannot swallow it) ends the script before the trainer does any work. Any other
+  `transformers.Trainer` (TRL's SFT, DPO or OnlineDPO trainers, a script's own Trainer subclass) is stopped
+  the same way in transformers' constructor, recorded with no kind: the doctor names it and checks nothing else.
 - TRL config constructors: the keyword arguments the script (or TRL's parser) passed are kept, since they are
   what the user set; the defaults and what `__post_init__` derives are not.
 - `TrainingArguments.__post_init__`: settings this machine cannot honour but the launch machine will (bf16
@@ -161,8 +163,11 @@ class Hooks:
             self._patch(cls, "__init__", self._trainer_init(cls.__init__, kind))
         for cls in config_classes():
             self._patch(cls, "__init__", self._config_init(cls.__init__))
-        from transformers import PreTrainedModel, TrainingArguments
+        from transformers import PreTrainedModel, Trainer, TrainingArguments
 
+        # any other trainer (TRL's SFT or OnlineDPO, a Trainer subclass of the script's own that copies GRPO) reaches
+        # transformers' constructor: the script stops there too, never in its training loop (kind None: unchecked)
+        self._patch(Trainer, "__init__", self._trainer_init(Trainer.__init__, None))
         self._patch(TrainingArguments, "__post_init__", self._post_init(TrainingArguments.__post_init__))
         if not self.load_weights:
             original = PreTrainedModel.__dict__["from_pretrained"].__func__
@@ -182,7 +187,7 @@ class Hooks:
         self._undo.append(lambda: setattr(owner, name, old) if had else delattr(owner, name))
 
     # -- the trainer ---------------------------------------------------------------------------------------
-    def _trainer_init(self, original: Callable, kind: str) -> Callable:
+    def _trainer_init(self, original: Callable, kind: str | None) -> Callable:
         recorder = self.recorder
         signature = inspect.signature(original)
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trl_doctor.context.config import DoctorConfig, local_path, resolve_artifact
+from trl_doctor.context.config import OTHER_TRAINER, DoctorConfig, local_path, resolve_artifact
 from trl_doctor.context.context import Live
 from trl_doctor.errors import InputError
 from .run import Captured
@@ -72,7 +72,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
     tok_artifact = model_artifact if "tokenizer_name_or_path" not in raw else \
         resolve_artifact(raw["tokenizer_name_or_path"], cwd, shown, "processing_class", need="tokenizer_config.json")
     fmt = "json" if path.suffix.lower() == ".json" else ("yaml" if recipe else "script")
-    cfg = DoctorConfig(path, fmt, raw, rec.trainer_kind or "grpo", False, model_artifact, tok_artifact,
+    cfg = DoctorConfig(path, fmt, raw, rec.trainer_kind or OTHER_TRAINER, False, model_artifact, tok_artifact,
                        _added_tokens(tokenizer, tok_artifact.path), rewards)
     live = Live(
         command=captured.command.text, script=captured.launched.script, where=where, trainer_cls=rec.trainer_cls,
@@ -80,7 +80,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         dataset=arguments.get("train_dataset"), relaxed=relaxed, machine_relaxed=dict(rec.machine),
         recipe=str(recipe) if recipe else None,
         recipe_keys=recipe_keys, processes=captured.launched.processes,
-        processes_from=captured.launched.processes_from, notes=tuple(captured.launched.notes),
+        processes_from=captured.launched.processes_from, notes=(*captured.launched.notes, *_unchecked(rec)),
         batch_note=rec.batch_notes.get(id(args)) if args is not None else None,
         ref_is_policy=not isinstance(model, str) and _first(arguments, _REF_KEYWORDS) is model,
         aux_models=aux_models,
@@ -350,3 +350,15 @@ def from_trainer(trainer: Any) -> tuple[DoctorConfig, Live]:
     recorder = Recorder(trainer_cls=type(trainer), trainer_kind=kind, arguments=arguments)
     cfg, live = to_config(Captured(command, Launched(script, None, list(sys.argv[1:])), recorder))
     return cfg, dataclasses.replace(live, command=f"{type(trainer).__name__} in {command.text}")
+
+
+def _unchecked(rec) -> tuple[str, ...]:
+    """What the report says of a trainer that is not one the doctor checks (no kind: transformers' constructor
+    stopped it)."""
+    if rec.trainer_kind is not None or rec.trainer_cls is None:
+        return ()
+    chain = " <- ".join(f"{c.__module__}.{c.__qualname__}" for c in rec.trainer_cls.__mro__ if c is not object)
+    return (f"{rec.trainer_cls.__qualname__} ({chain}) is not a trainer trl-doctor checks: the rules judge GRPOTrainer, "
+            "RLOOTrainer and PPOTrainer (and their subclasses) as the installed TRL builds them; the script was "
+            "stopped where it constructed this one, before any training, and no rule judged it",)
+

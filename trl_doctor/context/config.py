@@ -66,6 +66,9 @@ class DoctorConfig:
         return self.raw.get(key, default)
 
 
+# the trainer kind of a launch whose script built a transformers.Trainer that is not GRPO, RLOO or PPO (or a subclass)
+OTHER_TRAINER = "other"
+
 MAX_CONFIG_BYTES = 10 * 1024 * 1024  # a TRL recipe is a few KB; past this it is not a config (and YAML would crawl)
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux; one name at most 255 bytes
 

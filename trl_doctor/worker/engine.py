@@ -11,6 +11,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterable, Iterator
 
+from trl_doctor.context.config import OTHER_TRAINER
 from trl_doctor.context.context import Context
 from trl_doctor.errors import InputError, Unavailable
 from trl_doctor.registry import Rule
@@ -28,7 +29,7 @@ def run_rule(rule: Rule, ctx: Context) -> Result:
                       round(time.perf_counter() - start, 3), location)
 
     if ctx.trainer not in rule.trainers:
-        return result(Status.SKIP, f"applies to {', '.join(rule.trainers)}, not {ctx.trainer}")
+        return result(Status.SKIP, _not_applicable(rule, ctx))
     try:
         for need in rule.needs:
             build(ctx, need)
@@ -48,6 +49,15 @@ def run_rule(rule: Rule, ctx: Context) -> Result:
     if not findings:
         return result(Status.ERROR, "the rule returned no finding")
     return fold(rule, findings, result, ctx.config.path)
+
+
+def _not_applicable(rule: Rule, ctx: Context) -> str:
+    if ctx.trainer != OTHER_TRAINER:
+        return f"applies to {', '.join(rule.trainers)}, not {ctx.trainer}"
+    cls = getattr(ctx.live, "trainer_cls", None)
+    name = cls.__qualname__ if cls is not None else "the script's trainer"
+    return (f"not checked: {name} is not a trainer trl-doctor checks ({rule.slug} judges "
+            f"{', '.join(t.upper() for t in rule.trainers)} trainers and their subclasses)")
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:

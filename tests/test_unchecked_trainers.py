@@ -1,0 +1,60 @@
+"""Trainers the doctor does not check are stopped at their construction and named (issue 30, class 1).
+
+A launch command whose script builds a `transformers.Trainer` that is not GRPO, RLOO or PPO (a Trainer subclass of the
+script's own that copies GRPO, as vision-language projects write one; TRL's SFTTrainer) used to run on into
+`trainer.train()` on meta weights and end in exit 2 blaming the script ("failed before constructing a TRL trainer"
+with a meta-tensor error). Now transformers' own constructor stops it: the report names the class and its bases, and
+every rule says `skip`, "not checked", with why; the check exits 0. The scripts run for real, with the installed TRL and
+transformers, from fixtures/launch/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import run_doctor
+
+pytestmark = [pytest.mark.usefixtures("built_fixtures"), pytest.mark.trl_pair]
+
+LAUNCH = Path(__file__).resolve().parent.parent / "fixtures" / "launch"
+
+
+def _check(script: str, *options: str) -> tuple[int, dict, str]:
+    import json
+
+    proc = run_doctor("check", *options, "--format", "json", "--", "python", script, cwd=LAUNCH)
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def _line_of(script: str, text: str) -> int:
+    lines = (LAUNCH / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+@pytest.mark.parametrize("script, cls, built_by", [
+    ("vlm_trainer_copy.py", "__main__.Qwen2VLGRPOTrainer", "trainer = Qwen2VLGRPOTrainer("),
+    ("sft_script.py", "SFTTrainer", "trainer = SFTTrainer("),
+])
+def test_another_trainer_is_stopped_at_its_construction_and_named(script, cls, built_by):
+    code, report, stderr = _check(script)
+    assert code == 0, (report, stderr)
+    launch = report["launch"]
+    assert launch["trainer_class"].endswith(cls), launch
+    assert launch["constructed_at"] == f"{LAUNCH / script}:{_line_of(script, built_by)}", launch
+    name = cls.rsplit(".", 1)[-1]
+    assert any(n.startswith(f"{name} (") and "is not a trainer trl-doctor checks" in n and "transformers.trainer.Trainer"
+               in n for n in launch["notes"]), launch["notes"]
+    assert {r["status"] for r in report["results"]} == {"skip"}, report["results"]
+    for r in report["results"]:
+        assert r["message"].startswith(f"not checked: {name} is not a trainer trl-doctor checks ("), r["message"]
+
+
+def test_load_weights_does_not_enter_the_training_loop():
+    """With real weights the script would train (the old check sat in the loop until --script-timeout): it stops at
+    the construction as well."""
+    code, report, stderr = _check("vlm_trainer_copy.py", "--load-weights", "--script-timeout", "120")
+    assert code == 0, (report, stderr)
+    assert report["launch"]["trainer_class"] == "__main__.Qwen2VLGRPOTrainer"
