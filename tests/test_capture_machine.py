@@ -105,3 +105,20 @@ def test_a_hostile_attention_value_is_shown_as_one_quoted_line(tmp_path):
         return
     note = report["launch"]["relaxed"].get("attn_implementation", "")
     assert "'kernels-community/flash-attn'" in note and "\n" not in note
+
+
+def test_a_tracker_is_turned_off_and_listed_as_relaxed(tmp_path):
+    """report_to names a tracker the checking machine lacks (issue 30, class 2): trackers are the launch machine's;
+    the trainer is given none, the report lists it under `relaxed on this machine`, and the check goes on."""
+    from importlib.util import find_spec
+
+    if find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here: the case is a checking machine without it")
+    script = _script(tmp_path, f"AutoModelForCausalLM.from_pretrained({str(MODEL)!r})")
+    script.write_text(script.read_text().replace('report_to="none"', 'report_to=["wandb", "tensorboard"]'))
+    proc, report = _check(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr
+    why = report["launch"]["relaxed"]["report_to"]
+    assert why.startswith("wandb, tensorboard turned off in what the trainer is given: trackers are the launch "
+                          "machine's (wandb"), why
+    assert not (tmp_path / "wandb").exists() and not (tmp_path / "out").exists()

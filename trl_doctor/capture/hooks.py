@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .machine import MachinePatches, attention_asked, build_relaxing_attention, relax_deepspeed, set_attention
+from .machine import (MachinePatches, attention_asked, build_relaxing_attention, relax_deepspeed, relax_trackers,
+                      set_attention)
 
 def _library_roots() -> tuple[str, ...]:
     """Where installed packages live: this interpreter's stdlib and site-packages, the user's site-packages, and any
@@ -251,6 +252,7 @@ class Hooks:
             original(config_self)
             if deepspeed is not None:  # the rules read the value the script set
                 config_self.deepspeed = deepspeed
+            relax_trackers(config_self, relaxed)
             if relaxed:
                 recorder.relaxed[id(config_self)] = relaxed
 

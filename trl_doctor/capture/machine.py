@@ -168,3 +168,28 @@ def relax_deepspeed(config_self: Any, relaxed: dict[str, tuple[Any, str]]) -> An
         f"{shown(value)} kept aside while TrainingArguments was built: the deepspeed package is not installed here; "
         "distributed-setup judges it (its file, ZeRO stage and the package) on the launch machine"))
     return value
+
+
+# what TrainingArguments.report_to means when it names no tracker
+_NO_TRACKER = {"none", "None", "", None}
+
+
+def relax_trackers(config_self: Any, relaxed: dict[str, tuple[Any, str]]) -> None:
+    """Trackers are the launch machine's business: a `report_to` naming one (wandb, tensorboard, mlflow...) would make
+    any Trainer built here start it, or refuse where it is not installed ("WandbCallback requires wandb to be
+    installed"). After TrainingArguments has read it, it is turned off in what the trainer is given, and listed."""
+    asked = getattr(config_self, "report_to", None)
+    names = [asked] if isinstance(asked, str) else list(asked or [])
+    trackers = [n for n in names if n not in _NO_TRACKER]
+    if not trackers:
+        return
+    config_self.report_to = []
+    missing = [n for n in trackers if package_version(_TRACKER_PACKAGES.get(n, n)) is None]
+    here = f" ({', '.join(missing)} not installed here)" if missing else ""
+    relaxed["report_to"] = ("none", f"{', '.join(trackers)} turned off in what the trainer is given: trackers are the "
+                                    f"launch machine's{here}; nothing is logged from the check")
+
+
+# report_to names whose package is named otherwise
+_TRACKER_PACKAGES = {"tensorboard": "tensorboard", "comet_ml": "comet-ml", "azure_ml": "azureml-core",
+                     "dvclive": "dvclive", "trackio": "trackio", "swanlab": "swanlab", "clearml": "clearml"}
