@@ -3,25 +3,24 @@
 What it does
     A probe builds the installed TRL's trainer on the twin and calls its per-token log-prob method
     on 2 x (6 prompt + 4 completion) tokens, recording the keywords the model got and every
-    vocabulary-sized output: logits for more positions than asked, or a result that is not [batch,
-    completion], fail, with the memory at the config's sizes. Remote code (`auto_map`, `model_type`
-    unknown to the installed transformers) runs only under --trust-remote-code.
+    vocabulary-sized output. Logits for more positions than asked warn, with their memory at the
+    config's sizes, and fail where the estimate (which counts them) says the job then does not fit
+    the launch GPUs (NVML or --target); log-probs not [batch, completion] fail. Remote code
+    (`auto_map`, a `model_type` transformers lacks) runs only under --trust-remote-code.
 
 Why is this bad?
     TRL 0.15-0.17 call `model(input_ids, attention_mask, logits_to_keep=k + 1).logits`; transformers
     up to 4.48 named it `num_logits_to_keep`, swallowed the unknown keyword and returned logits for
     the whole sequence (trl#2770; renamed in 4.49). Nothing fails: the logits cost
-    (prompt+completion)/(k+1) times the memory (not vocab/k, as a shared write-up says) and the job
-    runs out of memory or far slower (0.15.2 slices them afterwards). TRL 1.x asks for
-    `fused_lm_head=True` and `labels` and reads `outputs.log_probs`. Remote code (A4) needs
-    `trust_remote_code=True` ("... contains custom code which must be executed to correctly load the
-    model"), and its forward may lack `logits_to_keep` (a TypeError), swallow it, or have no output
-    embeddings ("'NoneType' object has no attribute 'weight'" under TRL 1.x's fused head).
+    (prompt+completion)/(k+1) times the memory and the job may run out of it or far slower.
+    TRL 1.x asks for `fused_lm_head=True` and reads `outputs.log_probs`. Remote code (A4) needs
+    `trust_remote_code=True`, and its forward may lack `logits_to_keep` (a TypeError), swallow it,
+    or have no output embeddings ("'NoneType' object has no attribute 'weight'").
 
 Example
     model_name_or_path: qwen2-chat      # with trl 0.15.2 + transformers 4.48.3
-    -> fail: _get_per_token_logps asked for logits of the last 5 positions but got all 10 (...):
-       at this config's sizes the logits take ... instead of ...
+    -> warn: _get_per_token_logps asked for logits of the last 5 positions but got all 10 (...):
+       the logits take ... instead of ...; the job still trains (fail on a --target it overflows)
 
 Fix safety
     No fix in the files: the message names the installed versions and the upgrade (transformers >=
@@ -32,8 +31,9 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import fail, manual, passed, rule, skip
+from trl_doctor import fail, manual, passed, rule, skip, warn
 
+from trl_doctor.facts.memory_fit import memory_verdict
 from trl_doctor.facts.models import remote_code
 from trl_doctor.facts.trainer_run import trainer_run
 from trl_doctor.facts.trainer_config import trainer_config
@@ -91,10 +91,12 @@ def check(ctx):
         swallowed = [k for k in probe["call_kwargs"] or [] if k not in probe["forward_params"] and k not in ("input_ids", "attention_mask")]
         why = (f"{probe['model_forward']} has no {', '.join(swallowed)} parameter and swallowed it in **kwargs"
                if swallowed and probe["forward_has_var_kwargs"] else f"{probe['model_forward']} ignored the request")
-        yield fail(
+        verdict, fits = _fits(ctx)
+        details["does the job fit"] = fits
+        yield verdict(
             f"{probe['method']} asked for logits of the last {keep + 1} positions but got all {widest} ({why}; {versions}): "
             f"at this config's sizes the logits take {memory['logits at config sizes (mismatch)']} instead of "
-            f"{memory['logits at config sizes (expected)']}. " + (
+            f"{memory['logits at config sizes (expected)']}; {fits}. " + (
                 f"The model's own code ({_code_files(remote)}) must pass {', '.join(swallowed) or 'logits_to_keep'} on "
                 "(slice the hidden states to the last positions before the LM head), or load a native architecture "
                 "without trust_remote_code" if remote is not None else
@@ -115,6 +117,19 @@ def check(ctx):
         lacks = (f"; its forward declares no logits_to_keep{' (it would swallow it in **kwargs)' if probe['forward_has_var_kwargs'] else ''}, "
                  "which this trainer does not ask the forward for")
     yield passed(f"{probe['model_forward']} answers {probe['method']} with {how} ({versions}){lacks}", **details)
+
+
+def _fits(ctx):
+    """(fail or warn, words): whole-sequence logits cost memory but train; they fail the job only where the memory
+    estimate, which counts them (facts.memory.logits_path), says it does not fit the launch machine's GPUs."""
+    verdict = memory_verdict(ctx)
+    if verdict is None:
+        return warn, ("the job still trains, and no launch GPU is known here to say whether it fits (pass --target, "
+                      "e.g. --target 1xA100-80GB, to judge it)")
+    status, message, _ = verdict
+    if status == "fail":
+        return fail, f"with them the job does not fit the launch machine: {message}"
+    return warn, f"the job still trains: with them the estimate {message}"
 
 
 def _code_files(remote: dict) -> str:
