@@ -114,8 +114,8 @@ def test_remote_forward_that_swallows_logits_to_keep(built_fixtures, tmp_path):
         assert code == 0 and r["status"] == "pass", r
         assert r["message"].endswith("its forward declares no logits_to_keep (it would swallow it in **kwargs), which "
                                      "this trainer does not ask the forward for"), r["message"]
-    else:  # the trainer passes logits_to_keep and gets every position back
-        assert code == 1 and r["status"] == "fail", r
+    else:  # the trainer passes logits_to_keep and gets every position back: memory, not a crash (a warn here)
+        assert code == 0 and r["status"] == "warn", r
         assert "has no logits_to_keep parameter and swallowed it in **kwargs" in r["message"]
         assert "The model's own code (configuration_tinyremote.py, modeling_tinyremote.py) must pass logits_to_keep on" \
             in r["message"]

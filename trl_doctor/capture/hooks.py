@@ -82,12 +82,45 @@ class Recorder:
     machine: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
 
+# the folders the user's own files live in while a launch command runs (set_user_roots): its folder, the script's, and
+# the repository holding them; empty: any file outside the libraries counts
+_USER_ROOTS: tuple[str, ...] = ()
+_COMPILED = (".pyx", ".pxi", ".pxd", ".so", ".pyd")  # Cython frames name their source relative to the package
+
+
+def set_user_roots(folders) -> tuple[str, ...]:
+    """Make `folders` (and the git work tree holding each) the user's; returns the roots in force before."""
+    global _USER_ROOTS
+    before = _USER_ROOTS
+    roots = set()
+    for folder in folders:
+        if not folder:
+            continue
+        real = os.path.realpath(folder)
+        roots.add(real)
+        top = next((p for p in (real, *map(str, Path(real).parents)) if os.path.exists(os.path.join(p, ".git"))), None)
+        if top is not None and top != os.sep:
+            roots.add(top)
+    _USER_ROOTS = tuple(r.rstrip(os.sep) + os.sep for r in roots)
+    return before
+
+
+def set_user_roots_to(roots: tuple[str, ...]) -> None:
+    """Put back the roots `set_user_roots` returned."""
+    global _USER_ROOTS
+    _USER_ROOTS = roots
+
+
 def is_user_file(filename: str) -> bool:
-    """A file of the user's (their script, their modules), not Python's, a package's, or the doctor's."""
-    if not filename or filename.startswith("<"):
+    """A file of the user's (their script, their modules), not Python's, a package's, or the doctor's: a real file,
+    outside the libraries' folders, and, while a launch command runs, inside its folder, the script's or their
+    repository (a package on PYTHONPATH elsewhere is a library too)."""
+    if not filename or filename.startswith("<") or not os.path.isabs(filename) or filename.endswith(_COMPILED):
         return False
     real = os.path.realpath(filename)
-    return not real.startswith(_LIBRARY_ROOTS) and not real.startswith(_DOCTOR_ROOT + os.sep)
+    if real.startswith(_LIBRARY_ROOTS) or real.startswith(_DOCTOR_ROOT + os.sep):
+        return False
+    return not _USER_ROOTS or real.startswith(_USER_ROOTS)
 
 
 def user_frame(frame) -> tuple[str, int] | None:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from trl_doctor.errors import InputError
 from .command import LaunchCommand, check_script
-from .hooks import Hooks, Recorder, TrainerBuilt, is_user_file, user_frame
+from .hooks import Hooks, Recorder, TrainerBuilt, is_user_file, set_user_roots, set_user_roots_to, user_frame
 from trl_doctor.wording import one_line
 
 
@@ -58,12 +58,14 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
 
     def run_script(launched: Launched) -> None:
         seen["launched"] = launched
+        set_user_roots([command.cwd, os.path.dirname(os.path.join(command.cwd, launched.script)) if launched.script else None])
         hooks.processes = _processes(launched)
         _run_script(launched)
 
     tail = _Tail()
     watchdog = _Watchdog(timeout, command, seen, on_timeout)
     old_cwd, old_argv, old_path = os.getcwd(), sys.argv[:], sys.path[:]
+    old_roots = set_user_roots([command.cwd])
     os.chdir(command.cwd)
     try:
         with hooks, _stderr_to(tail), watchdog:
@@ -89,6 +91,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
         os.chdir(old_cwd)
         sys.argv[:] = old_argv
         sys.path[:] = old_path
+        set_user_roots_to(old_roots)
     raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
                      "(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass)")
 
@@ -205,13 +208,21 @@ def _shown(command: LaunchCommand, seen: dict) -> str:
 
 
 def _where(exc: BaseException) -> str:
-    """` (at train.py:12)`: the innermost frame of the user's own files in the exception's traceback."""
-    tb, found = exc.__traceback__, None
+    """` (at train.py:12)`: the innermost frame of the user's own files in the exception's traceback; when the error
+    was raised further in, inside a library, that frame too: ` (at train.py:12, raised in pyarrow at
+    pyarrow/error.pxi:92)`."""
+    tb, found, last = exc.__traceback__, None, None
     while tb is not None:
-        if is_user_file(tb.tb_frame.f_code.co_filename):
-            found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        frame = (tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_globals.get("__name__") or "")
+        if is_user_file(frame[0]):
+            found = frame
+        last = frame
         tb = tb.tb_next
-    return f" (at {found[0]}:{found[1]})" if found else ""
+    if last is None or last is found:
+        return f" (at {found[0]}:{found[1]})" if found else ""
+    package = str(last[2]).split(".")[0] or os.path.basename(last[0])
+    inner = f"raised in {package} at {last[0]}:{last[1]}"
+    return f" (at {found[0]}:{found[1]}, {inner})" if found else f" ({inner})"
 
 
 

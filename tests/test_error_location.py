@@ -1,0 +1,54 @@
+"""Where a launch command's exit-2 line points (issue 30, class 8): at the user's own line, and, when the error was
+raised inside a library, at that frame too, named by its package.
+
+Before, "the user's line" was the innermost frame outside site-packages: a Cython frame (`pyarrow/error.pxi`, which
+names its source relative to the package) or a package found through PYTHONPATH was taken for the user's file. Each
+case runs a real script through the real command in a fresh process.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import run_doctor
+
+pytestmark = pytest.mark.release_free  # the doctor's own reading of a traceback
+
+
+def _exit_line(tmp_path, script: str, env: dict | None = None) -> str:
+    proc = run_doctor("check", "--no-smoke", "--", "python", script, cwd=tmp_path, env=env or {})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("trl-doctor: error:")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_an_error_raised_in_pyarrow_points_at_the_users_line_and_names_pyarrow(tmp_path):
+    (tmp_path / "train.py").write_text(
+        "from datasets import Dataset\n"
+        "rows = {'prompt': ['what is 2+2?', ['not', 'text']]}\n"
+        "dataset = Dataset.from_dict(rows)\n")
+    line = _exit_line(tmp_path, "train.py")
+    assert "ArrowTypeError" in line, line
+    assert f"(at {tmp_path / 'train.py'}:3, raised in pyarrow at pyarrow/" in line, line
+
+
+def test_a_package_on_pythonpath_outside_the_project_is_a_library(tmp_path):
+    project, elsewhere = tmp_path / "project", tmp_path / "libs"
+    (elsewhere / "mylib").mkdir(parents=True)
+    (elsewhere / "mylib" / "__init__.py").write_text(
+        "def load(path):\n    raise FileNotFoundError(f'no dataset at {path}')\n")
+    project.mkdir()
+    (project / "train.py").write_text("import mylib\n\nmylib.load('data/missing.jsonl')\n")
+    pythonpath = os.pathsep.join(filter(None, [str(elsewhere), os.environ.get("PYTHONPATH")]))
+    line = _exit_line(project, "train.py", env={"PYTHONPATH": pythonpath})
+    assert (f"(at {project / 'train.py'}:3, raised in mylib at {elsewhere / 'mylib' / '__init__.py'}:2)") in line, line
+
+
+def test_a_helper_module_of_the_scripts_folder_is_the_users_line(tmp_path):
+    (tmp_path / "helper.py").write_text("def load(path):\n    raise FileNotFoundError(f'no dataset at {path}')\n")
+    (tmp_path / "train.py").write_text("import helper\n\nhelper.load('data/missing.jsonl')\n")
+    line = _exit_line(tmp_path, "train.py")
+    assert line.endswith(f"FileNotFoundError: no dataset at data/missing.jsonl (at {tmp_path / 'helper.py'}:2)"), line
