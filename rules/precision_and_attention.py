@@ -40,8 +40,9 @@ from trl_doctor import Edit, Fix, fail, passed, rule, warn
 from trl_doctor.facts.launch import compute_capability, launch, package_version
 from trl_doctor.facts.settings import config_value, settings, unapplied_model_keys
 from trl_doctor.facts.trl import TRAINER_CLASS, config_class, dtype_key, post_init_sets_bf16
-from trl_doctor.facts.wording_precision import (BF16_MIN_CC, bf16_unsupported, gpu_lines, gpu_name as _name,
-                                               tf32_unsupported, vllm_bf16_unsupported)
+from trl_doctor.facts.bf16_support import bf16_below_ampere
+from trl_doctor.facts.wording_precision import (BF16_MIN_CC, bf16_emulated, bf16_unsupported, gpu_lines,
+                                               gpu_name as _name, tf32_unsupported, vllm_bf16_unsupported)
 
 FLASH = {  # version: (module, distributions that provide it, minimum compute capability, GPU family)
     2: ("flash_attn", ("flash-attn",), (8, 0), "Ampere"),
@@ -170,7 +171,11 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
         where = "" if raw.get("bf16") is True else f" ({bf16_words})"  # the file's own words: set there or not
         fix = Fix(f"set bf16: false in {ctx.config.path.name} (train in fp32 on {lowest['name']})",
                   (Edit(str(ctx.config.path), set=(("bf16", False),)),))
-        findings.append(("fail", bf16_unsupported(where, lowest), fix))
+        emulated = bf16_below_ampere()
+        if emulated.runs:
+            findings.append(("warn", bf16_emulated(where, lowest, emulated.why), fix))
+        else:
+            findings.append(("fail", bf16_unsupported(where, lowest), fix))
     if raw.get("tf32") is True and compute_capability(lowest) < BF16_MIN_CC:  # as the file asks (the built config holds the doctor's stand-in)
         fix = Fix(f"set tf32: false in {ctx.config.path.name} ({lowest['name']} has no TF32 units)",
                   (Edit(str(ctx.config.path), set=(("tf32", False),)),))

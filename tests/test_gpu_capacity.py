@@ -517,3 +517,55 @@ def test_zero3_generation_gathers_the_policy_only_when_ds3_gather_for_generation
     assert code == 1 and r["status"] == "fail"
     # the whole bf16 policy less the local shard: 70.6B × 2 bytes × 7/8 = 115.0 GiB, and the advice names the knob
     assert "policy gathered for generation 115.0 GiB: set `ds3_gather_for_generation: false`" in r["message"]
+
+
+# -- quantized loads (issue 30, class 4): where a 4-bit / 8-bit load is declared, the estimate reads it ----------------
+
+def test_trls_qlora_notebook_fits_the_t4_it_was_run_on(built_fixtures):
+    """TRL's own QLoRA notebook (fixtures/launch/grpo_qlora_notebook.py: a BitsAndBytesConfig given to the trainer)
+    reports ~9.2 GB on a 16 GB T4 for Qwen2-7B-Instruct; the estimate used to ignore the quantization and say "needs
+    ~31.7 GiB (policy weights 28.4)"."""
+    from conftest import run_doctor
+
+    proc = run_doctor("check", "--no-smoke", "--select", "gpu-capacity", "--target", "1xT4", "--format", "json", "--",
+                      "python", "grpo_qlora_notebook.py", cwd=FIXTURES / "launch")
+    code, report = proc.returncode, json.loads(proc.stdout or "{}")
+    assert "results" in report, proc.stderr
+    r = result_of(report, "gpu-capacity")
+    assert code == 0 and r["status"] == "pass", r
+    inputs = r["details"]["estimate inputs"]
+    assert inputs["quantization"] == "4bit (model_init_kwargs.quantization_config)", inputs
+    weights = r["details"]["memory breakdown"]["policy weights"]
+    assert float(weights.split(" GiB")[0]) < 9, weights  # 6.5B linear weights at ~0.53 byte + 1.1B fp32 embeddings
+
+
+def _quantized_recipe(tmp_path: Path, model: Path, init: dict | None) -> Path:
+    import yaml
+
+    recipe = {"model_name_or_path": str(model), "reward_funcs": ["trl.rewards.think_format_reward"],
+              "use_peft": True, "lora_r": 16, "per_device_train_batch_size": 4, "num_generations": 4,
+              "max_completion_length": 256, "gradient_checkpointing": True}
+    if init is not None:
+        recipe["model_init_kwargs"] = init
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+@pytest.mark.parametrize("where", ["recipe", "checkpoint"])
+def test_a_quantized_load_from_a_recipe_or_a_prequantized_checkpoint(built_fixtures, tmp_path, where):
+    model = tmp_path / "qwen2-7b"
+    model.mkdir()
+    config = json.loads((MODELS / "qwen2-7b-instruct" / "config.json").read_text())
+    quant = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+    if where == "checkpoint":
+        config["quantization_config"] = quant
+    (model / "config.json").write_text(json.dumps(config))
+    init = {"dtype": "bfloat16", **({"quantization_config": quant} if where == "recipe" else {})}
+    code, report = run_json("check", str(_quantized_recipe(tmp_path, model, init)), "--select", "gpu-capacity",
+                            "--target", "1xT4", "--no-smoke")
+    r = result_of(report, "gpu-capacity")
+    source = ("model_init_kwargs.quantization_config" if where == "recipe" else
+              "the checkpoint's config.json quantization_config (pre-quantized)")
+    assert r["details"]["estimate inputs"]["quantization"] == f"4bit ({source})", r["details"]["estimate inputs"]
+    assert code == 0 and r["status"] == "pass", r

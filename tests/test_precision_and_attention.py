@@ -63,13 +63,19 @@ def fix_twice(config: Path) -> dict:
 
 # -- precision against the GPU ------------------------------------------------------------------------------
 
-def test_bf16_on_a_t4_fails_and_the_fix_turns_it_off(fixture_copy, fake_gpus):
+def test_bf16_on_a_t4_runs_emulated_and_the_fix_turns_it_off(fixture_copy, fake_gpus):
+    """Issue 30, class 4: the installed torch (>= 2.1) counts an emulated bfloat16, and transformers asks it, so bf16
+    on a T4 trains, far slower: a warn that names the reading of both sources; torch 2.0 refused it (a fail)."""
+    from trl_doctor.facts.bf16_support import bf16_below_ampere
+
     fake_gpus("t4.json")
     config = fixture_copy / "precision-and-attention" / "bad_bf16_t4.yaml"
     code, r = check(config)
-    assert code == 1 and r["status"] == "fail"
-    assert "GPU 0 (Tesla T4) has compute capability 7.5 and bfloat16 needs 8.0" in r["message"]
-    assert "Your setup doesn't support bf16/gpu" in r["message"]
+    assert bf16_below_ampere().runs is True
+    assert code == 0 and r["status"] == "warn", r
+    assert "GPU 0 (Tesla T4) has compute capability 7.5, below the 8.0 (Ampere)" in r["message"]
+    assert "the installed releases train it emulated" in r["message"]
+    assert "torch's cuda.is_bf16_supported() counts an emulated bfloat16" in r["message"]
     assert r["fix"]["description"].startswith("set bf16: false")
     result = fix_twice(config)
     assert result["status"] == "pass" and result["message"].startswith("fp32 on 1 GPU"), result
@@ -83,8 +89,8 @@ def test_bf16_by_trl_default(built_fixtures, fake_gpus):
     from trl_doctor.facts.trl import config_class
 
     default = next(f.default for f in __import__("dataclasses").fields(config_class("grpo")) if f.name == "bf16")
-    if default is None:  # trl >= 0.19: bf16=None becomes `not fp16`
-        assert r["status"] == "fail", r
+    if default is None:  # trl >= 0.19: bf16=None becomes `not fp16` (emulated on a T4 with torch >= 2.1: a warn)
+        assert r["status"] == "warn", r
         assert "bf16 is on (the installed TRL's default: GRPOConfig.bf16 is None, which its __post_init__ makes " \
                "`not fp16`)" in r["message"]
     else:
@@ -416,3 +422,29 @@ def test_model_config_keys_that_never_reach_the_model(built_fixtures, tmp_path):
         "the command line sets `attn_implementation: sdpa` for TRL's ModelConfig, but it never reaches the model: the "
         "script loads the model itself without it")
     assert "pass it to the script's from_pretrained (attn_implementation=model_args.attn_implementation)" in result["message"]
+
+
+# torch 2.0.1's torch/cuda/__init__.py, is_bf16_supported as released (before the emulated fallback of torch 2.1)
+TORCH_201 = '''
+def is_bf16_supported():
+    r"""Returns a bool indicating if the current CUDA/ROCm device supports dtype bfloat16"""
+    if torch.version.hip:
+        return True
+
+    cu_vers = torch.version.cuda
+    if cu_vers is not None:
+        cuda_maj_decide = int(cu_vers.split('.')[0]) >= 11
+    else:
+        cuda_maj_decide = False
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).major >= 8 and cuda_maj_decide
+'''
+
+
+@pytest.mark.release_free
+def test_the_bf16_reading_of_torch_2_0_and_of_the_installed_torch():
+    from trl_doctor.facts.bf16_support import _torch_emulates
+
+    assert _torch_emulates(TORCH_201) == (False, "torch's cuda.is_bf16_supported() requires compute capability 8.0")
+    emulates, words = _torch_emulates()  # torch 2.13: including_emulation=True, with the bfloat16-tensor fallback
+    assert emulates is True, words
+

@@ -47,6 +47,9 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         init = _init_kwargs(rec, model)
         if init and not raw.get("model_init_kwargs"):
             raw["model_init_kwargs"] = init
+    elif arguments.get("quantization_config") is not None:  # TRL >= 1.x puts the trainer's into model_init_kwargs
+        raw["model_init_kwargs"] = {**(raw.get("model_init_kwargs") or {}),
+                                    **_quantization({"quantization_config": arguments["quantization_config"]})}
     tokenizer = _first(arguments, _TOKENIZER_KEYWORDS)
     tok_path = getattr(tokenizer, "name_or_path", None) if tokenizer is not None else None
     if tok_path and local_path(tok_path, cwd) != raw["model_name_or_path"]:

@@ -83,6 +83,47 @@ def _peft_default_targets(model_type: str) -> tuple[Any, str]:
     return list(found), f"PEFT's default target modules for {model_type}: {', '.join(found)}"
 
 
+def quantization(ctx) -> tuple[str, str] | None:
+    """("4bit" or "8bit", where it was read) when the policy loads quantized: TRL's `load_in_4bit` / `load_in_8bit`
+    keys, a `quantization_config` in `model_init_kwargs` (a recipe's, or what the script passed to from_pretrained or
+    to the trainer), or the checkpoint's own config.json `quantization_config` (a pre-quantized model); else None."""
+    for key, kind in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
+        if config_value(ctx, key, False):
+            return kind, f"{key}: true"
+    # the trainer's config, then the check's own keys (a launch command adds what the script gave from_pretrained or
+    # the trainer's quantization_config argument there)
+    for init in (config_value(ctx, "model_init_kwargs", None), ctx.config.raw.get("model_init_kwargs")):
+        if not isinstance(init, dict):
+            continue
+        for key, kind in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
+            if init.get(key) is True:
+                return kind, f"model_init_kwargs.{key}"
+        kind = _quant_kind(init.get("quantization_config"))
+        if kind is not None:
+            return kind, "model_init_kwargs.quantization_config"
+    kind = _quant_kind(getattr(ctx.model_config, "quantization_config", None))
+    if kind is not None:
+        return kind, "the checkpoint's config.json quantization_config (pre-quantized)"
+    return None
+
+
+def _quant_kind(quant: Any) -> str | None:
+    """4bit / 8bit for a bitsandbytes (or GPTQ / AWQ) quantization config, as a dict or an object."""
+    if quant is None:
+        return None
+    if not isinstance(quant, dict):
+        to_dict = getattr(quant, "to_dict", None)
+        quant = to_dict() if callable(to_dict) else vars(quant) if hasattr(quant, "__dict__") else {}
+    if quant.get("load_in_4bit") is True:
+        return "4bit"
+    if quant.get("load_in_8bit") is True:
+        return "8bit"
+    bits = quant.get("bits") or quant.get("w_bit")
+    if bits in (4, 8) and str(quant.get("quant_method", "")).lower() in ("gptq", "awq", "quantmethod.gptq", "quantmethod.awq"):
+        return f"{bits}bit"
+    return None
+
+
 def _quantized_linear_params(model) -> int:
     out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return sum(m.weight.numel() for _, m, _, _ in _linear_modules(model) if m is not out_emb)
@@ -173,12 +214,13 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
     param_bytes = DTYPE_BYTES[dtype]
 
     quantized, qbytes = 0, 0.0
-    for key, kind in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
-        if config_value(ctx, key, False):
-            quantized, qbytes = _quantized_linear_params(model), QUANT_BYTES[kind]
-            notes.append(f"{key}: the linear layers' {quantized:,} weights at {qbytes:g} bytes (bitsandbytes, with "
-                         "block scales); embeddings, norms and the output layer at the load dtype")
-            labels.append((key, True))
+    found = quantization(ctx)
+    if found is not None:
+        kind, source = found
+        quantized, qbytes = _quantized_linear_params(model), QUANT_BYTES[kind]
+        notes.append(f"{kind} quantization ({source}): the linear layers' {quantized:,} weights at {qbytes:g} bytes "
+                     "(with block scales); embeddings, norms and the output layer at the load dtype")
+        labels.append(("quantization", f"{kind} ({source})"))
 
     peft = 0
     use_peft = resolved.use_peft

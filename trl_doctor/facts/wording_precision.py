@@ -24,6 +24,13 @@ def bf16_unsupported(origin: str, g: dict) -> str:
             "Ampere or newer GPU")
 
 
+def bf16_emulated(origin: str, g: dict, why: str) -> str:
+    """bf16 on a GPU below 8.0 where the installed torch and transformers let it run emulated (`why`: their reading)."""
+    return (f"bf16 is on{origin} and {gpu_name(g)} has compute capability {g['compute_capability']}, below the 8.0 "
+            f"(Ampere) of bfloat16 units: the installed releases train it emulated, many times slower ({why}); set "
+            "`bf16: false` (fp32; `fp16: true` is faster but can overflow to NaN), or use an Ampere or newer GPU")
+
+
 def tf32_unsupported(g: dict) -> str:
     return (f"tf32: true but {gpu_name(g)} has compute capability {g['compute_capability']} and TF32 needs 8.0 (Ampere) "
             "or newer: TrainingArguments stops with \"--tf32 requires Ampere or a newer GPU arch\"; set `tf32: false`")

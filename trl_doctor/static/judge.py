@@ -14,6 +14,7 @@ from trl_doctor.errors import Unavailable
 from trl_doctor.types import Finding, Location, fail, passed, warn
 from ..facts import wording_config as words_config, wording_eos as words_eos, wording_pad as words_pad
 from ..facts import wording_precision as words_precision
+from ..facts.bf16_support import bf16_below_ampere
 from ..facts.tokens import as_id_list
 from ..facts.wording_dataset import no_prompt_column, prompt_reader
 from . import fields as F
@@ -400,7 +401,12 @@ def precision(s) -> Iterable[Finding]:
     found = False
     if bf16 is True and below:
         found = True
-        yield fail(words_precision.bf16_unsupported("" if raw.get("bf16") is True else f" ({words})", lowest), **details)
+        origin = "" if raw.get("bf16") is True else f" ({words})"
+        emulated = bf16_below_ampere()
+        if emulated.runs:
+            yield warn(words_precision.bf16_emulated(origin, lowest, emulated.why), **details)
+        else:
+            yield fail(words_precision.bf16_unsupported(origin, lowest), **details)
     if raw.get("tf32") is True and below:
         found = True
         yield fail(words_precision.tf32_unsupported(lowest), **details)
