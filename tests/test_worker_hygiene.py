@@ -430,3 +430,33 @@ def test_leaks_from_a_started_worker_too(built_fixtures, tmp_path, forkserver):
     code, out, err = case.run("--select", "reward-functions", forkserver=forkserver)
     assert code == 0, err[-2000:]
     case.assert_clean()
+
+
+# -- files user code writes in the user's folder (issue 30, class 9) ------------------------------------------------
+
+# The reward of philschmid/deep-learning-pytorch-huggingface @ 4a7cc932 training/scripts/run_r1_grpo.py
+# (format_reward_func), which appends sampled completions to completion_samples/completion_samples.txt in the working
+# directory on 10% of calls; here on every call, so the case is deterministic.
+SAMPLE_LOGGING = '''
+import os
+
+def format_reward_logging(completions, **kwargs):
+    os.makedirs("completion_samples", exist_ok=True)
+    with open(os.path.join("completion_samples", "completion_samples.txt"), "a") as f:
+        for completion in completions:
+            f.write("\\n\\n==============\\n" + str(completion))
+    return [0.5 if "<think>" in str(c) else 0.0 for c in completions]
+'''
+
+
+def test_files_a_reward_writes_in_the_working_directory_are_reported(built_fixtures, tmp_path):
+    case = Hostile(tmp_path, SAMPLE_LOGGING)
+    config = case.setup / "config.yaml"
+    config.write_text(config.read_text().replace("rewards.format_reward", "rewards.format_reward_logging"))
+    code, out, err = case.run("--select", "reward-functions")
+    result = report_of(out)["reward-functions"]
+    assert code == 0 and result["status"] == "pass", err[-2000:]
+    created = result["details"]["files created by user code (left in place)"]
+    assert any(entry.endswith(f"created {case.setup / 'completion_samples'}/") for entry in created), created
+    assert all(entry.startswith("rewards.py (") for entry in created), created
+    case.assert_clean()

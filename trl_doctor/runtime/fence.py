@@ -10,7 +10,8 @@ nothing and stops nothing.
 
 In the worker the fence also restores file descriptors 1 and 2 when the user's code closed or replaced them
 (what the code prints goes to the worker's log, and nothing may later write into a file that took their
-numbers), and compares the check's input files before and after: `take_changes()` lists what changed. The doctor
+numbers), and compares the check's input files before and after: `take_changes()` lists what changed; what user code
+created in the check's folders (the working directory, the config's) is listed by `take_created()`. The doctor
 cannot stop a process from deleting or rewriting files it may write (the worker runs as the user): it can only
 notice and say so, and the rule that ran the code fails naming the file. Processes the user's code started and left
 running (the worker is their subreaper, so a double-forked daemon counts) are listed by `take_left()` for the rule's
@@ -35,6 +36,7 @@ from trl_doctor.runtime import tree as _tree
 
 DEFAULT_LIMIT = 60.0  # seconds (--user-code-timeout)
 MAX_INPUT_FILES = 200  # files of the inputs' folders whose size and mtime are compared
+MAX_FOLDER_ENTRIES = 10_000  # entries of a watched folder listed around user code (a folder past it is not watched)
 
 _send: Callable[[Message], None] | None = None
 _limit = DEFAULT_LIMIT
@@ -43,6 +45,8 @@ _inputs: tuple[Path, ...] = ()
 _saved_std: dict[int, int] = {}  # fd -> a duplicate of what it was when the worker started
 _changes: list[str] = []
 _left: list[str] = []
+_folders: tuple[Path, ...] = ()
+_created: list[str] = []
 
 
 class UserCodeFailed(RuntimeError):
@@ -50,12 +54,16 @@ class UserCodeFailed(RuntimeError):
 
 
 def configure(send: Callable[[Message], None] | None = None, limit: float = DEFAULT_LIMIT,
-              failed: dict[str, str] | None = None, inputs: tuple[Path, ...] = ()) -> None:
-    """Set up the worker's fence (`serve` calls it); `configure()` puts it back to in-process use."""
-    global _send, _limit, _failed, _inputs
+              failed: dict[str, str] | None = None, inputs: tuple[Path, ...] = (),
+              folders: tuple[Path, ...] = ()) -> None:
+    """Set up the worker's fence (`serve` calls it); `configure()` puts it back to in-process use. `folders`: where
+    what user code creates is noticed (the working directory, the config's folder)."""
+    global _send, _limit, _failed, _inputs, _folders
     _send, _limit, _failed, _inputs = send, float(limit), dict(failed or {}), tuple(inputs)
+    _folders = tuple(dict.fromkeys(Path(f).resolve() for f in folders if f))
     _changes.clear()
     _left.clear()
+    _created.clear()
     for fd in list(_saved_std):
         os.close(_saved_std.pop(fd))
     if send is not None:
@@ -85,6 +93,14 @@ def take_left() -> list[str]:
     return out
 
 
+def take_created() -> list[str]:
+    """What user code created in the check's folders since the last call ('rewards.py (...): created
+    /repo/completion_samples/'). Left in place: the doctor cannot tell it from what another process made meanwhile."""
+    out = list(_created)
+    _created.clear()
+    return out
+
+
 def take_changes() -> list[str]:
     """What user code changed among the check's input files since the last call (one line per fence)."""
     out = list(_changes)
@@ -98,6 +114,7 @@ def user_code(what: str, limit: float | None = None, key: str | None = None) -> 
     after `limit` seconds (default: --user-code-timeout); `key` names it for `check_failed` (default: `what`)."""
     key = key or what
     before = _snapshot()
+    entries = _entries()
     children = _children()
     std = {fd: _identity(fd) for fd in _saved_std}
     dumps = _send is not None and not faulthandler.is_enabled()
@@ -115,6 +132,7 @@ def user_code(what: str, limit: float | None = None, key: str | None = None) -> 
         if changed:
             _changes.append(f"{what} {changed}")
         _left.extend(f"{what}: {_tree.describe(pid)}" for pid in _children() - children)
+        _created.extend(f"{what}: created {path}" for path in _new_entries(entries, _entries()))
 
 
 def _children() -> set[int]:
@@ -205,3 +223,34 @@ def _changed(before: dict, after: dict) -> str:
     changed = [str(p) for p, v in before.items() if v is not None and after.get(p) not in (None, v)]
     parts = ([f"removed {', '.join(removed)}"] if removed else []) + ([f"changed {', '.join(changed)}"] if changed else [])
     return "; ".join(parts)
+
+
+# -- what user code creates in the check's folders -------------------------------------------------------------------
+
+def _entries() -> dict[Path, frozenset[str]]:
+    """The names directly in each watched folder (a folder past MAX_FOLDER_ENTRIES, or unreadable, is left out)."""
+    out: dict[Path, frozenset[str]] = {}
+    for folder in _folders:
+        try:
+            with os.scandir(folder) as it:
+                names = []
+                for entry in it:
+                    names.append(entry.name)
+                    if len(names) > MAX_FOLDER_ENTRIES:
+                        break
+        except OSError:
+            continue
+        if len(names) <= MAX_FOLDER_ENTRIES:
+            out[folder] = frozenset(names)
+    return out
+
+
+def _new_entries(before: dict[Path, frozenset[str]], after: dict[Path, frozenset[str]]) -> list[str]:
+    """Paths that appeared in a watched folder (a folder with a trailing '/')."""
+    out = []
+    for folder, names in after.items():
+        for name in sorted(names - before.get(folder, names)):
+            path = folder / name
+            out.append(f"{path}/" if path.is_dir() else str(path))
+    return out
+

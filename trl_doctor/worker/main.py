@@ -67,7 +67,8 @@ def serve(request: Request, send: Callable[[Message], None]) -> None:
     except (InputError, RegistryError) as exc:
         send(BadInput(str(exc)))
         return
-    _fence.configure(send, options.user_code_timeout, request.failed, _input_files(cfg))
+    _fence.configure(send, options.user_code_timeout, request.failed, _input_files(cfg),
+                     (os.getcwd(), getattr(getattr(cfg, "path", None), "parent", None)))
     try:
         _run_rules(request, rules, cfg, options, live, send)
     finally:
@@ -103,6 +104,7 @@ def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable
                 if live is not None:
                     result = adapt(result, cfg, live)
                 result = _processes_left(_inputs_kept(result, _fence.take_changes()), _fence.take_left())
+                result = _files_created(result, _fence.take_created())
                 send(RuleResult(result))
         except InputError as exc:
             send(BadInput(str(exc)))
@@ -141,6 +143,16 @@ def _processes_left(result, left: list[str]):
     import dataclasses
 
     return dataclasses.replace(result, details=dict(result.details, **{"processes left running by user code": left}))
+
+
+def _files_created(result, created: list[str]):
+    """`result` with what its rule's user code created in the check's folders named in its details: left in place (the
+    job's own run of that code will write it too), said so that a check is never silent about what it wrote."""
+    if not created:
+        return result
+    import dataclasses
+
+    return dataclasses.replace(result, details=dict(result.details, **{"files created by user code (left in place)": created}))
 
 
 def _capture(options, send: Callable[[Message], None]):
