@@ -257,3 +257,29 @@ def test_trl_1_10_client_against_its_own_server_and_against_vllms(built_fixtures
         result = result_of(json.loads(proc.stdout), "TD018")
         assert result["status"] == status and words in result["message"], result
         assert result["details"]["health"].startswith("GET /health/:"), result["details"]
+
+
+@pytest.mark.pinned_releases
+def test_trl_016_017_run_vllm_as_a_server_in_every_rule(built_fixtures, tmp_path):
+    """trl 0.16-0.17 keep `vllm_device` as a deprecated field beside the server client (`vllm_server_host`), and run
+    vLLM as a server (`trl vllm-serve`). Issue 30 (class 5): vllm-server said 0.17 ran vLLM "in-process on a spare
+    GPU" while version-skew said server mode; every rule now reads one placement (facts.settings.vllm_placement)."""
+    from importlib.metadata import version as installed
+
+    from packaging.version import Version
+
+    if not Version("0.16") <= Version(installed("trl")) < Version("0.18"):
+        pytest.skip(f"trl {installed('trl')}: the case is trl 0.16-0.17 (the trl017 lane)")
+    config = tmp_path / "config.yaml"
+    config.write_text((FIXTURES / "vllm-server" / "bad_not_running.yaml").read_text()
+                      .replace("../models/", f"{FIXTURES}/models/").replace("../data/", f"{FIXTURES}/data/")
+                      .replace("vllm_mode: server\n", "").replace("vllm_server_base_url: http://127.0.0.1:9",
+                                                                  "vllm_server_host: 127.0.0.1\nvllm_server_port: 9"))
+    shutil.copy(FIXTURES / "vllm-server" / "rewards.py", tmp_path / "rewards.py")
+    code, report = run_json("check", str(config), "--select", "vllm-server", "--no-smoke")
+    server = result_of(report, "vllm-server")
+    assert "in-process" not in json.dumps(server), server
+    assert server["details"]["vLLM mode"] == f"server (trl {installed('trl')} has no vllm_mode: server mode only)", server
+    code, report = run_json("check", str(config), "--select", "gpu-capacity", "--no-smoke", "--target", "2xA100-80GB")
+    capacity = result_of(report, "gpu-capacity")
+    assert capacity["details"]["vLLM"] == "server mode: `trl vllm-serve` on this machine", capacity["details"]

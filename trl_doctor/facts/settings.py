@@ -124,7 +124,9 @@ def vllm_placement(ctx) -> tuple[str | None, str]:
     raw = ctx.config.raw
     if "vllm_mode" in s.fields or "vllm_mode" in raw or not s.config_class:
         return (s.vllm_mode or raw.get("vllm_mode")), ("config" if "vllm_mode" in raw else "default")
-    if "vllm_device" in s.fields:
+    # trl 0.16-0.17 keep `vllm_device` as a deprecated field ("will be removed in 0.18.0") beside the server client's
+    # `vllm_server_host`: they run vLLM as a server; only 0.14-0.15, without the client, run it on a spare GPU
+    if "vllm_device" in s.fields and "vllm_server_host" not in s.fields:
         return "device", "vllm_device"
     return "server", "no vllm_mode"
 
