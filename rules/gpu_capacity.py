@@ -37,8 +37,8 @@ from typing import Any
 
 from trl_doctor import fail, passed, rule, skip, warn
 from trl_doctor.facts.launch import launch, sharding, torch_cuda_version
-from trl_doctor.facts.memory_fit import (gib, gpu_name, judge_memory, plan_or_why, server_is_local, training_gpus,
-                                         vllm_mode)
+from trl_doctor.facts.memory_fit import (gib, gpu_name, judge_memory, plan_or_why, server_is_local, sharded_over,
+                                         training_gpus, vllm_mode)
 from trl_doctor.facts.settings import config_value, settings
 
 
@@ -101,7 +101,11 @@ def check(ctx):
     findings += count_problems
 
     shard = sharding(ctx)
-    processes = max(1, min(the_launch.processes, len(training)))
+    processes = sharded_over(the_launch, training)
+    if the_launch.machines > 1:
+        details["machines"] = (f"{the_launch.machines} ({the_launch.machines_from}): {the_launch.processes} training "
+                               f"processes in all ({the_launch.processes_from}), {the_launch.per_machine} per machine; "
+                               "each machine judged as the GPUs above")
     if shard.backend is not None:
         details["sharding"] = (f"{shard.words} ({shard.configured_by}) over {processes} training process"
                                f"{'es' if processes != 1 else ''}" + (f": not modelled, {shard.unknown}" if shard.unknown else ""))

@@ -371,3 +371,30 @@ def test_fix_through_a_launch_command_edits_the_checkpoint_the_script_loads(tmp_
         f for f in ("tokenizer_config.json", "special_tokens_map.json") if (model / f).exists()])
     assert sorted(a["file"] for a in report["applied"]) == sorted(str(tmp_path / "models" / "qwen2-base" / f) for f in files)
     assert 2 in json.loads((tmp_path / "models" / "qwen2-base" / "generation_config.json").read_text())["eos_token_id"]
+
+
+def test_a_multi_node_accelerate_launch_is_one_world_size_in_every_rule():
+    """Issue 30, class 5: `accelerate launch --num_machines 4 --num_processes 32` (accelerate's num_processes counts
+    every machine's) on machines of 8 H100s. batch-geometry counted 32 processes while gpu-capacity sharded ZeRO-3 over
+    the 8 GPUs of one machine and the launch notes said --num_machines was not read; now the launch fact holds the
+    machines, and every rule judges 32 processes, 8 per machine."""
+    code, report = run_json("check", "--no-smoke", "--select", "batch-geometry,gpu-capacity,distributed-setup",
+                            "--target", "8xH100-80GB", "--", "accelerate", "launch", "--config_file", "zero3_4gpu.yaml",
+                            "--num_machines", "4", "--machine_rank", "0", "--num_processes", "32", "--main_process_ip",
+                            "10.0.0.1", "--main_process_port", "29500", "grpo_quickstart.py")
+    assert code == 0, report
+    assert not any("--num_machines" in note for note in report["launch"]["notes"]), report["launch"]["notes"]
+    capacity = result_of(report, "gpu-capacity")
+    assert "with DeepSpeed ZeRO-3 over 32 processes" in capacity["message"], capacity["message"]
+    assert capacity["details"]["machines"].startswith("4 (accelerate launch --num_machines 4): 32 training processes "
+                                                      "in all"), capacity["details"]
+    assert "8 per machine" in capacity["details"]["machines"]
+    assert result_of(report, "batch-geometry")["message"].startswith("at 32 processes")
+    assert result_of(report, "distributed-setup")["message"].startswith("32 training processes")
+
+
+def test_torchrun_over_nodes_counts_every_node():
+    code, report = run_json("check", "--no-smoke", "--select", "gpu-capacity", "--target", "8xH100-80GB", "--",
+                            "torchrun", "--nnodes", "2", "--nproc_per_node", "8", "grpo_quickstart.py")
+    capacity = result_of(report, "gpu-capacity")
+    assert capacity["details"]["machines"].startswith("2 (torchrun --nnodes 2): 16 training processes in all"), capacity

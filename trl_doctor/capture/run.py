@@ -33,6 +33,8 @@ class Launched:
     args: list[str]
     processes: int | None = None
     processes_from: str | None = None
+    machines: int | None = None  # accelerate --num_machines, torchrun --nnodes
+    machines_from: str | None = None
     accelerate_config: str | None = None  # the file `accelerate launch` reads (--config_file), when named
     notes: list[str] = field(default_factory=list)
 
@@ -133,7 +135,10 @@ def from_accelerate(ns: Any, cwd: str, via: str = "accelerate launch") -> Launch
     if getattr(ns, "config_file", None):
         path = Path(ns.config_file).expanduser()
         launched.accelerate_config = str(path if path.is_absolute() else Path(cwd) / path)
-    flags = [f"--{k} {getattr(ns, k)}" for k in ("mixed_precision", "zero_stage", "num_machines")
+    machines = getattr(ns, "num_machines", None)
+    if isinstance(machines, int) and machines > 1:  # num_processes is then every machine's together
+        launched.machines, launched.machines_from = machines, f"{via} --num_machines {machines}"
+    flags = [f"--{k} {getattr(ns, k)}" for k in ("mixed_precision", "zero_stage")
              if getattr(ns, k, None) not in (None, "no", 1)]
     flags += [f"--{k}" for k in ("use_deepspeed", "use_fsdp", "multi_gpu", "cpu") if getattr(ns, k, False)]
     if flags:
@@ -151,6 +156,8 @@ def _from_torchrun(ns: Any, cwd: str) -> Launched:
     if per_node.isdigit() and nodes.isdigit():
         launched.processes = int(per_node) * int(nodes)
         launched.processes_from = f"torchrun --nproc_per_node {per_node} --nnodes {ns.nnodes}"
+        if int(nodes) > 1:
+            launched.machines, launched.machines_from = int(nodes), f"torchrun --nnodes {ns.nnodes}"
     return launched
 
 

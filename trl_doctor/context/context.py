@@ -44,6 +44,8 @@ class Live:
     recipe_keys: tuple[str, ...] = ()  # the keys that file sets
     processes: int | None = None  # training processes the launcher starts, when it says
     processes_from: str | None = None
+    machines: int | None = None  # machines they spread over (accelerate --num_machines, torchrun --nnodes)
+    machines_from: str | None = None
     notes: tuple[str, ...] = ()  # what the launcher sets that the doctor does not read
     batch_note: tuple[str, str] | None = None  # ("launch" | "refused", TRL's error) when the batch sizes were relaxed
     ref_is_policy: bool = False  # the script passed the policy object itself as the reference model

@@ -81,6 +81,7 @@ class AccelerateSettings:
     deepspeed: DeepSpeedSettings | None = None
     fsdp: FsdpSettings | None = None
     error: str | None = None  # the file could not be read: "cannot read it (YAMLError)", "not a mapping"
+    num_machines: int | None = None  # accelerate's num_machines (its num_processes counts every machine's)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,13 @@ class Launch:
     # the launch's Python environment is this one: its GPUs are here, or --target names them and --target-env is
     # "this" (the default: a check runs in the environment the job will run in unless told otherwise)
     software_here: bool = False
+    machines: int = 1  # machines the processes spread over (accelerate --num_machines, torchrun --nnodes)
+    machines_from: str | None = None  # where that number comes from, when it is more than one
+
+    @property
+    def per_machine(self) -> int:
+        """Training processes on one machine: the world size over the machines (rounded up)."""
+        return -(-self.processes // max(1, self.machines))
 
     @property
     def not_judged(self) -> str:
@@ -138,9 +146,26 @@ def launch(ctx) -> Launch:
         visible, note = visible_gpus(list(found), os.environ.get("CUDA_VISIBLE_DEVICES"))
         missing = why or note or "NVML reports no GPU"
     procs, words, procs_note = _processes(ctx, visible, missing)
-    return Launch(procs, words, procs_note, tuple(visible), missing, found, why, note, _accelerate(ctx),
+    accelerate = _accelerate(ctx)
+    machines, machines_from = _machines(ctx, accelerate)
+    return Launch(procs, words, procs_note, tuple(visible), missing, found, why, note, accelerate,
                   target=visible[0]["target"] if target else None, judged_here=bool(visible) and not target,
-                  software_here=bool(visible) and (not target or _target_env(ctx) == "this"))
+                  software_here=bool(visible) and (not target or _target_env(ctx) == "this"),
+                  machines=machines, machines_from=machines_from)
+
+
+def _machines(ctx, accelerate: AccelerateSettings | None) -> tuple[int, str | None]:
+    """(machines, where the number comes from): the launch command's (accelerate --num_machines, torchrun --nnodes),
+    the accelerate config's num_machines, the config's `num_machines`; 1 when nothing says more."""
+    live = getattr(ctx, "live", None)
+    if live is not None and (getattr(live, "machines", None) or 1) > 1:
+        return live.machines, live.machines_from
+    if accelerate is not None and (accelerate.num_machines or 1) > 1:
+        return accelerate.num_machines, f"num_machines {accelerate.num_machines} in {accelerate.named_by}"
+    n = _positive_int(ctx.config.raw.get("num_machines"))
+    if n and n > 1:
+        return n, f"`num_machines: {n}` in the config"
+    return 1, None
 
 
 def _target_env(ctx) -> str:
@@ -286,6 +311,7 @@ def read_accelerate_config(path: Path, named_by: str, base: Path | None = None) 
     n = _positive_int(data.get("num_processes"))
     return AccelerateSettings(
         path, named_by, n, "" if n else f"num_processes is {data.get('num_processes')!r}",
+        num_machines=_positive_int(data.get("num_machines")),
         distributed_type=_text(data.get("distributed_type")),
         mixed_precision=_text(data.get("mixed_precision")),
         deepspeed=_deepspeed(data.get("deepspeed_config"), path, base),

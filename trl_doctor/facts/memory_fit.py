@@ -29,9 +29,17 @@ def memory_verdict(ctx) -> tuple[str, str, dict[str, Any]] | None:
     training, _, _ = training_gpus(ctx, visible, use_vllm, vllm_mode(ctx) if use_vllm else None)
     if not training:
         return None
-    processes = max(1, min(the_launch.processes, len(training)))
+    processes = sharded_over(the_launch, training)
     gather = config_value(ctx, "ds3_gather_for_generation", True) is not False
     return judge_memory(plan, training, sharding(ctx), processes, gather)
+
+
+def sharded_over(the_launch, training: list[dict]) -> int:
+    """The processes ZeRO / FSDP shard over: every machine's (the world size) when the launch spans machines, else
+    this machine's training GPUs at most (a process per GPU)."""
+    if the_launch.machines > 1:
+        return max(1, the_launch.processes)
+    return max(1, min(the_launch.processes, len(training)))
 
 
 def gib(n: float) -> str:
