@@ -64,3 +64,53 @@ def test_a_launch_recipe_key_the_installed_trl_drops_is_named(built_fixtures, tm
     assert result["location"]["key"] in recipe and result["location"]["file"].endswith("recipe.yaml")
     if newer is not None:
         assert f"`{newer.key}` (arrives in trl {newer.since})" in result["message"], result["message"]
+
+
+SCRIPT = """
+from dataclasses import dataclass, field
+
+from datasets import load_dataset
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, ScriptArguments, TrlParser
+
+
+@dataclass
+class GRPOScriptArguments(ScriptArguments):
+    reward_funcs: list[str] = field(default_factory=lambda: ["length"])
+
+
+def length_reward(completions, **kwargs):
+    return [-abs(20 - len(str(c))) / 20 for c in completions]
+
+
+parser = TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig))
+script_args, training_args, model_args = parser.parse_args_and_config()
+dataset = load_dataset("json", data_files=DATA, split="train")
+trainer = GRPOTrainer(model=model_args.model_name_or_path, reward_funcs=[length_reward], args=training_args,
+                      train_dataset=dataset)
+trainer.train()
+"""
+
+
+def test_a_users_script_names_every_later_releases_key_its_parser_drops(built_fixtures, tmp_path):
+    """Issue 30, class 7: an open-r1-style script (its own TrlParser over its own dataclass, GRPOConfig and ModelConfig)
+    run on trl <= 0.17 with a recipe written for a later release. The keys a later release brings are named from the
+    generated table of every release's fields, not only the hand-kept list: `vllm_server_base_url` (GRPOConfig from
+    0.18) was passed over ("accepts all N keys")."""
+    from packaging.version import Version
+
+    from trl_doctor.facts.migrations import script_unknown_key_policy
+
+    installed = version("trl")
+    if Version(installed) >= Version("0.18") or script_unknown_key_policy("grpo")[0] == "stops":
+        pytest.skip(f"trl {installed} has vllm_server_base_url, or its parser stops on unknown keys")
+    (tmp_path / "train.py").write_text(SCRIPT.replace("DATA", repr(str(built_fixtures / "data" / "prompts.jsonl"))))
+    recipe = {"model_name_or_path": str(built_fixtures / "models" / "qwen2-chat"), "dataset_name": "unused",
+              "output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 2, "num_generations": 2,
+              "max_completion_length": 8, "report_to": "none", "vllm_server_base_url": "http://10.0.0.2:8000"}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    proc = run_doctor("check", "--no-smoke", "--select", "trainer-config", "--format", "json", "--",
+                      "python", "train.py", "--config", "recipe.yaml", cwd=tmp_path)
+    result = result_of(json.loads(proc.stdout), "trainer-config")
+    assert result["status"] == "warn", result
+    assert "`vllm_server_base_url` (arrives in trl 0.18" in result["message"], result["message"]
+    assert result["details"]["dropped keys"]["vllm_server_base_url"].startswith("a GRPOConfig field from trl 0.18")

@@ -121,4 +121,52 @@ def arrival_for(key: str, installed: dict[str, str | None], trainer: str | None 
                 return entry
         except InvalidVersion:
             continue
+    if table is None and trainer and installed.get("trl"):
+        return generated_arrival(key, trainer, str(installed["trl"]))
     return None
+
+
+FIELDS = TABLE.with_name("trl_fields.json")  # every release's config fields (tools/gen_trl_fields.py)
+_CONFIGS = {"grpo": "GRPOConfig", "rloo": "RLOOConfig", "ppo": "PPOConfig"}
+
+
+def generated_arrival(key: str, trainer: str, installed_trl: str) -> Arrival | None:
+    """The first TRL release after `installed_trl` whose config class for `trainer` (or ModelConfig / ScriptArguments,
+    which a recipe feeds too) has the field `key`, from the generated table of every release's fields; None when no
+    later release has it. What added_keys.yaml does not list, this finds."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        have = Version(installed_trl)
+    except InvalidVersion:
+        return None
+    releases = _generated_releases()
+    previous = None
+    for version in sorted(releases, key=Version):
+        if Version(version) > have:
+            for name in (_CONFIGS.get(trainer), "ModelConfig", "ScriptArguments"):
+                configs = releases[version].get("configs", {})
+                if name in configs and key in configs[name].get("fields", {}):
+                    module = Path(str(configs[name].get("module") or name)).stem
+                    before = f"absent in {previous}, " if previous else ""
+                    return Arrival(key, "trl", name, version, (trainer,),
+                                   f"{module}.py: {before}a field in {version}, of the releases in "
+                                   "trl_doctor/data/trl_fields.json")
+        previous = version
+    return None
+
+
+def _generated_releases() -> dict:
+    import json
+    from functools import lru_cache
+
+    @lru_cache(maxsize=1)
+    def load() -> dict:
+        try:
+            return json.loads(FIELDS.read_text(encoding="utf-8")).get("releases", {})
+        except (OSError, ValueError):
+            return {}
+
+    global _generated_releases
+    _generated_releases = load  # the table is read once per process
+    return load()
