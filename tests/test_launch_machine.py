@@ -110,8 +110,10 @@ def test_target_an_older_gpu_fails_what_it_cannot_do():
     code, report = run_json("check", RECIPE, "--no-smoke", "--select", "precision-and-attention", "--target", "1xT4")
     precision = result_of(report, "precision-and-attention")
     assert code == 1 and precision["status"] == "fail"
-    assert "Tesla T4" in precision["message"] and "bfloat16 needs 8.0" in precision["message"]
-    assert any("tf32: true but GPU 0 (Tesla T4)" in a for a in precision["details"]["also"])
+    # TrainingArguments refuses tf32 below Ampere; bf16 there trains emulated with torch >= 2.1 (issue 30): a warn
+    assert precision["message"].startswith("tf32: true but GPU 0 (Tesla T4)"), precision["message"]
+    assert any(a.startswith("warn: bf16 is on") and "Tesla T4" in a and "emulated" in a
+               for a in precision["details"]["also"]), precision["details"]["also"]
 
 
 def test_target_memory_for_a_small_gpu():
