@@ -72,3 +72,21 @@ def test_a_copy_of_the_installed_transformers_on_pythonpath_is_a_library(tmp_pat
     pythonpath = os.pathsep.join(filter(None, [str(copy), os.environ.get("PYTHONPATH")]))
     line = _exit_line(project, "train.py", env={"PYTHONPATH": pythonpath})
     assert f"(at {project / 'train.py'}:3, raised in transformers at {copy / 'transformers'}{os.sep}" in line, line
+
+
+def test_a_copy_of_an_installed_package_put_on_pythonpath_inside_the_project_is_a_library(tmp_path):
+    """A project that vendors a patched transformers in its own repository (`PYTHONPATH=vendor`): the copy shadows an
+    installed library, so its frame is the library's, and the user's line is the script's."""
+    import shutil
+
+    import transformers
+
+    vendor = tmp_path / "vendor"
+    shutil.copytree(os.path.dirname(transformers.__file__), vendor / "transformers",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "train.py").write_text(
+        "from transformers import AutoConfig\n\n"
+        "config = AutoConfig.from_pretrained('./no-such-model')\n")
+    pythonpath = os.pathsep.join(filter(None, [str(vendor), os.environ.get("PYTHONPATH")]))
+    line = _exit_line(tmp_path, "train.py", env={"PYTHONPATH": pythonpath})
+    assert f"(at {tmp_path / 'train.py'}:3, raised in transformers at {vendor / 'transformers'}{os.sep}" in line, line
