@@ -371,3 +371,21 @@ def test_fix_through_a_launch_command_edits_the_checkpoint_the_script_loads(tmp_
         f for f in ("tokenizer_config.json", "special_tokens_map.json") if (model / f).exists()])
     assert sorted(a["file"] for a in report["applied"]) == sorted(str(tmp_path / "models" / "qwen2-base" / f) for f in files)
     assert 2 in json.loads((tmp_path / "models" / "qwen2-base" / "generation_config.json").read_text())["eos_token_id"]
+
+
+def test_what_the_script_creates_in_the_working_directory_is_a_note(tmp_path):
+    """Issue 30, class 9: the script the capture runs writes a log of its prompts into the working directory; the
+    report says so (left in place, as what rewards create is), and names nothing that was there before."""
+    source = (LAUNCH / "grpo_quickstart.py").read_text()
+    source = source.replace('"../models/qwen2-chat"', repr(str(LAUNCH.parent / "models" / "qwen2-chat")))
+    source = source.replace('"../data/chat.jsonl"', repr(str(LAUNCH.parent / "data" / "chat.jsonl")))
+    source = source.replace("\n\ndef reward_len", "\nimport os\nos.makedirs('prompt_logs', exist_ok=True)\n"
+                            "open('prompt_logs/prompts.txt', 'w').write(str(dataset[0]))\n\n\ndef reward_len")
+    (tmp_path / "train.py").write_text(source)
+    (tmp_path / "notes.txt").write_text("here before the check\n")
+    proc = run_doctor("check", "--no-smoke", "--select", "pad-token", "--format", "json", "--", "python", "train.py",
+                      cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    notes = json.loads(proc.stdout)["launch"]["notes"]
+    created = [note for note in notes if "created" in note]
+    assert created == [f"the launch command's script created {tmp_path / 'prompt_logs'}/ (left in place)"], notes
