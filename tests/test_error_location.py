@@ -52,3 +52,41 @@ def test_a_helper_module_of_the_scripts_folder_is_the_users_line(tmp_path):
     (tmp_path / "train.py").write_text("import helper\n\nhelper.load('data/missing.jsonl')\n")
     line = _exit_line(tmp_path, "train.py")
     assert line.endswith(f"FileNotFoundError: no dataset at data/missing.jsonl (at {tmp_path / 'helper.py'}:2)"), line
+
+
+def test_a_copy_of_the_installed_transformers_on_pythonpath_is_a_library(tmp_path):
+    """The case the issue saw: a transformers found through PYTHONPATH (a copy of the installed package, as a project
+    that patches transformers puts it there) raised the error; the line named its frame as the user's."""
+    import shutil
+
+    import transformers
+
+    copy = tmp_path / "patched"
+    shutil.copytree(os.path.dirname(transformers.__file__), copy / "transformers",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(
+        "from transformers import AutoConfig\n\n"
+        "config = AutoConfig.from_pretrained('./no-such-model')\n")
+    pythonpath = os.pathsep.join(filter(None, [str(copy), os.environ.get("PYTHONPATH")]))
+    line = _exit_line(project, "train.py", env={"PYTHONPATH": pythonpath})
+    assert f"(at {project / 'train.py'}:3, raised in transformers at {copy / 'transformers'}{os.sep}" in line, line
+
+
+def test_a_copy_of_an_installed_package_put_on_pythonpath_inside_the_project_is_a_library(tmp_path):
+    """A project that vendors a patched transformers in its own repository (`PYTHONPATH=vendor`): the copy shadows an
+    installed library, so its frame is the library's, and the user's line is the script's."""
+    import shutil
+
+    import transformers
+
+    vendor = tmp_path / "vendor"
+    shutil.copytree(os.path.dirname(transformers.__file__), vendor / "transformers",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "train.py").write_text(
+        "from transformers import AutoConfig\n\n"
+        "config = AutoConfig.from_pretrained('./no-such-model')\n")
+    pythonpath = os.pathsep.join(filter(None, [str(vendor), os.environ.get("PYTHONPATH")]))
+    line = _exit_line(tmp_path, "train.py", env={"PYTHONPATH": pythonpath})
+    assert f"(at {tmp_path / 'train.py'}:3, raised in transformers at {vendor / 'transformers'}{os.sep}" in line, line

@@ -398,3 +398,20 @@ def test_torchrun_over_nodes_counts_every_node():
                             "torchrun", "--nnodes", "2", "--nproc_per_node", "8", "grpo_quickstart.py")
     capacity = result_of(report, "gpu-capacity")
     assert capacity["details"]["machines"].startswith("2 (torchrun --nnodes 2): 16 training processes in all"), capacity
+
+def test_what_the_script_creates_in_the_working_directory_is_a_note(tmp_path):
+    """Issue 30, class 9: the script the capture runs writes a log of its prompts into the working directory; the
+    report says so (left in place, as what rewards create is), and names nothing that was there before."""
+    source = (LAUNCH / "grpo_quickstart.py").read_text()
+    source = source.replace('"../models/qwen2-chat"', repr(str(LAUNCH.parent / "models" / "qwen2-chat")))
+    source = source.replace('"../data/chat.jsonl"', repr(str(LAUNCH.parent / "data" / "chat.jsonl")))
+    source = source.replace("\n\ndef reward_len", "\nimport os\nos.makedirs('prompt_logs', exist_ok=True)\n"
+                            "open('prompt_logs/prompts.txt', 'w').write(str(dataset[0]))\n\n\ndef reward_len")
+    (tmp_path / "train.py").write_text(source)
+    (tmp_path / "notes.txt").write_text("here before the check\n")
+    proc = run_doctor("check", "--no-smoke", "--select", "pad-token", "--format", "json", "--", "python", "train.py",
+                      cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    notes = json.loads(proc.stdout)["launch"]["notes"]
+    created = [note for note in notes if "created" in note]
+    assert created == [f"the launch command's script created {tmp_path / 'prompt_logs'}/ (left in place)"], notes

@@ -85,40 +85,61 @@ class Recorder:
 # the folders the user's own files live in while a launch command runs (set_user_roots): its folder, the script's, and
 # the repository holding them; empty: any file outside the libraries counts
 _USER_ROOTS: tuple[str, ...] = ()
+# packages on PYTHONPATH that shadow an installed one (a patched transformers copied into `vendor/`): libraries even
+# inside the user's repository
+_SHADOWS: tuple[str, ...] = ()
 _COMPILED = (".pyx", ".pxi", ".pxd", ".so", ".pyd")  # Cython frames name their source relative to the package
+_MAX_PYTHONPATH_NAMES = 1000  # names of one PYTHONPATH folder compared with the installed packages
 
 
-def set_user_roots(folders) -> tuple[str, ...]:
-    """Make `folders` (and the git work tree holding each) the user's; returns the roots in force before."""
-    global _USER_ROOTS
-    before = _USER_ROOTS
-    roots = set()
-    for folder in folders:
-        if not folder:
-            continue
-        real = os.path.realpath(folder)
-        roots.add(real)
+def set_user_roots(folders) -> tuple:
+    """Make `folders` (and the git work tree holding each) the user's; returns what was in force before."""
+    global _USER_ROOTS, _SHADOWS
+    before = (_USER_ROOTS, _SHADOWS)
+    real_folders = [os.path.realpath(f) for f in folders if f]
+    roots = set(real_folders)
+    for real in real_folders:
         top = next((p for p in (real, *map(str, Path(real).parents)) if os.path.exists(os.path.join(p, ".git"))), None)
         if top is not None and top != os.sep:
             roots.add(top)
     _USER_ROOTS = tuple(r.rstrip(os.sep) + os.sep for r in roots)
+    _SHADOWS = _shadowing_packages(real_folders)
     return before
 
 
-def set_user_roots_to(roots: tuple[str, ...]) -> None:
-    """Put back the roots `set_user_roots` returned."""
-    global _USER_ROOTS
-    _USER_ROOTS = roots
+def set_user_roots_to(before: tuple) -> None:
+    """Put back what `set_user_roots` returned."""
+    global _USER_ROOTS, _SHADOWS
+    _USER_ROOTS, _SHADOWS = before
+
+
+def _shadowing_packages(folders: list[str]) -> tuple[str, ...]:
+    """Package folders on PYTHONPATH named as a package installed in site-packages: a copy of a library, not the
+    user's code. One that holds a folder of the launch command (the script's own package) stays the user's."""
+    out = []
+    for entry in filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)):
+        try:
+            names = sorted(os.listdir(entry))[:_MAX_PYTHONPATH_NAMES]
+        except OSError:
+            continue
+        for name in names:
+            package = os.path.realpath(os.path.join(entry, name))
+            if not os.path.isfile(os.path.join(package, "__init__.py")):
+                continue
+            installed = any(os.path.isfile(os.path.join(root, name, "__init__.py")) for root in _LIBRARY_ROOTS)
+            if installed and not any((f + os.sep).startswith(package + os.sep) for f in folders):
+                out.append(package + os.sep)
+    return tuple(out)
 
 
 def is_user_file(filename: str) -> bool:
     """A file of the user's (their script, their modules), not Python's, a package's, or the doctor's: a real file,
     outside the libraries' folders, and, while a launch command runs, inside its folder, the script's or their
-    repository (a package on PYTHONPATH elsewhere is a library too)."""
+    repository (a package on PYTHONPATH elsewhere, or a copy of an installed one anywhere on it, is a library too)."""
     if not filename or filename.startswith("<") or not os.path.isabs(filename) or filename.endswith(_COMPILED):
         return False
     real = os.path.realpath(filename)
-    if real.startswith(_LIBRARY_ROOTS) or real.startswith(_DOCTOR_ROOT + os.sep):
+    if real.startswith(_LIBRARY_ROOTS) or real.startswith(_DOCTOR_ROOT + os.sep) or real.startswith(_SHADOWS):
         return False
     return not _USER_ROOTS or real.startswith(_USER_ROOTS)
 

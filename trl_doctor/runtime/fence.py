@@ -227,10 +227,22 @@ def _changed(before: dict, after: dict) -> str:
 
 # -- what user code creates in the check's folders -------------------------------------------------------------------
 
-def _entries() -> dict[Path, frozenset[str]]:
-    """The names directly in each watched folder (a folder past MAX_FOLDER_ENTRIES, or unreadable, is left out)."""
+def watch(folders) -> dict[Path, frozenset[str]]:
+    """The names directly in `folders` now, for `created_since` (code the fence does not run: the launch command's
+    script in the capture)."""
+    return _entries(tuple(dict.fromkeys(Path(f).resolve() for f in folders if f)))
+
+
+def created_since(before: dict[Path, frozenset[str]]) -> list[str]:
+    """What appeared in the folders `watch` listed ('/repo/logs/', a folder with a trailing '/')."""
+    return _new_entries(before, _entries(tuple(before)))
+
+
+def _entries(folders: tuple[Path, ...] | None = None) -> dict[Path, frozenset[str]]:
+    """The names directly in each folder (default: the watched ones; a folder past MAX_FOLDER_ENTRIES, or
+    unreadable, is left out)."""
     out: dict[Path, frozenset[str]] = {}
-    for folder in _folders:
+    for folder in _folders if folders is None else folders:
         try:
             with os.scandir(folder) as it:
                 names = []

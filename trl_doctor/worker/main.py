@@ -164,12 +164,24 @@ def _capture(options, send: Callable[[Message], None]):
     from trl_doctor.capture.to_config import to_config
 
     command = LaunchCommand.from_json(options.launch)
+    folder = _fence.watch((command.cwd,))
     captured = capture(command, timeout=options.script_timeout, load_weights=options.load_weights,
                        has_cuda=has_cuda(options), trust_remote_code=options.trust_remote_code,
                        verbose=options.verbose, on_timeout=lambda text: send(BadInput(text)))
     cfg, live = to_config(captured)
-    send(describe(cfg, live))
+    send(_with_created(describe(cfg, live), _fence.created_since(folder)))
     return cfg, live
+
+
+def _with_created(message, created: list[str]):
+    """The `captured` message with what the script created in the working directory as a note (issue 30, class 9):
+    left in place, as what rewards create is, and said, so that a check is never silent about what it wrote."""
+    if not created:
+        return message
+    import dataclasses
+
+    note = f"the launch command's script created {', '.join(created)} (left in place)"
+    return dataclasses.replace(message, notes=(*message.notes, note))
 
 
 def _typed_as_trl(cfg):
