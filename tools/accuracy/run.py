@@ -1,0 +1,262 @@
+"""The accuracy harness (issue 30): trl-doctor against TRL itself, case by case.
+
+For every case of tools/accuracy/cases.yaml (and every corpus case, corpus/*/case.yaml) whose `requires` the
+installed releases meet:
+
+1. the ground truth: the command run for real for one optimizer step on the CPU (tools/accuracy/truth.py, which
+   changes only what a CPU needs and says what): it trains (exit 0), or it crashes with an error at a line;
+2. the doctor: `trl-doctor check --format json -- COMMAND`, the command unchanged;
+3. the comparison: right; a false alarm (a `fail`, an `error` or exit 2 where TRL trains); a wrong cause (exit 2 whose
+   line is not TRL's error); a miss (TRL crashes, the doctor passes). A rule `error` is counted on its own too.
+
+`python tools/accuracy/run.py [--write docs/accuracy.md] [--only NAME...]` prints the table and writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+STANDIN = ROOT / "fixtures" / "models" / "qwen2-chat"
+TIMEOUT = 600
+
+
+@dataclass
+class Case:
+    name: str
+    source: str
+    command: list[str]
+    cwd: Path
+    requires: dict
+    options: tuple[str, ...] = ()  # trl-doctor's own options (a corpus case's --target)
+
+
+# what a rule's fail may be about when the CPU run had to change it: a launch-machine finding, not a false alarm
+EXCUSED = {"precision-and-attention": {"attn_implementation", "bf16", "fp16", "tf32"},
+           "distributed-setup": {"deepspeed", "launcher"}, "gpu-capacity": {"use_cpu"},
+           "vllm-server": {"use_vllm"}, "vllm-weights": {"use_vllm"}, "vllm-tokenizer-drift": {"use_vllm"}}
+
+
+@dataclass
+class Outcome:
+    case: Case
+    release: str
+    truth: str  # "trains" or "crashes: Type: message (at file:line)"
+    truth_error: str | None
+    doctor: str  # "exit 0", "exit 1: rule fail, ...", "exit 2: line"
+    verdict: str  # right / false alarm / wrong cause / miss
+    rule_errors: list[str]
+    seconds: float
+    changed: set = frozenset()  # what the CPU run changed
+
+
+def unmet(requires: dict) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    for package, spec in (requires or {}).items():
+        try:
+            have = version(package)
+        except PackageNotFoundError:
+            have = None
+        if spec == "absent":
+            if have is not None:
+                return f"{package} {have} is installed"
+            continue
+        if have is None or not SpecifierSet(str(spec)).contains(Version(have), prereleases=True):
+            return f"{package} {have} is outside {spec}"
+    return None
+
+
+def load_cases(out: Path) -> list[Case]:
+    cases = []
+    for entry in yaml.safe_load((HERE / "cases.yaml").read_text()):
+        command = [_fill(a, out) for a in entry["command"]]
+        cases.append(Case(entry["name"], entry["source"], command, ROOT / entry.get("cwd", "."),
+                          entry.get("requires") or {}))
+    for path in sorted((ROOT / "corpus").glob("*/case.yaml")):
+        entry = yaml.safe_load(path.read_text())
+        source = entry.get("source") or {}
+        cited = (f"{source.get('repo', '')} {source.get('path', '')} @ {source.get('commit', '')}".strip()
+                 if isinstance(source, dict) else " ".join(str(source).split())[:200])
+        cases.append(Case(f"corpus/{path.parent.name}", cited, [str(a) for a in entry["command"]],
+                          path.parent / entry.get("cwd", "."), entry.get("requires") or {},
+                          tuple(str(o) for o in entry.get("options") or ())))
+    return cases
+
+
+def _fill(arg: str, out: Path) -> str:
+    return (str(arg).replace("STANDIN", str(STANDIN)).replace("DATA/", f"{HERE / 'data'}/")
+            .replace("OUT/", f"{out}/"))
+
+
+@dataclass
+class Truth:
+    words: str  # "trains", "trains, but ...", "crashes: ..."
+    error: str | None  # the crash: "Type: message (at file:line)"
+    wrong: list[str]  # what trains wrong without stopping
+    changed: set[str]  # the settings the CPU run changed
+
+
+def ground_truth(case: Case) -> Truth:
+    proc = subprocess.run([sys.executable, str(HERE / "truth.py"), "--", *case.command], cwd=case.cwd,
+                          capture_output=True, text=True, timeout=TIMEOUT, env=_env())
+    lines = proc.stderr.splitlines()
+    changed = {ln.split()[2].split("=")[0] for ln in lines if ln.startswith("truth: changed ")}
+    wrong = [ln[len("truth: wrong: "):] for ln in lines if ln.startswith("truth: wrong: ")]
+    if proc.returncode == 0:
+        return Truth("trains" + (f", but {'; '.join(wrong)}" if wrong else ""), None, wrong, changed)
+    if proc.returncode < 0:  # killed (the kernel's out-of-memory killer): no verdict from this machine
+        return Truth(f"killed by signal {-proc.returncode} on the CPU: no ground truth", None, wrong, changed | {"*"})
+    found = [ln for ln in lines if ln.startswith("truth: error: ")]
+    error = found[-1][len("truth: error: "):] if found else (lines or ["?"])[-1]
+    if "launcher" in changed and re.search(r"divisible|must be a multiple|batch size", error):
+        # TRL checks the batch arithmetic at the process count it runs with: one here, the launch's there
+        return Truth(f"no ground truth at one process (the launch's batch check: {error})", None, wrong, changed | {"*"})
+    return Truth(f"crashes: {error}", error, wrong, changed)
+
+
+def doctor(case: Case) -> tuple[int, dict | None, str]:
+    exe = shutil.which("trl-doctor") or "trl-doctor"
+    proc = subprocess.run([exe, "check", *case.options, "--format", "json", "--", *case.command], cwd=case.cwd,
+                          capture_output=True,
+                          text=True, timeout=TIMEOUT, env=_env())
+    try:
+        report = json.loads(proc.stdout) if proc.stdout.strip() else None
+    except ValueError:
+        report = None
+    line = next((ln for ln in proc.stderr.splitlines() if ln.startswith("trl-doctor: error:")), "")
+    return proc.returncode, report, line
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"})
+    return env
+
+
+def _same_error(line: str, error: str) -> bool:
+    """Whether the doctor's exit-2 line names TRL's error: the same exception type and the start of its message."""
+    kind, _, message = error.partition(": ")
+    head = re.split(r"\s\(at ", message)[0][:60]
+    return kind in line and head[:40] in line
+
+
+def judge(case: Case) -> Outcome:
+    from importlib.metadata import version
+
+    start = time.monotonic()
+    before = set(os.listdir(case.cwd))
+    try:
+        truth = ground_truth(case)
+        code, report, line = doctor(case)
+    finally:  # what the runs wrote beside the case (output_dir, a dataset cache) goes: the repository stays clean
+        for name in set(os.listdir(case.cwd)) - before:
+            path = case.cwd / name
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
+    results = (report or {}).get("results") or []
+    errors = [r["rule"] for r in results if r["status"] == "error"]
+    fails = [r["rule"] for r in results if r["status"] == "fail"]
+    if code == 2:
+        said = f"exit 2: {line.removeprefix('trl-doctor: error: ')}"
+    else:
+        said = f"exit {code}" + (f": fail {', '.join(fails)}" if fails else "") + (f"; error {', '.join(errors)}" if errors else "")
+    machine = [r for r in fails if EXCUSED.get(r, set()) & truth.changed or "*" in truth.changed]
+    if truth.error is None and truth.wrong:
+        verdict = "right" if fails else "miss"
+    elif truth.error is None:
+        verdict = "right" if (code == 0 or (code == 1 and fails and set(fails) == set(machine))) and not errors \
+            else "false alarm"
+        if verdict == "right" and machine:
+            said += f" (launch-machine findings: the CPU run changed {', '.join(sorted(truth.changed))})"
+    elif code == 2:
+        verdict = "right" if _same_error(line, truth.error) else "wrong cause"
+    elif fails:
+        verdict = "right"
+    else:
+        verdict = "miss"
+    return Outcome(case, version("trl"), truth.words, truth.error, said, verdict, errors, time.monotonic() - start,
+                   set(truth.changed))
+
+
+def table(outcomes: list[Outcome]) -> str:
+    from importlib.metadata import version
+
+    rows = ["| case | trl | ground truth (one CPU step) | trl-doctor | outcome |", "|---|---|---|---|---|"]
+    for o in outcomes:
+        rows.append(f"| `{o.case.name}` | {o.release} | {_cell(o.truth)} | {_cell(o.doctor)} | **{o.verdict}** |")
+    rows.append("")
+    rows.append("CPU changes per case (tools/accuracy/truth.py): " + "; ".join(
+        f"`{o.case.name}`: {', '.join(sorted(o.changed - {'*'})) or 'none'}" for o in outcomes))
+    counts = {v: sum(o.verdict == v for o in outcomes) for v in ("right", "false alarm", "wrong cause", "miss")}
+    errors = sum(len(o.rule_errors) for o in outcomes)
+    head = (f"{len(outcomes)} cases on trl {version('trl')}, transformers {version('transformers')}: "
+            f"{counts['right']} right, {counts['false alarm']} false alarms, {counts['wrong cause']} wrong causes, "
+            f"{counts['miss']} misses; {errors} rule errors.")
+    sources = [f"- `{o.case.name}`: {o.case.source}" for o in outcomes]
+    return "\n".join([head, "", *rows, "", "Sources:", "", *sources, ""])
+
+
+def _cell(text: str) -> str:
+    text = text.replace(str(ROOT) + "/", "").replace("|", "\\|")
+    return text if len(text) <= 240 else text[:237] + "..."
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", type=Path, help="write the table into this markdown file (between its markers)")
+    parser.add_argument("--only", nargs="*", help="case names to run")
+    args = parser.parse_args(argv)
+    subprocess.run([sys.executable, str(ROOT / "fixtures" / "build.py")], check=True, capture_output=True)
+    subprocess.run([sys.executable, str(ROOT / "corpus" / "build.py")], check=True, capture_output=True)
+    with tempfile.TemporaryDirectory(prefix="trl-doctor-accuracy-") as out:
+        outcomes = []
+        for case in load_cases(Path(out)):
+            if args.only and case.name not in args.only:
+                continue
+            why = unmet(case.requires)
+            if why:
+                continue
+            outcome = judge(case)
+            print(f"{case.name}: {outcome.verdict} ({outcome.seconds:.0f} s): truth {outcome.truth[:120]}; "
+                  f"doctor {outcome.doctor[:160]}", flush=True)
+            outcomes.append(outcome)
+    text = table(outcomes)
+    print(text)
+    if args.write:
+        _write(args.write, text)
+    bad = [o for o in outcomes if o.verdict in ("false alarm", "wrong cause") or o.rule_errors]
+    return 1 if bad else 0
+
+
+def _write(path: Path, text: str) -> None:
+    """Put `text` between the file's markers for this release's section, keeping the rest."""
+    from importlib.metadata import version
+
+    start, end = f"<!-- accuracy trl {version('trl')} -->", f"<!-- /accuracy trl {version('trl')} -->"
+    old = path.read_text() if path.exists() else "# Accuracy\n"
+    block = f"{start}\n{text}{end}"
+    if start in old and end in old:
+        new = old[:old.index(start)] + block + old[old.index(end) + len(end):]
+    else:
+        new = old.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(new)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

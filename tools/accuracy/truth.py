@@ -1,0 +1,155 @@
+"""The ground truth of the accuracy harness: run a launch command's script for real, for one optimizer step on the CPU.
+
+`python tools/accuracy/truth.py -- COMMAND...` runs COMMAND's Python script in this process (the launcher's own
+processes are left out: `accelerate launch X.py`, `torchrun X.py` and `trl grpo` run their script once, as the main
+process would) with only what a CPU needs changed, each change applied to every TrainingArguments the script builds
+and listed on stderr (`truth: changed ...`):
+
+  use_cpu=True, bf16=False, fp16=False, tf32=None  the CPU has no GPU precision
+  max_steps=1, save_strategy="no", push_to_hub=False  one optimizer step, nothing saved or pushed
+  report_to="none"                                   no tracker (a CPU runner has none)
+  use_vllm=False                                     vLLM needs a GPU
+  dataloader_num_workers=0, deepspeed=None           no worker processes, no DeepSpeed engine
+  attn_implementation="sdpa" for FlashAttention     its kernels need a GPU (from_pretrained's keyword)
+  max_completion_length / response_length <= 16      CPU time (the lengths change no batch arithmetic)
+
+It also shows what trains wrong without stopping (`truth: wrong: ...`): a LoRA target name that matches no module
+of the model (PEFT stops only when none of them matches).
+
+Everything else is the script's own: its parser, model loading, dataset preparation, rewards and trainer. The exit
+status is the script's (0 when it trained; 1 with the error's last line on stderr when it raised).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+
+CHANGES = {"use_cpu": True, "bf16": False, "fp16": False, "tf32": None, "max_steps": 1, "save_strategy": "no",
+           "push_to_hub": False, "report_to": "none", "use_vllm": False, "dataloader_num_workers": 0,
+           "deepspeed": None}
+CAPPED = {"max_completion_length": 16, "response_length": 16}  # the longest generation the CPU step makes
+
+
+def _patch_training_arguments() -> None:
+    from transformers import TrainingArguments
+
+    original = TrainingArguments.__post_init__
+    seen: set[tuple[str, str]] = set()
+
+    def __post_init__(self):
+        for key in CAPPED:  # generating hundreds of tokens per completion on the CPU takes minutes a step
+            if isinstance(getattr(self, key, None), int) and getattr(self, key) > CAPPED[key]:
+                print(f"truth: changed {key}={getattr(self, key)!r} -> {CAPPED[key]!r} (CPU time)", file=sys.stderr)
+                setattr(self, key, CAPPED[key])
+        for key, value in CHANGES.items():
+            if hasattr(self, key) and getattr(self, key) != value:
+                if (key, repr(getattr(self, key))) not in seen:
+                    seen.add((key, repr(getattr(self, key))))
+                    print(f"truth: changed {key}={getattr(self, key)!r} -> {value!r}", file=sys.stderr)
+                setattr(self, key, value)
+        original(self)
+
+    TrainingArguments.__post_init__ = __post_init__
+
+
+def _patch_from_pretrained() -> None:
+    """FlashAttention asked of from_pretrained (a model class's, or an auto class's as TRL loads a model path) -> sdpa."""
+    from transformers import PreTrainedModel
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass
+
+    for owner in (PreTrainedModel, _BaseAutoModelClass):
+        original = owner.__dict__["from_pretrained"].__func__
+
+        def from_pretrained(cls, *args, _original=original, **kwargs):
+            asked = kwargs.get("attn_implementation")
+            if isinstance(asked, str) and asked.startswith("flash"):
+                print(f"truth: changed attn_implementation={asked!r} -> 'sdpa'", file=sys.stderr)
+                kwargs["attn_implementation"] = "sdpa"
+            config = kwargs.get("config")  # an auto class moves the keyword onto the config it passes on
+            held = getattr(config, "_attn_implementation_internal", None) or getattr(config, "_attn_implementation", None)
+            if isinstance(held, str) and held.startswith("flash"):
+                print(f"truth: changed attn_implementation={held!r} -> 'sdpa'", file=sys.stderr)
+                for name in ("_attn_implementation_internal", "_attn_implementation"):
+                    try:
+                        setattr(config, name, "sdpa")
+                    except (AttributeError, TypeError):
+                        continue
+                    break
+            return _original(cls, *args, **kwargs)
+
+        owner.from_pretrained = classmethod(from_pretrained)
+
+
+def _patch_peft() -> None:
+    """Say which LoRA target names match no module (a list item matches a module's name or its last components)."""
+    try:
+        import peft
+        import peft.mapping_func as mapping
+    except ImportError:
+        return
+    original = mapping.get_peft_model
+
+    def get_peft_model(model, config, *args, **kwargs):
+        targets = getattr(config, "target_modules", None)
+        if isinstance(targets, (list, set, tuple)):
+            names = [n for n, _ in model.named_modules()]
+            for target in sorted(targets):
+                if not any(n == target or n.endswith("." + target) for n in names):
+                    print(f"truth: wrong: LoRA target {target!r} matches no module of {type(model).__name__}",
+                          file=sys.stderr)
+        return original(model, config, *args, **kwargs)
+
+    mapping.get_peft_model = get_peft_model
+    peft.get_peft_model = get_peft_model
+
+
+def _script_of(argv: list[str]) -> tuple[str, str | None, list[str]]:
+    """("path" | "module", the script or module, its arguments) for a python / accelerate / torchrun / trl command."""
+    head = os.path.basename(argv[0])
+    if head.startswith("python"):
+        if argv[1] == "-m":
+            return "module", argv[2], argv[3:]
+        return "path", argv[1], argv[2:]
+    if head in ("accelerate", "torchrun"):
+        print(f"truth: changed launcher={head!r} -> one process (its process count and distributed config, DeepSpeed "
+              "or FSDP, left out)", file=sys.stderr)
+        rest = argv[2:] if head == "accelerate" else argv[1:]
+        i = 0
+        while i < len(rest) and rest[i].startswith("-"):
+            i += 1 if "=" in rest[i] or rest[i] in ("--multi_gpu", "--use_deepspeed", "--use_fsdp", "--cpu") else 2
+        if rest[i] == "-m":
+            return "module", rest[i + 1], rest[i + 2:]
+        return "path", rest[i], rest[i + 1:]
+    if head == "trl":
+        return "module", f"trl.scripts.{argv[1]}", argv[2:]
+    raise SystemExit(f"truth: cannot run {argv[0]!r} commands")
+
+
+def main(argv: list[str]) -> int:
+    command = argv[argv.index("--") + 1:] if "--" in argv else argv
+    kind, target, args = _script_of(command)
+    _patch_training_arguments()
+    _patch_from_pretrained()
+    _patch_peft()
+    sys.argv = [target, *args]
+    sys.path.insert(0, os.getcwd() if kind == "module" else os.path.dirname(os.path.abspath(target)))
+    try:
+        if kind == "module":
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        return 0 if exc.code in (None, 0) else (exc.code if isinstance(exc.code, int) else 1)
+    except BaseException as exc:  # the ground truth is the error itself: its type, message and the script's line
+        frames = traceback.extract_tb(exc.__traceback__)
+        print(f"truth: error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+              f"(at {frames[-1].filename}:{frames[-1].lineno})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
