@@ -213,7 +213,7 @@ def table(outcomes: list[Outcome]) -> str:
 
 
 def _cell(text: str) -> str:
-    text = text.replace(str(ROOT) + "/", "").replace("|", "\\|")
+    text = re.sub(r"/\S*?/site-packages/", "<site-packages>/", text.replace(str(ROOT) + "/", "")).replace("|", "\\|")
     return text if len(text) <= 240 else text[:237] + "..."
 
 
