@@ -249,3 +249,13 @@ def long_prompts_config(folder: Path, reward_source: str) -> Path:
                    "reward_funcs: [rewards.length_reward]\nnum_generations: 2\nper_device_train_batch_size: 2\n"
                    "max_completion_length: 64\n")
     return cfg
+
+
+@pytest.fixture(scope="session")
+def corpus_models() -> Path:
+    """The corpus's stand-in models (corpus/build.py), built once: one xdist worker builds, the other waits on the
+    lock and finds them built (two builds at once write the same files)."""
+    with exclusive(ROOT / "corpus" / ".build.lock"):
+        proc = subprocess.run([sys.executable, str(ROOT / "corpus" / "build.py")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return ROOT / "corpus" / "models"

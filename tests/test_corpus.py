@@ -52,16 +52,6 @@ def _unmet(requires: dict) -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def corpus_models():
-    from conftest import exclusive
-
-    with exclusive(CORPUS / ".build.lock"):  # one xdist worker builds, the other finds them built
-        proc = subprocess.run([sys.executable, str(CORPUS / "build.py")], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return CORPUS / "models"
-
-
 def test_the_corpus_has_the_cases_the_issue_asks_for():
     """At least 12 cases, each naming its source, and every rule status a real status."""
     assert len(CASES) >= 12, [c.name for c in CASES]

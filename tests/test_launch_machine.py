@@ -54,14 +54,15 @@ def test_the_probes_and_the_step_run_with_what_this_machine_has():
     code, report = run_json("check", RECIPE, "--select", "smoke-step,logits-contract")
     logits = result_of(report, "logits-contract")
     # the pair trl#2770 was reported on (trl 0.15 + transformers 4.48, the legacy lane): Qwen2 ignores
-    # logits_to_keep there, a real finding; everywhere else the probe passes
+    # logits_to_keep there, a real finding, a warn (it costs memory but trains; no launch GPU to say it overflows);
+    # everywhere else the probe passes
     from importlib.metadata import version
 
     from packaging.version import Version
 
     broken_pair = Version(version("trl")) < Version("0.16") and Version(version("transformers")) < Version("4.49")
-    assert logits["status"] == ("fail" if broken_pair else "pass"), logits
-    assert code == (1 if broken_pair else 0), report
+    assert logits["status"] == ("warn" if broken_pair else "pass"), logits
+    assert code == 0, report
     smoke = result_of(report, "smoke-step")
     assert smoke["status"] == "pass"
     assert "tf32 off on this CPU" in smoke["details"]["precision"]  # what it changed, said

@@ -132,7 +132,8 @@ def ground_truth(case: Case) -> Truth:
 
 
 def doctor(case: Case) -> tuple[int, dict | None, str]:
-    exe = shutil.which("trl-doctor") or "trl-doctor"
+    beside = Path(sys.executable).parent / "trl-doctor"  # this interpreter's own install, activated or not
+    exe = str(beside) if beside.exists() else shutil.which("trl-doctor") or "trl-doctor"
     proc = subprocess.run([exe, "check", *case.options, "--format", "json", "--", *case.command], cwd=case.cwd,
                           capture_output=True,
                           text=True, timeout=TIMEOUT, env=_env())

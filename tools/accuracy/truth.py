@@ -107,7 +107,7 @@ def _patch_peft() -> None:
 
 
 def _script_of(argv: list[str]) -> tuple[str, str | None, list[str]]:
-    """("path" | "module", the script or module, its arguments) for a python / accelerate / torchrun / trl command."""
+    """("path" | "module" | "cli", the script, module or console script, its arguments) for a python / accelerate / torchrun / trl command."""
     head = os.path.basename(argv[0])
     if head.startswith("python"):
         if argv[1] == "-m":
@@ -123,9 +123,42 @@ def _script_of(argv: list[str]) -> tuple[str, str | None, list[str]]:
         if rest[i] == "-m":
             return "module", rest[i + 1], rest[i + 2:]
         return "path", rest[i], rest[i + 1:]
-    if head == "trl":
-        return "module", f"trl.scripts.{argv[1]}", argv[2:]
+    if head == "trl":  # TRL's own CLI, its parser included (trl 0.15-0.17 parse before reading --config)
+        return "cli", "trl", argv[1:]
     raise SystemExit(f"truth: cannot run {argv[0]!r} commands")
+
+
+def _patch_accelerate_launch() -> None:
+    """`trl grpo ...` hands its script to accelerate's launch_command, which starts new processes (without the
+    patches above): run the script here instead, once, as the main process."""
+    import accelerate.commands.launch as launch
+
+    def launch_command(args):
+        print("truth: changed launcher='trl' -> one process (the script run in place of accelerate's launch)",
+              file=sys.stderr)
+        sys.argv = [args.training_script, *args.training_script_args]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args.training_script)))
+        runpy.run_path(args.training_script, run_name="__main__")
+
+    launch.launch_command = launch_command  # before trl.cli is imported: it binds the function as a default
+
+
+def _run(kind: str, target: str, args: list[str]) -> int | None:
+    if kind == "cli":
+        from importlib.metadata import entry_points
+
+        _patch_accelerate_launch()
+        (entry,) = [ep for ep in entry_points(group="console_scripts") if ep.name == target]
+        sys.argv = [target, *args]
+        code = entry.load()()
+        return code if isinstance(code, int) else None
+    sys.argv = [target, *args]
+    sys.path.insert(0, os.getcwd() if kind == "module" else os.path.dirname(os.path.abspath(target)))
+    if kind == "module":
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(target, run_name="__main__")
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -134,13 +167,10 @@ def main(argv: list[str]) -> int:
     _patch_training_arguments()
     _patch_from_pretrained()
     _patch_peft()
-    sys.argv = [target, *args]
-    sys.path.insert(0, os.getcwd() if kind == "module" else os.path.dirname(os.path.abspath(target)))
     try:
-        if kind == "module":
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(target, run_name="__main__")
+        code = _run(kind, target, args)
+        if code:
+            return code
     except SystemExit as exc:
         return 0 if exc.code in (None, 0) else (exc.code if isinstance(exc.code, int) else 1)
     except BaseException as exc:  # the ground truth is the error itself: its type, message and the script's line
