@@ -460,3 +460,77 @@ def test_files_a_reward_writes_in_the_working_directory_are_reported(built_fixtu
     assert any(entry.endswith(f"created {case.setup / 'completion_samples'}/") for entry in created), created
     assert all(entry.startswith("rewards.py (") for entry in created), created
     case.assert_clean()
+
+
+# -- the printing process stopped by the user's code (issue 31) ------------------------------------------------------
+FREEZE = {"parent": "\nimport os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n",
+          "parent's group": "\nimport os, signal\nos.killpg(os.getpgid(os.getppid()), signal.SIGSTOP)\n"}
+
+
+@pytest.mark.parametrize("how", sorted(FREEZE))
+def test_a_reward_that_stops_the_printing_process_fails_its_rule_not_the_check(built_fixtures, tmp_path, how):
+    """SIGSTOP cannot be caught: the check's guard, a process in a session of its own, resumes the printing process,
+    which stops the worker and fails the user code that ran then, by name, well within the user-code time limit. (A
+    started worker, as a user's check starts it: the test suite's fork server would be the parent otherwise.)"""
+    case = Hostile(tmp_path, FREEZE[how])
+    started = time.monotonic()
+    code, out, err = case.run("--select", "reward-functions", "--user-code-timeout", "100", forkserver=False)
+    took = time.monotonic() - started
+    result = report_of(out)["reward-functions"]
+    assert code == 1 and result["status"] == "fail", (code, result, err[-2000:])
+    assert result["message"].startswith("rewards.py (importing rewards.format_reward) stopped trl-doctor's own "
+                                        "process (SIGSTOP)"), result["message"]
+    assert took < 90, f"{took:.0f}s: the check waited for the time limit"
+    case.assert_clean()
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _check_in_a_group(case: Hostile, stdin) -> subprocess.Popen:
+    """The check in a process group of its own in this session, as a shell's job is: a stop signal to a group with
+    no parent outside it in the session (an orphaned group, as start_new_session makes) is discarded by the kernel."""
+    return subprocess.Popen([trl_doctor_exe(), "check", "config.yaml", "--no-smoke", "--format", "json",
+                             "--select", "reward-functions", "--user-code-timeout", "100"], cwd=case.setup,
+                            env=case.env(), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            process_group=0)
+
+
+def _stop_and_look(case: Hostile, proc: subprocess.Popen) -> list[str]:
+    """SIGTSTP to the check while its user code runs; its state over the next second (twenty of the guard's looks)."""
+    try:
+        case.wait_started(proc)
+        os.kill(proc.pid, signal.SIGTSTP)
+        seen = []
+        for _ in range(5):
+            time.sleep(0.2)
+            seen.append(_state(proc.pid))
+        os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(0.3)
+        seen.append(_state(proc.pid))
+        return seen
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=LIMIT_S)
+
+
+def test_job_control_stops_stand_in_a_terminal_and_are_ignored_without_one(built_fixtures, tmp_path):
+    """Ctrl-Z (SIGTSTP) in a terminal stops the check until it is continued; the guard does not undo it. Without a
+    terminal there is no job control: the check goes on (nothing would ever continue it)."""
+    import pty
+
+    case = Hostile(tmp_path, WAIT)
+    main, terminal = pty.openpty()
+    try:
+        seen = _stop_and_look(case, _check_in_a_group(case, terminal))
+    finally:
+        os.close(terminal)
+        os.close(main)
+    assert seen[:5] == ["T"] * 5 and seen[5] != "T", f"in a terminal: {seen}"
+    case.assert_clean()
+
+    quiet = Hostile(tmp_path / "no-terminal", WAIT)
+    seen = _stop_and_look(quiet, _check_in_a_group(quiet, subprocess.DEVNULL))
+    assert "T" not in seen, f"without a terminal: {seen}"
+    quiet.assert_clean()

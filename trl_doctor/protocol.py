@@ -168,19 +168,22 @@ class TrainerRunEnd(Message):
 @dataclass(frozen=True)
 class UserCode(Message):
     """The user's code `what` starts (trl_doctor.runtime.fence): stopped after `limit` seconds; `key` names it in
-    Request.failed; `log_offset` is how far the worker's log is written (what the code prints comes after it)."""
+    Request.failed; `log_offset` is how far the worker's log is written (what the code prints comes after it); `at`
+    is when it starts on the machine's monotonic clock (CLOCK_MONOTONIC, the same in every process)."""
 
     kind: ClassVar[str] = "user-code"
     what: str
     key: str
     limit: float
     log_offset: int | None = None
+    at: float | None = None
 
 
 @dataclass(frozen=True)
 class UserCodeEnd(Message):
     kind: ClassVar[str] = "user-code-end"
     key: str
+    at: float | None = None  # when it ended, as UserCode.at
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import faulthandler
 import os
 import stat
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -120,14 +121,14 @@ def user_code(what: str, limit: float | None = None, key: str | None = None) -> 
     dumps = _send is not None and not faulthandler.is_enabled()
     if dumps:  # a crash in the user's code leaves its Python stack in the worker's log (the rule's log_tail)
         faulthandler.enable(all_threads=False)
-    _emit(UserCode(what, key, _limit if limit is None else float(limit), _log_size()))
+    _emit(UserCode(what, key, _limit if limit is None else float(limit), _log_size(), time.monotonic()))
     try:
         yield
     finally:
         if dumps:
             faulthandler.disable()
         _restore_std(std)
-        _emit(UserCodeEnd(key))
+        _emit(UserCodeEnd(key, time.monotonic()))
         changed = _changed(before, _snapshot())
         if changed:
             _changes.append(f"{what} {changed}")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trl_doctor.supervisor import causes as _causes
+from trl_doctor.supervisor import guard as _guard
 from trl_doctor.supervisor import interrupt as _interrupt
 from trl_doctor.runtime import tmp as _tmp
 from trl_doctor.runtime import tree as _tree
@@ -72,6 +73,9 @@ class _Fence:
     started: float
     log_offset: int
     timed_out: bool = False
+    froze: bool = False  # it stopped the printing process (SIGSTOP), which the guard resumed
+    began: float | None = None  # the worker's clock (UserCode.at), and when it ended (UserCodeEnd.at)
+    ended: float | None = None
 
 
 @dataclass
@@ -89,6 +93,8 @@ class _Watch:
     results: list[Result] = field(default_factory=list)
     broken: str | None = None  # a channel line that is not the protocol's: what it was and why it was refused
     channel_closed: bool = False  # the channel closed while the worker still ran (its code closed the descriptor)
+    froze: bool = False  # outside the user's code, something in the worker stopped the printing process (SIGSTOP)
+    closed: list[_Fence] = field(default_factory=list)  # the user code that ended since the supervisor last looked
 
 
 class Worker:
@@ -225,7 +231,7 @@ def run_check(config: Path | None, rules: list, options: Options, on_result: Cal
     from trl_doctor.supervisor import failfast as _failfast
 
     check = _Check(run_order(rules), options, on_result, on_progress, on_capture)
-    with _interrupt.stop_on_signals(), _tmp.check_folder() as folder:
+    with _interrupt.stop_on_signals(), _guard.guarded(), _tmp.check_folder() as folder:
         try:
             for attempt in range(MAX_WORKERS):
                 if check.run_worker(config, folder, attempt):
@@ -281,9 +287,10 @@ class _Check:
                 worker.finish(graceful=watch.done and not watch.broken)
         if watch.captured is not None:
             self.on_capture = None  # a fresh worker captures again; the report shows the first capture
-        if len(self.results) == len(self.ordered):
+        froze = watch.froze or any(f.froze for f in watch.fences)
+        if len(self.results) == len(self.ordered) and not froze:
             return True
-        if watch.done and not watch.broken:
+        if watch.done and not watch.broken and not froze:
             self.missing("not reported: the check's worker said it was done without this rule's result", worker)
             return True
         return self._after_death(worker, watch)
@@ -297,7 +304,7 @@ class _Check:
             self.failed[fence.key] = result.message
             self.accept(result)
             return False
-        if watch.run is not None and not watch.broken:  # the trainer run hung or died: the next worker reports it
+        if watch.run is not None and not (watch.broken or watch.froze):  # the trainer run hung or died: the next worker reports it
             self.handed = _stopped_run(watch.run, code, worker)
             return False
         if not watch.heard:  # it died before it said anything: a broken environment, not one rule's doing
@@ -312,6 +319,8 @@ def _cause(watch: _Watch, code: int | None, worker: "Worker") -> str:
     """Why the worker ended, in the words of a rule's message ('ended the check's worker: killed by SIGSEGV')."""
     if watch.fences and watch.fences[-1].timed_out:
         return f"did not finish within {watch.fences[-1].limit:g} s (--user-code-timeout): stopped"
+    if watch.fences and watch.fences[-1].froze:
+        return FROZE
     if watch.broken:
         return f"broke the worker's channel to trl-doctor: {watch.broken}; the worker was stopped"
     if watch.channel_closed or code == CHANNEL_LOST:
@@ -332,12 +341,17 @@ def _supervise(worker: Worker, watch: _Watch, accept: Callable[[Result], None], 
                capture_limit: float | None = None) -> None:
     """Read the worker's messages until it is done, closes its channel, or overruns a time limit."""
     started = checked = time.monotonic()
+    stops = _guard.stops()
     while True:
+        watch.closed.clear()
         if capture_limit is not None and watch.captured is None and time.monotonic() - started > capture_limit:
             worker.kill()
             raise InputError(f"the launch command did not construct a TRL trainer within {capture_limit - 30:g}s "
                              "(--script-timeout), and its worker did not answer")
         ready, _, _ = select.select([worker.channel], [], [], POLL_S)
+        if _guard.stops() > stops:  # the worker stopped this process and the guard resumed it: nothing more is taken
+            _froze(worker, watch, accept, on_progress, by_id)
+            return
         if not ready and worker.proc.poll() is not None:
             ready = [worker.channel]  # it exited, but a process it forked holds the channel open: read what it sent
             exited = True
@@ -375,6 +389,40 @@ def _read_line(line: bytes, watch: _Watch, worker: Worker, accept, on_progress, 
         worker.kill()
         return False
     return True
+
+
+def _froze(worker: Worker, watch: _Watch, accept, on_progress, by_id: dict) -> None:
+    """The printing process was stopped (SIGSTOP) and resumed by its guard: stop the worker and blame the user code
+    that ran when it was stopped (at most a guard's poll before it was resumed, on the machine's one monotonic clock):
+    one that ended since the supervisor last looked, or the one open now."""
+    _drain(worker, watch, accept, on_progress, by_id)
+    worker.kill()
+    stopped = _guard.resumed_at() - 2 * _guard.GUARD_POLL_S
+    during = [f for f in watch.closed if f.ended is None or f.ended >= stopped]
+    if during:
+        watch.fences = [during[0]]
+    if watch.fences:
+        watch.fences[-1].froze = True
+    else:
+        watch.froze = True
+
+
+def _drain(worker: Worker, watch: _Watch, accept, on_progress, by_id: dict) -> None:
+    """Read the whole lines the channel holds now, handling only the user code's start and end: the worker is to be
+    stopped, and what else it said (a result the user's code may have shaped) is not taken."""
+    while True:
+        chunk = _read_available(worker.channel)
+        if not chunk:
+            return
+        watch.buffer += chunk
+        *lines, watch.buffer = watch.buffer.split(b"\n")
+        for line in lines:
+            try:
+                msg = read_message(line.decode("utf-8")) if line.strip() else None
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                continue
+            if isinstance(msg, (UserCode, UserCodeEnd)):
+                _handle(msg, watch, worker, accept, on_progress, by_id)
 
 
 def _read_available(fd: int) -> bytes:
@@ -437,10 +485,10 @@ def _handle(msg: Message, watch: _Watch, worker: Worker, accept, on_progress, by
         case UserCode():
             # the worker's own log offset: what it wrote before the supervisor reads this line is its code's
             offset = msg.log_offset if msg.log_offset is not None else _size(worker.log_path)
-            watch.fences.append(_Fence(msg.what, msg.key, msg.limit, time.monotonic(), offset))
+            watch.fences.append(_Fence(msg.what, msg.key, msg.limit, time.monotonic(), offset, began=msg.at))
         case UserCodeEnd():
             if watch.fences:
-                watch.fences.pop()
+                watch.closed.append(dataclasses.replace(watch.fences.pop(), ended=msg.at))
         case TrainerRun():
             watch.run = _Run(dict(msg.details), msg.limit, time.monotonic(), _size(worker.log_path), msg.trainer)
         case TrainerStage(name=name):
@@ -484,8 +532,13 @@ def _died(rule, code: int | None, worker: Worker | None, message: str) -> Result
     return Result(rule.id, rule.slug, rule.title, Status.ERROR, message, details, None, 0.0)
 
 
+FROZE = ("stopped trl-doctor's own process (SIGSTOP); the check's guard resumed it and the worker was stopped")
+
+
 def _death(watch: _Watch, code: int | None, worker: Worker) -> str:
     """Why a worker ended outside the user's code, as a rule's message."""
+    if watch.froze:
+        return f"the check's worker {FROZE}"
     if watch.broken:
         return (f"the check's worker wrote a line that is not trl-doctor's protocol while running this rule "
                 f"({watch.broken}): it was stopped")
