@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 STANDIN = ROOT / "fixtures" / "models" / "qwen2-chat"
 TIMEOUT = 600
+TRL_REPO_ENV = "TRL_DOCTOR_TRL_REPO"  # a TRL git repository (a clone, or `fetch`'s bare copy) for the examples' cases
 
 
 @dataclass
@@ -42,6 +43,8 @@ class Case:
     cwd: Path
     requires: dict
     options: tuple[str, ...] = ()  # trl-doctor's own options (a corpus case's --target)
+    hub: dict | None = None  # the stand-in Hugging Face cache's environment (tools/accuracy/hub.py), for hub ids
+    trl_repo: str | None = None  # a TRL git ref whose examples/ the case runs from (TRL_REPO_ENV names the repository)
 
 
 # what a rule's fail may be about when the CPU run had to change it: a launch-machine finding, not a false alarm
@@ -87,8 +90,10 @@ def load_cases(out: Path) -> list[Case]:
     cases = []
     for entry in yaml.safe_load((HERE / "cases.yaml").read_text()):
         command = [_fill(a, out) for a in entry["command"]]
-        cases.append(Case(entry["name"], entry["source"], command, ROOT / entry.get("cwd", "."),
-                          entry.get("requires") or {}))
+        ref = entry.get("trl_repo")
+        cwd = out / "trl-repo" / ref if ref else ROOT / entry.get("cwd", ".")
+        cases.append(Case(entry["name"], entry["source"], command, cwd, entry.get("requires") or {},
+                          hub=_hub(out) if entry.get("hub") else None, trl_repo=ref))
     for path in sorted((ROOT / "corpus").glob("*/case.yaml")):
         entry = yaml.safe_load(path.read_text())
         source = entry.get("source") or {}
@@ -98,6 +103,42 @@ def load_cases(out: Path) -> list[Case]:
                           path.parent / entry.get("cwd", "."), entry.get("requires") or {},
                           tuple(str(o) for o in entry.get("options") or ())))
     return cases
+
+
+def _hub(out: Path) -> dict:
+    """The environment of the stand-in hub cache under `out` (built on first use: `ensure_hub`)."""
+    return {"HF_HOME": str(out / "hf"), "HF_HUB_CACHE": str(out / "hf" / "hub"),
+            "HF_DATASETS_CACHE": str(out / "hf" / "datasets")}
+
+
+def repo_missing(case: Case) -> str | None:
+    """Why a case that runs TRL's examples cannot run here: they are read from a TRL git repository (TRL_REPO_ENV), not
+    vendored into this one."""
+    if not case.trl_repo:
+        return None
+    git_dir = os.environ.get(TRL_REPO_ENV)
+    if not git_dir:
+        return f"runs TRL's examples at {case.trl_repo}: set {TRL_REPO_ENV} to a TRL git repository"
+    probe = subprocess.run(["git", "--git-dir", git_dir, "cat-file", "-e", f"{case.trl_repo}^{{commit}}"],
+                           capture_output=True)
+    return None if probe.returncode == 0 else f"{TRL_REPO_ENV}={git_dir} has no {case.trl_repo}"
+
+
+def ensure_trl_repo(case: Case) -> None:
+    """TRL's examples/ at the case's ref, where the case runs (`git archive`, nothing else of the repository)."""
+    if not case.trl_repo or (case.cwd / "examples").exists():
+        return
+    case.cwd.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "--git-dir", os.environ[TRL_REPO_ENV], "archive", case.trl_repo, "examples"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(case.cwd)], input=archive, check=True)
+
+
+def ensure_hub(case: Case) -> None:
+    """Build the stand-in hub cache a case names, in a process of its own (it loads transformers and datasets)."""
+    if case.hub and not Path(case.hub["HF_HOME"], ".built").exists():
+        subprocess.run([sys.executable, str(HERE / "hub.py"), case.hub["HF_HOME"]], check=True, capture_output=True)
+        Path(case.hub["HF_HOME"], ".built").touch()
 
 
 def _fill(arg: str, out: Path) -> str:
@@ -115,7 +156,7 @@ class Truth:
 
 def ground_truth(case: Case) -> Truth:
     proc = subprocess.run([sys.executable, str(HERE / "truth.py"), "--", *case.command], cwd=case.cwd,
-                          capture_output=True, text=True, timeout=TIMEOUT, env=_env())
+                          capture_output=True, text=True, timeout=TIMEOUT, env=_env(case))
     lines = proc.stderr.splitlines()
     changed = {ln.split()[2].split("=")[0] for ln in lines if ln.startswith("truth: changed ")}
     wrong = [ln[len("truth: wrong: "):] for ln in lines if ln.startswith("truth: wrong: ")]
@@ -136,7 +177,7 @@ def doctor(case: Case) -> tuple[int, dict | None, str]:
     exe = str(beside) if beside.exists() else shutil.which("trl-doctor") or "trl-doctor"
     proc = subprocess.run([exe, "check", *case.options, "--format", "json", "--", *case.command], cwd=case.cwd,
                           capture_output=True,
-                          text=True, timeout=TIMEOUT, env=_env())
+                          text=True, timeout=TIMEOUT, env=_env(case))
     try:
         report = json.loads(proc.stdout) if proc.stdout.strip() else None
     except ValueError:
@@ -145,9 +186,10 @@ def doctor(case: Case) -> tuple[int, dict | None, str]:
     return proc.returncode, report, line
 
 
-def _env() -> dict:
+def _env(case: Case) -> dict:
     env = dict(os.environ)
     env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"})
+    env.update(case.hub or {})
     return env
 
 
@@ -161,6 +203,8 @@ def _same_error(line: str, error: str) -> bool:
 def judge(case: Case) -> Outcome:
     from importlib.metadata import version
 
+    ensure_hub(case)
+    ensure_trl_repo(case)
     start = time.monotonic()
     before = set(os.listdir(case.cwd))
     try:
@@ -230,8 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         for case in load_cases(Path(out)):
             if args.only and case.name not in args.only:
                 continue
-            why = unmet(case.requires)
+            why = unmet(case.requires) or repo_missing(case)
             if why:
+                if args.only:
+                    print(f"{case.name}: not run: {why}", flush=True)
                 continue
             outcome = judge(case)
             print(f"{case.name}: {outcome.verdict} ({outcome.seconds:.0f} s): truth {outcome.truth[:120]}; "

@@ -110,9 +110,14 @@ def _script_of(argv: list[str]) -> tuple[str, str | None, list[str]]:
     """("path" | "module" | "cli", the script, module or console script, its arguments) for a python / accelerate / torchrun / trl command."""
     head = os.path.basename(argv[0])
     if head.startswith("python"):
-        if argv[1] == "-m":
-            return "module", argv[2], argv[3:]
-        return "path", argv[1], argv[2:]
+        i = 1
+        while argv[i] in ("-i", "-u", "-B", "-O", "-OO", "-s", "-E", "-q"):  # flags that take no value
+            if argv[i] == "-i":  # an interactive prompt after the run: nothing to train
+                print("truth: changed python=-i -> left out (no prompt after the run)", file=sys.stderr)
+            i += 1
+        if argv[i] == "-m":
+            return "module", argv[i + 1], argv[i + 2:]
+        return "path", argv[i], argv[i + 1:]
     if head in ("accelerate", "torchrun"):
         print(f"truth: changed launcher={head!r} -> one process (its process count and distributed config, DeepSpeed "
               "or FSDP, left out)", file=sys.stderr)

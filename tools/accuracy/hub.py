@@ -1,0 +1,165 @@
+"""A stand-in Hugging Face cache for the accuracy harness: the hub ids a script names resolve, offline, to tiny local
+stand-ins of the same family, so that its docstring's command runs unchanged (`--model_name_or_path
+EleutherAI/pythia-1b-deduped`, a `load_dataset("trl-lib/tldr")` in the script's own code).
+
+`build(home)` fills HF_HOME=`home` once: each model as the hub's cache holds it (hub/models--ORG--NAME, a snapshot
+and refs/main), each dataset as `datasets` caches a prepared one (datasets/ORG___NAME/CONFIG/0.0.0/HASH, arrow files
+and dataset_info.json), which `load_dataset` finds with HF_DATASETS_OFFLINE=1. Both the ground truth and the doctor
+run with that HF_HOME: the machine a user checks on has the models in its cache.
+
+The stand-ins keep what the harness's verdicts depend on: the architecture class, the tokenizer's special tokens
+(Pythia's `<|endoftext|>`, no pad token; GPT-2's the same), an embedding matrix rounded up as Pythia's is (50304 rows
+for 50277 tokens: TRL's PPO example adds a `[PAD]` without resizing), and the dataset's columns and splits.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures" / "models"
+
+# hub id -> (how it is made, what it stands for)
+MODELS = {
+    "EleutherAI/pythia-1b-deduped": ("pythia", "GPTNeoXForCausalLM, Pythia's tokenizer layout"),
+    "EleutherAI/pythia-160m": ("pythia", "TRL's PPOConfig default sft_model_path / reward_model_path"),
+    "trl-lib/pythia-1b-deduped-tldr-sft": ("pythia", "GPTNeoXForCausalLM (TRL's TL;DR SFT model)"),
+    "trl-lib/pythia-1b-deduped-tldr-rm": ("pythia-rm", "GPTNeoXForSequenceClassification, one label"),
+    "cleanrl/EleutherAI_pythia-1b-deduped__sft__tldr": ("pythia", "GPTNeoXForCausalLM (TRL's PPO/RLOO TL;DR SFT model)"),
+    "cleanrl/EleutherAI_pythia-1b-deduped__reward__tldr": ("pythia-rm", "GPTNeoXForSequenceClassification, one label"),
+    "Qwen/Qwen2-0.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
+    "Qwen/Qwen2.5-0.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
+    "gpt2": ("fixture:gpt2-nopad", "GPT2LMHeadModel, no pad token, no chat template"),
+}
+
+
+def _words(i: int, n: int) -> str:
+    vocab = ["two", "three", "five", "seven", "sum", "list", "plus", "solve", "answer", "what", "world", "please"]
+    return " ".join(vocab[(i * 7 + k * 5) % len(vocab)] for k in range(n))
+
+
+def _tldr(i: int) -> dict:
+    return {"prompt": f"SUBREDDIT: r/{_words(i, 1)}\nPOST: {_words(i, 12)}\nTL;DR:", "completion": f" {_words(i + 1, 6)}"}
+
+
+def _sentiment(i: int) -> dict:
+    return {"prompt": _words(i, 10), "chosen": _words(i + 1, 6), "rejected": _words(i + 2, 6)}
+
+
+def _conversation_pair(i: int) -> dict:
+    user = {"role": "user", "content": _words(i, 8) + "?"}
+    return {"chosen": [user, {"role": "assistant", "content": _words(i + 1, 6)}],
+            "rejected": [user, {"role": "assistant", "content": _words(i + 2, 6)}],
+            "score_chosen": 8.0, "score_rejected": 3.0}
+
+
+def _tldr_sft(i: int) -> dict:
+    post = _tldr(i)
+    return {"id": f"t3_{i}", "prompt": post["prompt"],
+            "messages": [{"role": "user", "content": post["prompt"]}, {"role": "assistant", "content": post["completion"]}]}
+
+
+def _hh_trl_style(i: int) -> dict:
+    return {"prompt": [{"role": "user", "content": _words(i, 8) + "?"}],
+            "chosen": [{"role": "assistant", "content": _words(i + 1, 6)}],
+            "rejected": [{"role": "assistant", "content": _words(i + 2, 6)}]}
+
+
+# hub id -> {config: {split: (row maker, rows)}}: the columns and splits of the hub's dataset
+DATASETS = {
+    "trl-lib/tldr": {"default": {"train": (_tldr, 64), "validation": (_tldr, 16), "test": (_tldr, 16)}},
+    "trl-internal-testing/tldr-preference-sft-trl-style": {
+        "default": {"train": (_tldr_sft, 64), "validation": (_tldr_sft, 16), "test": (_tldr_sft, 16)}},
+    "trl-internal-testing/descriptiveness-sentiment-trl-style": {
+        "default": {"descriptiveness": (_sentiment, 132), "sentiment": (_sentiment, 132)}},
+    "trl-lib/ultrafeedback_binarized": {"default": {"train": (_conversation_pair, 64), "test": (_conversation_pair, 16)}},
+    "trl-internal-testing/hh-rlhf-helpful-base-trl-style": {
+        "default": {"train": (_hh_trl_style, 64), "test": (_hh_trl_style, 16)}},
+}
+
+
+def _snapshot(home: Path, repo: str, kind: str = "models") -> Path:
+    folder = home / "hub" / f"{kind}--{repo.replace('/', '--')}"
+    sha = hashlib.sha1(repo.encode()).hexdigest()
+    (folder / "refs").mkdir(parents=True, exist_ok=True)
+    (folder / "refs" / "main").write_text(sha)
+    snap = folder / "snapshots" / sha
+    snap.mkdir(parents=True, exist_ok=True)
+    return snap
+
+
+def _pythia(dest: Path, head: str) -> None:
+    from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM, GPTNeoXForSequenceClassification
+
+    tok = AutoTokenizer.from_pretrained(FIXTURES / "gpt2-nopad")
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    vocab = -(-len(tok) // 128) * 128  # Pythia's embedding matrix is rounded up (50304 rows for 50277 tokens)
+    cfg = GPTNeoXConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512, bos_token_id=eos, eos_token_id=eos,
+                        num_labels=1)
+    import torch
+
+    torch.manual_seed(0)
+    model = (GPTNeoXForSequenceClassification if head == "rm" else GPTNeoXForCausalLM)(cfg)
+    model.save_pretrained(dest, safe_serialization=True)
+    tok.save_pretrained(dest)
+
+
+def _model(home: Path, repo: str, how: str) -> None:
+    snap = _snapshot(home, repo)
+    if any(snap.iterdir()):
+        return
+    if how.startswith("fixture:"):
+        for f in (FIXTURES / how.split(":", 1)[1]).iterdir():
+            if f.is_file():
+                shutil.copy2(f, snap / f.name)
+    else:
+        _pythia(snap, "rm" if how.endswith("-rm") else "lm")
+
+
+def _dataset(home: Path, repo: str, configs: dict) -> None:
+    import datasets
+
+    org, name = repo.split("/")
+    for config, splits in configs.items():
+        target = home / "datasets" / f"{org}___{name}" / config / "0.0.0"
+        if target.exists():
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            files = {}
+            for split, (make, rows) in splits.items():
+                files[split] = f"{tmp}/{split}.jsonl"
+                with open(files[split], "w") as f:
+                    for i in range(rows):
+                        f.write(json.dumps(make(i)) + "\n")
+            datasets.load_dataset("json", data_files=files, cache_dir=f"{tmp}/cache")
+            (info,) = glob.glob(f"{tmp}/cache/json/*/0.0.0/*/dataset_info.json")
+            prepared = Path(info).parent
+            dest = target / prepared.name
+            shutil.copytree(prepared, dest)
+            for arrow in dest.glob("json-*.arrow"):  # the files are named after the dataset, as its cache names them
+                arrow.rename(dest / arrow.name.replace("json-", f"{name}-", 1))
+
+
+def build(home: Path) -> dict[str, str]:
+    """Fill HF_HOME=`home` with every stand-in; the environment that points the hub and datasets there, offline."""
+    home.mkdir(parents=True, exist_ok=True)
+    for repo, (how, _) in MODELS.items():
+        _model(home, repo, how)
+    for repo, configs in DATASETS.items():
+        _dataset(home, repo, configs)
+    return {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "HF_DATASETS_CACHE": str(home / "datasets"),
+            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(json.dumps(build(Path(sys.argv[1] if len(sys.argv) > 1 else os.path.join(tempfile.gettempdir(), "hf"))),
+                     indent=1))
