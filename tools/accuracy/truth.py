@@ -12,6 +12,7 @@ and listed on stderr (`truth: changed ...`):
   dataloader_num_workers=0, deepspeed=None           no worker processes, no DeepSpeed engine
   attn_implementation="sdpa" for FlashAttention     its kernels need a GPU (from_pretrained's keyword)
   max_completion_length / response_length <= 16      CPU time (the lengths change no batch arithmetic)
+  total_episodes = one batch                         PPO-style trainers (trl < 0.20) stop on episodes, not max_steps
 
 It also shows what trains wrong without stopping (`truth: wrong: ...`): a LoRA target name that matches no module
 of the model (PEFT stops only when none of them matches).
@@ -44,6 +45,12 @@ def _patch_training_arguments() -> None:
             if isinstance(getattr(self, key, None), int) and getattr(self, key) > CAPPED[key]:
                 print(f"truth: changed {key}={getattr(self, key)!r} -> {CAPPED[key]!r} (CPU time)", file=sys.stderr)
                 setattr(self, key, CAPPED[key])
+        episodes = getattr(self, "total_episodes", None)  # PPO-style trainers count episodes, not max_steps
+        batch = getattr(self, "per_device_train_batch_size", 1) * getattr(self, "gradient_accumulation_steps", 1)
+        if hasattr(self, "total_episodes") and episodes != batch:
+            print(f"truth: changed total_episodes={episodes!r} -> {batch} (one batch: one optimizer step)",
+                  file=sys.stderr)
+            self.total_episodes = batch
         for key, value in CHANGES.items():
             if hasattr(self, key) and getattr(self, key) != value:
                 if (key, repr(getattr(self, key))) not in seen:
