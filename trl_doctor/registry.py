@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Iterator
 from trl_doctor.types import Finding
 
 TRAINERS = ("grpo", "rloo", "ppo")
+OTHER = "other"  # any other trainer a launch command builds (trl_doctor.context.config.OTHER_TRAINER): opt-in
 NEEDS = (
     "tokenizer",
     "model_config",
@@ -106,9 +107,9 @@ def _validate(r: Rule) -> None:
         raise RegistryError(f"{where}: rule slug {r.slug!r} must be kebab-case")
     if r.severity not in ("fail", "warn"):
         raise RegistryError(f"{where}: severity must be 'fail' or 'warn', not {r.severity!r}")
-    bad = [t for t in r.trainers if t not in TRAINERS]
+    bad = [t for t in r.trainers if t not in (*TRAINERS, OTHER)]
     if bad or not r.trainers:
-        raise RegistryError(f"{where}: trainers must be among {TRAINERS}, got {r.trainers}")
+        raise RegistryError(f"{where}: trainers must be among {(*TRAINERS, OTHER)}, got {r.trainers}")
     bad = [n for n in r.needs if n not in NEEDS]
     if bad:
         raise RegistryError(f"{where}: unknown needs {bad}; known: {NEEDS}")
