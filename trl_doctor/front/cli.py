@@ -339,6 +339,10 @@ def _run_once(config, launch, settings, options, stream, progress, fail_fast_on:
         results = run_check(None, settings.rules, options, on_result=on_result, on_progress=progress,
                             on_capture=captured)
         return subject, results, list(settings.in_force)
+    if settings.static:  # a config a symbolic link takes out of the checked repository is not read
+        from trl_doctor.static.confine import Confinement
+
+        Confinement.of(config).check(config)
     cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
     if settings.static:
         from trl_doctor.static.front import run_config_static

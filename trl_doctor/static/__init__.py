@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cached_property
+from pathlib import Path
 
 from trl_doctor.errors import Unavailable
 
@@ -35,28 +36,40 @@ class StaticContext:
         self.release_why = why
 
     @cached_property
+    def confine(self):
+        from .confine import Confinement, repository_root
+
+        return Confinement(repository_root(self.cfg.base_dir))
+
+    def folder(self, artifact) -> Path:
+        """The folder as the config names it (its links unresolved, for the confinement), else the resolved one
+        (a hub id in the local cache)."""
+        named = self.cfg.base_dir / Path(artifact.ref).expanduser()
+        return named if named.is_dir() else artifact.path
+
+    @cached_property
     def tok(self):
         from .files import Tokenizer
 
-        return Tokenizer(self.cfg.tokenizer.path)
+        return Tokenizer(self.folder(self.cfg.tokenizer), self.confine)
 
     @cached_property
     def model_json(self) -> dict:
         from .files import read_json
 
-        return read_json(self.cfg.model.path / "config.json") or {}
+        return read_json(self.folder(self.cfg.model) / "config.json", self.confine, "model config") or {}
 
     @cached_property
     def gen_json(self) -> dict | None:
         from .files import read_json
 
-        return read_json(self.cfg.model.path / "generation_config.json")
+        return read_json(self.folder(self.cfg.model) / "generation_config.json", self.confine, "generation config")
 
     @cached_property
     def dataset(self):
         from .files import read_dataset
 
-        return read_dataset(self.cfg)
+        return read_dataset(self.cfg, self.confine)
 
 
 def _skipped(reason: str):

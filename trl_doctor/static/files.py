@@ -1,33 +1,59 @@
 """The files `check --static` reads, read as files: the model's config.json and generation_config.json, the
 tokenizer's tokenizer_config.json, special_tokens_map.json and tokenizer.json (as JSON: no `tokenizers`, no
 transformers), the chat template, and the first rows of a local dataset file. Nothing here imports the ML stack or
-runs the repository's code; a file that is not valid JSON is an input error naming it."""
+runs the repository's code; a file that is not valid JSON, or too large to read here, or not shaped as its kind
+is, is an input error naming it (exit 2, one line), as is one a symbolic link takes out of the checked repository
+(trl_doctor.static.confine)."""
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from trl_doctor.context.inputs import read_json_file, utf8_text
 from trl_doctor.errors import InputError
+from .confine import Confinement
 
 HEAD_ROWS = 2  # dataset rows read: the columns and the prompt format of the first row decide what static can
-MAX_JSON_BYTES = 64 * 1024 * 1024  # a whole-file .json dataset past this is not read (the full check loads it)
+MAX_JSON_BYTES = 64 * 1024 * 1024  # a JSON file past this is not read (a whole-file .json dataset: the full check)
+MAX_JSON_VALUES = 5_000_000  # nor one of more values (a 64 MiB file of `{},` would take 1.6 GB and 9 s to parse)
+MAX_TEMPLATE_BYTES = 4 * 1024 * 1024  # chat_template.jinja: real ones are a few KB
+UNDER_STATIC = " under --static"
 
 
-def read_json(path: Path) -> dict | None:
-    """The JSON object in `path`, or None when there is no such file."""
-    if not path.is_file():
+def read_json(path: Path, confine: Confinement | None = None, what: str = "JSON") -> dict | None:
+    """The JSON object in `path`, or None when there is no such file; read within --static's bounds."""
+    if confine is not None:
+        confine.check(path)
+    if not path.is_file() and not os.path.lexists(path):
         return None
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    value = read_json_file(path, what, limit=MAX_JSON_BYTES, max_values=MAX_JSON_VALUES, why=UNDER_STATIC)
     if not isinstance(value, dict):
         raise InputError(f"{path}: expected a JSON object, found {type(value).__name__}")
     return value
+
+
+def read_text(path: Path, confine: Confinement | None, what: str, limit: int = MAX_TEMPLATE_BYTES) -> str:
+    """A text file (a chat template) as UTF-8, within --static's bounds; InputError naming the file otherwise."""
+    from trl_doctor.context.inputs import not_a_file
+
+    if confine is not None:
+        confine.check(path)
+    odd = not_a_file(path)
+    if odd:
+        raise InputError(f"{path}: {odd}, not a {what} file")
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise InputError(f"{path}: {size / 2**20:.1f} MiB is too large for a {what} file{UNDER_STATIC} (the "
+                             f"limit is {limit // 2**20} MiB)")
+        return utf8_text(path.read_bytes(), str(path))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def _content(value: Any) -> str | None:
@@ -39,21 +65,28 @@ def _content(value: Any) -> str | None:
 
 @dataclass
 class Tokenizer:
-    """A tokenizer folder read as files."""
+    """A tokenizer folder read as files (each within `confine`, the checked repository, where given)."""
 
     folder: Path
+    confine: Confinement | None = None
+
+    def _json(self, name: str) -> dict | None:
+        return read_json(self.folder / name, self.confine, "tokenizer")
 
     @cached_property
     def config(self) -> dict:
-        return read_json(self.folder / "tokenizer_config.json") or {}
+        return self._json("tokenizer_config.json") or {}
 
     @cached_property
     def special_map(self) -> dict:
-        return read_json(self.folder / "special_tokens_map.json") or {}
+        return self._json("special_tokens_map.json") or {}
 
     @cached_property
     def tokenizer_json(self) -> dict | None:
-        return read_json(self.folder / "tokenizer.json")
+        value = self._json("tokenizer.json")
+        if value is not None:
+            _shaped(self.folder / "tokenizer.json", value, {"model": dict, "added_tokens": list})
+        return value
 
     def token(self, role: str) -> str | None:
         """`pad_token`, `eos_token`, ...: tokenizer_config.json's, else special_tokens_map.json's."""
@@ -63,6 +96,7 @@ class Tokenizer:
     def added(self) -> dict[str, tuple[int, bool]]:
         """Added tokens: content -> (id, special), from tokenizer.json and tokenizer_config.json."""
         out: dict[str, tuple[int, bool]] = {}
+        _shaped(self.folder / "tokenizer_config.json", self.config, {"added_tokens_decoder": dict})
         for entry in (self.tokenizer_json or {}).get("added_tokens") or []:
             if isinstance(entry, dict) and isinstance(entry.get("content"), str) and isinstance(entry.get("id"), int):
                 out[entry["content"]] = (entry["id"], bool(entry.get("special")))
@@ -115,17 +149,43 @@ class Tokenizer:
         """(the default chat template, the file it is in): chat_template.jinja, chat_template.json or
         tokenizer_config.json's `chat_template` (a string, or a list of named templates: `default`)."""
         jinja = self.folder / "chat_template.jinja"
-        if jinja.is_file():
-            return jinja.read_text(encoding="utf-8"), str(jinja)
-        for name, source in (("chat_template.json", read_json(self.folder / "chat_template.json") or {}),
+        if os.path.lexists(jinja):
+            return read_text(jinja, self.confine, "chat template"), str(jinja)
+        for name, source in (("chat_template.json", self._json("chat_template.json") or {}),
                              ("tokenizer_config.json", self.config)):
-            value = source.get("chat_template")
-            if isinstance(value, list):
-                named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
-                value = named.get("default")
-            if isinstance(value, str):
+            value = _default_template(self.folder / name, source.get("chat_template"))
+            if value is not None:
                 return value, str(self.folder / name)
         return None, None
+
+
+def _default_template(path: Path, value: Any) -> str | None:
+    """`chat_template` as a file holds it: a string, or a list of {"name", "template"} (the one named `default`)."""
+    if isinstance(value, list):
+        for entry in value:
+            if not (isinstance(entry, dict) and isinstance(entry.get("name"), str)
+                    and isinstance(entry.get("template"), str)):
+                raise InputError(f"{path}: `chat_template`: each named template is an object with a string `name` "
+                                 f"and a string `template`, not {_shown(entry)}")
+        value = next((t["template"] for t in value if t["name"] == "default"), None)
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"{path}: `chat_template` must be a string or a list of named templates, not "
+                         f"{type(value).__name__}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True, default=str)
+    return text if len(text) <= 60 else f"a {type(value).__name__}"
+
+
+def _shaped(path: Path, value: dict, kinds: dict[str, type]) -> None:
+    """InputError when a key of `value` holds another kind of JSON value than `kinds` says (null is absence)."""
+    for key, kind in kinds.items():
+        found = value.get(key)
+        if found is not None and not isinstance(found, kind):
+            words = {dict: "an object", list: "a list"}[kind]
+            raise InputError(f"{path}: `{key}` must be {words}, not {type(found).__name__}")
 
 
 @dataclass
@@ -138,9 +198,11 @@ class Dataset:
     unread: str | None = None  # why no columns were read ("needs the full check", pyarrow not installed, ...)
 
 
-def read_dataset(cfg) -> Dataset:
+def read_dataset(cfg, confine: Confinement | None = None) -> Dataset:
     """The columns and first rows of the config's dataset, where a file read cheaply gives them."""
     path = cfg.dataset_file
+    if path is not None and confine is not None:
+        confine.check(cfg.base_dir / Path(str(cfg.raw.get("dataset_path"))).expanduser())
     if path is None:
         what = "a dataset folder or hub dataset" if cfg.raw.get("dataset_name") is not None else "no dataset named"
         return Dataset(None, unread=f"{what}: loading it needs the full check" if cfg.raw.get("dataset_name") else what)
@@ -151,7 +213,7 @@ def read_dataset(cfg) -> Dataset:
         elif suffix == ".json":
             if path.stat().st_size > MAX_JSON_BYTES:
                 return Dataset(path, unread=f"{path.name} is a large JSON array: reading it needs the full check")
-            value = json.loads(path.read_text(encoding="utf-8"))
+            value = read_json_file(path, "dataset", limit=MAX_JSON_BYTES, max_values=MAX_JSON_VALUES, why=UNDER_STATIC)
             rows = value[:HEAD_ROWS] if isinstance(value, list) else _columnar(value)
         elif suffix == ".csv":
             import csv
@@ -165,7 +227,9 @@ def read_dataset(cfg) -> Dataset:
             return _parquet(path)
         else:
             return Dataset(path, unread=f"{path.name}: a {suffix} file needs the full check")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to be a dataset") from None
+    except (ValueError, UnicodeDecodeError, OSError) as exc:
         raise InputError(f"{path}: cannot be read as a dataset ({type(exc).__name__}: {str(exc)[:200]})") from None
     rows = [r for r in rows if isinstance(r, dict)]
     if not rows:
@@ -182,7 +246,7 @@ def _first_char(path: Path) -> str:
 def _jsonl(path: Path) -> bool:
     """A .json file holding one object per line (datasets reads it as JSON Lines)."""
     with path.open(encoding="utf-8") as f:
-        first = f.readline()
+        first = _line(f, path)
     try:
         return isinstance(json.loads(first), dict)
     except ValueError:
@@ -192,12 +256,22 @@ def _jsonl(path: Path) -> bool:
 def _jsonl_head(path: Path) -> list:
     rows = []
     with path.open(encoding="utf-8") as f:
-        for line in f:
+        while line := _line(f, path):
             if line.strip():
                 rows.append(json.loads(line))
                 if len(rows) == HEAD_ROWS:
                     break
     return rows
+
+
+MAX_LINE = 8 * 1024 * 1024  # characters of one JSON line read (the full check parses the first 8 MiB of lines)
+
+
+def _line(f, path: Path) -> str:
+    line = f.readline(MAX_LINE + 1)
+    if len(line) > MAX_LINE:
+        raise InputError(f"{path}: a line longer than {MAX_LINE // 2**20} MiB{UNDER_STATIC}: the full check reads it")
+    return line
 
 
 def _columnar(value: Any) -> list:

@@ -247,29 +247,20 @@ MARK = "TRLDOCTORMARK"
 
 def turn_terminator(s) -> dict | None:
     """facts.chat.turn_terminator, read from files: the template rendered in Jinja2's sandbox (as transformers
-    renders it), the first special token after the assistant's content. None without a template."""
+    renders it), bounded (trl_doctor.static.template), the first special token after the assistant's content. None
+    without a template."""
+    from .template import NotRendered, render
+
     template, where = s.tok.chat_template
     if template is None:
         return None
-    try:
-        from jinja2.exceptions import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError:
-        raise Unavailable(f"the chat template ({where}) renders only in Jinja2's sandbox, and jinja2 is not installed "
-                          "here (pip install jinja2), or run the full check") from None
-
-    def raise_exception(message):
-        raise TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: "")
-    env.filters["tojson"] = lambda x, indent=None, **_: __import__("json").dumps(x, indent=indent, ensure_ascii=False)
     specials_named = {role: s.tok.token(role) for role in ("bos_token", "eos_token", "unk_token", "pad_token")}
     conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": MARK}]
     try:
-        text = env.from_string(template).render(messages=conversation, add_generation_prompt=False, **specials_named)
-    except Exception as exc:  # a template that cannot render is the chat-template rule's finding
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        text = render(template, where, dict(messages=conversation, add_generation_prompt=False, **specials_named),
+                      getattr(s.options, "user_code_timeout", None))
+    except NotRendered as exc:  # a template that cannot render is the chat-template rule's finding
+        return {"error": str(exc)}
     if MARK not in text:
         return {"error": "the template does not render the assistant's content"}
     after = text.split(MARK, 1)[1]
