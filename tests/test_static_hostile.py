@@ -179,3 +179,19 @@ def test_a_full_tmpdir_changes_nothing(built_fixtures, tmp_path):
                           capture_output=True, text=True, timeout=60, preexec_fn=full_disk)
     assert proc.returncode == 0, proc.stderr
     assert result_of(json.loads(proc.stdout), "eos-termination")["status"] == "pass"
+
+
+def test_a_report_that_cannot_be_written_is_one_line(built_fixtures, tmp_path):
+    """With every file write failing (a full disk), `-o report.sarif` is one line, exit 2: before, a traceback."""
+    import resource
+    import signal
+
+    def full_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    repo = _repo(tmp_path)
+    report = tmp_path / "report.sarif"
+    proc = subprocess.run([trl_doctor_exe(), "check", "--static", "--format", "sarif", "-o", str(report),
+                           str(repo / "recipe.yaml")], capture_output=True, text=True, timeout=60, preexec_fn=full_disk)
+    _one_line_exit_2(proc, str(report), "cannot write the report")

@@ -133,7 +133,12 @@ def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, i
 def _stopped(run: "_Run", message: str) -> "click.exceptions.Exit":
     """Exit 2 with its one line; the report files asked for still say why (a CI gate uploads them whatever the
     exit status)."""
-    _write_combined(run, [], [message], files_only=True)
+    from trl_doctor.errors import InputError
+
+    try:
+        _write_combined(run, [], [message], files_only=True)
+    except InputError:  # a report file that cannot be written (a full disk) already gave the line
+        pass
     return _input_error(message)
 
 
@@ -499,7 +504,12 @@ def _color(fmt: str, path: str | None) -> bool:
 
 def _emit(text: str, path: str | None) -> None:
     if path:
-        Path(path).write_text(text, encoding="utf-8")
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as exc:  # a full disk, a read-only folder: one line, exit 2
+            from trl_doctor.errors import InputError
+
+            raise InputError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
     else:
         click.echo(text, nl=False)
 
