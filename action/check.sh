@@ -11,16 +11,23 @@
 # job), so the SARIF upload runs on every status, 2 included.
 set -uo pipefail
 
-read -r -a configs <<< "${TRL_DOCTOR_CONFIGS:-}"
-read -r -a args <<< "${TRL_DOCTOR_ARGS:-}"
+# every line of a multi-line input, split on white space (read -a alone reads the first line only)
+words() { printf '%s\n' "$1" | tr -s '[:blank:]' '\n' | sed '/^$/d'; }
+mapfile -t configs < <(words "${TRL_DOCTOR_CONFIGS:-}")
+mapfile -t args < <(words "${TRL_DOCTOR_ARGS:-}")
+# a config name is a file name, never an option: one that starts with "-" is given as ./-name
+for i in "${!configs[@]}"; do
+  case "${configs[i]}" in -*) configs[i]="./${configs[i]}" ;; esac
+done
 extra=(--format github --report "sarif=${TRL_DOCTOR_SARIF:-trl-doctor.sarif}")
 if [ -n "${TRL_DOCTOR_JUNIT:-}" ]; then extra+=(--report "junit=$TRL_DOCTOR_JUNIT"); fi
 if [ -n "${TRL_DOCTOR_TARGET:-}" ]; then extra+=(--target "$TRL_DOCTOR_TARGET"); fi
 if [ "${TRL_DOCTOR_ISOLATED:-false}" = true ]; then extra+=(--isolated); fi
 
+sarif="${TRL_DOCTOR_SARIF:-trl-doctor.sarif}"
+mkdir -p "$(dirname -- "$sarif")"  # the fallback below writes there too
 trl-doctor check "${args[@]}" "${extra[@]}" "${configs[@]}"
 status=$?
-sarif="${TRL_DOCTOR_SARIF:-trl-doctor.sarif}"
 if [ ! -s "$sarif" ]; then  # options trl-doctor refused before any check: still a document to upload
   # shellcheck disable=SC2016  # the literal "$schema" key of a SARIF document
   printf '%s\n' '{"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [{"tool": {"driver": {"name": "trl-doctor", "rules": []}}, "invocations": [{"executionSuccessful": false}], "results": []}]}' > "$sarif"

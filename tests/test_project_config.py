@@ -114,6 +114,25 @@ def test_a_suppression_names_its_rules(project):
     assert code == 0 and result_of(report, "batch-geometry")["suppressed"]
 
 
+@pytest.mark.parametrize("hidden", [
+    'description: |\n  a note\n  num_generations: 3  # trl-doctor: ignore[batch-geometry]\n',
+    'description: >\n  num_generations: 3  # trl-doctor: ignore\n',
+    'description: "line one\n  num_generations: 3  # trl-doctor: ignore[batch-geometry]"\n',
+    "description: 'num_generations: 3 # trl-doctor: ignore'\n",
+], ids=["literal-block", "folded-block", "double-quoted", "single-quoted"])
+def test_a_suppression_inside_a_string_is_data_not_a_comment(project, hidden):
+    """A comment-shaped line inside a YAML string (issue 31) silences nothing; the same comment on a key's line
+    still does, and one after a block's `|` indicator is a real comment."""
+    path = suppressed_recipe(project, "")
+    path.write_text(hidden + path.read_text())
+    code, report = check_json(str(path), "--select", "batch-geometry")
+    assert code == 1 and result_of(report, "batch-geometry")["suppressed"] is None, report
+    path.write_text("description: |  # trl-doctor: ignore[batch-geometry]\n  text\n" +
+                    suppressed_recipe(project, "# trl-doctor: ignore[batch-geometry]").read_text())
+    code, report = check_json(str(path), "--select", "batch-geometry")
+    assert code == 0 and result_of(report, "batch-geometry")["suppressed"], report
+
+
 def _line(path: Path) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "trl-doctor: ignore" in line)
 

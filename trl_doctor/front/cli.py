@@ -505,6 +505,7 @@ def _color(fmt: str, path: str | None) -> bool:
 def _emit(text: str, path: str | None) -> None:
     if path:
         try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)  # as ruff's --output-file: the folder is made
             Path(path).write_text(text, encoding="utf-8")
         except OSError as exc:  # a full disk, a read-only folder: one line, exit 2
             from trl_doctor.errors import InputError

@@ -3,7 +3,10 @@
 A result of one of the listed rules (an id or a slug; `# trl-doctor: ignore` alone names every rule) about that
 key is suppressed: its finding points at that line, at that key of the file, or names the key in its message (a
 batch-geometry violation of `num_generations` whose fix sets another key). It: it stays in every report, marked as such and with
-the line that suppresses it, but no longer makes the exit status 1. Light: re only.
+the line that suppresses it, but no longer makes the exit status 1.
+
+Only a real YAML comment counts: text shaped like one inside a string (a `|` block, a quoted value) is data, and a pull
+request cannot hide a suppression there (issue 31): the file's scalars are found with PyYAML's scanner.
 """
 
 from __future__ import annotations
@@ -28,13 +31,36 @@ def directives(path: Path) -> dict[int, tuple[str | None, set[str]]]:
     except (OSError, UnicodeDecodeError):
         return {}
     out: dict[int, tuple[str | None, set[str]]] = {}
+    spans = None
     for number, line in enumerate(text.splitlines(), 1):
         m = _COMMENT.search(line)
         if m:
+            spans = _scalar_spans(text) if spans is None else spans
+            if any(start <= (number - 1, m.start()) < end for start, end in spans):
+                continue  # inside a string: not a comment
             names = {n.strip() for n in (m.group(1) or "*").split(",") if n.strip()}
             key = _KEY.match(line)
             out[number] = (key.group(1) if key else None, names or {"*"})
     return out
+
+
+def _scalar_spans(text: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """The (line, column) ranges, 0-based, that the YAML file's scalars cover (a block scalar's from the line after its
+    `|` or `>`, where a comment may still follow the indicator); every position when the file does not scan (it is no
+    config then, and suppresses nothing)."""
+    import yaml
+
+    spans = []
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if isinstance(token, yaml.ScalarToken):
+                start = (token.start_mark.line, token.start_mark.column)
+                if token.style in ("|", ">"):
+                    start = (token.start_mark.line + 1, 0)
+                spans.append((start, (token.end_mark.line, token.end_mark.column)))
+    except yaml.YAMLError:
+        return [((0, 0), (1 << 30, 0))]
+    return spans
 
 
 class Suppressor:
