@@ -18,7 +18,7 @@ from conftest import FIXTURES, run_doctor
 
 pytestmark = pytest.mark.release_free  # the doctor's own formats: no release changes the outcome
 
-HOSTILE = "x\n::error::pwned\x1b[2J"
+HOSTILE = "x\n::error::pwned\x1b[2J mid ##[add-mask]secret ::warning::more ##[stop-commands]t"
 ANNOTATION = re.compile(r"^::(error|warning|notice) [^\n:]*::[^\n]*$")
 
 
@@ -57,8 +57,9 @@ def _case(name: str, tmp_path: Path) -> tuple[Path, str]:
 
 
 def _no_command_lines(text: str, where: str) -> None:
-    bad = [line for line in text.splitlines() if line.lstrip().startswith(("::", "##["))]
-    assert not bad, f"{where} starts a workflow command: {bad}"
+    """No `::` and no `##[` anywhere in a line (the runner acts on `##[cmd]` mid-line, issue 31)."""
+    bad = [line for line in text.splitlines() if "::" in line or "##[" in line]
+    assert not bad, f"{where} holds a workflow command's marker: {bad}"
 
 
 @pytest.mark.parametrize("name", ["config key", "token string", "reward exception", "dataset row", "path"])
@@ -84,6 +85,8 @@ def test_hostile_text_reaches_no_format_raw(built_fixtures, tmp_path, name):
     for line in texts["github"].splitlines():
         assert ANNOTATION.match(line) or line.startswith("trl-doctor: "), line
         assert "\x1b" not in line and "\r" not in line
+        data = line.split("::", 2)[2] if ANNOTATION.match(line) else line  # the annotation's own `::` aside
+        _no_command_lines(data, "an annotation's data")
     assert "pwned" in texts["github"]
     json.loads(texts["json"])
     suites = ET.fromstring(texts["junit"].split("?>", 1)[1])  # well-formed XML, no illegal character

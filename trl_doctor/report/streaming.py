@@ -4,7 +4,7 @@ seconds after it is known instead of with the whole report (issue 22: a capacity
 at 26 s).
 
 The lines are exactly those `trl_doctor.report.formats.render("github", report)` writes at once: the same functions
-(`_github.annotation`, `_github.closing`) over the results cleaned the same way (`_safe.visible`), in the same run
+(`_github.annotation`, `_github.closing`) over the results cleaned the same way (`_safe.for_terminal`), in the same run
 order. The table's own streaming is `_cli._Stream`; both have the same three calls (start, row, finish).
 """
 
@@ -24,15 +24,15 @@ class GithubStream:
 
     def row(self, result) -> None:
         from trl_doctor.report.formats import _github
-        from trl_doctor.report.formats._safe import clean, visible
+        from trl_doctor.report.formats._safe import clean, for_terminal
 
-        config = visible(str(self.cfg.path)) if self.cfg is not None else ""  # where a result without a location points
-        line = _github.annotation(clean(result, visible), config)
+        config = for_terminal(str(self.cfg.path)) if self.cfg is not None else ""  # where a result without a location points
+        line = _github.annotation(clean(result, for_terminal), config)
         if line is not None:
             click.echo(line)  # click.echo flushes: the line is in the CI log now
 
     def finish(self, report) -> None:
         from trl_doctor.report.formats import _github
-        from trl_doctor.report.formats._safe import clean_report, visible
+        from trl_doctor.report.formats._safe import clean_report, for_terminal
 
-        click.echo("\n".join(_github.closing(clean_report(report, visible))))
+        click.echo("\n".join(_github.closing(clean_report(report, for_terminal))))

@@ -94,7 +94,8 @@ def guard(fmt: str, text: str) -> str:
     return text
 
 
-_CLEANERS = {"table": _safe.visible, "junit": _safe.xml_text, "github": _safe.visible, "json": str, "sarif": str}
+# the github format's own annotations are written after its strings are cleaned: `::` in their data is the user's
+_CLEANERS = {"table": _safe.visible, "junit": _safe.xml_text, "github": _safe.for_terminal, "json": str, "sarif": str}
 
 
 def result_dict(r: Result) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import json
 import xml.etree.ElementTree as ET
 
 from trl_doctor.report.formats import guard, render
-from trl_doctor.report.formats._safe import visible, xml_text
+from trl_doctor.report.formats._safe import for_terminal, visible, xml_text
 
 STATUSES = ("pass", "warn", "fail", "skip", "error")
 
@@ -57,7 +57,7 @@ def _junit(texts, total, errors) -> str:
 def _github(texts, total, errors) -> str:
     from trl_doctor.report.formats._github import escape_data
 
-    return "".join(texts) + "".join(f"::error title=trl-doctor::{escape_data(visible(e))}\n" for e in errors)
+    return "".join(texts) + "".join(f"::error title=trl-doctor::{escape_data(for_terminal(e))}\n" for e in errors)
 
 
 def _table(texts, total, errors) -> str:

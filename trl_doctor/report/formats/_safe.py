@@ -1,13 +1,14 @@
 """Untrusted text made harmless where a report is written.
 
 Config keys, token strings, a reward's exception text, dataset values and file paths come from the repository
-under check, which on a pull request is anyone's. Written raw they could inject GitHub workflow commands (a log
-line that starts with `::`, or the older `##[`, after leading spaces: the runner trims them) and terminal escape
-sequences, and control characters make XML invalid. Every format goes through one of these:
+under check, which on a pull request is anyone's. Written raw they could inject GitHub workflow commands (`::cmd::`
+at a line's start, after leading spaces; the older `##[cmd]` anywhere in a line, which the runner still acts on:
+`##[add-mask]`, `##[stop-commands]`) and terminal escape sequences, and control characters make XML invalid. No
+`::` and no `##[` of theirs survives anywhere in a line, in any format. Every format goes through one of these:
 
 - `visible`: C0/C1 control characters (ESC included, so no ANSI sequence survives) become their `\\xNN` escape;
   newline and tab stay unless `one_line`;
-- `no_commands`: a line that would start a workflow command gets a backslash first (the text stays readable);
+- `no_commands`: every `::` becomes `:\\:` and every `##[` `#\\#[` (the text stays readable);
 - `xml_text`: what XML 1.0 cannot hold (controls, lone surrogates, U+FFFE/U+FFFF) becomes its escape;
 - `clean_report`: a Report with every string of it passed through one of them (the formats render that).
 """
@@ -24,7 +25,9 @@ from trl_doctor.types import Edit
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _CONTROL_ONE_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-_COMMAND_START = re.compile(r"^(\s*)(::|##\[)", re.M)
+# a workflow command's marker, anywhere in a line: the second character of `::` and of `##[` is the one replaced
+# (each colon after a colon, so that `:::` keeps none either)
+_COMMAND = re.compile(r"(?<=:):|(?<=#)#(?=\[)")
 
 
 def _escape(match: re.Match) -> str:
@@ -38,8 +41,8 @@ def visible(text: str, one_line: bool = False) -> str:
 
 
 def no_commands(text: str) -> str:
-    """No line of `text` starts a GitHub workflow command (`::cmd::`, `##[cmd]`), however indented."""
-    return _COMMAND_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", text)
+    """No `::` and no `##[` in `text`, at a line's start or anywhere else: a backslash splits each."""
+    return _COMMAND.sub(lambda m: "\\" + m.group(), text)
 
 
 def for_terminal(text: str, one_line: bool = False) -> str:
@@ -53,9 +56,9 @@ def xml_text(text: str) -> str:
 
 
 def xml_document(text: str) -> str:
-    """A serialized XML document whose lines start no workflow command: the colon becomes a character
-    reference, which an XML reader turns back into the same text."""
-    return _COMMAND_START.sub(lambda m: m.group(1) + ("&#58;:" if m.group(2) == "::" else "&#35;#["), text)
+    """A serialized XML document with no `::` or `##[` in it: one character of each becomes a character reference,
+    which an XML reader turns back into the same text (neither appears in XML's own syntax)."""
+    return _COMMAND.sub(lambda m: "&#58;" if m.group() == ":" else "&#35;", text)
 
 
 _JSON_RAW = re.compile(r"[\x7f-\x9f\ud800-\udfff]")
@@ -63,8 +66,10 @@ _JSON_RAW = re.compile(r"[\x7f-\x9f\ud800-\udfff]")
 
 def json_escapes(text: str) -> str:
     """A JSON document with DEL, C1 controls and lone surrogates written as `\\uXXXX` escapes (json.dumps writes
-    them raw with ensure_ascii=False): the same data, nothing a terminal acts on."""
-    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    them raw with ensure_ascii=False), and no `::` or `##[` (one character of each as its `\\u` escape; both occur
+    only inside strings of json.dumps's output): the same data, nothing a terminal or a CI runner acts on."""
+    text = _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _COMMAND.sub(lambda m: "\\u003a" if m.group() == ":" else "\\u0023", text)
 
 
 def clean(value: Any, fn: Callable[[str], str]) -> Any:
