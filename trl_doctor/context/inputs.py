@@ -62,22 +62,28 @@ def not_a_file(path: Path) -> str | None:
     return "not a regular file"
 
 
-def read_json_file(path: Path, what: str = "JSON", limit: int = MAX_JSON_BYTES, max_values: int | None = None,
-                   why: str = "") -> Any:
-    """The JSON value in `path`; InputError naming the file, the line and the problem otherwise. `limit` bytes and
-    `max_values` values (counted from the commas and brackets before parsing, an upper bound: Python's objects take
-    far more memory than their text) bound what parsing costs; `why` ends the refusal (" under --static")."""
+def read_bounded(path: Path, what: str, limit: int, why: str = "") -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes; InputError naming the file otherwise (`why` ends
+    the refusal: " under --static")."""
     odd = not_a_file(path)
     if odd:  # a device would be read without end, a loop cannot be read at all
         raise InputError(f"{path}: {odd}, not a {what} file")
     try:
         size = path.stat().st_size
         if size > limit:
-            raise InputError(f"{path}: {size / 2**20:.0f} MiB is too large for a {what} file{why} (the limit is "
+            raise InputError(f"{path}: {size / 2**20:.1f} MiB is too large for a {what} file{why} (the limit is "
                              f"{limit // 2**20} MiB)")
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_json_file(path: Path, what: str = "JSON", limit: int = MAX_JSON_BYTES, max_values: int | None = None,
+                   why: str = "") -> Any:
+    """The JSON value in `path`; InputError naming the file, the line and the problem otherwise. `limit` bytes and
+    `max_values` values (counted from the commas and brackets before parsing, an upper bound: Python's objects take
+    far more memory than their text) bound what parsing costs; `why` ends the refusal (" under --static")."""
+    data = read_bounded(path, what, limit, why)
     if max_values is not None:
         count = data.count(b",") + data.count(b"[") + data.count(b"{")
         if count > max_values:

@@ -39,21 +39,11 @@ def read_json(path: Path, confine: Confinement | None = None, what: str = "JSON"
 
 def read_text(path: Path, confine: Confinement | None, what: str, limit: int = MAX_TEMPLATE_BYTES) -> str:
     """A text file (a chat template) as UTF-8, within --static's bounds; InputError naming the file otherwise."""
-    from trl_doctor.context.inputs import not_a_file
+    from trl_doctor.context.inputs import read_bounded
 
     if confine is not None:
         confine.check(path)
-    odd = not_a_file(path)
-    if odd:
-        raise InputError(f"{path}: {odd}, not a {what} file")
-    try:
-        size = path.stat().st_size
-        if size > limit:
-            raise InputError(f"{path}: {size / 2**20:.1f} MiB is too large for a {what} file{UNDER_STATIC} (the "
-                             f"limit is {limit // 2**20} MiB)")
-        return utf8_text(path.read_bytes(), str(path))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return utf8_text(read_bounded(path, what, limit, UNDER_STATIC), str(path))
 
 
 def _content(value: Any) -> str | None:
