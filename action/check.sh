@@ -12,7 +12,7 @@
 set -uo pipefail
 
 # every line of a multi-line input, split on white space (read -a alone reads the first line only)
-words() { printf '%s\n' "$1" | tr -s '[:blank:]' '\n' | sed '/^$/d'; }
+words() { printf '%s\n' "$1" | tr -s '[:space:]' '\n' | sed '/^$/d'; }  # CRLF lines too
 mapfile -t configs < <(words "${TRL_DOCTOR_CONFIGS:-}")
 mapfile -t args < <(words "${TRL_DOCTOR_ARGS:-}")
 # a config name is a file name, never an option: one that starts with "-" is given as ./-name
@@ -26,6 +26,9 @@ if [ "${TRL_DOCTOR_ISOLATED:-false}" = true ]; then extra+=(--isolated); fi
 
 sarif="${TRL_DOCTOR_SARIF:-trl-doctor.sarif}"
 mkdir -p "$(dirname -- "$sarif")"  # the fallback below writes there too
+for report in "$sarif" "${TRL_DOCTOR_JUNIT:-}"; do  # a link the pull request put at a report's path: never written
+  if [ -n "$report" ] && [ -L "$report" ]; then rm -f -- "$report"; fi  # through (it could lead out of the workspace)
+done
 trl-doctor check "${args[@]}" "${extra[@]}" "${configs[@]}"
 status=$?
 if [ ! -s "$sarif" ]; then  # options trl-doctor refused before any check: still a document to upload

@@ -1,20 +1,25 @@
-"""The GitHub action under a hostile pull request (issue 31, classes 3 and 7): its scripts, run as its steps run them
-(tests/test_ci_integrations._run_action_script), on real git repositories with a pull-request branch in tmp_path.
-Each case is a bypass that worked before: the pull request's own project config kept in force through a folder
-name git prints quoted, a symlinked config written through to a file outside the workspace, an inline ignore the
-pull request adds, a multi-line `configs:` input of which only the first line was checked, a config name shaped
-like an option, and a SARIF path in a folder that does not exist (no fallback document then)."""
+"""The CI gate under a hostile pull request (issue 31, classes 2, 3, 5 and 7). The GitHub action's scripts run as its
+steps run them (tests/test_ci_integrations._run_action_script), on real git repositories with a pull-request branch
+in tmp_path; the CLI runs for real. Each case is a bypass that worked before: the pull request's own project config
+kept in force through a folder name git prints quoted, a symlinked config (or a config's linked folder) written
+through to a file outside the workspace, an inline ignore the pull request adds (hidden from `git diff` too), a
+multi-line `configs:` input of which only the first line was checked, a config name shaped like an option, a link at
+a report's path; file names and keys that put `::` or `##[` into the CI log mid-line (class 2); an ignore comment
+inside a YAML block string (class 5); a report path in a folder that does not exist (class 7)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from conftest import run_doctor
 from test_ci_integrations import BAD, FIX, GOOD, _run_action_script
 
 pytestmark = pytest.mark.release_free
@@ -43,17 +48,22 @@ def _pull_request(repo: Path, message: str = "the pull request") -> None:
     _git(repo, "commit", "-qm", message)
 
 
-def _gate(tmp_path: Path, repo: Path, base: str, configs: str, during=None) -> tuple[str, dict]:
-    """(status, SARIF run) of the action's steps; `during()` runs between prepare and restore."""
-    _, prepared = _run_action_script(tmp_path, "project-config.sh", repo, "prepare", project_config="base",
-                                     base_sha=base)
+def _gate(tmp_path: Path, repo: Path, base: str, configs: str, during=None, mode: str = "base",
+          log: list[str] | None = None) -> tuple[str, dict]:
+    """(status, SARIF run) of the action's steps; `during()` runs between prepare and restore; what the steps print
+    (the CI log) is added to `log`."""
+    prepare, prepared = _run_action_script(tmp_path, "project-config.sh", repo, "prepare", project_config=mode,
+                                           base_sha=base)
+    assert prepare.returncode == 0, prepare.stdout + prepare.stderr
     if during is not None:
         during()
     sarif = tmp_path / "gate.sarif"
-    _, outputs = _run_action_script(tmp_path, "check.sh", repo, configs=configs, sarif=str(sarif),
-                                    args="--static --select trainer-config", isolated=prepared["isolated"])
+    check, outputs = _run_action_script(tmp_path, "check.sh", repo, configs=configs, sarif=str(sarif),
+                                        args="--static --select trainer-config", isolated=prepared["isolated"])
     restored, _ = _run_action_script(tmp_path, "project-config.sh", repo, "restore")
     assert restored.returncode == 0, restored.stderr
+    if log is not None:
+        log += [proc.stdout + proc.stderr for proc in (prepare, check, restored)]
     return outputs["status"], json.loads(sarif.read_text())["runs"][0]
 
 
@@ -99,9 +109,10 @@ def test_an_inline_ignore_the_pull_request_adds_does_not_silence_the_gate(built_
     assert run["results"][0].get("suppressions") in (None, [])
 
 
-def test_every_line_of_a_multi_line_configs_input_is_checked(built_fixtures, tmp_path):
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["LF", "CRLF"])
+def test_every_line_of_a_multi_line_configs_input_is_checked(built_fixtures, tmp_path, newline):
     sarif = tmp_path / "r.sarif"
-    _, outputs = _run_action_script(tmp_path, "check.sh", Path(GOOD).parents[2], configs=f"{GOOD}\n{BAD}\n",
+    _, outputs = _run_action_script(tmp_path, "check.sh", Path(GOOD).parents[2], configs=f"{GOOD}{newline}{BAD}{newline}",
                                     sarif=str(sarif), args="--static --select trainer-config")
     assert outputs["status"] == "1"
     (result,) = json.loads(sarif.read_text())["runs"][0]["results"]
@@ -130,3 +141,167 @@ def test_the_sarif_goes_into_a_folder_that_does_not_exist(built_fixtures, tmp_pa
     _, outputs = _run_action_script(tmp_path, "check.sh", Path(GOOD).parents[2], configs=GOOD, sarif=str(sarif),
                                     args="--no-such-option")
     assert outputs["status"] == "2" and json.loads(sarif.read_text())["runs"][0]["results"] == []
+
+
+# --- class 3, what the first fixes left open ---------------------------------------------------------------------
+
+HOSTILE_NAME = "x\n::error::pwned ##[add-mask]secret ::warning::more ##[stop-commands]t"
+
+
+def _markers(text: str) -> list[str]:
+    """The lines of a CI log that hold a workflow command's marker (`::` or `##[`, anywhere: the runner acts on
+    `##[cmd]` mid-line), an annotation's own `::level props::` prefix aside."""
+    bad = []
+    for line in text.splitlines():
+        data = line.split("::", 2)[2] if re.match(r"^::(error|warning|notice) [^:]*::", line) else line
+        if "::" in data or "##[" in data:
+            bad.append(line)
+    return bad
+
+
+@pytest.mark.parametrize("mode", ["base", "ignore-changed"])
+def test_the_file_names_the_action_prints_carry_no_workflow_command(built_fixtures, tmp_path, mode):
+    """A folder name of the pull request's (a newline, `::error::`, `##[add-mask]` in it) is named in the log as the
+    action reads its project config: it reaches the log with no marker intact, and the gate still fails."""
+    repo, recipe = _repo(tmp_path)
+    (repo / HOSTILE_NAME).mkdir()
+    (repo / HOSTILE_NAME / ".trl-doctor.toml").write_text('select = ["trainer-config"]\n')
+    _pull_request(repo, "a project config on the base branch")
+    base = _git(repo, "rev-parse", "HEAD")
+    (repo / HOSTILE_NAME / ".trl-doctor.toml").write_text('ignore = ["trainer-config"]\n')
+    _pull_request(repo)
+    log: list[str] = []
+    status, run = _gate(tmp_path, repo, base, "recipes/r.yaml", mode=mode, log=log)
+    assert status == "1" and [r["ruleId"] for r in run["results"]] == ["TD009"]
+    assert "pwned" in log[0], log  # named, made harmless
+    assert not _markers("".join(log)), _markers("".join(log))
+
+
+@pytest.mark.parametrize("hide", ["gitattributes -diff", "gitattributes binary", "no-break space"])
+def test_an_inline_ignore_git_diff_would_not_show_still_isolates(built_fixtures, tmp_path, hide):
+    """The pull request's inline ignore is found however it is dressed: a .gitattributes of its own that makes git
+    print 'Binary files differ' for the recipe, or white space (U+00A0) that the CLI's `\\s` reads and a POSIX
+    [[:space:]] does not."""
+    repo, recipe = _repo(tmp_path)
+    base = _git(repo, "rev-parse", "HEAD")
+    space = "\u00a0" if hide == "no-break space" else " "
+    if hide.startswith("gitattributes"):
+        (repo / ".gitattributes").write_text(f"*.yaml {hide.split()[1]}\n")
+    text = recipe.read_text().replace("num_generation: 4", f"num_generation: 4  #{space}trl-doctor: ignore[TD009]")
+    recipe.write_text(text, encoding="utf-8")
+    _pull_request(repo)
+    alone = run_doctor("check", "--static", "--select", "trainer-config", "--format", "json", str(recipe))
+    assert alone.returncode == 0, "the CLI itself reads the comment: the gate must not"
+    status, run = _gate(tmp_path, repo, base, "recipes/r.yaml")
+    assert status == "1" and not run["results"][0].get("suppressions"), run["results"]
+
+
+def test_a_project_config_behind_a_linked_folder_is_never_written_through(built_fixtures, tmp_path):
+    """The pull request turns the folder of a base project config into a symbolic link out of the workspace: the
+    base's file is not written there (nor removed, nor put back); the check ignores project config instead."""
+    repo, _ = _repo(tmp_path)
+    (repo / "conf").mkdir()
+    (repo / "conf" / ".trl-doctor.toml").write_text('select = ["trainer-config"]\n')
+    _pull_request(repo, "a project config on the base branch")
+    base = _git(repo, "rev-parse", "HEAD")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / ".trl-doctor.toml").write_text("# the runner's\n")
+    shutil.rmtree(repo / "conf")
+    (repo / "conf").symlink_to(outside, target_is_directory=True)
+    _pull_request(repo)
+
+    def untouched():
+        assert (outside / ".trl-doctor.toml").read_text() == "# the runner's\n", "written through the linked folder"
+
+    status, run = _gate(tmp_path, repo, base, "recipes/r.yaml", during=untouched)
+    assert status == "1" and [r["ruleId"] for r in run["results"]] == ["TD009"]
+    untouched()
+    assert (repo / "conf").is_symlink()
+
+
+def test_a_link_at_the_report_path_is_never_written_through(built_fixtures, tmp_path):
+    """The pull request commits a symbolic link where the workflow writes its SARIF / JUnit: the reports replace the
+    links; the files they point at, outside the workspace, are untouched."""
+    repo, _ = _repo(tmp_path)
+    outside = {name: tmp_path / f"outside.{name}" for name in ("sarif", "xml")}
+    for name, path in outside.items():
+        path.write_text("# the runner's\n")
+        (repo / f"report.{name}").symlink_to(path)
+    _pull_request(repo)
+    proc, outputs = _run_action_script(tmp_path, "check.sh", repo, configs="recipes/r.yaml", sarif="report.sarif",
+                                       junit="report.xml", args="--static --select trainer-config")
+    assert outputs["status"] == "1", proc.stdout + proc.stderr
+    assert all(path.read_text() == "# the runner's\n" for path in outside.values())
+    assert not (repo / "report.sarif").is_symlink() and json.loads((repo / "report.sarif").read_text())["runs"]
+    assert not (repo / "report.xml").is_symlink() and ET.fromstring((repo / "report.xml").read_text().split("?>", 1)[1])
+
+
+# --- class 2: no workflow command from the checked repository reaches a CI log ------------------------------------
+
+def test_no_marker_reaches_the_log_of_a_hostile_pull_request(built_fixtures, tmp_path):
+    """The action on a pull request whose file names and config keys carry `::error::`, `##[add-mask]` and
+    `##[stop-commands]` mid-line: none of its steps' log lines (annotations' data, the exit-2 line, the summary)
+    holds a marker intact, and the hostile text is still there to read."""
+    repo, recipe = _repo(tmp_path)
+    base = _git(repo, "rev-parse", "HEAD")
+    (recipe.parent / "r.yaml").write_text(recipe.read_text() + f"{json.dumps(HOSTILE_NAME)}: 1\n")
+    hostile = recipe.parent / "a ::error::x ##[add-mask]y ##[stop-commands]z.yaml"
+    hostile.write_text(recipe.read_text())
+    (recipe.parent / "broken ::warning::b ##[add-mask]c.yaml").write_text("model_name_or_path: [unclosed\n")
+    _pull_request(repo)
+    log: list[str] = []
+    for configs in ("recipes/*.yaml", "recipes/r.yaml recipes/a*.yaml"):
+        status, _ = _gate(tmp_path, repo, base, configs, log=log)
+        assert status in ("1", "2")
+    text = "".join(log)
+    assert "pwned" in text and "add-mask" in text
+    assert not _markers(text), _markers(text)
+
+
+@pytest.mark.parametrize("fmt", ["github", "table", "json", "sarif", "junit"])
+def test_the_exit_2_line_and_progress_carry_no_marker(built_fixtures, tmp_path, fmt):
+    """A config whose path carries markers mid-line and that cannot be read: every line on stdout and stderr (the
+    one error line, progress lines) under every format has them broken."""
+    folder = tmp_path / "d ::error::e ##[add-mask]f"
+    folder.mkdir()
+    broken = folder / "g ##[stop-commands]h ::warning::i.yaml"
+    broken.write_text("model_name_or_path: [unclosed\n")
+    proc = run_doctor("check", "--static", "--progress", "--format", fmt, str(broken), str(Path(GOOD)), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "add-mask" in proc.stderr
+    assert not _markers(proc.stdout + proc.stderr), _markers(proc.stdout + proc.stderr)
+
+
+# --- class 5: a suppression comment counts only where it is a YAML comment -----------------------------------------
+
+@pytest.mark.parametrize("block", ["|", ">", "|-"])
+def test_an_ignore_comment_inside_a_block_string_silences_nothing(built_fixtures, tmp_path, block):
+    recipe = tmp_path / "r.yaml"
+    bad = Path(BAD).read_text().replace("../", f"{FIX}/")
+    shutil.copy(FIX / "trainer-config" / "rewards.py", tmp_path)
+    recipe.write_text(f"description: {block}\n  num_generation: 4  # trl-doctor: ignore[trainer-config]\n" + bad)
+    proc = run_doctor("check", "--static", "--select", "trainer-config", "--format", "json", str(recipe))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (result,) = [r for r in json.loads(proc.stdout)["results"] if r["rule"] == "trainer-config"]
+    assert result["status"] == "fail" and not result.get("suppressed"), result
+    recipe.write_text(bad.replace("num_generation: 4", "num_generation: 4  # trl-doctor: ignore[trainer-config]"))
+    proc = run_doctor("check", "--static", "--select", "trainer-config", "--format", "json", str(recipe))
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the same comment, a real one: it suppresses
+
+
+# --- class 7: a report in a folder that does not exist ---------------------------------------------------------------
+
+def test_a_report_folder_that_does_not_exist_is_made(built_fixtures, tmp_path):
+    """-o and --report into folders that do not exist: made, as ruff's --output-file; a file where a folder should
+    be: one line, exit 2, no traceback."""
+    proc = run_doctor("check", "--static", "--select", "trainer-config", "--format", "sarif", "-o", "no/dir/x.sarif",
+                      "--report", "junit=other/dir/x.xml", GOOD, cwd=tmp_path)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert json.loads((tmp_path / "no/dir/x.sarif").read_text())["runs"][0]["results"] == []
+    assert ET.parse(tmp_path / "other/dir/x.xml").getroot() is not None
+    (tmp_path / "afile").write_text("")
+    for where in (["-o", "afile/x.sarif"], ["--report", "sarif=afile/x.sarif"]):
+        proc = run_doctor("check", "--static", "--select", "trainer-config", *where, GOOD, cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and "afile" in proc.stderr, proc.stderr
