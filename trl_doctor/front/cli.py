@@ -504,12 +504,17 @@ def _color(fmt: str, path: str | None) -> bool:
 
 def _emit(text: str, path: str | None) -> None:
     if path:
+        from trl_doctor.errors import InputError
+
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)  # as ruff's --output-file: the folder is made
+        except (FileExistsError, NotADirectoryError):  # mkdir's own words ("File exists") name no cause
+            raise InputError(f"{path}: cannot write the report: a file stands where its folder would be") from None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
+        try:
             Path(path).write_text(text, encoding="utf-8")
         except OSError as exc:  # a full disk, a read-only folder: one line, exit 2
-            from trl_doctor.errors import InputError
-
             raise InputError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
     else:
         click.echo(text, nl=False)
