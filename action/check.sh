@@ -24,11 +24,19 @@ if [ -n "${TRL_DOCTOR_JUNIT:-}" ]; then extra+=(--report "junit=$TRL_DOCTOR_JUNI
 if [ -n "${TRL_DOCTOR_TARGET:-}" ]; then extra+=(--target "$TRL_DOCTOR_TARGET"); fi
 if [ "${TRL_DOCTOR_ISOLATED:-false}" = true ]; then extra+=(--isolated); fi
 
+unlinked() {  # a link the pull request put at a report's path, or at a folder of a relative one, is removed: a report
+  local path=$1  # is never written through a link of the checkout (it could lead out of the workspace)
+  while [ "$path" != . ] && [ "$path" != / ]; do
+    if [ -L "$path" ]; then rm -f -- "$path"; fi
+    case "$path" in /*) break ;; esac  # an absolute path's folders are the workflow's (on macOS /tmp is a link)
+    path=$(dirname -- "$path")
+  done
+}
 sarif="${TRL_DOCTOR_SARIF:-trl-doctor.sarif}"
-mkdir -p "$(dirname -- "$sarif")"  # the fallback below writes there too
-for report in "$sarif" "${TRL_DOCTOR_JUNIT:-}"; do  # a link the pull request put at a report's path: never written
-  if [ -n "$report" ] && [ -L "$report" ]; then rm -f -- "$report"; fi  # through (it could lead out of the workspace)
+for report in "$sarif" "${TRL_DOCTOR_JUNIT:-}"; do
+  if [ -n "$report" ]; then unlinked "$report"; fi
 done
+mkdir -p "$(dirname -- "$sarif")"  # the fallback below writes there too
 trl-doctor check "${args[@]}" "${extra[@]}" "${configs[@]}"
 status=$?
 if [ ! -s "$sarif" ]; then  # options trl-doctor refused before any check: still a document to upload

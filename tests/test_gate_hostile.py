@@ -220,21 +220,29 @@ def test_a_project_config_behind_a_linked_folder_is_never_written_through(built_
     assert (repo / "conf").is_symlink()
 
 
-def test_a_link_at_the_report_path_is_never_written_through(built_fixtures, tmp_path):
-    """The pull request commits a symbolic link where the workflow writes its SARIF / JUnit: the reports replace the
-    links; the files they point at, outside the workspace, are untouched."""
+@pytest.mark.parametrize("linked", ["file", "folder"])
+def test_a_link_at_the_report_path_is_never_written_through(built_fixtures, tmp_path, linked):
+    """The pull request commits a symbolic link where the workflow writes its SARIF / JUnit (or at their folder): the
+    reports replace the links; the files they point at, outside the workspace, are untouched."""
     repo, _ = _repo(tmp_path)
-    outside = {name: tmp_path / f"outside.{name}" for name in ("sarif", "xml")}
-    for name, path in outside.items():
-        path.write_text("# the runner's\n")
-        (repo / f"report.{name}").symlink_to(path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("sarif", "xml"):
+        (outside / f"report.{name}").write_text("# the runner's\n")
+        if linked == "file":
+            (repo / "reports").mkdir(exist_ok=True)
+            (repo / "reports" / f"report.{name}").symlink_to(outside / f"report.{name}")
+    if linked == "folder":
+        (repo / "reports").symlink_to(outside, target_is_directory=True)
     _pull_request(repo)
-    proc, outputs = _run_action_script(tmp_path, "check.sh", repo, configs="recipes/r.yaml", sarif="report.sarif",
-                                       junit="report.xml", args="--static --select trainer-config")
+    proc, outputs = _run_action_script(tmp_path, "check.sh", repo, configs="recipes/r.yaml",
+                                       sarif="reports/report.sarif", junit="reports/report.xml",
+                                       args="--static --select trainer-config")
     assert outputs["status"] == "1", proc.stdout + proc.stderr
-    assert all(path.read_text() == "# the runner's\n" for path in outside.values())
-    assert not (repo / "report.sarif").is_symlink() and json.loads((repo / "report.sarif").read_text())["runs"]
-    assert not (repo / "report.xml").is_symlink() and ET.fromstring((repo / "report.xml").read_text().split("?>", 1)[1])
+    assert all(path.read_text() == "# the runner's\n" for path in outside.iterdir())
+    sarif, junit = repo / "reports" / "report.sarif", repo / "reports" / "report.xml"
+    assert not (repo / "reports").is_symlink() and not sarif.is_symlink() and not junit.is_symlink()
+    assert json.loads(sarif.read_text())["runs"] and ET.fromstring(junit.read_text().split("?>", 1)[1]) is not None
 
 
 # --- class 2: no workflow command from the checked repository reaches a CI log ------------------------------------
