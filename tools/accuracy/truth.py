@@ -187,7 +187,8 @@ def main(argv: list[str]) -> int:
         return 0 if exc.code in (None, 0) else (exc.code if isinstance(exc.code, int) else 1)
     except BaseException as exc:  # the ground truth is the error itself: its type, message and the script's line
         frames = traceback.extract_tb(exc.__traceback__)
-        print(f"truth: error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+        # on a line of its own: a progress bar may have left the current one open (tqdm ends it with \r, not \n)
+        print(f"\ntruth: error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
               f"(at {frames[-1].filename}:{frames[-1].lineno})", file=sys.stderr)
         return 1
     return 0
