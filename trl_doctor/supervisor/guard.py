@@ -4,8 +4,9 @@ it can no longer time out (issue 31).
 
 `guarded()` starts a guard for the block: a small process in a session of its own (so a signal to the check's
 process group misses it) that looks at the printing process every GUARD_POLL_S and resumes it (SIGCONT) when it finds
-it stopped. The printing process's own SIGCONT handler then counts the stop, and the supervisor stops the worker and
-fails the user code it was running (`stops()` says how many there were).
+it stopped, writing a byte on its pipe first. The printing process's own SIGCONT handler then counts the stop (a
+SIGCONT without that byte is someone else's), and the supervisor stops the worker and fails the user code it was
+running (`stops()` says how many there were).
 
 A terminal's job control still works: Ctrl-Z (SIGTSTP), and SIGTTIN/SIGTTOU for a background job, tell the guard to
 let the stop stand, then stop the process as their default would; without a terminal there is no job control to
@@ -48,6 +49,7 @@ while os.getppid() == pid:
     except (OSError, IndexError):
         break
     if state == "T":
+        os.write(1, b"c")  # first: the resumed process counts a SIGCONT only with this byte waiting
         os.kill(pid, signal.SIGCONT)
 """
 
@@ -65,7 +67,14 @@ def resumed_at() -> float:
 
 
 def _on_continue(signum, frame) -> None:
-    if not _state["paused"]:
+    """A SIGCONT the guard sent (it wrote a byte first) counts a stop; one from anyone else (`kill -CONT`, a shell's
+    `bg` on a running check) is not a stop of the user code's making."""
+    guard = _state["guard"]
+    try:
+        sent = guard is not None and bool(os.read(guard.stdout.fileno(), 64))
+    except (BlockingIOError, OSError, ValueError):
+        sent = False
+    if sent and not _state["paused"]:
         _state["stops"] += 1
         _state["resumed_at"] = time.monotonic()
 
@@ -115,8 +124,9 @@ def guarded() -> Iterator[None]:
     signal.signal(signal.SIGCONT, _on_continue)
     try:
         guard = subprocess.Popen([sys.executable, "-S", "-c", _GUARD, str(os.getpid()), str(GUARD_POLL_S)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                  start_new_session=True, close_fds=True)
+        os.set_blocking(guard.stdout.fileno(), False)
     except OSError:
         guard = None
     _state["guard"] = guard
@@ -129,6 +139,7 @@ def guarded() -> Iterator[None]:
                 guard.stdin.close()  # end of file: it exits
             except OSError:
                 pass
+            guard.stdout.close()
             try:
                 guard.wait(timeout=2)
             except subprocess.TimeoutExpired:
