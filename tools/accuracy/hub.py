@@ -36,6 +36,8 @@ MODELS = {
     "Qwen/Qwen2-0.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
     "Qwen/Qwen2.5-0.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
     "gpt2": ("fixture:gpt2-nopad", "GPT2LMHeadModel, no pad token, no chat template"),
+    "Qwen/Qwen3-0.6B": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
+    "Qwen/Qwen3-1.7B": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
 }
 
 
@@ -71,6 +73,20 @@ def _hh_trl_style(i: int) -> dict:
             "rejected": [{"role": "assistant", "content": _words(i + 2, 6)}]}
 
 
+def _numina(i: int) -> dict:
+    a, b = 2 + i % 17, 3 + i % 11
+    problem = f"What is {a} plus {b}? {_words(i, 4)}"
+    solution = f"{a} + {b} = {a + b}, so the answer is $\\boxed{{{a + b}}}$."
+    return {"problem": problem, "solution": solution,
+            "messages": [{"role": "user", "content": problem}, {"role": "assistant", "content": solution}]}
+
+
+def _gsm8k(i: int) -> dict:
+    a, b = 2 + i % 13, 5 + i % 7
+    return {"question": f"Ann has {a} apples and buys {b} more. How many apples does she have? {_words(i, 3)}",
+            "answer": f"Ann has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}"}
+
+
 # hub id -> {config: {split: (row maker, rows)}}: the columns and splits of the hub's dataset
 DATASETS = {
     "trl-lib/tldr": {"default": {"train": (_tldr, 64), "validation": (_tldr, 16), "test": (_tldr, 16)}},
@@ -81,6 +97,10 @@ DATASETS = {
     "trl-lib/ultrafeedback_binarized": {"default": {"train": (_conversation_pair, 64), "test": (_conversation_pair, 16)}},
     "trl-internal-testing/hh-rlhf-helpful-base-trl-style": {
         "default": {"train": (_hh_trl_style, 64), "test": (_hh_trl_style, 16)}},
+    # problem / solution / messages, as AI-MO/NuminaMath-TIR: its scripts take `train[:5%]`, so enough rows that 5%
+    # still fills a generation batch of 8 prompts
+    "AI-MO/NuminaMath-TIR": {"default": {"train": (_numina, 400), "test": (_numina, 100)}},
+    "openai/gsm8k": {"main": {"train": (_gsm8k, 128), "test": (_gsm8k, 32)}},
 }
 
 
@@ -111,6 +131,24 @@ def _pythia(dest: Path, head: str) -> None:
     tok.save_pretrained(dest)
 
 
+def _qwen3(dest: Path) -> None:
+    """Qwen3's architecture over the qwen2-chat fixture's ChatML tokenizer and generation config."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    source = FIXTURES / "qwen2-chat"
+    for f in source.iterdir():
+        if f.is_file() and f.name not in ("config.json", "model.safetensors"):
+            shutil.copy2(f, dest / f.name)
+    old = json.loads((source / "config.json").read_text())
+    cfg = Qwen3Config(vocab_size=old["vocab_size"], hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
+                      bos_token_id=old["bos_token_id"], eos_token_id=old["eos_token_id"], tie_word_embeddings=True)
+    import torch
+
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(cfg).save_pretrained(dest, safe_serialization=True)
+
+
 def _model(home: Path, repo: str, how: str) -> None:
     snap = _snapshot(home, repo)
     if any(snap.iterdir()):
@@ -119,6 +157,8 @@ def _model(home: Path, repo: str, how: str) -> None:
         for f in (FIXTURES / how.split(":", 1)[1]).iterdir():
             if f.is_file():
                 shutil.copy2(f, snap / f.name)
+    elif how == "qwen3":
+        _qwen3(snap)
     else:
         _pythia(snap, "rm" if how.endswith("-rm") else "lm")
 
@@ -126,7 +166,10 @@ def _model(home: Path, repo: str, how: str) -> None:
 def _dataset(home: Path, repo: str, configs: dict) -> None:
     import datasets
 
+    from datasets.naming import camelcase_to_snakecase
+
     org, name = repo.split("/")
+    name = camelcase_to_snakecase(name)  # as the cache names it (AI-MO/NuminaMath-TIR: AI-MO___numina_math-tir)
     for config, splits in configs.items():
         target = home / "datasets" / f"{org}___{name}" / config / "0.0.0"
         if target.exists():
@@ -145,6 +188,9 @@ def _dataset(home: Path, repo: str, configs: dict) -> None:
             shutil.copytree(prepared, dest)
             for arrow in dest.glob("json-*.arrow"):  # the files are named after the dataset, as its cache names them
                 arrow.rename(dest / arrow.name.replace("json-", f"{name}-", 1))
+            info = json.loads((dest / "dataset_info.json").read_text())  # a named config (openai/gsm8k's "main") is
+            info["config_name"] = config  # found only where its info says so
+            (dest / "dataset_info.json").write_text(json.dumps(info))
 
 
 def build(home: Path) -> dict[str, str]:

@@ -7,6 +7,7 @@ and listed on stderr (`truth: changed ...`):
 
   use_cpu=True, bf16=False, fp16=False, tf32=None  the CPU has no GPU precision
   max_steps=1, save_strategy="no", push_to_hub=False  one optimizer step, nothing saved or pushed
+  trainer.push_to_hub(...) called by the script       not called (the hub is the launch machine's network)
   report_to="none"                                   no tracker (a CPU runner has none)
   use_vllm=False                                     vLLM needs a GPU
   dataloader_num_workers=0, deepspeed=None           no worker processes, no DeepSpeed engine
@@ -88,6 +89,16 @@ def _patch_from_pretrained() -> None:
             return _original(cls, *args, **kwargs)
 
         owner.from_pretrained = classmethod(from_pretrained)
+
+
+def _patch_push_to_hub() -> None:
+    """A script's own `trainer.push_to_hub(...)` after training (TRL's rloo.py) needs the hub's network: not called."""
+    from transformers import Trainer
+
+    def push_to_hub(self, *args, **kwargs):
+        print("truth: changed push_to_hub()=called -> not called (no network)", file=sys.stderr)
+
+    Trainer.push_to_hub = push_to_hub
 
 
 def _patch_peft() -> None:
@@ -178,6 +189,7 @@ def main(argv: list[str]) -> int:
     kind, target, args = _script_of(command)
     _patch_training_arguments()
     _patch_from_pretrained()
+    _patch_push_to_hub()
     _patch_peft()
     try:
         code = _run(kind, target, args)
