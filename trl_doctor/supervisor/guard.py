@@ -49,6 +49,8 @@ while os.getppid() == pid:
     except (OSError, IndexError):
         break
     if state == "T":
+        if select.select([0], [], [], 0)[0]:
+            continue  # a "p" sent before a job-control stop, not read yet: read it first (the stop stands)
         os.write(1, b"c")  # first: the resumed process counts a SIGCONT only with this byte waiting
         os.kill(pid, signal.SIGCONT)
 """
