@@ -36,10 +36,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from trl_doctor import DELETE, Edit, Fix, fail, passed, rule, skip
+from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, passed, rule, skip
 from trl_doctor.facts.launch import is_geometry_error, launch
 from trl_doctor.facts.settings import config_value
-from trl_doctor.facts.trl import config_class, field_default
+from trl_doctor.facts.trl import config_class, field_default, ppo_style
 from trl_doctor.facts.trl_geometry import (AUTO_FIND_BATCH_SIZE, Evaluator, Problem, config_values, geometry_reading,
                                            plain, probe_class)
 from trl_doctor.facts import wording_config as words
@@ -103,6 +103,9 @@ def check(ctx):
         details["cross-check"] = verdict
     problems = confirmed
     own = _auto_find_batch_size(ctx, extra)
+    short, rows_details = _rows_for_one_batch(ctx, resolved, procs)
+    own += short
+    details.update(rows_details)
 
     if not problems and not extra and not own:
         yield passed(words.geometry_healthy(procs, where, _summary(resolved, procs)), **details)
@@ -289,6 +292,38 @@ def _auto_find_batch_size(ctx, already: list[str]) -> list[str]:
     if any("auto_find_batch_size" in m for m in already):
         return []
     return [AUTO_FIND_BATCH_SIZE]
+
+
+def _rows_for_one_batch(ctx, v: dict, procs: int) -> tuple[list[str], dict]:
+    """The training set must fill one batch of the trainer's train dataloader, which yields whole batches only:
+    GRPO/RLOO's RepeatSampler (trl >= 0.18) takes generation_batch_size / num_generations distinct prompts per
+    generation batch across all processes, and drops a shorter remainder; PPO (and RLOO before 0.22) batch the rows
+    with `drop_last=True`, local_dataloader_batch_size per process. Fewer rows and the dataloader is empty: GRPO's
+    `trainer.train()` stops ("args.max_steps must be set to a positive value if dataloader does not have a length")
+    or, with max_steps set, trains 0 steps and saves the model unchanged; PPO's `repeat_generator` waits forever."""
+    if ppo_style(ctx.trainer):
+        per_batch = v.get("local_dataloader_batch_size") or v.get("local_batch_size")
+        needed = per_batch * procs if isinstance(per_batch, int) else None
+        where = "on 1 process" if procs == 1 else f"on each of {procs} processes"
+        takes = f"{per_batch} per batch {where}, a partial batch dropped"
+        then = "its training loop (`repeat_generator`) waits forever for a first batch: the job hangs, no step is taken"
+    else:
+        gbs, g = v.get("generation_batch_size"), v.get("num_generations")
+        needed = gbs // g if isinstance(gbs, int) and isinstance(g, int) and g > 0 else None
+        takes = f"distinct prompts per generation batch: {gbs} completions / {g} generations"
+        then = ("`trainer.train()` stops with \"args.max_steps must be set to a positive value if dataloader does not "
+                "have a length\", or with max_steps set trains 0 steps and saves the model unchanged")
+    if not needed:
+        return [], {}
+    try:
+        rows = len(ctx.dataset)
+    except (Unavailable, InputError, TypeError):  # no dataset here, or a stream (no len): dataset-schema's to say
+        return [], {}
+    details = {"training rows": rows, "rows one batch takes": f"{needed} ({takes})"}
+    if rows >= needed:
+        return [], details
+    return [f"the training set has {_n(rows, 'row')}, fewer than the {needed} one batch takes ({takes}): the train "
+            f"dataloader yields no batch, and {then}"], details
 
 
 def _same(a: str, b: str) -> bool:
