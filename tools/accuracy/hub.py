@@ -92,8 +92,9 @@ DATASETS = {
     "trl-lib/tldr": {"default": {"train": (_tldr, 64), "validation": (_tldr, 16), "test": (_tldr, 16)}},
     "trl-internal-testing/tldr-preference-sft-trl-style": {
         "default": {"train": (_tldr_sft, 64), "validation": (_tldr_sft, 16), "test": (_tldr_sft, 16)}},
+    # ppo.py keeps the last 100 rows for eval and trains on the rest in batches of 64 (drop_last)
     "trl-internal-testing/descriptiveness-sentiment-trl-style": {
-        "default": {"descriptiveness": (_sentiment, 132), "sentiment": (_sentiment, 132)}},
+        "default": {"descriptiveness": (_sentiment, 400), "sentiment": (_sentiment, 400)}},
     "trl-lib/ultrafeedback_binarized": {"default": {"train": (_conversation_pair, 64), "test": (_conversation_pair, 16)}},
     "trl-internal-testing/hh-rlhf-helpful-base-trl-style": {
         "default": {"train": (_hh_trl_style, 64), "test": (_hh_trl_style, 16)}},
@@ -161,6 +162,17 @@ def _model(home: Path, repo: str, how: str) -> None:
         _qwen3(snap)
     else:
         _pythia(snap, "rm" if how.endswith("-rm") else "lm")
+    _input_names(snap)
+
+
+def _input_names(snap: Path) -> None:
+    """The inputs the hub's tokenizer returns: Qwen's, Pythia's and GPT-2's tokenizer classes return input_ids and
+    attention_mask. A generic fast tokenizer (what transformers 4.x loads a trained `tokenizers` file as) also returns
+    token_type_ids, which a model's forward refuses: a crash of the stand-in's making, not of the script's."""
+    path = snap / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["model_input_names"] = ["input_ids", "attention_mask"]
+    path.write_text(json.dumps(config, indent=2))
 
 
 def _dataset(home: Path, repo: str, configs: dict) -> None:
