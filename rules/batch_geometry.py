@@ -4,20 +4,20 @@ What it does
     Evaluates the installed TRL's geometry checks (read with `ast` from its config's `__post_init__`
     and trainer's `__init__`) at the launch's process count (`--num-processes`, `num_processes`, the
     accelerate config, the GPUs NVML sees, else 1) with TRL's message and line, cross-checks with
-    the config class at that `world_size`, and names the cheapest one-key change per violation.
+    the config class at that `world_size`, names the cheapest one-key change, counts the rows.
 
 Why is this bad?
     GRPO and RLOO need whole `num_generations` groups per generated batch; PPO (and RLOO < 0.22)
     splits rollouts into `num_mini_batches` (and `rloo_k` groups). Sizes multiply across processes:
     fine on one GPU, a config stops on eight inside the job (from 0.18 in `__post_init__`, before
-    after the model loaded), one error at a time: "generation_batch_size (12) must be divisible by
-    num_generations (8)." (>= 0.21; other words in 0.15-0.20; 0.14 counted per device), "GRPO
-    requires at least 2 generations per prompt", the eval batch (`num_generations_eval`, 1.0), PPO's
-    "`local_batch_size` must be a multiple of `num_mini_batches`" or "insufficient for whitening".
-    `auto_find_batch_size` halves the batch after an OOM; the retry dies with "shape '[-1, 4]' is
-    invalid for input of size 2" (trl#3842; refused from PR#6411). 0.17 multiplied in
-    gradient_accumulation_steps, 0.18 added `generation_batch_size` / `steps_per_generation`; PPO up
-    to 0.16 multiplied num_mini_batches into `local_batch_size`, 0.17-1.12 not; no PPO from 1.13.
+    after the model loaded): "generation_batch_size (12) must be divisible by num_generations (8)."
+    (>= 0.21; other words in 0.15-0.20; 0.14 per device), "GRPO requires at least 2 generations per
+    prompt", the eval batch (`num_generations_eval`, 1.0), PPO's "`local_batch_size` must be a
+    multiple of `num_mini_batches`", "insufficient for whitening". `auto_find_batch_size` halves the
+    batch after an OOM; the retry dies with "shape '[-1, 4]' is invalid for input of size 2"
+    (trl#3842; refused from PR#6411). 0.17 multiplied in gradient_accumulation_steps, 0.18 added
+    `generation_batch_size`; PPO <= 0.16 multiplied num_mini_batches in; no PPO from 1.13. Fewer
+    rows than one batch: GRPO trains 0 steps (or stops: "args.max_steps must be set"), PPO hangs.
 
 Example
     num_generations: 8                  # per_device_train_batch_size 2, launched on one process
