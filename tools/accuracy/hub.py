@@ -98,9 +98,9 @@ DATASETS = {
     "trl-lib/ultrafeedback_binarized": {"default": {"train": (_conversation_pair, 64), "test": (_conversation_pair, 16)}},
     "trl-internal-testing/hh-rlhf-helpful-base-trl-style": {
         "default": {"train": (_hh_trl_style, 64), "test": (_hh_trl_style, 16)}},
-    # problem / solution / messages, as AI-MO/NuminaMath-TIR: its scripts take `train[:5%]`, so enough rows that 5%
-    # still fills a generation batch of 8 prompts
-    "AI-MO/NuminaMath-TIR": {"default": {"train": (_numina, 400), "test": (_numina, 100)}},
+    # problem / solution / messages, as AI-MO/NuminaMath-TIR (72,441 and 99 rows): its scripts take `train[:5%]`,
+    # so enough rows that 5% fills the generation batch of 64 prompts gspo.py takes on the 8 processes it launches
+    "AI-MO/NuminaMath-TIR": {"default": {"train": (_numina, 2000), "test": (_numina, 100)}},
     "openai/gsm8k": {"main": {"train": (_gsm8k, 128), "test": (_gsm8k, 32)}},
 }
 
