@@ -16,7 +16,8 @@ and listed on stderr (`truth: changed ...`):
   total_episodes = one batch                         PPO-style trainers (trl < 0.20) stop on episodes, not max_steps
 
 It also shows what trains wrong without stopping (`truth: wrong: ...`): a LoRA target name that matches no module
-of the model (PEFT stops only when none of them matches).
+of the model (PEFT stops only when none of them matches); a PPO-style rollout (PPO, RLOO before trl 0.22) whose
+responses go on past their eos token while no `stop_token` truncates them, so the reward model scores what follows.
 
 Everything else is the script's own: its parser, model loading, dataset preparation, rewards and trainer. The exit
 status is the script's (0 when it trained; 1 with the error's last line on stderr when it raised).
@@ -52,6 +53,7 @@ def _patch_training_arguments() -> None:
             print(f"truth: changed total_episodes={episodes!r} -> {batch} (one batch: one optimizer step)",
                   file=sys.stderr)
             self.total_episodes = batch
+        _patch_ppo_rollouts()
         for key, value in CHANGES.items():
             if hasattr(self, key) and getattr(self, key) != value:
                 if (key, repr(getattr(self, key))) not in seen:
@@ -99,6 +101,64 @@ def _patch_push_to_hub() -> None:
         print("truth: changed push_to_hub()=called -> not called (no network)", file=sys.stderr)
 
     Trainer.push_to_hub = push_to_hub
+
+
+_PPO_STYLE = ("trl.trainer.ppo_trainer", "trl.trainer.rloo_trainer", "trl.experimental.ppo.ppo_trainer")
+_rollout: dict = {}
+
+
+def _patch_ppo_rollouts() -> None:
+    """PPO-style trainers generate with `batch_generation` (bound in their module) and truncate each response after
+    `stop_token_id` only when it is set: a response that goes on past its eos is scored whole. Patched when the
+    script builds its config (the trainer's module is imported by then; importing it here could change what the
+    script sees)."""
+    for name in _PPO_STYLE:
+        module = sys.modules.get(name)
+        if module is None or not hasattr(module, "batch_generation") or getattr(module, "_truth_patched", False):
+            continue
+        module._truth_patched = True
+        for cls in (getattr(module, n, None) for n in ("PPOTrainer", "RLOOTrainer")):
+            if cls is not None and "train" in cls.__dict__:
+                def train(self, *args, _original=cls.train, **kwargs):
+                    _rollout["trainer"] = self
+                    return _original(self, *args, **kwargs)
+                cls.train = train
+        original = module.batch_generation
+
+        def batch_generation(model, queries, *args, _original=original, **kwargs):
+            out = _original(model, queries, *args, **kwargs)
+            if not _rollout.get("looked"):
+                _rollout["looked"] = True
+                _look_past_eos(_original, model, queries, args, kwargs)
+            return out
+
+        module.batch_generation = batch_generation
+
+
+def _look_past_eos(original, model, queries, args, kwargs) -> None:
+    """One more rollout of the first query in which the policy's third token is made eos (a random stand-in seldom
+    samples it): where the response goes on past it and no stop_token is set, the reward model scores what follows."""
+    trainer = _rollout.get("trainer")
+    if trainer is None or getattr(trainer.args, "stop_token_id", None) is not None:
+        return
+    tok = trainer.processing_class
+    eos, pad, calls = tok.eos_token_id, tok.pad_token_id, [0]
+
+    def force(module, inputs, output):
+        calls[0] += 1
+        if calls[0] == 3:
+            output.logits[:, -1, :] = -1e9
+            output.logits[:, -1, eos] = 1e9
+        return output
+
+    handle = model.register_forward_hook(force)
+    try:
+        row = original(model, queries[:1], *args, **kwargs)[0][0, queries.shape[1]:].tolist()
+    finally:
+        handle.remove()
+    if eos in row and any(t not in (pad, eos) for t in row[row.index(eos) + 1:]):
+        print(f"truth: wrong: a PPO-style response goes on past its eos token (id {eos}, forced as its third token: "
+              f"{row}) and is scored whole: no stop_token truncates it", file=sys.stderr)
 
 
 def _patch_peft() -> None:
