@@ -99,8 +99,8 @@ DATASETS = {
     "trl-internal-testing/hh-rlhf-helpful-base-trl-style": {
         "default": {"train": (_hh_trl_style, 64), "test": (_hh_trl_style, 16)}},
     # problem / solution / messages, as AI-MO/NuminaMath-TIR (72,441 and 99 rows): its scripts take `train[:5%]`,
-    # so enough rows that 5% fills the generation batch of 64 prompts gspo.py takes on the 8 processes it launches
-    "AI-MO/NuminaMath-TIR": {"default": {"train": (_numina, 2000), "test": (_numina, 100)}},
+    # so enough rows that 5% fills a generation batch on the 8 processes their launches start (rloo.py: 256 prompts)
+    "AI-MO/NuminaMath-TIR": {"default": {"train": (_numina, 10000), "test": (_numina, 100)}},
     "openai/gsm8k": {"main": {"train": (_gsm8k, 128), "test": (_gsm8k, 32)}},
 }
 
