@@ -280,9 +280,12 @@ def test_fix_writes_the_smallest_change(fixture_copy, case, key, value):
 
 def test_rloo(built_fixtures):
     code, r = check(HERE / "bad_rloo_k.yaml", "--num-processes", "1")
-    if "rloo_k" in {f.name for f in dataclasses.fields(config_class("rloo"))}:  # PPO-style RLOO (trl < 0.22)
+    fields = {f.name for f in dataclasses.fields(config_class("rloo"))}
+    if "rloo_k" in fields and "num_generations" not in fields:  # PPO-style RLOO (trl < 0.22)
         assert r["status"] == "fail" and "multiple of rloo_k, inexact division: 4 / 3" in r["message"], r
         assert "set gradient_accumulation_steps: 3" in r["message"]
+    elif "rloo_k" in fields:  # trl 0.22-0.24: rloo_k, deprecated, becomes num_generations (3), which 4 does not hold
+        assert r["status"] == "fail" and "must be divisible by num_generations (3)" in r["message"], r
     else:  # GRPO-style RLOO: rloo_k is no field (trainer-config reports the key), num_generations 2 divides 4
         assert r["status"] == "pass", r
     code, r = check(HERE / "ok_rloo.yaml", "--num-processes", "3")
