@@ -404,7 +404,7 @@ def test_what_the_script_creates_in_the_working_directory_is_a_note(tmp_path):
     report says so (left in place, as what rewards create is), and names nothing that was there before."""
     source = (LAUNCH / "grpo_quickstart.py").read_text()
     source = source.replace('"../models/qwen2-chat"', repr(str(LAUNCH.parent / "models" / "qwen2-chat")))
-    source = source.replace('"../data/chat.jsonl"', repr(str(LAUNCH.parent / "data" / "chat.jsonl")))
+    source = source.replace('"../data/chat_many.jsonl"', repr(str(LAUNCH.parent / "data" / "chat_many.jsonl")))
     source = source.replace("\n\ndef reward_len", "\nimport os\nos.makedirs('prompt_logs', exist_ok=True)\n"
                             "open('prompt_logs/prompts.txt', 'w').write(str(dataset[0]))\n\n\ndef reward_len")
     (tmp_path / "train.py").write_text(source)
