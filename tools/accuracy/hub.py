@@ -209,7 +209,10 @@ def build(home: Path) -> dict[str, str]:
     """Fill HF_HOME=`home` with every stand-in; the environment that points the hub and datasets there, offline."""
     home.mkdir(parents=True, exist_ok=True)
     for repo, (how, _) in MODELS.items():
-        _model(home, repo, how)
+        try:
+            _model(home, repo, how)
+        except ImportError:  # an architecture the installed transformers predates (Qwen3 before 4.51): no case there
+            shutil.rmtree(_snapshot(home, repo).parent.parent, ignore_errors=True)
     for repo, configs in DATASETS.items():
         _dataset(home, repo, configs)
     return {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "HF_DATASETS_CACHE": str(home / "datasets"),
