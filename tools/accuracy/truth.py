@@ -137,7 +137,9 @@ def _patch_ppo_rollouts() -> None:
 
 def _look_past_eos(original, model, queries, args, kwargs) -> None:
     """One more rollout of the first query in which the policy's third token is made eos (a random stand-in seldom
-    samples it): where the response goes on past it and no stop_token is set, the reward model scores what follows."""
+    samples it): where the response goes on past it and no stop_token is set, the reward model scores what follows.
+    The hook is the harness's own, not trl-doctor's `facts.trainer_run.execute.force_token`: the ground truth must not
+    lean on the code it judges."""
     trainer = _rollout.get("trainer")
     if trainer is None or getattr(trainer.args, "stop_token_id", None) is not None:
         return
