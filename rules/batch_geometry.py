@@ -2,9 +2,9 @@
 
 What it does
     Evaluates the installed TRL's geometry checks (read with `ast` from its config's `__post_init__`
-    and trainer's `__init__`) at the launch's process count (`--num-processes`, `num_processes`, the
-    accelerate config, the GPUs NVML sees, else 1) with TRL's message and line, cross-checks with
-    the config class at that `world_size`, names the cheapest one-key change, counts the rows.
+    and trainer's `__init__`) at the launch's process count, with TRL's message and line; builds the
+    config class at that `world_size` to cross-check; names the cheapest one-key change; counts the
+    train rows and, for PPO's sample generations, the eval rows.
 
 Why is this bad?
     GRPO and RLOO need whole `num_generations` groups per generated batch; PPO (and RLOO < 0.22)
@@ -16,8 +16,9 @@ Why is this bad?
     multiple of `num_mini_batches`", "insufficient for whitening". `auto_find_batch_size` halves the
     batch after an OOM; the retry dies with "shape '[-1, 4]' is invalid for input of size 2"
     (trl#3842; refused from PR#6411). 0.17 multiplied in gradient_accumulation_steps, 0.18 added
-    `generation_batch_size`; PPO <= 0.16 multiplied num_mini_batches in; no PPO from 1.13. Fewer
-    rows than one batch: GRPO trains 0 steps (or stops: "args.max_steps must be set"), PPO hangs.
+    `generation_batch_size`; PPO <= 0.16 multiplied num_mini_batches in; no PPO from 1.13. Rows
+    short of one batch: GRPO trains 0 steps (or stops), PPO hangs; of one eval batch: PPO's samples
+    get None from accelerate < 1.9 after the first update, and it stops.
 
 Example
     num_generations: 8                  # per_device_train_batch_size 2, launched on one process
@@ -25,9 +26,8 @@ Example
        [trl/trainer/grpo_config.py:1132]: set gradient_accumulation_steps: 4 (or num_generations: 2)
 
 Fix safety
-    Safe: writes those changes (e.g. `gradient_accumulation_steps: 2`, or drops
-    `steps_per_generation`) for the report's process count once the installed config class accepts
-    them; else nothing.
+    Safe: writes those changes (`gradient_accumulation_steps: 2`, or drops `steps_per_generation`)
+    for the report's process count once the installed config class accepts them; else nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, passed, rule, skip
+from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
+from trl_doctor.facts.dataloaders import empty_loader_yields_none
 from trl_doctor.facts.launch import is_geometry_error, launch
 from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import config_class, field_default, ppo_style
@@ -106,8 +107,14 @@ def check(ctx):
     short, rows_details = _rows_for_one_batch(ctx, resolved, procs)
     own += short
     details.update(rows_details)
+    stops, empty, eval_details = _eval_rows_for_samples(ctx, resolved, procs)
+    own += stops
+    details.update(eval_details)
 
     if not problems and not extra and not own:
+        if empty:
+            yield warn(empty, **details)
+            return
         yield passed(words.geometry_healthy(procs, where, _summary(resolved, procs)), **details)
         return
 
@@ -324,6 +331,46 @@ def _rows_for_one_batch(ctx, v: dict, procs: int) -> tuple[list[str], dict]:
         return [], details
     return [f"the training set has {_n(rows, 'row')}, fewer than the {needed} one batch takes ({takes}): the train "
             f"dataloader yields no batch, and {then}"], details
+
+
+def _eval_rows_for_samples(ctx, v: dict, procs: int) -> tuple[list[str], str | None, dict]:
+    """PPO-style trainers generate sample completions from the eval set after their first update when
+    num_sample_generations > 0 (the default, 10): `for batch in self.eval_dataloader`, a `drop_last=True` dataloader
+    of per_device_eval_batch_size rows on each process. An eval set that fills no batch leaves it empty; the
+    installed accelerate decides what follows (facts.dataloaders): a `None` batch that stops the job after its first
+    update, or a loop that runs zero times. Returns (the stop, as a violation; the empty loop, as a warning; details)."""
+    if not ppo_style(ctx.trainer):
+        return [], None, {}
+    try:
+        samples = config_value(ctx, "num_sample_generations", 0)
+        eval_set = ctx.eval_dataset
+        rows = len(eval_set)
+    except (Unavailable, InputError, TypeError):  # no eval set given, a dict of them, or a stream (no len)
+        return [], None, {}
+    per_batch = v.get("per_device_eval_batch_size")
+    if not isinstance(samples, int) or samples <= 0 or not isinstance(per_batch, int) or per_batch <= 0:
+        return [], None, {}
+    needed = per_batch * procs
+    takes = f"per_device_eval_batch_size {per_batch}" + ("" if procs == 1 else f" on each of {procs} processes")
+    details = {"eval rows": rows, "rows one eval batch takes": f"{needed} ({takes}, a partial batch dropped)"}
+    if rows >= needed:
+        return [], None, details
+    short = (f"the eval set has {_n(rows, 'row')}, fewer than the {needed} one eval batch takes ({takes}): the eval "
+             f"dataloader (`drop_last=True`) yields no batch, and the sample generation that follows the first update "
+             f"(num_sample_generations {samples}) iterates it")
+    hint = f"set per_device_eval_batch_size to at most {rows // procs} or num_sample_generations: 0" \
+        if rows >= procs else "set num_sample_generations: 0"
+    yields_none = empty_loader_yields_none()
+    accelerate = ctx.version("accelerate") or "not installed"
+    details["accelerate"] = accelerate
+    if yields_none:
+        return [f"{short}: accelerate {accelerate} yields None from an empty dataloader, so the job stops after its "
+                f"first update with TypeError: 'NoneType' object is not subscriptable ({hint})"], None, details
+    if yields_none is None:
+        details["empty eval dataloader"] = f"not judged: accelerate {accelerate} could not be asked what it yields"
+        return [], None, details
+    return [], (f"{short}, which runs zero times on accelerate {accelerate}: the job trains, and its sample "
+                f"generations show nothing ({hint})"), details
 
 
 def _same(a: str, b: str) -> bool:

@@ -80,7 +80,8 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
     live = Live(
         command=captured.command.text, script=captured.launched.script, where=where, trainer_cls=rec.trainer_cls,
         args=args, tokenizer=tokenizer, model=None if isinstance(model, str) else model,
-        dataset=arguments.get("train_dataset"), relaxed=relaxed, machine_relaxed=dict(rec.machine),
+        dataset=arguments.get("train_dataset"), eval_dataset=arguments.get("eval_dataset"), relaxed=relaxed,
+        machine_relaxed=dict(rec.machine),
         recipe=str(recipe) if recipe else None,
         recipe_keys=recipe_keys, processes=captured.launched.processes,
         processes_from=captured.launched.processes_from, machines=captured.launched.machines,
@@ -342,7 +343,8 @@ def from_trainer(trainer: Any) -> tuple[DoctorConfig, Live]:
     policy = getattr(trainer, "policy_model", None) or getattr(trainer, "model", None)  # PPO wraps the policy
     arguments = {
         "model": policy, "args": trainer.args, "processing_class": getattr(trainer, "processing_class", None),
-        "train_dataset": getattr(trainer, "train_dataset", None), "reward_funcs": getattr(trainer, "reward_funcs", None),
+        "train_dataset": getattr(trainer, "train_dataset", None), "eval_dataset": getattr(trainer, "eval_dataset", None),
+        "reward_funcs": getattr(trainer, "reward_funcs", None),
         "ref_model": getattr(trainer, "ref_model", None), "reward_model": getattr(trainer, "reward_model", None),
         "value_model": getattr(trainer, "value_model", None),
     }

@@ -38,6 +38,7 @@ class Live:
     tokenizer: Any = None  # processing_class, with the script's added tokens and pad token
     model: Any = None  # the policy the script built (meta device unless --load-weights); None when given as a path
     dataset: Any = None  # train_dataset as the script prepared it
+    eval_dataset: Any = None  # eval_dataset as the script gave it (a Dataset, a dict of them, or None)
     relaxed: dict = field(default_factory=dict)  # settings let through on this machine: {key: (set to, why)}
     machine_relaxed: dict = field(default_factory=dict)  # launch-machine settings outside TRL's config: {what: (asked, why)}
     recipe: str | None = None  # the config file the script was given (--config), when there is one
@@ -287,6 +288,16 @@ class Context:
         except Exception as exc:
             where = cfg.dataset_file or cfg.dataset_dir or cfg.get("dataset_name")
             raise InputError(f"{where}: cannot load the dataset offline: {load_error(exc, 400)}") from None
+
+    @lazy
+    def eval_dataset(self):
+        """The eval_dataset the script gave the trainer. Only a launch command or a built trainer says which: a config
+        file names a test split that a script may or may not pass (TRL's own scripts pass it only with eval_strategy)."""
+        if self.live is None:
+            raise Unavailable("a config file does not say which eval_dataset the trainer is given")
+        if self.live.eval_dataset is None:
+            raise Unavailable(f"{self.live.command}: the trainer was given no eval_dataset")
+        return self.live.eval_dataset
 
     @property
     def has_cuda(self) -> bool:
