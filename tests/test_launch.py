@@ -201,6 +201,30 @@ def test_models_load_on_the_meta_device_unless_load_weights(tmp_path):
     assert out.read_text() == "cpu"
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX paths")
+def test_a_script_that_computes_with_its_model_before_any_trainer_is_told_the_weights_are_the_captures(tmp_path):
+    """TRL's best_of_n notebook samples and scores with its models and never builds a trainer: without
+    --load-weights the capture's weightless (meta) model stops it at its first generate, and the line must say the
+    doctor caused that, not blame the script; with --load-weights the script runs to its end and is said to train
+    nothing."""
+    script = tmp_path / "best_of_n.py"
+    script.write_text(
+        "import torch\n"
+        "from transformers import AutoModelForCausalLM\n"
+        f"model = AutoModelForCausalLM.from_pretrained({str(LAUNCH.parent / 'models' / 'qwen2-chat')!r})\n"
+        "out = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=2, do_sample=False)\n"
+        "print(out.shape)\n"
+    )
+    proc = run_doctor("check", "--", "python", str(script))
+    line = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "best_of_n.py computed with its model's weights before constructing a TRL " \
+        "trainer" in line and "meta" in line and "rerun with --load-weights" in line, proc.stderr
+    assert "best_of_n.py:4" in line, line  # the script's own line that ran the model
+    proc = run_doctor("check", "--load-weights", "--", "python", str(script))
+    assert proc.returncode == 2 and "best_of_n.py finished without constructing a TRL trainer" in proc.stderr, \
+        proc.stderr
+
+
 def test_nothing_is_written_beside_the_script():
     run_doctor("check", "--no-smoke", "--select", "pad-token", "--", "python", "grpo_quickstart.py")
     assert not (LAUNCH / "out").exists()

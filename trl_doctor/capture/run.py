@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import runpy
 import sys
 import threading
@@ -86,6 +87,11 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
     except BaseException as exc:
         message = f"{_shown(command, seen)} failed before constructing a TRL trainer: {type(exc).__name__}: " \
                   f"{one_line(exc)}{_where(exc)}"
+        if not load_weights and _meta_weights(exc):
+            message = (f"{_shown(command, seen)} computed with its model's weights before constructing a TRL trainer "
+                       f"({type(exc).__name__}: {one_line(exc)}{_where(exc)}): the capture builds models without "
+                       "weights (meta device) until a trainer is constructed; rerun with --load-weights to run the "
+                       "script's own code with them")
         if verbose:
             message += "\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
         raise InputError(message) from None
@@ -96,6 +102,21 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
         set_user_roots_to(old_roots)
     raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
                      "(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass)")
+
+
+_META = re.compile(r"\bmeta\b")  # the word, not "metadata"
+
+
+def _meta_weights(exc: BaseException) -> bool:
+    """Whether an error is the capture's own making: a script that runs its model (generate, a pipeline) before any
+    trainer meets weights the capture left on the meta device ("Cannot copy out of meta tensor; no data!")."""
+    seen = 0
+    while exc is not None and seen < 8:
+        text = str(exc).lower()
+        if _META.search(text) and ("tensor" in text or "device" in text):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 # -- the launchers -----------------------------------------------------------------------------------------------
