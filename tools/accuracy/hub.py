@@ -38,6 +38,10 @@ MODELS = {
     "gpt2": ("fixture:gpt2-nopad", "GPT2LMHeadModel, no pad token, no chat template"),
     "Qwen/Qwen3-0.6B": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
     "Qwen/Qwen3-1.7B": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
+    # TRL's sentiment notebooks (examples/notebooks, trl <= 0.24): GPT-2 tuned on IMDB and a DistilBERT classifier
+    "lvwerra/gpt2-imdb": ("fixture:gpt2-nopad", "GPT2LMHeadModel, GPT-2's tokenizer (no pad token)"),
+    "lvwerra/gpt2-imdb-pos-v2": ("fixture:gpt2-nopad", "GPT2LMHeadModel, GPT-2's tokenizer (no pad token)"),
+    "lvwerra/distilbert-imdb": ("distilbert-sentiment", "DistilBertForSequenceClassification, NEGATIVE/POSITIVE"),
 }
 
 
@@ -87,6 +91,10 @@ def _gsm8k(i: int) -> dict:
             "answer": f"Ann has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}"}
 
 
+def _imdb(i: int) -> dict:
+    return {"text": f"This movie was {_words(i, 48)}.", "label": i % 2}  # > 200 characters: the notebooks filter
+
+
 # hub id -> {config: {split: (row maker, rows)}}: the columns and splits of the hub's dataset
 DATASETS = {
     "trl-lib/tldr": {"default": {"train": (_tldr, 64), "validation": (_tldr, 16), "test": (_tldr, 16)}},
@@ -102,6 +110,7 @@ DATASETS = {
     # so enough rows that 5% fills a generation batch on the 8 processes their launches start (rloo.py: 256 prompts)
     "AI-MO/NuminaMath-TIR": {"default": {"train": (_numina, 10000), "test": (_numina, 100)}},
     "openai/gsm8k": {"main": {"train": (_gsm8k, 128), "test": (_gsm8k, 32)}},
+    "stanfordnlp/imdb": {"plain_text": {"train": (_imdb, 64), "test": (_imdb, 16)}},
 }
 
 
@@ -150,6 +159,26 @@ def _qwen3(dest: Path) -> None:
     Qwen3ForCausalLM(cfg).save_pretrained(dest, safe_serialization=True)
 
 
+def _distilbert(dest: Path) -> None:
+    """A two-label DistilBERT sentiment classifier (lvwerra/distilbert-imdb's classes and labels), a WordPiece
+    vocabulary of lower-case letters and a few words."""
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification, DistilBertTokenizerFast
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters, *"0123456789!.,?'", *(f"##{c}" for c in letters),
+             *sorted(set(_words(0, 12).split() + _words(1, 12).split() + ["this", "movie", "was"]))]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "vocab.txt").write_text("\n".join(vocab) + "\n")
+        tokenizer = DistilBertTokenizerFast(vocab_file=str(Path(tmp) / "vocab.txt"), do_lower_case=True)
+    cfg = DistilBertConfig(vocab_size=len(vocab), dim=32, n_layers=1, n_heads=2, hidden_dim=64,
+                           id2label={0: "NEGATIVE", 1: "POSITIVE"}, label2id={"NEGATIVE": 0, "POSITIVE": 1})
+    import torch
+
+    torch.manual_seed(0)
+    DistilBertForSequenceClassification(cfg).save_pretrained(dest, safe_serialization=True)
+    tokenizer.save_pretrained(dest)
+
+
 def _model(home: Path, repo: str, how: str) -> None:
     snap = _snapshot(home, repo)
     if any(snap.iterdir()):
@@ -160,6 +189,8 @@ def _model(home: Path, repo: str, how: str) -> None:
                 shutil.copy2(f, snap / f.name)
     elif how == "qwen3":
         _qwen3(snap)
+    elif how == "distilbert-sentiment":
+        _distilbert(snap)
     else:
         _pythia(snap, "rm" if how.endswith("-rm") else "lm")
     _input_names(snap)

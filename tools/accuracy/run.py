@@ -45,6 +45,7 @@ class Case:
     options: tuple[str, ...] = ()  # trl-doctor's own options (a corpus case's --target)
     hub: dict | None = None  # the stand-in Hugging Face cache's environment (tools/accuracy/hub.py), for hub ids
     trl_repo: str | None = None  # a TRL git ref whose examples/ the case runs from (TRL_REPO_ENV names the repository)
+    notebook: str | None = None  # a notebook of that ref run as a script: its code cells (ensure_trl_repo writes it)
 
 
 # what a rule's fail may be about when the CPU run had to change it: a launch-machine finding, not a false alarm
@@ -93,7 +94,7 @@ def load_cases(out: Path) -> list[Case]:
         ref = entry.get("trl_repo")
         cwd = out / "trl-repo" / ref if ref else ROOT / entry.get("cwd", ".")
         cases.append(Case(entry["name"], entry["source"], command, cwd, entry.get("requires") or {},
-                          hub=_hub(out) if entry.get("hub") else None, trl_repo=ref))
+                          hub=_hub(out) if entry.get("hub") else None, trl_repo=ref, notebook=entry.get("notebook")))
     for path in sorted((ROOT / "corpus").glob("*/case.yaml")):
         entry = yaml.safe_load(path.read_text())
         source = entry.get("source") or {}
@@ -125,13 +126,31 @@ def repo_missing(case: Case) -> str | None:
 
 
 def ensure_trl_repo(case: Case) -> None:
-    """TRL's examples/ at the case's ref, where the case runs (`git archive`, nothing else of the repository)."""
-    if not case.trl_repo or (case.cwd / "examples").exists():
+    """TRL's examples/ at the case's ref, where the case runs (`git archive`, nothing else of the repository), and the
+    case's notebook as a script beside it."""
+    if not case.trl_repo:
         return
-    case.cwd.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "--git-dir", os.environ[TRL_REPO_ENV], "archive", case.trl_repo, "examples"],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(case.cwd)], input=archive, check=True)
+    if not (case.cwd / "examples").exists():
+        case.cwd.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "--git-dir", os.environ[TRL_REPO_ENV], "archive", case.trl_repo, "examples"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(case.cwd)], input=archive, check=True)
+    if case.notebook:
+        notebook = case.cwd / case.notebook
+        notebook.with_suffix(".py").write_text(notebook_script(json.loads(notebook.read_text())))
+
+
+def notebook_script(notebook: dict) -> str:
+    """A notebook's code cells in order, as one script: what a user runs top to bottom. IPython's own lines (`%pip
+    install ...`, `%load_ext`, `!nvidia-smi`) are not Python and are left out (the packages are the environment's)."""
+    cells = []
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        lines = (source if isinstance(source, list) else source.splitlines(keepends=True))
+        cells.append("".join(ln for ln in lines if not ln.lstrip().startswith(("%", "!"))).rstrip("\n"))
+    return "\n\n".join(cells) + "\n"
 
 
 def ensure_hub(case: Case) -> None:
@@ -152,6 +171,7 @@ class Truth:
     error: str | None  # the crash: "Type: message (at file:line)"
     wrong: list[str]  # what trains wrong without stopping
     changed: set[str]  # the settings the CPU run changed
+    trainer: bool = True  # whether the script built a trainer (one that ends without building one trains nothing)
 
 
 def ground_truth(case: Case) -> Truth:
@@ -163,6 +183,9 @@ def ground_truth(case: Case) -> Truth:
     lines = proc.stderr.splitlines()
     changed = {ln.split()[2].split("=")[0] for ln in lines if ln.startswith("truth: changed ")}
     wrong = [ln[len("truth: wrong: "):] for ln in lines if ln.startswith("truth: wrong: ")]
+    built = any(ln.startswith("truth: trainer ") for ln in lines)
+    if proc.returncode == 0 and not built:
+        return Truth("runs to its end and builds no trainer: nothing trains", None, wrong, changed, trainer=False)
     if proc.returncode == 0:
         return Truth("trains" + (f", but {'; '.join(wrong)}" if wrong else ""), None, wrong, changed)
     if proc.returncode < 0:  # killed (the kernel's out-of-memory killer): no verdict from this machine
@@ -175,10 +198,10 @@ def ground_truth(case: Case) -> Truth:
     return Truth(f"crashes: {error}", error, wrong, changed)
 
 
-def doctor(case: Case) -> tuple[int, dict | None, str]:
+def doctor(case: Case, *more: str) -> tuple[int, dict | None, str]:
     beside = Path(sys.executable).parent / "trl-doctor"  # this interpreter's own install, activated or not
     exe = str(beside) if beside.exists() else shutil.which("trl-doctor") or "trl-doctor"
-    proc = subprocess.run([exe, "check", *case.options, "--format", "json", "--", *case.command], cwd=case.cwd,
+    proc = subprocess.run([exe, "check", *case.options, *more, "--format", "json", "--", *case.command], cwd=case.cwd,
                           capture_output=True,
                           text=True, timeout=TIMEOUT, env=_env(case))
     try:
@@ -213,6 +236,10 @@ def judge(case: Case) -> Outcome:
     try:
         truth = ground_truth(case)
         code, report, line = doctor(case)
+        if code == 2 and "rerun with --load-weights" in line:  # what the line tells its reader to do next
+            first = line.removeprefix("trl-doctor: error: ")
+            code, report, line = doctor(case, "--load-weights")
+            line = f"{line} (first, without --load-weights: {first})"
     finally:  # what the runs wrote beside the case (output_dir, a dataset cache) goes: the repository stays clean
         for name in set(os.listdir(case.cwd)) - before:
             path = case.cwd / name
@@ -225,7 +252,10 @@ def judge(case: Case) -> Outcome:
     else:
         said = f"exit {code}" + (f": fail {', '.join(fails)}" if fails else "") + (f"; error {', '.join(errors)}" if errors else "")
     machine = [r for r in fails if EXCUSED.get(r, set()) & truth.changed or "*" in truth.changed]
-    if truth.error is None and truth.wrong:
+    if not truth.trainer:  # the doctor has nothing to check: its exit-2 line must say so
+        verdict = "right" if code == 2 and "without constructing a TRL trainer" in line else \
+            ("wrong cause" if code == 2 else "false alarm")
+    elif truth.error is None and truth.wrong:
         verdict = "right" if fails else "miss"
     elif truth.error is None:
         verdict = "right" if (code == 0 or (code == 1 and fails and set(fails) == set(machine))) and not errors \

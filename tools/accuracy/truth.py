@@ -19,6 +19,9 @@ It also shows what trains wrong without stopping (`truth: wrong: ...`): a LoRA t
 of the model (PEFT stops only when none of them matches); a PPO-style rollout (PPO, RLOO before trl 0.22) whose
 responses go on past their eos token while no `stop_token` truncates them, so the reward model scores what follows.
 
+And it says which trainer the script built (`truth: trainer ClassName`, from transformers' Trainer constructor): a
+script that ends without building one trains nothing (TRL's best_of_n notebook samples and scores only).
+
 Everything else is the script's own: its parser, model loading, dataset preparation, rewards and trainer. The exit
 status is the script's (0 when it trained; 1 with the error's last line on stderr when it raised).
 """
@@ -91,6 +94,19 @@ def _patch_from_pretrained() -> None:
             return _original(cls, *args, **kwargs)
 
         owner.from_pretrained = classmethod(from_pretrained)
+
+
+def _patch_trainer_init() -> None:
+    """Name each trainer the script constructs (every TRL trainer from 0.12 is a transformers Trainer)."""
+    from transformers import Trainer
+
+    original = Trainer.__init__
+
+    def __init__(self, *args, **kwargs):
+        print(f"truth: trainer {type(self).__name__}", file=sys.stderr)
+        original(self, *args, **kwargs)
+
+    Trainer.__init__ = __init__
 
 
 def _patch_push_to_hub() -> None:
@@ -252,6 +268,7 @@ def main(argv: list[str]) -> int:
     _patch_training_arguments()
     _patch_from_pretrained()
     _patch_push_to_hub()
+    _patch_trainer_init()
     _patch_peft()
     try:
         code = _run(kind, target, args)
