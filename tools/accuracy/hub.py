@@ -36,6 +36,10 @@ MODELS = {
     "Qwen/Qwen2-0.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
     "Qwen/Qwen2.5-0.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
     "gpt2": ("fixture:gpt2-nopad", "GPT2LMHeadModel, no pad token, no chat template"),
+    # students and teachers of TRL's distillation scripts (gkd.py, distillation.py), KTO's SFT model
+    "Qwen/Qwen2-1.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
+    "Qwen/Qwen2.5-1.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
+    "trl-lib/qwen1.5-1.8b-sft": ("fixture:qwen2-chat", "Qwen2ForCausalLM (Qwen1.5's architecture) with a chat template"),
     "Qwen/Qwen3-0.6B": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
     "Qwen/Qwen3-1.7B": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
     # TRL's sentiment notebooks (examples/notebooks, trl <= 0.24): GPT-2 tuned on IMDB and a DistilBERT classifier
@@ -91,6 +95,26 @@ def _gsm8k(i: int) -> dict:
             "answer": f"Ann has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}"}
 
 
+def _unpaired(i: int) -> dict:  # trl-lib/kto-mix-14k, trl-lib/ultrafeedback-gpt-3.5-turbo-helpfulness
+    return {"prompt": [{"role": "user", "content": _words(i, 8) + "?"}],
+            "completion": [{"role": "assistant", "content": _words(i + 1, 6)}], "label": i % 3 != 0}
+
+
+def _prompt_completion(i: int) -> dict:  # trl-lib/chatbot_arena_completions
+    return {"prompt": [{"role": "user", "content": _words(i, 8) + "?"}],
+            "completion": [{"role": "assistant", "content": _words(i + 1, 6)}]}
+
+
+def _prompt_only(i: int) -> dict:  # trl-lib/ultrafeedback-prompt
+    return {"prompt": [{"role": "user", "content": _words(i, 8) + "?"}]}
+
+
+def _stepwise(i: int) -> dict:  # trl-lib/prm800k: a problem, its solution's steps and a label per step
+    return {"prompt": f"What is {i % 9} plus {i % 7}? {_words(i, 4)}",
+            "completions": [_words(i + 1, 5), _words(i + 2, 5), f"The answer is {i % 9 + i % 7}."],
+            "labels": [True, i % 2 == 0, i % 2 == 0]}
+
+
 def _imdb(i: int) -> dict:
     return {"text": f"This movie was {_words(i, 48)}.", "label": i % 2}  # > 200 characters: the notebooks filter
 
@@ -111,6 +135,11 @@ DATASETS = {
     "AI-MO/NuminaMath-TIR": {"default": {"train": (_numina, 10000), "test": (_numina, 100)}},
     "openai/gsm8k": {"main": {"train": (_gsm8k, 128), "test": (_gsm8k, 32)}},
     "stanfordnlp/imdb": {"plain_text": {"train": (_imdb, 64), "test": (_imdb, 16)}},
+    "trl-lib/kto-mix-14k": {"default": {"train": (_unpaired, 64), "test": (_unpaired, 16)}},
+    "trl-lib/chatbot_arena_completions": {"default": {"train": (_prompt_completion, 64),
+                                                      "test": (_prompt_completion, 16)}},
+    "trl-lib/ultrafeedback-prompt": {"default": {"train": (_prompt_only, 64), "test": (_prompt_only, 16)}},
+    "trl-lib/prm800k": {"default": {"train": (_stepwise, 64), "test": (_stepwise, 16)}},
 }
 
 

@@ -126,14 +126,17 @@ def repo_missing(case: Case) -> str | None:
 
 
 def ensure_trl_repo(case: Case) -> None:
-    """TRL's examples/ at the case's ref, where the case runs (`git archive`, nothing else of the repository), and the
-    case's notebook as a script beside it."""
+    """TRL's examples/ (and trl/scripts/) at the case's ref, where the case runs (`git archive`, nothing else of the
+    repository), and the case's notebook as a script beside it."""
     if not case.trl_repo:
         return
     if not (case.cwd / "examples").exists():
         case.cwd.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "--git-dir", os.environ[TRL_REPO_ENV], "archive", case.trl_repo, "examples"],
-                                 check=True, capture_output=True).stdout
+        git = ["git", "--git-dir", os.environ[TRL_REPO_ENV]]
+        # examples/, and trl/scripts/ where the ref has it: some docstrings run `python trl/scripts/kto.py` from the root
+        parts = [p for p in ("examples", "trl/scripts")
+                 if subprocess.run([*git, "cat-file", "-e", f"{case.trl_repo}:{p}"], capture_output=True).returncode == 0]
+        archive = subprocess.run([*git, "archive", case.trl_repo, *parts], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(case.cwd)], input=archive, check=True)
     if case.notebook:
         notebook = case.cwd / case.notebook

@@ -97,16 +97,15 @@ def _patch_from_pretrained() -> None:
 
 
 def _patch_trainer_init() -> None:
-    """Name each trainer the script constructs (every TRL trainer from 0.12 is a transformers Trainer)."""
+    """Name each trainer the script constructs: every TRL trainer from 0.12 is a transformers Trainer, though some
+    never call its constructor (PPOTrainer and RLOOTrainer before 0.22 set themselves up): `__new__` sees them all."""
     from transformers import Trainer
 
-    original = Trainer.__init__
+    def __new__(cls, *args, **kwargs):
+        print(f"truth: trainer {cls.__name__}", file=sys.stderr)
+        return object.__new__(cls)
 
-    def __init__(self, *args, **kwargs):
-        print(f"truth: trainer {type(self).__name__}", file=sys.stderr)
-        original(self, *args, **kwargs)
-
-    Trainer.__init__ = __init__
+    Trainer.__new__ = __new__
 
 
 def _patch_push_to_hub() -> None:
