@@ -100,9 +100,12 @@ def _unpaired(i: int) -> dict:  # trl-lib/kto-mix-14k, trl-lib/ultrafeedback-gpt
             "completion": [{"role": "assistant", "content": _words(i + 1, 6)}], "label": i % 3 != 0}
 
 
-def _prompt_completion(i: int) -> dict:  # trl-lib/chatbot_arena_completions
-    return {"prompt": [{"role": "user", "content": _words(i, 8) + "?"}],
-            "completion": [{"role": "assistant", "content": _words(i + 1, 6)}]}
+def _prompt_completion(i: int) -> dict:
+    """trl-lib/chatbot_arena_completions, which TRL's gkd.py and gold.py train on: its columns are not readable here;
+    the stand-in holds the conversation as the `messages` that GKD's collator (DataCollatorForChatML) reads, since
+    a `prompt` column there must be formatted text: a crash over the columns would be the stand-in's."""
+    return {"messages": [{"role": "user", "content": _words(i, 8) + "?"},
+                         {"role": "assistant", "content": _words(i + 1, 6)}]}
 
 
 def _prompt_only(i: int) -> dict:  # trl-lib/ultrafeedback-prompt
