@@ -344,11 +344,12 @@ def _eval_rows_for_samples(ctx, v: dict, procs: int) -> tuple[list[str], str | N
     try:
         samples = config_value(ctx, "num_sample_generations", 0)
         eval_set = ctx.eval_dataset
-        rows = len(eval_set)
-    except (Unavailable, InputError, TypeError):  # no eval set given, a dict of them, or a stream (no len)
+        rows = len(eval_set) if not isinstance(eval_set, dict) else None
+    except (Unavailable, InputError, TypeError):  # no eval set given, or a stream (no len)
         return [], None, {}
     per_batch = v.get("per_device_eval_batch_size")
-    if not isinstance(samples, int) or samples <= 0 or not isinstance(per_batch, int) or per_batch <= 0:
+    if rows is None or not isinstance(samples, int) or samples <= 0 or not isinstance(per_batch, int) or per_batch <= 0:
+        # a dict of eval sets (the sample loop takes no dict), or no sample generation to judge
         return [], None, {}
     needed = per_batch * procs
     takes = f"per_device_eval_batch_size {per_batch}" + ("" if procs == 1 else f" on each of {procs} processes")

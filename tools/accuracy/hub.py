@@ -101,9 +101,11 @@ def _unpaired(i: int) -> dict:  # trl-lib/kto-mix-14k, trl-lib/ultrafeedback-gpt
 
 
 def _prompt_completion(i: int) -> dict:
-    """trl-lib/chatbot_arena_completions, which TRL's gkd.py and gold.py train on: its columns are not readable here;
-    the stand-in holds the conversation as the `messages` that GKD's collator (DataCollatorForChatML) reads, since
-    a `prompt` column there must be formatted text: a crash over the columns would be the stand-in's."""
+    """trl-lib/chatbot_arena_completions, which TRL's gkd.py and gold.py train on: a conversation in `messages`, as
+    GKD's collator (DataCollatorForChatML) reads it, and no `prompt` column. That is the hub's dataset as TRL's own
+    history shows it: gkd.py up to v0.17 mapped `x["prompt"]` and stopped with KeyError 'prompt' until "[GKD] fix the
+    gkd script" (trl#3497, 2025-05-26) removed the map, and f2cd577 still guards its callback on "prompt" being absent
+    "from conversational datasets" (trl#6251)."""
     return {"messages": [{"role": "user", "content": _words(i, 8) + "?"},
                          {"role": "assistant", "content": _words(i + 1, 6)}]}
 
