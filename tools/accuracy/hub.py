@@ -40,6 +40,9 @@ MODELS = {
     "Qwen/Qwen2-1.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
     "Qwen/Qwen2.5-1.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
     "trl-lib/qwen1.5-1.8b-sft": ("fixture:qwen2-chat", "Qwen2ForCausalLM (Qwen1.5's architecture) with a chat template"),
+    "Qwen/Qwen2.5-Math-1.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
+    "Qwen/Qwen3-4B-Instruct-2507": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
+    "meta-llama/Llama-3.2-1B-Instruct": ("fixture:llama3-bos", "LlamaForCausalLM, Llama 3's byte-level tokenizer"),
     "Qwen/Qwen3-0.6B": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
     "Qwen/Qwen3-1.7B": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
     # TRL's sentiment notebooks (examples/notebooks, trl <= 0.24): GPT-2 tuned on IMDB and a DistilBERT classifier
@@ -120,6 +123,16 @@ def _stepwise(i: int) -> dict:  # trl-lib/prm800k: a problem, its solution's ste
             "labels": [True, i % 2 == 0, i % 2 == 0]}
 
 
+def _triple(i: int) -> dict:  # tpo-alignment/triple-preference-ultrafeedback-40K: plain strings (tpo.py wraps them)
+    return {"prompt": _words(i, 8) + "?", "reference": _words(i + 3, 6), "chosen": _words(i + 1, 6),
+            "rejected": _words(i + 2, 6)}
+
+
+def _coding_seed(i: int) -> dict:  # microsoft/rStar-Coder, config seed_sft: a problem in `question`
+    return {"question": f"Write a function that returns {i % 9} plus its argument. {_words(i, 6)}",
+            "response": f"def f(x):\n    return x + {i % 9}", "code": f"def f(x):\n    return x + {i % 9}"}
+
+
 def _imdb(i: int) -> dict:
     return {"text": f"This movie was {_words(i, 48)}.", "label": i % 2}  # > 200 characters: the notebooks filter
 
@@ -145,6 +158,8 @@ DATASETS = {
                                                       "test": (_prompt_completion, 16)}},
     "trl-lib/ultrafeedback-prompt": {"default": {"train": (_prompt_only, 64), "test": (_prompt_only, 16)}},
     "trl-lib/prm800k": {"default": {"train": (_stepwise, 64), "test": (_stepwise, 16)}},
+    "tpo-alignment/triple-preference-ultrafeedback-40K": {"default": {"train": (_triple, 64), "test": (_triple, 16)}},
+    "microsoft/rStar-Coder": {"seed_sft": {"train": (_coding_seed, 64)}},
 }
 
 
