@@ -213,7 +213,30 @@ def model_init_kwargs(ctx) -> dict:
     value = config_value(ctx, "model_init_kwargs", None)
     if not value and getattr(ctx, "live", None) is not None and isinstance(ctx.config.raw.get("model_init_kwargs"), dict):
         value = ctx.config.raw["model_init_kwargs"]
-    return as_mapping(value)
+    out = as_mapping(value)
+    quant = out.get("quantization_config")
+    if quant is not None and not isinstance(quant, dict):
+        out["quantization_config"] = quantization_mapping(quant)
+    return out
+
+
+def quantization_mapping(quant: Any) -> dict:
+    """A quantization config object as the mapping the rules read (`quant_method`, `load_in_4bit`, ...): a script
+    that sets `model_init_kwargs` itself hands TRL the object (transformers' BitsAndBytesConfig, as TRL's
+    get_quantization_config returns it), where a recipe writes the mapping. Its own to_dict() (BitsAndBytesConfig
+    writes load_in_4bit / load_in_8bit there), quant_method as its plain string; an object without one keeps only
+    its class name as the method."""
+    to_dict = getattr(quant, "to_dict", None)
+    try:
+        out = dict(to_dict()) if callable(to_dict) else {}
+    except Exception:  # an object of the script's own
+        out = {}
+    if not out:
+        return {"quant_method": type(quant).__name__}
+    method = out.get("quant_method")
+    if method is not None:
+        out["quant_method"] = str(getattr(method, "value", method))
+    return out
 
 
 def unapplied_model_keys(ctx) -> dict[str, tuple[Any, str]]:
