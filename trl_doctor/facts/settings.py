@@ -277,16 +277,26 @@ def policy_dtype(ctx) -> tuple[str, str]:
         for key in ("dtype", "torch_dtype"):
             if mapping.get(key) is not None:
                 return _resolve_dtype(ctx, mapping[key], f"{key} in {where}" if where != "the config" else f"`{key}`")
-    for key in ("dtype", "torch_dtype"):
-        found = _field_default(ctx.trainer, key)
-        if found is not _MISSING and found is not None:
-            return _resolve_dtype(ctx, found, f"TRL's ModelConfig default {key}={found!r}")
+    live = getattr(ctx, "live", None)
+    if live is None:
+        # a recipe for TRL's own scripts: they load the policy with ModelConfig's dtype. A launch command's script
+        # passes ModelConfig's dtype on itself (the capture records it in model_init_kwargs) or never uses it
+        for key in ("dtype", "torch_dtype"):
+            found = _field_default(ctx.trainer, key)
+            if found is not _MISSING and found is not None:
+                return _resolve_dtype(ctx, found, f"TRL's ModelConfig default {key}={found!r}")
+    version = ctx.version("transformers") or "0"
+    if live is not None and getattr(live, "model", None) is not None:
+        # the script loaded the policy itself without a dtype: from_pretrained's own default, not TRL's
+        if int(version.split(".")[0]) >= 5:
+            return _resolve_dtype(ctx, "auto", f"the script's from_pretrained without a dtype: transformers {version}'s "
+                                               "default 'auto'")
+        return "float32", f"the script's from_pretrained without a dtype: transformers {version}'s default (float32)"
     # no dtype anywhere: TRL 1.x's create_model_from_path loads fp32; bare transformers 5 loads "auto"
     from .trl import create_model_default_dtype
 
     if create_model_default_dtype() == "float32":
         return "float32", "TRL's create_model_from_path default (float32 when no dtype is given)"
-    version = ctx.version("transformers") or "0"
     if int(version.split(".")[0]) >= 5:
         return _resolve_dtype(ctx, "auto", f"transformers {version}'s from_pretrained default 'auto'")
     return "float32", f"transformers {version}'s from_pretrained default (float32)"
