@@ -344,6 +344,16 @@ def _flash_dtype_problem(ctx, attn, where, name, alt) -> tuple[str, str] | None:
 HALF_DTYPES = ("bfloat16", "float16", "half")
 
 
+def _bnb_bits(ctx) -> str | None:
+    """"4bit" / "8bit" when the policy loads bitsandbytes-quantized: `load_in_*` in model_init_kwargs, in its
+    `quantization_config` (a recipe's mapping, or the object a script built, as settings turns it into one), or as
+    TRL's ModelConfig keys."""
+    kwargs = settings(ctx).model_init_kwargs
+    quant = kwargs.get("quantization_config") if isinstance(kwargs.get("quantization_config"), dict) else {}
+    return next((b for b in ("4bit", "8bit") if quant.get(f"load_in_{b}") or kwargs.get(f"load_in_{b}")
+                 or config_value(ctx, f"load_in_{b}", False) is True), None)
+
+
 def _quantization(ctx, raw, on_cpu) -> _Found:
     """bitsandbytes loading (`quantization_config` with quant_method bitsandbytes, `load_in_4bit` / `load_in_8bit`
     in model_init_kwargs or as TRL's ModelConfig keys) needs the bitsandbytes package and a GPU at model loading."""
@@ -351,8 +361,7 @@ def _quantization(ctx, raw, on_cpu) -> _Found:
     findings: list[tuple[str, str, Fix | None]] = []
     kwargs = settings(ctx).model_init_kwargs
     quant = kwargs.get("quantization_config") if isinstance(kwargs.get("quantization_config"), dict) else {}
-    bits = next((b for b in ("4bit", "8bit") if quant.get(f"load_in_{b}") or kwargs.get(f"load_in_{b}")
-                 or config_value(ctx, f"load_in_{b}", False) is True), None)
+    bits = _bnb_bits(ctx)
     if bits is None and str(quant.get("quant_method", "")).lower() != "bitsandbytes":
         return _Found("", details, findings)
     what = f"bitsandbytes {bits or ''} loading".replace("  ", " ")
@@ -504,7 +513,7 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible) -> _Found:
     resolved = settings(ctx)
     load, load_from = resolved.policy_dtype, resolved.policy_dtype_from
     details["load dtype"] = f"{load} ({load_from})"
-    if any(config_value(ctx, k, False) for k in ("load_in_4bit", "load_in_8bit")):
+    if any(config_value(ctx, k, False) for k in ("load_in_4bit", "load_in_8bit")) or _bnb_bits(ctx):
         return _Found(f"weights load quantized ({load} for the rest)", details, findings)
     explicit = bool(_explicit_dtype(raw, resolved.model_init_kwargs))
     use_peft = resolved.use_peft

@@ -448,3 +448,44 @@ def test_the_bf16_reading_of_torch_2_0_and_of_the_installed_torch():
     emulates, words = _torch_emulates()  # torch 2.13: including_emulation=True, with the bfloat16-tensor fallback
     assert emulates is True, words
 
+
+
+def test_a_model_the_script_loads_without_a_dtype_takes_from_pretrained_default(built_fixtures, tmp_path):
+    """A script that loads the policy itself with no dtype gets from_pretrained's own default: 'auto' from
+    transformers 5 (the checkpoint's dtype, here bfloat16), float32 before. TRL's ModelConfig default (float32 in
+    trl 1.x) is no part of it: the script never built a ModelConfig, and the capture records no dtype."""
+    import shutil
+
+    from transformers import __version__ as transformers_version
+
+    model = tmp_path / "qwen2-bf16"
+    shutil.copytree(FIXTURES / "models" / "qwen2-chat", model)
+    config = json.loads((model / "config.json").read_text())
+    config.pop("torch_dtype", None)
+    config["dtype"] = "bfloat16"
+    (model / "config.json").write_text(json.dumps(config))
+    script = tmp_path / "own_load.py"
+    script.write_text(
+        "from datasets import load_dataset\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "from trl import GRPOConfig, GRPOTrainer\n\n"
+        "def reward_len(completions, **kwargs):\n"
+        "    return [-abs(20 - len(c[-1]['content'])) for c in completions]\n\n"
+        f"model = AutoModelForCausalLM.from_pretrained({str(model)!r})\n"
+        f"dataset = load_dataset('json', data_files={str(FIXTURES / 'data' / 'chat.jsonl')!r}, split='train')\n"
+        "args = GRPOConfig(output_dir='out', per_device_train_batch_size=2, num_generations=2,\n"
+        "                  max_completion_length=16, report_to='none')\n"
+        "GRPOTrainer(model=model, reward_funcs=reward_len, args=args, train_dataset=dataset).train()\n")
+    from conftest import run_doctor
+
+    proc = run_doctor("check", "--no-smoke", "--select", "precision-and-attention", "--format", "json", "--",
+                      "python", script.name, cwd=tmp_path)
+    assert proc.stdout, proc.stderr
+    result = result_of(json.loads(proc.stdout), "precision-and-attention")
+    load = result["details"]["load dtype"]
+    assert "ModelConfig" not in load, load
+    assert "the script's from_pretrained without a dtype" in load, load
+    if Version(transformers_version).major >= 5:
+        assert load.startswith("bfloat16"), load
+    else:
+        assert load.startswith("float32"), load

@@ -229,3 +229,29 @@ def test_server_overlap_is_judged_on_the_visible_gpus(built_fixtures, fake_gpus,
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2,3")
     code, r = check(HERE / "bad_server_local_all_gpus.yaml")
     assert code == 0 and r["status"] == "pass", r
+
+
+def test_a_quantization_config_object_in_model_init_kwargs_is_seen(built_fixtures):
+    """A script that sets `model_init_kwargs` itself hands TRL the BitsAndBytesConfig object (TRL's
+    get_quantization_config returns one), not the mapping a recipe writes: the 4-bit policy under vLLM server mode
+    fails here as the recipe's mapping does, and precision-and-attention says the weights load quantized
+    (corpus/qlora_grpo_vllm: both passed while the object went unread)."""
+    from conftest import run_doctor
+
+    command = ["python", "grpo_qlora_init_kwargs.py", "--model_name_or_path", "../models/qwen2-chat", "--dataset_name",
+               "../data/chat.jsonl", "--output_dir", "out/qlora-object", "--num_generations", "2",
+               "--per_device_train_batch_size", "2", "--max_completion_length", "32", "--report_to", "none",
+               "--use_peft", "--load_in_4bit", "--lora_target_modules", "q_proj", "v_proj",
+               "--use_vllm", "--vllm_mode", "server"]
+    proc = run_doctor("check", "--no-smoke", "--select", "vllm-weights,precision-and-attention", "--format", "json",
+                      "--", *command, cwd=FIXTURES / "launch")
+    assert proc.stdout, proc.stderr
+    report = json.loads(proc.stdout)
+    weights = result_of(report, "vllm-weights")
+    assert weights["status"] == "fail", weights
+    assert "`model_init_kwargs.quantization_config` (bitsandbytes 4-bit) with vLLM (server mode)" in weights["message"]
+    assert "packed 4-bit tensors" in weights["message"], weights
+    precision = result_of(report, "precision-and-attention")
+    text = precision["message"] + json.dumps(precision.get("details") or {})
+    assert "bitsandbytes 4bit loading" in text, precision
+    assert "weights load as float32" not in text, precision

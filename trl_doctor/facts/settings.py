@@ -213,7 +213,30 @@ def model_init_kwargs(ctx) -> dict:
     value = config_value(ctx, "model_init_kwargs", None)
     if not value and getattr(ctx, "live", None) is not None and isinstance(ctx.config.raw.get("model_init_kwargs"), dict):
         value = ctx.config.raw["model_init_kwargs"]
-    return as_mapping(value)
+    out = as_mapping(value)
+    quant = out.get("quantization_config")
+    if quant is not None and not isinstance(quant, dict):
+        out["quantization_config"] = quantization_mapping(quant)
+    return out
+
+
+def quantization_mapping(quant: Any) -> dict:
+    """A quantization config object as the mapping the rules read (`quant_method`, `load_in_4bit`, ...): a script
+    that sets `model_init_kwargs` itself hands TRL the object (transformers' BitsAndBytesConfig, as TRL's
+    get_quantization_config returns it), where a recipe writes the mapping. Its own to_dict() (BitsAndBytesConfig
+    writes load_in_4bit / load_in_8bit there), quant_method as its plain string; an object without one keeps only
+    its class name as the method."""
+    to_dict = getattr(quant, "to_dict", None)
+    try:
+        out = dict(to_dict()) if callable(to_dict) else {}
+    except Exception:  # an object of the script's own
+        out = {}
+    if not out:
+        return {"quant_method": type(quant).__name__}
+    method = out.get("quant_method")
+    if method is not None:
+        out["quant_method"] = str(getattr(method, "value", method))
+    return out
 
 
 def unapplied_model_keys(ctx) -> dict[str, tuple[Any, str]]:
@@ -254,16 +277,26 @@ def policy_dtype(ctx) -> tuple[str, str]:
         for key in ("dtype", "torch_dtype"):
             if mapping.get(key) is not None:
                 return _resolve_dtype(ctx, mapping[key], f"{key} in {where}" if where != "the config" else f"`{key}`")
-    for key in ("dtype", "torch_dtype"):
-        found = _field_default(ctx.trainer, key)
-        if found is not _MISSING and found is not None:
-            return _resolve_dtype(ctx, found, f"TRL's ModelConfig default {key}={found!r}")
+    live = getattr(ctx, "live", None)
+    if live is None:
+        # a recipe for TRL's own scripts: they load the policy with ModelConfig's dtype. A launch command's script
+        # passes ModelConfig's dtype on itself (the capture records it in model_init_kwargs) or never uses it
+        for key in ("dtype", "torch_dtype"):
+            found = _field_default(ctx.trainer, key)
+            if found is not _MISSING and found is not None:
+                return _resolve_dtype(ctx, found, f"TRL's ModelConfig default {key}={found!r}")
+    version = ctx.version("transformers") or "0"
+    if live is not None and getattr(live, "model", None) is not None:
+        # the script loaded the policy itself without a dtype: from_pretrained's own default, not TRL's
+        if int(version.split(".")[0]) >= 5:
+            return _resolve_dtype(ctx, "auto", f"the script's from_pretrained without a dtype: transformers {version}'s "
+                                               "default 'auto'")
+        return "float32", f"the script's from_pretrained without a dtype: transformers {version}'s default (float32)"
     # no dtype anywhere: TRL 1.x's create_model_from_path loads fp32; bare transformers 5 loads "auto"
     from .trl import create_model_default_dtype
 
     if create_model_default_dtype() == "float32":
         return "float32", "TRL's create_model_from_path default (float32 when no dtype is given)"
-    version = ctx.version("transformers") or "0"
     if int(version.split(".")[0]) >= 5:
         return _resolve_dtype(ctx, "auto", f"transformers {version}'s from_pretrained default 'auto'")
     return "float32", f"transformers {version}'s from_pretrained default (float32)"
