@@ -207,8 +207,9 @@ def _qwen2_5_vl(dest: Path) -> None:
     ids = {t["content"]: t["id"] for t in tok["added_tokens"]}
     old = json.loads((source / "config.json").read_text())
     vocab = (old.get("text_config") or old)["vocab_size"]
+    # the 3B's context: 128000 positions (its tokenizer's model_max_length 131072), which context-length judges against
     text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=512, rope_scaling={"type": "mrope",
+                num_key_value_heads=2, max_position_embeddings=128000, rope_scaling={"type": "mrope",
                 "mrope_section": [2, 3, 3]}, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
                 tie_word_embeddings=True)
     vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14,
@@ -231,6 +232,7 @@ def _qwen2_5_vl(dest: Path) -> None:
     (dest / "chat_template.json").write_text(json.dumps({"chat_template": QWEN2VL_TEMPLATE}, indent=2) + "\n")
     config = json.loads((dest / "tokenizer_config.json").read_text())
     config["chat_template"] = QWEN2VL_TEMPLATE
+    config["model_max_length"] = 131072
     (dest / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
 
 
