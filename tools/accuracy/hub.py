@@ -105,6 +105,19 @@ def _multimodal_r1(i: int) -> dict:
             "solution": f"${a * b}$"}
 
 
+def _rlaif_v(i: int) -> dict:
+    """A row of HuggingFaceH4/rlaif-v_formatted as dpo_vlm.py reads it: `images` (a list of one image), `prompt` (a
+    user turn whose content is an image part and a text part), `chosen` and `rejected` (an assistant turn each)."""
+    from PIL import Image
+
+    image = Image.new("RGB", (56 + 8 * (i % 5), 56 + 4 * (i % 7)), color=((i * 37) % 256, (i * 91) % 256, 128))
+    return {"images": [image],
+            "prompt": [{"role": "user", "content": [{"type": "image", "text": None},
+                                                     {"type": "text", "text": _words(i, 8) + "?"}]}],
+            "chosen": [{"role": "assistant", "content": [{"type": "text", "text": _words(i + 1, 6)}]}],
+            "rejected": [{"role": "assistant", "content": [{"type": "text", "text": _words(i + 2, 6)}]}]}
+
+
 # hub id -> {config: {split: (row maker, rows)}}: the columns and splits of the hub's dataset
 DATASETS = {
     "trl-lib/tldr": {"default": {"train": (_tldr, 64), "validation": (_tldr, 16), "test": (_tldr, 16)}},
@@ -123,6 +136,9 @@ DATASETS = {
     # image / problem / solution (7.69k rows, one train split): the VLM scripts hold 100 rows out for their test split
     # and train on the rest, up to 64 prompts a generation (gspo_vlm.py) on each of the launch's 8 processes
     "lmms-lab/multimodal-open-r1-8k-verified": {"default": {"train": (_multimodal_r1, 640)}},
+    # images / prompt / chosen / rejected, conversational with image parts: dpo_vlm.py's one optimizer step takes 32
+    # micro-batches of 2 rows
+    "HuggingFaceH4/rlaif-v_formatted": {"default": {"train": (_rlaif_v, 96), "test": (_rlaif_v, 16)}},
 }
 
 
@@ -301,19 +317,27 @@ def _dataset(home: Path, repo: str, configs: dict) -> None:
 
 
 def _is_image(value) -> bool:
+    """A PIL image, or a non-empty list of them (an `images` column)."""
     try:
         from PIL import Image
     except ImportError:
         return False
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(v, Image.Image) for v in value)
     return isinstance(value, Image.Image)
 
 
 def _features(record: dict):
-    """The row's features: an Image feature where the value is a PIL image, the rest as datasets infers them."""
+    """The row's features: Image where the value is a PIL image, a list of Image for a list of them, the rest as
+    datasets infers them."""
     import datasets
 
-    return datasets.Features({k: datasets.Image() if _is_image(v) else
-                              datasets.Dataset.from_list([{k: v}]).features[k] for k, v in record.items()})
+    def feature(key, value):
+        if _is_image(value):
+            return datasets.Sequence(datasets.Image()) if isinstance(value, list) else datasets.Image()
+        return datasets.Dataset.from_list([{key: value}]).features[key]
+
+    return datasets.Features({k: feature(k, v) for k, v in record.items()})
 
 
 def build(home: Path) -> dict[str, str]:
