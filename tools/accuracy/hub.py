@@ -190,16 +190,16 @@ def _qwen3(dest: Path) -> None:
 # Qwen/Qwen2.5-VL-3B-Instruct's chat_template.json: message contents as strings or lists of {"type": "image" | "video" |
 # "text"} parts, each image as <|vision_start|><|image_pad|><|vision_end|> (the processor expands the pad per patch)
 QWEN2VL_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-    "{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}"
-    "<|im_end|>\n{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content"
-    " or 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture "
-    "{{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == 'video' "
-    "or 'video' in content %}{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video "
-    "{{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}"
-    "{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}"
-    "<|im_start|>assistant\n{% endif %}"
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %"
+    "}{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_"
+    "end|>\n{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content o"
+    "r 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture {{ i"
+    "mage_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == 'video' or"
+    " 'video' in content %}{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video {{ video_co"
+    "unt.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text"
+    "'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assista"
+    "nt\n{% endif %}"
 )
 
 # Qwen/Qwen2.5-VL-3B-Instruct's preprocessor_config.json
@@ -309,7 +309,7 @@ def _dataset(home: Path, repo: str, configs: dict) -> None:
             prepared = Path(info).parent
             dest = target / prepared.name
             shutil.copytree(prepared, dest)
-            for arrow in dest.glob(f"{builder}-*.arrow"):  # the files are named after the dataset, as its cache names them
+            for arrow in dest.glob(f"{builder}-*.arrow"):  # named after the dataset, as its cache names them
                 arrow.rename(dest / arrow.name.replace(f"{builder}-", f"{name}-", 1))
             info = json.loads((dest / "dataset_info.json").read_text())  # a named config (openai/gsm8k's "main") is
             info["config_name"] = config  # found only where its info says so
