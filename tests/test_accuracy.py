@@ -37,12 +37,24 @@ def _param(case):
 
 @pytest.mark.parametrize("case", [_param(c) for c in CASES])
 def test_the_doctor_agrees_with_trl(case, built_fixtures, request):
-    why = HARNESS.unmet(case.requires) or HARNESS.repo_missing(case)
+    why = HARNESS.unmet(case.requires) or HARNESS.repo_missing(case) or HARNESS.import_missing(case)
     if why:
-        pytest.skip(f"judged on other releases: {why}")
+        pytest.skip(f"not judged here: {why}")
     if case.name.startswith("corpus/"):
         request.getfixturevalue("corpus_models")
     outcome = HARNESS.judge(case)
     assert not outcome.rule_errors, outcome
     assert outcome.verdict in ("right", "miss"), (f"{outcome.verdict}: TRL {outcome.truth}; the doctor said "
                                                  f"{outcome.doctor}")
+
+
+def test_a_case_whose_module_does_not_import_is_skipped_saying_why():
+    """The VLM cases need `import torchvision` (their processor's video processor loads it): where it fails (no
+    torchvision, or PyPI's CUDA build against a CPU torch), the case is skipped with the failing line, never judged."""
+    vlm = [c for c in CASES if "-vlm-" in c.name]
+    assert vlm and all("torchvision" in c.imports for c in vlm), [(c.name, c.imports) for c in vlm]
+    missing = HARNESS.Case("probe", "", ["python", "-c", "pass"], ROOT, {}, imports=("trl_doctor_absent_module",))
+    why = HARNESS.import_missing(missing)
+    assert why and "import trl_doctor_absent_module" in why and "ModuleNotFoundError" in why, why
+    present = HARNESS.Case("probe", "", ["python", "-c", "pass"], ROOT, {}, imports=("json",))
+    assert HARNESS.import_missing(present) is None

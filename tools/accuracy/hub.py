@@ -49,6 +49,9 @@ MODELS = {
     "lvwerra/gpt2-imdb": ("fixture:gpt2-nopad", "GPT2LMHeadModel, GPT-2's tokenizer (no pad token)"),
     "lvwerra/gpt2-imdb-pos-v2": ("fixture:gpt2-nopad", "GPT2LMHeadModel, GPT-2's tokenizer (no pad token)"),
     "lvwerra/distilbert-imdb": ("distilbert-sentiment", "DistilBertForSequenceClassification, NEGATIVE/POSITIVE"),
+    "Qwen/Qwen2.5-VL-3B-Instruct": ("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration (vision tower, tied embeddings), "
+                                    "Qwen2_5_VLProcessor: Qwen2VLImageProcessor, Qwen2VLVideoProcessor, Qwen2-VL's "
+                                    "chat template"),
 }
 
 
@@ -135,6 +138,32 @@ def _coding_seed(i: int) -> dict:  # microsoft/rStar-Coder, config seed_sft: a p
 
 def _imdb(i: int) -> dict:
     return {"text": f"This movie was {_words(i, 48)}.", "label": i % 2}  # > 200 characters: the notebooks filter
+def _multimodal_r1(i: int) -> dict:
+    """A row of lmms-lab/multimodal-open-r1-8k-verified as its scripts read it: `image` (an Image feature: a PIL image
+    of its own size and mode), `problem` (text) and `solution` (the answer, which accuracy_reward parses). Sizes vary
+    around the scripts' 512-pixel filter (1 row in 16 is wider: filtered out) and 1 in 4 is grayscale (their
+    convert_to_rgb turns it to RGB), as the hub's images do."""
+    from PIL import Image
+
+    a, b = 2 + i % 9, 3 + i % 5
+    size = (600, 40) if i % 16 == 15 else (56 + 8 * (i % 5), 56 + 4 * (i % 7))
+    image = Image.new("L" if i % 4 == 3 else "RGB", size, color=(i * 37) % 256 if i % 4 == 3 else
+                      ((i * 37) % 256, (i * 91) % 256, (i * 53) % 256))
+    return {"image": image, "problem": f"The figure shows {a} rows of {b} squares. How many squares? {_words(i, 3)}",
+            "solution": f"${a * b}$"}
+
+
+def _rlaif_v(i: int) -> dict:
+    """A row of HuggingFaceH4/rlaif-v_formatted as dpo_vlm.py reads it: `images` (a list of one image), `prompt` (a
+    user turn whose content is an image part and a text part), `chosen` and `rejected` (an assistant turn each)."""
+    from PIL import Image
+
+    image = Image.new("RGB", (56 + 8 * (i % 5), 56 + 4 * (i % 7)), color=((i * 37) % 256, (i * 91) % 256, 128))
+    return {"images": [image],
+            "prompt": [{"role": "user", "content": [{"type": "image", "text": None},
+                                                     {"type": "text", "text": _words(i, 8) + "?"}]}],
+            "chosen": [{"role": "assistant", "content": [{"type": "text", "text": _words(i + 1, 6)}]}],
+            "rejected": [{"role": "assistant", "content": [{"type": "text", "text": _words(i + 2, 6)}]}]}
 
 
 # hub id -> {config: {split: (row maker, rows)}}: the columns and splits of the hub's dataset
@@ -160,6 +189,12 @@ DATASETS = {
     "trl-lib/prm800k": {"default": {"train": (_stepwise, 64), "test": (_stepwise, 16)}},
     "tpo-alignment/triple-preference-ultrafeedback-40K": {"default": {"train": (_triple, 64), "test": (_triple, 16)}},
     "microsoft/rStar-Coder": {"seed_sft": {"train": (_coding_seed, 64)}},
+    # image / problem / solution (7.69k rows, one train split): the VLM scripts hold 100 rows out for their test split
+    # and train on the rest, up to 64 prompts a generation (gspo_vlm.py) on each of the launch's 8 processes
+    "lmms-lab/multimodal-open-r1-8k-verified": {"default": {"train": (_multimodal_r1, 640)}},
+    # images / prompt / chosen / rejected, conversational with image parts: dpo_vlm.py's one optimizer step takes 32
+    # micro-batches of 2 rows
+    "HuggingFaceH4/rlaif-v_formatted": {"default": {"train": (_rlaif_v, 96), "test": (_rlaif_v, 16)}},
 }
 
 
@@ -228,6 +263,71 @@ def _distilbert(dest: Path) -> None:
     tokenizer.save_pretrained(dest)
 
 
+# Qwen/Qwen2.5-VL-3B-Instruct's chat_template.json: message contents as strings or lists of {"type": "image" | "video" |
+# "text"} parts, each image as <|vision_start|><|image_pad|><|vision_end|> (the processor expands the pad per patch)
+QWEN2VL_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %"
+    "}{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_"
+    "end|>\n{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content o"
+    "r 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture {{ i"
+    "mage_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == 'video' or"
+    " 'video' in content %}{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video {{ video_co"
+    "unt.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text"
+    "'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assista"
+    "nt\n{% endif %}"
+)
+
+# Qwen/Qwen2.5-VL-3B-Instruct's preprocessor_config.json
+QWEN2_5_VL_PREPROCESSOR = {
+    "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
+}
+
+
+def _qwen2_5_vl(dest: Path) -> None:
+    """Qwen2.5-VL's architecture (a windowed-attention vision tower, its merger, a Qwen2 language model with multimodal
+    rope, tied embeddings as the 3B's) over the qwen2vl-tiny fixture's ChatML tokenizer with Qwen2-VL's vision tokens,
+    and the 3B's processor files: preprocessor_config.json (Qwen2_5_VLProcessor) and chat_template.json."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    source = FIXTURES / "qwen2vl-tiny"
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copy2(source / name, dest / name)
+    tok = json.loads((source / "tokenizer.json").read_text())
+    ids = {t["content"]: t["id"] for t in tok["added_tokens"]}
+    old = json.loads((source / "config.json").read_text())
+    vocab = (old.get("text_config") or old)["vocab_size"]
+    # the 3B's context: 128000 positions (its tokenizer's model_max_length 131072), which context-length judges against
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=128000, rope_scaling={"type": "mrope",
+                "mrope_section": [2, 3, 3]}, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
+                tie_word_embeddings=True)
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[1],
+                  tokens_per_second=2, in_channels=3)
+    special = dict(image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+                   vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+    try:  # transformers 5 nests the language model's settings in text_config; 4.x reads them at the top level
+        cfg = Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **special)
+        nested = getattr(cfg.get_text_config(), "hidden_size", None) == text["hidden_size"]
+    except (TypeError, AttributeError):
+        nested = False
+    if not nested:
+        cfg = Qwen2_5_VLConfig(vision_config=vision, **text, **special)
+    import torch
+
+    torch.manual_seed(0)
+    Qwen2_5_VLForConditionalGeneration(cfg).save_pretrained(dest, safe_serialization=True)
+    (dest / "preprocessor_config.json").write_text(json.dumps(QWEN2_5_VL_PREPROCESSOR, indent=2) + "\n")
+    (dest / "chat_template.json").write_text(json.dumps({"chat_template": QWEN2VL_TEMPLATE}, indent=2) + "\n")
+    config = json.loads((dest / "tokenizer_config.json").read_text())
+    config["chat_template"] = QWEN2VL_TEMPLATE
+    config["model_max_length"] = 131072
+    (dest / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+
+
 def _model(home: Path, repo: str, how: str) -> None:
     snap = _snapshot(home, repo)
     if any(snap.iterdir()):
@@ -240,6 +340,8 @@ def _model(home: Path, repo: str, how: str) -> None:
         _qwen3(snap)
     elif how == "distilbert-sentiment":
         _distilbert(snap)
+    elif how == "qwen2_5_vl":
+        _qwen2_5_vl(snap)
     else:
         _pythia(snap, "rm" if how.endswith("-rm") else "lm")
     _input_names(snap)
@@ -268,21 +370,52 @@ def _dataset(home: Path, repo: str, configs: dict) -> None:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             files = {}
+            builder = "json"
             for split, (make, rows) in splits.items():
+                records = [make(i) for i in range(rows)]
+                if any(_is_image(v) for v in records[0].values()):  # an Image feature: JSON cannot carry it
+                    builder = "parquet"
+                    files[split] = f"{tmp}/{split}.parquet"
+                    datasets.Dataset.from_list(records, features=_features(records[0])).to_parquet(files[split])
+                    continue
                 files[split] = f"{tmp}/{split}.jsonl"
                 with open(files[split], "w") as f:
-                    for i in range(rows):
-                        f.write(json.dumps(make(i)) + "\n")
-            datasets.load_dataset("json", data_files=files, cache_dir=f"{tmp}/cache")
-            (info,) = glob.glob(f"{tmp}/cache/json/*/0.0.0/*/dataset_info.json")
+                    for record in records:
+                        f.write(json.dumps(record) + "\n")
+            datasets.load_dataset(builder, data_files=files, cache_dir=f"{tmp}/cache")
+            (info,) = glob.glob(f"{tmp}/cache/{builder}/*/0.0.0/*/dataset_info.json")
             prepared = Path(info).parent
             dest = target / prepared.name
             shutil.copytree(prepared, dest)
-            for arrow in dest.glob("json-*.arrow"):  # the files are named after the dataset, as its cache names them
-                arrow.rename(dest / arrow.name.replace("json-", f"{name}-", 1))
+            for arrow in dest.glob(f"{builder}-*.arrow"):  # named after the dataset, as its cache names them
+                arrow.rename(dest / arrow.name.replace(f"{builder}-", f"{name}-", 1))
             info = json.loads((dest / "dataset_info.json").read_text())  # a named config (openai/gsm8k's "main") is
             info["config_name"] = config  # found only where its info says so
             (dest / "dataset_info.json").write_text(json.dumps(info))
+
+
+def _is_image(value) -> bool:
+    """A PIL image, or a non-empty list of them (an `images` column)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return False
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(v, Image.Image) for v in value)
+    return isinstance(value, Image.Image)
+
+
+def _features(record: dict):
+    """The row's features: Image where the value is a PIL image, a list of Image for a list of them, the rest as
+    datasets infers them."""
+    import datasets
+
+    def feature(key, value):
+        if _is_image(value):
+            return datasets.Sequence(datasets.Image()) if isinstance(value, list) else datasets.Image()
+        return datasets.Dataset.from_list([{key: value}]).features[key]
+
+    return datasets.Features({k: feature(k, v) for k, v in record.items()})
 
 
 def build(home: Path) -> dict[str, str]:
@@ -294,7 +427,10 @@ def build(home: Path) -> dict[str, str]:
         except ImportError:  # an architecture the installed transformers predates (Qwen3 before 4.51): no case there
             shutil.rmtree(_snapshot(home, repo).parent.parent, ignore_errors=True)
     for repo, configs in DATASETS.items():
-        _dataset(home, repo, configs)
+        try:
+            _dataset(home, repo, configs)
+        except ImportError:  # an image dataset without Pillow: the VLM cases need torchvision (and Pillow) to run
+            continue
     return {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "HF_DATASETS_CACHE": str(home / "datasets"),
             "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 

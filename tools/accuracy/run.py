@@ -46,6 +46,7 @@ class Case:
     hub: dict | None = None  # the stand-in Hugging Face cache's environment (tools/accuracy/hub.py), for hub ids
     trl_repo: str | None = None  # a TRL git ref whose examples/ the case runs from (TRL_REPO_ENV names the repository)
     notebook: str | None = None  # a notebook of that ref run as a script: its code cells (ensure_trl_repo writes it)
+    imports: tuple[str, ...] = ()  # modules the case's script needs importable (torchvision for a VLM's processor)
 
 
 # what a rule's fail may be about when the CPU run had to change it: a launch-machine finding, not a false alarm
@@ -94,7 +95,8 @@ def load_cases(out: Path) -> list[Case]:
         ref = entry.get("trl_repo")
         cwd = out / "trl-repo" / ref if ref else ROOT / entry.get("cwd", ".")
         cases.append(Case(entry["name"], entry["source"], command, cwd, entry.get("requires") or {},
-                          hub=_hub(out) if entry.get("hub") else None, trl_repo=ref, notebook=entry.get("notebook")))
+                          hub=_hub(out) if entry.get("hub") else None, trl_repo=ref, notebook=entry.get("notebook"),
+                          imports=tuple(entry.get("imports") or ())))
     for path in sorted((ROOT / "corpus").glob("*/case.yaml")):
         entry = yaml.safe_load(path.read_text())
         source = entry.get("source") or {}
@@ -123,6 +125,25 @@ def repo_missing(case: Case) -> str | None:
     probe = subprocess.run(["git", "--git-dir", git_dir, "cat-file", "-e", f"{case.trl_repo}^{{commit}}"],
                            capture_output=True)
     return None if probe.returncode == 0 else f"{TRL_REPO_ENV}={git_dir} has no {case.trl_repo}"
+
+
+_IMPORTABLE: dict[str, str | None] = {}
+
+
+def import_missing(case: Case) -> str | None:
+    """Why a case whose script needs a module cannot run here: the module does not import in this interpreter. An
+    installed distribution is not enough: PyPI's torchvision 0.28.0 is a CUDA build whose `import torchvision` fails
+    against a CPU torch ("operator torchvision::nms does not exist"), and a VLM's processor (Qwen2-VL's video
+    processor) needs it to load at all, so TRL's own run cannot be the ground truth there. Probed in a process of its
+    own: importing it here would load torch into the harness."""
+    for module in case.imports:
+        if module not in _IMPORTABLE:
+            probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
+            last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+            _IMPORTABLE[module] = None if probe.returncode == 0 else last
+        if _IMPORTABLE[module] is not None:
+            return f"needs `import {module}` (a VLM processor loads it), which fails here: {_IMPORTABLE[module]}"
+    return None
 
 
 def ensure_trl_repo(case: Case) -> None:
@@ -310,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in load_cases(Path(out)):
             if args.only and case.name not in args.only:
                 continue
-            why = unmet(case.requires) or repo_missing(case)
+            why = unmet(case.requires) or repo_missing(case) or import_missing(case)
             if why:
                 if args.only:
                     print(f"{case.name}: not run: {why}", flush=True)
