@@ -41,7 +41,8 @@ from trl_doctor import Unavailable, fail, passed, rule, skip, warn
 from trl_doctor.facts.models import SCRIPT_OBJECT, scorer_folder, scorer_head
 from trl_doctor.facts.trl import TRAINER_CLASS, trainer_mentions
 from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, call_reward, is_async, new_stats,
-                                     record_values, reward_call, reward_fence, reward_problem, resolve_reward)
+                                     record_values, reward_call, reward_fence, reward_problem, resolve_reward,
+                                     as_trl_reads)
 from trl_doctor.facts.text import config_relative
 from trl_doctor.facts.trainer_config import trainer_config
 
@@ -345,9 +346,7 @@ def _probe(ctx, name: str, func, call: RewardCall, inputs: dict | None, trl_vers
         return (fail, message), "", None, extra
     expected = len(inputs["prompts"])
     value = outcome["value"]
-    if call.none_allowed and not hasattr(value, "__len__") and hasattr(value, "__iter__") \
-            and not isinstance(value, (str, bytes, dict)):
-        value = list(value)  # a generator: this TRL iterates the output (`[r if r is not None ...]`) before using it
+    value = as_trl_reads(value, call)  # a generator: this TRL iterates the output before using it
     scores = record_values(stats, value, expected)
     extra[f"reward {name}"] = [None if s is None else round(s, 4) for s in scores] if scores is not None else \
         repr(outcome["value"])[:120]

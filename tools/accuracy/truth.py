@@ -12,6 +12,7 @@ and listed on stderr (`truth: changed ...`):
   use_vllm=False                                     vLLM needs a GPU
   dataloader_num_workers=0, deepspeed=None           no worker processes, no DeepSpeed engine
   attn_implementation="sdpa" for FlashAttention     its kernels need a GPU (from_pretrained's keyword)
+  model.to("cuda") / model.cuda() -> stays on cpu   a script that moves its model by hand (no CUDA here)
   max_completion_length / response_length <= 16      CPU time (the lengths change no batch arithmetic)
   total_episodes = one batch                         PPO-style trainers (trl < 0.20) stop on episodes, not max_steps
 
@@ -106,6 +107,31 @@ def _patch_trainer_init() -> None:
         return object.__new__(cls)
 
     Trainer.__new__ = __new__
+
+
+def _patch_cuda_moves() -> None:
+    """A script's own `model.to("cuda")` / `model.cuda()` (a notebook written for one GPU) stops at once on a machine
+    without CUDA ("Torch not compiled with CUDA enabled"): the module stays on the CPU, with any dtype the same call
+    asks. Only when CUDA is absent; tensors are left alone (TRL moves them to the model's device itself)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    to = torch.nn.Module.to
+
+    def moved(self, *args, **kwargs):
+        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+        if device is None or device.type != "cuda":
+            return to(self, *args, **kwargs)
+        print(f"truth: changed device={str(device)!r} -> 'cpu' ({type(self).__name__}.to: no CUDA)", file=sys.stderr)
+        keep = {"dtype": dtype, "memory_format": memory_format}
+        return to(self, "cpu", non_blocking=non_blocking, **{k: v for k, v in keep.items() if v is not None})
+
+    def on_cpu(self, device=None):
+        print(f"truth: changed device='cuda' -> 'cpu' ({type(self).__name__}.cuda: no CUDA)", file=sys.stderr)
+        return self
+
+    torch.nn.Module.to, torch.nn.Module.cuda = moved, on_cpu
 
 
 def _patch_push_to_hub() -> None:
@@ -266,6 +292,7 @@ def main(argv: list[str]) -> int:
     kind, target, args = _script_of(command)
     _patch_training_arguments()
     _patch_from_pretrained()
+    _patch_cuda_moves()
     _patch_push_to_hub()
     _patch_trainer_init()
     _patch_peft()

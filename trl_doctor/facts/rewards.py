@@ -10,6 +10,8 @@
   any other), under a time limit that works there (trl_doctor.runtime.deadline), an `async def` one on a loop thread;
 - `reward_call`: how the installed GRPO/RLOO trainer calls reward functions, read from its source (which
   keywords, which extra arguments, which dataset columns, whether None, NaN and async functions are handled);
+- `as_trl_reads`: a return value as the installed trainer reads it (a lazy iterable as its items where TRL
+  iterates it);
 - `bind_problem`, `raised_info`, `new_stats`, `record_values`, `reward_problem`: the checks on one call and
   the message naming what is wrong, the same in the static probe and in the real training step.
 """
@@ -351,6 +353,18 @@ def raised_info(exc: BaseException, skip_files: tuple[str, ...] = ()) -> dict[st
         "line": (where.line or "") if where else "",
         "chain": " | ".join(chain),
     }
+
+
+def as_trl_reads(values: Any, call: RewardCall | None) -> Any:
+    """A reward function's return value as the installed trainer reads it: a TRL that maps None to NaN (trl >= 0.16:
+    `[reward if reward is not None else torch.nan for reward in output_reward_func]`) iterates whatever it gets, so a
+    lazy iterable (a generator, `map`, `itertools.starmap`, Modal's `Function.starmap`) reaches torch.tensor as the
+    list of its items; an older TRL hands the value to torch.tensor as it is, which refuses an iterator ('must be
+    real number, not ...'): left as it is, for `record_values` to flag."""
+    if call is not None and call.none_allowed and not hasattr(values, "__len__") and hasattr(values, "__iter__") \
+            and not isinstance(values, (str, bytes, dict)):
+        return list(values)
+    return values
 
 
 def record_values(stats: dict[str, Any], values: Any, expected: int | None) -> list[float | None] | None:

@@ -288,8 +288,8 @@ def _score(spec: Spec, plan: dict, completion_ids: list, texts: list) -> tuple[d
     completion as TRL forms it (nansum: None counts as no score), or None when a function failed."""
     import math
 
-    from trl_doctor.facts.rewards import (new_stats, raised_info, record_values, resolve_reward, reward_call,
-                                          reward_fence)
+    from trl_doctor.facts.rewards import (as_trl_reads, new_stats, raised_info, record_values, resolve_reward,
+                                          reward_call, reward_fence)
 
     groups = plan["num_generations"]
     rows = [row for row in plan["rows"] for _ in range(groups)]
@@ -318,7 +318,7 @@ def _score(spec: Spec, plan: dict, completion_ids: list, texts: list) -> tuple[d
             s["raised"] = raised_info(exc, skip_files=(__file__,))
             totals = None
             continue
-        scores = record_values(s, values, len(completions))
+        scores = record_values(s, as_trl_reads(values, call), len(completions))
         if scores is None or len(scores) != len(completions) or totals is None:
             totals = None
             continue
@@ -386,11 +386,12 @@ def _peft_config(spec: dict):
 def _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage):
     from datasets import Dataset
 
-    from trl_doctor.facts.rewards import resolve_reward
+    from trl_doctor.facts.rewards import resolve_reward, reward_call
 
     stage("reward functions")
     calls: dict[str, dict] = progress.calls
-    funcs = [_recorded(resolve_reward(name, spec.user_dir), name, calls) for name in spec.reward_funcs]
+    call = reward_call(spec.trainer)
+    funcs = [_recorded(resolve_reward(name, spec.user_dir), name, calls, call) for name in spec.reward_funcs]
     reward_models = [_aux_model_path(path, spec) for path in spec.reward_models or []]
 
     stage("trainer init")
@@ -709,14 +710,16 @@ def force_token(model, token_id, after: int, suppress_ids: list[int]):
     return forcing
 
 
-def _recorded(func, name, calls):
+def _recorded(func, name, calls, call=None):
     """Wrap a reward function to record how TRL calls it and what it returns, keeping the name and signature
     TRL inspects. Problems are recorded before TRL trips over them, so the report names the cause. The checks
-    are the ones the reward-functions rule runs without a model (trl_doctor/facts/rewards.py)."""
+    are the ones the reward-functions rule runs without a model (trl_doctor/facts/rewards.py). `call` is how the
+    installed trainer calls and reads reward functions: a lazy iterable it iterates is recorded (and handed on) as
+    the list of its items, which is what that trainer builds from it."""
     import functools
     import inspect
 
-    from trl_doctor.facts.rewards import bind_problem, is_async, new_stats, raised_info, record_values
+    from trl_doctor.facts.rewards import as_trl_reads, bind_problem, is_async, new_stats, raised_info, record_values
 
     stats = calls.setdefault(name, new_stats())
     try:
@@ -735,6 +738,7 @@ def _recorded(func, name, calls):
 
     def after(values, args, kwargs):
         completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
+        values = as_trl_reads(values, call)  # consumed here: TRL gets the items its own list() would have made
         record_values(stats, values, len(completions) if completions is not None else None)
         return values
 

@@ -1,0 +1,35 @@
+"""The accuracy harness's ground truth (tools/accuracy/truth.py) changes only what a CPU needs: a script that moves its
+model to CUDA by hand (a one-GPU notebook: `.to("cuda")`, `.cuda()`) keeps it on the CPU, with the dtype the same
+call asks, and says so; without it such a script stops at "Torch not compiled with CUDA enabled" before TRL is
+reached, and the harness would score the launch machine instead of the recipe (corpus/oxen_rust_grpo)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TRUTH = Path(__file__).resolve().parent.parent / "tools" / "accuracy" / "truth.py"
+
+
+def test_a_model_moved_to_cuda_by_hand_stays_on_the_cpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is here: the ground truth moves nothing")
+    script = tmp_path / "moves.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        model = torch.nn.Linear(2, 2).to("cuda", dtype=torch.float64)
+        assert model.weight.device.type == "cpu" and model.weight.dtype == torch.float64
+        model = model.cuda().to(torch.device("cuda:0"))
+        assert model.weight.device.type == "cpu"
+        assert model.to("cpu", torch.float32).weight.dtype == torch.float32  # other moves are untouched
+    """))
+    proc = subprocess.run([sys.executable, str(TRUTH), "--", "python", str(script)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "truth: changed device='cuda' -> 'cpu' (Linear.to: no CUDA)" in proc.stderr
+    assert "truth: changed device='cuda' -> 'cpu' (Linear.cuda: no CUDA)" in proc.stderr
