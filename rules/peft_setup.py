@@ -42,7 +42,8 @@ from trl_doctor.facts.launch import checkpointing_kwargs
 from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.text import line_of as _line, read_json as _read_json
 from trl_doctor.facts.tokens import embedding_rows
-from trl_doctor.facts.trl import TRAINER_CLASS, enables_input_grads, model_loader, trainer_takes_peft
+from trl_doctor.facts.trl import (TRAINER_CLASS, enables_input_grads, model_loader, trainer_mentions,
+                                  trainer_takes_peft)
 
 PEFT_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_parameters",
              "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora")
@@ -71,6 +72,12 @@ def check(ctx):
     adapter = cfg.model.path / "adapter_config.json"
     if adapter.is_file():
         message, its_details = _adapter_as_model(ctx, adapter, use_peft, cls)
+        details.update(its_details)
+        yield fail(message, **details)
+        return
+    twice = _peft_model_and_config(ctx, cls)
+    if twice is not None:
+        message, its_details = twice
         details.update(its_details)
         yield fail(message, **details)
         return
@@ -148,6 +155,31 @@ def _adapter_as_model(ctx, adapter: Path, use_peft: bool, cls: str) -> tuple[str
     return (f"{head}: {loader} loads {base} with this adapter attached and frozen, and nothing else is trainable: "
             "the first backward fails with 'element 0 of tensors does not require grad and does not have a "
             f"grad_fn'; {merge}"), details
+
+
+# -- a PeftModel and a peft_config ----------------------------------------------------------------------------------
+
+_BOTH_REFUSED = "You passed a `PeftModel` instance together with a `peft_config`"  # trl >= 0.27 (trl#4713)
+
+
+def _peft_model_and_config(ctx, cls: str) -> tuple[str, dict[str, Any]] | None:
+    """(the fail's message, details) when the script wrapped the model with PEFT itself *and* passed a peft_config,
+    which the installed trainer refuses at construction; None otherwise (or where this TRL accepts it)."""
+    live = ctx.live
+    if live is None or not getattr(live, "peft_config_given", False) or live.model is None:
+        return None
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return None
+    if not isinstance(live.model, PeftModel) or not trainer_mentions(ctx.trainer, _BOTH_REFUSED):
+        return None
+    where = f" ({live.where[0]}:{live.where[1]})" if live.where else ""
+    adapters = ", ".join(live.model.peft_config)
+    return (f"the script wraps the model with PEFT itself ({type(live.model).__name__}, adapter {adapters}) and also "
+            f"passes peft_config to {cls}{where}: trl {ctx.version('trl')} stops at construction ('{_BOTH_REFUSED} "
+            "to the trainer'); pass the base model with peft_config (and drop the get_peft_model call), or the "
+            "PeftModel without peft_config"), {"model given": type(live.model).__name__, "peft_config given": True}
 
 
 # -- target modules --------------------------------------------------------------------------------------------------

@@ -298,6 +298,11 @@ class Hooks:
                 config_self.use_cpu = True
                 relaxed["use_cpu"] = (True, "set on this GPU-less machine so that TrainingArguments accepts the GPU "
                                             "settings (bf16, fp16) the launch machine will use")
+            elif not has_cuda and getattr(config_self, "use_cpu", False) and \
+                    any(r.get("use_cpu", (None,))[0] is True for r in recorder.relaxed.values()):
+                # built from a config relaxed here (GRPOConfig(**training_args.to_dict())): the value is the doctor's
+                relaxed["use_cpu"] = (True, "carried from the script's other TrainingArguments (its to_dict()), on "
+                                            "which it was set for this GPU-less machine")
             if not has_cuda and getattr(config_self, "tf32", None):
                 relaxed["tf32"] = (None, f"{config_self.tf32!r} kept aside: TrainingArguments refuses tf32 without an "
                                          "Ampere GPU")
