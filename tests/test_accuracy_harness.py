@@ -4,22 +4,7 @@ so is right, any other answer is not)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _harness():
-    spec = importlib.util.spec_from_file_location("accuracy_run_fast", ROOT / "tools" / "accuracy" / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["accuracy_run_fast"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-HARNESS = _harness()
+from test_accuracy import HARNESS  # the harness's run.py, loaded once
 
 
 def test_a_notebook_is_its_code_cells_without_ipython_lines():
