@@ -1,8 +1,8 @@
 """TD016 peft-setup: LoRA starts from a base, trains new tokens' rows, and gets gradients.
 
 What it does
-    Without weights: an adapter as the model, `lora_modules_to_save` for new tokens' rows,
-    `lora_target_modules` against the model's modules, whether input gradients are on.
+    Without weights: an adapter as the model, `lora_modules_to_save` for new tokens' rows, input
+    gradients, `lora_target_modules` against the model's modules (for any trainer's LoraConfig).
 
 Why is this bad?
     - an adapter folder as the model: trl 0.26-1.16 stop ("Unrecognized model in ... Should have a
@@ -58,10 +58,13 @@ _UNCHECKED = "not checked: "  # a part of the LoRA setup the model could not be 
     id="TD016",
     slug="peft-setup",
     title="LoRA starts from a base model, trains new tokens' rows and gets gradients through checkpointed layers",
-    trainers=("grpo", "rloo", "ppo"),
+    trainers=("grpo", "rloo", "ppo", "other"),
     fixable="sometimes",
 )
 def check(ctx):
+    if ctx.trainer not in TRAINER_CLASS:
+        yield from _other_trainer(ctx)
+        return
     cfg = ctx.config
     raw = cfg.raw
     trl_version = ctx.version("trl")
@@ -121,6 +124,32 @@ def check(ctx):
         return
     for make, message, fix in found:
         yield make(message, fix, **details)
+
+
+def _other_trainer(ctx):
+    """A trainer the doctor does not otherwise check (DPO, SFT, KTO, ...) that the script gave a LoraConfig: its target
+    names reach PEFT the same way for every trainer, so they are judged; the rest (new tokens' rows, checkpointing
+    and input gradients, how the trainer loads the model) depends on the trainer and is said to be unjudged."""
+    cls = getattr(ctx.live, "trainer_cls", None)
+    name = cls.__qualname__ if cls is not None else "the script's trainer"
+    if config_value(ctx, "use_peft", False) is not True:
+        yield skip(f"not checked: {name} is not a trainer trl-doctor checks (peft-setup judges the LoRA target names "
+                   "of any trainer, and the script gave this one no peft_config)")
+        return
+    verdict, details = _target_modules(ctx)
+    rest = (f"{name} is not a trainer trl-doctor checks: only the LoRA target names are judged for it, as PEFT matches "
+            "them for any trainer (new tokens' rows and gradient checkpointing are not)")
+    details["judged"] = rest
+    if verdict:
+        make, message, fix = verdict
+        yield make(message, fix, **details)
+        return
+    targets = str(details.get("target modules") or "PEFT's default targets for the architecture")
+    if targets.startswith(_UNCHECKED):
+        yield skip(f"not checked: {rest}, and the target names could not be read: {targets[len(_UNCHECKED):]}",
+                   **details)
+        return
+    yield passed(f"LoRA target modules: {targets}; {rest}", **details)
 
 
 # -- a PEFT adapter given as the model -------------------------------------------------------------------------------
@@ -201,7 +230,7 @@ def _target_modules(ctx) -> tuple[tuple | None, dict[str, Any]]:
     except (InputError, Unavailable, ImportError, OSError, ValueError) as exc:
         details["target modules"] = f"{_UNCHECKED}{exc}"
         return None, details
-    names = [n for n, _ in model.named_modules() if n]
+    names = [n for n in (_own_name(n) for n, _ in model.named_modules() if n) if n]
     linear = _linear_leaf_names(model)
     details["lora_target_modules (as PEFT gets them)"] = targets
     if isinstance(targets, str) and targets.lower() == "all-linear":
@@ -298,11 +327,27 @@ def _linear_leaf_names(model) -> list[str]:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     out: dict[str, None] = {}
     for name, module in model.named_modules():
+        name = _own_name(name)
         if module is head or not name:
             continue
         if isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D":
             out[name.rsplit(".", 1)[-1]] = None
     return list(out)
+
+
+def _own_name(name: str) -> str | None:
+    """A module's name in the model as the script built it, when the model came already wrapped by PEFT (a trainer
+    that applies peft_config before transformers' constructor, as SFTTrainer does; a script's get_peft_model): the
+    wrapped layer (`q_proj.base_layer`) is `q_proj`, PEFT's own parts (`lora_A.default`, `base_model.model.`) are not
+    the model's (None)."""
+    parts = name.split(".")
+    if parts[:2] == ["base_model", "model"]:
+        parts = parts[2:]
+    if any(p.startswith("lora_") for p in parts):
+        return None
+    if parts and parts[-1] == "base_layer":
+        parts = parts[:-1]
+    return ".".join(parts) or None
 
 
 # -- rows of new tokens ----------------------------------------------------------------------------------------------

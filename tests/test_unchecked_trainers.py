@@ -61,3 +61,30 @@ def test_load_weights_does_not_enter_the_training_loop():
     code, report, stderr = _check("vlm_trainer_copy.py", "--load-weights", "--script-timeout", "120")
     assert code == 0, (report, stderr)
     assert report["launch"]["trainer_class"] == "__main__.Qwen2VLGRPOTrainer"
+
+
+def test_lora_target_names_are_judged_for_any_trainer():
+    """TRL's mpo_vlm.py (a DPOTrainer) writes its LoRA targets as a shell splits `"q_proj", "v_proj"`: PEFT adapts
+    only the names without a trailing comma, silently. The names reach PEFT the same way for every trainer, so
+    peft-setup judges them for trainers the doctor does not otherwise check (the accuracy harness's ex-mpo-vlm-qwen
+    miss); the model SFTTrainer wraps before transformers' constructor is read by its own module names."""
+    code, report, stderr = _check("sft_lora_targets.py")
+    peft = next(r for r in report["results"] if r["rule"] == "peft-setup")
+    assert code == 1 and peft["status"] == "fail", (peft, stderr)
+    assert "`q_proj,` matches no module of Qwen2ForCausalLM" in peft["message"], peft["message"]
+    assert "base_layer" not in peft["message"] and "default" not in peft["message"], peft["message"]
+    assert "only the LoRA target names are judged" in peft["details"]["judged"]
+    others = {r["status"] for r in report["results"] if r["rule"] not in ("peft-setup", "save-outputs")}
+    assert others == {"skip"}, report["results"]
+    code, report, stderr = _check_args("sft_lora_targets.py", "--healthy")
+    peft = next(r for r in report["results"] if r["rule"] == "peft-setup")
+    assert code == 0 and peft["status"] == "pass", peft
+    assert peft["message"].startswith("LoRA target modules: q_proj, v_proj match modules of Qwen2ForCausalLM"), peft
+
+
+def _check_args(script: str, *script_args: str) -> tuple[int, dict, str]:
+    import json
+
+    proc = run_doctor("check", "--format", "json", "--", "python", script, *script_args, cwd=LAUNCH)
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
