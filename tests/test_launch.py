@@ -223,6 +223,18 @@ def test_a_script_that_computes_with_its_model_before_any_trainer_is_told_the_we
     proc = run_doctor("check", "--load-weights", "--", "python", str(script))
     assert proc.returncode == 2 and "best_of_n.py finished without constructing a TRL trainer" in proc.stderr, \
         proc.stderr
+    # the script's own error, with the weightless model in its globals, is still the script's
+    other = tmp_path / "own_error.py"
+    other.write_text(
+        "from datasets import load_dataset\n"
+        "from transformers import AutoModelForCausalLM\n"
+        f"model = AutoModelForCausalLM.from_pretrained({str(LAUNCH.parent / 'models' / 'qwen2-chat')!r})\n"
+        "data = load_dataset('json', data_files='no_such_file.jsonl', split='train')\n"
+    )
+    proc = run_doctor("check", "--", "python", str(other))
+    assert proc.returncode == 2 and "own_error.py failed before constructing a TRL trainer" in proc.stderr, \
+        proc.stderr
+    assert "--load-weights" not in proc.stderr, proc.stderr
 
 
 def test_nothing_is_written_beside_the_script():

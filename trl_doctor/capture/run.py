@@ -109,13 +109,43 @@ _META = re.compile(r"\bmeta\b")  # the word, not "metadata"
 
 def _meta_weights(exc: BaseException) -> bool:
     """Whether an error is the capture's own making: a script that runs its model (generate, a pipeline) before any
-    trainer meets weights the capture left on the meta device ("Cannot copy out of meta tensor; no data!")."""
+    trainer meets weights the capture left on the meta device. torch says so in words ("Cannot copy out of meta
+    tensor; no data!"), or not (transformers 4.48's generate under autocast: "unsupported scalarType"); then a frame
+    the error passed through holds a meta tensor or a module with meta weights."""
     seen = 0
     while exc is not None and seen < 8:
         text = str(exc).lower()
-        if _META.search(text) and ("tensor" in text or "device" in text):
+        if _META.search(text) and ("tensor" in text or "device" in text) or _meta_in_frames(exc.__traceback__):
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _meta_in_frames(tb) -> bool:
+    """Whether a library frame below the script's last own frame (the computation the script called: generate, a
+    pipeline, a forward) holds a meta tensor or a module with meta weights. The script's own frames are not read: its
+    globals hold the meta model whatever its error is."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    from .machine import _on_meta
+
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    last_own = max((i for i, f in enumerate(frames) if is_user_file(f.f_code.co_filename)), default=None)
+    if last_own is None:
+        return False
+    for frame in frames[last_own + 1:last_own + 65]:
+        for value in list(frame.f_locals.values())[:64]:
+            try:
+                if isinstance(value, torch.Tensor) and value.is_meta:
+                    return True
+                if isinstance(value, torch.nn.Module) and _on_meta(value):
+                    return True
+            except Exception:  # a value whose checks raise: not evidence either way
+                continue
     return False
 
 
