@@ -28,9 +28,9 @@ def empty_loader_yields_none() -> bool | None:
     try:
         loader = prepare_data_loader(DataLoader([], batch_size=1, drop_last=True), num_processes=1, process_index=0,
                                      put_on_device=False)
-        batches = iter(loader)
+        batches = iter(loader)  # DataLoaderShard.__iter__ is a generator
         first = next(batches, StopIteration)
-        batches.close() if hasattr(batches, "close") else None
+        batches.close()
     except Exception:  # an accelerate this reading does not know: no answer rather than a guess
         return None
     return first is None
