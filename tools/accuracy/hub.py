@@ -25,6 +25,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures" / "models"
 
+
+def _fixture_builder(name: str):
+    """fixtures/<name>.py, the builder a stand-in shares its files with."""
+    import importlib
+    import sys
+
+    folder = str(ROOT / "fixtures")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
+
 # hub id -> (how it is made, what it stands for)
 MODELS = {
     "EleutherAI/pythia-1b-deduped": ("pythia", "GPTNeoXForCausalLM, Pythia's tokenizer layout"),
@@ -263,20 +274,7 @@ def _distilbert(dest: Path) -> None:
     tokenizer.save_pretrained(dest)
 
 
-# Qwen/Qwen2.5-VL-3B-Instruct's chat_template.json: message contents as strings or lists of {"type": "image" | "video" |
-# "text"} parts, each image as <|vision_start|><|image_pad|><|vision_end|> (the processor expands the pad per patch)
-QWEN2VL_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %"
-    "}{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-    "{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_"
-    "end|>\n{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content o"
-    "r 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture {{ i"
-    "mage_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == 'video' or"
-    " 'video' in content %}{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video {{ video_co"
-    "unt.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text"
-    "'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assista"
-    "nt\n{% endif %}"
-)
+QWEN2VL_TEMPLATE = _fixture_builder("_build_vlm").QWEN2VL_TEMPLATE  # Qwen2.5-VL's own, as the fixture has it
 
 # Qwen/Qwen2.5-VL-3B-Instruct's preprocessor_config.json
 QWEN2_5_VL_PREPROCESSOR = {

@@ -384,8 +384,6 @@ def _peft_config(spec: dict):
 
 
 def _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage):
-    from datasets import Dataset
-
     from trl_doctor.facts.rewards import resolve_reward, reward_call
 
     stage("reward functions")
@@ -403,8 +401,8 @@ def _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage):
         model=spec.model_path,
         reward_funcs=funcs + reward_models,
         args=args,
-        train_dataset=Dataset.from_list(spec.rows),
-        processing_class=tokenizer,
+        train_dataset=_dataset(spec),
+        processing_class=_processor(spec, tokenizer) if spec.processor_path else tokenizer,
         **kwargs,
     )
     return trainer, trainer.model, trainer.model
@@ -453,6 +451,26 @@ def _build_ppo_style(trainer_cls, args, tokenizer, spec, progress, stage):
     trainer = trainer_cls(**kwargs)
     model = trainer.model
     return trainer, getattr(model, "policy", model), model
+
+
+def _dataset(spec: Spec):
+    """The step's rows as the trainer gets them: the saved rows with their images, or the plain rows."""
+    from datasets import Dataset, load_from_disk
+
+    if spec.rows_path:
+        return load_from_disk(spec.rows_path)
+    return Dataset.from_list(spec.rows)
+
+
+def _processor(spec: Spec, tokenizer):
+    """A vision-language model's processor, as TRL loads it from the model folder, holding the run's tokenizer (the
+    context's, with the script's tokens and pad token) in place of the folder's own."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(spec.processor_path, local_files_only=True)
+    if tokenizer is not None and hasattr(processor, "tokenizer"):
+        processor.tokenizer = tokenizer
+    return processor
 
 
 def _prompt_ids(tokenizer, row: dict) -> list[int]:

@@ -106,7 +106,7 @@ def build_spec(ctx) -> Spec:
     raw = ctx.config.raw
     device = ctx.device
     tok = ctx.tokenizer
-    rows = ctx.dataset.select(range(min(ROWS, len(ctx.dataset)))).to_list()
+    rows, rows_path, processor_path = _rows(ctx)
     stop = completion_terminator(tok, rows)
     gen = ctx.generation_config
     gen_eos = gen.eos_token_id if gen is not None else None
@@ -182,6 +182,8 @@ def build_spec(ctx) -> Spec:
         "overrides": overrides,
         "left_out": left_out,
         "rows": rows,
+        "rows_path": rows_path,
+        "processor_path": processor_path,
         "columns": list(ctx.dataset.column_names),
         "reward_funcs": list(ctx.config.reward_funcs),
         "reward_models": reward_models,
@@ -198,6 +200,24 @@ def build_spec(ctx) -> Spec:
         "sample": sample,
         "user_code_timeout": float(ctx.options.user_code_timeout),
     })
+
+
+def _rows(ctx) -> tuple[list, str | None, str | None]:
+    """(the first rows as plain values, where they are saved with their images, the processor's folder). A
+    vision-language model trained on images gets the rows as the trainer gets them, images included, through the
+    model folder's processor, as TRL loads it; where that processor cannot load here the run is Unavailable,
+    with why, rather than run on text the job never sees."""
+    from trl_doctor.context.twin import vision_language
+    from trl_doctor.facts.vision import image_columns, load_processor
+
+    first = ctx.dataset.select(range(min(ROWS, len(ctx.dataset))))
+    images = image_columns(first) if vision_language(ctx.model_config) else []
+    if not images:
+        return first.to_list(), None, None
+    load_processor(ctx.config.model.path)  # Unavailable when it cannot load here
+    out = ctx.workdir / "smoke-rows"
+    first.save_to_disk(str(out))
+    return first.remove_columns(images).to_list(), str(out), str(ctx.config.model.path)
 
 
 def _copy_model_code(source, twin_dir) -> None:

@@ -59,6 +59,10 @@ class Spec:
     sample: dict = field(default_factory=dict)
     user_code_timeout: float = 60.0
     left_out: list = field(default_factory=list)  # what only the launch machine can do, off for the step (launch_only)
+    # a vision-language model's image rows: the rows saved as a dataset (`rows` then holds them without their
+    # images), and the folder whose processor turns them into inputs; None for text
+    rows_path: str | None = None
+    processor_path: str | None = None
 
     def details(self) -> dict[str, Any]:
         """What every outcome reports about the run's set-up."""
