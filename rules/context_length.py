@@ -83,6 +83,11 @@ def check(ctx):
         "model max_position_embeddings": positions,
         "model": str(ctx.config.model.path),
     }
+    images = facts.get("images")
+    if images is not None:
+        details["image tokens"] = (f"{images['tokens']} for the {images['images']} images of `{images['column']}` in "
+                                   "the measured rows, counted in the prompt tokens as the processor expands them"
+                                   if images["counted"] else f"not counted: {images['why']}")
     skipped = len(facts["lengths"]) - len(lengths)
     if skipped:
         details["rows not measured"] = f"{skipped} (no renderable prompt: see chat-template and dataset-schema)"
@@ -123,6 +128,11 @@ def check(ctx):
     for finding in findings:
         yield finding
     if not any(f.status.value in ("fail", "warn") for f in findings):
+        if images is not None and not images["counted"]:
+            yield skip(f"the prompts' text fits ({eff_longest} + {completion_key} {completion} = {need} tokens), but the "
+                       f"tokens of their images (`{images['column']}`) could not be counted here: {images['why']}",
+                       **details)
+            return
         where = f"the model's max_position_embeddings {positions}" if positions else "the model (no max_position_embeddings)"
         vllm = details.get("vLLM context")
         prompt = f"the longest prompt ({eff_longest} tokens{_after_cut(limit_prompt, longest)}, p99 {p99})"

@@ -210,6 +210,40 @@ def _render_rows(tok, how: PromptRendering, indices: list[int], prompts: list, t
         texts.append(text)
 
 
+def _add_image_tokens(ctx, indices: list[int], lengths: list, out: dict) -> None:
+    """A vision-language model's prompt holds each image as one placeholder the processor expands to the image's
+    tokens (Qwen2-VL: one per 28x28 pixels): the expansion is added to each measured row's length. out["images"]
+    says how they were counted, or why they could not be (the lengths are then the text's alone)."""
+    from trl_doctor.context.twin import vision_language
+    from trl_doctor.facts.vision import image_columns, image_counter, image_sizes
+
+    if vision_language(ctx.model_config) is None:
+        return
+    columns = image_columns(ctx.dataset)
+    if not columns:
+        return
+    count, why = image_counter(ctx.config.model.path)
+    if count is None:
+        out["images"] = {"counted": False, "why": why, "column": columns[0]}
+        return
+    try:
+        sizes = image_sizes(ctx.dataset, columns[0], indices)
+    except ImportError:
+        out["images"] = {"counted": False, "why": "reading the images' sizes needs Pillow, not installed here",
+                         "column": columns[0]}
+        return
+    except (ValueError, OSError) as exc:  # an image that cannot be read: its tokens are unknown, said so
+        out["images"] = {"counted": False, "why": f"an image could not be read: {exc}", "column": columns[0]}
+        return
+    per_row = [sum(count(h, w) for h, w in row) for row in sizes]
+    added = [n - len(row) for n, row in zip(per_row, sizes)]  # each image's placeholder is already one token
+    for i, extra in enumerate(added):
+        if lengths[i] is not None:
+            lengths[i] += extra
+    out["images"] = {"counted": True, "column": columns[0], "images": sum(len(r) for r in sizes),
+                     "tokens": sum(per_row), "max_per_row": max(per_row, default=0)}
+
+
 @fact
 def prompt_lengths(ctx) -> dict[str, Any]:
     """The dataset's prompts rendered and tokenized as the installed trainer does, on up to SAMPLE_ROWS rows spread
@@ -253,6 +287,7 @@ def prompt_lengths(ctx) -> dict[str, Any]:
             for i, ids in zip(rest, encoded):
                 lengths[i], heads[i] = max(len(ids), round(len(texts[i]) * ratio)), list(ids[:2])
             out["estimated"] = out.get("estimated", 0) + len(rest)
+    _add_image_tokens(ctx, indices, lengths, out)
     label = measured_label(total, len(indices))
     if out.get("estimated"):
         label += (f"; {len(indices) - out['estimated']} tokenized (the {LONGEST_EXACT} longest by characters among them), "

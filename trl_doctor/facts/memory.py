@@ -315,6 +315,7 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
         "activations: 6·hidden + 2·kv + 4·intermediate values per token and layer (Llama-style decoder with SDPA or "
         "flash attention), layer inputs only with gradient checkpointing; allocator fragmentation not counted",
     ]
+    vision = _vision_tower(ctx, mcfg, use_peft, notes, labels)
     return Plan(
         policy_params=params, param_bytes=param_bytes, quantized_params=quantized, quantized_bytes=qbytes,
         peft_params=peft, reference=reference, reward_params=tuple(reward), reward_bytes=param_bytes,
@@ -323,8 +324,46 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
         activation_bytes=act_bytes, gradient_checkpointing=gc, eager_attention=attn == "eager",
         generation_batch=gen, vllm_gpu_memory_utilization=share, overhead_bytes=CUDA_CONTEXT_BYTES,
         gradient_accumulation_steps=int(resolved.gradient_accumulation_steps or 1),
-        notes=tuple(notes), labels=tuple(labels), **dims,
+        notes=tuple(notes), labels=tuple(labels), **dims, **vision,
     )
+
+
+def _vision_tower(ctx, mcfg, use_peft: bool, notes: list, labels: list) -> dict:
+    """The Plan's vision-tower fields for a vision-language model trained on images: the most image patches one
+    sequence of the measured rows holds (their tokens as the processor counts them, times the merge of patches into
+    tokens), the tower's width, blocks and MLP width. {} for a text model, a dataset without images, images that
+    could not be counted here (said in the notes), or a LoRA run (the frozen tower keeps no activations)."""
+    from trl_doctor.context.twin import vision_language
+    from trl_doctor.facts.chat import prompt_lengths
+    from trl_doctor.facts.vision import image_columns
+
+    vision = getattr(mcfg, "vision_config", None)
+    if vision_language(mcfg) is None or vision is None:
+        return {}
+    try:
+        if not image_columns(ctx.dataset):
+            return {}
+        images = prompt_lengths(ctx).get("images")
+    except Exception as exc:  # noqa: BLE001  (no dataset here: the tower's activations are left out, said so)
+        notes.append(f"vision tower: activations not counted (the dataset's images could not be read: {exc})")
+        return {}
+    if not images:
+        return {}
+    if not images["counted"]:
+        notes.append(f"vision tower: activations not counted ({images['why']})")
+        return {}
+    if use_peft:
+        notes.append("vision tower: frozen under LoRA, so it keeps no activations for backward")
+        return {}
+    merge = int(getattr(vision, "spatial_merge_size", 1) or 1)
+    width = getattr(vision, "embed_dim", None) or getattr(vision, "hidden_size", 0)
+    layers = getattr(vision, "depth", None) or getattr(vision, "num_hidden_layers", 0)
+    inner = getattr(vision, "intermediate_size", None) or int(width * float(getattr(vision, "mlp_ratio", 4) or 4))
+    patches = int(images["max_per_row"]) * merge * merge
+    labels.append(("image patches per sequence", f"{patches:,} (the measured rows' most image tokens, "
+                                                  f"{images['max_per_row']:,}, × {merge}² merged patches each)"))
+    return {"vision_patches": patches, "vision_hidden": int(width), "vision_layers": int(layers),
+            "vision_intermediate": int(inner)}
 
 
 _PARAMETERS = ("policy weights", "LoRA adapters", "value model")  # what ZeRO-3 / FSDP FULL_SHARD partitions with the model

@@ -70,6 +70,12 @@ class Plan:
     vllm_gpu_memory_utilization: float = 0.0  # vLLM colocate's share of each GPU's total memory
     overhead_bytes: int = 0  # the CUDA context
     gradient_accumulation_steps: int = 1  # > 1: the gradients live on through the next micro-batches' activations
+    # a vision-language model's tower, when it trains: patches per sequence (before any merge), its width, blocks and
+    # MLP width; 0 when there are no images or the tower is frozen (a frozen tower keeps no activations for backward)
+    vision_patches: int = 0
+    vision_hidden: int = 0
+    vision_layers: int = 0
+    vision_intermediate: int = 0
     notes: tuple[str, ...] = ()  # how the numbers were read (assumptions), shown with the estimate
     labels: tuple[tuple[str, Any], ...] = ()  # the inputs as the user set them, for the report
 
@@ -201,6 +207,15 @@ def estimate(plan: Plan, gpu_total_bytes: int | None = None) -> Estimate:
         att = p.batch_size * p.num_heads * p.seq_len**2 * 2 * p.activation_bytes * layers_kept
         act += att
         act_how += f" + eager attention scores and probabilities {p.num_heads} heads × {p.seq_len}² per sequence"
+    if p.vision_patches:
+        v_tokens = p.batch_size * p.vision_patches
+        v_layer = 6 * p.vision_hidden + 4 * p.vision_intermediate
+        v_elems = v_tokens * (p.vision_layers * p.vision_hidden + v_layer if p.gradient_checkpointing
+                              else p.vision_layers * v_layer)
+        act += v_elems * p.activation_bytes
+        act_how += (f" + the vision tower's {p.batch_size} × {p.vision_patches} image patches × {p.vision_layers} blocks "
+                    f"× (6·{p.vision_hidden} + 4·{p.vision_intermediate}) values"
+                    + (" (block inputs only, checkpointed)" if p.gradient_checkpointing else ""))
     add("activations", act, "training", act_how)
 
     positions = p.seq_len if p.logits_positions is None else p.logits_positions
