@@ -88,9 +88,34 @@ def image_counter(model_path: Any) -> tuple[Any, str | None]:
         return None, f"{why}; its image processor does not load either ({type(exc).__name__})"
     merge = getattr(images, "merge_size", None)
     patches = getattr(images, "get_number_of_image_patches", None)
-    if not merge or patches is None:
-        return None, why
-    return (lambda h, w: int(patches(h, w, {})) // (merge * merge)), None
+    if merge and patches is not None:
+        return (lambda h, w: int(patches(h, w, {})) // (merge * merge)), None
+    resize = _smart_resize(images)
+    if merge and resize is not None:  # transformers releases before the count API: the family's own resize
+        return (lambda h, w: _merged_tokens(resize(h, w), images.patch_size, merge)), None
+    return None, why
+
+
+def _smart_resize(images: Any):
+    """(height, width) -> the size Qwen2-VL's image processor resizes to, from its own module's `smart_resize`
+    (transformers 4.x, whose processors lack the token-count API), or None."""
+    import importlib
+
+    try:
+        module = importlib.import_module(type(images).__module__)
+    except ImportError:
+        return None
+    resize = getattr(module, "smart_resize", None)
+    patch, merge = getattr(images, "patch_size", None), getattr(images, "merge_size", None)
+    low, high = getattr(images, "min_pixels", None), getattr(images, "max_pixels", None)
+    if resize is None or not (patch and merge and low and high):
+        return None
+    return lambda h, w: resize(h, w, factor=patch * merge, min_pixels=low, max_pixels=high)
+
+
+def _merged_tokens(size: tuple[int, int], patch: int, merge: int) -> int:
+    height, width = size
+    return (height // patch) * (width // patch) // (merge * merge)
 
 
 def image_sizes(dataset: Any, column: str, indices: list[int]) -> list[list[tuple[int, int]]]:
