@@ -211,8 +211,8 @@ def test_static_raises_no_alarm_the_full_check_does_not(built_fixtures, config, 
 
 # -- one wording: where --static and the full check judge a case alike, they say it word for word ---------------
 
-# Cases whose --static verdict and message equal the full check's (the snapshot records the full check's words): the
-# words come from the facts layer's wording modules (trl_doctor/facts/wording_*.py), which both sides call.
+# Cases whose --static verdict and message equal the full check's (the snapshot records the full check's words): each
+# rule's module holds both its judgments and the words they share.
 SAME_WORDS = ("pad-token/bad_gpt2_nopad.yaml", "pad-token/bad_llama3_nopad.yaml", "pad-token/bad_pad_mismatch.yaml",
               "pad-token/bad_pad_outside_vocab.yaml", "pad-token/bad_ppo_pad_is_eos.yaml", "pad-token/ok_qwen2_chat.json",
               "pad-token/ok_grpo_pad_is_eos.yaml", "pad-token/ok_grpo_generation_pad_differs.yaml",

@@ -119,6 +119,11 @@ class Launch:
                 "this environment as the launch's")
 
 
+def process_count(n: int) -> str:
+    """`n` training processes in words: "1 process", "8 processes"."""
+    return f"{n} process{'es' if n != 1 else ''}"
+
+
 def compute_capability(gpu: dict) -> tuple[int, int]:
     """(major, minor) of a GPU as nvml_gpus or a --target describes it; (0, 0) when unknown."""
     m = re.match(r"(\d+)\.(\d+)", str(gpu.get("compute_capability", "")))
