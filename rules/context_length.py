@@ -54,9 +54,8 @@ def check_static(s):
     if not isinstance(limit, int):
         raise Unavailable("config.json names no max_position_embeddings")
     key = "response_length" if trl_fields.ppo_style(s.release, s.trainer) else "max_completion_length"
-    completion = s.cfg.raw.get(key, own.get(key, {}).get("default"))
-    prompt = s.cfg.raw.get("max_prompt_length", own.get("max_prompt_length", {}).get("default")) \
-        if "max_prompt_length" in own else None
+    completion = config_value(s, key)
+    prompt = config_value(s, "max_prompt_length") if "max_prompt_length" in own else None
     learned = s.model_json.get("model_type") in LEARNED_POSITIONS
     details = {"max_position_embeddings": limit, key: completion, "max_prompt_length": prompt, "trl": s.release_words,
                "positions": "a learned table (an index past it crashes)" if learned else "rotary or relative"}

@@ -107,7 +107,7 @@ def check_static(s):
     if term is None:
         term = {"id": eos_id, "token": eos, "why": eos_why(conversational)}
     stop_set = sorted(set(gen_eos) | ({eos_id} if eos_id is not None else set()))
-    use_vllm = bool(s.cfg.raw.get("use_vllm"))
+    use_vllm = bool(config_value(s, "use_vllm", False))
     details = {**_details(term, eos, eos_id, s.model_json, gen, [(tok.name_of(i), i) for i in stop_set], use_vllm),
                "termination probe": "not run (--static): the static reading decides"}
     if term["id"] is None:

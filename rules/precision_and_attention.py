@@ -104,11 +104,9 @@ def check_static(s):
     visible = list(launch(s).gpus)
     if not visible:
         raise Unavailable("no GPU here to check precision against: pass --target (e.g. --target 1xA10G)")
-    own, _ = trl_fields.config_fields(s.release, s.trainer)
     raw = s.cfg.raw
-    fp16 = raw.get("fp16", own.get("fp16", {}).get("default")) is True
-    declared = own.get("bf16", {})
-    bf16 = raw.get("bf16", declared.get("default"))
+    fp16 = config_value(s, "fp16") is True
+    bf16 = config_value(s, "bf16")
     words = "set in the config" if "bf16" in raw else f"{s.trainer.upper()}Config's default in trl {s.release}"
     if bf16 is None and "bf16" not in raw and s.trainer in ("grpo", "rloo") and trl_fields.release_key(s.release) >= (0, 19):
         bf16, words = not fp16, f"{s.trainer.upper()}Config's default in trl {s.release}: bf16 unless fp16"
@@ -131,7 +129,7 @@ def check_static(s):
     ckpt = s.model_json.get("dtype") or s.model_json.get("torch_dtype")
     if raw.get("use_vllm") and ckpt == "bfloat16" and below:
         found = True
-        colocate = str(raw.get("vllm_mode", own.get("vllm_mode", {}).get("default")) or "server") == "colocate"
+        colocate = str(config_value(s, "vllm_mode") or "server") == "colocate"
         yield (fail if colocate else warn)(vllm_bf16_unsupported(lowest, colocate), **details)
     if not found:
         mode = "bf16" if bf16 else "fp16" if fp16 else "fp32"

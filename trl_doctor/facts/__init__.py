@@ -24,6 +24,8 @@ check, its InputError / Unavailable kept too); the larger answers are frozen dat
 - `trl_fields`: what each TRL release's config classes declare, shipped as data (`check --static` judges against
   one release without importing TRL), and what TRL's parser refuses.
 
-The words of a rule's findings live in the rule's module, which holds both its judgments (the full check's and
-`--static`'s).
+A fact is asked of any context that implements trl_doctor.interface.CheckContext; one that needs what a context
+lacks (TRL's config object under `--static`) raises Unavailable there, and `settings.config_value(ctx, key)` is the
+one way to read the value the trainer will see, in every context. The words of a rule's findings live in the rule's
+module, which holds both its judgments (the full check's and `--static`'s).
 """

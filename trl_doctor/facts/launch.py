@@ -142,7 +142,7 @@ def nvml_gpus(ctx) -> tuple[tuple[dict, ...], str | None]:
 def launch(ctx) -> Launch:
     """The launch's processes, GPUs and accelerate settings (see `Launch`)."""
     found, why = nvml_gpus(ctx)
-    target = getattr(ctx.options, "target", None)
+    target = ctx.options.target
     if target:
         from trl_doctor.context.target import target_gpus
 
@@ -176,7 +176,7 @@ def _machines(ctx, accelerate: AccelerateSettings | None) -> tuple[int, str | No
 def _target_env(ctx) -> str:
     """With --target: "this" when the launch runs in this Python environment, else "other". `auto` (the default)
     takes this one when its torch is a CUDA build: a CPU torch (a laptop, a CPU runner) is no GPU job's."""
-    asked = getattr(ctx.options, "target_env", "auto")
+    asked = ctx.options.target_env
     if asked in ("this", "other"):
         return asked
     return "this" if torch_cuda_version() else "other"
@@ -209,7 +209,7 @@ def visible_gpus(found: list[dict], env_value: str | None) -> tuple[list[dict], 
 
 def _processes(ctx, visible: list[dict], missing: str) -> tuple[int, str, str | None]:
     """(processes, where the number comes from, note), in the order `accelerate launch` decides it."""
-    opt = getattr(ctx.options, "num_processes", None)
+    opt = ctx.options.num_processes
     if opt:
         return int(opt), "--num-processes", None
     live = getattr(ctx, "live", None)
@@ -239,7 +239,7 @@ def _processes(ctx, visible: list[dict], missing: str) -> tuple[int, str, str | 
             return (read.num_processes, f"num_processes in accelerate's default config {default}",
                     "; ".join(notes) or None)
         notes.append(f"{default}: {read.num_processes_problem}")
-    if visible and getattr(ctx.options, "target", None):
+    if visible and ctx.options.target:
         return (len(visible), f"--target {visible[0]['target']}: accelerate launch starts one process per GPU",
                 "; ".join(notes) or None)
     if visible:

@@ -37,7 +37,11 @@ def config_value(ctx, key: str, default: Any = None) -> Any:
     raw value, else the default of the installed config class (or TRL's ModelConfig / ScriptArguments).
 
     A value TRL's parser refuses (a list for a batch size, `.nan`, `10**30`) is no value a rule can judge: the
-    rule that reads it is skipped (Unavailable) and trainer-config reports the value."""
+    rule that reads it is skipped (Unavailable) and trainer-config reports the value.
+
+    Under --static (no TRL imported): the value as written, else the default of the judged release's classes."""
+    if ctx.kind == "static":
+        return _written_or_release_default(ctx, key, default)
     refused = _refused(ctx, key)
     if refused:
         from trl_doctor.errors import Unavailable
@@ -51,6 +55,19 @@ def config_value(ctx, key: str, default: Any = None) -> Any:
         return raw[key]
     found = _field_default(ctx.trainer, key)
     return default if found is _MISSING else found
+
+
+def _written_or_release_default(ctx, key: str, default: Any) -> Any:
+    """config_value for a context without TRL: the config's value, else the default that the judged release's config
+    class (or its script's classes) declares, from trl_doctor.facts.trl_fields."""
+    if key in ctx.config.raw:
+        return ctx.config.raw[key]
+    from trl_doctor.facts import trl_fields
+
+    release = ctx.version("trl")
+    own, _ = trl_fields.config_fields(release, ctx.trainer)
+    field = own.get(key) or trl_fields.script_fields(release, ctx.trainer).get(key) or {}
+    return field.get("default", default)
 
 
 def _refused(ctx, key: str) -> str | None:

@@ -54,6 +54,8 @@ def typed_as_trl(config: DoctorConfig) -> DoctorConfig:
 def trainer_config_info(ctx) -> TrainerConfigInfo:
     from trl_doctor.facts.trl import config_class, script_fields
 
+    if ctx.kind != "full":  # TRL's own object is built with TRL imported: the full check's
+        raise Unavailable("needs the full check: TRL's config object is built by the installed TRL")
     if ctx.live is not None and ctx.live.args is not None:
         return _live_config_info(ctx)
 

@@ -71,7 +71,7 @@ def _out_of_memory(exc: BaseException, ctx: Context) -> tuple[str, dict]:
     """A finding about memory: what this rule needed did not fit, and what the check's worker may use."""
     from trl_doctor.runtime.limits import describe
 
-    limit = describe(getattr(ctx.options, "memory_limit", None))
+    limit = describe(ctx.options.memory_limit)
     what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
     return (f"ran out of memory: the model and settings this rule probes need more memory than the check's worker has "
             f"(limit: {limit}); the job will need at least as much, or --max-memory raises the check's limit",
