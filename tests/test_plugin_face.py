@@ -5,6 +5,7 @@ of docs/writing-a-rule.md (docs/example_rule/) runs through the real command as 
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -178,3 +179,27 @@ def test_the_guide_quotes_the_example_snapshot():
     guide = (ROOT / "docs" / "writing-a-rule.md").read_text()
     snap = case_snapshots.snapshot_path(EXAMPLE_CASES / "bad_unknown_tracker.yaml").read_text()
     assert snap in guide
+
+
+def test_the_example_judges_under_static_with_its_own_hook(example_site, built_fixtures):
+    """A plugin rule's `static=` judgment runs under `check --static` as a built-in rule's does: the worked example
+    fails a missing tracker from the file alone, in the full check's words, passes `none`, and says why it cannot
+    judge a name only transformers' table knows."""
+    env = {"PYTHONPATH": str(example_site)}
+    verdicts = {}
+    for case in sorted(EXAMPLE_SPEC["cases"]):
+        if case == "bad_tracker_not_installed.yaml" and importlib.util.find_spec("wandb") is not None:
+            continue
+        proc = run_doctor("check", "--static", "--select", "EX001", "--format", "json", str(EXAMPLE_CASES / case),
+                          env=env)
+        assert proc.returncode in (0, 1), proc.stderr
+        verdicts[case] = result_of(json.loads(proc.stdout), "EX001")
+    assert verdicts["ok_no_tracker.yaml"]["status"] == "pass"
+    assert verdicts["ok_all_installed.yaml"]["status"] == "pass"
+    unknown = verdicts["bad_unknown_tracker.yaml"]
+    assert unknown["status"] == "skip" and "needs the full check" in unknown["message"] and "tensorbord" in unknown["message"]
+    if "bad_tracker_not_installed.yaml" in verdicts:
+        missing = verdicts["bad_tracker_not_installed.yaml"]
+        fields, body = case_snapshots.split(case_snapshots.snapshot_path(EXAMPLE_CASES / "bad_tracker_not_installed.yaml")
+                                            .read_text())
+        assert missing["status"] == "fail" and missing["message"] == body.split("\n")[1]  # the full check's words
