@@ -5,8 +5,8 @@
 The contract:
 
 - A rule module imports `trl_doctor.plugin` (and, for built-in rules, the facts layer `trl_doctor.facts.*`),
-  never a private `trl_doctor._*` module. The names below keep their meaning across releases; the private
-  modules they come from may move.
+  never another module of trl-doctor (they are private: `trl_doctor.context.context`, `trl_doctor.registry`...).
+  The names below keep their meaning across releases; the modules they come from may move.
 - `@rule(id=..., slug=..., title=..., trainers=..., needs=..., fixable=..., static=...)` turns a generator function
   of the context into a `Rule`; the module's docstring is what `trl-doctor explain` prints. `static=` is the rule's
   judgment under `check --static` (files alone, no ML stack), a generator over the static context; without one the

@@ -80,8 +80,8 @@ def _out_of_memory(exc: BaseException, ctx: Context) -> tuple[str, dict]:
 
 def fold(rule: Rule, findings: list[Finding], result: Callable[..., Result], config_path: Any = None) -> Result:
     """One Result from a rule's findings: the worst finding's status, message, details and location
-    (see `_locations.locate`; `config_path` is the config file, preferred when a fix edits several files),
-    the others listed under `also`, and their fixes merged by `merge_fixes`."""
+    (see `trl_doctor.context.locations.locate`; `config_path` is the config file, preferred when a fix edits several
+    files), the others listed under `also`, and their fixes merged by `merge_fixes`."""
     worst = max(findings, key=lambda f: f.status.rank)
     details: dict[str, Any] = dict(worst.details)
     others = [f for f in findings if f is not worst and f.status is not Status.PASS]
