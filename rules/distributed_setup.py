@@ -35,10 +35,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from trl_doctor import Unavailable, fail, manual, passed, rule, warn
-from trl_doctor.facts.launch import (
-    checkpointing_reentrant, launch, package_version, sharding, trainer_distributed_handling,
-)
-from trl_doctor.facts.settings import config_value, settings
+from trl_doctor.facts.launch import launch, package_version, sharding, trainer_distributed_handling
+from trl_doctor.facts.settings import checkpointing_reentrant, config_value, settings
 from trl_doctor.facts.versions import entry_matches_versions, load_table
 
 SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")  # transformers' strategies that place layers itself

@@ -38,8 +38,7 @@ from typing import Any
 
 from trl_doctor import Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
 
-from trl_doctor.facts.launch import checkpointing_kwargs
-from trl_doctor.facts.settings import config_value
+from trl_doctor.facts.settings import checkpointing_kwargs, config_value
 from trl_doctor.facts.text import line_of as _line, read_json as _read_json
 from trl_doctor.facts.tokens import embedding_rows
 from trl_doctor.facts.trl import (TRAINER_CLASS, enables_input_grads, model_loader, trainer_mentions,

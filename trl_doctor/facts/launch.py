@@ -21,7 +21,7 @@ from .trl import trl_root
 
 __all__ = ["gpus", "package_version", "torch_cuda_version", "visible_gpus", "is_geometry_error", "global_batch_kwargs", "nvml_gpus",
            "launch", "Launch", "AccelerateSettings", "DeepSpeedSettings", "FsdpSettings", "read_accelerate_config",
-           "sharding", "Sharding", "checkpointing_reentrant", "trainer_distributed_handling", "TrainerDistributedHandling"]
+           "sharding", "Sharding", "trainer_reentrant_default", "transformers_reentrant_default", "trainer_distributed_handling", "TrainerDistributedHandling"]
 
 _GEOMETRY_WORDS = ("batch", "generations", "steps_per_generation", "mini_batch", "rloo_k")
 
@@ -490,35 +490,12 @@ def _fsdp_sharding(where: str, strategy: str, offload: bool) -> Sharding:
 
 # -- gradient checkpointing and what the installed trainer does about distributed setups --------------------------
 
-def checkpointing_kwargs(ctx) -> dict:
-    """The config's `gradient_checkpointing_kwargs` as a dict (TRL's parser also takes it as a JSON string)."""
-    from .settings import as_mapping, config_value
-
-    return as_mapping(config_value(ctx, "gradient_checkpointing_kwargs", None))
-
-
-def checkpointing_reentrant(ctx) -> tuple[bool | None, str]:
-    """(use_reentrant the job's gradient checkpointing runs with, where that comes from): the config's
-    gradient_checkpointing_kwargs, else the default the installed trainer sets, else the installed transformers'
-    default; (None, why) when gradient checkpointing is off."""
-    from .settings import config_value
-
-    if not config_value(ctx, "gradient_checkpointing", False):
-        return None, "gradient checkpointing is off"
-    kwargs = checkpointing_kwargs(ctx)
-    if "use_reentrant" in kwargs and kwargs["use_reentrant"] is not None:
-        return bool(kwargs["use_reentrant"]), "gradient_checkpointing_kwargs in the config"
-    found = _trainer_reentrant_default(ctx.trainer)
-    if found is not None:
-        return found
-    return _transformers_reentrant_default()
-
-
 _SETDEFAULT_RE = re.compile(r"""gradient_checkpointing_kwargs\.setdefault\(\s*["']use_reentrant["']\s*,\s*(True|False)\s*\)""")
 _TF_GUARD_RE = re.compile(r"""Version\(transformers\.__version__\)\s*<\s*Version\(["']([\d.]+)["']\)""")
 
 
-def _trainer_reentrant_default(trainer: str) -> tuple[bool, str] | None:
+def trainer_reentrant_default(trainer: str) -> tuple[bool, str] | None:
+    """(use_reentrant, where) the installed trainer sets when the config does not, or None."""
     from packaging.version import InvalidVersion, Version
 
     from .trl import trainer_source
@@ -541,7 +518,8 @@ def _trainer_reentrant_default(trainer: str) -> tuple[bool, str] | None:
     return m.group(1) == "True", f"{rel}:{_line_no(text, m.start())} sets it when the config does not"
 
 
-def _transformers_reentrant_default() -> tuple[bool, str]:
+def transformers_reentrant_default() -> tuple[bool, str]:
+    """(use_reentrant, where) the installed transformers' gradient checkpointing defaults to."""
     import importlib.util
 
     spec = importlib.util.find_spec("transformers")

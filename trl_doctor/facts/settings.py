@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from trl_doctor.cache import fact
+from trl_doctor.facts.launch import trainer_reentrant_default, transformers_reentrant_default
 from trl_doctor.facts.trainer_config import trainer_config_info, trainer_config_or_none
+from trl_doctor.facts.vllm import installed_config_field, installed_trl_vllm_path
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "float64": 8}
 
@@ -153,7 +155,6 @@ def vllm_mode_in_words(ctx) -> tuple[str, str]:
     sees it ("set in the config"), else the installed TRL's default with the file and line that set it, else the one
     mode the installed TRL's vLLM code has ("server" for 0.16-0.17, "colocate": vLLM inside the trainer, for
     0.14-0.15). Unlike `vllm_placement`, it never names "device" and never fails on another key's value."""
-    from .vllm import installed_config_field, installed_trl_vllm_path
 
     if isinstance(ctx.config.raw.get("vllm_mode"), str):
         seen = config_value(ctx, "vllm_mode", None)
@@ -330,3 +331,25 @@ def _resolve_dtype(ctx, value: Any, where: str) -> tuple[str, str]:
     if name not in DTYPE_BYTES:
         return "float32", f"{where}: {value!r} is not a dtype this estimate knows (assumed float32)"
     return name, where
+
+
+# -- gradient checkpointing ------------------------------------------------------------------------------------
+
+def checkpointing_kwargs(ctx) -> dict:
+    """The config's `gradient_checkpointing_kwargs` as a dict (TRL's parser also takes it as a JSON string)."""
+    return as_mapping(config_value(ctx, "gradient_checkpointing_kwargs", None))
+
+
+def checkpointing_reentrant(ctx) -> tuple[bool | None, str]:
+    """(use_reentrant the job's gradient checkpointing runs with, where that comes from): the config's
+    gradient_checkpointing_kwargs, else the default the installed trainer sets, else the installed transformers'
+    default; (None, why) when gradient checkpointing is off."""
+    if not config_value(ctx, "gradient_checkpointing", False):
+        return None, "gradient checkpointing is off"
+    kwargs = checkpointing_kwargs(ctx)
+    if "use_reentrant" in kwargs and kwargs["use_reentrant"] is not None:
+        return bool(kwargs["use_reentrant"]), "gradient_checkpointing_kwargs in the config"
+    found = trainer_reentrant_default(ctx.trainer)
+    if found is not None:
+        return found
+    return transformers_reentrant_default()
