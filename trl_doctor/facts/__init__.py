@@ -18,7 +18,6 @@ check, its InputError / Unavailable kept too); the larger answers are frozen dat
   value model's folder as its trainer reads it (`scorer_folder`, `scorer_head`, `scorer_tokenizer`);
 - `versions`: declared requirements between the installed ML packages and the known-issues table;
 - `locations`: a config key's place in the file, for a finding that points at it;
-- `edits`: what a file holds once `Edit`s are applied (the fixer's plan and a rule's trial of its fix);
 - `text`: line numbers and lines of source text, small JSON files;
 - `trainer_run`: what the one-step trainer run found;
 - `trl_fields`: what each TRL release's config classes declare, shipped as data (`check --static` judges against
