@@ -38,12 +38,12 @@ from typing import Any
 
 from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
 from trl_doctor.facts.dataloaders import empty_loader_yields_none
-from trl_doctor.facts.launch import is_geometry_error, launch
+from trl_doctor.facts.launch import is_geometry_error, launch, process_count
 from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import config_class, field_default, ppo_style
 from trl_doctor.facts.trl_geometry import (AUTO_FIND_BATCH_SIZE, Evaluator, Problem, config_values, geometry_reading,
-                                           plain, probe_class)
-from trl_doctor.facts import wording_config as words
+                                           plain, probe_class, stored_reading, values_over)
+from trl_doctor.facts import trl_fields
 from trl_doctor.facts.trainer_config import trainer_config_info
 
 # The knobs a fix may change: (key, tier, direction). Lower tiers change less of what the job does: gradient
@@ -70,22 +70,90 @@ def field_names(cls) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
 
+# -- the words both judgments say ---------------------------------------------------------------------------
+
+def _no_config_class(trl: str, trainer: str) -> str:
+    return (f"trl {trl} has no {trainer.upper()}Config, so there is no batch geometry to check (see value-model / "
+            "smoke-step for the trainer itself)")
+
+
+def _refused_numbers(keys: list[str]) -> str:
+    return (f"{', '.join(keys)} has a value TRL's parser refuses (see trainer-config): no batch arithmetic to judge "
+            "until it is a number")
+
+
+def _geometry_healthy(procs: int, where: str, summary: str) -> str:
+    return f"at {process_count(procs)} ({where}): {summary}"
+
+
+def _violations(lines: list[str], procs: int, where: str, trl: str) -> str:
+    """The failure: each numbered violation line, at the launch's process count (`where`: where it comes from)."""
+    count = len(lines)
+    return (f"{count} batch-geometry violation{'s' if count != 1 else ''} at {process_count(procs)} ({where}), where trl "
+            f"{trl} stops: " + "; ".join(lines))
+
+
+def _read_from(units) -> list[str] | str:
+    """The details' list of the TRL code the geometry was read from (facts.trl_geometry's units)."""
+    return [f"{u.where} ({u.kind})" for u in units] or "no geometry code found"
+
+
+# -- from files alone (check --static) -----------------------------------------------------------------------
+
+def check_static(s):
+    own, name = trl_fields.config_fields(s.release, s.trainer)
+    if name is None:
+        yield passed(_no_config_class(s.release, s.trainer))
+        return
+    refused = sorted(k for k in s.cfg.raw if k in own and trl_fields.type_error(k, s.cfg.raw[k], own[k]["type"])
+                     and any(w in k for w in ("batch", "generation", "steps", "accumulation", "rloo_k", "epochs")))
+    if refused:
+        raise Unavailable(_refused_numbers(refused))
+    the_launch = launch(s)
+    procs, where = the_launch.processes, the_launch.processes_from
+    reading = stored_reading(trl_fields.release(s.release)["geometry"][s.trainer])
+    problems, resolved = Evaluator(reading, procs).run(values_over({k: f.get("default") for k, f in own.items()},
+                                                                   s.cfg.raw))
+    details: dict[str, Any] = {"trl": s.release_words, "processes": f"{procs} ({where})"}
+    if the_launch.processes_note:
+        details["process count note"] = the_launch.processes_note
+    details["read from"] = _read_from(reading.units)
+    details["not done here"] = "the cross-check that builds TRL's config class, and the --fix plan: the full check"
+    gen = resolved.get("generation_batch_size")
+    summary = (f"per_device_train_batch_size {resolved.get('per_device_train_batch_size')} x "
+               f"{process_count(procs)}" + (f", generation batch {gen}" if isinstance(gen, int) else "") +
+               (f", num_generations {resolved.get('num_generations')}" if "num_generations" in resolved else ""))
+    lines = [f"({i}) {p.message} [{p.site}]" for i, p in enumerate(problems, 1)]
+    if s.trainer in ("grpo", "rloo") and s.cfg.raw.get("auto_find_batch_size") is True and \
+            not any("auto_find_batch_size" in p.message for p in problems):
+        lines.append(f"({len(lines) + 1}) {AUTO_FIND_BATCH_SIZE}")
+    if not lines:
+        yield passed(_geometry_healthy(procs, where, summary), **details)
+        return
+    details["violations"] = lines
+    yield fail(_violations(lines, procs, where, s.release), **details)
+
+
+# -- from the loaded setup (the full check) ------------------------------------------------------------------
+
+
 @rule(
     id="TD010",
     slug="batch-geometry",
     title="Batch sizes, generations and mini-batches divide as the installed TRL requires at the launch's process count",
     fixable="sometimes",
+    static=check_static,
 )
 def check(ctx):
     cls = config_class(ctx.trainer)
     trl_version = ctx.version("trl") or "not installed"
     if cls is None:
-        yield skip(words.no_config_class(trl_version, ctx.trainer))
+        yield skip(_no_config_class(trl_version, ctx.trainer))
         return
     refused = sorted(k for k in set(trainer_config_info(ctx).type_errors) & set(field_names(cls))
                      if any(w in k for w in ("batch", "generation", "steps", "accumulation", "rloo_k", "epochs")))
     if refused:
-        yield skip(words.refused_numbers(refused))
+        yield skip(_refused_numbers(refused))
         return
     the_launch = launch(ctx)
     procs, where = the_launch.processes, the_launch.processes_from
@@ -97,7 +165,7 @@ def check(ctx):
     if the_launch.processes_note:
         details["process count note"] = the_launch.processes_note
     details["geometry"] = _geometry(resolved, procs)
-    details["read from"] = words.read_from(reading.units)
+    details["read from"] = _read_from(reading.units)
 
     confirmed, extra, verdict = _cross_check(ctx, cls, ctx.config.raw, procs, problems)
     if verdict:
@@ -115,7 +183,7 @@ def check(ctx):
         if empty:
             yield warn(empty, **details)
             return
-        yield passed(words.geometry_healthy(procs, where, _summary(resolved, procs)), **details)
+        yield passed(_geometry_healthy(procs, where, _summary(resolved, procs)), **details)
         return
 
     plan = _plan_fixes(state, base, problems, cls, set(ctx.config.raw))
@@ -134,12 +202,12 @@ def check(ctx):
             sets = ", ".join(f"{k}: {v}" for k, v in plan.changes.items() if v is not DELETE)
             drops = ", ".join(k for k, v in plan.changes.items() if v is DELETE)
             changes = "; ".join(w for w in (f"set {sets}" if sets else "", f"remove {drops}" if drops else "") if w)
-            fix = Fix(f"{changes} in {ctx.config.path.name} (for {words.processes(procs)})",
+            fix = Fix(f"{changes} in {ctx.config.path.name} (for {process_count(procs)})",
                       (Edit(str(ctx.config.path), set=tuple(plan.changes.items())),))
             details["changes"] = changes
         else:
             details["fix not offered"] = f"TRL's {cls.__name__} rejects the changed config: {why}"
-    yield fail(words.violations(lines, procs, where, trl_version), fix=fix, **details)
+    yield fail(_violations(lines, procs, where, trl_version), fix=fix, **details)
 
 
 # -- the smallest change ----------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from trl_doctor.facts.chat import _MARK, prompt_lengths, prompt_rendering, rende
     slug="chat-template",
     title="The chat template renders the prompts, opens the assistant's turn and gives one BOS",
     needs=("dataset", "tokenizer"),  # no dataset named: skip before loading the tokenizer
+    static_skip="it tokenizes every prompt through the template",
 )
 def check(ctx):
     facts = prompt_lengths(ctx)

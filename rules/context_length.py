@@ -35,12 +35,54 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from trl_doctor import Edit, Finding, Fix, fail, passed, rule, skip, warn
+from trl_doctor import Edit, Finding, Fix, Unavailable, fail, passed, rule, skip, warn
+from trl_doctor.facts import trl_fields
 from trl_doctor.facts.chat import prompt_lengths, prompt_rendering
 from trl_doctor.facts.settings import config_value, field_value, settings
 from trl_doctor.facts.trl import strips_truncated_prompts, trainer_mentions, vllm_code_mentions
 
 TRUNCATION_WARN = 0.02  # warn when TRL would truncate more than this share of the prompts
+LEARNED_POSITIONS = ("gpt2", "opt", "gpt_neo", "gptj", "bloom", "codegen", "biogpt")  # model types whose positions are a table
+
+
+# -- from files alone (check --static): the completion limit against the positions; prompts need the tokenizer ----
+
+def check_static(s):
+    own, _ = trl_fields.config_fields(s.release, s.trainer)
+    text = s.model_json.get("text_config") if isinstance(s.model_json.get("text_config"), dict) else s.model_json
+    limit = text.get("max_position_embeddings") or text.get("n_positions")
+    if not isinstance(limit, int):
+        raise Unavailable("config.json names no max_position_embeddings")
+    key = "response_length" if trl_fields.ppo_style(s.release, s.trainer) else "max_completion_length"
+    completion = config_value(s, key)
+    prompt = config_value(s, "max_prompt_length") if "max_prompt_length" in own else None
+    learned = s.model_json.get("model_type") in LEARNED_POSITIONS
+    details = {"max_position_embeddings": limit, key: completion, "max_prompt_length": prompt, "trl": s.release_words,
+               "positions": "a learned table (an index past it crashes)" if learned else "rotary or relative"}
+    if not isinstance(completion, int):
+        raise Unavailable(f"`{key}` is not a number")
+    if completion >= limit:
+        words = (f"{key} {completion} alone is as long as the model's context ({limit} positions, config.json "
+                 "max_position_embeddings): no prompt fits beside a full completion")
+        if learned:
+            yield fail(f"{words}; the model looks positions up in a learned table, so the first long completion stops "
+                       "the job with \"index out of range in self\"", **details)
+        else:
+            yield warn(f"{words}: the model never saw the positions past {limit}, and vLLM refuses such a length",
+                       **details)
+        return
+    if isinstance(prompt, int) and prompt + completion <= limit:
+        yield passed(f"max_prompt_length {prompt} + {key} {completion} fit the model's {limit} positions", **details)
+        return
+    if isinstance(prompt, int):  # only a bound: whether prompts that long exist is the dataset's, tokenized
+        raise Unavailable(f"needs the full check: max_prompt_length {prompt} + {key} {completion} could run past the "
+                          f"model's {limit} positions; whether any prompt is that long needs the prompts tokenized")
+    raise Unavailable(f"needs the full check: trl {s.release} does not truncate prompts, so the prompts' token lengths "
+                      f"decide ({key} {completion} leaves {limit - completion} of the model's {limit} positions for the "
+                      "prompt)")
+
+
+# -- from the loaded setup (the full check) ------------------------------------------------------------------
 
 
 @rule(
@@ -49,6 +91,7 @@ TRUNCATION_WARN = 0.02  # warn when TRL would truncate more than this share of t
     title="Prompts plus completions fit the model's context and vLLM's",
     needs=("dataset", "tokenizer", "model_config"),  # no dataset named: skip before loading anything else
     fixable="sometimes",
+    static=check_static,
 )
 def check(ctx):
     facts = prompt_lengths(ctx)

@@ -43,7 +43,7 @@ from trl_doctor import Finding, InputError, Unavailable, fail, passed, rule, ski
 from trl_doctor.facts.chat import prompt_format, sample_indices
 from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.trl import ppo_style, script_fields, stream_support
-from trl_doctor.facts.wording_dataset import no_prompt_column, prompt_reader
+from trl_doctor.facts import trl_fields
 
 SCAN_ROWS = 10000  # rows looked at one by one when the Arrow column type does not settle the format
 SHOWN_ROWS = 8
@@ -52,10 +52,57 @@ DEFAULT_PASSED = ("prompts", "completions")
 DEFAULT_EXCLUDED = ("prompt", "completion")
 
 
+# -- the words both judgments say ---------------------------------------------------------------------------
+
+# columns a prompt is often found under, the likeliest first: the first one present is the one to rename
+CANDIDATES = ("question", "problem", "query", "instruction", "input", "text", "messages", "conversations", "conversation",
+              "prompts", "Prompt", "question_text", "content")
+
+
+def prompt_reader(trainer: str, ppo_style: bool) -> str:
+    """Who reads the `prompt` column: a PPO-style trainer's example script, else the trainer itself."""
+    if ppo_style:
+        return (f"{trainer.upper()}'s example script (examples/scripts/{trainer}/{trainer}.py) tokenizes "
+                "`prompt` (dataset_text_field = \"prompt\") into the `input_ids` the trainer reads")
+    return f"{trainer.upper()}Trainer builds every batch from it (`prompts = [x[\"prompt\"] for x in inputs]`)"
+
+
+def no_prompt_column(columns: list[str], reader: str) -> str:
+    """No `prompt` column; the fix names the likeliest column to rename (`reader`: prompt_reader's words)."""
+    near = [c for c in CANDIDATES if c in columns]
+    hint = (f"rename `{near[0]}` to `prompt`" if near else "add a `prompt` column") + \
+        " (dataset.rename_column, or map the rows to {\"prompt\": ...})"
+    return (f"the dataset has no `prompt` column (columns: {', '.join(columns) or 'none'}): {reader}, so the first step "
+            f"fails with KeyError: 'prompt'; {hint}")
+
+
+# -- from files alone (check --static) -----------------------------------------------------------------------
+
+def check_static(s):
+    if s.cfg.raw.get("dataset_streaming") or s.cfg.raw.get("datasets"):
+        raise Unavailable("needs the full check: a stream or a dataset mixture is loaded by the datasets library")
+    ds = s.dataset
+    if ds.unread:
+        raise Unavailable(ds.unread)
+    columns = ds.columns or []
+    details = {"dataset": str(ds.path), "columns": columns, "rows read": len(ds.rows)}
+    if "prompt" not in columns:
+        yield fail(no_prompt_column(columns, prompt_reader(s.trainer, trl_fields.ppo_style(s.release, s.trainer))),
+                   **details)
+        return
+    kinds = sorted({prompt_format(r.get("prompt")) for r in ds.rows})
+    yield passed(f"columns {', '.join(columns)}: `prompt` is {', '.join(kinds)} in the first {len(ds.rows)} rows (every "
+                 "row's format and the reward functions' columns are read in the full check)", **details)
+
+
+# -- from the loaded setup (the full check) ------------------------------------------------------------------
+
+
 @rule(
     id="TD013",
     slug="dataset-schema",
     title="The dataset has the columns and row format the trainer and the reward functions read",
+    static=check_static,
 )
 def check(ctx):
     stream_problems, stream = _streaming(ctx)

@@ -34,14 +34,92 @@ from __future__ import annotations
 
 from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
 
-from trl_doctor.facts.chat import completion_terminator
+from trl_doctor.facts.chat import TURN_END, completion_terminator, eos_why, is_conversational
 from trl_doctor.facts.settings import config_value
 from trl_doctor.facts.generation import mask_eos
 from trl_doctor.facts.trl import TRAINER_CLASS, ppo_style
 from trl_doctor.facts.tokens import as_id_list
 from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
 from trl_doctor.facts.trainer_config import trainer_config
-from trl_doctor.facts import wording_eos as words
+from trl_doctor.facts import trl_fields
+
+
+# -- the words both judgments say ---------------------------------------------------------------------------
+
+NO_EOS = "the tokenizer has no eos token: nothing can end a completion"
+STOP_SET = "stop set (HF generate and vLLM: tokenizer eos + generation config eos ids)"
+
+
+def _unrendered(error: str) -> str:
+    return f"the chat template cannot be rendered ({error}); the turn terminator is unknown"
+
+
+def _details(term: dict, eos, eos_id, config_json: dict, generation_json: dict | None, stop_names: list,
+             use_vllm: bool) -> dict:
+    """What every finding of the non-PPO path carries. `term`: {"token", "id", "why"}; `stop_names`: (token, id) of
+    each id in the stop set."""
+    return {"terminator": f"{term['token']!r} (id {term['id']}): {term['why']}",
+            "tokenizer eos": f"{eos!r} (id {eos_id})",
+            "config.json eos_token_id": config_json.get("eos_token_id"),
+            "generation_config.json eos_token_id": None if generation_json is None else generation_json.get("eos_token_id"),
+            STOP_SET: [f"{name!r} ({i})" for name, i in stop_names],
+            "generation path": "vLLM" if use_vllm else "transformers generate"}
+
+
+def _stop_ids_from(gen_eos: list, has_generation_config: bool) -> str:
+    """Where generation takes its eos ids: generation_config.json, else config.json."""
+    return (f"generation_config.json eos_token_id {gen_eos}" if has_generation_config else
+            f"config.json eos_token_id {gen_eos} (no generation_config.json)")
+
+
+def _never_stops(term: dict, use_vllm: bool, where: str, eos, eos_id) -> str:
+    """The terminator is in no stop set (`where`: stop_ids_from's words)."""
+    path = "vLLM" if use_vllm else "generation"
+    return (f"{term['token']!r} (id {term['id']}) ends the assistant's turn but {path} will not stop at it: {where} and "
+            f"the tokenizer's eos {eos!r} ({eos_id}) do not include it, so completions run to max_completion_length")
+
+
+def _in_stop_set(term: dict, how: str = "") -> str:
+    return f"completions end at {term['token']!r} (id {term['id']}), which is in the stop set{how}"
+
+
+# -- from files alone (check --static) -----------------------------------------------------------------------
+
+def check_static(s):
+    if trl_fields.ppo_style(s.release, s.trainer):
+        raise Unavailable("needs the full check: a PPO-style trainer ends responses at its stop token, read from the "
+                          "trainer")
+    tok = s.token_ids()
+    gen = s.gen_json
+    gen_eos = as_id_list((gen if gen is not None else s.model_json).get("eos_token_id"))
+    eos, eos_id = tok.token("eos_token"), tok.id_of(tok.token("eos_token"))
+    if s.dataset.unread and s.tok.chat_template[0] is not None:
+        raise Unavailable(f"whether prompts go through the chat template depends on the dataset ({s.dataset.unread})")
+    conversational = bool(s.dataset.rows) and is_conversational(s.dataset.rows[0])
+    term = None
+    if conversational:
+        found = s.turn_terminator()
+        if found and found.get("error"):
+            yield warn(_unrendered(found["error"]), tokenizer=str(s.cfg.tokenizer.path))
+            return
+        if found and found.get("id") is not None:
+            term = {"id": found["id"], "token": found["token"], "why": TURN_END}
+    if term is None:
+        term = {"id": eos_id, "token": eos, "why": eos_why(conversational)}
+    stop_set = sorted(set(gen_eos) | ({eos_id} if eos_id is not None else set()))
+    use_vllm = bool(config_value(s, "use_vllm", False))
+    details = {**_details(term, eos, eos_id, s.model_json, gen, [(tok.name_of(i), i) for i in stop_set], use_vllm),
+               "termination probe": "not run (--static): the static reading decides"}
+    if term["id"] is None:
+        yield fail(NO_EOS, **details)
+        return
+    if term["id"] in stop_set:
+        yield passed(_in_stop_set(term, " (the completion mask is read from the trainer in the full check)"), **details)
+        return
+    yield fail(_never_stops(term, use_vllm, _stop_ids_from(gen_eos, gen is not None), eos, eos_id), **details)
+
+
+# -- from the loaded setup (the full check) ------------------------------------------------------------------
 
 
 @rule(
@@ -50,6 +128,7 @@ from trl_doctor.facts import wording_eos as words
     title="Generation stops at the model's end-of-turn token",
     needs=("tokenizer", "model_config", "trainer_run"),
     fixable="sometimes",
+    static=check_static,
 )
 def check(ctx):
     if ppo_style(ctx.trainer):  # PPO, and RLOO before trl 0.22: responses end at the config's stop token
@@ -67,15 +146,15 @@ def check(ctx):
         rows = []
     term = completion_terminator(tok, rows)
     if term["template_error"]:
-        yield warn(words.unrendered(term["template_error"]), **{"tokenizer": str(ctx.config.tokenizer.path)})
+        yield warn(_unrendered(term["template_error"]), **{"tokenizer": str(ctx.config.tokenizer.path)})
         return
     stop_set = sorted(set(gen_eos) | ({tok.eos_token_id} if tok.eos_token_id is not None else set()))
     names = {i: tok.convert_ids_to_tokens(i) for i in stop_set}
     use_vllm = bool(config_value(ctx, "use_vllm", False))
-    details = words.details(term, tok.eos_token, tok.eos_token_id, cfg_json, gen_json,
+    details = _details(term, tok.eos_token, tok.eos_token_id, cfg_json, gen_json,
                             [(names[i], i) for i in stop_set], use_vllm)
     if term["id"] is None:
-        yield fail(words.NO_EOS, **details)
+        yield fail(NO_EOS, **details)
         return
     static_ok = term["id"] in stop_set
     mask = mask_eos(ctx.trainer)
@@ -96,7 +175,7 @@ def check(ctx):
 
     probe = _probe(ctx, term)
     details.update(probe.get("details", {}))
-    where = words.stop_ids_from(gen_eos, gen_json is not None)
+    where = _stop_ids_from(gen_eos, gen_json is not None)
     if probe.get("stopped") is False:
         yield fail(
             f"generation does not stop at {term['token']!r} (id {term['id']}): the probe made the model emit it as the "
@@ -106,7 +185,7 @@ def check(ctx):
         )
         return
     if not static_ok and (use_vllm or probe.get("stopped") is None):
-        yield fail(words.never_stops(term, use_vllm, where, tok.eos_token, tok.eos_token_id), fix, **details)
+        yield fail(_never_stops(term, use_vllm, where, tok.eos_token, tok.eos_token_id), fix, **details)
         return
     if not static_ok:
         yield warn(
@@ -116,7 +195,7 @@ def check(ctx):
         )
         return
     how = f"; the probe saw generation stop after {probe['steps']} steps" if probe.get("stopped") else ""
-    yield passed(words.in_stop_set(term, how), **details)
+    yield passed(_in_stop_set(term, how), **details)
 
 
 def _limit(ctx):

@@ -48,6 +48,7 @@ from trl_doctor.facts.settings import config_value, settings
     slug="gpu-capacity",
     title="The GPUs can run the job: driver CUDA, GPU count and a memory estimate",
     needs=("model_config",),
+    static_skip="it counts the model's parameters on the meta device",
 )
 def check(ctx):
     raw = ctx.config.raw

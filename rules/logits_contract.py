@@ -45,6 +45,7 @@ from trl_doctor.facts.trainer_config import trainer_config
     title="The model returns only the logits the trainer asks for",
     trainers=("grpo", "rloo"),
     needs=("trainer_run",),
+    static_skip="it runs the model",
 )
 def check(ctx):
     remote = remote_code(ctx)

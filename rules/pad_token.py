@@ -32,14 +32,108 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import Edit, Fix, fail, manual, passed, rule, warn
+from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
 
 from trl_doctor.facts.generation import pad_passed_to_generate
 from trl_doctor.facts.tokens import as_id_list, embedding_rows
 from trl_doctor.facts.trl import TRAINER_CLASS, pad_ids_zeroed, trainer_sets_pad_to_eos
-from trl_doctor.facts import wording_pad as words
+from trl_doctor.facts import trl_fields
 
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_pad_id|>", "<|endoftext|>")
+
+# -- the words both judgments say ---------------------------------------------------------------------------
+
+NEITHER = "the tokenizer has neither a pad token nor an eos token; batches cannot be padded"
+
+
+def _details(*, tokenizer, pad, pad_id, eos, eos_id, rows, config_pad, generation_json, trl) -> dict:
+    """The details every pad-token finding carries (`generation_json`: generation_config.json, or None without one)."""
+    return {"tokenizer": tokenizer, "pad_token": pad, "pad_token_id": pad_id, "eos_token": eos, "eos_token_id": eos_id,
+            "vocab_size (embedding rows)": rows, "config.json pad_token_id": config_pad,
+            "generation_config.json pad_token_id": None if generation_json is None else generation_json.get("pad_token_id"),
+            "trl": trl}
+
+
+def _set_to_eos(trainer: str, trainer_cls: str, trl: str, eos, eos_id) -> str:
+    """No pad token, and the trainer sets pad = eos itself (PPO: with the harm that does to its masks)."""
+    harm = (" PPO then masks that eos out of the value and reward forwards, so the model is never rewarded for stopping."
+            if trainer == "ppo" else "")
+    return (f"the tokenizer has no pad token; {trainer_cls} in trl {trl} will silently set pad_token = eos_token "
+            f"{eos!r} (id {eos_id}).{harm}")
+
+
+def _never_set(trainer_cls: str, trl: str) -> str:
+    return (f"the tokenizer has no pad token and {trainer_cls} in trl {trl} does not set one: the first batch fails with "
+            "'Asking to pad but the tokenizer does not have a padding token'")
+
+
+def _outside_rows(pad, pad_id, rows) -> str:
+    return (f"pad token {pad!r} has id {pad_id}, outside the model's {rows} embedding rows (config.json vocab_size): "
+            "the first forward pass indexes past the embedding matrix")
+
+
+def _files_disagree(pad, pad_id, disagree: dict) -> str:
+    """`disagree`: file name -> the pad_token_id it says."""
+    listed = ", ".join(f"{name} says {value}" for name, value in disagree.items())
+    return f"pad_token_id disagrees between files: the tokenizer's pad {pad!r} is id {pad_id} but {listed}"
+
+
+def _ppo_stop(pad, pad_id) -> str:
+    return (f"pad token {pad!r} is also PPO's stop token (id {pad_id}): PPO masks pad ids out of the value and reward "
+            "forwards, so the final eos is masked and the model is never rewarded for stopping")
+
+
+def _healthy(pad, pad_id, rows) -> str:
+    within = f"and within the {rows} embedding rows" if rows is not None else "(config.json names no vocab_size)"
+    return f"pad token {pad!r} (id {pad_id}) is set {within}"
+
+
+# -- from files alone (check --static) -----------------------------------------------------------------------
+
+def check_static(s):
+    tok = s.token_ids()
+    rows = s.vocab_rows
+    pad, eos = tok.token("pad_token"), tok.token("eos_token")
+    pad_id, eos_id = tok.id_of(pad), tok.id_of(eos)
+    gen = s.gen_json
+    trainer_cls = TRAINER_CLASS[s.trainer]
+    ppo_style = trl_fields.ppo_style(s.release, s.trainer)
+    details = _details(tokenizer=str(s.cfg.tokenizer.path), pad=pad, pad_id=pad_id, eos=eos, eos_id=eos_id, rows=rows,
+                       config_pad=s.model_json.get("pad_token_id"), generation_json=gen, trl=s.release_words)
+    if s.cfg.added_tokens:
+        raise Unavailable("needs the full check: `added_tokens` change the tokenizer the trainer holds")
+    if pad is None:
+        if eos is None:
+            yield fail(NEITHER, **details)
+            return
+        evidence = trl_fields.release(s.release)["sets_pad_to_eos"].get(s.trainer)
+        details["trainer behaviour"] = evidence or f"{trainer_cls} in trl {s.release} never assigns the policy tokenizer's pad_token"
+        if evidence:
+            yield warn(_set_to_eos(s.trainer, trainer_cls, s.release, eos, eos_id), **details)
+        else:
+            yield fail(_never_set(trainer_cls, s.release), **details)
+        return
+    if pad_id is None or (rows is not None and pad_id >= rows):
+        if ppo_style:
+            raise Unavailable(f"needs the full check: pad id {pad_id} lies past the embedding rows, which PPO-style "
+                              "trainers may allow")
+        yield fail(_outside_rows(pad, pad_id, rows), **details)
+        return
+    files = {"config.json": s.model_json.get("pad_token_id")}
+    if gen is not None and ppo_style:  # GRPO and RLOO pass generate the tokenizer's pad id themselves
+        files["generation_config.json"] = gen.get("pad_token_id")
+    disagree = {n: v for n, v in files.items() if v is not None and v != pad_id}
+    if disagree:
+        yield warn(_files_disagree(pad, pad_id, disagree), **details)
+    if s.trainer == "ppo":
+        stop_id = s.cfg.raw.get("stop_token_id", eos_id)
+        if pad_id == stop_id:
+            yield warn(_ppo_stop(pad, pad_id), **details)
+            return
+    yield passed(_healthy(pad, pad_id, rows), **details)
+
+
+# -- from the loaded setup (the full check) ------------------------------------------------------------------
 
 
 @rule(
@@ -48,6 +142,7 @@ PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_
     title="Tokenizer has a pad token the trainer and model files agree on",
     needs=("tokenizer", "model_config"),
     fixable="sometimes",
+    static=check_static,
 )
 def check(ctx):
     tok = ctx.tokenizer
@@ -58,21 +153,21 @@ def check(ctx):
     trl_version = ctx.version("trl") or "not installed"
     pad, pad_id, eos, eos_id = tok.pad_token, tok.pad_token_id, tok.eos_token, tok.eos_token_id
     gen_eos = as_id_list((gen_json or {}).get("eos_token_id"))
-    details = words.details(tokenizer=str(ctx.config.tokenizer.path), pad=pad, pad_id=pad_id, eos=eos, eos_id=eos_id,
+    details = _details(tokenizer=str(ctx.config.tokenizer.path), pad=pad, pad_id=pad_id, eos=eos, eos_id=eos_id,
                             rows=rows, config_pad=cfg_json.get("pad_token_id"), generation_json=gen_json, trl=trl_version)
 
     if pad is None:
         choice = _choose_pad(tok, rows, eos_id)
         fix = _fix(ctx, choice, gen_json)
         if eos is None:
-            yield fail(words.NEITHER, fix, **details)
+            yield fail(NEITHER, fix, **details)
             return
         sets, evidence = trainer_sets_pad_to_eos(ctx.trainer)
         details["trainer behaviour"] = evidence
         if sets:
-            yield warn(words.set_to_eos(ctx.trainer, trainer_cls, trl_version, eos, eos_id), fix, **details)
+            yield warn(_set_to_eos(ctx.trainer, trainer_cls, trl_version, eos, eos_id), fix, **details)
         else:
-            yield fail(words.never_set(trainer_cls, trl_version), fix, **details)
+            yield fail(_never_set(trainer_cls, trl_version), fix, **details)
         return
 
     zeroed = pad_ids_zeroed(ctx.trainer) if pad_id is not None and rows is not None and pad_id >= rows else None
@@ -86,7 +181,7 @@ def check(ctx):
     if pad_id is None or (rows is not None and pad_id >= rows):
         choice = _choose_pad(tok, rows, eos_id)
         yield fail(
-            words.outside_rows(pad, pad_id, rows),
+            _outside_rows(pad, pad_id, rows),
             _fix(ctx, choice, gen_json) if choice and choice[0] != pad else None,
             **details,
         )
@@ -104,7 +199,7 @@ def check(ctx):
             f"({passed_pad}), pads prompts and completions with it and masks completions at the eos")
     if disagree:
         yield warn(
-            words.files_disagree(pad, pad_id, disagree),
+            _files_disagree(pad, pad_id, disagree),
             _fix(ctx, (pad, pad_id, "the tokenizer's own pad token"), gen_json, tokenizer=False),
             **details,
         )
@@ -117,7 +212,7 @@ def check(ctx):
         if pad_id == stop_id:
             choice = _choose_pad(tok, rows, eos_id, exclude={stop_id})
             yield warn(
-                words.ppo_stop(pad, pad_id),
+                _ppo_stop(pad, pad_id),
                 _fix(ctx, choice, gen_json) if choice and choice[1] != pad_id else None,
                 **details,
             )
@@ -126,7 +221,7 @@ def check(ctx):
         details["pad = eos"] = (
             f"harmless for {trainer_cls}: it masks the completion after the first eos, keeping that eos in the loss"
         )
-    yield passed(words.healthy(pad, pad_id, rows), **details)
+    yield passed(_healthy(pad, pad_id, rows), **details)
 
 
 def _choose_pad(tok, rows, eos_id, exclude=frozenset()):

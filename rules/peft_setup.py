@@ -38,8 +38,7 @@ from typing import Any
 
 from trl_doctor import Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
 
-from trl_doctor.facts.launch import checkpointing_kwargs
-from trl_doctor.facts.settings import config_value
+from trl_doctor.facts.settings import checkpointing_kwargs, config_value
 from trl_doctor.facts.text import line_of as _line, read_json as _read_json
 from trl_doctor.facts.tokens import embedding_rows
 from trl_doctor.facts.trl import (TRAINER_CLASS, enables_input_grads, model_loader, trainer_mentions,
@@ -60,6 +59,7 @@ _UNCHECKED = "not checked: "  # a part of the LoRA setup the model could not be 
     title="LoRA starts from a base model, trains new tokens' rows and gets gradients through checkpointed layers",
     trainers=("grpo", "rloo", "ppo", "other"),
     fixable="sometimes",
+    static_skip="it builds the adapter on the meta-device model",
 )
 def check(ctx):
     if ctx.trainer not in TRAINER_CLASS:

@@ -36,13 +36,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from trl_doctor import Edit, Fix, fail, passed, rule, warn
+from trl_doctor import Edit, Fix, Unavailable, fail, passed, rule, warn
 from trl_doctor.facts.launch import compute_capability, launch, package_version
 from trl_doctor.facts.settings import config_value, settings, unapplied_model_keys
 from trl_doctor.facts.trl import TRAINER_CLASS, config_class, dtype_key, post_init_sets_bf16
 from trl_doctor.facts.bf16_support import bf16_below_ampere
-from trl_doctor.facts.wording_precision import (BF16_MIN_CC, bf16_emulated, bf16_unsupported, gpu_lines,
-                                               gpu_name as _name, tf32_unsupported, vllm_bf16_unsupported)
+from trl_doctor.facts import trl_fields
 
 FLASH = {  # version: (module, distributions that provide it, minimum compute capability, GPU family)
     2: ("flash_attn", ("flash-attn",), (8, 0), "Ampere"),
@@ -56,12 +55,98 @@ NO_GPU_BUDGET_GIB = 80.0  # without a GPU, a full fine-tune's fp32 state is comp
 GiB = 2**30
 
 
+# -- the words both judgments say (precision against the GPUs) -----------------------------------------------
+
+BF16_MIN_CC = (8, 0)  # bfloat16 and TF32 units: Ampere and newer
+
+
+def _name(g: dict) -> str:
+    return f"GPU {g['index']} ({g['name']})"
+
+
+def gpu_lines(gpus: list) -> list[str]:
+    """The details' list of GPUs judged."""
+    return [f"{_name(g)}: compute capability {g['compute_capability']}" for g in gpus]
+
+
+def bf16_unsupported(origin: str, g: dict) -> str:
+    """bf16 on a GPU below 8.0; `origin` is " (where the value comes from)", or "" when the config sets it."""
+    return (f"bf16 is on{origin} but {_name(g)} has compute capability {g['compute_capability']} and bfloat16 needs "
+            "8.0 (Ampere) or newer: transformers stops with \"Your setup doesn't support bf16/gpu\" or runs it emulated, "
+            "many times slower; set `bf16: false` (fp32; `fp16: true` is faster but can overflow to NaN), or use an "
+            "Ampere or newer GPU")
+
+
+def bf16_emulated(origin: str, g: dict, why: str) -> str:
+    """bf16 on a GPU below 8.0 where the installed torch and transformers let it run emulated (`why`: their reading)."""
+    return (f"bf16 is on{origin} and {_name(g)} has compute capability {g['compute_capability']}, below the 8.0 "
+            f"(Ampere) of bfloat16 units: the installed releases train it emulated, many times slower ({why}); set "
+            "`bf16: false` (fp32; `fp16: true` is faster but can overflow to NaN), or use an Ampere or newer GPU")
+
+
+def tf32_unsupported(g: dict) -> str:
+    return (f"tf32: true but {_name(g)} has compute capability {g['compute_capability']} and TF32 needs 8.0 (Ampere) "
+            "or newer: TrainingArguments stops with \"--tf32 requires Ampere or a newer GPU arch\"; set `tf32: false`")
+
+
+def vllm_bf16_unsupported(g: dict, colocate: bool) -> str:
+    """vLLM (colocated, else a server) asked to load a bfloat16 checkpoint on a GPU below 8.0."""
+    how = ("TRL builds vLLM's LLM(...) without a dtype, so the trainer's precision settings do not reach it; save the "
+           "checkpoint in float16" if colocate else "start the server with `trl vllm-serve --dtype half`")
+    return (f"use_vllm: vLLM loads the checkpoint's dtype (bfloat16, config.json) and refuses {_name(g)} (compute "
+            f"capability {g['compute_capability']}): \"Bfloat16 is only supported on GPUs with compute capability of at "
+            f"least 8.0\"; {how}")
+
+
+# -- from files alone (check --static) -----------------------------------------------------------------------
+
+def check_static(s):
+    visible = list(launch(s).gpus)
+    if not visible:
+        raise Unavailable("no GPU here to check precision against: pass --target (e.g. --target 1xA10G)")
+    raw = s.cfg.raw
+    fp16 = config_value(s, "fp16") is True
+    bf16 = config_value(s, "bf16")
+    words = "set in the config" if "bf16" in raw else f"{s.trainer.upper()}Config's default in trl {s.release}"
+    if bf16 is None and "bf16" not in raw and s.trainer in ("grpo", "rloo") and trl_fields.release_key(s.release) >= (0, 19):
+        bf16, words = not fp16, f"{s.trainer.upper()}Config's default in trl {s.release}: bf16 unless fp16"
+    lowest = min(visible, key=compute_capability)
+    name = _name(lowest)
+    details = {"GPUs": gpu_lines(visible), "bf16": f"{bool(bf16)} ({words})", "trl": s.release_words}
+    below = compute_capability(lowest) < BF16_MIN_CC
+    found = False
+    if bf16 is True and below:
+        found = True
+        origin = "" if raw.get("bf16") is True else f" ({words})"
+        emulated = bf16_below_ampere()
+        if emulated.runs:
+            yield warn(bf16_emulated(origin, lowest, emulated.why), **details)
+        else:
+            yield fail(bf16_unsupported(origin, lowest), **details)
+    if raw.get("tf32") is True and below:
+        found = True
+        yield fail(tf32_unsupported(lowest), **details)
+    ckpt = s.model_json.get("dtype") or s.model_json.get("torch_dtype")
+    if raw.get("use_vllm") and ckpt == "bfloat16" and below:
+        found = True
+        colocate = str(config_value(s, "vllm_mode") or "server") == "colocate"
+        yield (fail if colocate else warn)(vllm_bf16_unsupported(lowest, colocate), **details)
+    if not found:
+        mode = "bf16" if bf16 else "fp16" if fp16 else "fp32"
+        yield passed(f"{mode} ({words}) suits {name} (compute capability {lowest['compute_capability']}); the attention "
+                     "kernel and the load dtype are judged in the full check", **details)
+
+
+# -- from the loaded setup (the full check) ------------------------------------------------------------------
+
+
 @rule(
     id="TD015",
     slug="precision-and-attention",
     title="bf16/fp16, the attention kernel and the load dtype suit the GPUs and the checkpoint",
     needs=("model_config",),
     fixable="sometimes",
+    static=check_static,
 )
 def check(ctx):
     raw = ctx.config.raw

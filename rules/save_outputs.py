@@ -42,6 +42,7 @@ from trl_doctor.facts.saving import config_save_error, output_dir_problem, token
     trainers=("grpo", "rloo", "ppo", "other"),
     needs=("tokenizer",),
     fixable="never",
+    static_skip="it saves the loaded tokenizer with transformers' save_pretrained",
 )
 def check(ctx):
     details, problems, fixes = {}, [], []

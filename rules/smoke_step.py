@@ -48,6 +48,7 @@ from trl_doctor.facts.text import config_relative
     title="One real training step of the installed trainer succeeds",
     trainers=("grpo", "rloo", "ppo"),
     needs=("trainer_run",),
+    static_skip="it trains one step",
 )
 def check(ctx):
     if not ctx.options.smoke:

@@ -37,11 +37,94 @@ from pathlib import Path
 from typing import Any
 
 from trl_doctor import DELETE, Edit, Finding, Fix, Location, fail, manual, passed, rule, warn
-from trl_doctor.facts import wording_config as words
+from trl_doctor.facts import trl_fields
 from trl_doctor.facts.trainer_config import trainer_config_info
 
 
-@rule(id="TD009", slug="trainer-config", title="The installed TRL accepts every key and value of the config")
+# -- the words both judgments say ---------------------------------------------------------------------------
+
+def _rejected(class_name: str, error: str) -> str:
+    return f"{class_name} rejects the config: {error}"
+
+
+def _unknown_key_consequence(trainer: str, trl: str, stops: bool) -> str:
+    """What `trl <trainer> --config` does with a key it does not know: stop (trl 0.19 on), or drop it."""
+    return (f"`trl {trainer} --config` stops on it at start-up" if stops else
+            f"trl {trl}'s `trl {trainer} --config` drops it without a word: its value never reaches the trainer")
+
+
+def _migrated(entry, installed: dict, consequence: str) -> str:
+    """A renamed or removed key (`entry`: facts.migrations' entry; `installed`: package -> its version)."""
+    return f"{entry.words()}; with {entry.package} {installed[entry.package]}, {consequence}"
+
+
+def _arrives_later(key: str, class_name: str, trl: str, arrival, consequence: str) -> str:
+    """A key that is a field only from a later release (`arrival`: facts.migrations' entry)."""
+    return (f"`{key}` is not a field of {class_name} in trl {trl}: it arrives in {arrival.package} {arrival.since} "
+            f"({arrival.where}); {consequence}")
+
+
+def _unknown_named(key: str, near: str | None) -> str:
+    """One unknown key as the list names it, with the closest field when it is really close."""
+    return f"{key!r} (did you mean {near!r}?)" if near else repr(key)
+
+
+def _not_known(trl: str, named: list[str], consequence: str) -> str:
+    """The keys no migration explains (`named`: _unknown_named's words for each)."""
+    return f"trl {trl} does not know {', '.join(named)}: {consequence}"
+
+
+# -- from files alone (check --static) -----------------------------------------------------------------------
+
+def check_static(s):
+    import difflib
+
+    from trl_doctor.facts.migrations import arrival_for, migration_for
+
+    own, name = trl_fields.config_fields(s.release, s.trainer)
+    class_name = name or f"{s.trainer.upper()}Config"
+    details = {"config class": class_name, "trl": s.release_words,
+               "TrainingArguments from": trl_fields.training_arguments()[1]}
+    if name is None:
+        yield fail(_rejected(class_name, f"trl {s.release} has no {class_name}"), **details)
+        return
+    init = {k for k, f in own.items() if f.get("init", True)}
+    known = trl_fields.known_keys(s.release, s.trainer, own)
+    typed = {**own, **trl_fields.script_fields(s.release, s.trainer)}
+    errors = {k: why for k, v in s.cfg.raw.items() if k in typed and (why := trl_fields.type_error(k, v, typed[k]["type"]))}
+    for key, why in errors.items():
+        yield fail(why, location=Location(str(s.cfg.path), key), **details)
+    unknown = [k for k in s.cfg.raw if k not in known]
+    stops = trl_fields.release_key(s.release) >= (0, 19)
+    consequence = _unknown_key_consequence(s.trainer, s.release, stops)
+    report = fail if stops else warn
+    installed = {"trl": s.release, "transformers": trl_fields.training_arguments()[1].split()[1]}
+    plain = []
+    for key in unknown:
+        loc = Location(str(s.cfg.path), key)
+        entry = migration_for(key, installed, trainer=s.trainer)
+        if entry is not None:
+            yield report(_migrated(entry, installed, consequence), location=loc, **details)
+            continue
+        arrival = arrival_for(key, installed, trainer=s.trainer)
+        if arrival is not None:
+            yield report(_arrives_later(key, class_name, s.release, arrival, consequence), location=loc, **details)
+            continue
+        near = [n for n in difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8) if abs(len(n) - len(key)) <= 2]
+        plain.append(_unknown_named(key, near[0] if near else None))
+    if plain:
+        yield report(_not_known(s.release, plain, consequence), **details)
+    if not unknown and not errors:
+        keys = [k for k in s.cfg.raw if k in init]
+        yield passed(f"{class_name} (trl {s.release}) has all {len(keys)} trainer keys with values of the right type "
+                     "(its __post_init__ validation runs in the full check)", **details)
+
+
+# -- from the loaded setup (the full check) ------------------------------------------------------------------
+
+
+@rule(id="TD009", slug="trainer-config", title="The installed TRL accepts every key and value of the config",
+      static=check_static)
 def check(ctx):
     info = trainer_config_info(ctx)
     details = {"config class": info.class_name, "trl": info.trl_version}
@@ -67,7 +150,7 @@ def check(ctx):
         details["batch arithmetic"] = geometry
     deferred = bool(info.launch_note) or bool(info.error and geometry)
     if info.error and not deferred:
-        yield fail(words.rejected(info.class_name, info.error), **details)
+        yield fail(_rejected(info.class_name, info.error), **details)
     if not info.unknown_keys and not dropped and not info.type_errors and (not info.error or deferred):
         extra = "; its batch check at 1 process is left to batch-geometry" if deferred else ""
         yield passed(f"{info.class_name} (trl {info.trl_version}) accepts all {len(info.passed_keys)} trainer keys{extra}", **details)
@@ -83,7 +166,7 @@ def _unknown(ctx, info) -> tuple[list[Finding], dict[str, Any]]:
     policy, evidence = unknown_key_policy()
     details: dict[str, Any] = {"unknown keys": info.unknown_keys, "trl's parser": evidence}
     found = []
-    consequence = words.unknown_key_consequence(ctx.trainer, info.trl_version, policy == "stops")
+    consequence = _unknown_key_consequence(ctx.trainer, info.trl_version, policy == "stops")
     # a key the parser stops on fails the launch; one it drops only loses its value: the run goes on without it
     report = fail if policy == "stops" else warn
     installed = {"trl": info.trl_version, "transformers": ctx.version("transformers")}
@@ -91,7 +174,7 @@ def _unknown(ctx, info) -> tuple[list[Finding], dict[str, Any]]:
     for key in info.unknown_keys:
         entry = migration_for(key, installed, trainer=ctx.trainer)
         if entry is None:
-            plain_names[key] = words.unknown(key, info.suggestions.get(key))
+            plain_names[key] = _unknown_named(key, info.suggestions.get(key))
             plain.append(plain_names[key])
             plain_keys.append(key)
             continue
@@ -102,18 +185,18 @@ def _unknown(ctx, info) -> tuple[list[Finding], dict[str, Any]]:
         else:
             fix = manual(f"remove `{key}` from {ctx.config.path.name}" + (f" (and set `{entry.replacement}`)"
                                                                           if entry.replacement else ""))
-        found.append(report(words.migrated(entry, installed, consequence), fix,
+        found.append(report(_migrated(entry, installed, consequence), fix,
                             location=Location(str(ctx.config.path), key), **details))
     for key in list(plain_keys):
         arrival = arrival_for(key, installed, trainer=ctx.trainer)
         if arrival is not None:
             plain_keys.remove(key)
             plain.remove(plain_names[key])
-            found.append(report(words.arrives_later(key, info.class_name, info.trl_version, arrival, consequence),
+            found.append(report(_arrives_later(key, info.class_name, info.trl_version, arrival, consequence),
                                 manual(_upgrade_or_remove(key, arrival, ctx.config.path.name)),
                                 location=Location(str(ctx.config.path), key), **details))
     if plain:
-        found.append(report(words.not_known(info.trl_version, plain, consequence), **details))
+        found.append(report(_not_known(info.trl_version, plain, consequence), **details))
     return found, details
 
 
@@ -121,12 +204,12 @@ def _left_to_batch_geometry(ctx, error: str) -> str | None:
     """TRL's config class checks the batch arithmetic against the processes it runs in: one, here. That is
     batch-geometry's question, which it answers at the launch's real process count with the fix: not repeated here.
     The words for the details when `error` is that check's, else None."""
-    from trl_doctor.facts.launch import is_geometry_error, launch
+    from trl_doctor.facts.launch import is_geometry_error, launch, process_count
 
     if not is_geometry_error(error):
         return None
     the_launch = launch(ctx)
-    return (f"left to batch-geometry (the launch has {words.processes(the_launch.processes)}, "
+    return (f"left to batch-geometry (the launch has {process_count(the_launch.processes)}, "
             f"{the_launch.processes_from}); TRL's check in this single process says: {error}")
 
 

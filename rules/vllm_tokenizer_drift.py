@@ -38,9 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, manual, passed, rule, skip, warn
+from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, edited, fail, manual, passed, rule, skip, warn
 
-from trl_doctor.facts.edits import edited
 from trl_doctor.facts.locations import config_key
 from trl_doctor.facts.tokens import as_id_list, embedding_rows, vocab_size_on_disk
 from trl_doctor.facts.settings import as_mapping, config_value, vllm_mode_in_words
@@ -61,6 +60,7 @@ _MISSING = object()
     trainers=("grpo", "rloo"),
     needs=("tokenizer", "model_config"),
     fixable="sometimes",
+    static_skip="it loads the tokenizer and vLLM's view of it",
 )
 def check(ctx):
     tok = ctx.tokenizer

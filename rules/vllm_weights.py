@@ -52,6 +52,7 @@ NO_VLLM = "`use_vllm: false` (the trainer generates itself)"
     title="The policy's weights can be pushed into vLLM, and vLLM has a GPU and an implementation for them",
     trainers=("grpo", "rloo"),
     fixable="never",
+    static_skip="it loads the model's weights",
 )
 def check(ctx):
     s = settings(ctx)

@@ -138,6 +138,7 @@ FLOORS = {
     "context": 6,
     "runtime": 7,
     "errors": 8, "types": 8, "registry": 8, "protocol": 8, "cache": 8, "version": 8, "wording": 8, "options": 8,
+    "interface": 8, "edits": 8,
 }
 ALLOWED_UPWARD = {("trl_doctor/registry.py", "trl_doctor.rules")}  # discovery of the built-in rules
 
@@ -197,3 +198,55 @@ def test_the_fixtures_folder_on_the_path_shadows_no_distribution():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     build, builders = out.stdout.split()
     assert "site-packages" in build and Path(builders) == ROOT / "fixtures" / "build_fixtures.py"
+
+
+def import_cycles(package: Path, layer: str) -> list[list[str]]:
+    """The import cycles among the modules of `package`'s sub-package `layer` (imports at any depth, a function's
+    lazy ones included: a cycle kept apart only by laziness is still one), each as its sorted modules."""
+    base = package / layer
+    names = {}
+    for path in sorted(base.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in names}
+    for module, path in names.items():
+        pkg = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        for _, target, imported, level in imports(path):
+            if level:
+                target = ".".join(pkg.split(".")[: len(pkg.split(".")) - (level - 1)] + ([target] if target else []))
+            for t in [target, *(f"{target}.{n}" for n in imported)]:
+                while t and t not in names:
+                    t = t.rpartition(".")[0]
+                if t and t != module and not module.startswith(t + "."):  # a package's own __init__ is no cycle
+                    graph[module].add(t)
+    cycles, seen = [], set()
+    for start in graph:  # the strongly connected part each module is in, by reachability both ways
+        if start in seen:
+            continue
+        part = {m for m in _reachable(graph, start) if start in _reachable(graph, m)}
+        seen |= part
+        if len(part) > 1:
+            cycles.append(sorted(part))
+    return cycles
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    reach, todo = {start}, [start]
+    while todo:
+        for nxt in graph[todo.pop()] - reach:
+            reach.add(nxt)
+            todo.append(nxt)
+    return reach
+
+
+def test_the_facts_layer_has_no_import_cycle():
+    assert import_cycles(ENGINE, "facts") == []
+
+
+def test_the_cycle_test_sees_a_lazy_cycle(tmp_path):
+    pkg = tmp_path / "trl_doctor"
+    (pkg / "facts").mkdir(parents=True)
+    (pkg / "facts" / "a.py").write_text("from .b import x\n")
+    (pkg / "facts" / "b.py").write_text("def x():\n    from trl_doctor.facts import a\n")
+    (pkg / "facts" / "c.py").write_text("from . import a\n")
+    assert import_cycles(pkg, "facts") == [["trl_doctor.facts.a", "trl_doctor.facts.b"]]

@@ -93,7 +93,7 @@ def test_checkpointing_default_is_what_the_installed_transformers_does(tmp_path)
 
     from trl_doctor.context.config import load_config
     from trl_doctor.context.context import Context, Options
-    from trl_doctor.facts.launch import checkpointing_reentrant
+    from trl_doctor.facts.settings import checkpointing_reentrant
 
     model_dir = FIXTURES / "models" / "qwen2-chat"
     config = tmp_path / "gc.yaml"
@@ -108,9 +108,9 @@ def test_checkpointing_default_is_what_the_installed_transformers_does(tmp_path)
     if not partials:
         pytest.skip("transformers wraps its checkpoint function in a way this test does not read")
     actual = partials[0].keywords.get("use_reentrant", True)
-    from trl_doctor.facts.launch import _trainer_reentrant_default
+    from trl_doctor.facts.launch import trainer_reentrant_default
 
-    if _trainer_reentrant_default("grpo") is None:  # the trainer sets nothing: transformers' default decides
+    if trainer_reentrant_default("grpo") is None:  # the trainer sets nothing: transformers' default decides
         assert value is actual, (value, where)
         assert "transformers" in where
     config.write_text(config.read_text() + "gradient_checkpointing_kwargs: {use_reentrant: true}\n")

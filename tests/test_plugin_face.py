@@ -5,6 +5,7 @@ of docs/writing-a-rule.md (docs/example_rule/) runs through the real command as 
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -36,19 +37,21 @@ def test_every_public_name_is_the_private_object():
     from trl_doctor import cache as _cache
     from trl_doctor.context import context as _context
     from trl_doctor import errors as _errors
+    from trl_doctor import interface as _interface
     from trl_doctor import registry as _registry
     from trl_doctor import types as _types
     from trl_doctor import wording as _wording
     from trl_doctor.facts import trainer_config as _trainer_config
 
     private = {"fact": _cache, "Context": _context, "InputError": _errors, "Unavailable": _errors,
-               "rule": _registry, "Rule": _registry, "trainer_config": _trainer_config, "one_line": _wording,
-               "shown": _wording}
+               "rule": _registry, "Rule": _registry, "CheckContext": _interface, "trainer_config": _trainer_config,
+               "one_line": _wording, "shown": _wording}
     assert len(plugin.__all__) == len(set(plugin.__all__))
     for name in plugin.__all__:
         assert getattr(plugin, name) is getattr(private.get(name, _types), name), name
     wanted = {"rule", "fact", "Fix", "Edit", "DELETE", "Location", "Status", "Finding", "Rule", "Context",
-              "InputError", "Unavailable", "fail", "warn", "passed", "skip", "manual", "trainer_config", "one_line", "shown"}
+              "CheckContext", "InputError", "Unavailable", "fail", "warn", "passed", "skip", "manual", "trainer_config",
+              "one_line", "shown"}
     assert set(plugin.__all__) == wanted
 
 
@@ -176,3 +179,27 @@ def test_the_guide_quotes_the_example_snapshot():
     guide = (ROOT / "docs" / "writing-a-rule.md").read_text()
     snap = case_snapshots.snapshot_path(EXAMPLE_CASES / "bad_unknown_tracker.yaml").read_text()
     assert snap in guide
+
+
+def test_the_example_judges_under_static_with_its_own_hook(example_site, built_fixtures):
+    """A plugin rule's `static=` judgment runs under `check --static` as a built-in rule's does: the worked example
+    fails a missing tracker from the file alone, in the full check's words, passes `none`, and says why it cannot
+    judge a name only transformers' table knows."""
+    env = {"PYTHONPATH": str(example_site)}
+    verdicts = {}
+    for case in sorted(EXAMPLE_SPEC["cases"]):
+        if case == "bad_tracker_not_installed.yaml" and importlib.util.find_spec("wandb") is not None:
+            continue
+        proc = run_doctor("check", "--static", "--select", "EX001", "--format", "json", str(EXAMPLE_CASES / case),
+                          env=env)
+        assert proc.returncode in (0, 1), proc.stderr
+        verdicts[case] = result_of(json.loads(proc.stdout), "EX001")
+    assert verdicts["ok_no_tracker.yaml"]["status"] == "pass"
+    assert verdicts["ok_all_installed.yaml"]["status"] == "pass"
+    unknown = verdicts["bad_unknown_tracker.yaml"]
+    assert unknown["status"] == "skip" and "needs the full check" in unknown["message"] and "tensorbord" in unknown["message"]
+    if "bad_tracker_not_installed.yaml" in verdicts:
+        missing = verdicts["bad_tracker_not_installed.yaml"]
+        fields, body = case_snapshots.split(case_snapshots.snapshot_path(EXAMPLE_CASES / "bad_tracker_not_installed.yaml")
+                                            .read_text())
+        assert missing["status"] == "fail" and missing["message"] == body.split("\n")[1]  # the full check's words

@@ -179,3 +179,29 @@ def test_a_suppressed_fail_does_not_stop_fail_fast(project):
     assert code == 0 and result_of(report, "batch-geometry")["suppressed"]
     assert all(r["message"] != "not run: --fail-fast" for r in report["results"])
     assert {r["rule"] for r in report["results"]} == {"batch-geometry", "chat-template", "trainer-config"}
+
+
+def test_the_api_takes_static_and_fix_as_the_command_line_does(project):
+    """One front door: check(path, static=True) is `check --static` and check(path, fix=True) is `--fix`, through the
+    same settings, refusals and runs (trl_doctor.front.settings, trl_doctor.static.front)."""
+    from trl_doctor import InputError, check
+
+    path = project / "recipes" / "bad_unknown_key.yaml"
+    report = check(str(path), static=True, select="trainer-config,batch-geometry")
+    code, cli = check_json(str(path), "--select", "trainer-config,batch-geometry")
+    shown = json.loads(report.to_json())
+    assert [(r["id"], r["status"], r["message"]) for r in shown["results"]] == \
+        [(r["id"], r["status"], r["message"]) for r in cli["results"]]
+    assert shown["settings"] == cli["settings"] and code == (0 if report.ok else 1)
+    with pytest.raises(InputError, match="--fix and --diff need the full check"):
+        check(str(path), static=True, fix=True)
+
+    text = (FIX / "trainer-config" / "bad_renamed_torch_dtype.yaml").read_text().replace("../", f"{FIX}/")
+    by_api, by_cli = project / "recipes" / "api.yaml", project / "recipes" / "cli.yaml"
+    by_api.write_text(text)
+    by_cli.write_text(text)
+    fixed = check(str(by_api), select="trainer-config", smoke=False, fix=True)
+    proc = run_doctor("check", str(by_cli), "--select", "trainer-config", "--no-smoke", "--fix")
+    assert by_api.read_text() == by_cli.read_text() != text
+    assert fixed.ok and proc.returncode == 0 and [a["file"] for a in fixed.applied] == [str(by_api)]
+    assert fixed.results[0].fix_applied

@@ -211,8 +211,8 @@ def test_static_raises_no_alarm_the_full_check_does_not(built_fixtures, config, 
 
 # -- one wording: where --static and the full check judge a case alike, they say it word for word ---------------
 
-# Cases whose --static verdict and message equal the full check's (the snapshot records the full check's words): the
-# words come from the facts layer's wording modules (trl_doctor/facts/wording_*.py), which both sides call.
+# Cases whose --static verdict and message equal the full check's (the snapshot records the full check's words): each
+# rule's module holds both its judgments and the words they share.
 SAME_WORDS = ("pad-token/bad_gpt2_nopad.yaml", "pad-token/bad_llama3_nopad.yaml", "pad-token/bad_pad_mismatch.yaml",
               "pad-token/bad_pad_outside_vocab.yaml", "pad-token/bad_ppo_pad_is_eos.yaml", "pad-token/ok_qwen2_chat.json",
               "pad-token/ok_grpo_pad_is_eos.yaml", "pad-token/ok_grpo_generation_pad_differs.yaml",
@@ -238,3 +238,26 @@ def test_static_says_what_the_full_check_says(built_fixtures, case_id):
     mine = result_of(json.loads(proc.stdout), case.parent.name)
     assert f"{mine['id']} {mine['rule']}: {mine['status']}" == status_line
     assert case_snapshots.normalise(mine["message"], {FIXTURES: "<fixtures>"}) == message
+
+
+@pytest.mark.release_free
+def test_one_way_to_read_a_value_in_every_context(built_fixtures):
+    """facts.settings.config_value answers in the static context too, without TRL: the value as written, else the
+    judged release's default; TRL's own config object is a fact the static context has not (Unavailable)."""
+    from trl_doctor.context.config import load_config
+    from trl_doctor.errors import Unavailable
+    from trl_doctor.facts import trl_fields
+    from trl_doctor.facts.settings import config_value
+    from trl_doctor.facts.trainer_config import trainer_config
+    from trl_doctor.interface import CheckContext
+    from trl_doctor.options import Options
+    from trl_doctor.static import StaticContext
+
+    s = StaticContext(load_config(HEALTHY[0]), Options(), "0.17.0")
+    assert isinstance(s, CheckContext) and s.kind == "static" and s.version("trl") == "0.17.0"
+    assert config_value(s, "max_completion_length") == 32  # written
+    own, _ = trl_fields.config_fields("0.17.0", "grpo")
+    assert config_value(s, "beta") == own["beta"]["default"]  # the judged release's default
+    assert config_value(s, "no_such_key", "fallback") == "fallback"
+    with pytest.raises(Unavailable, match="needs the full check"):
+        trainer_config(s)

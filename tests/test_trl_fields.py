@@ -19,7 +19,7 @@ INSTALLED = version("trl")
 
 
 def _entry() -> dict:
-    from trl_doctor.static import fields
+    from trl_doctor.facts import trl_fields as fields
 
     assert INSTALLED in fields.data()["releases"], f"trl {INSTALLED} is not in trl_fields.json: rerun tools/gen_trl_fields.py"
     return fields.release(INSTALLED)
@@ -64,7 +64,7 @@ def test_the_config_classes_match_the_installed_trl():
 def test_training_arguments_are_read_as_dataclasses_sees_them():
     from transformers import TrainingArguments
 
-    from trl_doctor.static import fields
+    from trl_doctor.facts import trl_fields as fields
 
     read, where = fields.training_arguments()
     assert "(installed)" in where
@@ -87,9 +87,8 @@ def test_the_geometry_statements_give_the_full_checks_verdicts(built_fixtures, p
     TRL's source and config class (the full check's reading): the same violations, word for word."""
     from trl_doctor.context.config import load_config
     from trl_doctor.facts.trl import config_class
-    from trl_doctor.facts.trl_geometry import Evaluator, config_values, installed_reading, values_over
-    from trl_doctor.static import fields
-    from trl_doctor.static.judge import _reading
+    from trl_doctor.facts.trl_geometry import Evaluator, config_values, installed_reading, stored_reading, values_over
+    from trl_doctor.facts import trl_fields as fields
 
     spec = yaml.safe_load((FIXTURES / "batch-geometry" / "expected.yaml").read_text())
     compared = 0
@@ -100,7 +99,7 @@ def test_the_geometry_statements_give_the_full_checks_verdicts(built_fixtures, p
             continue
         full, _ = Evaluator(installed_reading(cfg.trainer, cls), procs).run(config_values(cls, cfg.raw))
         own, _ = fields.config_fields(INSTALLED, cfg.trainer)
-        static, _ = Evaluator(_reading(fields.release(INSTALLED)["geometry"][cfg.trainer]), procs).run(
+        static, _ = Evaluator(stored_reading(fields.release(INSTALLED)["geometry"][cfg.trainer]), procs).run(
             values_over({k: f.get("default") for k, f in own.items()}, cfg.raw))
         assert [p.message for p in static] == [p.message for p in full], case
         assert [p.site.rsplit(":", 1)[0] for p in static] == [p.site.rsplit(":", 1)[0] for p in full], case

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from trl_doctor.facts.trl import _POLICY_PAD_RE, _SOURCE_FILES, TRAINER_CLASS  # noqa: E402
 from trl_doctor.facts.trl_geometry import _prune  # noqa: E402
-from trl_doctor.static.fields import OUT, TRAINER_CONFIG, classes_in, fields_of  # noqa: E402
+from trl_doctor.facts.trl_fields import OUT, TRAINER_CONFIG, classes_in, fields_of  # noqa: E402
 
 RELEASES = ["0.14.0", "0.15.2", "0.16.1", "0.17.0", "0.18.2", "0.19.1", "0.20.0", "0.21.0", "0.22.2", "0.23.1",
             "0.24.0", "0.25.1", "0.26.2", "0.27.2", "0.28.0", "0.29.1", "1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0",

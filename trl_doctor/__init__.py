@@ -4,6 +4,7 @@ The public API that rule modules (built-in and third-party) import. Everything e
 Importing this package imports nothing heavy: torch, transformers and trl load inside the context.
 """
 
+from trl_doctor.edits import edited
 from trl_doctor.errors import InputError, Unavailable
 from trl_doctor.options import Options
 from trl_doctor.registry import Rule, rule
@@ -30,6 +31,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Context", "Options", "InputError", "Unavailable", "Rule", "rule", "DELETE", "Edit", "Finding", "Fix",
+    "Context", "Options", "InputError", "Unavailable", "Rule", "rule", "DELETE", "Edit", "edited", "Finding", "Fix",
     "Status", "Location", "fail", "manual", "passed", "skip", "warn", "__version__", "check", "Report", "DoctorCallback",
 ]

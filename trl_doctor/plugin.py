@@ -5,10 +5,13 @@
 The contract:
 
 - A rule module imports `trl_doctor.plugin` (and, for built-in rules, the facts layer `trl_doctor.facts.*`),
-  never a private `trl_doctor._*` module. The names below keep their meaning across releases; the private
-  modules they come from may move.
-- `@rule(id=..., slug=..., title=..., trainers=..., needs=..., fixable=...)` turns a generator function of the
-  context into a `Rule`; the module's docstring is what `trl-doctor explain` prints. Third-party modules are
+  never another module of trl-doctor (they are private: `trl_doctor.context.context`, `trl_doctor.registry`...).
+  The names below keep their meaning across releases; the modules they come from may move.
+- `@rule(id=..., slug=..., title=..., trainers=..., needs=..., fixable=..., static=...)` turns a generator function
+  of the context into a `Rule`; the module's docstring is what `trl-doctor explain` prints. `static=` is the rule's
+  judgment under `check --static` (files alone, no ML stack), a generator over the static context; without one the
+  rule is `skip` there, and `static_skip="it ..."` says why. Every context implements `CheckContext`
+  (trl_doctor/interface.py): `kind`, `config`, `options`, `trainer`, `live`, `version(dist)`. Third-party modules are
   found through the `trl_doctor.rules` entry-point group (a module: every `Rule` in it; or one `Rule` object).
 - `needs` names what the rule reads: the context's inputs (tokenizer, model_config, generation_config,
   meta_model, twin, dataset) and two facts: trainer_config (TRL's config object: `trainer_config(ctx)`) and
@@ -37,12 +40,13 @@ from trl_doctor.cache import fact
 from trl_doctor.facts.trainer_config import trainer_config
 from trl_doctor.context.context import Context
 from trl_doctor.errors import InputError, Unavailable
+from trl_doctor.interface import CheckContext
 from trl_doctor.registry import Rule, rule
 from trl_doctor.wording import one_line, shown
 from trl_doctor.types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
 
 __all__ = [
-    "rule", "Rule", "fact", "Context",
+    "rule", "Rule", "fact", "Context", "CheckContext",
     "Finding", "Status", "Location", "passed", "warn", "fail", "skip",
     "Fix", "Edit", "DELETE", "manual",
     "InputError", "Unavailable",

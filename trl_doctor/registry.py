@@ -50,6 +50,11 @@ class Rule:
     needs: tuple[str, ...] = ()
     fixable: str = "never"  # "always", "sometimes" or "never", as ruff's FIX_AVAILABILITY
     prepare: Callable[..., None] | None = None  # called before any check runs (start slow work early)
+    # the judgment `check --static` makes from files alone (trl_doctor.interface: the `static` context), or None;
+    # without one, `static_skip` says why files cannot decide ("it trains one step"), shown after "needs the full
+    # check: "
+    static: Callable[..., Iterable[Finding]] | None = None
+    static_skip: str | None = None
     source: str = "built-in"  # the distribution that provided it
     module: str = field(default="", compare=False)
 
@@ -74,8 +79,12 @@ def rule(
     needs: Iterable[str] = (),
     fixable: str = "never",
     prepare: Callable[..., None] | None = None,
+    static: Callable[..., Iterable[Finding]] | None = None,
+    static_skip: str | None = None,
 ) -> Callable[[Callable[..., Iterable[Finding]]], Rule]:
-    """Turn a check function into a Rule. The explanation is the docstring of the rule's module."""
+    """Turn a check function (the full check's judgment) into a Rule. The explanation is the docstring of the rule's
+    module. `static` is the rule's judgment under `check --static` (a generator of the static context, as `check`
+    is of the full one); `static_skip` says why the rule has none."""
 
     def wrap(check: Callable[..., Iterable[Finding]]) -> Rule:
         module = sys.modules.get(check.__module__)
@@ -91,6 +100,8 @@ def rule(
             needs=tuple(needs),
             fixable=fixable,
             prepare=prepare,
+            static=static,
+            static_skip=static_skip,
             module=check.__module__,
         )
         _validate(r)
@@ -115,6 +126,8 @@ def _validate(r: Rule) -> None:
         raise RegistryError(f"{where}: unknown needs {bad}; known: {NEEDS}")
     if r.fixable not in ("always", "sometimes", "never"):
         raise RegistryError(f"{where}: fixable must be always, sometimes or never")
+    if r.static is not None and r.static_skip is not None:
+        raise RegistryError(f"{where}: a rule has a static judgment or says why it has none (static_skip), not both")
 
 
 def _rules_in_module(module) -> Iterator[Rule]:

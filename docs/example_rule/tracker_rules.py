@@ -4,7 +4,8 @@ What it does
     Reads `report_to` from the trainer config as the installed TRL builds it (the rule needs
     `trainer_config`, so it is skipped when TRL rejects the config) and looks each name up in
     transformers' table of integrations and in the ones transformers finds installed in this Python
-    (`get_available_reporting_integrations`). The check's Python is taken to be the job's.
+    (`get_available_reporting_integrations`). The check's Python is taken to be the job's. Under
+    `check --static` it reads `report_to` as written and looks each tracker's module up, unimported.
 
 Why is this bad?
     `report_to: [wandb]` makes the trainer's constructor add transformers' WandbCallback, which
@@ -30,7 +31,7 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor.plugin import Edit, Fix, fact, fail, passed, rule, trainer_config
+from trl_doctor.plugin import Edit, Fix, Unavailable, fact, fail, passed, rule, trainer_config
 
 
 @fact
@@ -44,6 +45,35 @@ def trackers(ctx) -> tuple[frozenset, frozenset]:
     return frozenset(INTEGRATION_TO_CALLBACK), frozenset(get_available_reporting_integrations())
 
 
+# the module each tracker loads, for `check --static`, which asks the installed packages without importing them
+TRACKER_MODULES = {"wandb": "wandb", "tensorboard": "tensorboard", "comet_ml": "comet_ml", "mlflow": "mlflow",
+                   "trackio": "trackio", "clearml": "clearml", "neptune": "neptune", "dvclive": "dvclive"}
+RAISES = "the trainer's constructor raises at start-up, after the job's models have loaded"
+
+
+def check_static(ctx):
+    """From files alone (`check --static`): `report_to` as written, each tracker's module looked up (not
+    imported); a name outside TRACKER_MODULES needs transformers' own table, read by the full check."""
+    import importlib.util
+
+    asked = ctx.config.get("report_to", "none")
+    asked = [asked] if isinstance(asked, str) else list(asked or [])
+    if not asked or asked == ["none"]:
+        yield passed("report_to is none: no tracker to load")
+        return
+    if "all" in asked:
+        yield passed("report_to: all: the trainer reports to the trackers it finds installed")
+        return
+    other = [name for name in asked if name not in TRACKER_MODULES]
+    if other:
+        raise Unavailable(f"needs the full check: whether {', '.join(other)} is a tracker is transformers' to say")
+    missing = [name for name in asked if importlib.util.find_spec(TRACKER_MODULES[name]) is None]
+    if not missing:
+        yield passed(f"report_to: {', '.join(asked)}: every tracker is installed", report_to=asked)
+        return
+    yield fail(f"report_to: {'; '.join(f'{name} is not installed' for name in missing)}: {RAISES}", report_to=asked)
+
+
 @rule(
     id="EX001",
     slug="tracker-packages",
@@ -51,6 +81,7 @@ def trackers(ctx) -> tuple[frozenset, frozenset]:
     trainers=("grpo", "rloo", "ppo"),
     needs=("trainer_config",),
     fixable="always",
+    static=check_static,
 )
 def check(ctx):
     asked = trainer_config(ctx).report_to or []  # TRL's built config: "none" is [], "all" the installed ones
@@ -72,5 +103,4 @@ def check(ctx):
     fix = Fix(f"set report_to to {kept or 'none'}{install}",
               (Edit(str(ctx.config.path), set=(("report_to", kept or "none"),)),),
               applicability="unsafe")
-    yield fail(f"report_to: {'; '.join(problems)}: the trainer's constructor raises at start-up, after the "
-               "job's models have loaded", fix=fix, report_to=asked, installed=sorted(installed))
+    yield fail(f"report_to: {'; '.join(problems)}: {RAISES}", fix=fix, report_to=asked, installed=sorted(installed))

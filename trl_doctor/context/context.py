@@ -63,6 +63,17 @@ class Live:
 
 
 class Context:
+    """The full check's context (trl_doctor.interface.CheckContext, kind `full`): what a rule's `check` reads, in the
+    check's worker (or in the caller's process for a built trainer), with the ML stack importable.
+
+    Besides the interface (`config`, `options`, `live`, `trainer`, `version`, the facts' cache), it loads on first
+    use, once, the inputs a rule's `needs` names: `tokenizer`, `model_config`, `generation_config`, `meta_model`,
+    `twin`, `dataset` (and `eval_dataset`); `read_json`, `model_file` and `tokenizer_file` read the files beside
+    the model. It owns a private `workdir` and the worker's event channel (`emit`); `close` removes what it made.
+    A loader that fails (InputError, Unavailable) remembers it: the next rule asking gets the same answer free."""
+
+    kind = "full"
+
     def __init__(self, config: DoctorConfig, options: Options | None = None, live: Live | None = None):
         self.config = config
         self.options = options or Options()

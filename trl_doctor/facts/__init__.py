@@ -18,9 +18,13 @@ check, its InputError / Unavailable kept too); the larger answers are frozen dat
   value model's folder as its trainer reads it (`scorer_folder`, `scorer_head`, `scorer_tokenizer`);
 - `versions`: declared requirements between the installed ML packages and the known-issues table;
 - `locations`: a config key's place in the file, for a finding that points at it;
-- `edits`: what a file holds once `Edit`s are applied (the fixer's plan and a rule's trial of its fix);
 - `text`: line numbers and lines of source text, small JSON files;
 - `trainer_run`: what the one-step trainer run found;
-- `wording_*` (pad, eos, precision, config, dataset): not facts but the words of findings that `check --static`
-  (trl_doctor/static/judge.py) says too, built from plain values, so both read the same; they import nothing.
+- `trl_fields`: what each TRL release's config classes declare, shipped as data (`check --static` judges against
+  one release without importing TRL), and what TRL's parser refuses.
+
+A fact is asked of any context that implements trl_doctor.interface.CheckContext; one that needs what a context
+lacks (TRL's config object under `--static`) raises Unavailable there, and `settings.config_value(ctx, key)` is the
+one way to read the value the trainer will see, in every context. The words of a rule's findings live in the rule's
+module, which holds both its judgments (the full check's and `--static`'s).
 """

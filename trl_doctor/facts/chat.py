@@ -16,9 +16,16 @@ from typing import Any, Mapping
 
 from trl_doctor.runtime import fence as _fence
 from trl_doctor.cache import fact
-from trl_doctor.facts.wording_eos import TURN_END, eos_why
 
 _MARK = "TRLDOCTORMARK"
+# why a token is the completion's terminator, in the words every finding about it uses (--static's too)
+TURN_END = "the chat template's end of the assistant turn"
+
+
+def eos_why(conversational: bool) -> str:
+    """Why the tokenizer's eos is the terminator: the template ends no turn with a special token, or no template."""
+    return "the tokenizer's eos (" + (
+        "the template puts no special token after a turn" if conversational else "plain-text prompts") + ")"
 
 
 def is_conversational(row: dict[str, Any], column: str = "prompt") -> bool:

@@ -21,7 +21,7 @@ from .trl import trl_root
 
 __all__ = ["gpus", "package_version", "torch_cuda_version", "visible_gpus", "is_geometry_error", "global_batch_kwargs", "nvml_gpus",
            "launch", "Launch", "AccelerateSettings", "DeepSpeedSettings", "FsdpSettings", "read_accelerate_config",
-           "sharding", "Sharding", "checkpointing_reentrant", "trainer_distributed_handling", "TrainerDistributedHandling"]
+           "sharding", "Sharding", "trainer_reentrant_default", "transformers_reentrant_default", "trainer_distributed_handling", "TrainerDistributedHandling"]
 
 _GEOMETRY_WORDS = ("batch", "generations", "steps_per_generation", "mini_batch", "rloo_k")
 
@@ -119,6 +119,11 @@ class Launch:
                 "this environment as the launch's")
 
 
+def process_count(n: int) -> str:
+    """`n` training processes in words: "1 process", "8 processes"."""
+    return f"{n} process{'es' if n != 1 else ''}"
+
+
 def compute_capability(gpu: dict) -> tuple[int, int]:
     """(major, minor) of a GPU as nvml_gpus or a --target describes it; (0, 0) when unknown."""
     m = re.match(r"(\d+)\.(\d+)", str(gpu.get("compute_capability", "")))
@@ -137,7 +142,7 @@ def nvml_gpus(ctx) -> tuple[tuple[dict, ...], str | None]:
 def launch(ctx) -> Launch:
     """The launch's processes, GPUs and accelerate settings (see `Launch`)."""
     found, why = nvml_gpus(ctx)
-    target = getattr(ctx.options, "target", None)
+    target = ctx.options.target
     if target:
         from trl_doctor.context.target import target_gpus
 
@@ -171,7 +176,7 @@ def _machines(ctx, accelerate: AccelerateSettings | None) -> tuple[int, str | No
 def _target_env(ctx) -> str:
     """With --target: "this" when the launch runs in this Python environment, else "other". `auto` (the default)
     takes this one when its torch is a CUDA build: a CPU torch (a laptop, a CPU runner) is no GPU job's."""
-    asked = getattr(ctx.options, "target_env", "auto")
+    asked = ctx.options.target_env
     if asked in ("this", "other"):
         return asked
     return "this" if torch_cuda_version() else "other"
@@ -204,7 +209,7 @@ def visible_gpus(found: list[dict], env_value: str | None) -> tuple[list[dict], 
 
 def _processes(ctx, visible: list[dict], missing: str) -> tuple[int, str, str | None]:
     """(processes, where the number comes from, note), in the order `accelerate launch` decides it."""
-    opt = getattr(ctx.options, "num_processes", None)
+    opt = ctx.options.num_processes
     if opt:
         return int(opt), "--num-processes", None
     live = getattr(ctx, "live", None)
@@ -234,7 +239,7 @@ def _processes(ctx, visible: list[dict], missing: str) -> tuple[int, str, str | 
             return (read.num_processes, f"num_processes in accelerate's default config {default}",
                     "; ".join(notes) or None)
         notes.append(f"{default}: {read.num_processes_problem}")
-    if visible and getattr(ctx.options, "target", None):
+    if visible and ctx.options.target:
         return (len(visible), f"--target {visible[0]['target']}: accelerate launch starts one process per GPU",
                 "; ".join(notes) or None)
     if visible:
@@ -485,35 +490,12 @@ def _fsdp_sharding(where: str, strategy: str, offload: bool) -> Sharding:
 
 # -- gradient checkpointing and what the installed trainer does about distributed setups --------------------------
 
-def checkpointing_kwargs(ctx) -> dict:
-    """The config's `gradient_checkpointing_kwargs` as a dict (TRL's parser also takes it as a JSON string)."""
-    from .settings import as_mapping, config_value
-
-    return as_mapping(config_value(ctx, "gradient_checkpointing_kwargs", None))
-
-
-def checkpointing_reentrant(ctx) -> tuple[bool | None, str]:
-    """(use_reentrant the job's gradient checkpointing runs with, where that comes from): the config's
-    gradient_checkpointing_kwargs, else the default the installed trainer sets, else the installed transformers'
-    default; (None, why) when gradient checkpointing is off."""
-    from .settings import config_value
-
-    if not config_value(ctx, "gradient_checkpointing", False):
-        return None, "gradient checkpointing is off"
-    kwargs = checkpointing_kwargs(ctx)
-    if "use_reentrant" in kwargs and kwargs["use_reentrant"] is not None:
-        return bool(kwargs["use_reentrant"]), "gradient_checkpointing_kwargs in the config"
-    found = _trainer_reentrant_default(ctx.trainer)
-    if found is not None:
-        return found
-    return _transformers_reentrant_default()
-
-
 _SETDEFAULT_RE = re.compile(r"""gradient_checkpointing_kwargs\.setdefault\(\s*["']use_reentrant["']\s*,\s*(True|False)\s*\)""")
 _TF_GUARD_RE = re.compile(r"""Version\(transformers\.__version__\)\s*<\s*Version\(["']([\d.]+)["']\)""")
 
 
-def _trainer_reentrant_default(trainer: str) -> tuple[bool, str] | None:
+def trainer_reentrant_default(trainer: str) -> tuple[bool, str] | None:
+    """(use_reentrant, where) the installed trainer sets when the config does not, or None."""
     from packaging.version import InvalidVersion, Version
 
     from .trl import trainer_source
@@ -536,7 +518,8 @@ def _trainer_reentrant_default(trainer: str) -> tuple[bool, str] | None:
     return m.group(1) == "True", f"{rel}:{_line_no(text, m.start())} sets it when the config does not"
 
 
-def _transformers_reentrant_default() -> tuple[bool, str]:
+def transformers_reentrant_default() -> tuple[bool, str]:
+    """(use_reentrant, where) the installed transformers' gradient checkpointing defaults to."""
     import importlib.util
 
     spec = importlib.util.find_spec("transformers")

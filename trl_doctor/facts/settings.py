@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from trl_doctor.cache import fact
+from trl_doctor.facts.launch import trainer_reentrant_default, transformers_reentrant_default
 from trl_doctor.facts.trainer_config import trainer_config_info, trainer_config_or_none
+from trl_doctor.facts.vllm import installed_config_field, installed_trl_vllm_path
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "float64": 8}
 
@@ -37,7 +39,11 @@ def config_value(ctx, key: str, default: Any = None) -> Any:
     raw value, else the default of the installed config class (or TRL's ModelConfig / ScriptArguments).
 
     A value TRL's parser refuses (a list for a batch size, `.nan`, `10**30`) is no value a rule can judge: the
-    rule that reads it is skipped (Unavailable) and trainer-config reports the value."""
+    rule that reads it is skipped (Unavailable) and trainer-config reports the value.
+
+    Under --static (no TRL imported): the value as written, else the default of the judged release's classes."""
+    if ctx.kind == "static":
+        return _written_or_release_default(ctx, key, default)
     refused = _refused(ctx, key)
     if refused:
         from trl_doctor.errors import Unavailable
@@ -51,6 +57,19 @@ def config_value(ctx, key: str, default: Any = None) -> Any:
         return raw[key]
     found = _field_default(ctx.trainer, key)
     return default if found is _MISSING else found
+
+
+def _written_or_release_default(ctx, key: str, default: Any) -> Any:
+    """config_value for a context without TRL: the config's value, else the default that the judged release's config
+    class (or its script's classes) declares, from trl_doctor.facts.trl_fields."""
+    if key in ctx.config.raw:
+        return ctx.config.raw[key]
+    from trl_doctor.facts import trl_fields
+
+    release = ctx.version("trl")
+    own, _ = trl_fields.config_fields(release, ctx.trainer)
+    field = own.get(key) or trl_fields.script_fields(release, ctx.trainer).get(key) or {}
+    return field.get("default", default)
 
 
 def _refused(ctx, key: str) -> str | None:
@@ -136,7 +155,6 @@ def vllm_mode_in_words(ctx) -> tuple[str, str]:
     sees it ("set in the config"), else the installed TRL's default with the file and line that set it, else the one
     mode the installed TRL's vLLM code has ("server" for 0.16-0.17, "colocate": vLLM inside the trainer, for
     0.14-0.15). Unlike `vllm_placement`, it never names "device" and never fails on another key's value."""
-    from .vllm import installed_config_field, installed_trl_vllm_path
 
     if isinstance(ctx.config.raw.get("vllm_mode"), str):
         seen = config_value(ctx, "vllm_mode", None)
@@ -313,3 +331,25 @@ def _resolve_dtype(ctx, value: Any, where: str) -> tuple[str, str]:
     if name not in DTYPE_BYTES:
         return "float32", f"{where}: {value!r} is not a dtype this estimate knows (assumed float32)"
     return name, where
+
+
+# -- gradient checkpointing ------------------------------------------------------------------------------------
+
+def checkpointing_kwargs(ctx) -> dict:
+    """The config's `gradient_checkpointing_kwargs` as a dict (TRL's parser also takes it as a JSON string)."""
+    return as_mapping(config_value(ctx, "gradient_checkpointing_kwargs", None))
+
+
+def checkpointing_reentrant(ctx) -> tuple[bool | None, str]:
+    """(use_reentrant the job's gradient checkpointing runs with, where that comes from): the config's
+    gradient_checkpointing_kwargs, else the default the installed trainer sets, else the installed transformers'
+    default; (None, why) when gradient checkpointing is off."""
+    if not config_value(ctx, "gradient_checkpointing", False):
+        return None, "gradient checkpointing is off"
+    kwargs = checkpointing_kwargs(ctx)
+    if "use_reentrant" in kwargs and kwargs["use_reentrant"] is not None:
+        return bool(kwargs["use_reentrant"]), "gradient_checkpointing_kwargs in the config"
+    found = trainer_reentrant_default(ctx.trainer)
+    if found is not None:
+        return found
+    return transformers_reentrant_default()

@@ -18,6 +18,7 @@ from trl_doctor.cache import fact
 from trl_doctor.context.config import DOCTOR_KEYS, SCRIPT_EXTRA_KEYS, DoctorConfig
 from trl_doctor.context.env import package_version
 from trl_doctor.errors import Unavailable
+from trl_doctor.facts.launch import global_batch_kwargs, is_geometry_error, launch
 from trl_doctor.wording import one_line
 
 
@@ -54,6 +55,8 @@ def typed_as_trl(config: DoctorConfig) -> DoctorConfig:
 def trainer_config_info(ctx) -> TrainerConfigInfo:
     from trl_doctor.facts.trl import config_class, script_fields
 
+    if ctx.kind != "full":  # TRL's own object is built with TRL imported: the full check's
+        raise Unavailable("needs the full check: TRL's config object is built by the installed TRL")
     if ctx.live is not None and ctx.live.args is not None:
         return _live_config_info(ctx)
 
@@ -145,8 +148,6 @@ def _live_config_info(ctx) -> TrainerConfigInfo:
     if live.batch_note is not None:
         kind, error = live.batch_note
         if kind == "launch":
-            from trl_doctor.facts.launch import launch
-
             info.launch_note = (f"built with the global batch of the launch's {launch(ctx).processes} processes "
                                 f"seen from one process; at 1 process TRL says: ValueError: {error}")
         else:
@@ -159,8 +160,6 @@ def _build_for_the_launch(ctx, cls, kwargs: dict, info: TrainerConfigInfo) -> No
     processes, build the config once more with the same global batch seen from one process (per-device
     batches times N); when that is accepted, the error was only this machine's process count and the
     config object serves the other rules (batch-geometry judges the arithmetic at N)."""
-    from trl_doctor.facts.launch import global_batch_kwargs, is_geometry_error, launch
-
     if not is_geometry_error(info.error or ""):
         return
     the_launch = launch(ctx)

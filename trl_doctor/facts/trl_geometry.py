@@ -86,6 +86,26 @@ def installed_reading(trainer: str, cls) -> Reading:
     return Reading(tuple(units))
 
 
+def stored_reading(stored: dict) -> Reading:
+    """The Reading of one release's config and trainer, from the statements tools/gen_trl_fields.py stored for it
+    (trl_doctor/data/trl_fields.json): what installed_reading reads from the installed source, for --static."""
+    def body(unit: dict) -> tuple:
+        out = []
+        for line, text in unit["statements"]:
+            out.extend(ast.parse("\n" * (line - 1) + text).body)
+        return tuple(out)
+
+    units, chain = [], None
+    for unit in reversed(stored["config"]):  # innermost parent first
+        chain = Unit("config", f"{unit['file']}:{unit['line']}", body(unit), unit["file"], 0, (chain,) if chain else ())
+    if chain is not None:
+        units.append(chain)
+    if stored.get("trainer"):
+        t = stored["trainer"]
+        units.append(Unit("trainer", f"{t['file']}:{t['line']}", body(t), t["file"], 0))
+    return Reading(tuple(units))
+
+
 def _rel(path: str) -> str:
     root = trl_root()
     try:

@@ -333,7 +333,7 @@ def load_as_vllm(path: Path, trust_remote_code: bool) -> VllmTokenizer:
 
     note = ""
     if importlib.util.find_spec("vllm") is not None:
-        from trl_doctor.facts.launch import package_version
+        from trl_doctor.context.env import package_version
 
         version = package_version("vllm") or "?"
         get = None

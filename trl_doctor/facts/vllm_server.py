@@ -13,7 +13,6 @@ Endpoints, read from TRL's sources (`trl/scripts/vllm_serve.py`, `trl/extras/vll
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import socket
@@ -112,6 +111,8 @@ class Answer:
 
 def get(target: Target, path: str, timeout: float = REQUEST_TIMEOUT, _redirects: int = 2) -> Answer:
     """GET `path` on the server with one socket timeout (connect and read); follows FastAPI's slash redirects."""
+    import http.client  # here, not at the top: every listing of the rules (and --static) imports this module
+
     host = "127.0.0.1" if target.host in ("0.0.0.0", "") else ("::1" if target.host == "::" else target.host)
     cls = http.client.HTTPSConnection if target.scheme == "https" else http.client.HTTPConnection
     conn = cls(host, target.port, timeout=timeout)

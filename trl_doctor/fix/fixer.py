@@ -16,7 +16,7 @@ from typing import Iterable
 from trl_doctor.fix import txn as _txn
 from trl_doctor.errors import InputError
 from trl_doctor.context.hubcache import in_hub_cache
-from trl_doctor.facts.edits import edited
+from trl_doctor.edits import edited
 from trl_doctor.fix.txn import BACKUP_SUFFIX, backup_path  # noqa: F401  (re-exported)
 from trl_doctor.types import Edit, Fix
 

@@ -93,10 +93,10 @@ def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, i
     quiet_environment()  # the worker's own rules, for anything this process loads too (the config, a hub id)
     from trl_doctor.errors import InputError
     from trl_doctor.registry import RegistryError
-    from trl_doctor.front.settings import Asked, names
+    from trl_doctor.front.settings import Asked
 
-    asked = Asked(select=names(select), ignore=names(ignore), fail_on=fail_on, smoke=False if static_only else smoke,
-                  target=target_gpus, static=static_only, isolated=isolated, target_env=target_env)
+    asked = Asked.of(select=select, ignore=ignore, fail_on=fail_on, smoke=smoke, target=target_gpus, static=static_only,
+                     isolated=isolated, target_env=target_env)
     run = _Run(fix, unsafe_fixes, show_diff, _outputs(fmt, output, reports), verbose,
                _progress() if _wanted("TRL_DOCTOR_PROGRESS", sys.stderr, progress) else None,
                dict(device=device, trust_remote_code=trust_remote_code, smoke_timeout=smoke_timeout,
@@ -276,7 +276,7 @@ def _check(config, launch, asked, run: _Run, many: bool = False):
     the command line and the project give (trl_doctor.front.settings, the API's own path), --fix applied."""
     from trl_doctor.context.config import checked_path
     from trl_doctor.types import exit_status
-    from trl_doctor.front.settings import options_for, resolve
+    from trl_doctor.front.settings import fix_and_recheck, options_for, resolve
 
     settings = resolve(asked, checked_path(str(config), str(config)) if config else None)
     options = options_for(settings, unsafe_fixes=run.unsafe_fixes and run.fixing,
@@ -289,7 +289,7 @@ def _check(config, launch, asked, run: _Run, many: bool = False):
         _show_diff(results, run)
         return exit_status(results, settings.fail_on), _report(cfg, results, [], listed), True
     if run.fix:
-        cfg, results, listed, applied = _fix_and_recheck(cfg, results, listed, run, lambda: _run_once(
+        cfg, results, listed, applied = fix_and_recheck(cfg, results, listed, run.unsafe_fixes, lambda: _run_once(
             config, launch, settings, options, stream, run.progress, settings.fail_on if run.fail_fast else None))
     _clear(run.progress)
     report = _report(cfg, results, applied, listed)
@@ -344,20 +344,16 @@ def _run_once(config, launch, settings, options, stream, progress, fail_fast_on:
         results = run_check(None, settings.rules, options, on_result=on_result, on_progress=progress,
                             on_capture=captured)
         return subject, results, list(settings.in_force)
-    if settings.static:  # a config a symbolic link takes out of the checked repository is not read
-        from trl_doctor.static.confine import Confinement
-
-        Confinement.of(config).check(config)
-    cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
     if settings.static:
-        from trl_doctor.static.front import run_config_static
+        from trl_doctor.static.front import check_config_static
 
-        results, listed = run_config_static(cfg, settings, options, trl_version)
+        cfg, results, listed = check_config_static(config, settings, options, trl_version)
         if stream is not None:
             stream.start(cfg, listed)
             for r in results:
                 stream.row(r)
         return cfg, results, listed
+    cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
     if stream is not None:
         stream.start(cfg, settings.listed(settings.suppressor(cfg.path)))
     results, listed = run_config(cfg.path, settings, options, on_result=on_result, on_progress=progress)
@@ -376,28 +372,6 @@ def _show_diff(results, run: _Run) -> None:
         click.echo(for_terminal(text), nl=False)
     else:
         click.echo("trl-doctor: no fix would change any file", err=True)
-
-
-def _fix_and_recheck(cfg, results, listed, run: _Run, again):
-    """--fix: the planned fixes written (under the folders' locks: finishes a killed --fix, plans again), then the
-    check again, the fixed rules' findings marked as applied."""
-    from dataclasses import replace
-
-    from trl_doctor.fix import fixer as _fixer
-
-    fixes = [r.fix for r in results if r.fix and r.fix.applies(run.unsafe_fixes)]
-    written = _fixer.apply(_fixer.plan(fixes), fixes, cfg)
-    if not (fixes or written):  # re-checked too when a concurrent --fix already made the changes
-        return cfg, results, listed, []
-    applied = [{"file": str(p), "backup": str(b) if b else None} for p, b in written]
-    fixed = {r.id: r.fix for r in results if r.fix in fixes}
-    cfg, results, listed = again()
-    results = [  # a rule the fix cured reports the fix it was cured by, as applied
-        replace(r, fix=fixed[r.id], fix_applied=True)
-        if r.id in fixed and (r.fix is None or r.status.value in ("pass", "skip")) else r
-        for r in results
-    ]
-    return cfg, results, listed, applied
 
 
 def sample_asked(sample: int | None, fmt: str) -> int | None:

@@ -34,6 +34,15 @@ class Asked:
     isolated: bool = False
     target_env: str = DEFAULTS.target_env  # --target-env: only with a target
 
+    @classmethod
+    def of(cls, *, select: str | Iterable[str] | None = (), ignore: str | Iterable[str] | None = (),
+           fail_on: str | None = None, smoke: bool | None = None, target: str | None = None, static: bool = False,
+           isolated: bool = False, target_env: str = DEFAULTS.target_env) -> "Asked":
+        """What the caller asked, from the command line's options or the API's keywords alike: rule names as either
+        takes them (`names`), and no trainer run under --static (it judges from files)."""
+        return cls(select=names(select), ignore=names(ignore), fail_on=fail_on, smoke=False if static else smoke,
+                   target=target, static=static, isolated=isolated, target_env=target_env)
+
 
 def names(value: str | Iterable[str] | None) -> tuple[str, ...]:
     """Rule names as the command line takes them: `"TD001,pad-token"`, `"TD001 TD002"`, or a list of such."""
@@ -136,6 +145,30 @@ def run_config(path: Path, settings: Settings, options, on_result: Callable | No
     results = run_check(path, settings.rules, options, on_progress=on_progress,
                         on_result=(lambda r: on_result(suppress(r))) if on_result else None)
     return [suppress(r) for r in results], settings.listed(suppress)
+
+
+def fix_and_recheck(cfg, results: list, listed: list, unsafe_fixes: bool, again: Callable[[], tuple]):
+    """--fix (or the API's fix=True): the fixes the results offer that apply (safe ones; unsafe ones too with
+    `unsafe_fixes`), written under the folders' locks (finishing a killed --fix, planning again), then the check again
+    (`again()` -> (cfg, results, listed)), the rules the fix cured marked as fixed by it. (cfg, results, listed, the
+    files written with their backups)."""
+    from dataclasses import replace
+
+    from trl_doctor.fix import fixer as _fixer
+
+    fixes = [r.fix for r in results if r.fix and r.fix.applies(unsafe_fixes)]
+    written = _fixer.apply(_fixer.plan(fixes), fixes, cfg)
+    if not (fixes or written):  # re-checked too when a concurrent --fix already made the changes
+        return cfg, results, listed, []
+    applied = [{"file": str(p), "backup": str(b) if b else None} for p, b in written]
+    fixed = {r.id: r.fix for r in results if r.fix in fixes}
+    cfg, results, listed = again()
+    results = [  # a rule the fix cured reports the fix it was cured by, as applied
+        replace(r, fix=fixed[r.id], fix_applied=True)
+        if r.id in fixed and (r.fix is None or r.status.value in ("pass", "skip")) else r
+        for r in results
+    ]
+    return cfg, results, listed, applied
 
 
 def options_for(settings: Settings, **fields: Any):

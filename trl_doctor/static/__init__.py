@@ -2,11 +2,12 @@
 datasets, accelerate or peft imported and none of the repository's code run (no reward module, no remote model
 code, no dataset script; a chat template is rendered only in Jinja2's sandbox).
 
-It reads the trainer config (trl_doctor.context.config), the model's config.json and generation_config.json, the tokenizer
-files as JSON and the first rows of a local dataset file (trl_doctor.static.files), and judges them against one TRL
-release's config classes, shipped as data (trl_doctor.static.fields). Each rule it can decide is judged under the
-full check's id and words (trl_doctor.static.judge); every other rule is a `skip` saying why. The engine runs the
-judgments as it runs rules (run_rule: timing, folding, a crash as `error`), over a StaticContext.
+It is a provider of the context interface (trl_doctor.interface, the `static` kind), not a set of judgments: it reads
+the trainer config (trl_doctor.context.config), the model's config.json and generation_config.json, the tokenizer
+files as JSON and the first rows of a local dataset file (trl_doctor.static.files), and names the TRL release whose
+config classes, shipped as data (trl_doctor.facts.trl_fields), are judged against. Each rule judges here with its own
+`static` judgment, in its own module, under its id and in its words; a rule without one is a `skip` saying why
+(its `static_skip`). The engine runs the judgments as it runs rules (run_rule: timing, folding, a crash as `error`).
 """
 
 from __future__ import annotations
@@ -18,22 +19,40 @@ from pathlib import Path
 from trl_doctor.errors import Unavailable
 
 
-class StaticContext:
-    """What a judgment reads: the config, its files and the TRL release judged against. It answers the attributes
-    the light facts read of a context (config, trainer, options, live, _cache), so facts.launch.launch works on it."""
+FULL = "needs the full check"
+TURN_MARK = "TRLDOCTORMARK"  # the assistant's content in the conversation the template renders
 
+
+class StaticContext:
+    """The static context (trl_doctor.interface.CheckContext, kind `static`): the config, its files and the TRL
+    release judged against. Besides the interface (config, trainer, options, live, version, the facts' cache), so
+    that the light facts (facts.launch.launch, facts.settings.config_value) work on it, a static judgment reads the
+    files: `tok`, `model_json`, `gen_json`, `dataset`, and `release` / `release_words`."""
+
+    kind = "static"
     live = None
 
     def __init__(self, cfg, options, trl_version: str | None = None):
-        from . import fields
+        from trl_doctor.facts import trl_fields
 
         self.cfg = self.config = cfg
-        self.trainer = cfg.trainer
         self.options = options
         self._cache: dict = {}
-        self.release, why = fields.judged_release(trl_version)
+        self.release, why = trl_fields.judged_release(trl_version)
         self.release_words = self.release if why == "the installed trl" else f"{self.release} ({why})"
         self.release_why = why
+
+    @property
+    def trainer(self) -> str:
+        return self.config.trainer
+
+    def version(self, dist: str) -> str | None:
+        """The TRL release judged against; any other package's installed release (read from its metadata)."""
+        if dist == "trl":
+            return self.release
+        from trl_doctor.context.env import package_version
+
+        return package_version(dist)
 
     @cached_property
     def confine(self):
@@ -71,6 +90,46 @@ class StaticContext:
 
         return read_dataset(self.cfg, self.confine)
 
+    def token_ids(self):
+        """`tok`, whose token ids a judgment may read; Unavailable when only the tokenizer library could read them."""
+        if not self.tok.readable:
+            raise Unavailable(f"{FULL}: {self.cfg.tokenizer.path} has no tokenizer.json (a sentencepiece-only "
+                              "tokenizer): its token ids need the tokenizer library")
+        return self.tok
+
+    @property
+    def vocab_rows(self) -> int | None:
+        """The model's embedding rows as config.json names them (a vision-language model's text_config), or None."""
+        text = self.model_json.get("text_config") if isinstance(self.model_json.get("text_config"), dict) \
+            else self.model_json
+        size = text.get("vocab_size", self.model_json.get("vocab_size"))
+        return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+    def turn_terminator(self) -> dict | None:
+        """facts.chat.turn_terminator, read from files: the template rendered in Jinja2's sandbox (as transformers
+        renders it), bounded (trl_doctor.static.template), the first special token after the assistant's content.
+        None without a template."""
+        from .template import NotRendered, render
+
+        template, where = self.tok.chat_template
+        if template is None:
+            return None
+        specials_named = {role: self.tok.token(role) for role in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": TURN_MARK}]
+        try:
+            text = render(template, where, dict(messages=conversation, add_generation_prompt=False, **specials_named),
+                          self.options.user_code_timeout)
+        except NotRendered as exc:  # a template that cannot render is the chat-template rule's finding
+            return {"error": str(exc)}
+        if TURN_MARK not in text:
+            return {"error": "the template does not render the assistant's content"}
+        after = text.split(TURN_MARK, 1)[1]
+        hits = [(after.find(name), name) for name in self.tok.specials if name and name in after]
+        if hits:
+            _, name = min(hits, key=lambda h: (h[0], -len(h[1])))
+            return {"token": name, "id": self.tok.specials[name], "text_after_content": after}
+        return {"token": None, "id": None, "text_after_content": after}
+
 
 def _skipped(reason: str):
     def check(ctx):
@@ -79,19 +138,24 @@ def _skipped(reason: str):
     return check
 
 
+def skip_reason(rule) -> str:
+    """Why `rule` has no judgment under --static, as the report says it."""
+    if rule.static_skip:
+        return f"{FULL}: {rule.static_skip}"
+    if rule.group == "trainer run":
+        return f"{FULL}: it reads the trainer run"
+    return f"{FULL} (the rule declares no static judgment)"
+
+
 def run_static(cfg, rules: list, options, trl_version: str | None = None) -> tuple[list, dict]:
-    """(a Result per rule, what the report says of the static check) for the loaded config `cfg`."""
+    """(a Result per rule, what the report says of the static check) for the loaded config `cfg`: each rule's own
+    static judgment, built-in or a plugin's, over one StaticContext."""
     from trl_doctor.worker.engine import run_rule
-    from .judge import FULL, JUDGES, SKIPPED
 
     ctx = StaticContext(cfg, options, trl_version)
     results = []
     for rule in rules:
-        judge = JUDGES.get(rule.slug)
-        if judge is None:
-            reason = SKIPPED.get(rule.slug) or (f"{FULL}: it reads the trainer run" if rule.group == "trainer run"
-                                                else f"{FULL} (a plugin rule: --static runs only its own judgments)")
-            judge = _skipped(reason)
+        judge = rule.static or _skipped(skip_reason(rule))
         results.append(run_rule(replace(rule, check=judge, needs=()), ctx))
     skipped = {r.id: r.message for r in results if r.status.value == "skip"}
     info = {"trl": ctx.release, "trl_source": ctx.release_why,

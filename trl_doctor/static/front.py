@@ -19,6 +19,18 @@ def refuse(static: bool, trl_version: str | None, launch, fixing: bool) -> None:
                          "model and trainer): drop --static")
 
 
+def check_config_static(config, settings, options, trl_version: str | None = None) -> tuple:
+    """(the loaded config, its results, the settings in force) of `check --static` on the config file `config`, as the
+    command line and the API both run it: a config a symbolic link takes out of the checked repository is not read."""
+    from trl_doctor.context.config import load_config
+    from .confine import Confinement
+
+    Confinement.of(config).check(config)
+    cfg = load_config(config)
+    results, listed = run_config_static(cfg, settings, options, trl_version)
+    return cfg, results, listed
+
+
 def run_config_static(cfg, settings, options, trl_version: str | None = None) -> tuple[list, list[dict]]:
     """(results with the inline suppressions applied, the settings in force, the static entry last)."""
     from . import in_force, run_static

@@ -71,7 +71,7 @@ def _out_of_memory(exc: BaseException, ctx: Context) -> tuple[str, dict]:
     """A finding about memory: what this rule needed did not fit, and what the check's worker may use."""
     from trl_doctor.runtime.limits import describe
 
-    limit = describe(getattr(ctx.options, "memory_limit", None))
+    limit = describe(ctx.options.memory_limit)
     what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
     return (f"ran out of memory: the model and settings this rule probes need more memory than the check's worker has "
             f"(limit: {limit}); the job will need at least as much, or --max-memory raises the check's limit",
@@ -80,8 +80,8 @@ def _out_of_memory(exc: BaseException, ctx: Context) -> tuple[str, dict]:
 
 def fold(rule: Rule, findings: list[Finding], result: Callable[..., Result], config_path: Any = None) -> Result:
     """One Result from a rule's findings: the worst finding's status, message, details and location
-    (see `_locations.locate`; `config_path` is the config file, preferred when a fix edits several files),
-    the others listed under `also`, and their fixes merged by `merge_fixes`."""
+    (see `trl_doctor.context.locations.locate`; `config_path` is the config file, preferred when a fix edits several
+    files), the others listed under `also`, and their fixes merged by `merge_fixes`."""
     worst = max(findings, key=lambda f: f.status.rank)
     details: dict[str, Any] = dict(worst.details)
     others = [f for f in findings if f is not worst and f.status is not Status.PASS]

@@ -1,5 +1,6 @@
-"""TRL's config fields per release, for `check --static`: trl_doctor/data/trl_fields.json (generated from the
-released wheels by tools/gen_trl_fields.py, with `ast`) and the reading of dataclass source both share.
+"""What each TRL release's config classes declare, shipped as data, for the rules' static judgments (`check
+--static` reads no installed TRL): trl_doctor/data/trl_fields.json (generated from the released wheels by
+tools/gen_trl_fields.py, with `ast`), the reading of dataclass source both share, and what TRL's parser refuses.
 
 Which release static judges against: `--trl-version`, else the installed TRL's version from its metadata (never
 imported), else the newest in the data; a release between two in the data is judged as the newest one at or before
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -90,7 +92,8 @@ def data() -> dict:
     return json.loads(OUT.read_text(encoding="utf-8"))
 
 
-def _key(version: str) -> tuple:
+def release_key(version: str) -> tuple:
+    """A release as a tuple of numbers, for comparing releases (`release_key(r) >= (0, 19)`)."""
     from packaging.version import Version
 
     return Version(version).release
@@ -108,20 +111,20 @@ def installed_trl() -> str | None:
 
 def judged_release(asked: str | None) -> tuple[str, str]:
     """(the release in the data judged against, why that one)."""
-    releases = sorted(data()["releases"], key=_key)
+    releases = sorted(data()["releases"], key=release_key)
     wanted, source = (asked, "--trl-version") if asked else (installed_trl(), "the installed trl")
     if not wanted:
         return releases[-1], "no trl installed here: the newest release trl-doctor knows"
     try:
-        key = _key(wanted)
+        key = release_key(wanted)
     except Exception:
         from trl_doctor.errors import InputError
 
         raise InputError(f"--trl-version {wanted!r} is not a version (e.g. 0.17.0)") from None
     if wanted in data()["releases"]:
         return wanted, source
-    before = [r for r in releases if _key(r) <= key]
-    same_minor = [r for r in before if _key(r)[:2] == key[:2]]
+    before = [r for r in releases if release_key(r) <= key]
+    same_minor = [r for r in before if release_key(r)[:2] == key[:2]]
     pick = (same_minor or before or releases[:1])[-1]
     return pick, f"{source} is {wanted}; judged as {pick}, the nearest release trl-doctor knows"
 
@@ -177,3 +180,48 @@ def script_fields(version: str, trainer: str) -> dict[str, dict]:
 
 def default(field: dict) -> Any:
     return field.get("default")
+
+
+def known_keys(version: str, trainer: str, own: dict[str, dict]) -> set[str]:
+    """Every key `trl <trainer> --config` takes in `version` (`own`: its config class's fields, of which those that
+    take a value; the script's classes), and the keys trl-doctor's own config reads."""
+    from trl_doctor.context.config import DOCTOR_KEYS, SCRIPT_EXTRA_KEYS
+
+    init = {k for k, f in own.items() if f.get("init", True)}
+    return init | set(script_fields(version, trainer)) | set(DOCTOR_KEYS) | set(SCRIPT_EXTRA_KEYS)
+
+
+def ppo_style(version: str, trainer: str) -> bool:
+    """facts.trl.ppo_style for a release in the data: PPO, and RLOO before trl 0.22 (responses end at the config's
+    stop token)."""
+    return trainer == "ppo" or (trainer == "rloo" and release_key(version) < (0, 22))
+
+
+# -- what TRL's parser refuses ----------------------------------------------------------------------------------
+
+_BOOL = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+
+
+def type_error(key: str, value: Any, kind: str) -> str | None:
+    """Why TRL's parser would refuse `value` for a field annotated `kind` (argparse converts strings with the type)."""
+    base = re.sub(r"^(Optional\[|typing\.Optional\[)(.*)\]$", r"\2", kind.replace(" ", ""))
+    base = re.sub(r"\|None$|^None\|", "", base)
+    if value is None or base not in ("int", "float", "bool"):
+        return None
+    if base == "bool":
+        ok = isinstance(value, bool) or (isinstance(value, str) and value.strip().lower() in _BOOL)
+    elif isinstance(value, bool):
+        ok = False
+    elif isinstance(value, (int, float)):
+        ok = base == "float" or (isinstance(value, int) or float(value).is_integer())
+    else:
+        ok = _parses(str(value), int if base == "int" else float)
+    return None if ok else f"`{key}`: {value!r} is not a valid {base} (TRL's parser: invalid {base} value: {str(value)!r})"
+
+
+def _parses(text: str, kind: type) -> bool:
+    try:
+        kind(text)
+        return True
+    except ValueError:
+        return False

@@ -1,6 +1,7 @@
-"""What a file holds once `Edit`s are applied: the one place an `Edit` becomes bytes. The fixer plans `--fix` and
-`--diff` with it (`trl_doctor.fix.fixer.plan`), and a rule that tries its fix on a copy before offering it writes
-the copy with it, so the copy holds what `--fix` would write.
+"""What a file holds once `Edit`s are applied: the one place an `Edit` becomes bytes, on the bottom floor, below the
+fixer and the rules that use it (public as `trl_doctor.edited`). The fixer plans `--fix` and `--diff` with it
+(`trl_doctor.fix.fixer.plan`), and a rule that tries its fix on a copy before offering it writes the copy with it,
+so the copy holds what `--fix` would write.
 
 Key edits keep the file's key order and indent, and for YAML its comments, so a second --fix finds nothing to
 change."""
