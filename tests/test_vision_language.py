@@ -193,8 +193,7 @@ def test_the_twin_of_each_vlm_family_builds_and_runs(family):
         size = vision.patch_size
         pixels = torch.randn(16, 3 * vision.temporal_patch_size * size * size)
         ids = torch.tensor([[1, 11] + [10] * 4 + [12, 5, 6]])
-        kwargs = {"mm_token_type_ids": (ids == 10).long()} if "mm_token_type_ids" in str(
-            model.forward.__doc__ or "") or _takes(model, "mm_token_type_ids") else {}
+        kwargs = {"mm_token_type_ids": (ids == 10).long()} if _takes(model, "mm_token_type_ids") else {}
         out = model(input_ids=ids, pixel_values=pixels, image_grid_thw=torch.tensor([[1, 4, 4]]), **kwargs)
         out.logits.sum().backward()
         tower = [p for n, p in model.named_parameters() if "visual" in n]

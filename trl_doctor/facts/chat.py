@@ -229,7 +229,7 @@ def _add_image_tokens(ctx, indices: list[int], lengths: list, out: dict) -> None
     columns = image_columns(ctx.dataset)
     if not columns:
         return
-    count, why = image_counter(ctx.config.model.path)
+    count, why = image_counter(ctx)
     if count is None:
         out["images"] = {"counted": False, "why": why, "column": columns[0]}
         return

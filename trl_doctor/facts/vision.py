@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trl_doctor.cache import fact
 from trl_doctor.errors import Unavailable
 
 
@@ -44,6 +45,13 @@ def load_processor(path: Any) -> Any:
         raise Unavailable(f"the processor of {path} does not load: {type(exc).__name__}: {str(exc)[:300]}") from None
 
 
+@fact
+def processor(ctx) -> Any:
+    """The policy folder's processor, loaded once per check (its tokenizer load is the dear part): the trainer run,
+    context-length and the estimate share it. Unavailable as `load_processor` says."""
+    return load_processor(ctx.config.model.path)
+
+
 def _missing_library(exc: ImportError) -> str:
     text = str(exc)
     for name in ("Torchvision", "PIL", "Pillow", "av", "decord"):
@@ -66,24 +74,25 @@ def image_tokens(processor: Any, height: int, width: int) -> int | None:
     return int(tokens[0]) if tokens else None
 
 
-def image_counter(model_path: Any) -> tuple[Any, str | None]:
+def image_counter(ctx) -> tuple[Any, str | None]:
     """A function (height, width) -> tokens one image becomes, as the model folder's processor counts it, and None;
     or None and why it cannot be counted here. The whole processor is tried first (transformers'
     `_get_num_multimodal_tokens`); where it does not load (its video processor needs torchvision), the image
     processor alone, for processors that merge patches (Qwen2-VL's family: patches / merge_size²)."""
     try:
-        processor = load_processor(model_path)
+        whole = processor(ctx)
     except Unavailable as exc:
         why = str(exc)
-        processor = None
-    if processor is not None:
-        if image_tokens(processor, 28, 28) is not None:
-            return (lambda h, w: image_tokens(processor, h, w)), None
-        why = f"{type(processor).__name__} does not say how many tokens an image becomes"
+        whole = None
+    if whole is not None:
+        if image_tokens(whole, 28, 28) is not None:
+            return (lambda h, w: image_tokens(whole, h, w)), None
+        why = f"{type(whole).__name__} does not say how many tokens an image becomes"
     from transformers import AutoImageProcessor
 
     try:
-        images = AutoImageProcessor.from_pretrained(str(model_path), local_files_only=True)
+        images = getattr(whole, "image_processor", None) or AutoImageProcessor.from_pretrained(
+            str(ctx.config.model.path), local_files_only=True)
     except Exception as exc:  # noqa: BLE001  (any failure: the count stays unknown, with why)
         return None, f"{why}; its image processor does not load either ({type(exc).__name__})"
     merge = getattr(images, "merge_size", None)

@@ -22,7 +22,8 @@ from typing import Callable, Iterator
 from trl_doctor.facts.trainer_run.protocol import Progress, Spec, Stage
 
 
-def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None, tokenizer=None) -> tuple[bool, dict]:
+def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None, tokenizer=None,
+            processor=None) -> tuple[bool, dict]:
     """(True, {"trainer", "import_s", "probes", "model", "train"}) or (False, the error as data). `tokenizer`: the
     trainer's tokenizer already loaded (the context's, lent.py), else it is loaded from `spec.tokenizer_path`."""
     started = time.perf_counter()
@@ -37,7 +38,7 @@ def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None, tokeniz
     here = os.getcwd()
     try:
         os.chdir(spec.work_dir)  # whatever the trainer writes beside itself lands in the check's own folder
-        return True, run(spec, progress, stage, started, tokenizer)
+        return True, run(spec, progress, stage, started, tokenizer, processor)
     except BaseException as exc:  # everything, sys.exit() in a reward function included, must come back as data
         return False, {
             "error_type": type(exc).__name__,
@@ -59,9 +60,10 @@ def _trim(frames: list[str], user_dir: str | None) -> str:
     return "".join(keep + [f for f in tail if f not in keep]).rstrip()
 
 
-def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: float, tokenizer=None) -> dict:
+def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: float, tokenizer=None,
+        processor=None) -> dict:
     with twin_threads(spec):
-        out = _step(spec, progress, stage, started, tokenizer)
+        out = _step(spec, progress, stage, started, tokenizer, processor)
     if out["train"] is None:
         return out
     sample = None
@@ -91,7 +93,8 @@ def twin_threads(spec: Spec) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started: float, tokenizer=None) -> dict:
+def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started: float, tokenizer=None,
+          processor=None) -> dict:
     """The trainer built on the twin (or the real model), its probes and, unless the smoke step is off, its one
     optimizer step: {"trainer", "import_s", "probes", "model", "train"}."""
     stage("import")
@@ -117,7 +120,8 @@ def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started:
     if _ppo_style(trainer_cls):
         trainer, policy, model = _build_ppo_style(trainer_cls, args, tokenizer, spec, progress, stage)
     else:
-        trainer, policy, model = _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage)
+        processing = _processor(spec, tokenizer, processor) if spec.processor_path else tokenizer
+        trainer, policy, model = _build_grpo_style(trainer_cls, args, processing, spec, progress, stage)
     probes = progress.probes
     if hasattr(trainer, LOGPS_METHODS[0]) or hasattr(trainer, LOGPS_METHODS[1]):
         stage("logits probe")
@@ -402,7 +406,7 @@ def _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage):
         reward_funcs=funcs + reward_models,
         args=args,
         train_dataset=_dataset(spec),
-        processing_class=_processor(spec, tokenizer) if spec.processor_path else tokenizer,
+        processing_class=tokenizer,
         **kwargs,
     )
     return trainer, trainer.model, trainer.model
@@ -462,12 +466,12 @@ def _dataset(spec: Spec):
     return Dataset.from_list(spec.rows)
 
 
-def _processor(spec: Spec, tokenizer):
-    """A vision-language model's processor, as TRL loads it from the model folder, holding the run's tokenizer (the
-    context's, with the script's tokens and pad token) in place of the folder's own."""
-    from transformers import AutoProcessor
+def _processor(spec: Spec, tokenizer, lent=None):
+    """A vision-language model's processor, as TRL loads it from the model folder (or the context's, lent), holding
+    the run's tokenizer (the context's, with the script's tokens and pad token) in place of the folder's own."""
+    from trl_doctor.facts.vision import load_processor
 
-    processor = AutoProcessor.from_pretrained(spec.processor_path, local_files_only=True)
+    processor = lent if lent is not None else load_processor(spec.processor_path)
     if tokenizer is not None and hasattr(processor, "tokenizer"):
         processor.tokenizer = tokenizer
     return processor

@@ -86,7 +86,8 @@ def trainer_run(ctx) -> RunResult:
     started = time.perf_counter()
     # the context's own tokenizer, not a second load of it (lent.py); the heap so far out of the run's collections
     with lent_tokenizer(ctx) as tokenizer, frozen_heap():
-        ok, data = worker.execute(spec, on_stage=lambda s: ctx.emit(TrainerStage(s.name, s.elapsed_s)), tokenizer=tokenizer)
+        ok, data = worker.execute(spec, on_stage=lambda s: ctx.emit(TrainerStage(s.name, s.elapsed_s)), tokenizer=tokenizer,
+                                  processor=_lent_processor(ctx, spec))
     ctx.emit(TrainerRunEnd(ok))
     details = {**spec.details(), "wall_s": round(time.perf_counter() - started, 2)}
     if not ok:
@@ -208,16 +209,25 @@ def _rows(ctx) -> tuple[list, str | None, str | None]:
     model folder's processor, as TRL loads it; where that processor cannot load here the run is Unavailable,
     with why, rather than run on text the job never sees."""
     from trl_doctor.context.twin import vision_language
-    from trl_doctor.facts.vision import image_columns, load_processor
+    from trl_doctor.facts.vision import image_columns, processor
 
     first = ctx.dataset.select(range(min(ROWS, len(ctx.dataset))))
     images = image_columns(first) if vision_language(ctx.model_config) else []
     if not images:
         return first.to_list(), None, None
-    load_processor(ctx.config.model.path)  # Unavailable when it cannot load here
+    processor(ctx)  # Unavailable when it cannot load here; the run is lent this one (execute's `processor`)
     out = ctx.workdir / "smoke-rows"
     first.save_to_disk(str(out))
     return first.remove_columns(images).to_list(), str(out), str(ctx.config.model.path)
+
+
+def _lent_processor(ctx, spec: Spec):
+    """The context's processor for a run on images (not loaded a second time), else None."""
+    if not spec.processor_path:
+        return None
+    from trl_doctor.facts.vision import processor
+
+    return processor(ctx)
 
 
 def _copy_model_code(source, twin_dir) -> None:
