@@ -334,6 +334,7 @@ def _vision_tower(ctx, mcfg, use_peft: bool, notes: list, labels: list) -> dict:
     tokens), the tower's width, blocks and MLP width. {} for a text model, a dataset without images, images that
     could not be counted here (said in the notes), or a LoRA run (the frozen tower keeps no activations)."""
     from trl_doctor.context.twin import vision_language
+    from trl_doctor.errors import Unavailable
     from trl_doctor.facts.chat import prompt_lengths
     from trl_doctor.facts.vision import image_columns
 
@@ -344,7 +345,8 @@ def _vision_tower(ctx, mcfg, use_peft: bool, notes: list, labels: list) -> dict:
         if not image_columns(ctx.dataset):
             return {}
         images = prompt_lengths(ctx).get("images")
-    except Exception as exc:  # noqa: BLE001  (no dataset here: the tower's activations are left out, said so)
+    except (Unavailable, ImportError, OSError, ValueError) as exc:  # no dataset here: left out, said so (bad input
+        # still stops the check with its one line: InputError is not caught)
         notes.append(f"vision tower: activations not counted (the dataset's images could not be read: {exc})")
         return {}
     if not images:
