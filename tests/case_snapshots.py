@@ -200,12 +200,21 @@ class CaseRun:
                               update_asked(pytest_config))
 
 
+def watch_rule_ids() -> set[str]:
+    from trl_doctor.registry import builtin_rules
+
+    return {r.id for r in builtin_rules() if r.check is None}
+
+
 def run_case(case: Path, rule: str, args: tuple[str, ...], tmp_path: Path, env: dict | None = None) -> CaseRun:
     """Check one fixture case the way its snapshot records it: one run gives the report (to a file) and the diff
     (stdout)."""
     from conftest import result_of, run_doctor
 
-    command = ("check", str(case), "--select", rule, *args, "--diff", "--format", "json")
+    if rule in watch_rule_ids():  # a watch rule's case is a job's log, judged by `trl-doctor watch`
+        command = ("watch", str(case), "--select", rule, *args, "--format", "json")
+    else:
+        command = ("check", str(case), "--select", rule, *args, "--diff", "--format", "json")
     report = tmp_path / "report.json"
     proc = run_doctor(*command, "-o", str(report), **({"env": env} if env else {}))
     assert report.is_file(), f"{case}: no report; exit {proc.returncode}, stderr:\n{proc.stderr}"

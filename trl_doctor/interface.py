@@ -6,7 +6,9 @@ A rule judges in up to three contexts, each a provider of this interface:
   the rule's `check`;
 - `static`: `check --static` (`trl_doctor.static.StaticContext`), in the printing process, from files alone and a
   TRL release's config classes shipped as data: the rule's `static` judgment;
-- `watch`: a job's logged metrics (to come, as a third provider of the same interface and a third hook).
+- `watch`: a job's logged metrics (`trl_doctor.watch.context.WatchContext`): `trl-doctor watch PATH` and
+  DoctorCallback(watch=True): the rule's `watch` judgment (a rule of the watch family has only that one), reading
+  the logs through trl_doctor.facts.metrics and the job's settings through `config_value`.
 
 What every provider answers is below; `config_value(ctx, key)` (`trl_doctor.facts.settings`) is the one way to
 read the value the trainer will see for a key, in every context. A fact that needs what a provider lacks (the ML

@@ -45,7 +45,7 @@ class Rule:
     title: str
     severity: str
     trainers: tuple[str, ...]
-    check: Callable[..., Iterable[Finding]]
+    check: Callable[..., Iterable[Finding]] | None  # the full check's judgment; None for a rule of the watch alone
     explanation: str
     needs: tuple[str, ...] = ()
     fixable: str = "never"  # "always", "sometimes" or "never", as ruff's FIX_AVAILABILITY
@@ -55,12 +55,20 @@ class Rule:
     # check: "
     static: Callable[..., Iterable[Finding]] | None = None
     static_skip: str | None = None
+    # the judgment on a job's logged metrics (trl_doctor.interface: the `watch` context), or None
+    watch: Callable[..., Iterable[Finding]] | None = None
     source: str = "built-in"  # the distribution that provided it
     module: str = field(default="", compare=False)
 
     @property
     def has_fix(self) -> bool:
         return self.fixable != "never"
+
+    @property
+    def contexts(self) -> tuple[str, ...]:
+        """Where the rule judges: `full` and `static` (the preflight check, with or without the ML stack; a rule
+        without a static judgment says there why it needs the full check), `watch` (a job's logged metrics)."""
+        return (("full", "static") if self.check is not None else ()) + (("watch",) if self.watch is not None else ())
 
     @property
     def group(self) -> str:
@@ -81,14 +89,22 @@ def rule(
     prepare: Callable[..., None] | None = None,
     static: Callable[..., Iterable[Finding]] | None = None,
     static_skip: str | None = None,
+    watch: Callable[..., Iterable[Finding]] | None = None,
+    watch_only: bool = False,
 ) -> Callable[[Callable[..., Iterable[Finding]]], Rule]:
     """Turn a check function (the full check's judgment) into a Rule. The explanation is the docstring of the rule's
     module. `static` is the rule's judgment under `check --static` (a generator of the static context, as `check`
-    is of the full one); `static_skip` says why the rule has none."""
+    is of the full one); `static_skip` says why the rule has none; `watch` its judgment on a job's logged metrics.
+    With `watch_only=True` the decorated function is the watch judgment, and the rule has no preflight judgment (a
+    rule of the watch family: `trl-doctor watch`, DoctorCallback(watch=True))."""
 
     def wrap(check: Callable[..., Iterable[Finding]]) -> Rule:
-        module = sys.modules.get(check.__module__)
-        explanation = (getattr(module, "__doc__", None) or check.__doc__ or "").strip()
+        nonlocal watch
+        if watch_only:
+            check, watch = None, check
+        fn = check or watch
+        module = sys.modules.get(fn.__module__)
+        explanation = (getattr(module, "__doc__", None) or fn.__doc__ or "").strip()
         r = Rule(
             id=id,
             slug=slug,
@@ -102,7 +118,8 @@ def rule(
             prepare=prepare,
             static=static,
             static_skip=static_skip,
-            module=check.__module__,
+            watch=watch,
+            module=fn.__module__,
         )
         _validate(r)
         return r
@@ -126,6 +143,8 @@ def _validate(r: Rule) -> None:
         raise RegistryError(f"{where}: unknown needs {bad}; known: {NEEDS}")
     if r.fixable not in ("always", "sometimes", "never"):
         raise RegistryError(f"{where}: fixable must be always, sometimes or never")
+    if r.check is None and (r.static is not None or r.static_skip is not None or r.needs or r.prepare is not None):
+        raise RegistryError(f"{where}: a rule of the watch alone has no static judgment, needs or prepare")
     if r.static is not None and r.static_skip is not None:
         raise RegistryError(f"{where}: a rule has a static judgment or says why it has none (static_skip), not both")
 

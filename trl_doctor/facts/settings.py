@@ -41,7 +41,11 @@ def config_value(ctx, key: str, default: Any = None) -> Any:
     A value TRL's parser refuses (a list for a batch size, `.nan`, `10**30`) is no value a rule can judge: the
     rule that reads it is skipped (Unavailable) and trainer-config reports the value.
 
-    Under --static (no TRL imported): the value as written, else the default of the judged release's classes."""
+    Under --static (no TRL imported): the value as written, else the default of the judged release's classes.
+    In the watch: the running trainer's own value (DoctorCallback), else the recipe's (--config), else `default` (a
+    release's default is no evidence of what a logged job ran with)."""
+    if ctx.kind == "watch":
+        return ctx.config.raw.get(key, default)
     if ctx.kind == "static":
         return _written_or_release_default(ctx, key, default)
     refused = _refused(ctx, key)

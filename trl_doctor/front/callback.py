@@ -1,9 +1,14 @@
-"""`DoctorCallback`: the check as a gate inside the job, for jobs launched by hand where no CI gate runs.
+"""`DoctorCallback`: the check as a gate inside the job, for jobs launched by hand where no CI gate runs, and the
+watch over the job while it trains.
 
 At `on_train_begin` the main process checks the live trainer (its model, tokenizer, dataset, reward functions
 and config), prints the table, and when a rule fails at or above `fail_on` the job stops before step 1: every
 process learns the verdict (a broadcast when torch.distributed is running) and raises `DoctorStop`, so none
-is left waiting for the others.
+is left waiting for the others. `preflight=False` leaves that check out.
+
+With `watch=True` (or a dict of thresholds by watch rule, as `[tool.trl-doctor.watch]` holds them) each log is
+judged by the watch rules (trl_doctor.watch.job): a failure with `on_fail="stop"` saves a checkpoint and ends
+training at that step on every process; `on_fail="warn"` only says so.
 """
 
 from __future__ import annotations
@@ -21,10 +26,18 @@ class DoctorStop(RuntimeError):
 
 
 class DoctorCallback(TrainerCallback):
-    def __init__(self, fail_on: str = "fail", smoke: bool = False, trainer: Any = None, stream=None, **options: Any):
+    def __init__(self, fail_on: str = "fail", smoke: bool = False, trainer: Any = None, stream=None, *,
+                 preflight: bool = True, watch: bool | dict = False, on_fail: str = "stop", **options: Any):
         if fail_on not in ("fail", "warn"):
             raise ValueError("fail_on must be 'fail' or 'warn'")
         self.fail_on = fail_on
+        self.preflight = preflight
+        self.watcher = None
+        if watch:
+            from trl_doctor.watch.job import Watcher
+
+            self.watcher = Watcher(fail_on, on_fail, thresholds=watch if isinstance(watch, dict) else None,
+                                   stream=stream)
         self.smoke = smoke
         self.trainer = trainer  # found on the stack at on_train_begin when not given
         self.stream = stream
@@ -33,11 +46,34 @@ class DoctorCallback(TrainerCallback):
         self.seconds: float | None = None  # what the check cost at on_train_begin
 
     def on_train_begin(self, args, state, control, **kwargs):
+        trainer = self.trainer or _calling_trainer(self)
+        if self.preflight:
+            self._preflight(state, trainer)
+        if self.watcher is not None:
+            self.watcher.begin(args, trainer, self.report)
+            _first(trainer, self)  # before the trackers' callbacks, so that they receive the doctor/* values
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.watcher is not None:
+            self.watcher.on_log(args, state, control, logs)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.watcher is not None:
+            self.watcher.end(args, state)
+        return control
+
+    @property
+    def watch_report(self):
+        """The watch's last report (trl_doctor.Report), or None before the first log."""
+        return self.watcher.report if self.watcher is not None else None
+
+    def _preflight(self, state, trainer) -> None:
         ok, why = True, ""
         if state.is_world_process_zero:
             from trl_doctor.front.api import check
 
-            trainer = self.trainer or _calling_trainer(self)
             if trainer is None:
                 print("trl-doctor: DoctorCallback found no trainer to check; pass DoctorCallback(trainer=...)",
                       file=self.stream or sys.stderr)
@@ -54,7 +90,15 @@ class DoctorCallback(TrainerCallback):
         ok, why = _agree(ok, why)
         if not ok:
             raise DoctorStop(f"trl-doctor stopped the job before step 1: {why} (fail_on={self.fail_on!r})")
-        return control
+
+
+def _first(trainer, callback) -> None:
+    """Put `callback` first among the trainer's callbacks: the trackers' on_log then sees what it adds to the logs."""
+    handler = getattr(trainer, "callback_handler", None)
+    callbacks = getattr(handler, "callbacks", None)
+    if callbacks and callback in callbacks:
+        callbacks.remove(callback)
+        callbacks.insert(0, callback)
 
 
 def _calling_trainer(callback: DoctorCallback):

@@ -593,3 +593,12 @@ def env(fmt):
 
 if __name__ == "__main__":
     main()
+
+
+def _add_watch() -> None:
+    from trl_doctor.front.watch_cli import watch
+
+    main.add_command(watch)
+
+
+_add_watch()

@@ -9,6 +9,8 @@ checked config's folder (from the current folder for a launch command), the near
     smoke = false                           # no smoke step
     [tool.trl-doctor.per-file-ignores]
     "recipes/experimental/*.yaml" = ["batch-geometry"]
+    [tool.trl-doctor.watch.zero-advantage]  # a watch rule's thresholds (`trl-doctor explain zero-advantage`)
+    patience = 10
 
 Options on the command line win over the file. Light: tomllib only (tomli on Python 3.10).
 """
@@ -24,7 +26,8 @@ from typing import Any
 
 from trl_doctor.errors import InputError
 
-KEYS = {"select": list, "ignore": list, "fail-on": str, "target": str, "smoke": bool, "per-file-ignores": dict}
+KEYS = {"select": list, "ignore": list, "fail-on": str, "target": str, "smoke": bool, "per-file-ignores": dict,
+        "watch": dict}
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class ProjectConfig:
     target: str | None = None
     smoke: bool | None = None
     per_file_ignores: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    watch: dict[str, dict[str, float]] = field(default_factory=dict)  # a watch rule's slug -> its thresholds
 
     def source(self) -> str | None:
         """Where these settings come from, as the reports name it."""
@@ -102,4 +106,15 @@ def _read(path: Path, table: Any) -> ProjectConfig:
             raise InputError(f"{where}: per-file-ignores {pattern!r} must be a list of rule ids or slugs")
         per_file[pattern] = tuple(rules)
     return ProjectConfig(path, tuple(table.get("select", ())), tuple(table.get("ignore", ())), table.get("fail-on"),
-                         table.get("target"), table.get("smoke"), per_file)
+                         table.get("target"), table.get("smoke"), per_file, _watch(where, table.get("watch") or {}))
+
+
+def _watch(where: str | None, table: dict) -> dict[str, dict[str, float]]:
+    """`[watch.<slug>]` tables of numbers: the watch rules' thresholds (the rule checks the names when it runs)."""
+    out = {}
+    for slug, values in table.items():
+        if not isinstance(values, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
+            raise InputError(f"{where}: watch.{slug} must be a table of numbers (a watch rule's thresholds)")
+        out[slug] = dict(values)
+    return out

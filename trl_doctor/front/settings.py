@@ -92,7 +92,8 @@ def resolve(asked: Asked, config: Path | None) -> Settings:
 
         raise InputError("--target-env says whose Python environment a --target launch runs in: give --target too "
                          "(without it, the launch machine is this one when it has GPUs)")
-    rules = run_order(select_rules(all_rules(), select[0], [n for group, _ in ignore for n in group]))
+    chosen = select_rules(all_rules(), select[0], [n for group, _ in ignore for n in group])
+    rules = run_order([r for r in chosen if r.check is not None])  # the watch's rules judge logs, not a setup
     smoke = asked.smoke if asked.smoke is not None else (project.smoke if project.smoke is not None else True)
     return Settings(rules, fail_on[0], smoke, target, asked.isolated,
                     _in_force(asked, select, ignore, fail_on), asked.static)

@@ -1,0 +1,41 @@
+"""TW005 entropy-collapse: the policy's entropy collapsed: it samples nearly the same tokens every time
+
+What it does
+  Reads the per-token entropy the job logs (`entropy`, trl >= 0.20; PPO's `policy/entropy_avg`) and
+  flags `patience` (5) logs in a row below `floor` (0.05 nats) and below `fraction` (10%) of its
+  first logged value: a drop from the policy's own start, not a low value a peaked model had from
+  step 1.
+Why is this bad?
+  Once the entropy is near 0 every completion of a group is the same, the rewards stop differing and
+  the policy stops exploring: the reward plateaus (DAPO, arXiv:2503.14476, sec. 3.1; Cui et al.,
+  "The Entropy Mechanism of RL for Reasoning LMs", arXiv:2505.22617). A warn: the job still trains.
+Example
+  {'entropy': 0.012, ...} after {'entropy': 0.85, ...} at the first log.
+Fix safety
+  Nothing to rewrite: raise temperature, clip higher (epsilon_high), lower the learning rate, or add
+  an entropy bonus.
+  Thresholds: [tool.trl-doctor.watch.entropy-collapse] floor, fraction, patience.
+"""
+
+from __future__ import annotations
+
+from trl_doctor import passed, rule, warn
+from trl_doctor.facts.metrics import flagged, fmt, limit, patience, series, span, streaks
+
+SLUG = "entropy-collapse"
+
+
+@rule(id="TW005", slug=SLUG, title="Entropy collapsed", severity="warn", trainers=("grpo", "rloo", "ppo", "other"),
+      watch_only=True)
+def judge(ctx):
+    name, points = series(ctx, "entropy", "policy/entropy_avg")
+    first = points[0].value
+    floor, fraction = limit(ctx, SLUG, "floor", 0.05), limit(ctx, SLUG, "fraction", 0.1)
+    runs = streaks(points, lambda p: p.value < floor and p.value < fraction * first, patience(ctx, SLUG, 5))
+    if not runs:
+        yield passed(f"{name} from {fmt(first)} to {fmt(points[-1].value)} over {len(points)} logs: no collapse")
+        return
+    run = runs[0]
+    yield warn(f"{name} fell from {fmt(first)} to {fmt(run[0].value)} {span(run)} (below {fmt(floor)} nats and "
+               f"{fmt(fraction * 100)}% of its start): the policy samples nearly the same tokens each time, so its "
+               "completions stop differing and it stops exploring", **flagged(run, metric=name))

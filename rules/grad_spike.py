@@ -1,0 +1,53 @@
+"""TW008 grad-spike: the gradient norm spikes far above its running level, again and again
+
+What it does
+  Marks a spike where `grad_norm` is at least `factor` (10) times the median of the `window` (20)
+  logs before it (after 5 logs, and above `floor`, 1e-3), and warns when the log has `count` (3)
+  spikes or more. One spike is common in healthy runs (and max_grad_norm clips it): it is listed,
+  not flagged.
+Why is this bad?
+  Repeated spikes precede divergence: the loss jumps, the KL grows, and a NaN often follows. The
+  10x-median test is the spike detector large-model training reports use (e.g. OLMo 2,
+  arXiv:2501.00656, sec. 3.2). A warn: the job still trains.
+Example
+  {'grad_norm': 48.2, ...} where the 20 logs before had a median of 0.9, three times in the log.
+Fix safety
+  Nothing to rewrite: lower the learning rate, set max_grad_norm (1.0), warm up longer.
+  Thresholds: [tool.trl-doctor.watch.grad-spike] factor, window, floor, count.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from statistics import median
+
+from trl_doctor import passed, rule, warn
+from trl_doctor.facts.metrics import finite, flagged, fmt, limit, series
+
+SLUG = "grad-spike"
+
+
+@rule(id="TW008", slug=SLUG, title="Repeated gradient-norm spikes", severity="warn",
+      trainers=("grpo", "rloo", "ppo", "other"), watch_only=True)
+def judge(ctx):
+    _, grad = series(ctx, "grad_norm")
+    factor, floor = limit(ctx, SLUG, "factor", 10.0), limit(ctx, SLUG, "floor", 1e-3)
+    window, count = int(limit(ctx, SLUG, "window", 20)), int(limit(ctx, SLUG, "count", 3))
+    values = [p for p in grad if finite(p.value)]
+    spikes, ordered = [], []  # `ordered`: the window's values, sorted (a running median)
+    for i, p in enumerate(values):
+        if i >= 5:
+            level = median(ordered)
+            if p.value >= factor * level and p.value > floor:
+                spikes.append((p, level))
+        insort(ordered, p.value)
+        if i >= window:
+            del ordered[bisect_left(ordered, values[i - window].value)]
+    if len(spikes) < count:
+        listed = f"; {len(spikes)} spike(s): " + ", ".join(f"{fmt(p.value)} at {p.at}" for p, _ in spikes) if spikes else ""
+        yield passed(f"grad_norm without repeated spikes over {len(values)} logs{listed}")
+        return
+    shown = ", ".join(f"{fmt(p.value)} at {p.at} (median {fmt(level)})" for p, level in spikes[:4])
+    yield warn(f"grad_norm spiked {len(spikes)} times to {fmt(factor)}x or more its running median: {shown}; repeated "
+               "spikes precede divergence: lower the learning rate or set max_grad_norm",
+               **flagged([p for p, _ in spikes], metric="grad_norm"))

@@ -1,0 +1,68 @@
+"""TW006 kl-blowup: the KL to the reference exploded, or PPO's KL went negative
+
+What it does
+  Reads the KL the job logs: GRPO's `kl` (per token), PPO's and the PPO-style RLOO's `objective/kl`
+  (per sequence, summed over its tokens). It fails where the per-token KL stays above `max` (10
+  nats) for `patience` (3) logs, warns above `high` (1 nat); `objective/kl` is divided by the
+  response length (the mean logged, else response_length: 53 when unknown, PPOConfig's default), so
+  a token's KL is never overstated. A negative `objective/kl` for `patience` logs in a row is a
+  warn: KL(pi || pi_ref) is never negative, and its estimate goes negative when the rollout was
+  sampled from another distribution than the one scored.
+Why is this bad?
+  A KL that explodes means the policy left the reference far behind: its text degenerates and the KL
+  penalty dominates the reward (a learning rate too high, a reward being hacked). TRL's docs read a
+  negative objective/kl as a bug in the rollout (generation temperature differing from the scoring
+  one, or a response truncated after its eos).
+Example
+  {'kl': 37.5, 'loss': 1.5, ...} a few logs after {'kl': 0.02, ...}.
+Fix safety
+  Nothing to rewrite: lower the learning rate, raise beta, or find the reward being hacked.
+  Thresholds: [tool.trl-doctor.watch.kl-blowup] max, high, patience.
+"""
+
+from __future__ import annotations
+
+from trl_doctor import fail, passed, rule, warn
+from trl_doctor.facts.metrics import by_number, flagged, fmt, limit, optional, patience, series, span, streaks
+from trl_doctor.facts.settings import config_value
+
+SLUG = "kl-blowup"
+
+
+@rule(id="TW006", slug=SLUG, title="KL exploded or went negative", trainers=("grpo", "rloo", "ppo", "other"),
+      watch_only=True)
+def judge(ctx):
+    name, points = series(ctx, "kl", "objective/kl")
+    n = patience(ctx, SLUG, 3)
+    top, high = limit(ctx, SLUG, "max", 10.0), limit(ctx, SLUG, "high", 1.0)
+    per_token = _per_token(ctx, name)
+    for bound, verdict, words in ((top, fail, "exploded"), (high, warn, "is high")):
+        runs = streaks(points, lambda p: per_token(p) > bound, n)
+        if runs:
+            run = runs[0]
+            yield verdict(f"{name} {words}: {fmt(run[0].value)} {span(run)} (above {fmt(bound)} nats a token): the "
+                          "policy has left its reference far behind; lower the learning rate or raise beta",
+                          **flagged(run, metric=name))
+            return
+    if name == "objective/kl":
+        runs = streaks(points, lambda p: p.value < 0, n)
+        if runs:
+            run = runs[0]
+            yield warn(f"objective/kl is negative, {fmt(run[0].value)} {span(run)}: KL(policy || reference) is never "
+                       "negative, so the rollout was scored with another distribution than it was sampled from "
+                       "(a generation temperature differing from the trainer's, a response going on past its eos)",
+                       **flagged(run, metric=name))
+            return
+    yield passed(f"{name} from {fmt(min(p.value for p in points))} to {fmt(max(p.value for p in points))} over "
+                 f"{len(points)} logs")
+
+
+def _per_token(ctx, name: str):
+    """The KL a token: GRPO's is one; PPO's objective/kl is summed over the response: divided by its mean length where
+    the job logs one, else by the longest a response may be (so a token's KL is never overstated)."""
+    if name == "kl":
+        return lambda p: p.value
+    _, lengths = optional(ctx, "completions/mean_length")
+    by = by_number(lengths)
+    longest = config_value(ctx, "response_length") or 53  # PPOConfig's default response_length
+    return lambda p: p.value / (by.get(p.number) or longest)

@@ -1,0 +1,48 @@
+"""TW009 learning-rate-zero: the learning rate is 0 while steps remain: the job trains nothing
+
+What it does
+  Flags `patience` (2) logs in a row whose `learning_rate` (PPO: `lr`) is 0 while the job still has
+  steps to go: it is running (the job's own callback, --follow), the log continues after them, or
+  the state's max_steps lies beyond them. A schedule reaches 0 only at its last step, so a 0 there
+  is healthy.
+Why is this bad?
+  Every optimizer step multiplies its update by the learning rate: at 0 the weights never change,
+  while the job spends its whole budget generating and scoring. Causes: learning_rate 0 or a typo
+  (1e-60), a schedule whose decay ends before max_steps (num_train_epochs and max_steps
+  disagreeing), warmup_steps beyond the run's length, a scheduler restarted from a checkpoint at its
+  end.
+Example
+  {'learning_rate': 0.0, 'loss': 0.0003, ...} from the first log.
+Fix safety
+  Nothing to rewrite: set learning_rate, and make the schedule's length the run's (max_steps).
+  Thresholds: [tool.trl-doctor.watch.learning-rate-zero] patience.
+"""
+
+from __future__ import annotations
+
+from trl_doctor import fail, passed, rule
+from trl_doctor.facts.metrics import flagged, fmt, history, patience, series, span, streaks
+
+SLUG = "learning-rate-zero"
+
+
+@rule(id="TW009", slug=SLUG, title="Learning rate 0 while steps remain", trainers=("grpo", "rloo", "ppo", "other"),
+      watch_only=True)
+def judge(ctx):
+    name, points = series(ctx, "learning_rate", "lr")
+    logs = history(ctx)
+    last = logs.logs[-1].number
+
+    def remains(p) -> bool:  # the job has steps after this log
+        if getattr(ctx, "running", False) or p.number < last:
+            return True
+        return bool(logs.max_steps and p.step is not None and p.step < logs.max_steps)
+
+    runs = streaks(points, lambda p: p.value == 0 and remains(p), patience(ctx, SLUG, 2))
+    if not runs:
+        yield passed(f"{name} above 0 while steps remain ({fmt(min(p.value for p in points))} to "
+                     f"{fmt(max(p.value for p in points))} over {len(points)} logs)")
+        return
+    run = runs[0]
+    yield fail(f"{name} is 0 {span(run)} while the job has steps to go: the weights do not change; set "
+               "learning_rate, and make the schedule's length the run's (max_steps)", **flagged(run, metric=name))

@@ -1,0 +1,66 @@
+"""TW002 never-terminating: the completions never end: every one runs to the length limit
+
+What it does
+  Flags `patience` (5) logs in a row where `completions/clipped_ratio` is at least `share` (0.99) or
+  `completions/mean_terminated_length` is 0 (trl >= 0.17), where PPO's `val/num_eos_tokens` is 0,
+  or, on trl <= 0.16, where `completion_length` equals the job's max_completion_length (known in the
+  job, or from --config). It names the preflight's eos-termination verdict when the job has one.
+Why is this bad?
+  A completion that never emits its end-of-turn token is cut at max_completion_length: each costs
+  the whole budget, format rewards never match, and the policy learns from truncated text. The usual
+  cause is an eos the generation does not stop at (a chat model's <|im_end|> or <|eot_id|> missing
+  from generation_config.json's eos_token_id), or a base model with a chat template it never
+  learned.
+Example
+  {'completions/clipped_ratio': 1.0, 'completions/mean_terminated_length': 0.0, ...} from the first
+  log.
+Fix safety
+  Nothing to rewrite from the log: `trl-doctor check` (eos-termination, generation-settings) finds
+  and fixes the stop tokens; or mask_truncated_completions / a larger max_completion_length.
+  Thresholds: [tool.trl-doctor.watch.never-terminating] share, patience.
+"""
+
+from __future__ import annotations
+
+from trl_doctor import fail, passed, rule, warn
+from trl_doctor.facts.metrics import (flagged, fmt, limit, ongoing, optional, patience, preflight, series, span,
+                                      streaks)
+from trl_doctor.facts.settings import config_value
+
+SLUG = "never-terminating"
+
+
+@rule(id="TW002", slug=SLUG, title="Completions never end: all run to the length limit",
+      trainers=("grpo", "rloo", "ppo", "other"), watch_only=True)
+def judge(ctx):
+    share = limit(ctx, SLUG, "share", 0.99)
+    longest = config_value(ctx, "max_completion_length") or config_value(ctx, "response_length")
+    name, points = optional(ctx, "completions/clipped_ratio")
+    if name is not None:
+        holds, what = (lambda p: p.value >= share), f"completions/clipped_ratio >= {fmt(share)}"
+    elif (found := optional(ctx, "val/num_eos_tokens"))[0] is not None:
+        name, points = found
+        holds, what = (lambda p: p.value <= 0), "val/num_eos_tokens 0: no response held an eos token"
+    else:
+        name, points = series(ctx, "completions/mean_length")
+        if not longest:
+            from trl_doctor import Unavailable
+
+            raise Unavailable("this release logs only the mean completion length: give the recipe (--config) so "
+                              "that its max_completion_length is known")
+        holds, what = (lambda p: p.value >= longest - 1e-6), f"every completion {longest} tokens long"
+    runs = streaks(points, holds, patience(ctx, SLUG, 5))
+    if not runs:
+        yield passed(f"completions end before the limit ({name} over {len(points)} logs: "
+                     f"{fmt(min(p.value for p in points))} to {fmt(max(p.value for p in points))})")
+        return
+    run = runs[-1]
+    limit_words = f" (max_completion_length {longest})" if longest else ""
+    found = preflight(ctx, "eos-termination")
+    before = f"; the preflight's eos-termination said {found[0]}: {found[1]}" if found and found[0] != "pass" else ""
+    message = (f"{what}, {span(run)}: the completions never end and all run to the length limit{limit_words}; "
+               f"check the stop tokens (`trl-doctor check`: eos-termination){before}")
+    if ongoing(ctx, run):
+        yield fail(message, **flagged(run, metric=name))
+    else:
+        yield warn(message.replace("never end", "did not end") + ", before they began to end", **flagged(run, metric=name))

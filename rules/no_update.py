@@ -1,0 +1,53 @@
+"""TW004 no-update: the gradient norm is 0 while the rewards still differ: the policy is not updated
+
+What it does
+  Flags `patience` (3) logs in a row where `grad_norm` is 0 while the rewards still have a spread
+  (`reward_std` above 0, or `frac_reward_zero_std` below 1). Zero gradients with no reward spread
+  are zero-advantage's, not this rule's.
+Why is this bad?
+  With a reward spread the advantages are not 0, so the loss has a gradient. A norm of exactly 0
+  says none reaches the trained weights: every trainable parameter frozen or detached from the loss
+  (a LoRA whose target_modules match nothing the forward pass uses, a model in eval mode under
+  no_grad, a loss computed on a copy), or every completion token masked out.
+Example
+  {'loss': 0.0, 'grad_norm': 0.0, 'reward': 0.4, 'reward_std': 0.3, ...} log after log.
+Fix safety
+  Nothing to rewrite: `trl-doctor check` runs one real step and counts the tensors it updates
+  (smoke-step).
+  Thresholds: [tool.trl-doctor.watch.no-update] patience.
+"""
+
+from __future__ import annotations
+
+from trl_doctor import fail, passed, rule, warn
+from trl_doctor.facts.metrics import by_number, flagged, ongoing, optional, patience, series, span, streaks
+
+SLUG = "no-update"
+
+
+@rule(id="TW004", slug=SLUG, title="Gradient norm 0 while rewards differ", trainers=("grpo", "rloo", "ppo", "other"),
+      watch_only=True)
+def judge(ctx):
+    _, grad = series(ctx, "grad_norm")
+    spread = _spread(ctx)
+    runs = streaks(grad, lambda p: p.value == 0 and spread.get(p.number, False), patience(ctx, SLUG, 3))
+    if not runs:
+        zero = sum(1 for p in grad if p.value == 0)
+        yield passed(f"grad_norm is above 0 wherever the rewards differ ({zero} of {len(grad)} logs at 0)")
+        return
+    run = runs[-1]
+    message = (f"grad_norm 0 {span(run)} while the rewards still differ: no gradient reaches the trained weights "
+               "(frozen or detached parameters, a LoRA that matches nothing the forward pass uses, every token masked)")
+    if ongoing(ctx, run):
+        yield fail(message, **flagged(run, metric="grad_norm"))
+    else:
+        yield warn(message + "; later logs have a gradient again", **flagged(run, metric="grad_norm"))
+
+
+def _spread(ctx) -> dict[int, bool]:
+    """Per log, whether the rewards had a spread (a group with differing rewards)."""
+    name, frac = optional(ctx, "frac_reward_zero_std")
+    if name is not None:
+        return {n: v < 0.99 for n, v in by_number(frac).items()}
+    _, std = optional(ctx, "reward_std", "objective/scores_std")
+    return {n: v > 1e-8 for n, v in by_number(std).items()}

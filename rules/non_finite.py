@@ -1,0 +1,59 @@
+"""TW007 non-finite: NaN or inf in the loss, the gradient norm or the KL
+
+What it does
+  Fails at the first log whose `loss`, `kl` or `objective/kl` is NaN or inf, and where `grad_norm`
+  is NaN or inf in bf16 or fp32 (the job's settings say which), or in `patience` (3) logs in a row
+  whatever the precision. One non-finite grad_norm in fp16 with a finite loss is the loss scaler
+  skipping a step and lowering its scale: a pass that says so (also where the precision is not
+  known).
+Why is this bad?
+  A NaN reaches the weights at the next optimizer step, and from then on every output is NaN: the
+  job runs on, logging NaN, until its time is up. Causes: a learning rate that diverges, fp16
+  overflow, a reward of NaN or inf, log-probabilities of -inf where a token was masked.
+Example
+  {'loss': nan, 'grad_norm': nan, 'kl': nan, ...}
+Fix safety
+  Nothing to rewrite: lower the learning rate, set max_grad_norm, use bf16 rather than fp16, check
+  the rewards for NaN.
+  Thresholds: [tool.trl-doctor.watch.non-finite] patience.
+"""
+
+from __future__ import annotations
+
+from trl_doctor import fail, passed, rule
+from trl_doctor.facts.metrics import by_number, finite, flagged, optional, patience, span, streaks
+from trl_doctor.facts.settings import config_value
+
+SLUG = "non-finite"
+
+
+@rule(id="TW007", slug=SLUG, title="NaN or inf in the loss, gradient norm or KL", trainers=("grpo", "rloo", "ppo", "other"),
+      watch_only=True)
+def judge(ctx):
+    for key in ("loss", "kl", "objective/kl"):
+        _, points = optional(ctx, key)
+        bad = [p for p in points if not finite(p.value)]
+        if bad:
+            yield fail(f"{key} is {bad[0].value} at {bad[0].at}: once a NaN reaches the weights every later output "
+                       "is NaN; lower the learning rate, set max_grad_norm, check the rewards for NaN",
+                       **flagged(bad, metric=key))
+            return
+    _, grad = optional(ctx, "grad_norm")
+    bad = [p for p in grad if not finite(p.value)]
+    if not bad:
+        yield passed(f"loss, grad_norm and kl finite in every log ({len(grad)} grad_norm values)")
+        return
+    fp16, bf16 = config_value(ctx, "fp16"), config_value(ctx, "bf16")
+    runs = streaks(grad, lambda p: not finite(p.value), patience(ctx, SLUG, 3))
+    if runs:
+        run = runs[0]
+        yield fail(f"grad_norm is {run[0].value} {span(run)}: more than a loss scaler's skipped step; the weights "
+                   "stop improving or turn NaN", **flagged(run, metric="grad_norm"))
+    elif bf16 or (fp16 is False and bf16 is False):
+        precision = "bf16" if bf16 else "fp32"
+        yield fail(f"grad_norm is {bad[0].value} at {bad[0].at} in {precision}, where no loss scaler skips a step: the "
+                   "optimizer applies it", **flagged(bad, metric="grad_norm"))
+    else:
+        why = "fp16" if fp16 else "the precision is not known"
+        yield passed(f"grad_norm non-finite at {', '.join(p.at for p in bad[:5])} with a finite loss ({why}): the fp16 "
+                     "loss scaler skips such a step and lowers its scale; not a failure")

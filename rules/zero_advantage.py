@@ -1,0 +1,59 @@
+"""TW001 zero-advantage: every group's rewards are equal: every advantage is 0, nothing is learned
+
+What it does
+  Reads `frac_reward_zero_std` (trl >= 0.18: the share of prompt groups whose rewards have no
+  spread) and flags `patience` (5) logs in a row where it is at least `share` (0.99: every group).
+  On a release without it (trl <= 0.17) `reward_std` is the mean of the groups' spreads, and 0 says
+  the same. `rewards/<f>/std` is one function's spread over the whole batch, not the group spread:
+  it is not read.
+Why is this bad?
+  GRPO and RLOO learn from each reward relative to its group's: with equal rewards in every group
+  the advantage is 0, and the only gradient left is the KL term's (none with beta 0). The job spends
+  its budget generating and learns nothing. Causes: a reward that always returns the same value (a
+  format it never matches, a parser that fails), prompts too hard or too easy for the policy,
+  num_generations 1-2. Users write their own abort callbacks for this ("10 steps of zero reward
+  spread"); 5 logs in a row is the default here, as a job that has not found one rewarded completion
+  in 5 logs rarely recovers.
+Example
+  {'loss': 0.0, 'reward': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0, ...} log after log.
+  A phase that ended (the spread came back) is a warn; one that lasts to the newest log is a fail.
+Fix safety
+  Nothing to rewrite: run the reward functions on a few completions (`trl-doctor check` calls them),
+  raise num_generations or temperature, or train on prompts the policy solves sometimes.
+  Thresholds: [tool.trl-doctor.watch.zero-advantage] share, patience.
+"""
+
+from __future__ import annotations
+
+from trl_doctor import fail, passed, rule, warn
+from trl_doctor.facts.metrics import fmt, flagged, limit, ongoing, optional, patience, series, span, streaks
+
+SLUG = "zero-advantage"
+
+
+@rule(id="TW001", slug=SLUG, title="Every group's rewards equal: zero advantage", trainers=("grpo", "rloo", "ppo", "other"),
+      watch_only=True)
+def judge(ctx):
+    name, points = optional(ctx, "frac_reward_zero_std")
+    share = limit(ctx, SLUG, "share", 0.99)
+    if name is not None:
+        holds = lambda p: p.value >= share
+        what = f"frac_reward_zero_std >= {fmt(share)}: no group's rewards had any spread"
+    else:
+        name, points = series(ctx, "reward_std")
+        holds = lambda p: abs(p.value) <= 1e-8
+        what = "reward_std 0 (trl <= 0.17 logs the mean of the groups' spreads): no group had any spread"
+    runs = streaks(points, holds, patience(ctx, SLUG, 5))
+    if not runs:
+        worst = max(p.value for p in points) if name == "frac_reward_zero_std" else min(p.value for p in points)
+        yield passed(f"the rewards of some groups differ in every stretch of the log ({name}: "
+                     f"{'at most' if name == 'frac_reward_zero_std' else 'at least'} {fmt(worst)} over {len(points)} logs)")
+        return
+    run = runs[-1]
+    cause = ("every advantage is 0, so the policy learns nothing from its rewards (the only gradient is the KL "
+             "term's); check that the reward functions can tell completions apart, or raise num_generations")
+    if ongoing(ctx, run):
+        yield fail(f"{what}, {span(run)}: {cause}", **flagged(run, metric=name))
+    else:
+        yield warn(f"{what}, {span(run)}, then the spread came back: those steps learned nothing",
+                   **flagged(run, metric=name))

@@ -1,0 +1,242 @@
+"""The watch from the outside (`trl-doctor watch PATH`, issue 33): the log formats a job leaves, the metric names of
+each release, the healthy patterns never flagged, the thresholds the project config sets, the sparklines, the
+picture, --follow on a growing log, and bad input as one line (exit 2).
+
+The logs are the real runs of fixtures/_watch_runs.py (TRL itself on the CPU, committed under fixtures/<slug>/) and
+rows in the shapes the releases print (transformers 5's quoted numbers, trl <= 0.16's names)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, run_doctor
+
+pytestmark = pytest.mark.release_free  # the watch reads files: no installed release changes what it says
+
+ZERO = FIXTURES / "zero-advantage" / "bad_grpo_constant_reward.json"
+HEALTHY = FIXTURES / "zero-advantage" / "ok_grpo_healthy.json"
+ROW = {"loss": 0.01, "grad_norm": 0.5, "learning_rate": 1e-6, "reward": 0.5, "reward_std": 0.3,
+       "frac_reward_zero_std": 0.25, "completions/clipped_ratio": 0.1, "kl": 0.2, "epoch": 0.1}
+
+
+def watch_json(*args: str) -> tuple[int, dict, str]:
+    proc = run_doctor("watch", *args, "--format", "json")
+    report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    return proc.returncode, {r["rule"]: r for r in report.get("results", [])}, proc.stderr
+
+
+def printed(rows: list[dict], quoted: bool = False) -> str:
+    """Rows as transformers prints them (transformers 5 quotes its rounded numbers)."""
+    shown = [{k: (f"{v:.4g}" if quoted and isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+    return "".join(f"{r}\n" for r in shown)
+
+
+def state_file(tmp_path: Path, rows: list[dict], **more) -> Path:
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"log_history": [dict(r, step=i + 1) for i, r in enumerate(rows)], **more}))
+    return path
+
+
+def test_a_real_constant_reward_run_fails_from_its_first_step():
+    code, results, _ = watch_json(str(ZERO))
+    assert code == 1
+    zero = results["zero-advantage"]
+    assert zero["status"] == "fail" and zero["details"]["since"] == "step 1", zero
+    assert results["policy-gradient-gone"]["status"] == "fail"
+    assert results["learning-rate-zero"]["status"] == "pass"
+
+
+def test_the_same_run_made_healthy_passes_every_rule():
+    code, results, _ = watch_json(str(HEALTHY))
+    assert code == 0, results
+    assert {r["status"] for r in results.values()} <= {"pass", "skip"}, {k: r["message"] for k, r in results.items()
+                                                                          if r["status"] not in ("pass", "skip")}
+    # GRPO's loss is about beta x kl and clip_ratio 0 with one update per batch: healthy, never flagged
+    assert results["policy-gradient-gone"]["status"] == "pass"
+    assert results["ratio-clipping"]["status"] == "pass"
+
+
+def test_an_output_folder_a_checkpoint_and_the_state_file_read_the_same(tmp_path):
+    for where in ("run/checkpoint-4", "run/checkpoint-8"):
+        (tmp_path / where).mkdir(parents=True)
+    state = json.loads(ZERO.read_text())
+    short = dict(state, log_history=state["log_history"][:3])
+    (tmp_path / "run/checkpoint-4/trainer_state.json").write_text(json.dumps(short))
+    (tmp_path / "run/checkpoint-8/trainer_state.json").write_text(json.dumps(state))
+    _, folder, _ = watch_json(str(tmp_path / "run"))  # the newest checkpoint's state
+    _, checkpoint, _ = watch_json(str(tmp_path / "run/checkpoint-8"))
+    _, file, _ = watch_json(str(ZERO))
+    assert folder["zero-advantage"]["message"] == checkpoint["zero-advantage"]["message"] == file["zero-advantage"]["message"]
+    _, early, _ = watch_json(str(tmp_path / "run/checkpoint-4"))
+    assert early["zero-advantage"]["status"] == "pass"  # 3 logs: not yet 5 in a row
+
+
+def test_printed_lines_as_transformers_prints_them(tmp_path):
+    rows = [dict(ROW, frac_reward_zero_std=1.0, reward_std=0.0) for _ in range(6)]
+    log = tmp_path / "train.log"
+    # a progress bar on the same line, numbers quoted (transformers 5), a warning between
+    log.write_text("Map: 100%|####| 8/8\n" + "".join(f" 40%|####      | 4/10 [00:04<00:06]{line}"
+                                                   for line in printed(rows, quoted=True).splitlines(keepends=True))
+                   + "UserWarning: something\n")
+    code, results, _ = watch_json(str(log))
+    assert code == 1
+    assert results["zero-advantage"]["details"]["since"] == "log 1"  # a printed log carries no step
+
+
+def test_nan_as_python_prints_it_is_read_and_failed(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(printed([ROW, ROW]) + "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-06, 'kl': inf, 'epoch': 0.3}\n")
+    code, results, _ = watch_json(str(log))
+    assert code == 1
+    assert results["non-finite"]["status"] == "fail" and "loss is nan at log 3" in results["non-finite"]["message"]
+
+
+def test_one_inf_grad_norm_in_fp16_is_a_skipped_step_not_a_failure(tmp_path):
+    rows = [ROW] * 3 + [dict(ROW, grad_norm=float("inf"))] + [ROW] * 3
+    log = tmp_path / "train.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))  # JSON writes inf as Infinity
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("fp16: true\n")
+    code, results, _ = watch_json(str(log), "--config", str(recipe))
+    assert code == 0 and "loss scaler" in results["non-finite"]["message"]
+    recipe.write_text("bf16: true\n")  # no loss scaler in bf16: the optimizer applies it
+    code, results, _ = watch_json(str(log), "--config", str(recipe))
+    assert code == 1 and "in bf16" in results["non-finite"]["message"]
+
+
+def test_old_release_names_are_read_as_today_s(tmp_path):
+    """trl 0.15 logs completion_length and rewards/<f>, and reward_std is the mean of the groups' spreads."""
+    old = [{"loss": 0.0, "grad_norm": 0.0, "learning_rate": 1e-6, "completion_length": 256.0,
+            "rewards/accuracy_reward": 0.0, "rewards/format_reward": 0.0, "reward": 0.0, "reward_std": 0.0,
+            "kl": 0.0, "epoch": 0.01 * i} for i in range(6)]
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("max_completion_length: 256\nbeta: 0.04\n")
+    code, results, _ = watch_json(str(state_file(tmp_path, old)), "--config", str(recipe))
+    assert code == 1
+    assert "reward_std 0" in results["zero-advantage"]["message"]
+    assert "256 tokens long" in results["never-terminating"]["message"]
+    # without the recipe, the length limit is unknown: a skip that says what to give
+    _, results, _ = watch_json(str(state_file(tmp_path, old)))
+    assert results["never-terminating"]["status"] == "skip" and "--config" in results["never-terminating"]["message"]
+
+
+def test_per_function_std_alone_is_not_the_group_spread(tmp_path):
+    rows = [{"loss": 0.1, "grad_norm": 0.4, "learning_rate": 1e-6, "rewards/f/std": 0.0, "epoch": 0.1}] * 6
+    code, results, _ = watch_json(str(state_file(tmp_path, rows)))
+    assert results["zero-advantage"]["status"] == "skip", results["zero-advantage"]
+
+
+def test_lr_zero_at_the_schedule_s_last_step_is_healthy(tmp_path):
+    rows = [dict(ROW, learning_rate=1e-6 * (4 - i) / 4) for i in range(5)]  # linear decay: 0 at the last step
+    code, results, _ = watch_json(str(state_file(tmp_path, rows, max_steps=5)))
+    assert results["learning-rate-zero"]["status"] == "pass"
+    rows = [dict(ROW, learning_rate=0.0)] * 5
+    code, results, _ = watch_json(str(state_file(tmp_path, rows, max_steps=100)))
+    assert code == 1 and results["learning-rate-zero"]["details"]["since"] == "step 1"
+
+
+def test_the_project_config_changes_a_threshold(tmp_path):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(ZERO.read_text())
+    (tmp_path / ".trl-doctor.toml").write_text("[watch.zero-advantage]\npatience = 20\n")
+    code, results, _ = watch_json(str(folder))
+    assert results["zero-advantage"]["status"] == "pass"  # 8 logs: not 20 in a row
+    code, results, _ = watch_json(str(folder), "--isolated")
+    assert results["zero-advantage"]["status"] == "fail"
+    (tmp_path / ".trl-doctor.toml").write_text("[watch]\nzero-advantage = 3\n")
+    proc = run_doctor("watch", str(folder))
+    assert proc.returncode == 2 and "must be a table of numbers" in proc.stderr
+
+
+def test_the_table_draws_sparklines_with_the_flagged_logs_marked():
+    proc = run_doctor("watch", str(ZERO))
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("frac_reward_zero_std"))
+    assert any(c in lines[at] for c in "▁█")
+    assert "^" in lines[at + 1] and "TW001 fail" in lines[at + 1]
+
+
+def test_plot_writes_an_svg_with_the_verdicts(tmp_path):
+    picture = tmp_path / "curves.svg"
+    proc = run_doctor("watch", str(ZERO), "--plot", str(picture))
+    assert proc.returncode == 1
+    svg = picture.read_text()
+    assert svg.startswith("<svg") and "frac_reward_zero_std  [TW001 fail]" in svg and "#c0392b" in svg
+    bad = run_doctor("watch", str(ZERO), "--plot", str(tmp_path / "curves.png"))
+    assert bad.returncode == 2 and "SVG" in bad.stderr
+
+
+@pytest.mark.parametrize("content, words", [
+    ("", "no logged metrics found"),
+    ("just some text\nno dicts here\n", "no logged metrics found"),
+    ('{"log_history": 5}', "no log_history list"),
+    ('{"log_history": [', "not valid JSON"),
+    ('{"log_history": []}', "holds no training log yet"),
+    ("{'loss': __import__('os').system('touch /tmp/pwned')}\n", "no logged metrics found"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, content, words):
+    path = tmp_path / ("trainer_state.json" if content.startswith('{"') else "train.log")
+    path.write_text(content)
+    proc = run_doctor("watch", str(path))
+    assert proc.returncode == 2, proc.stdout
+    assert words in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_a_folder_without_a_log_and_a_missing_path(tmp_path):
+    proc = run_doctor("watch", str(tmp_path))
+    assert proc.returncode == 2 and "no trainer_state.json in this folder" in proc.stderr
+    proc = run_doctor("watch", str(tmp_path / "nope"))
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+def test_follow_reads_a_growing_log_and_stops_at_the_failure(tmp_path):
+    from trl_doctor.watch.judge import watch_rules
+    from trl_doctor.watch.run import Watch, follow
+
+    log = tmp_path / "train.log"
+    log.write_text("")
+    zero = dict(ROW, frac_reward_zero_std=1.0, reward_std=0.0)
+
+    def job():
+        for row in [ROW, ROW] + [zero] * 6:
+            time.sleep(0.05)
+            with open(log, "a") as f:
+                f.write(printed([row]))
+
+    writer = threading.Thread(target=job)
+    writer.start()
+    shown: list[str] = []
+    report, history = follow(Watch(log), watch_rules(), shown.append, interval=0.02, idle_exit=10)
+    writer.join()
+    assert not report.ok
+    assert any("TW001 zero-advantage fail" in line and "log 7" in line for line in shown), shown
+    assert len(history.logs) == 7  # stopped at the log the failure was decided at
+
+
+def test_follow_ends_with_the_job_s_summary(tmp_path):
+    from trl_doctor.watch.judge import watch_rules
+    from trl_doctor.watch.run import Watch, follow
+
+    log = tmp_path / "train.log"
+    log.write_text(printed([ROW] * 4) + "{'train_runtime': 12.5, 'train_loss': 0.01, 'epoch': 1.0}\n")
+    report, history = follow(Watch(log), watch_rules(), print, interval=0.02, idle_exit=5)
+    assert report.ok and history.ended and len(history.logs) == 4
+
+
+def test_watch_rules_are_not_preflight_rules():
+    """`check` runs no watch rule, and a project config naming one stays valid for `check`."""
+    from trl_doctor.registry import all_rules
+
+    rules = {r.id: r for r in all_rules()}
+    assert rules["TW001"].contexts == ("watch",) and rules["TD001"].contexts == ("full", "static")
+    proc = run_doctor("check", "--static", str(FIXTURES / "trainer-config" / "ok_grpo.yaml"), "--format", "json")
+    ids = {r["id"] for r in json.loads(proc.stdout)["results"]}
+    assert ids and not any(i.startswith("TW") for i in ids)

@@ -1,0 +1,86 @@
+"""`trl-doctor watch PATH`: the watch rules on a job's logged metrics, from the outside (trl_doctor.watch.run).
+The same formats and exit codes as `check`: 0 nothing failed, 1 a rule failed (or warned, with --fail-on warn),
+2 PATH (or --config, --preflight) cannot be read as what it should be."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("watch")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--follow", is_flag=True, help="Keep reading a running job's log; stop at its end, at a failure, or on Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=2.0, show_default=True, help="Seconds between reads with --follow.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "github", "sarif"]), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), help="Write the report to this file.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write the curves, the flagged logs marked, as an SVG picture.")
+@click.option("--select", help="Only these rules: ids (TW001) or slugs (zero-advantage), comma-separated.")
+@click.option("--ignore", help="Skip these rules: ids or slugs, comma-separated.")
+@click.option("--fail-on", type=click.Choice(["fail", "warn"]), default=None, help="Lowest status that makes the exit status 1 (default: fail).")
+@click.option("--config", "recipe", type=click.Path(path_type=Path), help="The job's recipe (YAML/JSON): its beta, max_completion_length, fp16/bf16 sharpen the verdicts.")
+@click.option("--preflight", type=click.Path(path_type=Path), help="The job's `trl-doctor check --format json` report: the watch names its verdicts.")
+@click.option("--trainer", type=click.Choice(["grpo", "rloo", "ppo", "other"]), default=None, help="The trainer that wrote the log (default: read from its metric names).")
+@click.option("--isolated", is_flag=True, help="Ignore the project configuration ([tool.trl-doctor], .trl-doctor.toml).")
+def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, recipe, preflight, trainer, isolated):
+    """Judge a job's logged metrics: PATH is its output folder, a checkpoint, a trainer_state.json, or a log of the
+    printed {'loss': ...} lines (JSON lines too).
+
+    \b
+    trl-doctor watch outputs/Qwen2-0.5B-GRPO
+    trl-doctor watch train.log --follow
+    trl-doctor watch outputs/run/checkpoint-500 --plot curves.svg --format json -o watch.json"""
+    from trl_doctor.errors import InputError
+    from trl_doctor.front.cli import _emit, _input_error
+    from trl_doctor.registry import RegistryError
+
+    try:
+        asked, rules = _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated)
+        if follow:
+            from trl_doctor.watch.run import follow as follow_log
+
+            report, history = follow_log(asked, rules, lambda line: click.echo(line, err=True), interval=interval)
+        else:
+            from trl_doctor.watch.history import read
+            from trl_doctor.watch.run import judge_once
+
+            history = read(path)
+            report = judge_once(asked, history, rules, running=False)
+        text = report.render(fmt)
+        if fmt == "table":
+            from trl_doctor.watch.judge import sparklines
+
+            text += sparklines(history, report.results)
+        _emit(text, output)
+        if plot is not None:
+            from trl_doctor.watch.judge import SHOWN
+            from trl_doctor.watch.plot import write
+
+            names = history.names()
+            shown = [m for m in SHOWN if m in names]
+            write(plot, history, report.results, shown)
+    except (InputError, RegistryError) as exc:
+        raise _input_error(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo("trl-doctor: watch stopped", err=True)
+        raise click.exceptions.Exit(130) from None
+    raise click.exceptions.Exit(0 if report.ok else 1)
+
+
+def _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated):
+    from trl_doctor.front.project import ProjectConfig, find_project_config
+    from trl_doctor.front.settings import names
+    from trl_doctor.watch.judge import watch_rules
+    from trl_doctor.watch.run import Watch, preflight_report
+
+    project = ProjectConfig() if isolated else find_project_config(path if path.is_dir() else path.parent)
+    # the project's `select` narrows the watch only where it names watch rules (a preflight selection is not one)
+    chosen = names(select) or (project.select if watch_rules(project.select) else ())
+    rules = watch_rules(chosen, names(ignore) + project.ignore)
+    asked = Watch(path, fail_on=fail_on or project.fail_on or "fail", trainer=trainer, config=recipe,
+                  thresholds=project.watch, preflight=preflight_report(preflight))
+    if project.path is not None and project.watch:
+        asked.settings.append({"setting": "watch thresholds", "value": ", ".join(sorted(project.watch)),
+                               "source": project.source()})
+    return asked, rules

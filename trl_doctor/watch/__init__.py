@@ -1,0 +1,25 @@
+"""The watch: judging a job's logged metrics while it trains (DoctorCallback(watch=True)) or from the outside
+(`trl-doctor watch PATH`), with the watch rules (TW001-TW011, rules/). The context they read is `context.py`, the
+logs `history.py`; the facts they share are trl_doctor.facts.metrics."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """`text` into `path` whole or not at all: a temporary file beside it, then a rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

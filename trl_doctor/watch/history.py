@@ -1,0 +1,240 @@
+"""A job's logged metrics, read from what a job leaves: `trainer_state.json` (an output folder's, a checkpoint's, or
+the file itself), a log of the printed `{'loss': ...}` lines (transformers prints one per log), or JSON lines.
+
+Every file under a watched folder is hostile: it is read as text with a size limit, parsed with `json` or
+`ast.literal_eval` (never run), and a file that is not a log is refused in one line naming it (InputError, exit 2).
+
+The metric names are the ones the release that wrote the log used; `canonical` maps the renamings of one quantity
+(`completion_length` before `completions/mean_length`, `rewards/<f>` before `rewards/<f>/mean`, a tracker's `train/`
+prefix) onto today's name, so the rules read one name per quantity.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from trl_doctor.errors import InputError
+from trl_doctor.facts.metrics import Point
+
+MAX_BYTES = 1 << 30  # a 20,000-step trainer_state.json is ~20 MB; past 1 GiB it is not a log
+STATE = "trainer_state.json"
+
+# where a renaming happened, today's name (trl_doctor.facts.metrics reads these)
+_RENAMED = {
+    "completion_length": "completions/mean_length",  # trl <= 0.16
+    "clip_ratio": "clip_ratio/region_mean",  # trl 0.17-0.19: one clip ratio
+}
+_REWARD_MEAN = re.compile(r"^rewards/(?P<f>[^/]+)$")  # trl <= 0.16: rewards/<f> is the mean
+
+
+@dataclass(frozen=True)
+class Log:
+    """One logged row: its number in the log (1-based), the optimizer step when the log says it, the metrics."""
+
+    number: int
+    step: int | None
+    values: dict[str, float]
+
+    @property
+    def at(self) -> str:
+        """How a finding names this row: `step 40`, or `log 4` for a printed log that carries no step."""
+        return f"step {self.step}" if self.step is not None else f"log {self.number}"
+
+
+@dataclass
+class History:
+    """The training rows of one job, oldest first, with what the file says of the run (max_steps, logging_steps)."""
+
+    source: Path
+    kind: str  # "trainer_state", "printed" or "jsonl"
+    logs: list[Log] = field(default_factory=list)
+    max_steps: int | None = None
+    logging_steps: int | None = None
+    names_seen: set[str] = field(default_factory=set)  # the names as the release wrote them
+    ended: bool = False  # the job logged its summary (train_runtime): no steps remain
+    # each metric's values (trl_doctor.facts.metrics.Point), oldest first, kept as rows are added: a rule reads a
+    # column as it is, however long the log
+    columns: dict[str, list] = field(default_factory=dict)
+
+    def names(self) -> set[str]:
+        return set(self.columns)
+
+    def add(self, raw: dict[str, Any], step: int | None = None) -> Log | None:
+        """Append one logged dict (a training row; an eval or summary row is not one): None when it is not."""
+        values = training_values(raw)
+        if values is None:
+            if isinstance(raw, dict) and "train_runtime" in raw:
+                self.ended = True
+            return None
+        self.names_seen.update(k for k in raw if isinstance(k, str))
+        if step is None:
+            s = raw.get("step")
+            step = int(s) if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) else None
+        log = Log(len(self.logs) + 1, step, values)
+        self.logs.append(log)
+        at = log.at
+        for name, value in values.items():
+            self.columns.setdefault(name, []).append(Point(at, log.number, step, value))
+        return log
+
+
+def canonical(name: str) -> str:
+    """Today's name of a logged quantity."""
+    if name.startswith("train/"):
+        name = name[len("train/"):]
+    if name in _RENAMED:
+        return _RENAMED[name]
+    m = _REWARD_MEAN.match(name)
+    if m:
+        return f"rewards/{m['f']}/mean"
+    return name
+
+
+_SUMMARY = ("train_runtime", "train_loss", "train_samples_per_second", "total_flos")
+
+
+def training_values(raw: dict[str, Any]) -> dict[str, float] | None:
+    """The numeric metrics of one training log row (names made canonical; numbers printed as strings read back),
+    or None for a row that is not a training log: an evaluation's (`eval_*`), the run's summary (`train_runtime`)."""
+    if not isinstance(raw, dict) or any(k in raw for k in _SUMMARY):
+        return None
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or key.startswith("eval_") or key in ("step", "epoch_step"):
+            continue
+        number = _number(value)
+        if number is not None:
+            out[canonical(key)] = number
+    return out or None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):  # transformers 5 prints rounded numbers as strings: {'loss': '0.1234'}
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+# -- reading ------------------------------------------------------------------------------------------------------
+def find_log(path: Path) -> Path:
+    """The file to read for PATH: the file itself, or a folder's trainer_state.json (the folder's own, else its newest
+    checkpoint's); InputError naming PATH when there is none."""
+    if path.is_dir():
+        own = path / STATE
+        checkpoints = sorted((p for p in path.glob("checkpoint-*") if (p / STATE).is_file()),
+                             key=lambda p: _step_of(p.name))
+        candidates = ([own] if own.is_file() else []) + [p / STATE for p in checkpoints]
+        if not candidates:
+            raise InputError(f"{path}: no {STATE} in this folder or its checkpoint-* folders "
+                             "(give the job's output folder, a checkpoint, a trainer_state.json or a log of its printed lines)")
+        return max(candidates, key=lambda p: (_logged_steps(p), p.stat().st_mtime))
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    if not path.is_file():
+        raise InputError(f"{path}: not a regular file")
+    return path
+
+
+def _step_of(name: str) -> int:
+    tail = name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def _logged_steps(path: Path) -> int:
+    """The checkpoint's step from its folder name (the output folder's own state counts as the newest)."""
+    return 1 << 62 if path.parent.name and not path.parent.name.startswith("checkpoint-") else _step_of(path.parent.name)
+
+
+def read(path: str | Path) -> History:
+    """The History in PATH (see `find_log`)."""
+    path = find_log(Path(path))
+    text = _text(path)
+    stripped = text.lstrip()
+    if stripped.startswith("{") and '"log_history"' in stripped[:2_000_000]:
+        return _from_state(path, text)
+    history = History(path, "printed")
+    history.kind = read_lines(history, text.splitlines())
+    if not history.logs:
+        raise InputError(f"{path}: no logged metrics found (expected a {STATE}, or lines like "
+                         "{'loss': 0.12, 'grad_norm': 0.5, ...} as transformers prints them, or JSON lines)")
+    return history
+
+
+def _text(path: Path) -> str:
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise InputError(f"{path}: {size / (1 << 30):.1f} GiB, larger than any training log ({MAX_BYTES >> 30} GiB at most)")
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+
+
+def _from_state(path: Path, text: str) -> History:
+    try:
+        state = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{path}: not valid JSON: {exc}") from None
+    logs = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(logs, list):
+        raise InputError(f"{path}: no log_history list: not a {STATE} a transformers Trainer wrote")
+    history = History(path, "trainer_state", max_steps=_int(state.get("max_steps")),
+                      logging_steps=_int(state.get("logging_steps")))
+    for row in logs:
+        if isinstance(row, dict):
+            history.add(row)
+    if not history.logs:
+        raise InputError(f"{path}: its log_history holds no training log yet (the job logs every logging_steps steps)")
+    return history
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+_DICT = re.compile(r"\{['\"][^{}]*\}")
+_BARE = re.compile(r"(?<![\w'\"])(-?)(nan|inf|NaN|Infinity|-Infinity)(?![\w'\"])")
+
+
+def read_lines(history: History, lines: Iterable[str]) -> str:
+    """Add every logged dict found in `lines` (transformers' printed dicts, possibly after a progress bar on the same
+    line, or JSON lines) to `history`; returns the kind: "jsonl" when the rows were JSON, else "printed"."""
+    kind = "printed"
+    for line in lines:
+        for match in _DICT.finditer(line):
+            row = parse_row(match.group(0))
+            if row is not None:
+                if match.group(0).startswith('{"'):
+                    kind = "jsonl"
+                history.add(row)
+    return kind
+
+
+def parse_row(text: str) -> dict | None:
+    """One printed or JSON dict as data (never evaluated as code): `nan`/`inf` as printed by Python read as floats."""
+    if len(text) > 100_000:
+        return None
+    if text.startswith('{"'):
+        try:
+            row = json.loads(text)
+            return row if isinstance(row, dict) else None
+        except ValueError:
+            pass
+    marked = _BARE.sub(lambda m: f"'{m.group(1)}{m.group(2).lower().replace('infinity', 'inf')}'", text)
+    try:
+        row = ast.literal_eval(marked)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return row if isinstance(row, dict) else None

@@ -1,0 +1,155 @@
+"""The watch inside a job (DoctorCallback(watch=True)): each log the trainer makes is judged by the watch rules.
+
+The main process judges; its verdict reaches every process through the job's own process group (one broadcast a
+log, at the same step on all of them, as every process logs at the same steps), so all stop at the same step. A
+verdict that changes is one line in the job's log; `doctor/<slug>` values (0 pass, 1 warn, 2 fail) join the logged
+metrics the trackers receive; the JSON report is rewritten in output_dir (trl-doctor-watch.json) at each change and
+at the end. On a failure at `fail_on` with on_fail="stop", the trainer saves a checkpoint and stops after this step.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trl_doctor.types import Status, fails
+
+REPORT = "trl-doctor-watch.json"
+LEVEL = {Status.PASS: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 0}
+
+
+class Watcher:
+    def __init__(self, fail_on: str = "fail", on_fail: str = "stop", thresholds: dict | None = None,
+                 select=(), ignore=(), stream=None):
+        if on_fail not in ("stop", "warn"):
+            raise ValueError("on_fail must be 'stop' (save a checkpoint and stop) or 'warn' (say so and go on)")
+        from trl_doctor.watch.judge import watch_rules
+
+        self.rules = watch_rules(select, ignore)
+        self.fail_on, self.on_fail = fail_on, on_fail
+        self.thresholds = thresholds or {}
+        self.stream = stream
+        self.history = None
+        self.said: dict[str, str] = {}
+        self.report = None
+        self.stopped_at: int | None = None
+        self.seconds = 0.0  # what judging has cost the job, in all
+        self.settings: dict[str, Any] = {}
+        self.trainer_kind: str | None = None
+        self.preflight: dict = {}
+        self.release: str | None = None
+
+    def begin(self, args, trainer, preflight_report=None) -> None:
+        from trl_doctor.watch.history import History
+
+        from trl_doctor.context.env import package_version
+
+        self.history = History(Path(getattr(args, "output_dir", None) or ".") / REPORT, "job")
+        self.release = package_version("trl")
+        self.settings = _settings(args)
+        self.trainer_kind = _kind(trainer)
+        if preflight_report is not None:
+            self.preflight = {r.rule: {"status": r.status.value, "message": r.message} for r in preflight_report.results}
+
+    def on_log(self, args, state, control, logs: dict | None) -> None:
+        if self.history is None:
+            self.begin(args, None)
+        start = time.perf_counter()
+        log = self.history.add(dict(logs or {}), step=state.global_step) if logs else None
+        stop, lines, levels = False, [], {}
+        if log is not None and state.is_world_process_zero:
+            stop, lines, levels = self._judge(state)
+        stop, lines, levels = _agree((stop, lines, levels))
+        if logs is not None and levels:
+            logs.update(_tracked(levels))
+        if state.is_world_process_zero:
+            for line in lines:
+                print(line, file=self.stream or sys.stderr, flush=True)
+            if lines or (stop and self.report is not None):
+                self._write(args)
+        if stop and self.on_fail == "stop" and self.stopped_at is None:
+            self.stopped_at = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+        self.seconds += time.perf_counter() - start
+
+    def _judge(self, state) -> tuple[bool, list[str], dict[str, int]]:
+        from trl_doctor.watch.context import WatchContext
+        from trl_doctor.watch.judge import judge, report
+
+        ctx = WatchContext(self.history, self.trainer_kind, self.settings, thresholds=self.thresholds,
+                           preflight=self.preflight, release=self.release, running=True)
+        results = judge(ctx, self.rules)
+        self.report = report(ctx, results, fail_on=self.fail_on)
+        lines = []
+        for r in results:
+            said = f"{r.status.value}: {r.message}"
+            if r.status in (Status.WARN, Status.FAIL, Status.ERROR) and self.said.get(r.id) != said:
+                lines.append(f"trl-doctor watch, step {state.global_step}: {r.id} {r.rule} {said}")
+            self.said[r.id] = said
+        bad = [r for r in results if fails(r, self.fail_on)]
+        if bad and self.on_fail == "stop" and self.stopped_at is None:
+            lines.append(f"trl-doctor watch: stopping the job at step {state.global_step} ({', '.join(r.id + ' ' + r.rule for r in bad)}): "
+                         "the trainer saves a checkpoint and ends training after this step")
+        return bool(bad), lines, {r.rule: LEVEL[r.status] for r in results}
+
+    def end(self, args, state) -> None:
+        if state.is_world_process_zero and self.report is not None:
+            self._write(args)
+
+    def _write(self, args) -> None:
+        from trl_doctor.watch import write_atomic
+
+        folder = Path(getattr(args, "output_dir", None) or ".")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_atomic(folder / REPORT, self.report.render("json"))
+        except OSError as exc:
+            print(f"trl-doctor watch: cannot write {folder / REPORT}: {exc.strerror or exc}", file=self.stream or sys.stderr)
+
+
+def _tracked(levels: dict[str, int]) -> dict[str, int]:
+    """What the trackers receive: `doctor/fail` and `doctor/warn` (how many rules say so) every log, and
+    `doctor/<slug>` (1 warn, 2 fail) for each rule that is not ok."""
+    out = {"doctor/fail": sum(1 for v in levels.values() if v == 2), "doctor/warn": sum(1 for v in levels.values() if v == 1)}
+    out.update({f"doctor/{slug}": v for slug, v in levels.items() if v})
+    return out
+
+
+def _settings(args) -> dict[str, Any]:
+    """The trainer's arguments the watch rules read (beta, max_completion_length, fp16, bf16, ...)."""
+    out = {}
+    for key in ("beta", "max_completion_length", "response_length", "fp16", "bf16", "num_generations",
+                "num_iterations", "mask_truncated_completions", "max_steps", "logging_steps", "learning_rate"):
+        if hasattr(args, key):
+            out[key] = getattr(args, key)
+    return out
+
+
+def _kind(trainer) -> str | None:
+    if trainer is None:
+        return None
+    names = [c.__name__ for c in type(trainer).__mro__]
+    for kind, cls in (("grpo", "GRPOTrainer"), ("rloo", "RLOOTrainer"), ("ppo", "PPOTrainer")):
+        if cls in names:
+            return kind
+    return "other"
+
+
+def _agree(verdict: tuple) -> tuple:
+    """The main process's verdict, in every process of a distributed job (every process logs at the same step, so
+    each calls this once a log, and the broadcast pairs up)."""
+    if "torch" not in sys.modules:
+        return verdict  # no torch in this process: no process group either
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            box = [verdict]
+            dist.broadcast_object_list(box, src=0)
+            return box[0]
+    except (ImportError, RuntimeError):
+        pass
+    return verdict

@@ -1,0 +1,83 @@
+"""The watch's engine: the watch rules' judgments over one context, as Results (the engine's run_rule: timing,
+folding, a crash as `error`, a fact the log lacks as `skip`), the report, and the terminal's sparklines."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+from typing import Iterable
+
+from trl_doctor.types import Result
+
+# drawn under the table when logged, besides each metric a rule flagged
+SHOWN = ("reward", "frac_reward_zero_std", "reward_std", "completions/clipped_ratio", "completions/mean_length",
+         "val/num_eos_tokens", "loss", "kl", "objective/kl", "entropy", "policy/entropy_avg", "grad_norm",
+         "learning_rate", "lr", "policy/clipfrac_avg")
+
+
+def watch_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list:
+    """The rules with a watch judgment, narrowed by select/ignore (ids or slugs of any rule)."""
+    from trl_doctor.registry import all_rules, select_rules
+
+    return [r for r in select_rules(all_rules(), select, ignore) if r.watch is not None]
+
+
+def judge(ctx, rules: list) -> list[Result]:
+    from trl_doctor.worker.engine import run_rule
+
+    return [run_rule(replace(r, check=r.watch, needs=(), prepare=None), ctx) for r in rules]
+
+
+def report(ctx, results: list[Result], settings: list | None = None, fail_on: str = "fail"):
+    """The watch's report, in the formats `check` writes. Its environment is this process's Python and packages,
+    read once (no GPU probe: the watch judges the job's logs, not this machine)."""
+    from trl_doctor.report.formats import Report
+    from trl_doctor.types import summarize
+    from trl_doctor.version import __version__
+
+    return Report(__version__, str(ctx.history.source), ctx.trainer, environment(), results, summarize(results),
+                  settings=list(settings or ()), fail_on=fail_on)
+
+
+@lru_cache(maxsize=1)
+def environment() -> dict:
+    import platform
+    import sys
+
+    from trl_doctor.context.env import PACKAGES, package_version
+
+    return {"python": platform.python_version(), "executable": sys.executable,
+            "packages": {name: package_version(name) for name in PACKAGES}}
+
+
+def sparklines(history, results: list[Result]) -> str:
+    """The table format's coda: each watched metric as a one-line sparkline, first and last value, the flagged logs
+    marked `^` under it with the rules that flagged them."""
+    from trl_doctor.facts.metrics import fmt, marked
+    from trl_doctor.watch.spark import marks, sparkline
+
+    flagged: dict[str, tuple[set[int], list[str]]] = {}
+    for r in results:
+        metric, logs = r.details.get("metric"), marked(r.details)
+        if metric and logs and r.status.value in ("fail", "warn"):
+            numbers, ids = flagged.setdefault(metric, (set(), []))
+            numbers.update(logs)
+            ids.append(f"{r.id} {r.status.value}")
+    names = history.names()
+    shown = [m for m in SHOWN if m in names] + sorted(m for m in flagged if m not in SHOWN and m in names)
+    if not shown:
+        return ""
+    logs = history.logs
+    width = max(len(m) for m in shown)
+    lines = [f"\nmetrics over {len(logs)} logs ({logs[0].at} to {logs[-1].at}):"]
+    for metric in shown:
+        rows = [(i, log.values[metric]) for i, log in enumerate(logs) if metric in log.values]
+        values = [v for _, v in rows]
+        line = f"  {metric:<{width}}  {sparkline(values)}  {fmt(values[0])} -> {fmt(values[-1])}"
+        lines.append(line)
+        if metric in flagged:
+            numbers, ids = flagged[metric]
+            index = {logs[i].number: k for k, (i, _) in enumerate(rows)}
+            under = marks(len(values), {index[n] for n in numbers if n in index})
+            lines.append(f"  {'':<{width}}  {under}  {', '.join(ids)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,171 @@
+"""`trl-doctor watch PATH`: judge a job's logged metrics from the outside, once or following the job as it logs.
+
+The history is read once (history.read); with --follow the file is read on from where it ended (a printed log or
+JSON lines grow; a trainer_state.json, or a folder's newest checkpoint, is read again when it changes), each new
+log judged, until the job logs its summary, a rule fails at `fail_on`, or the user stops it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from trl_doctor.errors import InputError
+from trl_doctor.types import Status, exit_status
+
+
+@dataclass
+class Watch:
+    """What `trl-doctor watch` was asked (the CLI's options, the project config's thresholds)."""
+
+    path: Path
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    fail_on: str = "fail"
+    trainer: str | None = None
+    config: Path | None = None
+    release: str | None = None
+    thresholds: dict = field(default_factory=dict)
+    preflight: dict = field(default_factory=dict)
+    settings: list = field(default_factory=list)
+
+
+def recipe(path: Path | None) -> dict:
+    """The top-level keys of a recipe (YAML or JSON) given with --config: what the job ran with (beta, fp16, ...)."""
+    if path is None:
+        return {}
+    import yaml
+
+    from trl_doctor.context.config import MAX_CONFIG_BYTES
+
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise InputError(f"{path}: larger than any recipe")
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not YAML or JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a recipe (a mapping of keys to values)")
+    return {str(k): v for k, v in data.items()}
+
+
+def preflight_report(path: Path | None) -> dict:
+    """A `trl-doctor check --format json` report's verdicts by rule slug: the watch names them (never-terminating
+    names eos-termination's)."""
+    if path is None:
+        return {}
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {r["rule"]: {"status": r["status"], "message": r["message"]} for r in data["results"]}
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError):
+        raise InputError(f"{path}: not a trl-doctor JSON report (`trl-doctor check --format json`)") from None
+
+
+def context(asked: Watch, history, running: bool = False):
+    from trl_doctor.watch.context import WatchContext
+
+    return WatchContext(history, asked.trainer, recipe(asked.config), thresholds=asked.thresholds,
+                        preflight=asked.preflight, release=asked.release, running=running)
+
+
+def judge_once(asked: Watch, history, rules: list, running: bool = False):
+    from trl_doctor.watch.judge import judge, report
+
+    ctx = context(asked, history, running)
+    return report(ctx, judge(ctx, rules), asked.settings, asked.fail_on)
+
+
+def follow(asked: Watch, rules: list, show: Callable[[str], None], interval: float = 2.0,
+           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+           idle_exit: float | None = None):
+    """Judge PATH's logs as the job writes them; each rule's verdict is shown when it changes. Returns the last
+    report and the history it judged: at the job's end (its summary logged), at the first failure at `fail_on`, or
+    after `idle_exit` seconds without a new log (None: wait until stopped)."""
+    from trl_doctor.watch import history as hist
+
+    source = hist.find_log(asked.path)
+    tail = _Tail(source)
+    history = tail.history()
+    last: dict[str, str] = {}
+    quiet_since = clock()
+    report = None
+    while True:
+        if tail.grew():
+            history = tail.history()
+            quiet_since = clock()
+            if history.logs:
+                report = judge_once(asked, history, rules, running=not history.ended)
+                for r in report.results:
+                    said = f"{r.status.value}: {r.message}"
+                    if last.get(r.id) != said and (r.status is not Status.PASS or r.id in last):
+                        show(f"{history.logs[-1].at}: {r.id} {r.rule} {said}")
+                    last[r.id] = said
+                if history.ended or exit_status(report.results, asked.fail_on):
+                    return report, history
+        if idle_exit is not None and clock() - quiet_since >= idle_exit:
+            if report is None:
+                raise InputError(f"{source}: no logged metrics appeared in {idle_exit:g} s")
+            return report, history
+        sleep(interval)
+
+
+class _Tail:
+    """A log file read on from where it ended: printed lines and JSON lines are appended to; a trainer_state.json is
+    rewritten whole at each save (read again when its size or time changes)."""
+
+    def __init__(self, path: Path):
+        from trl_doctor.watch import history as hist
+
+        self.path = path
+        self.offset = 0
+        self.stamp: tuple | None = None
+        self.whole = path.name == hist.STATE
+        self._history = hist.History(path, "printed")
+        self._partial = ""
+
+    def grew(self) -> bool:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return False
+        stamp = (st.st_size, st.st_mtime_ns)
+        if stamp == self.stamp:
+            return False
+        self.stamp = stamp
+        if self.whole:
+            from trl_doctor.watch import history as hist
+
+            try:
+                self._history = hist.read(self.path)
+            except InputError:
+                return False  # a state being rewritten, or with no training log yet
+            return True
+        return self._read_on(st.st_size)
+
+    def _read_on(self, size: int) -> bool:
+        from trl_doctor.watch import history as hist
+
+        if size < self.offset:  # rotated or truncated: read it again from the start
+            self.offset, self._partial = 0, ""
+            self._history = hist.History(self.path, "printed")
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read(min(size - self.offset, hist.MAX_BYTES))
+        self.offset += len(chunk)
+        text = self._partial + chunk.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        self._partial = lines.pop()  # a line still being written
+        before = len(self._history.logs)
+        hist.read_lines(self._history, (line.replace("\r", "\n") for line in lines))
+        return len(self._history.logs) > before or self._history.ended
+
+    def history(self):
+        return self._history
