@@ -23,7 +23,7 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import fail, passed, rule, warn
-from trl_doctor.facts.metrics import by_number, flagged, fmt, limit, optional, patience, series, span, streaks
+from trl_doctor.facts.metrics import range_of, by_number, flagged, fmt, limit, optional, patience, series, span, streaks
 from trl_doctor.facts.settings import config_value
 
 SLUG = "kl-blowup"
@@ -53,8 +53,7 @@ def judge(ctx):
                        "(a generation temperature differing from the trainer's, a response going on past its eos)",
                        **flagged(run, metric=name))
             return
-    yield passed(f"{name} from {fmt(min(p.value for p in points))} to {fmt(max(p.value for p in points))} over "
-                 f"{len(points)} logs")
+    yield passed(f"{name} {range_of(points)}")
 
 
 def _per_token(ctx, name: str):

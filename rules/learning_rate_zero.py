@@ -21,7 +21,7 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import fail, passed, rule
-from trl_doctor.facts.metrics import flagged, fmt, history, patience, series, span, streaks
+from trl_doctor.facts.metrics import range_of, flagged, fmt, history, patience, series, span, streaks
 
 SLUG = "learning-rate-zero"
 
@@ -40,8 +40,7 @@ def judge(ctx):
 
     runs = streaks(points, lambda p: p.value == 0 and remains(p), patience(ctx, SLUG, 2))
     if not runs:
-        yield passed(f"{name} above 0 while steps remain ({fmt(min(p.value for p in points))} to "
-                     f"{fmt(max(p.value for p in points))} over {len(points)} logs)")
+        yield passed(f"{name} above 0 while steps remain ({range_of(points)})")
         return
     run = runs[0]
     yield fail(f"{name} is 0 {span(run)} while the job has steps to go: the weights do not change; set "

@@ -23,7 +23,7 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import fail, passed, rule, warn
-from trl_doctor.facts.metrics import (flagged, fmt, limit, ongoing, optional, patience, preflight, series, span,
+from trl_doctor.facts.metrics import (range_of, flagged, fmt, limit, ongoing, optional, patience, preflight, series, span,
                                       streaks)
 from trl_doctor.facts.settings import config_value
 
@@ -51,8 +51,7 @@ def judge(ctx):
         holds, what = (lambda p: p.value >= longest - 1e-6), f"every completion {longest} tokens long"
     runs = streaks(points, holds, patience(ctx, SLUG, 5))
     if not runs:
-        yield passed(f"completions end before the limit ({name} over {len(points)} logs: "
-                     f"{fmt(min(p.value for p in points))} to {fmt(max(p.value for p in points))})")
+        yield passed(f"completions end before the limit ({name} {range_of(points)})")
         return
     run = runs[-1]
     limit_words = f" (max_completion_length {longest})" if longest else ""

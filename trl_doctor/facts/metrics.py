@@ -33,10 +33,11 @@ def history(ctx):
 
 def series(ctx, *names: str) -> tuple[str, list[Point]]:
     """The first of `names` the job logged, and its values, oldest first; Unavailable naming them when it logged none."""
-    columns = history(ctx).columns
+    logs = history(ctx)
     for name in names:
-        if columns.get(name):
-            return name, columns[name]
+        points = logs.column(name)
+        if points:
+            return name, points
     raise Unavailable(f"the log has no {' or '.join(names)}")
 
 
@@ -120,6 +121,12 @@ def fmt(value: float) -> str:
     if abs(value) >= 1000 or abs(value) < 1e-3:
         return f"{value:.3g}"
     return f"{value:.4g}"
+
+
+def range_of(points: list[Point]) -> str:
+    """`0.1 to 0.5 over 8 logs`: what a pass says it saw."""
+    finite_values = [p.value for p in points if math.isfinite(p.value)] or [p.value for p in points]
+    return f"{fmt(min(finite_values))} to {fmt(max(finite_values))} over {len(points)} logs"
 
 
 def span(run: list[Point]) -> str:

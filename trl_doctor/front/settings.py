@@ -94,6 +94,11 @@ def resolve(asked: Asked, config: Path | None) -> Settings:
                          "(without it, the launch machine is this one when it has GPUs)")
     chosen = select_rules(all_rules(), select[0], [n for group, _ in ignore for n in group])
     rules = run_order([r for r in chosen if r.check is not None])  # the watch's rules judge logs, not a setup
+    if select[0] and chosen and not rules:
+        from trl_doctor.errors import InputError
+
+        raise InputError(f"{', '.join(r.slug for r in chosen)}: watch rules judge a job's logged metrics, not a setup: "
+                         "`trl-doctor watch PATH` (or DoctorCallback(watch=True))")
     smoke = asked.smoke if asked.smoke is not None else (project.smoke if project.smoke is not None else True)
     return Settings(rules, fail_on[0], smoke, target, asked.isolated,
                     _in_force(asked, select, ignore, fail_on), asked.static)

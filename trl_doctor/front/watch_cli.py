@@ -75,9 +75,12 @@ def _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated):
     from trl_doctor.watch.run import Watch, preflight_report
 
     project = ProjectConfig() if isolated else find_project_config(path if path.is_dir() else path.parent)
+    from trl_doctor.registry import all_rules
+
     # the project's `select` narrows the watch only where it names watch rules (a preflight selection is not one)
-    chosen = names(select) or (project.select if watch_rules(project.select) else ())
-    rules = watch_rules(chosen, names(ignore) + project.ignore)
+    every = all_rules()
+    chosen = names(select) or (project.select if watch_rules(project.select, rules=every) else ())
+    rules = watch_rules(chosen, names(ignore) + project.ignore, rules=every)
     asked = Watch(path, fail_on=fail_on or project.fail_on or "fail", trainer=trainer, config=recipe,
                   thresholds=project.watch, preflight=preflight_report(preflight))
     if project.path is not None and project.watch:

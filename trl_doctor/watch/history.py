@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from trl_doctor.errors import InputError
 from trl_doctor.facts.metrics import Point
@@ -33,18 +33,14 @@ _RENAMED = {
 _REWARD_MEAN = re.compile(r"^rewards/(?P<f>[^/]+)$")  # trl <= 0.16: rewards/<f> is the mean
 
 
-@dataclass(frozen=True)
-class Log:
-    """One logged row: its number in the log (1-based), the optimizer step when the log says it, the metrics."""
+class Log(NamedTuple):
+    """One logged row: its number in the log (1-based), the optimizer step when the log says it, the metrics, and
+    how a finding names it (`at`: `step 40`, or `log 4` for a printed log that carries no step)."""
 
     number: int
     step: int | None
     values: dict[str, float]
-
-    @property
-    def at(self) -> str:
-        """How a finding names this row: `step 40`, or `log 4` for a printed log that carries no step."""
-        return f"step {self.step}" if self.step is not None else f"log {self.number}"
+    at: str
 
 
 @dataclass
@@ -56,14 +52,25 @@ class History:
     logs: list[Log] = field(default_factory=list)
     max_steps: int | None = None
     logging_steps: int | None = None
-    names_seen: set[str] = field(default_factory=set)  # the names as the release wrote them
     ended: bool = False  # the job logged its summary (train_runtime): no steps remain
-    # each metric's values (trl_doctor.facts.metrics.Point), oldest first, kept as rows are added: a rule reads a
-    # column as it is, however long the log
-    columns: dict[str, list] = field(default_factory=dict)
+    _columns: dict[str, list] = field(default_factory=dict)  # name -> its Points, made when first read
+    _names: set[str] = field(default_factory=set)
 
     def names(self) -> set[str]:
-        return set(self.columns)
+        return set(self._names)
+
+    def column(self, name: str) -> list:
+        """The metric's values (trl_doctor.facts.metrics.Point), oldest first: made when a rule first reads it and
+        extended with the rows added since, so a rule reads a column in time proportional to what is new."""
+        if name not in self._names:
+            return []
+        points = self._columns.setdefault(name, [])
+        done = points[-1].number if points else 0
+        for log in self.logs[done:]:
+            value = log.values.get(name)
+            if value is not None:
+                points.append(Point(log.at, log.number, log.step, value))
+        return points
 
     def add(self, raw: dict[str, Any], step: int | None = None) -> Log | None:
         """Append one logged dict (a training row; an eval or summary row is not one): None when it is not."""
@@ -72,20 +79,28 @@ class History:
             if isinstance(raw, dict) and "train_runtime" in raw:
                 self.ended = True
             return None
-        self.names_seen.update(k for k in raw if isinstance(k, str))
         if step is None:
             s = raw.get("step")
             step = int(s) if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) else None
-        log = Log(len(self.logs) + 1, step, values)
+        number = len(self.logs) + 1
+        log = Log(number, step, values, f"step {step}" if step is not None else f"log {number}")
         self.logs.append(log)
-        at = log.at
-        for name, value in values.items():
-            self.columns.setdefault(name, []).append(Point(at, log.number, step, value))
+        self._names.update(values)
         return log
+
+
+_CANONICAL: dict[str, str] = {}
 
 
 def canonical(name: str) -> str:
     """Today's name of a logged quantity."""
+    found = _CANONICAL.get(name)
+    if found is None:
+        found = _CANONICAL[name] = _canonical(name) if len(_CANONICAL) < 100_000 else name
+    return found
+
+
+def _canonical(name: str) -> str:
     if name.startswith("train/"):
         name = name[len("train/"):]
     if name in _RENAMED:
@@ -96,25 +111,45 @@ def canonical(name: str) -> str:
     return name
 
 
-_SUMMARY = ("train_runtime", "train_loss", "train_samples_per_second", "total_flos")
+_SUMMARY = frozenset(("train_runtime", "train_loss", "train_samples_per_second", "total_flos"))
+_KEYS: dict[Any, str] = {}  # a logged key -> the metric it is ("" for a key that is none: step, eval_*)
 
 
 def training_values(raw: dict[str, Any]) -> dict[str, float] | None:
     """The numeric metrics of one training log row (names made canonical; numbers printed as strings read back),
     or None for a row that is not a training log: an evaluation's (`eval_*`), the run's summary (`train_runtime`)."""
-    if not isinstance(raw, dict) or any(k in raw for k in _SUMMARY):
+    if not isinstance(raw, dict) or not _SUMMARY.isdisjoint(raw):
         return None
-    out: dict[str, float] = {}
+    keys = _KEYS
+    try:  # the common row: keys met before, numbers as JSON numbers (a bool or a new key falls to the loop below)
+        out = {keys[k]: v for k, v in raw.items() if keys[k] and (type(v) is float or type(v) is int)}
+        if len(out) == sum(1 for k in raw if keys[k]):
+            return out or None
+    except (KeyError, TypeError):
+        pass
+    out = {}
     for key, value in raw.items():
-        if not isinstance(key, str) or key.startswith("eval_") or key in ("step", "epoch_step"):
+        name = _KEYS.get(key) if isinstance(key, str) else None
+        if name is None:
+            name = _metric(key)
+        if not name:
             continue
         number = _number(value)
         if number is not None:
-            out[canonical(key)] = number
+            out[name] = number
     return out or None
 
 
+def _metric(key: Any) -> str:
+    name = "" if not isinstance(key, str) or key.startswith("eval_") or key in ("step", "epoch_step") else canonical(key)
+    if len(_KEYS) < 100_000:
+        _KEYS[key] = name
+    return name
+
+
 def _number(value: Any) -> float | None:
+    if type(value) is float:
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):

@@ -15,11 +15,11 @@ SHOWN = ("reward", "frac_reward_zero_std", "reward_std", "completions/clipped_ra
          "learning_rate", "lr", "policy/clipfrac_avg")
 
 
-def watch_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list:
+def watch_rules(select: Iterable[str] = (), ignore: Iterable[str] = (), rules: list | None = None) -> list:
     """The rules with a watch judgment, narrowed by select/ignore (ids or slugs of any rule)."""
     from trl_doctor.registry import all_rules, select_rules
 
-    return [r for r in select_rules(all_rules(), select, ignore) if r.watch is not None]
+    return [r for r in select_rules(all_rules() if rules is None else rules, select, ignore) if r.watch is not None]
 
 
 def judge(ctx, rules: list) -> list[Result]:
@@ -71,13 +71,13 @@ def sparklines(history, results: list[Result]) -> str:
     width = max(len(m) for m in shown)
     lines = [f"\nmetrics over {len(logs)} logs ({logs[0].at} to {logs[-1].at}):"]
     for metric in shown:
-        rows = [(i, log.values[metric]) for i, log in enumerate(logs) if metric in log.values]
-        values = [v for _, v in rows]
+        column = history.column(metric)
+        values = [p.value for p in column]
         line = f"  {metric:<{width}}  {sparkline(values)}  {fmt(values[0])} -> {fmt(values[-1])}"
         lines.append(line)
         if metric in flagged:
             numbers, ids = flagged[metric]
-            index = {logs[i].number: k for k, (i, _) in enumerate(rows)}
+            index = {p.number: k for k, p in enumerate(column)}
             under = marks(len(values), {index[n] for n in numbers if n in index})
             lines.append(f"  {'':<{width}}  {under}  {', '.join(ids)}")
     return "\n".join(lines) + "\n"

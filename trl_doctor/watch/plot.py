@@ -33,7 +33,7 @@ def svg(history, results, shown: list[str]) -> str:
 
 
 def _panel(history, metric: str, rules: list, x0: float, y0: float) -> list[str]:
-    points = [(log.number, log.values[metric]) for log in history.logs if metric in log.values]
+    points = [(p.number, p.value) for p in history.column(metric)]
     finite = [v for _, v in points if math.isfinite(v)]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
     if hi == lo:

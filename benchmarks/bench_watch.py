@@ -1,0 +1,108 @@
+"""What the watch costs (issue 33): `trl-doctor watch` on a 20,000-step trainer_state.json (target: <= 1 s), the
+callback's judging per log as the history grows, and its share of a real GRPO job's time (target: <= 1% a step).
+
+    python benchmarks/bench_watch.py            # all three
+    python benchmarks/bench_watch.py --no-job   # without the real GRPO run (no TRL training)
+
+The 20,000 rows are the real healthy GRPO run's rows (fixtures/zero-advantage/ok_grpo_healthy.json) repeated with
+noise, every metric TRL 1.16 logs in each: what a job logging every step for 20,000 steps leaves."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HEALTHY = ROOT / "fixtures" / "zero-advantage" / "ok_grpo_healthy.json"
+
+
+def big_state(path: Path, steps: int = 20_000) -> int:
+    rows = [r for r in json.loads(HEALTHY.read_text())["log_history"] if "loss" in r]
+    rng = random.Random(0)
+    history = []
+    for i in range(steps):
+        row = {k: (v * (0.9 + 0.2 * rng.random()) if isinstance(v, float) else v) for k, v in rows[i % len(rows)].items()}
+        row["step"] = i + 1
+        history.append(row)
+    path.write_text(json.dumps({"log_history": history, "max_steps": steps, "logging_steps": 1}, indent=2))
+    return path.stat().st_size
+
+
+def cli_seconds(path: Path, runs: int = 5) -> list[float]:
+    exe = Path(sys.executable).with_name("trl-doctor")
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        proc = subprocess.run([str(exe), "watch", str(path), "--format", "json"], capture_output=True, text=True)
+        out.append(time.perf_counter() - start)
+        assert proc.returncode in (0, 1), proc.stderr
+    return out
+
+
+def per_log_ms(sizes=(100, 1_000, 10_000, 20_000)) -> dict[int, float]:
+    """The callback's judging of one log, after `n` logs (the main process's on_log, no process group)."""
+    from types import SimpleNamespace as NS
+
+    from trl_doctor.watch.job import Watcher
+
+    rows = [r for r in json.loads(HEALTHY.read_text())["log_history"] if "loss" in r]
+    watcher = Watcher()
+    args = NS(output_dir=tempfile.mkdtemp(), beta=0.04, max_completion_length=12, fp16=False, bf16=False)
+    watcher.begin(args, None)
+    state, control = NS(global_step=0, is_world_process_zero=True), NS(should_save=False, should_training_stop=False)
+    out, n = {}, 0
+    for size in sizes:
+        while n < size:  # the history a job has logged by then (judged as it grew; not timed here)
+            n += 1
+            watcher.history.add(dict(rows[n % len(rows)]), step=n)
+        samples = []
+        for _ in range(5):
+            n += 1
+            state.global_step = n
+            start = time.perf_counter()
+            watcher.on_log(args, state, control, dict(rows[n % len(rows)]))
+            samples.append(time.perf_counter() - start)
+        out[size] = statistics.median(samples) * 1000
+    return out
+
+
+def job_share(steps: int = 12) -> tuple[float, float]:
+    """A real GRPO run on the CPU (fixtures/_watch_runs.py, healthy) with the watch: the seconds the callback spent
+    judging, and the run's training seconds."""
+    sys.path.insert(0, str(ROOT / "fixtures"))
+    import _watch_runs
+
+    from trl_doctor import DoctorCallback
+
+    callback = DoctorCallback(preflight=False, watch=True)
+    with tempfile.TemporaryDirectory() as out:
+        trainer = _watch_runs.trainer("healthy", out, steps, callbacks=[callback])
+        start = time.perf_counter()
+        trainer.train()
+        total = time.perf_counter() - start
+    return callback.watcher.seconds, total
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trainer_state.json"
+        size = big_state(path)
+        took = cli_seconds(path)
+        print(f"trl-doctor watch, 20,000-step trainer_state.json ({size / 1e6:.1f} MB): "
+              f"median {statistics.median(took):.2f} s, best {min(took):.2f} s over {len(took)} runs (target <= 1 s)")
+    for n, ms in per_log_ms().items():
+        print(f"callback: judging one log after {n:>6,} logs: {ms:.2f} ms")
+    if "--no-job" not in sys.argv:
+        judging, total = job_share()
+        print(f"callback in a real GRPO run on the CPU (12 steps): {judging:.3f} s judging of {total:.1f} s, "
+              f"{100 * judging / total:.2f}% (target <= 1%)")
+
+
+if __name__ == "__main__":
+    main()
