@@ -30,9 +30,14 @@ SLUG = "non-finite"
 @rule(id="TW007", slug=SLUG, title="NaN or inf in the loss, gradient norm or KL", trainers=("grpo", "rloo", "ppo", "other"),
       watch_only=True)
 def judge(ctx):
+    notes = []
     for key in ("loss", "kl", "objective/kl"):
         _, points = optional(ctx, key)
         bad = [p for p in points if not finite(p.value)]
+        if bad and key == "kl" and (config_value(ctx, "beta") == 0 or len(bad) == len(points)):
+            # with beta 0 TRL computes no KL, and some releases log its empty mean: NaN from the first log on
+            notes.append("kl NaN in every log: with beta 0 the KL is not computed (TRL logs its empty mean)")
+            continue
         if bad:
             yield fail(f"{key} is {bad[0].value} at {bad[0].at}: once a NaN reaches the weights every later output "
                        "is NaN; lower the learning rate, set max_grad_norm, check the rewards for NaN",
@@ -41,7 +46,8 @@ def judge(ctx):
     _, grad = optional(ctx, "grad_norm")
     bad = [p for p in grad if not finite(p.value)]
     if not bad:
-        yield passed(f"loss, grad_norm and kl finite in every log ({len(grad)} grad_norm values)")
+        yield passed(f"loss, grad_norm and kl finite in every log ({len(grad)} grad_norm values)"
+                     if not notes else f"loss and grad_norm finite in every log; {notes[0]}")
         return
     fp16, bf16 = config_value(ctx, "fp16"), config_value(ctx, "bf16")
     runs = streaks(grad, lambda p: not finite(p.value), patience(ctx, SLUG, 3))
