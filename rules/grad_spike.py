@@ -22,7 +22,7 @@ from bisect import bisect_left, insort
 from statistics import median
 
 from trl_doctor import passed, rule, warn
-from trl_doctor.facts.metrics import finite, flagged, fmt, limit, series
+from trl_doctor.facts.metrics import finite, flagged, fmt, limit, optional, series
 
 SLUG = "grad-spike"
 
@@ -33,7 +33,9 @@ def judge(ctx):
     _, grad = series(ctx, "grad_norm")
     factor, floor = limit(ctx, SLUG, "factor", 10.0), limit(ctx, SLUG, "floor", 1e-3)
     window, count = int(limit(ctx, SLUG, "window", 20)), int(limit(ctx, SLUG, "count", 3))
-    values = [p for p in grad if finite(p.value)]
+    name, frac = optional(ctx, "frac_reward_zero_std")
+    silent = {p.number for p in frac if p.value >= 0.99}  # no policy-gradient signal: the KL term's gradient alone
+    values = [p for p in grad if finite(p.value) and p.number not in silent]
     spikes, ordered = [], []  # `ordered`: the window's values, sorted (a running median)
     for i, p in enumerate(values):
         if i >= 5:

@@ -47,7 +47,7 @@ def judge(ctx):
 def _spread(ctx) -> dict[int, bool]:
     """Per log, whether the rewards had a spread (a group with differing rewards)."""
     name, frac = optional(ctx, "frac_reward_zero_std")
-    if name is not None:
-        return {n: v < 0.99 for n, v in by_number(frac).items()}
+    if name is not None:  # most groups with a spread: a zero gradient on the log's last step is no chance
+        return {n: v < 0.5 for n, v in by_number(frac).items()}
     _, std = optional(ctx, "reward_std", "objective/scores_std")
     return {n: v > 1e-8 for n, v in by_number(std).items()}

@@ -2,8 +2,8 @@
 
 What it does
   With two reward functions or more (`rewards/<f>/mean`; `rewards/<f>` on trl <= 0.16) and the mean
-  completion length, it compares the first third of the log with the last (`min_logs`: 12 logs at
-  least): a warn when one reward rose and another fell, each by `effect` (1.0) standard deviations
+  completion length, it compares the log's start (its first tenth) with its last third (`min_logs`: 12 logs at
+  least): a warn when one reward rose and another fell, each by `effect` (0.75) standard deviations
   of its logged values, while the mean completion length fell by `shrink` (20%) or more.
 Why is this bad?
   The policy has found the cheaper reward: it gains on one function (a format, a length bonus) by
@@ -38,15 +38,15 @@ def judge(ctx):
     _, lengths = series(ctx, "completions/mean_length")
     if len(lengths) < int(limit(ctx, SLUG, "min_logs", 12)):
         raise Unavailable(f"needs {int(limit(ctx, SLUG, 'min_logs', 12))} logs or more to see a trend; the log has {len(lengths)}")
-    effect, shrink = limit(ctx, SLUG, "effect", 1.0), limit(ctx, SLUG, "shrink", 0.2)
+    effect, shrink = limit(ctx, SLUG, "effect", 0.75), limit(ctx, SLUG, "shrink", 0.2)
     moves = {name: _move(series(ctx, name)[1]) for name in names}
-    up = [n for n, m in moves.items() if m >= effect]
-    down = [n for n, m in moves.items() if m <= -effect]
+    up = sorted((n for n, m in moves.items() if m >= effect), key=lambda n: -moves[n])  # the largest moves first
+    down = sorted((n for n, m in moves.items() if m <= -effect), key=lambda n: moves[n])
     first, last = _thirds([p.value for p in lengths])
     shrank = first > 0 and (first - last) / first >= shrink
     if up and down and shrank:
         yield warn(f"{_name(up[0])} rose while {_name(down[0])} fell (by {fmt(moves[up[0]])} and {fmt(-moves[down[0]])} "
-                   f"standard deviations, first third of the log to last) as the mean completion length fell from "
+                   f"standard deviations, the log's start to its last third) as the mean completion length fell from "
                    f"{fmt(first)} to {fmt(last)}: the policy may be trading one reward for the other; read its completions",
                    metric=up[0], since_log=lengths[len(lengths) * 2 // 3].number)
         return
@@ -55,8 +55,9 @@ def judge(ctx):
 
 
 def _thirds(values: list[float]) -> tuple[float, float]:
-    k = max(1, len(values) // 3)
-    return fmean(values[:k]), fmean(values[-k:])
+    """The start (the first tenth of the log, at least 2 logs) and the end (the last third)."""
+    start, end = max(2, len(values) // 10), max(1, len(values) // 3)
+    return fmean(values[:start]), fmean(values[-end:])
 
 
 def _move(points) -> float:

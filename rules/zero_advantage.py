@@ -16,16 +16,19 @@ Why is this bad?
   in 5 logs rarely recovers.
 Example
   {'loss': 0.0, 'reward': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0, ...} log after log.
-  A phase that ended (the spread came back) is a warn; one that lasts to the newest log is a fail.
+  A phase that ended (the spread came back) is a warn; one that lasts to the newest log is a fail. A
+  share averaging `mostly` (0.9) over `window` (10) logs is a warn: most of each batch taught nothing.
 Fix safety
   Nothing to rewrite: run the reward functions on a few completions (`trl-doctor check` calls them),
   raise num_generations or temperature, or train on prompts the policy solves sometimes.
-  Thresholds: [tool.trl-doctor.watch.zero-advantage] share, patience.
+  Thresholds: [tool.trl-doctor.watch.zero-advantage] share, patience; mostly, window (the warn).
 """
 
 from __future__ import annotations
 
 from trl_doctor import fail, passed, rule, warn
+from statistics import fmean
+
 from trl_doctor.facts.metrics import fmt, flagged, limit, ongoing, optional, patience, series, span, streaks
 
 SLUG = "zero-advantage"
@@ -44,6 +47,11 @@ def judge(ctx):
         holds = lambda p: abs(p.value) <= 1e-8
         what = "reward_std 0 (trl <= 0.17 logs the mean of the groups' spreads): no group had any spread"
     runs = streaks(points, holds, patience(ctx, SLUG, 5))
+    if not runs and name == "frac_reward_zero_std":
+        mostly = _mostly(ctx, points)
+        if mostly:
+            yield warn(mostly[0], **mostly[1])
+            return
     if not runs:
         worst = max(p.value for p in points) if name == "frac_reward_zero_std" else min(p.value for p in points)
         yield passed(f"the rewards of some groups differ in every stretch of the log ({name}: "
@@ -57,3 +65,17 @@ def judge(ctx):
     else:
         yield warn(f"{what}, {span(run)}, then the spread came back: those steps learned nothing",
                    **flagged(run, metric=name))
+
+
+def _mostly(ctx, points):
+    """(message, details) where the share of groups without spread averaged `mostly` (0.9) or more over `window`
+    (10) logs in a row: most of the batch carried no signal, though never all of it for `patience` logs."""
+    window, mostly = int(limit(ctx, SLUG, "window", 10)), limit(ctx, SLUG, "mostly", 0.9)
+    for i in range(len(points) - window + 1):
+        chunk = points[i:i + window]
+        share = fmean(p.value for p in chunk)
+        if share >= mostly:
+            return (f"frac_reward_zero_std averaged {fmt(share)} {span(chunk)}: most groups' rewards had no spread, so "
+                    "most of each batch taught nothing; raise num_generations or check the rewards",
+                    flagged(chunk, metric="frac_reward_zero_std"))
+    return None

@@ -1,0 +1,47 @@
+"""The watch on training logs no one here wrote (issue 33): GRPO and PPO runs that users pasted into issue threads or
+committed to their repositories, each cited in fixtures/watch/public/cases.yaml with what its author or the TRL
+maintainers concluded. The watch must flag what they found wrong, and nothing where the alarm was a false one (a loss
+of 0 that is beta x kl, a NaN kl with beta 0)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import FIXTURES, run_doctor
+
+pytestmark = pytest.mark.release_free
+
+PUBLIC = FIXTURES / "watch" / "public"
+CASES = yaml.safe_load((PUBLIC / "cases.yaml").read_text())["cases"]
+# the kinds cases.yaml names, as the watch rules' slugs
+RULE = {"zero-advantage": "zero-advantage", "never-terminating": "never-terminating", "pg-term-gone": "policy-gradient-gone",
+        "no-update": "no-update", "entropy-collapse": "entropy-collapse", "kl-blowup": "kl-blowup",
+        "non-finite": "non-finite", "grad-spike": "grad-spike", "lr-zero": "learning-rate-zero",
+        "reward-hacking": "reward-hacking", "ppo-no-eos": "never-terminating", "ppo-negative-kl": "kl-blowup"}
+
+
+def test_every_case_is_cited_and_its_file_exists():
+    for case in CASES:
+        assert (PUBLIC / case["file"]).is_file(), case["file"]
+        assert case["source"].startswith("https://github.com/") and case["author_says"], case["file"]
+    assert {c["file"] for c in CASES} == {p.name for p in PUBLIC.glob("*.log")}
+    assert sum(1 for c in CASES if not c["expected"]) >= 3  # false alarms and healthy runs, judged as such
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
+def test_a_public_log_is_judged_as_its_author_describes_it(case):
+    proc = run_doctor("watch", str(PUBLIC / case["file"]), "--format", "json")
+    assert proc.returncode in (0, 1), proc.stderr
+    results = {r["rule"]: r for r in json.loads(proc.stdout)["results"]}
+    flagged = {slug for slug, r in results.items() if r["status"] in ("warn", "fail")}
+    expected = {RULE[k] for k in case["expected"]}
+    allowed = expected | {RULE[k] for k in case.get("acceptable_warnings", ())}
+    assert expected <= flagged, f"missed {expected - flagged}: " + "; ".join(
+        f"{s}: {results[s]['message']}" for s in expected - flagged)
+    assert flagged <= allowed, "false alarms: " + "; ".join(f"{s}: {results[s]['message']}" for s in flagged - allowed)
+    assert not flagged & {RULE[k] for k in case.get("not_expected", ())}
+    assert (proc.returncode == 1) == any(results[s]["status"] == "fail" for s in flagged)
