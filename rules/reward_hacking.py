@@ -2,9 +2,9 @@
 
 What it does
   With two reward functions or more (`rewards/<f>/mean`; `rewards/<f>` on trl <= 0.16) and the mean
-  completion length, it compares the log's start (its first tenth) with its last third (`min_logs`: 12 logs at
-  least): a warn when one reward rose and another fell, each by `effect` (0.75) standard deviations
-  of its logged values, while the mean completion length fell by `shrink` (20%) or more.
+  completion length, it compares the log's start (its first tenth) with its last third (`min_logs`:
+  12 logs at least): a warn when one reward rose and another fell, each by `effect` (0.75) standard
+  deviations of its logged values, while the mean completion length fell by `shrink` (20%) or more.
 Why is this bad?
   The policy has found the cheaper reward: it gains on one function (a format, a length bonus) by
   giving up the other (correctness), and shorter completions are how it does so. The total reward

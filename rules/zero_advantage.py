@@ -17,7 +17,8 @@ Why is this bad?
 Example
   {'loss': 0.0, 'reward': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0, ...} log after log.
   A phase that ended (the spread came back) is a warn; one that lasts to the newest log is a fail. A
-  share averaging `mostly` (0.9) over `window` (10) logs is a warn: most of each batch taught nothing.
+  share averaging `mostly` (0.9) over `window` (10) logs is a warn: most of each batch taught
+  nothing.
 Fix safety
   Nothing to rewrite: run the reward functions on a few completions (`trl-doctor check` calls them),
   raise num_generations or temperature, or train on prompts the policy solves sometimes.
