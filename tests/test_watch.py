@@ -240,3 +240,23 @@ def test_watch_rules_are_not_preflight_rules():
     proc = run_doctor("check", "--static", str(FIXTURES / "trainer-config" / "ok_grpo.yaml"), "--format", "json")
     ids = {r["id"] for r in json.loads(proc.stdout)["results"]}
     assert ids and not any(i.startswith("TW") for i in ids)
+
+
+def test_follow_on_an_output_folder_moves_to_each_new_checkpoint(tmp_path):
+    from trl_doctor.watch.judge import watch_rules
+    from trl_doctor.watch.run import Watch, follow
+
+    state = json.loads(ZERO.read_text())
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text(json.dumps(dict(state, log_history=state["log_history"][:2])))
+
+    def job():  # the job saves a later checkpoint while the watch reads the first
+        time.sleep(0.3)
+        (tmp_path / "checkpoint-8").mkdir()
+        (tmp_path / "checkpoint-8" / "trainer_state.json").write_text(json.dumps(state))
+
+    writer = threading.Thread(target=job)
+    writer.start()
+    report, history = follow(Watch(tmp_path), watch_rules(), lambda line: None, interval=0.05, idle_exit=5)
+    writer.join()
+    assert not report.ok and history.source.parent.name == "checkpoint-8"

@@ -98,6 +98,13 @@ def follow(asked: Watch, rules: list, show: Callable[[str], None], interval: flo
     quiet_since = clock()
     report = None
     while True:
+        if asked.path.is_dir():  # a folder: its newest checkpoint's state, which moves as the job saves
+            try:
+                newest = hist.find_log(asked.path)
+            except InputError:
+                newest = tail.path
+            if newest != tail.path:
+                tail = _Tail(newest)
         if tail.grew():
             history = tail.history()
             quiet_since = clock()
