@@ -71,11 +71,15 @@ def judge(ctx):
 def _mostly(ctx, points):
     """(message, details) where the share of groups without spread averaged `mostly` (0.9) or more over `window`
     (10) logs in a row: most of the batch carried no signal, though never all of it for `patience` logs."""
-    window, mostly = int(limit(ctx, SLUG, "window", 10)), limit(ctx, SLUG, "mostly", 0.9)
-    for i in range(len(points) - window + 1):
-        chunk = points[i:i + window]
-        share = fmean(p.value for p in chunk)
-        if share >= mostly:
+    window, mostly = max(1, int(limit(ctx, SLUG, "window", 10))), limit(ctx, SLUG, "mostly", 0.9)
+    total = 0.0  # the window's sum, kept as it slides
+    for i, p in enumerate(points):
+        total += p.value - (points[i - window].value if i >= window else 0.0)
+        if i + 1 >= window and total / window >= mostly:
+            chunk = points[i + 1 - window:i + 1]
+            share = fmean(q.value for q in chunk)
+            if share < mostly:  # the running sum's rounding: the window's own mean decides
+                continue
             return (f"frac_reward_zero_std averaged {fmt(share)} {span(chunk)}: most groups' rewards had no spread, so "
                     "most of each batch taught nothing; raise num_generations or check the rewards",
                     flagged(chunk, metric="frac_reward_zero_std"))

@@ -260,3 +260,25 @@ def test_follow_on_an_output_folder_moves_to_each_new_checkpoint(tmp_path):
     report, history = follow(Watch(tmp_path), watch_rules(), lambda line: None, interval=0.05, idle_exit=5)
     writer.join()
     assert not report.ok and history.source.parent.name == "checkpoint-8"
+
+
+def test_a_job_s_watch_judges_a_bounded_view_of_a_long_run(tmp_path):
+    """The callback judges the run's first logs and its newest 1,000, so its cost does not grow with the run; a
+    failure that starts late is still flagged from where it starts."""
+    from types import SimpleNamespace as NS
+
+    from trl_doctor.watch.job import Watcher
+
+    watcher = Watcher(on_fail="warn")
+    args = NS(output_dir=str(tmp_path), beta=0.0)
+    watcher.begin(args, None)
+    state, control = NS(global_step=0, is_world_process_zero=True), NS(should_save=False, should_training_stop=False)
+    for step in range(1, 3001):
+        row = dict(ROW, frac_reward_zero_std=1.0 if step > 2990 else 0.2)
+        if step <= 2980:
+            watcher.history.add(row, step=step)  # the run so far, as judged before
+        else:
+            state.global_step = step
+            watcher.on_log(args, state, control, row)
+    zero = next(r for r in watcher.report.results if r.id == "TW001")
+    assert zero.status.value == "fail" and zero.details["since"] == "step 2991", zero

@@ -59,6 +59,16 @@ class History:
     def names(self) -> set[str]:
         return set(self._names)
 
+    def view(self, first: int, last: int) -> "History":
+        """The first `first` and the last `last` logs (all of them when there are no more): what a job's watch judges
+        each log, so that its cost does not grow with the run (a failure is flagged within `last` logs of its start)."""
+        if len(self.logs) <= first + last:
+            return self
+        seen = History(self.source, self.kind, self.logs[:first] + self.logs[-last:], self.max_steps,
+                       self.logging_steps, self.ended)
+        seen._names = self._names
+        return seen
+
     def column(self, name: str) -> list:
         """The metric's values (trl_doctor.facts.metrics.Point), oldest first: made when a rule first reads it and
         extended with the rows added since, so a rule reads a column in time proportional to what is new."""
@@ -66,7 +76,11 @@ class History:
             return []
         points = self._columns.setdefault(name, [])
         done = points[-1].number if points else 0
-        for log in self.logs[done:]:
+        if not done or (done <= len(self.logs) and self.logs[done - 1].number == done):
+            start = done  # the whole log: log k is at index k - 1
+        else:  # a view: its logs are not numbered from 1 on
+            start = next((i for i, log in enumerate(self.logs) if log.number > done), len(self.logs))
+        for log in self.logs[start:]:
             value = log.values.get(name)
             if value is not None:
                 points.append(Point(log.at, log.number, log.step, value))

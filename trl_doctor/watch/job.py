@@ -17,6 +17,7 @@ from typing import Any
 from trl_doctor.types import Status, fails
 
 REPORT = "trl-doctor-watch.json"
+FIRST, LAST = 20, 1000  # the logs a job's watch judges each log: the run's start (a baseline) and its newest
 LEVEL = {Status.PASS: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 0}
 
 
@@ -79,7 +80,7 @@ class Watcher:
         from trl_doctor.watch.context import WatchContext
         from trl_doctor.watch.judge import judge, report
 
-        ctx = WatchContext(self.history, self.trainer_kind, self.settings, thresholds=self.thresholds,
+        ctx = WatchContext(self.history.view(FIRST, LAST), self.trainer_kind, self.settings, thresholds=self.thresholds,
                            preflight=self.preflight, release=self.release, running=True)
         results = judge(ctx, self.rules)
         self.report = report(ctx, results, fail_on=self.fail_on)
