@@ -37,11 +37,11 @@ from typing import Any
 
 from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, skip, warn
 
-from trl_doctor.facts.chat import is_conversational
-from trl_doctor.facts.settings import config_value
-from trl_doctor.facts.generation import effective_generation, token_type_ids_reach_generate, trainer_generation_config
-from trl_doctor.facts.trl import TRAINER_CLASS, generation_without_kv_cache, trainer_source
-from trl_doctor.facts.trainer_config import trainer_config
+from trl_doctor.facts.inputs.chat import is_conversational
+from trl_doctor.facts.launch.settings import config_value
+from trl_doctor.facts.trl.generation import effective_generation, token_type_ids_reach_generate, trainer_generation_config
+from trl_doctor.facts.trl.installed import TRAINER_CLASS, generation_without_kv_cache, trainer_source
+from trl_doctor.facts.trl.trainer_config import trainer_config
 
 _RANK = {"pass": 0, "warn": 1, "fail": 2}
 # the value that turns a sampling filter off, for keys whose unset value (None) the merge would fill again

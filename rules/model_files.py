@@ -34,7 +34,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trl_doctor import InputError, fail, manual, passed, rule, skip, warn
-from trl_doctor.facts.models import resolve_artifact
+from trl_doctor.facts.inputs.models import resolve_artifact
 from trl_doctor.facts.weights import weights
 
 OTHER_MODELS = (("reward_model_name_or_path", "reward model"), ("reward_model_path", "reward model"),

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from trl_doctor import Edit, Fix, Unavailable, fail, passed, rule, warn
-from trl_doctor.facts.launch import compute_capability, launch, package_version
-from trl_doctor.facts.settings import config_value, settings, unapplied_model_keys
-from trl_doctor.facts.trl import TRAINER_CLASS, config_class, dtype_key, post_init_sets_bf16
-from trl_doctor.facts.bf16_support import bf16_below_ampere
-from trl_doctor.facts import trl_fields
+from trl_doctor.facts.launch.launcher import compute_capability, launch, package_version
+from trl_doctor.facts.launch.settings import config_value, settings, unapplied_model_keys
+from trl_doctor.facts.trl.installed import TRAINER_CLASS, config_class, dtype_key, post_init_sets_bf16
+from trl_doctor.facts.launch.bf16_support import bf16_below_ampere
+from trl_doctor.facts.trl import fields as trl_fields
 
 FLASH = {  # version: (module, distributions that provide it, minimum compute capability, GPU family)
     2: ("flash_attn", ("flash-attn",), (8, 0), "Ampere"),
@@ -469,7 +469,7 @@ def _quantization(ctx, raw, on_cpu) -> _Found:
 
 def _gemma_type(ctx) -> str | None:
     """config.json's model_type (or its text_config's) when it is a Gemma that must train with eager attention."""
-    from trl_doctor.facts.models import model_types
+    from trl_doctor.facts.inputs.models import model_types
 
     return next((t for t in model_types(ctx) if t in GEMMA_EAGER), None)
 
@@ -479,7 +479,7 @@ def _gemma(ctx, raw, attn, where, kwargs, model_type) -> _Found:
     warns while training, or says nothing) and the catalog's NaN / zero-loss reports."""
     details: dict[str, Any] = {}
     findings: list[tuple[str, str, Fix | None]] = []
-    from trl_doctor.facts.models import config_json, default_attention, model_class_source
+    from trl_doctor.facts.inputs.models import config_json, default_attention, model_class_source
 
     tf = ctx.version("transformers")
     cls, source = model_class_source(ctx)
@@ -668,7 +668,7 @@ def _explicit_dtype(raw: dict, kwargs: dict) -> str | None:
 
 def _params(ctx) -> int | None:
     from trl_doctor import InputError, Unavailable
-    from trl_doctor.facts.memory import count_params
+    from trl_doctor.facts.memory.plan import count_params
 
     try:
         return count_params(ctx.meta_model)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trl_doctor import Unavailable, fail, manual, passed, rule, warn
-from trl_doctor.facts.saving import config_save_error, output_dir_problem, tokenizer_save_error, unsaveable_kwargs
+from trl_doctor.facts.inputs.saving import config_save_error, output_dir_problem, tokenizer_save_error, unsaveable_kwargs
 
 
 @rule(

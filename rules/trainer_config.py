@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from trl_doctor import DELETE, Edit, Finding, Fix, Location, fail, manual, passed, rule, warn
-from trl_doctor.facts import trl_fields
-from trl_doctor.facts.trainer_config import trainer_config_info
+from trl_doctor.facts.trl import fields as trl_fields
+from trl_doctor.facts.trl.trainer_config import trainer_config_info
 
 
 # -- the words both judgments say ---------------------------------------------------------------------------
@@ -54,12 +54,12 @@ def _unknown_key_consequence(trainer: str, trl: str, stops: bool) -> str:
 
 
 def _migrated(entry, installed: dict, consequence: str) -> str:
-    """A renamed or removed key (`entry`: facts.migrations' entry; `installed`: package -> its version)."""
+    """A renamed or removed key (`entry`: facts.trl.migrations' entry; `installed`: package -> its version)."""
     return f"{entry.words()}; with {entry.package} {installed[entry.package]}, {consequence}"
 
 
 def _arrives_later(key: str, class_name: str, trl: str, arrival, consequence: str) -> str:
-    """A key that is a field only from a later release (`arrival`: facts.migrations' entry)."""
+    """A key that is a field only from a later release (`arrival`: facts.trl.migrations' entry)."""
     return (f"`{key}` is not a field of {class_name} in trl {trl}: it arrives in {arrival.package} {arrival.since} "
             f"({arrival.where}); {consequence}")
 
@@ -79,7 +79,7 @@ def _not_known(trl: str, named: list[str], consequence: str) -> str:
 def check_static(s):
     import difflib
 
-    from trl_doctor.facts.migrations import arrival_for, migration_for
+    from trl_doctor.facts.trl.migrations import arrival_for, migration_for
 
     own, name = trl_fields.config_fields(s.release, s.trainer)
     class_name = name or f"{s.trainer.upper()}Config"
@@ -161,7 +161,7 @@ def _unknown(ctx, info) -> tuple[list[Finding], dict[str, Any]]:
     rename where the meaning is the same; any other gets the closest field when it is really close. What the
     installed TRL does with it decides the words: stop at start-up, or drop it without a word. (The findings, with
     the details this part adds; those details: the unknown keys, what TRL's parser does with them.)"""
-    from trl_doctor.facts.migrations import arrival_for, migration_for, unknown_key_policy
+    from trl_doctor.facts.trl.migrations import arrival_for, migration_for, unknown_key_policy
 
     policy, evidence = unknown_key_policy()
     details: dict[str, Any] = {"unknown keys": info.unknown_keys, "trl's parser": evidence}
@@ -204,7 +204,7 @@ def _left_to_batch_geometry(ctx, error: str) -> str | None:
     """TRL's config class checks the batch arithmetic against the processes it runs in: one, here. That is
     batch-geometry's question, which it answers at the launch's real process count with the fix: not repeated here.
     The words for the details when `error` is that check's, else None."""
-    from trl_doctor.facts.launch import is_geometry_error, launch, process_count
+    from trl_doctor.facts.launch.launcher import is_geometry_error, launch, process_count
 
     if not is_geometry_error(error):
         return None
@@ -227,8 +227,8 @@ def _dropped_recipe_keys(ctx, info) -> list[Finding]:
 
     from packaging.version import Version
 
-    from trl_doctor.facts.migrations import arrival_for, script_unknown_key_policy
-    from trl_doctor.facts.trl import script_fields
+    from trl_doctor.facts.trl.migrations import arrival_for, script_unknown_key_policy
+    from trl_doctor.facts.trl.installed import script_fields
 
     live = ctx.live
     if live is None or not live.recipe_keys or live.args is None:
@@ -237,7 +237,7 @@ def _dropped_recipe_keys(ctx, info) -> list[Finding]:
     known = fields | script_fields()
     own_script = _trl_script(live)
     if own_script:
-        from trl_doctor.facts.parsing import trl_parser
+        from trl_doctor.facts.trl.parsing import trl_parser
 
         parser, _ = trl_parser(ctx.trainer)
         if parser is not None:
@@ -276,7 +276,7 @@ def _dropped_recipe_keys(ctx, info) -> list[Finding]:
 
 def _trl_script(live) -> bool:
     """Whether the trainer was built by one of TRL's own scripts (`trl grpo`, `python -m trl.scripts.grpo`)."""
-    from trl_doctor.facts.trl import trl_root
+    from trl_doctor.facts.trl.installed import trl_root
 
     root = trl_root()
     where = live.where[0] if live.where else (live.script or "")

@@ -41,10 +41,10 @@ from typing import Any
 from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, edited, fail, manual, passed, rule, skip, warn
 
 from trl_doctor.facts.locations import config_key
-from trl_doctor.facts.tokens import as_id_list, embedding_rows, vocab_size_on_disk
-from trl_doctor.facts.settings import as_mapping, config_value, vllm_mode_in_words
-from trl_doctor.facts.trl import TRAINER_CLASS
-from trl_doctor.facts.vllm import installed_config_field, installed_trl_vllm_path, load_as_vllm
+from trl_doctor.facts.inputs.tokens import as_id_list, embedding_rows, vocab_size_on_disk
+from trl_doctor.facts.launch.settings import as_mapping, config_value, vllm_mode_in_words
+from trl_doctor.facts.trl.installed import TRAINER_CLASS
+from trl_doctor.facts.vllm.handover import installed_config_field, installed_trl_vllm_path, load_as_vllm
 
 RESIZE_LIMIT = 256 * 2**20  # bytes of model.safetensors the unsafe fix loads and rewrites
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt")

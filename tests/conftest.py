@@ -170,7 +170,7 @@ def _install_trl(cache: Path, release: str) -> None:
 def _importable_trl(cache: Path, release: str) -> dict:
     # the doctor imports the release's PPOTrainer: that must work with the installed transformers (trl 1.12.0
     # needs >= 4.56.2, so the legacy lane cannot run it)
-    probe = subprocess.run([sys.executable, "-c", "from trl_doctor.facts.trl import trainer_class; assert trainer_class('ppo')"],
+    probe = subprocess.run([sys.executable, "-c", "from trl_doctor.facts.trl.installed import trainer_class; assert trainer_class('ppo')"],
                            env={**os.environ, "PYTHONPATH": str(cache)}, capture_output=True, text=True)
     if probe.returncode != 0:
         pytest.skip(f"trl {release}'s PPOTrainer does not import with transformers {version('transformers')}: "

@@ -82,7 +82,7 @@ def test_the_meta_test_catches_a_breach(tmp_path):
                    "def check(ctx):\n"
                    "    from trl_doctor.fix.fixer import plan\n"
                    "    from .batch_geometry import launch_processes\n"
-                   "    from trl_doctor.facts.launch import gpus\n"
+                   "    from trl_doctor.facts.launch.launcher import gpus\n"
                    "    import json\n")
     found = rule_breaches_at(src)
     assert len(found) == 3, found

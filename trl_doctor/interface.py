@@ -8,7 +8,7 @@ A rule judges in up to three contexts, each a provider of this interface:
   TRL release's config classes shipped as data: the rule's `static` judgment;
 - `watch`: a job's logged metrics (to come, as a third provider of the same interface and a third hook).
 
-What every provider answers is below; `config_value(ctx, key)` (`trl_doctor.facts.settings`) is the one way to
+What every provider answers is below; `config_value(ctx, key)` (`trl_doctor.facts.launch.settings`) is the one way to
 read the value the trainer will see for a key, in every context. A fact that needs what a provider lacks (the ML
 stack under --static) raises `Unavailable`, and the rule reading it is `skip` with that reason. A provider may
 offer more (the static context's files read as JSON, the full context's loaded tokenizer and models); a judgment

@@ -11,7 +11,7 @@ def build(ctx, need: str) -> None:
     if need == "trainer_run":
         return
     if need == "trainer_config":
-        from trl_doctor.facts.trainer_config import trainer_config
+        from trl_doctor.facts.trl.trainer_config import trainer_config
 
         trainer_config(ctx)
         return

@@ -5,7 +5,7 @@ Rules decide version-dependent questions by reading what the installed release a
 source), not only from a table of versions. `trainer_source` and `trl_root` are the one way in to that source;
 every regex over it lives below, each reader with a docstring saying what it reads and returning evidence
 (file:line and the code) that a rule quotes. Verdicts and their wording stay in the rules. The vLLM hand-over
-(`facts.vllm`), the reward call (`facts.rewards`) and the batch arithmetic (`facts.trl_geometry`) have readers
+(`facts.vllm.handover`), the reward call (`facts.rewards`) and the batch arithmetic (`facts.trl.geometry`) have readers
 of their own, built on the same two functions.
 """
 
@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .text import line_of as _line, line_text as _line_text
+from trl_doctor.facts.inputs.text import line_of as _line, line_text as _line_text
 
 # Where each trainer has lived across TRL releases, newest first.
 _LOCATIONS = {

@@ -28,7 +28,7 @@ class Parsed:
 
 def trl_parser(trainer: str):
     """(the parser `trl <trainer> --config` uses in the installed TRL, its description), or (None, why)."""
-    from .trl import config_class
+    from trl_doctor.facts.trl.installed import config_class
 
     try:
         module = importlib.import_module(f"trl.scripts.{trainer}")

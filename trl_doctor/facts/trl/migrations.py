@@ -9,7 +9,7 @@ import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
-TABLE = Path(__file__).resolve().parent.parent / "data" / "migrations.yaml"
+TABLE = Path(__file__).resolve().parents[2] / "data" / "migrations.yaml"
 ADDED = TABLE.with_name("added_keys.yaml")
 
 
@@ -63,7 +63,7 @@ def script_unknown_key_policy(trainer: str) -> tuple[str, str]:
     ignore the rest, 1.x with fail_with_unknown_args=False; otherwise TrlParser decides (it stops from 0.19)."""
     import re
 
-    from .trl import trl_root
+    from trl_doctor.facts.trl.installed import trl_root
 
     root = trl_root()
     path = root / "scripts" / f"{trainer}.py" if root is not None else None

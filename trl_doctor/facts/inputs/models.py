@@ -134,7 +134,7 @@ def scorer_folder(ctx, path: Path) -> ScorerFolder:
     every rule that judges it (reward-functions' reward model, value-model's reward and value models)."""
     from transformers import AutoConfig
 
-    from .text import read_json
+    from trl_doctor.facts.inputs.text import read_json
 
     try:
         mcfg = AutoConfig.from_pretrained(str(path), trust_remote_code=ctx.options.trust_remote_code, local_files_only=True)
@@ -212,7 +212,7 @@ def default_attention(ctx) -> tuple[str | None, str]:
     """(the attention implementation the installed transformers picks for this model when none is asked for, the
     model class): read from the meta-device model, which transformers builds with its own default; (None, why) when
     the model cannot be built here."""
-    from .. import InputError, Unavailable
+    from trl_doctor import InputError, Unavailable
 
     try:
         model = ctx.meta_model
@@ -280,7 +280,7 @@ def trusted_by(ctx) -> str | None:
     `model_init_kwargs.trust_remote_code` reaches from_pretrained in every release; the top-level
     `trust_remote_code` is the config class's own field where the installed TRL has one (GRPOConfig in 1.x puts it
     into model_init_kwargs), and TRL's ModelConfig's otherwise (the `trl grpo` script passes it to from_pretrained)."""
-    from .settings import model_init_kwargs
+    from trl_doctor.facts.launch.settings import model_init_kwargs
 
     try:
         kwargs = model_init_kwargs(ctx)
