@@ -185,7 +185,7 @@ def ctx(built_fixtures, tmp_path):
 
 
 def _run(ctx, *findings):
-    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.engine import run_rule
 
     @rule(id="XT901", slug="example-findings", title="returns the findings it is given")
     def check(_ctx):

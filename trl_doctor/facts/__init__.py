@@ -31,7 +31,7 @@ By subject:
   machine's GPUs (`fit`);
 - `trainer_run/`: what the one-step trainer run found;
 - not yet filed by subject: `weights` (a model folder's weight files), `locations` (a config key's place in the
-  file), `needs` (what a rule's `needs` names, built before it runs).
+  file).
 
 A fact is asked of any context that implements trl_doctor.interface.CheckContext; one that needs what a context
 lacks (TRL's config object under `--static`) raises Unavailable there, and `launch.settings.config_value(ctx, key)`

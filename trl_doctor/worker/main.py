@@ -91,7 +91,7 @@ def _limit_memory(options):
 
 def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable[[Message], None]) -> None:
     from trl_doctor.context.context import Context
-    from trl_doctor.worker.engine import each_result
+    from trl_doctor.engine import each_result
     from trl_doctor.errors import InputError
 
     if live is None:

@@ -73,10 +73,11 @@ def trainer_run(ctx) -> RunResult:
     gap = trainer_gap(ctx)
     if gap:
         raise Unavailable(gap)
-    from trl_doctor.facts.needs import build
+    from trl_doctor.facts.trl.trainer_config import trainer_config
 
-    for need in ("trainer_config", "tokenizer", "model_config", "dataset"):
-        build(ctx, need)
+    trainer_config(ctx)
+    for need in ("tokenizer", "model_config", "dataset"):
+        ctx.need(need)
     spec = build_spec(ctx)
     ctx.emit(TrainerRun(spec.details(), ctx.options.smoke_timeout, spec.trainer))
     from trl_doctor.facts.trainer_run import execute as worker
