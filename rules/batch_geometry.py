@@ -32,12 +32,12 @@ Fix safety
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
-from trl_doctor.facts.launch.dataloaders import empty_loader_yields_none
 from trl_doctor.facts.launch.launcher import is_geometry_error, launch, process_count
 from trl_doctor.facts.launch.settings import config_value
 from trl_doctor.facts.trl.installed import config_class, field_default, ppo_style
@@ -405,8 +405,9 @@ def _eval_rows_for_samples(ctx, v: dict, procs: int) -> tuple[list[str], str | N
     """PPO-style trainers generate sample completions from the eval set after their first update when
     num_sample_generations > 0 (the default, 10): `for batch in self.eval_dataloader`, a `drop_last=True` dataloader
     of per_device_eval_batch_size rows on each process. An eval set that fills no batch leaves it empty; the
-    installed accelerate decides what follows (facts.launch.dataloaders): a `None` batch that stops the job after its first
-    update, or a loop that runs zero times. Returns (the stop, as a violation; the empty loop, as a warning; details)."""
+    installed accelerate decides what follows (empty_loader_yields_none, below): a `None` batch that stops the job
+    after its first update, or a loop that runs zero times. Returns (the stop, as a violation; the empty loop, as a
+    warning; details)."""
     if not ppo_style(ctx.trainer):
         return [], None, {}
     try:
@@ -496,3 +497,34 @@ def _summary(v: dict, procs: int) -> str:
 
 def _n(count: Any, one: str, many: str | None = None) -> str:
     return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
+# -- what the installed accelerate does with a dataloader that holds no batch ------------------------------------------
+# TRL's PPO-style trainers (PPOTrainer; RLOOTrainer before 0.22) build their eval dataloader with `drop_last=True` and
+# hand it to `accelerator.prepare`; after the first update, sample generation (`num_sample_generations` > 0) runs
+# `for batch in self.eval_dataloader: query = batch["input_ids"]`. An eval set smaller than one eval batch leaves that
+# dataloader empty, and what the loop then sees is accelerate's: releases before 1.9 yield one `None` from an empty
+# `DataLoaderShard` (its `__iter__`: `except StopIteration: yield`), so the job stops with "TypeError: 'NoneType'
+# object is not subscriptable" after its first update; from 1.9 the loop runs zero times and nothing is printed.
+#
+# `empty_loader_yields_none()` asks the installed accelerate itself, on an empty prepared dataloader (no model, no
+# process group), instead of trusting a version number.
+
+@functools.cache
+def empty_loader_yields_none() -> bool | None:
+    """Whether the installed accelerate's prepared dataloader yields `None` when its dataset fills no batch (None when
+    accelerate cannot be asked: not installed, or its API changed)."""
+    try:
+        from accelerate.data_loader import prepare_data_loader
+        from torch.utils.data import DataLoader
+    except ImportError:
+        return None
+    try:
+        loader = prepare_data_loader(DataLoader([], batch_size=1, drop_last=True), num_processes=1, process_index=0,
+                                     put_on_device=False)
+        batches = iter(loader)  # DataLoaderShard.__iter__ is a generator
+        first = next(batches, StopIteration)
+        batches.close()
+    except Exception:  # an accelerate this reading does not know: no answer rather than a guess
+        return None
+    return first is None

@@ -2,7 +2,8 @@
 
 Rules import the public API (`trl_doctor`) and these modules, never each other or a private engine module.
 A fact is a function of the context wrapped in `trl_doctor.cache.fact` (computed on first use, kept for the
-check, its InputError / Unavailable kept too); the larger answers are frozen dataclasses.
+check, its InputError / Unavailable kept too); the larger answers are frozen dataclasses. A helper only one rule
+uses lives in that rule's module.
 
 By subject:
 
@@ -16,22 +17,18 @@ By subject:
   reading of it), `generation` (how its trainer generates), `geometry` (its batch arithmetic, read with `ast` and
   evaluated on a config's numbers), `parsing` (what its parser makes of a config's values), `trainer_config` (the
   config object it builds: `trainer_config(ctx)`), `fields` (what each release's config classes declare, shipped as
-  data: `check --static` judges against one release without importing TRL), `migrations` (keys renamed, removed or
-  added across releases), `versions` (declared requirements between the installed ML packages and the known-issues
-  table);
+  data: `check --static` judges against one release without importing TRL), `versions` (declared requirements
+  between the installed ML packages and the known-issues table);
 - `launch/`: `launcher` (`launch(ctx)` -> `Launch`: the training processes and where their number comes from, the
-  visible GPUs, the accelerate / DeepSpeed / FSDP settings as written; `nvml_gpus(ctx)`), `settings`
+  visible GPUs, the accelerate / DeepSpeed / FSDP settings as written; `nvml_gpus(ctx)`) and `settings`
   (`settings(ctx)` -> `Settings`: precision, the policy dtype and where it comes from, lengths, batch numbers, vLLM;
-  `config_value(ctx, key)` for any other key), `bf16_support` and `dataloaders` (what the installed torch and
-  accelerate do on the launch machine);
+  `config_value(ctx, key)` for any other key);
 - `vllm/`: how the installed TRL hands over to vLLM and what vLLM would load (`handover`), the trainer's vLLM server
   (`server`), what the weights go through on their way to vLLM (`support`);
 - `rewards`: reward functions: resolving them, calling them as TRL does, judging what they return;
 - `memory/`: the job's memory plan (`plan`), the arithmetic over it (`estimate`), and the verdict on the launch
   machine's GPUs (`fit`);
-- `trainer_run/`: what the one-step trainer run found;
-- not yet filed by subject: `weights` (a model folder's weight files), `locations` (a config key's place in the
-  file).
+- `trainer_run/`: what the one-step trainer run found.
 
 A fact is asked of any context that implements trl_doctor.interface.CheckContext; one that needs what a context
 lacks (TRL's config object under `--static`) raises Unavailable there, and `launch.settings.config_value(ctx, key)`

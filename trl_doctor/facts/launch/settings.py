@@ -15,7 +15,6 @@ from typing import Any, Mapping
 from trl_doctor.cache import fact
 from trl_doctor.facts.launch.launcher import trainer_reentrant_default, transformers_reentrant_default
 from trl_doctor.facts.trl.trainer_config import trainer_config_info, trainer_config_or_none
-from trl_doctor.facts.vllm.handover import installed_config_field, installed_trl_vllm_path
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "float64": 8}
 
@@ -148,25 +147,6 @@ def vllm_placement(ctx) -> tuple[str | None, str]:
     if "vllm_device" in s.fields and "vllm_server_host" not in s.fields:
         return "device", "vllm_device"
     return "server", "no vllm_mode"
-
-
-def vllm_mode_in_words(ctx) -> tuple[str, str]:
-    """(the vLLM mode the job runs in, what says so in words) for a report: the config's `vllm_mode` as the trainer
-    sees it ("set in the config"), else the installed TRL's default with the file and line that set it, else the one
-    mode the installed TRL's vLLM code has ("server" for 0.16-0.17, "colocate": vLLM inside the trainer, for
-    0.14-0.15). Unlike `vllm_placement`, it never names "device" and never fails on another key's value."""
-
-    if isinstance(ctx.config.raw.get("vllm_mode"), str):
-        seen = config_value(ctx, "vllm_mode", None)
-        if isinstance(seen, str):
-            return seen, "set in the config"
-    exists, default, where = installed_config_field(ctx.trainer, "vllm_mode")
-    if exists and isinstance(default, str):
-        return default, f"the default in trl {ctx.version('trl')}, {where}"
-    path = installed_trl_vllm_path(ctx.trainer)
-    if path is None or path.colocate.forwards is None:
-        return "server", "the only vLLM mode of the installed trl"
-    return "colocate", "the only vLLM mode of the installed trl (vLLM inside the trainer)"
 
 
 @fact
