@@ -189,6 +189,8 @@ def _probe_error(probe: dict, versions: str, remote):
 
 def _memory(ctx, vocab: int) -> dict[str, str]:
     """Logits memory per forward at the config's per-device batch and lengths, expected vs what the mismatch costs."""
+    # the config object's own fields, not config_value: a key the installed release no longer has (max_prompt_length
+    # in trl 1.x) sizes nothing, whatever the file writes
     cfg = trainer_config(ctx)
     batch = getattr(cfg, "per_device_train_batch_size", 1) or 1
     completion = getattr(cfg, "max_completion_length", None) or 256

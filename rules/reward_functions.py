@@ -44,6 +44,7 @@ from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_proble
                                      record_values, reward_call, reward_fence, reward_problem, resolve_reward,
                                      as_trl_reads)
 from trl_doctor.facts.inputs.text import config_relative
+from trl_doctor.facts.launch.settings import config_value
 from trl_doctor.facts.trl.trainer_config import trainer_config
 
 ROWS = 2  # dataset rows the functions are called on
@@ -243,7 +244,8 @@ def _trainer_state(ctx):
         return TrainerState(max_steps=cfg.max_steps, num_train_epochs=cfg.num_train_epochs,
                             logging_steps=cfg.logging_steps, train_batch_size=cfg.per_device_train_batch_size)
     except Exception:  # no buildable config: the stand-in still answers what reward functions read at step 0
-        return _TrainerStateStandIn(int(ctx.config.get("max_steps") or -1), float(ctx.config.get("num_train_epochs") or 3.0))
+        return _TrainerStateStandIn(int(config_value(ctx, "max_steps", -1) or -1),
+                                    float(config_value(ctx, "num_train_epochs", 3.0) or 3.0))
 
 
 def _probe_inputs(ctx, call: RewardCall) -> tuple[dict | None, str]:
