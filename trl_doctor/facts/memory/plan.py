@@ -308,9 +308,9 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
         labels.append(("vllm_mode", mode or "a separate GPU (TRL < 0.16)"))
     if gen:
         labels.append(("sequences generated at once", gen))
-    notes += [
+    notes += [  # the report's words, unchanged by the move to facts/memory/ (the snapshots hold them)
         "one training process per GPU, nothing sharded (DeepSpeed ZeRO or FSDP, where the launch sets them, divide "
-        "this afterwards: facts.memory.plan.sharded)",
+        "this afterwards: facts.memory.sharded)",
         "weights, gradients and AdamW states in the trained parameters' dtype; no fp32 master copy (the HF Trainer "
         "keeps none; DeepSpeed's bf16 optimizer would add one)",
         "activations: 6·hidden + 2·kv + 4·intermediate values per token and layer (Llama-style decoder with SDPA or "
