@@ -3,7 +3,10 @@
 Rules import the public API (`trl_doctor`) and these modules, never each other or a private engine module.
 A fact is a function of the context wrapped in `trl_doctor.cache.fact` (computed on first use, kept for the
 check, its InputError / Unavailable kept too); the larger answers are frozen dataclasses. A helper only one rule
-uses lives in that rule's module.
+uses lives in that rule's module, except where a rule cannot hold it or it reads what its subject's readers read:
+`inputs/saving` runs the tokenizer's own save_pretrained in the fence (trl_doctor.runtime, which no rule imports),
+`vllm/support` reads TRL's generation modules with `vllm/handover`'s readers, and every reading of the installed
+TRL's source lives in `trl/installed` (tools/gen_trl_fields.py shares them).
 
 By subject:
 
