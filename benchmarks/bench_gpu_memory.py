@@ -6,7 +6,7 @@ For each case (Qwen2.5 shapes × full fine-tune / LoRA × reference model on (be
 checkpointing on / off, bf16 weights; plus the issue's reference point, the 0.5B full fine-tune with fp32 weights)
 it writes the config a user would write (batch 8, 4 generations, 512-token prompts: the length the estimate assumes
 when TRL does not truncate, 256-token completions, bf16, no vLLM) and prints:
-- estimate: the doctor's estimate for that config (trl_doctor.facts.memory.plan_from_context + estimate), in GiB;
+- estimate: the doctor's estimate for that config (trl_doctor.facts.memory.plan.plan_from_context + estimate), in GiB;
 - allocated: torch.cuda.max_memory_allocated of one real GRPOTrainer step (generation + training) on random
   weights saved with `from_config` under torch.device("cuda") and loaded by TRL as the config says; compared with
   the estimate less its CUDA context (the allocator does not see the context);
@@ -109,7 +109,7 @@ def estimate_of(case: Case, model_dir: str, data: str, work: Path) -> dict:
     """The doctor's estimate for the case's config: total and CUDA context, in bytes, and the peak phase."""
     from trl_doctor import Context, Options
     from trl_doctor.context.config import load_config
-    from trl_doctor.facts.memory import estimate, plan_from_context
+    from trl_doctor.facts.memory.plan import estimate, plan_from_context
 
     cfg = work / f"{case.name.replace(' ', '_').replace('=', '')}.yaml"
     cfg.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in case.config(model_dir, data).items()))

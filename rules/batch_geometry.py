@@ -32,19 +32,19 @@ Fix safety
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
-from trl_doctor.facts.dataloaders import empty_loader_yields_none
-from trl_doctor.facts.launch import is_geometry_error, launch, process_count
-from trl_doctor.facts.settings import config_value
-from trl_doctor.facts.trl import config_class, field_default, ppo_style
-from trl_doctor.facts.trl_geometry import (AUTO_FIND_BATCH_SIZE, Evaluator, Problem, config_values, geometry_reading,
+from trl_doctor.facts.launch.launcher import is_geometry_error, launch, process_count
+from trl_doctor.facts.launch.settings import config_value
+from trl_doctor.facts.trl.installed import config_class, field_default, ppo_style
+from trl_doctor.facts.trl.geometry import (AUTO_FIND_BATCH_SIZE, Evaluator, Problem, config_values, geometry_reading,
                                            plain, probe_class, stored_reading, values_over)
-from trl_doctor.facts import trl_fields
-from trl_doctor.facts.trainer_config import trainer_config_info
+from trl_doctor.facts.trl import fields as trl_fields
+from trl_doctor.facts.trl.trainer_config import trainer_config_info
 
 # The knobs a fix may change: (key, tier, direction). Lower tiers change less of what the job does: gradient
 # accumulation keeps the per-device memory and the group size; per_device_train_batch_size changes memory.
@@ -94,7 +94,7 @@ def _violations(lines: list[str], procs: int, where: str, trl: str) -> str:
 
 
 def _read_from(units) -> list[str] | str:
-    """The details' list of the TRL code the geometry was read from (facts.trl_geometry's units)."""
+    """The details' list of the TRL code the geometry was read from (facts.trl.geometry's units)."""
     return [f"{u.where} ({u.kind})" for u in units] or "no geometry code found"
 
 
@@ -405,8 +405,9 @@ def _eval_rows_for_samples(ctx, v: dict, procs: int) -> tuple[list[str], str | N
     """PPO-style trainers generate sample completions from the eval set after their first update when
     num_sample_generations > 0 (the default, 10): `for batch in self.eval_dataloader`, a `drop_last=True` dataloader
     of per_device_eval_batch_size rows on each process. An eval set that fills no batch leaves it empty; the
-    installed accelerate decides what follows (facts.dataloaders): a `None` batch that stops the job after its first
-    update, or a loop that runs zero times. Returns (the stop, as a violation; the empty loop, as a warning; details)."""
+    installed accelerate decides what follows (empty_loader_yields_none, below): a `None` batch that stops the job
+    after its first update, or a loop that runs zero times. Returns (the stop, as a violation; the empty loop, as a
+    warning; details)."""
     if not ppo_style(ctx.trainer):
         return [], None, {}
     try:
@@ -496,3 +497,34 @@ def _summary(v: dict, procs: int) -> str:
 
 def _n(count: Any, one: str, many: str | None = None) -> str:
     return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
+# -- what the installed accelerate does with a dataloader that holds no batch ------------------------------------------
+# TRL's PPO-style trainers (PPOTrainer; RLOOTrainer before 0.22) build their eval dataloader with `drop_last=True` and
+# hand it to `accelerator.prepare`; after the first update, sample generation (`num_sample_generations` > 0) runs
+# `for batch in self.eval_dataloader: query = batch["input_ids"]`. An eval set smaller than one eval batch leaves that
+# dataloader empty, and what the loop then sees is accelerate's: releases before 1.9 yield one `None` from an empty
+# `DataLoaderShard` (its `__iter__`: `except StopIteration: yield`), so the job stops with "TypeError: 'NoneType'
+# object is not subscriptable" after its first update; from 1.9 the loop runs zero times and nothing is printed.
+#
+# `empty_loader_yields_none()` asks the installed accelerate itself, on an empty prepared dataloader (no model, no
+# process group), instead of trusting a version number.
+
+@functools.cache
+def empty_loader_yields_none() -> bool | None:
+    """Whether the installed accelerate's prepared dataloader yields `None` when its dataset fills no batch (None when
+    accelerate cannot be asked: not installed, or its API changed)."""
+    try:
+        from accelerate.data_loader import prepare_data_loader
+        from torch.utils.data import DataLoader
+    except ImportError:
+        return None
+    try:
+        loader = prepare_data_loader(DataLoader([], batch_size=1, drop_last=True), num_processes=1, process_index=0,
+                                     put_on_device=False)
+        batches = iter(loader)  # DataLoaderShard.__iter__ is a generator
+        first = next(batches, StopIteration)
+        batches.close()
+    except Exception:  # an accelerate this reading does not know: no answer rather than a guess
+        return None
+    return first is None

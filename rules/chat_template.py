@@ -37,8 +37,8 @@ from typing import Any
 
 from trl_doctor import Finding, fail, passed, rule, skip, warn
 
-from trl_doctor.facts.settings import config_value
-from trl_doctor.facts.chat import _MARK, prompt_lengths, prompt_rendering, render_template, special_ids
+from trl_doctor.facts.launch.settings import config_value
+from trl_doctor.facts.inputs.chat import _MARK, prompt_lengths, prompt_rendering, render_template, special_ids
 
 
 @rule(

@@ -36,10 +36,10 @@ from dataclasses import replace
 from typing import Any
 
 from trl_doctor import Edit, Finding, Fix, Unavailable, fail, passed, rule, skip, warn
-from trl_doctor.facts import trl_fields
-from trl_doctor.facts.chat import prompt_lengths, prompt_rendering
-from trl_doctor.facts.settings import config_value, field_value, settings
-from trl_doctor.facts.trl import strips_truncated_prompts, trainer_mentions, vllm_code_mentions
+from trl_doctor.facts.trl import fields as trl_fields
+from trl_doctor.facts.inputs.chat import prompt_lengths, prompt_rendering
+from trl_doctor.facts.launch.settings import config_value, field_value, settings
+from trl_doctor.facts.trl.installed import strips_truncated_prompts, trainer_mentions, vllm_code_mentions
 
 TRUNCATION_WARN = 0.02  # warn when TRL would truncate more than this share of the prompts
 LEARNED_POSITIONS = ("gpt2", "opt", "gpt_neo", "gptj", "bloom", "codegen", "biogpt")  # model types whose positions are a table

@@ -40,10 +40,10 @@ from typing import Any
 
 from trl_doctor import Finding, InputError, Unavailable, fail, passed, rule, skip, warn
 
-from trl_doctor.facts.chat import prompt_format, sample_indices
-from trl_doctor.facts.settings import config_value
-from trl_doctor.facts.trl import ppo_style, script_fields, stream_support
-from trl_doctor.facts import trl_fields
+from trl_doctor.facts.inputs.chat import prompt_format, sample_indices
+from trl_doctor.facts.launch.settings import config_value
+from trl_doctor.facts.trl.installed import ppo_style, script_fields, stream_support
+from trl_doctor.facts.trl import fields as trl_fields
 
 SCAN_ROWS = 10000  # rows looked at one by one when the Arrow column type does not settle the format
 SHOWN_ROWS = 8

@@ -35,9 +35,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from trl_doctor import Unavailable, fail, manual, passed, rule, warn
-from trl_doctor.facts.launch import launch, package_version, sharding, trainer_distributed_handling
-from trl_doctor.facts.settings import checkpointing_reentrant, config_value, settings
-from trl_doctor.facts.versions import entry_matches_versions, load_table
+from trl_doctor.facts.launch.launcher import launch, package_version, sharding, trainer_distributed_handling
+from trl_doctor.facts.launch.settings import checkpointing_reentrant, config_value, settings
+from trl_doctor.facts.trl.versions import entry_matches_versions, load_table
 
 SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")  # transformers' strategies that place layers itself
 MIXED_DTYPE_ISSUE = "KI015"

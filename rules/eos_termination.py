@@ -34,14 +34,14 @@ from __future__ import annotations
 
 from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
 
-from trl_doctor.facts.chat import TURN_END, completion_terminator, eos_why, is_conversational
-from trl_doctor.facts.settings import config_value
-from trl_doctor.facts.generation import mask_eos
-from trl_doctor.facts.trl import TRAINER_CLASS, ppo_style
-from trl_doctor.facts.tokens import as_id_list
+from trl_doctor.facts.inputs.chat import TURN_END, completion_terminator, eos_why, is_conversational
+from trl_doctor.facts.launch.settings import config_value
+from trl_doctor.facts.trl.generation import mask_eos
+from trl_doctor.facts.trl.installed import TRAINER_CLASS, ppo_style
+from trl_doctor.facts.inputs.tokens import as_id_list
 from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
-from trl_doctor.facts.trainer_config import trainer_config
-from trl_doctor.facts import trl_fields
+from trl_doctor.facts.trl.trainer_config import trainer_config
+from trl_doctor.facts.trl import fields as trl_fields
 
 
 # -- the words both judgments say ---------------------------------------------------------------------------

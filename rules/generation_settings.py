@@ -37,11 +37,12 @@ from typing import Any
 
 from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, skip, warn
 
-from trl_doctor.facts.chat import is_conversational
-from trl_doctor.facts.settings import config_value
-from trl_doctor.facts.generation import effective_generation, token_type_ids_reach_generate, trainer_generation_config
-from trl_doctor.facts.trl import TRAINER_CLASS, generation_without_kv_cache, trainer_source
-from trl_doctor.facts.trainer_config import trainer_config
+from trl_doctor.facts.inputs.chat import is_conversational
+from trl_doctor.facts.launch.settings import config_value
+from trl_doctor.facts.trl.generation import (effective_generation, token_type_ids_reach_generate,
+                                             trainer_generation_config)
+from trl_doctor.facts.trl.installed import TRAINER_CLASS, generation_without_kv_cache, trainer_source
+from trl_doctor.facts.trl.trainer_config import trainer_config
 
 _RANK = {"pass": 0, "warn": 1, "fail": 2}
 # the value that turns a sampling filter off, for keys whose unset value (None) the merge would fill again
@@ -237,17 +238,16 @@ def _padding_side(ctx) -> tuple[tuple | None, dict[str, Any]]:
 def _checkpointed_generation(ctx) -> tuple[tuple | None, dict[str, Any]]:
     """GRPO generating in the trainer (no vLLM) with gradient checkpointing left on: no KV cache (catalog H4)."""
     details: dict[str, Any] = {}
-    cfg = _config(ctx)
-    if ctx.trainer != "grpo" or cfg is None or not getattr(cfg, "gradient_checkpointing", False):
+    if ctx.trainer != "grpo" or _config(ctx) is None or not config_value(ctx, "gradient_checkpointing", False):
         return None, details
-    if getattr(cfg, "use_vllm", False):
+    if config_value(ctx, "use_vllm", False):
         details["generation and checkpointing"] = "vLLM generates: gradient checkpointing does not touch its KV cache"
         return None, details
     without_cache, evidence = generation_without_kv_cache(ctx.trainer)
     details["generation and checkpointing"] = evidence
     if not without_cache:
         return None, details
-    length = getattr(cfg, "max_completion_length", None)
+    length = config_value(ctx, "max_completion_length", None)
     return ("warn", f"gradient_checkpointing is on and the trainer generates itself ({evidence}): in training mode "
                     "with checkpointing enabled transformers turns the KV cache off (use_cache=False), so every new "
                     f"token recomputes the whole prompt and completion so far, and generating {length} tokens per "

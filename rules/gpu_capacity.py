@@ -2,7 +2,7 @@
 
 What it does
     Reads the GPUs through NVML (CUDA_VISIBLE_DEVICES applied) and torch's CUDA build, and estimates
-    one process's peak memory (facts/memory_estimate.py): weights, gradients and AdamW states of
+    one process's peak memory (facts/memory/estimate.py): weights, gradients and AdamW states of
     what trains, a reference copy (beta != 0 without PEFT), reward and value models, activations,
     the log-prob head as the installed trainer runs it (whole-sequence logits where `logits_to_keep`
     is ignored, trl#2770), the KV cache, vLLM colocate's share, 0.5 GiB of CUDA context, divided by
@@ -36,10 +36,10 @@ import re
 from typing import Any
 
 from trl_doctor import fail, passed, rule, skip, warn
-from trl_doctor.facts.launch import launch, sharding, torch_cuda_version
-from trl_doctor.facts.memory_fit import (gib, gpu_name, judge_memory, plan_or_why, server_is_local, sharded_over,
+from trl_doctor.facts.launch.launcher import launch, sharding, torch_cuda_version
+from trl_doctor.facts.memory.fit import (gib, gpu_name, judge_memory, plan_or_why, server_is_local, sharded_over,
                                          training_gpus, vllm_mode)
-from trl_doctor.facts.settings import config_value, settings
+from trl_doctor.facts.launch.settings import config_value, settings
 
 
 
@@ -80,7 +80,7 @@ def check(ctx):
     if not visible:
         reason = why or visible_note or "NVML reports no GPU"
         if plan is not None:  # the summary only: without a GPU there is nothing to compare it with
-            from trl_doctor.facts.memory import estimate
+            from trl_doctor.facts.memory.plan import estimate
 
             est = estimate(plan)
             details["memory estimate per GPU"] = (f"{est.total_gib:.1f} GiB at the peak ({est.peak_phase}, without "

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from trl_doctor import fail, passed, rule, warn
 from trl_doctor.facts.metrics import range_of, by_number, flagged, fmt, limit, optional, patience, series, span, streaks
-from trl_doctor.facts.settings import config_value
+from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "kl-blowup"
 

@@ -33,10 +33,10 @@ from __future__ import annotations
 
 from trl_doctor import fail, manual, passed, rule, skip, warn
 
-from trl_doctor.facts.memory_fit import memory_verdict
-from trl_doctor.facts.models import remote_code
+from trl_doctor.facts.memory.fit import memory_verdict
+from trl_doctor.facts.inputs.models import remote_code
 from trl_doctor.facts.trainer_run import trainer_run
-from trl_doctor.facts.trainer_config import trainer_config
+from trl_doctor.facts.trl.trainer_config import trainer_config
 
 
 @rule(
@@ -122,7 +122,7 @@ def check(ctx):
 
 def _fits(ctx):
     """(fail or warn, words): whole-sequence logits cost memory but train; they fail the job only where the memory
-    estimate, which counts them (facts.memory.logits_path), says it does not fit the launch machine's GPUs."""
+    estimate, which counts them (facts.memory.plan.logits_path), says it does not fit the launch machine's GPUs."""
     verdict = memory_verdict(ctx)
     if verdict is None:
         return warn, ("the job still trains, and no launch GPU is known here to say whether it fits (pass --target, "
@@ -189,6 +189,8 @@ def _probe_error(probe: dict, versions: str, remote):
 
 def _memory(ctx, vocab: int) -> dict[str, str]:
     """Logits memory per forward at the config's per-device batch and lengths, expected vs what the mismatch costs."""
+    # the config object's own fields, not config_value: a key the installed release no longer has (max_prompt_length
+    # in trl 1.x) sizes nothing, whatever the file writes
     cfg = trainer_config(ctx)
     batch = getattr(cfg, "per_device_train_batch_size", 1) or 1
     completion = getattr(cfg, "max_completion_length", None) or 256
@@ -211,7 +213,7 @@ def _memory(ctx, vocab: int) -> dict[str, str]:
 def _longest_prompt(ctx) -> int:
     """Tokens in the longest prompt, rendered as the trainer renders them (measured once per run, shared with
     context-length)."""
-    from trl_doctor.facts.chat import prompt_lengths
+    from trl_doctor.facts.inputs.chat import prompt_lengths
 
     return prompt_lengths(ctx)["max"] or 0
 

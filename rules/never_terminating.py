@@ -25,7 +25,7 @@ from __future__ import annotations
 from trl_doctor import fail, passed, rule, warn
 from trl_doctor.facts.metrics import (range_of, flagged, fmt, limit, ongoing, optional, patience, preflight, series, span,
                                       streaks)
-from trl_doctor.facts.settings import config_value
+from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "never-terminating"
 

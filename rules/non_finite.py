@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from trl_doctor import fail, passed, rule
 from trl_doctor.facts.metrics import by_number, finite, flagged, optional, patience, span, streaks
-from trl_doctor.facts.settings import config_value
+from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "non-finite"
 

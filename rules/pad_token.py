@@ -34,10 +34,10 @@ from __future__ import annotations
 
 from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
 
-from trl_doctor.facts.generation import pad_passed_to_generate
-from trl_doctor.facts.tokens import as_id_list, embedding_rows
-from trl_doctor.facts.trl import TRAINER_CLASS, pad_ids_zeroed, trainer_sets_pad_to_eos
-from trl_doctor.facts import trl_fields
+from trl_doctor.facts.trl.generation import pad_passed_to_generate
+from trl_doctor.facts.inputs.tokens import as_id_list, embedding_rows
+from trl_doctor.facts.trl.installed import TRAINER_CLASS, pad_ids_zeroed, trainer_sets_pad_to_eos
+from trl_doctor.facts.trl import fields as trl_fields
 
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_pad_id|>", "<|endoftext|>")
 

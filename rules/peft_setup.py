@@ -38,10 +38,10 @@ from typing import Any
 
 from trl_doctor import Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
 
-from trl_doctor.facts.settings import checkpointing_kwargs, config_value
-from trl_doctor.facts.text import line_of as _line, read_json as _read_json
-from trl_doctor.facts.tokens import embedding_rows
-from trl_doctor.facts.trl import (TRAINER_CLASS, enables_input_grads, model_loader, trainer_mentions,
+from trl_doctor.facts.launch.settings import checkpointing_kwargs, config_value
+from trl_doctor.facts.inputs.text import line_of as _line, read_json as _read_json
+from trl_doctor.facts.inputs.tokens import embedding_rows
+from trl_doctor.facts.trl.installed import (TRAINER_CLASS, enables_input_grads, model_loader, trainer_mentions,
                                   trainer_takes_peft)
 
 PEFT_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_parameters",
@@ -264,8 +264,6 @@ def _target_modules(ctx) -> tuple[tuple | None, dict[str, Any]]:
 def _effective_targets(ctx) -> tuple[Any, str]:
     """(the target_modules PEFT gets, where they come from in words). A launch command's are those of the LoraConfig
     the script built; a config file's go through TRL's ModelConfig, which turns a one-item list into a string."""
-    from trl_doctor.facts.parsing import model_config_value
-
     value = ctx.config.raw["lora_target_modules"]  # the file's value: what TRL's ModelConfig makes of it follows
     if ctx.live is not None:
         return value, " (the script's LoraConfig)"
@@ -497,3 +495,21 @@ def _transformers_input_grads() -> tuple[bool, str, bool]:
                        "when `_hf_peft_config_loaded` (adapters transformers loaded itself)"), reentrant_default
     return False, "transformers/modeling_utils.py: gradient_checkpointing_enable never calls enable_input_require_grads()", \
         reentrant_default
+
+
+def model_config_value(key: str, value: Any) -> Any:
+    """`value` of ModelConfig's field `key` as TRL's own ModelConfig leaves it after its __post_init__ (from a
+    config file, the parser hands a list on as it is). trl 0.x-1.x turn a one-item `lora_target_modules` into that
+    item, a string, which PEFT then reads as a regular expression over full module names. Asked of the installed
+    ModelConfig rather than copied; the value unchanged where it has no such field or refuses the value."""
+    import dataclasses
+
+    try:
+        import trl
+
+        cls = getattr(trl, "ModelConfig", None)
+        if cls is None or key not in {f.name for f in dataclasses.fields(cls) if f.init}:
+            return value
+        return getattr(cls(**{key: value}), key)
+    except Exception:
+        return value

@@ -25,7 +25,7 @@ from __future__ import annotations
 from trl_doctor import Unavailable, fail, passed, rule
 from trl_doctor.facts.metrics import (by_number, flagged, fmt, limit, near, ongoing, optional, patience, series, span,
                                       streaks)
-from trl_doctor.facts.settings import config_value
+from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "policy-gradient-gone"
 

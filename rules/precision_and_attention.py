@@ -32,16 +32,18 @@ Fix safety
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from trl_doctor import Edit, Fix, Unavailable, fail, passed, rule, warn
-from trl_doctor.facts.launch import compute_capability, launch, package_version
-from trl_doctor.facts.settings import config_value, settings, unapplied_model_keys
-from trl_doctor.facts.trl import TRAINER_CLASS, config_class, dtype_key, post_init_sets_bf16
-from trl_doctor.facts.bf16_support import bf16_below_ampere
-from trl_doctor.facts import trl_fields
+from trl_doctor.facts.launch.launcher import compute_capability, launch, package_version
+from trl_doctor.facts.launch.settings import config_value, settings, unapplied_model_keys
+from trl_doctor.facts.trl.installed import TRAINER_CLASS, config_class, dtype_key, post_init_sets_bf16
+from trl_doctor.facts.trl import fields as trl_fields
 
 FLASH = {  # version: (module, distributions that provide it, minimum compute capability, GPU family)
     2: ("flash_attn", ("flash-attn",), (8, 0), "Ampere"),
@@ -469,7 +471,7 @@ def _quantization(ctx, raw, on_cpu) -> _Found:
 
 def _gemma_type(ctx) -> str | None:
     """config.json's model_type (or its text_config's) when it is a Gemma that must train with eager attention."""
-    from trl_doctor.facts.models import model_types
+    from trl_doctor.facts.inputs.models import model_types
 
     return next((t for t in model_types(ctx) if t in GEMMA_EAGER), None)
 
@@ -479,7 +481,7 @@ def _gemma(ctx, raw, attn, where, kwargs, model_type) -> _Found:
     warns while training, or says nothing) and the catalog's NaN / zero-loss reports."""
     details: dict[str, Any] = {}
     findings: list[tuple[str, str, Fix | None]] = []
-    from trl_doctor.facts.models import config_json, default_attention, model_class_source
+    from trl_doctor.facts.inputs.models import config_json
 
     tf = ctx.version("transformers")
     cls, source = model_class_source(ctx)
@@ -668,7 +670,7 @@ def _explicit_dtype(raw: dict, kwargs: dict) -> str | None:
 
 def _params(ctx) -> int | None:
     from trl_doctor import InputError, Unavailable
-    from trl_doctor.facts.memory import count_params
+    from trl_doctor.facts.memory.plan import count_params
 
     try:
         return count_params(ctx.meta_model)
@@ -701,3 +703,126 @@ def _dtype_fix(ctx, raw, dtype: str, override: bool = False) -> Fix | None:
     new = dict(current or {})
     new[key] = dtype
     return Fix(f"set model_init_kwargs.{key}: {dtype} in {name}", (Edit(path, set=(("model_init_kwargs", new),)),))
+
+
+# -- bf16 below Ampere, as the installed torch and transformers decide it ----------------------------------------------
+# Whether bf16 training runs on a GPU below compute capability 8.0 (T4, V100), read from torch's and transformers'
+# source files as text (no import: the static judgment asks it too).
+#
+# transformers' TrainingArguments refuses bf16 on a GPU unless `is_torch_bf16_gpu_available()`; from 4.x on that is
+# `torch.cuda.is_bf16_supported()`. torch's answer changed: up to 2.0 it needed compute capability 8.0; from 2.1 it
+# falls back to creating a bfloat16 tensor on the device (`_check_bf16_tensor_supported`), which works on older GPUs,
+# and from 2.3 that fallback is the default of `including_emulation=True`. Where both say yes, bf16 trains, emulated
+# and far slower (a warning); where either refuses, the job stops with "Your setup doesn't support bf16/gpu" (a fail).
+
+@dataclass(frozen=True)
+class Bf16BelowAmpere:
+    runs: bool | None  # True: emulated; False: refused; None: the sources could not be read
+    why: str  # the evidence, with the files and functions read
+
+
+@lru_cache(maxsize=None)
+def bf16_below_ampere() -> Bf16BelowAmpere:
+    torch_says = _torch_emulates()
+    transformers_says = _transformers_delegates()
+    if torch_says is None or transformers_says is None:
+        return Bf16BelowAmpere(None, "the installed torch / transformers sources could not be read")
+    emulates, torch_why = torch_says
+    delegates, tf_why = transformers_says
+    return Bf16BelowAmpere(emulates and delegates, f"{tf_why}; {torch_why}")
+
+
+def _function(text: str, name: str) -> str | None:
+    """The source of the top-level function `name` in `text` (to the next top-level statement)."""
+    m = re.search(rf"^def {name}\(.*?(?=^\S)", text + "\n_end_", re.S | re.M)
+    return m.group(0) if m else None
+
+
+def _read(package: str, rel: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / rel
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def _torch_emulates(text: str | None = None) -> tuple[bool, str] | None:
+    """(emulates, words) from torch/cuda/__init__.py's `is_bf16_supported` (`text`: that file; default: the installed)."""
+    body = _function(text if text is not None else _read("torch", "cuda/__init__.py") or "", "is_bf16_supported")
+    if body is None:
+        return None
+    header = body.split("\n", 1)[0]  # the signature line
+    falls_back = "_check_bf16_tensor_supported" in body
+    if "including_emulation" in header:
+        default_on = re.search(r"including_emulation\s*:\s*bool\s*=\s*True|including_emulation\s*=\s*True", header)
+        emulates = falls_back and default_on is not None
+    else:
+        emulates = falls_back
+    how = ("counts an emulated bfloat16 (it creates a bfloat16 tensor on the device when the compute capability is "
+           "below 8.0)" if emulates else "requires compute capability 8.0")
+    return emulates, f"torch's cuda.is_bf16_supported() {how}"
+
+
+def _transformers_delegates() -> tuple[bool, str] | None:
+    body = _function(_read("transformers", "utils/import_utils.py") or "", "is_torch_bf16_gpu_available")
+    if body is None:
+        return None
+    cuda = body.split("if is_torch_xpu_available", 1)[0]
+    delegates = "is_bf16_supported()" in cuda and "including_emulation=False" not in cuda
+    how = ("asks torch.cuda.is_bf16_supported()" if delegates else
+           "checks the compute capability itself")
+    return delegates, f"transformers' is_torch_bf16_gpu_available() {how}"
+
+
+def default_attention(ctx) -> tuple[str | None, str]:
+    """(the attention implementation the installed transformers picks for this model when none is asked for, the
+    model class): read from the meta-device model, which transformers builds with its own default; (None, why) when
+    the model cannot be built here."""
+    from trl_doctor import InputError, Unavailable
+
+    try:
+        model = ctx.meta_model
+    except (InputError, Unavailable) as exc:
+        return None, str(exc)
+    except Exception as exc:  # an architecture the installed transformers cannot build: no default to read
+        return None, f"{type(exc).__name__}: {exc}"
+    impl = getattr(model.config, "_attn_implementation", None)
+    return (str(impl) if impl else None), type(model).__name__
+
+
+def model_class_source(ctx) -> tuple[type | None, str]:
+    """(the installed transformers' causal-LM class for config.json's model_type, the text of its modeling file), read
+    without building a model; (None, "") for a model_type transformers does not ship (remote code, or too new)."""
+    import importlib
+    import inspect
+
+    from trl_doctor.facts.inputs.models import model_types
+
+    for model_type in model_types(ctx):
+        try:
+            from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        except ImportError:
+            return None, ""
+        name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+        if not name:
+            continue
+        module_name = model_type.replace("-", "_")
+        for candidate in (module_name, module_name.removesuffix("_text")):
+            try:
+                module = importlib.import_module(f"transformers.models.{candidate}.modeling_{candidate}")
+            except ImportError:
+                continue
+            cls = getattr(module, name, None)
+            if cls is None:
+                continue
+            try:
+                return cls, inspect.getsource(module)
+            except (OSError, TypeError):
+                return cls, ""
+    return None, ""

@@ -38,13 +38,14 @@ from typing import Any
 
 from trl_doctor import Unavailable, fail, passed, rule, skip, warn
 
-from trl_doctor.facts.models import SCRIPT_OBJECT, scorer_folder, scorer_head
-from trl_doctor.facts.trl import TRAINER_CLASS, trainer_mentions
+from trl_doctor.facts.inputs.models import SCRIPT_OBJECT, scorer_folder, scorer_head
+from trl_doctor.facts.trl.installed import TRAINER_CLASS, trainer_mentions
 from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, call_reward, is_async, new_stats,
                                      record_values, reward_call, reward_fence, reward_problem, resolve_reward,
                                      as_trl_reads)
-from trl_doctor.facts.text import config_relative
-from trl_doctor.facts.trainer_config import trainer_config
+from trl_doctor.facts.inputs.text import config_relative
+from trl_doctor.facts.launch.settings import config_value
+from trl_doctor.facts.trl.trainer_config import trainer_config
 
 ROWS = 2  # dataset rows the functions are called on
 COMPLETIONS = (  # two synthetic completions per prompt, so group-relative rewards can differ
@@ -157,7 +158,7 @@ def _weights(cfg, sources: list[str], cls: str, trainer: str) -> list[tuple[Any,
 # -- the reward model ------------------------------------------------------------------------------------------------
 
 def _reward_model(ctx, ref: str, call: RewardCall, cls: str) -> tuple[list, str, dict]:
-    from trl_doctor.facts.models import resolve_artifact
+    from trl_doctor.facts.inputs.models import resolve_artifact
 
     cfg = ctx.config
     path = resolve_artifact(ref, cfg.base_dir, str(cfg.path), "reward_model_name_or_path", need="config.json").path
@@ -243,7 +244,8 @@ def _trainer_state(ctx):
         return TrainerState(max_steps=cfg.max_steps, num_train_epochs=cfg.num_train_epochs,
                             logging_steps=cfg.logging_steps, train_batch_size=cfg.per_device_train_batch_size)
     except Exception:  # no buildable config: the stand-in still answers what reward functions read at step 0
-        return _TrainerStateStandIn(int(ctx.config.get("max_steps") or -1), float(ctx.config.get("num_train_epochs") or 3.0))
+        return _TrainerStateStandIn(int(config_value(ctx, "max_steps", -1) or -1),
+                                    float(config_value(ctx, "num_train_epochs", 3.0) or 3.0))
 
 
 def _probe_inputs(ctx, call: RewardCall) -> tuple[dict | None, str]:
@@ -259,7 +261,7 @@ def _probe_inputs(ctx, call: RewardCall) -> tuple[dict | None, str]:
     n = min(ROWS, len(ds))
     if n == 0:
         return None, "functions imported and signatures checked, not called: the dataset has no rows"
-    from trl_doctor.facts.chat import is_conversational
+    from trl_doctor.facts.inputs.chat import is_conversational
 
     rows = [ds[i] for i in range(n)]
     conversational = is_conversational(rows[0])

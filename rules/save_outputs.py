@@ -32,7 +32,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from trl_doctor import Unavailable, fail, manual, passed, rule, warn
-from trl_doctor.facts.saving import config_save_error, output_dir_problem, tokenizer_save_error, unsaveable_kwargs
+from trl_doctor.facts.inputs.saving import (config_save_error, output_dir_problem, tokenizer_save_error,
+                                           unsaveable_kwargs)
+from trl_doctor.facts.launch.settings import config_value
 
 
 @rule(
@@ -87,12 +89,12 @@ def _output_dir(ctx):
     args = getattr(ctx.live, "args", None) if ctx.live is not None else None
     if args is not None:
         return getattr(args, "output_dir", None)
-    return ctx.config.raw.get("output_dir")
+    return ctx.config.raw.get("output_dir")  # the file's: the built config holds the doctor's own scratch folder
 
 
 def _save_strategy(ctx) -> str:
     args = getattr(ctx.live, "args", None) if ctx.live is not None else None
-    value = getattr(args, "save_strategy", None) if args is not None else ctx.config.raw.get("save_strategy", "steps")
+    value = getattr(args, "save_strategy", None) if args is not None else config_value(ctx, "save_strategy", "steps")
     return str(getattr(value, "value", value) or "steps")
 
 

@@ -39,7 +39,7 @@ from typing import Any
 from trl_doctor import Finding, Location, fail, manual, passed, rule, skip, warn
 
 from trl_doctor.facts.trainer_run import MAX_COMPLETION, trainer_gap, trainer_run
-from trl_doctor.facts.text import config_relative
+from trl_doctor.facts.inputs.text import config_relative
 
 
 @rule(

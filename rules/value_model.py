@@ -36,9 +36,11 @@ import warnings
 from pathlib import Path
 
 from trl_doctor import Edit, Fix, InputError, fail, manual, passed, rule, warn
-from trl_doctor.facts.models import SCRIPT_OBJECT, ScoreHead, score_rows, scorer_folder, scorer_head, scorer_tokenizer
-from trl_doctor.facts.trl import ppo_trains_value_model, ppo_without_value_model, trainer_class, trainer_source
-from trl_doctor.facts.text import load_error
+from trl_doctor.facts.inputs.models import (SCRIPT_OBJECT, ScoreHead, score_rows, scorer_folder, scorer_head,
+                                           scorer_tokenizer)
+from trl_doctor.facts.trl.installed import (ppo_trains_value_model, ppo_without_value_model, trainer_class,
+                                            trainer_source)
+from trl_doctor.facts.inputs.text import load_error
 
 LAST_PPO_RELEASE = "1.12.0"
 PPO_REMOVED_IN = "1.13.0"
@@ -245,7 +247,7 @@ def _policy_facts(ctx) -> dict:
 
 
 def _resolve(cfg, key: str, ref: str):
-    from trl_doctor.facts.models import resolve_artifact
+    from trl_doctor.facts.inputs.models import resolve_artifact
 
     return resolve_artifact(ref, cfg.base_dir, str(cfg.path), key, need="config.json")
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 from typing import Any
 
 from trl_doctor import fail, manual, passed, rule, warn
-from trl_doctor.facts.launch import launch
-from trl_doctor.facts.versions import (  # the pure core, testable with injected versions
+from trl_doctor.facts.launch.launcher import launch
+from trl_doctor.facts.trl.versions import (  # the pure core, testable with injected versions
     WATCHED,
     installed_requirements,
     known_issue_findings,
@@ -58,9 +58,9 @@ def _liger(ctx, requires: dict):
     """Liger kernels asked for (catalog A9): liger-kernel must be installed on the launch machine, within the range
     the installed TRL's `liger` extra declares. The extra is named after no package, so the requirement scan above
     never applies it."""
-    from trl_doctor.facts.launch import package_version
-    from trl_doctor.facts.settings import config_value
-    from trl_doctor.facts.versions import LIGER_KEYS, extra_requirement, version_in
+    from trl_doctor.facts.launch.launcher import package_version
+    from trl_doctor.facts.launch.settings import config_value
+    from trl_doctor.facts.trl.versions import LIGER_KEYS, extra_requirement, version_in
 
     asked = []
     for key in LIGER_KEYS:

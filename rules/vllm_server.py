@@ -36,9 +36,9 @@ from dataclasses import replace
 from typing import Any
 
 from trl_doctor import Finding, fail, manual, passed, rule, skip, warn
-from trl_doctor.facts.launch import launch
-from trl_doctor.facts.settings import config_value, settings, vllm_placement
-from trl_doctor.facts.vllm_server import (
+from trl_doctor.facts.launch.launcher import launch
+from trl_doctor.facts.launch.settings import config_value, settings, vllm_placement
+from trl_doctor.facts.vllm.server import (
     installed_client_endpoints, is_local, model_names, probe, same_model, server_target,
 )
 
@@ -144,7 +144,7 @@ def _need(ctx, s) -> tuple[int | None, str]:
     """(longest prompt + completion, in words); (None, why) when the prompts cannot be measured."""
     completion = s.max_completion_length
     try:
-        from trl_doctor.facts.chat import prompt_lengths
+        from trl_doctor.facts.inputs.chat import prompt_lengths
 
         longest = prompt_lengths(ctx)["max"]
     except Exception as exc:  # no dataset, no tokenizer, a template that raises: other rules report them

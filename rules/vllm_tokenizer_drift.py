@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, edited, fail, manual, passed, rule, skip, warn
+from trl_doctor import (DELETE, Edit, Fix, InputError, Location, Unavailable, edited, fail, manual, passed, rule, skip,
+                        warn)
 
-from trl_doctor.facts.locations import config_key
-from trl_doctor.facts.tokens import as_id_list, embedding_rows, vocab_size_on_disk
-from trl_doctor.facts.settings import as_mapping, config_value, vllm_mode_in_words
-from trl_doctor.facts.trl import TRAINER_CLASS
-from trl_doctor.facts.vllm import installed_config_field, installed_trl_vllm_path, load_as_vllm
+from trl_doctor.facts.inputs.tokens import as_id_list, embedding_rows
+from trl_doctor.facts.launch.settings import as_mapping, config_value
+from trl_doctor.facts.trl.installed import TRAINER_CLASS
+from trl_doctor.facts.vllm.handover import installed_config_field, installed_trl_vllm_path, load_as_vllm
 
 RESIZE_LIMIT = 256 * 2**20  # bytes of model.safetensors the unsafe fix loads and rewrites
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt")
@@ -359,8 +359,14 @@ def _the_fix(ctx, tok, rows, beyond, needs_tokenizer: bool, stop: _Stops, found:
 def _findings(ctx, found: _Verdicts, fix: Fix | None) -> list[tuple[str, str, Fix | None, Any]]:
     """(status, message, fix, location) of each finding, fails first; the first carries the fix."""
     order = {"fail": 0, "warn": 1}
-    return [(status, message, fix if n == 0 else None, config_key(ctx, key) if key else None)
+    return [(status, message, fix if n == 0 else None, _config_key(ctx, key) if key else None)
             for n, (status, message, key) in enumerate(sorted(found.findings, key=lambda f: order[f[0]]))]
+
+
+def _config_key(ctx, key: str) -> Location:
+    """The config key a finding points at: the config file and the key; the engine fills in the key's line and column
+    where the file writes it (trl_doctor.context.locations.locate), and a key the file does not set has none."""
+    return Location(str(ctx.config.path), key)
 
 
 def _matches(ctx, tok, rows, drift: Drift | None, stop: _Stops) -> str:
@@ -688,3 +694,39 @@ def _resize_fix(ctx, tok, rows, write_tokenizer: bool) -> tuple[Fix | None, str 
         edits += tok_edits
         what += " and save the trainer's tokenizer there, where vLLM loads it"
     return Fix(what, tuple(edits), unsafe=True), None
+
+
+def vocab_size_on_disk(folder) -> int | None:
+    """`vocab_size` in the config.json of `folder` (its text config's for a multimodal model), as a loader that
+    starts from the folder (vLLM) sees it; None when the file or the number is not there."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+    size = text.get("vocab_size", data.get("vocab_size"))
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def vllm_mode_in_words(ctx) -> tuple[str, str]:
+    """(the vLLM mode the job runs in, what says so in words) for a report: the config's `vllm_mode` as the trainer
+    sees it ("set in the config"), else the installed TRL's default with the file and line that set it, else the one
+    mode the installed TRL's vLLM code has ("server" for 0.16-0.17, "colocate": vLLM inside the trainer, for
+    0.14-0.15). Unlike `vllm_placement`, it never names "device" and never fails on another key's value."""
+
+    if isinstance(ctx.config.raw.get("vllm_mode"), str):
+        seen = config_value(ctx, "vllm_mode", None)
+        if isinstance(seen, str):
+            return seen, "set in the config"
+    exists, default, where = installed_config_field(ctx.trainer, "vllm_mode")
+    if exists and isinstance(default, str):
+        return default, f"the default in trl {ctx.version('trl')}, {where}"
+    path = installed_trl_vllm_path(ctx.trainer)
+    if path is None or path.colocate.forwards is None:
+        return "server", "the only vLLM mode of the installed trl"
+    return "colocate", "the only vLLM mode of the installed trl (vLLM inside the trainer)"

@@ -37,11 +37,11 @@ from dataclasses import replace
 from typing import Any
 
 from trl_doctor import Finding, fail, manual, passed, rule, skip, warn
-from trl_doctor.facts.launch import launch
-from trl_doctor.facts.settings import LOCAL_HOSTS, config_value, settings, vllm_placement
-from trl_doctor.facts.vllm_server import server_target
-from trl_doctor.facts.trl import trainer_mentions
-from trl_doctor.facts.vllm_support import installed_sync, quantization, supported_architectures
+from trl_doctor.facts.launch.launcher import launch
+from trl_doctor.facts.launch.settings import LOCAL_HOSTS, config_value, settings, vllm_placement
+from trl_doctor.facts.vllm.server import server_target
+from trl_doctor.facts.trl.installed import trainer_mentions
+from trl_doctor.facts.vllm.support import installed_sync, quantization, supported_architectures
 
 NO_VLLM = "`use_vllm: false` (the trainer generates itself)"
 
@@ -244,7 +244,7 @@ def _server_overlap(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]
 
 def _architecture(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
     details: dict[str, Any] = {}
-    from trl_doctor.facts.text import read_json
+    from trl_doctor.facts.inputs.text import read_json
 
     cfg = read_json(ctx.config.model.path / "config.json")
     archs = cfg.get("architectures") if isinstance(cfg, dict) else None

@@ -140,7 +140,7 @@ def rule_in_this_process(config, slug: str) -> tuple[int, dict]:
     from trl_doctor.context.config import load_config
     from trl_doctor.context.context import Context, Options
     from trl_doctor.types import exit_status
-    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.engine import run_rule
     from trl_doctor.report.formats import result_dict
     from trl_doctor.registry import builtin_rules
 
@@ -170,7 +170,8 @@ def _install_trl(cache: Path, release: str) -> None:
 def _importable_trl(cache: Path, release: str) -> dict:
     # the doctor imports the release's PPOTrainer: that must work with the installed transformers (trl 1.12.0
     # needs >= 4.56.2, so the legacy lane cannot run it)
-    probe = subprocess.run([sys.executable, "-c", "from trl_doctor.facts.trl import trainer_class; assert trainer_class('ppo')"],
+    probe = subprocess.run([sys.executable, "-c",
+                            "from trl_doctor.facts.trl.installed import trainer_class; assert trainer_class('ppo')"],
                            env={**os.environ, "PYTHONPATH": str(cache)}, capture_output=True, text=True)
     if probe.returncode != 0:
         pytest.skip(f"trl {release}'s PPOTrainer does not import with transformers {version('transformers')}: "

@@ -1,7 +1,7 @@
-"""The cheap checks every input passes before a library parses it (trl_doctor/context/config.py, trl_doctor/context/inputs.py,
-trl_doctor/facts/weights.py, trl_doctor/facts/parsing.py): each broken input is one InputError naming the file and
-what is wrong, or a finding naming the key; none reaches a rule as a crash. The command-line view of the same
-inputs is tests/test_fuzz.py."""
+"""The cheap checks every input passes before a library parses it (trl_doctor/context/config.py,
+trl_doctor/context/inputs.py, rules/model_files.py (the weights' headers), trl_doctor/facts/trl/parsing.py): each
+broken input is one InputError naming the file and what is wrong, or a finding naming the key; none reaches a rule as
+a crash. The command-line view of the same inputs is tests/test_fuzz.py."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from conftest import FIXTURES, run_doctor
 from trl_doctor.context.config import load_raw
 from trl_doctor.errors import InputError
 from trl_doctor.context.inputs import check_dataset_file, check_model_config, check_tokenizer_files
-from trl_doctor.facts.parsing import parse_as_trl
-from trl_doctor.facts.weights import weights
+from trl_doctor.facts.trl.parsing import parse_as_trl
+from trl_doctor.rules.model_files import weights
 
 pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 

@@ -23,7 +23,7 @@ import yaml
 from packaging.version import Version
 
 from conftest import FIXTURES, real_trl, result_of, run_json
-from trl_doctor.facts.trl import config_class
+from trl_doctor.facts.trl.installed import config_class
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
 
@@ -45,7 +45,7 @@ def fake_gpus(monkeypatch):
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "pynvml", module)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    from trl_doctor.facts.launch import _default_accelerate_config
+    from trl_doctor.facts.launch.launcher import _default_accelerate_config
 
     if _default_accelerate_config() is not None:  # hide this machine's accelerate default config
         # (only then: HF_HOME is read when the libraries are imported, so the checks start fresh workers)
@@ -73,8 +73,8 @@ def a100(n: int) -> dict:
 def test_reading_agrees_with_the_installed_config_class():
     """Every config of a grid: the reading finds a violation in the config class exactly where the class itself
     (built at that world_size) raises, and TRL's first error is one of the reading's messages."""
-    from trl_doctor.facts.trl_geometry import Evaluator as _State, config_values, installed_reading
-    from trl_doctor.facts.trl_geometry import probe_class as _probe_class
+    from trl_doctor.facts.trl.geometry import Evaluator as _State, config_values, installed_reading
+    from trl_doctor.facts.trl.geometry import probe_class as _probe_class
     from trl_doctor.rules.batch_geometry import _same
 
     for trainer in ("grpo", "rloo"):
@@ -110,7 +110,7 @@ def test_reading_agrees_with_the_installed_config_class():
 
 def test_reading_covers_the_trainer_checks_of_older_trl():
     """Where the checks live in the trainer's __init__ (trl < 0.18), they are read from its source too."""
-    from trl_doctor.facts.trl_geometry import installed_reading
+    from trl_doctor.facts.trl.geometry import installed_reading
 
     reading = installed_reading("grpo", config_class("grpo"))
     kinds = {u.kind for u in reading.units}
@@ -165,7 +165,7 @@ def test_process_count_sources(built_fixtures, fake_gpus, tmp_path, monkeypatch)
     (tmp_path / "acc.yaml").write_text("distributed_type: MULTI_GPU\nnum_machines: 2\nnum_processes: 16\n")
     assert procs("accelerate_config: acc.yaml\n") == (16, "16 (`accelerate_config: acc.yaml` sets num_processes 16)")
     assert procs("config_file: acc.yaml\n")[0] == 16  # accelerate launch's own flag
-    from trl_doctor.facts.trl import trl_root
+    from trl_doctor.facts.trl.installed import trl_root
 
     if (trl_root() / "accelerate_configs" / "zero2.yaml").is_file():  # TRL's built-in names (trl >= 1.0's CLI)
         shipped = yaml.safe_load((trl_root() / "accelerate_configs" / "zero2.yaml").read_text())["num_processes"]
@@ -192,8 +192,8 @@ def test_the_launch_fact_reads_the_accelerate_settings(built_fixtures, fake_gpus
 
     from trl_doctor.context.config import load_config
     from trl_doctor.context.context import Context
-    from trl_doctor.facts.launch import DeepSpeedSettings, launch
-    from trl_doctor.facts.trl import trl_root
+    from trl_doctor.facts.launch.launcher import DeepSpeedSettings, launch
+    from trl_doctor.facts.trl.installed import trl_root
 
     fake_gpus(a100(2))
     base = f"model_name_or_path: {built_fixtures / 'models' / 'qwen2-chat'}\nper_device_train_batch_size: 4\nnum_generations: 4\n"

@@ -137,7 +137,7 @@ def _trl_prompt_ids(tok, prompts):
 @pytest.mark.parametrize("config", ["chat-template/ok_llama3_chat.yaml", "chat-template/bad_plain_prompts_without_bos.yaml",
                                     "chat-template/ok_chatml.yaml"])
 def test_measured_lengths_are_the_installed_trls(built_fixtures, config):
-    from trl_doctor.facts.chat import prompt_lengths
+    from trl_doctor.facts.inputs.chat import prompt_lengths
 
     with _context(FIXTURES / config) as ctx:
         facts = prompt_lengths(ctx)
@@ -157,14 +157,14 @@ def test_large_dataset_is_sampled_evenly(built_fixtures, tmp_path):
     code, r, _ = check(config)
     assert r["status"] == "pass"
     assert r["details"]["prompts measured"] == "1000 rows evenly spaced over 2500"
-    from trl_doctor.facts.chat import sample_indices
+    from trl_doctor.facts.inputs.chat import sample_indices
 
     picked = sample_indices(2500)
     assert len(picked) == 1000 and picked[0] == 0 and picked[-1] >= 2490 and picked == sorted(set(picked))
 
 
 def test_over_the_character_budget_the_longest_stay_exact(built_fixtures, monkeypatch):
-    from trl_doctor.facts import chat as _chat
+    from trl_doctor.facts.inputs import chat as _chat
 
     monkeypatch.setattr(_chat, "CHAR_BUDGET", 20_000)
     monkeypatch.setattr(_chat, "LONGEST_EXACT", 10)

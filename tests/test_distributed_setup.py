@@ -35,7 +35,7 @@ def check(config: Path, *args: str, gpus: Path | None = None) -> tuple[int, dict
 
 
 def trainer_text() -> str:
-    from trl_doctor.facts.trl import trainer_source
+    from trl_doctor.facts.trl.installed import trainer_source
 
     return trainer_source("grpo")[1]
 
@@ -52,7 +52,7 @@ def test_which_device_maps_spread_the_model():
 
 
 def test_mixed_dtype_window_with_real_versions():
-    from trl_doctor.facts.versions import load_table
+    from trl_doctor.facts.trl.versions import load_table
     from trl_doctor.rules.distributed_setup import MIXED_DTYPE_ISSUE, mixed_dtype_problem
 
     entry = next(e for e in load_table() if e["id"] == MIXED_DTYPE_ISSUE)
@@ -70,7 +70,7 @@ def test_mixed_dtype_window_with_real_versions():
 
 
 def test_trainer_handling_is_read_from_the_installed_source():
-    from trl_doctor.facts.launch import trainer_distributed_handling
+    from trl_doctor.facts.launch.launcher import trainer_distributed_handling
 
     text = trainer_text()
     h = trainer_distributed_handling("grpo")
@@ -93,7 +93,7 @@ def test_checkpointing_default_is_what_the_installed_transformers_does(tmp_path)
 
     from trl_doctor.context.config import load_config
     from trl_doctor.context.context import Context, Options
-    from trl_doctor.facts.settings import checkpointing_reentrant
+    from trl_doctor.facts.launch.settings import checkpointing_reentrant
 
     model_dir = FIXTURES / "models" / "qwen2-chat"
     config = tmp_path / "gc.yaml"
@@ -108,7 +108,7 @@ def test_checkpointing_default_is_what_the_installed_transformers_does(tmp_path)
     if not partials:
         pytest.skip("transformers wraps its checkpoint function in a way this test does not read")
     actual = partials[0].keywords.get("use_reentrant", True)
-    from trl_doctor.facts.launch import trainer_reentrant_default
+    from trl_doctor.facts.launch.launcher import trainer_reentrant_default
 
     if trainer_reentrant_default("grpo") is None:  # the trainer sets nothing: transformers' default decides
         assert value is actual, (value, where)

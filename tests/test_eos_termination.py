@@ -22,7 +22,7 @@ def test_base_checkpoint_turn_end_is_fixed_and_generation_then_stops(fixture_cop
     assert "generation does not stop at '<|im_end|>' (id 2)" in r["message"]
     assert "max_completion_length (256)" in r["message"]
     assert "generate ran [8] steps (limit 8)" in r["details"]["termination probe"]
-    from trl_doctor.facts.generation import mask_eos
+    from trl_doctor.facts.trl.generation import mask_eos
 
     mask = mask_eos("grpo")
     tok_cfg = fixture_copy / "models" / "qwen2-base" / "tokenizer_config.json"
@@ -66,7 +66,7 @@ def test_multi_eos_terminator_the_mask_ignores_is_reported_and_the_fix_retargets
     stops generation through generation_config.json but ends neither the mask nor the truncation judgement. The fix
     sets the tokenizer's eos to it; the installed TRL (every stop id by 1.16) passes the same checkpoint as it is."""
     from conftest import real_trl
-    from trl_doctor.facts.generation import mask_eos
+    from trl_doctor.facts.trl.generation import mask_eos
 
     config = str(fixture_copy / "eos-termination" / "bad_phi_multi_eos.yaml")
     tok_cfg = fixture_copy / "models" / "phi-multieos" / "tokenizer_config.json"

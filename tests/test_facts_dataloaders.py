@@ -1,6 +1,7 @@
-"""facts.dataloaders: what the installed accelerate yields from a prepared dataloader that holds no batch, asked of
-accelerate itself (no version table). TRL's PPO-style trainers loop over such a dataloader in their sample generation
-(`for batch in self.eval_dataloader: query = batch["input_ids"]`); the fact must say whether that loop stops."""
+"""batch-geometry's reading of the installed accelerate (rules/batch_geometry.py, `empty_loader_yields_none`): what
+a prepared dataloader that holds no batch yields, asked of accelerate itself (no version table). TRL's PPO-style
+trainers loop over such a dataloader in their sample generation (`for batch in self.eval_dataloader: query =
+batch["input_ids"]`); the reading must say whether that loop stops."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def _trls_loop_stops() -> bool:
 
 
 def test_the_fact_says_what_trls_loop_meets():
-    from trl_doctor.facts.dataloaders import empty_loader_yields_none
+    from trl_doctor.rules.batch_geometry import empty_loader_yields_none
 
     assert empty_loader_yields_none() is _trls_loop_stops()
 
@@ -36,6 +37,6 @@ def test_the_fact_says_what_trls_loop_meets():
 def test_accelerate_changed_it_in_1_9():
     """The release history the explain text cites (accelerate's DataLoaderShard.__iter__: `yield` before 1.9,
     `self.end(); return` from 1.9), held against the installed release."""
-    from trl_doctor.facts.dataloaders import empty_loader_yields_none
+    from trl_doctor.rules.batch_geometry import empty_loader_yields_none
 
     assert empty_loader_yields_none() is (Version(version("accelerate")) < Version("1.9"))

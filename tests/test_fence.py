@@ -240,7 +240,7 @@ def test_a_reward_call_past_the_limit_fails_in_process_too(built_fixtures, tmp_p
     """Without a supervisor (the API, a notebook) the rule's own wait follows --user-code-timeout."""
     from trl_doctor.context.config import load_config
     from trl_doctor.context.context import Context, Options
-    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.engine import run_rule
     from trl_doctor.registry import builtin_rules
 
     (tmp_path / "slow_rewards.py").write_text(

@@ -67,7 +67,7 @@ def pad_fix(config: Path) -> Fix:
     """The pad-token rule's own fix for `config`, from the engine in this process."""
     from trl_doctor.context.config import load_config
     from trl_doctor.context.context import Context, Options
-    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.engine import run_rule
     from trl_doctor.registry import builtin_rules
 
     (rule,) = [r for r in builtin_rules() if r.slug == "pad-token"]

@@ -227,7 +227,7 @@ def test_table_is_plain_when_not_a_terminal(mixed_config):
 def test_fail_on_warn(built_fixtures):
     cfg = str(built_fixtures / "pad-token" / "bad_gpt2_nopad.yaml")
     warn_only = run_doctor("check", cfg, "--select", "pad-token")
-    from trl_doctor.facts.trl import trainer_sets_pad_to_eos
+    from trl_doctor.facts.trl.installed import trainer_sets_pad_to_eos
 
     if trainer_sets_pad_to_eos("grpo")[0]:
         assert warn_only.returncode == 0

@@ -13,7 +13,7 @@ import yaml
 from packaging.version import Version
 
 from conftest import FIXTURES, result_of, run_doctor, run_json
-from trl_doctor.facts.generation import token_type_ids_reach_generate
+from trl_doctor.facts.trl.generation import token_type_ids_reach_generate
 
 HERE = FIXTURES / "generation-settings"
 MERGES = Version(version("transformers")) >= Version("4.50")  # older transformers fall back to special-token ids only
@@ -95,7 +95,7 @@ def test_token_type_ids_crash_is_real_in_the_smoke_step(built_fixtures):
 
 
 def _has_ppo() -> bool:
-    from trl_doctor.facts.trl import trainer_class
+    from trl_doctor.facts.trl.installed import trainer_class
 
     return trainer_class("ppo") is not None
 

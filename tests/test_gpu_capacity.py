@@ -1,4 +1,4 @@
-"""TD008 gpu-capacity and the shared memory estimate (trl_doctor/facts/memory_estimate.py).
+"""TD008 gpu-capacity and the shared memory estimate (trl_doctor/facts/memory/estimate.py).
 
 The estimate is checked against arithmetic done by hand on real model configs (Qwen2.5-0.5B, Llama-3-8B,
 Llama-3-70B, written into fixtures/gpu-capacity/models/ as config.json only); the rule runs through the real
@@ -19,8 +19,8 @@ import pytest
 from conftest import FIXTURES, result_of, run_json
 from trl_doctor.context.config import load_config
 from trl_doctor.context.context import Context, Options
-from trl_doctor.facts.launch import gpus, torch_cuda_version, visible_gpus
-from trl_doctor.facts.memory import (
+from trl_doctor.facts.launch.launcher import gpus, torch_cuda_version, visible_gpus
+from trl_doctor.facts.memory.plan import (
     CUDA_CONTEXT_BYTES, GiB, Plan, count_params, estimate, lora_adapter_params, plan_from_context, policy_dtype,
     seq_classifier_params,
 )
@@ -188,7 +188,7 @@ def test_quantized_base_weights():
 # -- filling the plan from a config -------------------------------------------------------------------------
 
 def test_plan_from_context_matches_the_hand_estimate(tmp_path):
-    from trl_doctor.facts.trl import trainer_source
+    from trl_doctor.facts.trl.installed import trainer_source
 
     keys = dict(model_name_or_path=str(MODELS / "qwen2.5-0.5b"), model_init_kwargs={"dtype": "float32"}, bf16=True,
                 per_device_train_batch_size=8, num_generations=8, max_prompt_length=512, max_completion_length=512,
@@ -246,8 +246,8 @@ def test_policy_dtype(tmp_path):
 def test_settings_fact_resolves_as_the_installed_trl(tmp_path):
     """The Settings fact: one answer per check, the values the trainer sees (TRL's defaults included), the same as
     the generic accessor gives."""
-    from trl_doctor.facts.parsing import parse_as_trl
-    from trl_doctor.facts.settings import config_value, field_value, settings
+    from trl_doctor.facts.trl.parsing import parse_as_trl
+    from trl_doctor.facts.launch.settings import config_value, field_value, settings
 
     # a JSON string where TRL's parser takes one (transformers 5's HfArgumentParser decodes it), else a mapping
     as_json = '{"dtype": "auto"}'
@@ -294,7 +294,7 @@ def test_cuda_visible_devices():
 
 def test_fake_nvml_answers_like_pynvml():
     spec = {"driver": "535.104.05", "cuda_driver": "12.2", "gpus": [gpu(free=40000, processes=2)]}
-    code = "import json; from trl_doctor.facts.launch import gpus; print(json.dumps(gpus()))"
+    code = "import json; from trl_doctor.facts.launch.launcher import gpus; print(json.dumps(gpus()))"
     env = {**os.environ, **fake_env(spec)}
     found, why = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                            check=True).stdout)
@@ -397,16 +397,16 @@ def test_healthy_fixture_without_gpu_has_no_false_alarm(built_fixtures):
     assert code == 0 or r["status"] not in ("fail", "error"), r
 
 
-# -- sharding: DeepSpeed ZeRO and FSDP (facts.launch.sharding, facts.memory.sharded) ---------------------------
+# -- sharding: DeepSpeed ZeRO and FSDP (facts.launch.launcher.sharding, facts.memory.plan.sharded) ----------------
 
 def _shard(**kw):
-    from trl_doctor.facts.launch import Sharding
+    from trl_doctor.facts.launch.launcher import Sharding
 
     return Sharding(configured_by="test", **kw)
 
 
 def test_sharded_estimate_divides_what_each_stage_partitions():
-    from trl_doctor.facts.memory import sharded
+    from trl_doctor.facts.memory.plan import sharded
 
     plan = Plan(policy_params=1_000_000_000, param_bytes=2, reference=True, batch_size=1, seq_len=10, hidden_size=16,
                 num_layers=10, intermediate_size=64, kv_dim=16, num_heads=1, vocab_size=100)
@@ -442,7 +442,7 @@ def test_sharded_estimate_divides_what_each_stage_partitions():
 
 
 def test_sharding_is_read_from_the_config_then_the_accelerate_config(tmp_path):
-    from trl_doctor.facts.launch import sharding
+    from trl_doctor.facts.launch.launcher import sharding
 
     (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}))
     with context(tmp_path, model_name_or_path=str(MODELS / "qwen2.5-0.5b"), deepspeed="ds.json") as ctx:
@@ -528,7 +528,7 @@ def test_trls_qlora_notebook_fits_the_t4_it_was_run_on(built_fixtures):
     import inspect
 
     from conftest import run_doctor
-    from trl_doctor.facts.trl import trainer_class
+    from trl_doctor.facts.trl.installed import trainer_class
 
     if "quantization_config" not in inspect.signature(trainer_class("grpo").__init__).parameters:
         pytest.skip("the installed GRPOTrainer takes no quantization_config (the notebook is written for trl >= 1.x)")

@@ -53,7 +53,7 @@ def test_the_doctors_lookup_leaves_the_list_as_it_was(mutating_pair, tmp_path):
     proc = _python("""
         from transformers import training_args
         before = list(training_args._VALID_DICT_FIELDS)
-        from trl_doctor.facts.trl import config_class, trainer_class
+        from trl_doctor.facts.trl.installed import config_class, trainer_class
         assert trainer_class("grpo") is not None and config_class("grpo") is not None
         assert training_args._VALID_DICT_FIELDS == before, training_args._VALID_DICT_FIELDS
         from trl import RLOOConfig
@@ -68,7 +68,7 @@ def test_a_grpo_config_built_under_the_hooks_reads_its_json_field_as_the_job_doe
     as it does in the user's job, where the script's own import of GRPO added it."""
     proc = _python("""
         from transformers import training_args
-        from trl_doctor.facts.trl import config_class, dict_fields_for
+        from trl_doctor.facts.trl.installed import config_class, dict_fields_for
         GRPOConfig = config_class("grpo")
         with dict_fields_for(GRPOConfig):
             config = GRPOConfig(output_dir="out", report_to="none", model_init_kwargs='{"torch_dtype": "float32"}')

@@ -40,7 +40,7 @@ def line_of(script: str, text: str) -> int:
 
 
 def has_trl_trainer(kind: str) -> bool:
-    from trl_doctor.facts.trl import trainer_class
+    from trl_doctor.facts.trl.installed import trainer_class
 
     return trainer_class(kind) is not None
 
@@ -123,7 +123,7 @@ def test_accelerate_launch_with_zero3_on_four_processes():
         assert geometry["location"]["line"] == line_of("grpo_system_prompt.py", "trainer = GRPOTrainer(")
     # a TRL whose config checks the batch (trl >= 0.17) refuses it at 1 process and at 4: the script still
     # reached its trainer, and the report says how
-    from trl_doctor.facts.launch import is_geometry_error
+    from trl_doctor.facts.launch.launcher import is_geometry_error
 
     try:
         from trl import GRPOConfig
@@ -399,7 +399,7 @@ def test_fix_through_a_launch_command_edits_the_checkpoint_the_script_loads(tmp_
     assert result_of(report, "eos-termination")["status"] == "pass"
     # where the installed trainer ends the completion mask at the tokenizer's eos only (trl <= 1.12), the fix retargets
     # that eos too, so that generation and the mask end at the same token (catalog B8)
-    from trl_doctor.facts.generation import mask_eos
+    from trl_doctor.facts.trl.generation import mask_eos
 
     mask = mask_eos("grpo")
     model = tmp_path / "models" / "qwen2-base"

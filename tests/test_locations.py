@@ -1,5 +1,5 @@
 """Where findings point: key positions in YAML and JSON files, a finding's location (its own or the one its
-fix implies), the facts layer's `config_key`, and how the engine folds locations and fix applicabilities
+fix implies), a rule's finding that names a config key, and how the engine folds locations and fix applicabilities
 into a Result."""
 
 from __future__ import annotations
@@ -160,14 +160,15 @@ def test_no_location_without_one_or_a_fix(files):
     assert locate(fail("x", manual("do it by hand")), files.cfg) is None
 
 
-def test_config_key_fact(files):
-    from trl_doctor.facts.locations import config_key
+def test_a_finding_that_names_a_config_key_gets_its_line(files):
+    # vllm-tokenizer-drift points its findings at `generation_kwargs` so: the file and the key; the engine the line
+    from trl_doctor.rules.vllm_tokenizer_drift import _config_key
 
-    ctx = SimpleNamespace(_cache={}, config=SimpleNamespace(path=files.cfg, raw={"num_generations": 8, "beta": 0.0}))
-    got = config_key(ctx, "num_generations")
-    assert got == Location(str(files.cfg), "num_generations", 9, 1)
-    assert config_key(ctx, "num_generations") is got  # cached on the context
-    assert config_key(ctx, "learning_rate") == Location(str(files.cfg), "learning_rate")
+    ctx = SimpleNamespace(config=SimpleNamespace(path=files.cfg, raw={"num_generations": 8, "beta": 0.0}))
+    assert locate(fail("x", location=_config_key(ctx, "num_generations")), files.cfg) == \
+        Location(str(files.cfg), "num_generations", 9, 1)
+    assert locate(fail("x", location=_config_key(ctx, "learning_rate")), files.cfg) == \
+        Location(str(files.cfg), "learning_rate")
 
 
 # -- the engine: Result.location and merged applicabilities --------------------------------------------
@@ -185,7 +186,7 @@ def ctx(built_fixtures, tmp_path):
 
 
 def _run(ctx, *findings):
-    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.engine import run_rule
 
     @rule(id="XT901", slug="example-findings", title="returns the findings it is given")
     def check(_ctx):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import real_trl, result_of, run_doctor
-from trl_doctor.facts.migrations import load_migrations, migration_for, unknown_key_policy
+from trl_doctor.rules.trainer_config import load_migrations, migration_for, unknown_key_policy
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from conftest import result_of, run_doctor, run_json
-from trl_doctor.facts.trl import trainer_sets_pad_to_eos
+from trl_doctor.facts.trl.installed import trainer_sets_pad_to_eos
 
 
 def test_gpt2_without_pad_token_is_reported_and_fixed(fixture_copy):

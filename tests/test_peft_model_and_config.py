@@ -27,7 +27,7 @@ def _peft_setup(*extra: str) -> tuple[int, dict]:
 
 
 def test_a_peft_model_with_a_peft_config_fails_where_trl_refuses_it():
-    from trl_doctor.facts.trl import trainer_mentions
+    from trl_doctor.facts.trl.installed import trainer_mentions
 
     if not trainer_mentions("grpo", "You passed a `PeftModel` instance together with a `peft_config`"):
         pytest.skip("this TRL (< 0.27) takes a PeftModel with a peft_config")

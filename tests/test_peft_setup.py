@@ -25,7 +25,7 @@ def check(config, *extra):
 
 
 def loads_through_create_model_from_path() -> bool:
-    from trl_doctor.facts.trl import trainer_source
+    from trl_doctor.facts.trl.installed import trainer_source
 
     return "create_model_from_path(" in trainer_source("grpo")[1]
 

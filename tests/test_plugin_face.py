@@ -41,7 +41,7 @@ def test_every_public_name_is_the_private_object():
     from trl_doctor import registry as _registry
     from trl_doctor import types as _types
     from trl_doctor import wording as _wording
-    from trl_doctor.facts import trainer_config as _trainer_config
+    from trl_doctor.facts.trl import trainer_config as _trainer_config
 
     private = {"fact": _cache, "Context": _context, "InputError": _errors, "Unavailable": _errors,
                "rule": _registry, "Rule": _registry, "CheckContext": _interface, "trainer_config": _trainer_config,

@@ -66,7 +66,7 @@ def fix_twice(config: Path) -> dict:
 def test_bf16_on_a_t4_runs_emulated_and_the_fix_turns_it_off(fixture_copy, fake_gpus):
     """Issue 30, class 4: the installed torch (>= 2.1) counts an emulated bfloat16, and transformers asks it, so bf16
     on a T4 trains, far slower: a warn that names the reading of both sources; torch 2.0 refused it (a fail)."""
-    from trl_doctor.facts.bf16_support import bf16_below_ampere
+    from trl_doctor.rules.precision_and_attention import bf16_below_ampere
 
     fake_gpus("t4.json")
     config = fixture_copy / "precision-and-attention" / "bad_bf16_t4.yaml"
@@ -86,7 +86,7 @@ def test_bf16_on_a_t4_runs_emulated_and_the_fix_turns_it_off(fixture_copy, fake_
 def test_bf16_by_trl_default(built_fixtures, fake_gpus):
     fake_gpus("t4.json")
     code, r = check(HERE / "bad_bf16_default_t4.yaml")
-    from trl_doctor.facts.trl import config_class
+    from trl_doctor.facts.trl.installed import config_class
 
     default = next(f.default for f in __import__("dataclasses").fields(config_class("grpo")) if f.name == "bf16")
     if default is None:  # trl >= 0.19: bf16=None becomes `not fp16` (emulated on a T4 with torch >= 2.1: a warn)
@@ -442,7 +442,7 @@ def is_bf16_supported():
 
 @pytest.mark.release_free
 def test_the_bf16_reading_of_torch_2_0_and_of_the_installed_torch():
-    from trl_doctor.facts.bf16_support import _torch_emulates
+    from trl_doctor.rules.precision_and_attention import _torch_emulates
 
     assert _torch_emulates(TORCH_201) == (False, "torch's cuda.is_bf16_supported() requires compute capability 8.0")
     emulates, words = _torch_emulates()  # torch 2.13: including_emulation=True, with the bfloat16-tensor fallback

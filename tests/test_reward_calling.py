@@ -54,7 +54,7 @@ def rule_result(config: Path, timeout: float = 60.0) -> dict:
     own time limit can stop a call here."""
     from trl_doctor.context.config import load_config
     from trl_doctor.context.context import Context, Options
-    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.engine import run_rule
     from trl_doctor.report.formats import result_dict
     from trl_doctor.registry import builtin_rules
 

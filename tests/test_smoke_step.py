@@ -126,7 +126,7 @@ def test_ppo_step_with_the_last_trl_that_has_ppo(built_fixtures):
 
 
 def test_ppo_on_a_trl_without_ppo_names_the_release_to_pin(built_fixtures):
-    from trl_doctor.facts.trl import trainer_class
+    from trl_doctor.facts.trl.installed import trainer_class
 
     if trainer_class("ppo") is not None:
         pytest.skip(f"trl {version('trl')} has a PPO trainer")
@@ -215,7 +215,7 @@ def test_real_model_is_used_only_when_its_step_fits(tmp_path, built_fixtures):
         assert plan.policy_params == 494_032_768
         fits, why = real_model_fits(ctx, _gpu(70))
         assert fits, why
-        from trl_doctor.facts.memory import estimate
+        from trl_doctor.facts.memory.plan import estimate
 
         est = estimate(plan, gpu_total_bytes=70 * 2**30)
         # the doctor's own additions are counted: no copy of the model, only the fingerprints' scratch (fp32 weights)

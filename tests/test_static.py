@@ -242,13 +242,13 @@ def test_static_says_what_the_full_check_says(built_fixtures, case_id):
 
 @pytest.mark.release_free
 def test_one_way_to_read_a_value_in_every_context(built_fixtures):
-    """facts.settings.config_value answers in the static context too, without TRL: the value as written, else the
+    """facts.launch.settings.config_value answers in the static context too, without TRL: the value as written, else the
     judged release's default; TRL's own config object is a fact the static context has not (Unavailable)."""
     from trl_doctor.context.config import load_config
     from trl_doctor.errors import Unavailable
-    from trl_doctor.facts import trl_fields
-    from trl_doctor.facts.settings import config_value
-    from trl_doctor.facts.trainer_config import trainer_config
+    from trl_doctor.facts.trl import fields as trl_fields
+    from trl_doctor.facts.launch.settings import config_value
+    from trl_doctor.facts.trl.trainer_config import trainer_config
     from trl_doctor.interface import CheckContext
     from trl_doctor.options import Options
     from trl_doctor.static import StaticContext

@@ -39,7 +39,7 @@ def test_a_launch_recipe_key_the_installed_trl_drops_is_named(built_fixtures, tm
     drops them without a word (a warning naming each, with the release a newer field arrives in); 0.19-0.21 stop."""
     from packaging.version import Version
 
-    from trl_doctor.facts.migrations import load_arrivals, script_unknown_key_policy
+    from trl_doctor.rules.trainer_config import load_arrivals, script_unknown_key_policy
 
     installed = version("trl")
     newer = next((a for a in load_arrivals() if "grpo" in a.trainers and Version(installed) < Version(a.since)), None)
@@ -98,7 +98,7 @@ def test_a_users_script_names_every_later_releases_key_its_parser_drops(built_fi
     0.18) was passed over ("accepts all N keys")."""
     from packaging.version import Version
 
-    from trl_doctor.facts.migrations import script_unknown_key_policy
+    from trl_doctor.rules.trainer_config import script_unknown_key_policy
 
     installed = version("trl")
     if Version(installed) >= Version("0.18") or script_unknown_key_policy("grpo")[0] == "stops":

@@ -19,7 +19,7 @@ INSTALLED = version("trl")
 
 
 def _entry() -> dict:
-    from trl_doctor.facts import trl_fields as fields
+    from trl_doctor.facts.trl import fields
 
     assert INSTALLED in fields.data()["releases"], f"trl {INSTALLED} is not in trl_fields.json: rerun tools/gen_trl_fields.py"
     return fields.release(INSTALLED)
@@ -34,7 +34,7 @@ def _trl_declared(cls) -> set[str]:
 def _live_classes() -> dict:
     import trl
 
-    from trl_doctor.facts.trl import config_class
+    from trl_doctor.facts.trl.installed import config_class
 
     out = {name: config_class(trainer) for trainer, name in (("grpo", "GRPOConfig"), ("rloo", "RLOOConfig"),
                                                              ("ppo", "PPOConfig"))}
@@ -64,7 +64,7 @@ def test_the_config_classes_match_the_installed_trl():
 def test_training_arguments_are_read_as_dataclasses_sees_them():
     from transformers import TrainingArguments
 
-    from trl_doctor.facts import trl_fields as fields
+    from trl_doctor.facts.trl import fields
 
     read, where = fields.training_arguments()
     assert "(installed)" in where
@@ -72,7 +72,7 @@ def test_training_arguments_are_read_as_dataclasses_sees_them():
 
 
 def test_pad_to_eos_is_what_the_full_check_reads_from_the_installed_trainer():
-    from trl_doctor.facts.trl import trainer_sets_pad_to_eos, trainer_source
+    from trl_doctor.facts.trl.installed import trainer_sets_pad_to_eos, trainer_source
 
     entry = _entry()
     for trainer in ("grpo", "rloo", "ppo"):
@@ -86,9 +86,9 @@ def test_the_geometry_statements_give_the_full_checks_verdicts(built_fixtures, p
     """Every batch-geometry case, evaluated on the stored statements and defaults (static) and on the installed
     TRL's source and config class (the full check's reading): the same violations, word for word."""
     from trl_doctor.context.config import load_config
-    from trl_doctor.facts.trl import config_class
-    from trl_doctor.facts.trl_geometry import Evaluator, config_values, installed_reading, stored_reading, values_over
-    from trl_doctor.facts import trl_fields as fields
+    from trl_doctor.facts.trl.installed import config_class
+    from trl_doctor.facts.trl.geometry import Evaluator, config_values, installed_reading, stored_reading, values_over
+    from trl_doctor.facts.trl import fields
 
     spec = yaml.safe_load((FIXTURES / "batch-geometry" / "expected.yaml").read_text())
     compared = 0

@@ -23,7 +23,7 @@ LAUNCH = FIXTURES / "launch"
 
 
 def _ppo_env() -> dict:
-    from trl_doctor.facts.trl import trainer_class
+    from trl_doctor.facts.trl.installed import trainer_class
 
     return {} if trainer_class("ppo") is not None else real_trl("1.12.0")
 

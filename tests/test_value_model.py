@@ -17,7 +17,7 @@ import pytest
 from packaging.version import Version
 
 from conftest import real_trl, result_of, run_doctor, run_json
-from trl_doctor.facts.trl import trainer_class
+from trl_doctor.facts.trl.installed import trainer_class
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
 

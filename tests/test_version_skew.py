@@ -14,8 +14,8 @@ import yaml
 from packaging.version import Version
 
 from conftest import FIXTURES, result_of, rule_in_this_process, run_doctor, run_json
-from trl_doctor.facts import versions as _skew
-from trl_doctor.facts.versions import (
+from trl_doctor.facts.trl import versions as _skew
+from trl_doctor.facts.trl.versions import (
     entry_matches_config,
     known_issue_findings,
     load_table,

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import FIXTURES, real_trl, result_of, run_doctor, run_json
 
-from trl_doctor.facts.vllm_server import Target, client_endpoints, get, installed_client_endpoints, probe
+from trl_doctor.facts.vllm.server import Target, client_endpoints, get, installed_client_endpoints, probe
 
 MODEL = FIXTURES / "models" / "qwen2-chat"
 COMPLETION = 64
@@ -263,7 +263,8 @@ def test_trl_1_10_client_against_its_own_server_and_against_vllms(built_fixtures
 def test_trl_016_017_run_vllm_as_a_server_in_every_rule(built_fixtures, tmp_path):
     """trl 0.16-0.17 keep `vllm_device` as a deprecated field beside the server client (`vllm_server_host`), and run
     vLLM as a server (`trl vllm-serve`). Issue 30 (class 5): vllm-server said 0.17 ran vLLM "in-process on a spare
-    GPU" while version-skew said server mode; every rule now reads one placement (facts.settings.vllm_placement)."""
+    GPU" while version-skew said server mode; every rule now reads one placement
+    (facts.launch.settings.vllm_placement)."""
     from importlib.metadata import version as installed
 
     from packaging.version import Version

@@ -15,7 +15,7 @@ import yaml
 from packaging.version import Version
 
 from conftest import result_of, run_doctor, run_json
-from trl_doctor.facts import vllm as _vllm
+from trl_doctor.facts.vllm import handover as _vllm
 
 SELECT = ("--select", "vllm-tokenizer-drift")
 

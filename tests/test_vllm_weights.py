@@ -19,7 +19,7 @@ import pytest
 
 from conftest import FIXTURES, result_of, run_json
 
-from trl_doctor.facts.vllm_support import quantization, read_sync, registry_architectures
+from trl_doctor.facts.vllm.support import quantization, read_sync, registry_architectures
 
 HERE = FIXTURES / "vllm-weights"
 FAKE_NVML_DIR = Path(__file__).resolve().parent / "fake_nvml"

@@ -359,7 +359,7 @@ def test_an_allocation_failure_in_a_rule_is_a_finding_about_memory(built_fixture
 
     from trl_doctor.context.config import load_config
     from trl_doctor.context.context import Context, Options
-    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.engine import run_rule
     from trl_doctor.registry import Rule
 
     setup = badinputs.build_setup(tmp_path)

@@ -6,7 +6,7 @@ into (GRPOConfig, RLOOConfig, PPOConfig, ScriptArguments, ModelConfig, DatasetMi
 (name, annotation, default) resolved through the TRL base classes it inherits from, and the outside base it ends at
 (transformers' TrainingArguments, whose fields come from the installed transformers at check time, else from the
 snapshot recorded here); and per trainer whether its source sets a missing pad token to eos (the same reading the
-full check makes of the installed trainer, trl_doctor.facts.trl.trainer_sets_pad_to_eos).
+full check makes of the installed trainer, trl_doctor.facts.trl.installed.trainer_sets_pad_to_eos).
 
     python tools/gen_trl_fields.py            # downloads the wheels (pip download, cached) and rewrites the file
     python tools/gen_trl_fields.py --check    # exit 1 when the file differs from what the wheels give
@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trl_doctor.facts.trl import _POLICY_PAD_RE, _SOURCE_FILES, TRAINER_CLASS  # noqa: E402
-from trl_doctor.facts.trl_geometry import _prune  # noqa: E402
-from trl_doctor.facts.trl_fields import OUT, TRAINER_CONFIG, classes_in, fields_of  # noqa: E402
+from trl_doctor.facts.trl.installed import _POLICY_PAD_RE, _SOURCE_FILES, TRAINER_CLASS  # noqa: E402
+from trl_doctor.facts.trl.geometry import _prune  # noqa: E402
+from trl_doctor.facts.trl.fields import OUT, TRAINER_CONFIG, classes_in, fields_of  # noqa: E402
 
 RELEASES = ["0.14.0", "0.15.2", "0.16.1", "0.17.0", "0.18.2", "0.19.1", "0.20.0", "0.21.0", "0.22.2", "0.23.1",
             "0.24.0", "0.25.1", "0.26.2", "0.27.2", "0.28.0", "0.29.1", "1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0",
@@ -99,7 +99,7 @@ def read_release(version: str) -> dict:
 
 
 def _statements(text: str, body: list) -> list:
-    """[[line, source]] of the geometry statements of a function body (trl_doctor.facts.trl_geometry's pruning)."""
+    """[[line, source]] of the geometry statements of a function body (trl_doctor.facts.trl.geometry's pruning)."""
     return [[s.lineno, textwrap.dedent(ast.get_source_segment(text, s, padded=True))] for s in _prune(body)]
 
 

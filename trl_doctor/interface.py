@@ -10,7 +10,7 @@ A rule judges in up to three contexts, each a provider of this interface:
   DoctorCallback(watch=True): the rule's `watch` judgment (a rule of the watch family has only that one), reading
   the logs through trl_doctor.facts.metrics and the job's settings through `config_value`.
 
-What every provider answers is below; `config_value(ctx, key)` (`trl_doctor.facts.settings`) is the one way to
+What every provider answers is below; `config_value(ctx, key)` (`trl_doctor.facts.launch.settings`) is the one way to
 read the value the trainer will see for a key, in every context. A fact that needs what a provider lacks (the ML
 stack under --static) raises `Unavailable`, and the rule reading it is `skip` with that reason. A provider may
 offer more (the static context's files read as JSON, the full context's loaded tokenizer and models); a judgment

@@ -37,7 +37,7 @@ check's worker.
 from __future__ import annotations
 
 from trl_doctor.cache import fact
-from trl_doctor.facts.trainer_config import trainer_config
+from trl_doctor.facts.trl.trainer_config import trainer_config
 from trl_doctor.context.context import Context
 from trl_doctor.errors import InputError, Unavailable
 from trl_doctor.interface import CheckContext

@@ -157,7 +157,7 @@ def trainer_classes() -> dict[type, str]:
     """The installed TRL's RL trainer classes and their kind (grpo, rloo, ppo)."""
     import importlib
 
-    from ..facts.trl import trainer_class
+    from ..facts.trl.installed import trainer_class
 
     found: dict[type, str] = {}
     for kind in ("grpo", "rloo", "ppo"):
@@ -183,7 +183,7 @@ def trainer_classes() -> dict[type, str]:
 
 
 def config_classes() -> list[type]:
-    from ..facts.trl import config_class
+    from ..facts.trl.installed import config_class
 
     out = []
     for kind in ("grpo", "rloo", "ppo"):
@@ -264,7 +264,7 @@ class Hooks:
 
     # -- TRL's config classes --------------------------------------------------------------------------------
     def _config_init(self, original: Callable) -> Callable:
-        from ..facts.trl import dict_fields_for
+        from ..facts.trl.installed import dict_fields_for
 
         recorder = self.recorder
 
@@ -323,7 +323,7 @@ class Hooks:
         that the script reaches its trainer, build the config once more: first with the launch's global batch
         seen from one process (for a launch of N processes), then with a batch that divides (the arithmetic as
         written is then batch-geometry's to judge, at the launch's process count). (kwargs, why) pairs."""
-        from ..facts.launch import global_batch_kwargs, is_geometry_error
+        from ..facts.launch.launcher import global_batch_kwargs, is_geometry_error
 
         if not is_geometry_error(str(exc)):
             return

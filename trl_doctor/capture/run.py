@@ -238,7 +238,7 @@ def _processes(launched: Launched) -> int:
     if launched.processes:
         return launched.processes
     if launched.accelerate_config:
-        from ..facts.launch import read_accelerate_config
+        from ..facts.launch.launcher import read_accelerate_config
 
         return read_accelerate_config(Path(launched.accelerate_config), "--config_file").num_processes or 1
     return 1

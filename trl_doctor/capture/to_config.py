@@ -213,7 +213,7 @@ def _quantization(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def _aux_model(model: Any) -> tuple[str, str | None]:
     """(class, score head) of a reward or value model the script passed as an object."""
-    from ..facts.models import score_of
+    from ..facts.inputs.models import score_of
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return type(base).__name__, score_of(base)

@@ -56,7 +56,8 @@ class DoctorConfig:
     reward_funcs: list[str] = field(default_factory=list)
     dataset_file: Path | None = None
     dataset_dir: Path | None = None
-    parsed: Any = None  # what TRL's parser made of `raw` (facts.parsing.Parsed), set by facts.trainer_config.typed_as_trl
+    # what TRL's parser made of `raw` (facts.trl.parsing.Parsed), set by facts.trl.trainer_config.typed_as_trl
+    parsed: Any = None
 
     @property
     def base_dir(self) -> Path:

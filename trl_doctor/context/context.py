@@ -54,7 +54,8 @@ class Live:
     # (`reward_model_path`...): (class, its `score` head as 'Linear(64 → 1)' or None when it has none)
     aux_models: dict = field(default_factory=dict)
     # TRL ModelConfig keys the recipe or command line sets for loading the policy (attn_implementation, dtype,
-    # load_in_4bit...): {key: (value, where)}; whether they reach the model is facts.settings.unapplied_model_keys
+    # load_in_4bit...): {key: (value, where)}; whether they reach the model is
+    # facts.launch.settings.unapplied_model_keys
     model_keys: dict = field(default_factory=dict)
     # the script passed a peft_config to the trainer (besides a model it may have wrapped with PEFT itself)
     peft_config_given: bool = False
@@ -331,7 +332,8 @@ class Context:
         return "cuda" if has_cuda else "cpu"
 
     def need(self, name: str) -> Any:
-        """Load one of the context's inputs by name (raises Unavailable or InputError); facts.needs.build resolves a rule's needs."""
+        """Load one of the context's inputs by name (raises Unavailable or InputError); trl_doctor.engine.build_need
+        resolves a rule's needs."""
         return getattr(self, name)
 
 

@@ -2,7 +2,7 @@
 packages) and the GPUs (read through NVML, which answers in milliseconds and needs no CUDA context).
 
 Plain functions, read afresh at each call (`trl-doctor env`, a report's header). A check reads the GPUs once,
-as a fact of its context: `trl_doctor.facts.launch.nvml_gpus(ctx)`."""
+as a fact of its context: `trl_doctor.facts.launch.launcher.nvml_gpus(ctx)`."""
 
 from __future__ import annotations
 

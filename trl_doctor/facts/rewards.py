@@ -256,7 +256,7 @@ _EOS_PAD_RE = re.compile(r"reward_processing_class\.pad_token\s*=\s*reward_proce
 
 def reward_call(trainer: str) -> RewardCall | None:
     """How the installed `trainer` ("grpo" or "rloo") calls reward functions; None when TRL lacks its source."""
-    from trl_doctor.facts.trl import trainer_source
+    from trl_doctor.facts.trl.installed import trainer_source
 
     found = trainer_source(trainer)
     if found is None:

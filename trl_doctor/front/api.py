@@ -99,7 +99,7 @@ def _check_trainer(trainer: Any, rules: list, options) -> tuple[str, list, dict]
 
 def _run_rules(ctx, rules: list, smoke: bool) -> list:
     """The rules over a context in this process; the trainer run (probes and step) only with `smoke`."""
-    from trl_doctor.worker.engine import run_rules
+    from trl_doctor.engine import run_rules
     from trl_doctor.errors import InputError
     from trl_doctor.capture.report import adapt
 

@@ -563,7 +563,7 @@ def env(fmt):
     """Print python, torch (and its CUDA), transformers, trl, accelerate, vllm versions, the GPUs and the
     version-skew findings (declared ranges the installed packages miss, known breakages that apply)."""
     from trl_doctor.context.env import environment
-    from trl_doctor.facts.versions import env_section, environment_findings
+    from trl_doctor.facts.trl.versions import env_section, environment_findings
 
     e = environment()
     skew = environment_findings()

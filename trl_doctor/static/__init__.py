@@ -5,7 +5,7 @@ code, no dataset script; a chat template is rendered only in Jinja2's sandbox).
 It is a provider of the context interface (trl_doctor.interface, the `static` kind), not a set of judgments: it reads
 the trainer config (trl_doctor.context.config), the model's config.json and generation_config.json, the tokenizer
 files as JSON and the first rows of a local dataset file (trl_doctor.static.files), and names the TRL release whose
-config classes, shipped as data (trl_doctor.facts.trl_fields), are judged against. Each rule judges here with its own
+config classes, shipped as data (trl_doctor.facts.trl.fields), are judged against. Each rule judges here with its own
 `static` judgment, in its own module, under its id and in its words; a rule without one is a `skip` saying why
 (its `static_skip`). The engine runs the judgments as it runs rules (run_rule: timing, folding, a crash as `error`).
 """
@@ -26,14 +26,14 @@ TURN_MARK = "TRLDOCTORMARK"  # the assistant's content in the conversation the t
 class StaticContext:
     """The static context (trl_doctor.interface.CheckContext, kind `static`): the config, its files and the TRL
     release judged against. Besides the interface (config, trainer, options, live, version, the facts' cache), so
-    that the light facts (facts.launch.launch, facts.settings.config_value) work on it, a static judgment reads the
-    files: `tok`, `model_json`, `gen_json`, `dataset`, and `release` / `release_words`."""
+    that the light facts (facts.launch.launcher.launch, facts.launch.settings.config_value) work on it, a static
+    judgment reads the files: `tok`, `model_json`, `gen_json`, `dataset`, and `release` / `release_words`."""
 
     kind = "static"
     live = None
 
     def __init__(self, cfg, options, trl_version: str | None = None):
-        from trl_doctor.facts import trl_fields
+        from trl_doctor.facts.trl import fields as trl_fields
 
         self.cfg = self.config = cfg
         self.options = options
@@ -106,8 +106,8 @@ class StaticContext:
         return size if isinstance(size, int) and not isinstance(size, bool) else None
 
     def turn_terminator(self) -> dict | None:
-        """facts.chat.turn_terminator, read from files: the template rendered in Jinja2's sandbox (as transformers
-        renders it), bounded (trl_doctor.static.template), the first special token after the assistant's content.
+        """facts.inputs.chat.turn_terminator, read from files: the template rendered in Jinja2's sandbox (as
+        transformers renders it), bounded (trl_doctor.static.template), the first special token after the assistant's content.
         None without a template."""
         from .template import NotRendered, render
 
@@ -150,7 +150,7 @@ def skip_reason(rule) -> str:
 def run_static(cfg, rules: list, options, trl_version: str | None = None) -> tuple[list, dict]:
     """(a Result per rule, what the report says of the static check) for the loaded config `cfg`: each rule's own
     static judgment, built-in or a plugin's, over one StaticContext."""
-    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.engine import run_rule
 
     ctx = StaticContext(cfg, options, trl_version)
     results = []

@@ -166,7 +166,7 @@ def serve(path: str) -> None:
     before = dict(os.environ)
     for name in PRELOAD:
         __import__(name)
-    from trl_doctor.facts.trl import trainer_class
+    from trl_doctor.facts.trl.installed import trainer_class
 
     trainer_class("grpo")  # the floor every GRPO check pays, imported as a check's worker imports it
 

@@ -23,7 +23,7 @@ def watch_rules(select: Iterable[str] = (), ignore: Iterable[str] = (), rules: l
 
 
 def judge(ctx, rules: list) -> list[Result]:
-    from trl_doctor.worker.engine import run_rule
+    from trl_doctor.engine import run_rule
 
     return [run_rule(replace(r, check=r.watch, needs=(), prepare=None), ctx) for r in rules]
 

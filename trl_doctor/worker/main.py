@@ -91,7 +91,7 @@ def _limit_memory(options):
 
 def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable[[Message], None]) -> None:
     from trl_doctor.context.context import Context
-    from trl_doctor.worker.engine import each_result
+    from trl_doctor.engine import each_result
     from trl_doctor.errors import InputError
 
     if live is None:
@@ -187,7 +187,7 @@ def _with_created(message, created: list[str]):
 def _typed_as_trl(cfg):
     """The config's values read through TRL's own parser before any rule reads them (`2e-5` is a float to TRL);
     unchanged when the parser cannot be asked (trainer-config reports why)."""
-    from trl_doctor.facts.trainer_config import typed_as_trl
+    from trl_doctor.facts.trl.trainer_config import typed_as_trl
 
     try:
         return typed_as_trl(cfg)

@@ -103,7 +103,7 @@ def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started:
     import torch
     from transformers import AutoTokenizer
 
-    from trl_doctor.facts import trl as _trl
+    from trl_doctor.facts.trl import installed as _trl
 
     from trl_doctor.facts.trainer_run.fingerprint import changed, fingerprints
 
@@ -469,7 +469,7 @@ def _dataset(spec: Spec):
 def _processor(spec: Spec, tokenizer, lent=None):
     """A vision-language model's processor, as TRL loads it from the model folder (or the context's, lent), holding
     the run's tokenizer (the context's, with the script's tokens and pad token) in place of the folder's own."""
-    from trl_doctor.facts.vision import load_processor
+    from trl_doctor.facts.inputs.vision import load_processor
 
     processor = lent if lent is not None else load_processor(spec.processor_path)
     if tokenizer is not None and hasattr(processor, "tokenizer"):
@@ -522,7 +522,7 @@ def _aux_twin(small, path: str):
     score head, which the load then gives a fresh 1-row head, with transformers' "newly initialized" warning."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from trl_doctor.facts.models import score_rows
+    from trl_doctor.facts.inputs.models import score_rows
 
     rows = score_rows(path)
     architectures = getattr(small, "architectures", None) or []

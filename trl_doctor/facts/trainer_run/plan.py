@@ -21,7 +21,7 @@ from trl_doctor.protocol import TrainerRun, TrainerRunEnd, TrainerStage
 from trl_doctor.facts.trainer_run.launch_only import launch_only, launch_only_model_kwargs
 from trl_doctor.facts.trainer_run.lent import lendable
 from trl_doctor.facts.trainer_run.protocol import RunResult, Spec
-from trl_doctor.facts.trainer_config import trainer_config, trainer_config_info
+from trl_doctor.facts.trl.trainer_config import trainer_config, trainer_config_info
 
 ROWS = 4  # prompts handed to the worker side: enough for one generation batch and a spare
 FORCE_AFTER = 3  # the termination probe forces the end-of-turn token as the 4th completion token
@@ -32,7 +32,7 @@ LAST_PPO_RELEASE = "1.12.0"  # trl.experimental.ppo.PPOTrainer's last release (s
 
 def trainer_gap(ctx) -> str | None:
     """Why the installed TRL has no trainer for this config (with the version to pin), or None."""
-    from trl_doctor.facts.trl import trainer_class
+    from trl_doctor.facts.trl.installed import trainer_class
 
     trl_version = ctx.version("trl")
     if trl_version is None:
@@ -73,10 +73,11 @@ def trainer_run(ctx) -> RunResult:
     gap = trainer_gap(ctx)
     if gap:
         raise Unavailable(gap)
-    from trl_doctor.facts.needs import build
+    from trl_doctor.facts.trl.trainer_config import trainer_config
 
-    for need in ("trainer_config", "tokenizer", "model_config", "dataset"):
-        build(ctx, need)
+    trainer_config(ctx)
+    for need in ("tokenizer", "model_config", "dataset"):
+        ctx.need(need)
     spec = build_spec(ctx)
     ctx.emit(TrainerRun(spec.details(), ctx.options.smoke_timeout, spec.trainer))
     from trl_doctor.facts.trainer_run import execute as worker
@@ -99,9 +100,9 @@ PRECISION_KEYS = ("bf16", "fp16")
 
 
 def build_spec(ctx) -> Spec:
-    from trl_doctor.facts.models import parameter_count
+    from trl_doctor.facts.inputs.models import parameter_count
 
-    from trl_doctor.facts.chat import completion_terminator
+    from trl_doctor.facts.inputs.chat import completion_terminator
 
     info = trainer_config_info(ctx)
     raw = ctx.config.raw
@@ -209,7 +210,7 @@ def _rows(ctx) -> tuple[list, str | None, str | None]:
     model folder's processor, as TRL loads it; where that processor cannot load here the run is Unavailable,
     with why, rather than run on text the job never sees."""
     from trl_doctor.context.twin import vision_language
-    from trl_doctor.facts.vision import image_columns, processor
+    from trl_doctor.facts.inputs.vision import image_columns, processor
 
     first = ctx.dataset.select(range(min(ROWS, len(ctx.dataset))))
     images = image_columns(first) if vision_language(ctx.model_config) else []
@@ -225,7 +226,7 @@ def _lent_processor(ctx, spec: Spec):
     """The context's processor for a run on images (not loaded a second time), else None."""
     if not spec.processor_path:
         return None
-    from trl_doctor.facts.vision import processor
+    from trl_doctor.facts.inputs.vision import processor
 
     return processor(ctx)
 
@@ -244,7 +245,7 @@ def _copy_model_code(source, twin_dir) -> None:
 
 def _path(ctx, ref: str) -> str:
     """A reward or value model reference as the worker side loads it: a folder relative to the config, or a cached hub id."""
-    from trl_doctor.facts.models import resolve_artifact
+    from trl_doctor.facts.inputs.models import resolve_artifact
 
     try:
         return str(resolve_artifact(ref, ctx.config.base_dir, str(ctx.config.path), "reward_model_path", "config.json").path)
@@ -261,7 +262,7 @@ def _tokenizer_dir(ctx) -> str:
 
 def _model_choice(ctx) -> tuple[str, str, bool, str | None]:
     """(model path, label, is the twin, why) for the step: the real model on a GPU when it fits, else the twin."""
-    from trl_doctor.facts.models import parameter_count
+    from trl_doctor.facts.inputs.models import parameter_count
 
     arch = ctx.model_config.__class__.__name__.replace("Config", "")
     twin_label = f"miniature twin of {arch} ({parameter_count(ctx.twin) / 1e6:.2f}M parameters)"
@@ -282,7 +283,7 @@ def smoke_plan(ctx):
     reference and reward models, at the step's batch of 2 and completions of MAX_COMPLETION tokens, no vLLM."""
     from dataclasses import replace
 
-    from trl_doctor.facts.memory import plan_from_context
+    from trl_doctor.facts.memory.plan import plan_from_context
 
     plan = plan_from_context(ctx)
     completion = ctx.config.get("max_completion_length") or ctx.config.get("response_length") or 256
@@ -296,7 +297,7 @@ def smoke_plan(ctx):
 
 def step_gpu(gpus: list[dict], visible: str | None) -> dict | None:
     """The GPU the step's process gets (CUDA's device 0: the first one CUDA_VISIBLE_DEVICES leaves)."""
-    from trl_doctor.facts.launch import visible_gpus
+    from trl_doctor.facts.launch.launcher import visible_gpus
 
     shown, _ = visible_gpus(gpus, visible)
     return shown[0] if shown else None
@@ -310,13 +311,13 @@ def has_safetensors(folder) -> bool:
 
 def real_model_fits(ctx, gpu: dict | None = None) -> tuple[bool, str]:
     """Whether one smoke step of the real model fits in the free memory of the GPU it would run on, and why."""
-    from trl_doctor.facts.memory import GiB, estimate
+    from trl_doctor.facts.memory.plan import GiB, estimate
 
     if not has_safetensors(ctx.config.model.path):
         return False, (f"{ctx.config.model.ref} has no .safetensors weights (the doctor loads no pickle files) or no "
                        "weights at all")
     if gpu is None:
-        from trl_doctor.facts.launch import gpus
+        from trl_doctor.facts.launch.launcher import gpus
 
         found, why = gpus()
         gpu = step_gpu(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -348,7 +349,7 @@ def doctor_overhead(plan, meta_model) -> tuple[int, str]:
 
 def smoke_estimate_details(ctx) -> dict:
     """The step's memory estimate (and the free memory), shown beside an out-of-memory error."""
-    from trl_doctor.facts.memory import estimate
+    from trl_doctor.facts.memory.plan import estimate
 
     est = estimate(smoke_plan(ctx))
     out = {"memory estimate (one smoke step, real model)": f"~{est.total_gib:.1f} GiB: {est.summary()}"}
@@ -390,8 +391,8 @@ def sample_plan(ctx, twin: bool) -> dict:
 
 
 def _sample_plan(ctx, n: int, why: str) -> dict:
-    from trl_doctor.facts.chat import prompt_format, prompt_rendering, render_prompt, template_fence
-    from trl_doctor.facts.models import parameter_count
+    from trl_doctor.facts.inputs.chat import prompt_format, prompt_rendering, render_prompt, template_fence
+    from trl_doctor.facts.inputs.models import parameter_count
 
     out: dict = {"n": n, "why": why, "model": ctx.config.model.ref, "device": ctx.device}
     cfg = trainer_config(ctx)

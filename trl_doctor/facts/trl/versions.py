@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping
 from trl_doctor.wording import one_line
 
 WATCHED = ("trl", "transformers", "accelerate", "torch", "vllm", "peft", "deepspeed", "datasets")
-TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "known_issues.yaml"
+TABLE_PATH = Path(__file__).resolve().parents[2] / "data" / "known_issues.yaml"
 SEVERITIES = ("fail", "warn")
 ENTRY_KEYS = ("id", "title", "when", "config", "severity", "breaks", "description", "fix", "decided_by", "evidence")
 REQUIRED_KEYS = ("id", "title", "when", "severity", "breaks", "description", "fix", "evidence")

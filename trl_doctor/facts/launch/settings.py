@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from trl_doctor.cache import fact
-from trl_doctor.facts.launch import trainer_reentrant_default, transformers_reentrant_default
-from trl_doctor.facts.trainer_config import trainer_config_info, trainer_config_or_none
-from trl_doctor.facts.vllm import installed_config_field, installed_trl_vllm_path
+from trl_doctor.facts.launch.launcher import trainer_reentrant_default, transformers_reentrant_default
+from trl_doctor.facts.trl.trainer_config import trainer_config_info, trainer_config_or_none
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "float64": 8}
 
@@ -65,10 +64,10 @@ def config_value(ctx, key: str, default: Any = None) -> Any:
 
 def _written_or_release_default(ctx, key: str, default: Any) -> Any:
     """config_value for a context without TRL: the config's value, else the default that the judged release's config
-    class (or its script's classes) declares, from trl_doctor.facts.trl_fields."""
+    class (or its script's classes) declares, from trl_doctor.facts.trl.fields."""
     if key in ctx.config.raw:
         return ctx.config.raw[key]
-    from trl_doctor.facts import trl_fields
+    from trl_doctor.facts.trl import fields as trl_fields
 
     release = ctx.version("trl")
     own, _ = trl_fields.config_fields(release, ctx.trainer)
@@ -154,31 +153,12 @@ def vllm_placement(ctx) -> tuple[str | None, str]:
     return "server", "no vllm_mode"
 
 
-def vllm_mode_in_words(ctx) -> tuple[str, str]:
-    """(the vLLM mode the job runs in, what says so in words) for a report: the config's `vllm_mode` as the trainer
-    sees it ("set in the config"), else the installed TRL's default with the file and line that set it, else the one
-    mode the installed TRL's vLLM code has ("server" for 0.16-0.17, "colocate": vLLM inside the trainer, for
-    0.14-0.15). Unlike `vllm_placement`, it never names "device" and never fails on another key's value."""
-
-    if isinstance(ctx.config.raw.get("vllm_mode"), str):
-        seen = config_value(ctx, "vllm_mode", None)
-        if isinstance(seen, str):
-            return seen, "set in the config"
-    exists, default, where = installed_config_field(ctx.trainer, "vllm_mode")
-    if exists and isinstance(default, str):
-        return default, f"the default in trl {ctx.version('trl')}, {where}"
-    path = installed_trl_vllm_path(ctx.trainer)
-    if path is None or path.colocate.forwards is None:
-        return "server", "the only vLLM mode of the installed trl"
-    return "colocate", "the only vLLM mode of the installed trl (vLLM inside the trainer)"
-
-
 @fact
 def config_fields(ctx) -> tuple[str | None, frozenset[str]]:
     """(the installed TRL's config class for the trainer, its fields that take a value); (None, empty) without one."""
     import dataclasses
 
-    from .trl import config_class
+    from trl_doctor.facts.trl.installed import config_class
 
     try:
         cls = config_class(ctx.trainer)
@@ -201,7 +181,7 @@ def _field_default(trainer: str, key: str) -> Any:
     import dataclasses
 
     try:
-        from .trl import config_class
+        from trl_doctor.facts.trl.installed import config_class
 
         classes = [config_class(trainer)]
         import trl
@@ -209,7 +189,7 @@ def _field_default(trainer: str, key: str) -> Any:
         classes += [getattr(trl, "ModelConfig", None), getattr(trl, "ScriptArguments", None)]
     except Exception:  # no TRL: no defaults to read
         return _MISSING
-    from .trl import field_default
+    from trl_doctor.facts.trl.installed import field_default
 
     for cls in classes:
         if cls is None or not dataclasses.is_dataclass(cls):
@@ -315,7 +295,7 @@ def policy_dtype(ctx) -> tuple[str, str]:
                                                "default 'auto'")
         return "float32", f"the script's from_pretrained without a dtype: transformers {version}'s default (float32)"
     # no dtype anywhere: TRL 1.x's create_model_from_path loads fp32; bare transformers 5 loads "auto"
-    from .trl import create_model_default_dtype
+    from trl_doctor.facts.trl.installed import create_model_default_dtype
 
     if create_model_default_dtype() == "float32":
         return "float32", "TRL's create_model_from_path default (float32 when no dtype is given)"

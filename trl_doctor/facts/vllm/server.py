@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from .settings import LOCAL_HOSTS, config_value
+from trl_doctor.facts.launch.settings import LOCAL_HOSTS, config_value
 
 REQUEST_TIMEOUT = 2.0  # seconds per request
 CLIENT_MODULES = ("generation/vllm_client.py", "extras/vllm_client.py")
@@ -89,7 +89,7 @@ def client_endpoints(text: str | None, rel: str = "") -> ClientEndpoints:
 
 
 def installed_client_endpoints() -> ClientEndpoints:
-    from .trl import trl_root
+    from trl_doctor.facts.trl.installed import trl_root
 
     root = trl_root()
     for rel in CLIENT_MODULES:

@@ -17,7 +17,7 @@ from typing import Any
 
 from trl_doctor.cache import fact
 from trl_doctor.context.env import gpus, package_version, torch_cuda_version
-from .trl import trl_root
+from trl_doctor.facts.trl.installed import trl_root
 
 __all__ = ["gpus", "package_version", "torch_cuda_version", "visible_gpus", "is_geometry_error", "global_batch_kwargs", "nvml_gpus",
            "launch", "Launch", "AccelerateSettings", "DeepSpeedSettings", "FsdpSettings", "read_accelerate_config",
@@ -35,7 +35,7 @@ def global_batch_kwargs(cls, kwargs: dict[str, Any], processes: int) -> dict[str
     """`kwargs` for TRL's config class `cls` with the per-device batches of a launch of `processes` seen from one
     process (each times `processes`; a batch left out takes the class's default): TRL checks the batch arithmetic
     against the processes it runs in, one, where the doctor builds it."""
-    from .trl import field_default
+    from trl_doctor.facts.trl.installed import field_default
 
     scaled = dict(kwargs)
     for key in ("per_device_train_batch_size", "per_device_eval_batch_size"):
@@ -498,7 +498,7 @@ def trainer_reentrant_default(trainer: str) -> tuple[bool, str] | None:
     """(use_reentrant, where) the installed trainer sets when the config does not, or None."""
     from packaging.version import InvalidVersion, Version
 
-    from .trl import trainer_source
+    from trl_doctor.facts.trl.installed import trainer_source
 
     found = trainer_source(trainer)
     if found is None:
@@ -552,7 +552,7 @@ _DROP_MAP_RE = re.compile(r"""distributed_type\s+in\s+[\[(]([^\])]*)[\])]\s*:\s*
 
 
 def trainer_distributed_handling(trainer: str) -> TrainerDistributedHandling:
-    from .trl import trainer_source
+    from trl_doctor.facts.trl.installed import trainer_source
 
     found = trainer_source(trainer)
     if found is None:

@@ -1,17 +1,18 @@
 """The job's memory plan, read from the context: model dimensions and parameter counts (meta-device model),
 LoRA adapters, reward and reference models, the logits path the installed TRL takes, and the settings the
-trainer resolves. The arithmetic over a plan lives in `trl_doctor.facts.memory_estimate`; rules reach it through here."""
+trainer resolves. The arithmetic over a plan lives in `trl_doctor.facts.memory.estimate`; rules reach it through
+here."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from trl_doctor.facts.memory_estimate import (  # noqa: F401
+from trl_doctor.facts.memory.estimate import (  # noqa: F401
     CUDA_CONTEXT_BYTES, DEFAULT_PROMPT_LENGTH, GiB, MiB, QUANT_BYTES, Component, Estimate, Plan, estimate,
     optimizer_state_bytes, peak_estimate,
 )
-from .settings import (  # noqa: F401
+from trl_doctor.facts.launch.settings import (  # noqa: F401
     _MISSING, DTYPE_BYTES, LOCAL_HOSTS, _field_default, config_value, model_init_kwargs, policy_dtype, precision,
     settings,
 )
@@ -174,7 +175,7 @@ def logits_path(ctx, model) -> dict:
     the keyword the trainer passes), or logits for the whole sequence (trl#2770)."""
     import inspect
 
-    from .trl import logits_reading
+    from trl_doctor.facts.trl.installed import logits_reading
 
     reading = logits_reading(ctx.trainer)
     if reading.fused:
@@ -307,7 +308,7 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
         labels.append(("vllm_mode", mode or "a separate GPU (TRL < 0.16)"))
     if gen:
         labels.append(("sequences generated at once", gen))
-    notes += [
+    notes += [  # the report's words, unchanged by the move to facts/memory/ (the snapshots hold them)
         "one training process per GPU, nothing sharded (DeepSpeed ZeRO or FSDP, where the launch sets them, divide "
         "this afterwards: facts.memory.sharded)",
         "weights, gradients and AdamW states in the trained parameters' dtype; no fp32 master copy (the HF Trainer "
@@ -335,8 +336,8 @@ def _vision_tower(ctx, mcfg, use_peft: bool, notes: list, labels: list) -> dict:
     could not be counted here (said in the notes), or a LoRA run (the frozen tower keeps no activations)."""
     from trl_doctor.context.twin import vision_language
     from trl_doctor.errors import Unavailable
-    from trl_doctor.facts.chat import prompt_lengths
-    from trl_doctor.facts.vision import image_columns
+    from trl_doctor.facts.inputs.chat import prompt_lengths
+    from trl_doctor.facts.inputs.vision import image_columns
 
     vision = getattr(mcfg, "vision_config", None)
     if vision_language(mcfg) is None or vision is None:
@@ -373,7 +374,7 @@ _FROZEN_COPIES = ("reference model", "reward models")  # TRL prepares these with
 
 
 def sharded(est: Estimate, plan: Plan, sharding, processes: int, gather_for_generation: bool = True) -> tuple[Estimate, str]:
-    """`est` (one unsharded process) as one of `processes` processes under `sharding` (facts.launch.Sharding):
+    """`est` (one unsharded process) as one of `processes` processes under `sharding` (facts.launch.launcher.Sharding):
     DeepSpeed ZeRO-1 divides the optimizer states by the process count, ZeRO-2 the gradients too, ZeRO-3 the
     parameters too (the policy, its adapters, a value model, and the reference and reward models TRL prepares the
     same way); offload_optimizer / offload_param to the CPU take them off the GPU. FSDP FULL_SHARD (and

@@ -162,8 +162,8 @@ class PromptRendering:
 def prompt_rendering(ctx) -> PromptRendering:
     """How the installed trainer turns the config's dataset prompts into token ids, once per check."""
 
-    from .settings import as_mapping
-    from .trl import prompt_tokenization
+    from trl_doctor.facts.launch.settings import as_mapping
+    from trl_doctor.facts.trl.installed import prompt_tokenization
 
     how = prompt_tokenization(ctx.trainer)
     kwargs = as_mapping(ctx.config.get("chat_template_kwargs"))
@@ -222,7 +222,7 @@ def _add_image_tokens(ctx, indices: list[int], lengths: list, out: dict) -> None
     tokens (Qwen2-VL: one per 28x28 pixels): the expansion is added to each measured row's length. out["images"]
     says how they were counted, or why they could not be (the lengths are then the text's alone)."""
     from trl_doctor.context.twin import vision_language
-    from trl_doctor.facts.vision import image_columns, image_counter, image_sizes
+    from trl_doctor.facts.inputs.vision import image_columns, image_counter, image_sizes
 
     if vision_language(ctx.model_config) is None:
         return

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from trl_doctor.cache import fact
-from .trl import TRAINER_CLASS, config_class, trainer_tree, trl_root
+from trl_doctor.facts.trl.installed import TRAINER_CLASS, config_class, trainer_tree, trl_root
 
 # Names (attributes or locals) of TRL's batch arithmetic: statements that read or write one are evaluated.
 GEOMETRY = frozenset({

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .text import line_of as _line_of, line_text as _line_text, read_json as _read_json
-from .vllm import GENERATION_MODULES, _block, _in_comment_or_doc, _read
+from trl_doctor.facts.inputs.text import line_of as _line_of, line_text as _line_text, read_json as _read_json
+from trl_doctor.facts.vllm.handover import GENERATION_MODULES, _block, _in_comment_or_doc, _read
 
 # -- how the policy is quantized ------------------------------------------------------------------------------
 
@@ -127,7 +127,7 @@ def read_sync(texts: list[tuple[str, str]]) -> SyncReading:
 
 def installed_sync(trainer: str) -> SyncReading | None:
     """The weight sync of the installed TRL's trainer (and the vLLM generation module it imports), or None."""
-    from .trl import trainer_source, trl_root
+    from trl_doctor.facts.trl.installed import trainer_source, trl_root
 
     root = trl_root()
     found = trainer_source(trainer)
@@ -201,7 +201,7 @@ def supported_architectures() -> VllmArchitectures:
     importing it costs seconds and probes the platform)."""
     import importlib.util
 
-    from .launch import package_version
+    from trl_doctor.facts.launch.launcher import package_version
 
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .text import line_of as _line
-from .trl import trainer_source, trainer_tree
+from trl_doctor.facts.inputs.text import line_of as _line
+from trl_doctor.facts.trl.installed import trainer_source, trainer_tree
 
 # keys that change which token is sampled or how long generation runs; special-token ids are eos-termination's
 SAMPLING_KEYS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
@@ -166,7 +166,7 @@ def pad_passed_to_generate(ctx) -> str | None:
     its source is not installed."""
     import types
 
-    from .trainer_config import trainer_config_or_none
+    from trl_doctor.facts.trl.trainer_config import trainer_config_or_none
 
     # the pad id's expression reads the tokenizer only: a config TRL refuses (batch sizes) still has a trainer
     # that passes it, so the script's own config object, or none, serves as well

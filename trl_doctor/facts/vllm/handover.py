@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from .text import line_of as _line_of, line_text as _first_line
+from trl_doctor.facts.inputs.text import line_of as _line_of, line_text as _first_line
 from trl_doctor.wording import one_line
 
 # Where TRL has kept its vLLM code, newest first (paths inside the `trl` package).
@@ -300,7 +300,7 @@ def read_trl_vllm_path(root: Path, trainer_rel: str, trainer_text: str) -> TrlVl
 
 
 def installed_trl_vllm_path(trainer: str) -> TrlVllmPath | None:
-    from trl_doctor.facts.trl import trainer_source, trl_root
+    from trl_doctor.facts.trl.installed import trainer_source, trl_root
 
     root = trl_root()
     found = trainer_source(trainer)
@@ -398,7 +398,7 @@ def config_field(text: str, rel: str, name: str) -> tuple[bool, object, str | No
 
 
 def installed_config_field(trainer: str, name: str) -> tuple[bool | None, object, str | None]:
-    from trl_doctor.facts.trl import trl_root
+    from trl_doctor.facts.trl.installed import trl_root
 
     root = trl_root()
     found = _read(root, CONFIG_MODULES.get(trainer, ())) if root is not None else None

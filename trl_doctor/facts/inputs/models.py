@@ -134,7 +134,7 @@ def scorer_folder(ctx, path: Path) -> ScorerFolder:
     every rule that judges it (reward-functions' reward model, value-model's reward and value models)."""
     from transformers import AutoConfig
 
-    from .text import read_json
+    from trl_doctor.facts.inputs.text import read_json
 
     try:
         mcfg = AutoConfig.from_pretrained(str(path), trust_remote_code=ctx.options.trust_remote_code, local_files_only=True)
@@ -208,52 +208,6 @@ def model_types(ctx) -> tuple[str, ...]:
     return tuple(str(t) for t in found if t)
 
 
-def default_attention(ctx) -> tuple[str | None, str]:
-    """(the attention implementation the installed transformers picks for this model when none is asked for, the
-    model class): read from the meta-device model, which transformers builds with its own default; (None, why) when
-    the model cannot be built here."""
-    from .. import InputError, Unavailable
-
-    try:
-        model = ctx.meta_model
-    except (InputError, Unavailable) as exc:
-        return None, str(exc)
-    except Exception as exc:  # an architecture the installed transformers cannot build: no default to read
-        return None, f"{type(exc).__name__}: {exc}"
-    impl = getattr(model.config, "_attn_implementation", None)
-    return (str(impl) if impl else None), type(model).__name__
-
-
-def model_class_source(ctx) -> tuple[type | None, str]:
-    """(the installed transformers' causal-LM class for config.json's model_type, the text of its modeling file), read
-    without building a model; (None, "") for a model_type transformers does not ship (remote code, or too new)."""
-    import importlib
-    import inspect
-
-    for model_type in model_types(ctx):
-        try:
-            from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-        except ImportError:
-            return None, ""
-        name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
-        if not name:
-            continue
-        module_name = model_type.replace("-", "_")
-        for candidate in (module_name, module_name.removesuffix("_text")):
-            try:
-                module = importlib.import_module(f"transformers.models.{candidate}.modeling_{candidate}")
-            except ImportError:
-                continue
-            cls = getattr(module, name, None)
-            if cls is None:
-                continue
-            try:
-                return cls, inspect.getsource(module)
-            except (OSError, TypeError):
-                return cls, ""
-    return None, ""
-
-
 def remote_code(ctx) -> dict | None:
     """The model's own code, as config.json declares it (`auto_map`), read without running it: None when it has
     none; else {"auto_map", "model_type", "native" (the installed transformers ships this model_type, so a load
@@ -280,7 +234,7 @@ def trusted_by(ctx) -> str | None:
     `model_init_kwargs.trust_remote_code` reaches from_pretrained in every release; the top-level
     `trust_remote_code` is the config class's own field where the installed TRL has one (GRPOConfig in 1.x puts it
     into model_init_kwargs), and TRL's ModelConfig's otherwise (the `trl grpo` script passes it to from_pretrained)."""
-    from .settings import model_init_kwargs
+    from trl_doctor.facts.launch.settings import model_init_kwargs
 
     try:
         kwargs = model_init_kwargs(ctx)

@@ -5,20 +5,21 @@ Rules decide version-dependent questions by reading what the installed release a
 source), not only from a table of versions. `trainer_source` and `trl_root` are the one way in to that source;
 every regex over it lives below, each reader with a docstring saying what it reads and returning evidence
 (file:line and the code) that a rule quotes. Verdicts and their wording stay in the rules. The vLLM hand-over
-(`facts.vllm`), the reward call (`facts.rewards`) and the batch arithmetic (`facts.trl_geometry`) have readers
+(`facts.vllm.handover`), the reward call (`facts.rewards`) and the batch arithmetic (`facts.trl.geometry`) have readers
 of their own, built on the same two functions.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .text import line_of as _line, line_text as _line_text
+from trl_doctor.facts.inputs.text import line_of as _line, line_text as _line_text
 
 # Where each trainer has lived across TRL releases, newest first.
 _LOCATIONS = {
@@ -152,15 +153,23 @@ def trainer_source(trainer: str) -> tuple[str, str] | None:
 
 def trainer_tree(trainer: str):
     """(relative path, text, parsed module) of the installed trainer's source, or None (no TRL, or unparsable)."""
-    import ast
-
     found = trainer_source(trainer)
     if found is None:
         return None
     try:
-        return (*found, ast.parse(found[1]))
+        return (*found, _parsed(found[1]))
     except SyntaxError:
         return None
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(text: str):
+    """The module `text` parses to, once per text: batch-geometry and generation-settings both read GRPOTrainer's
+    3,000-line source, and parsing it is a tenth of a second. Keyed by the text itself, so a source read from
+    elsewhere (another release's, in a test) is parsed afresh; the readers only walk the tree, never change it."""
+    import ast
+
+    return ast.parse(text)
 
 
 # -- readings of the installed trainers' source ------------------------------------------------------------

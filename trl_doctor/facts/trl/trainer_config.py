@@ -18,7 +18,7 @@ from trl_doctor.cache import fact
 from trl_doctor.context.config import DOCTOR_KEYS, SCRIPT_EXTRA_KEYS, DoctorConfig
 from trl_doctor.context.env import package_version
 from trl_doctor.errors import Unavailable
-from trl_doctor.facts.launch import global_batch_kwargs, is_geometry_error, launch
+from trl_doctor.facts.launch.launcher import global_batch_kwargs, is_geometry_error, launch
 from trl_doctor.wording import one_line
 
 
@@ -43,7 +43,7 @@ class TrainerConfigInfo:
 def typed_as_trl(config: DoctorConfig) -> DoctorConfig:
     """The config with its values as the installed TRL's parser types them, and that parse recorded
     (`config.parsed`); the config unchanged when TRL has no parser to ask."""
-    from trl_doctor.facts.parsing import parse_as_trl
+    from trl_doctor.facts.trl.parsing import parse_as_trl
 
     parsed = parse_as_trl(config.trainer, config.raw)
     if parsed is None:
@@ -53,7 +53,7 @@ def typed_as_trl(config: DoctorConfig) -> DoctorConfig:
 
 @fact
 def trainer_config_info(ctx) -> TrainerConfigInfo:
-    from trl_doctor.facts.trl import config_class, script_fields
+    from trl_doctor.facts.trl.installed import config_class, script_fields
 
     if ctx.kind != "full":  # TRL's own object is built with TRL imported: the full check's
         raise Unavailable("needs the full check: TRL's config object is built by the installed TRL")
@@ -67,7 +67,7 @@ def trainer_config_info(ctx) -> TrainerConfigInfo:
                                  error=f"trl {trl_version} has no {ctx.trainer.upper()}Config")
     parsed = ctx.config.parsed
     if parsed is None:  # a context built on a config the worker did not type (the tests' own contexts)
-        from trl_doctor.facts.parsing import parse_as_trl
+        from trl_doctor.facts.trl.parsing import parse_as_trl
 
         parsed = parse_as_trl(ctx.trainer, ctx.config.raw)
     own = {f.name for f in dataclasses.fields(cls) if f.init}

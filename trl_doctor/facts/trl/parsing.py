@@ -28,7 +28,7 @@ class Parsed:
 
 def trl_parser(trainer: str):
     """(the parser `trl <trainer> --config` uses in the installed TRL, its description), or (None, why)."""
-    from .trl import config_class
+    from trl_doctor.facts.trl.installed import config_class
 
     try:
         module = importlib.import_module(f"trl.scripts.{trainer}")
@@ -182,19 +182,3 @@ def _text(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def model_config_value(key: str, value: Any) -> Any:
-    """`value` of ModelConfig's field `key` as TRL's own ModelConfig leaves it after its __post_init__ (from a
-    config file, the parser hands a list on as it is). trl 0.x-1.x turn a one-item `lora_target_modules` into that
-    item, a string, which PEFT then reads as a regular expression over full module names. Asked of the installed
-    ModelConfig rather than copied; the value unchanged where it has no such field or refuses the value."""
-    import dataclasses
-
-    try:
-        import trl
-
-        cls = getattr(trl, "ModelConfig", None)
-        if cls is None or key not in {f.name for f in dataclasses.fields(cls) if f.init}:
-            return value
-        return getattr(cls(**{key: value}), key)
-    except Exception:
-        return value

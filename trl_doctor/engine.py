@@ -1,8 +1,13 @@
-"""Runs rules over a context and folds each rule's findings into one Result.
+"""The run loop: runs rules over a context and folds each rule's findings into one Result.
 
 A rule that does not apply to the trainer, or whose needs the context cannot provide, is `skip` with the
 reason; a rule that crashes is `error` with its message, and the other rules still run. Only an input
 error (the config or its files cannot be read) stops the run: the CLI turns it into exit status 2.
+
+One loop for every context, on a floor of its own below all its users: the check's worker (`worker/main.py`),
+`--static` in the printing process (`static/`) and the in-process check of a built trainer (`front/api.py`,
+DoctorCallback). It imports the context and, lazily, the one fact a rule's `needs` can name (`trainer_config`);
+never a rule.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ from trl_doctor.context.context import Context
 from trl_doctor.errors import InputError, Unavailable
 from trl_doctor.registry import Rule
 from trl_doctor.context.locations import locate
-from trl_doctor.facts.needs import build
 from trl_doctor.types import Finding, Fix, Location, Result, Status, manual
 
 
@@ -32,7 +36,7 @@ def run_rule(rule: Rule, ctx: Context) -> Result:
         return result(Status.SKIP, _not_applicable(rule, ctx))
     try:
         for need in rule.needs:
-            build(ctx, need)
+            build_need(ctx, need)
         findings = list(rule.check(ctx))
     except InputError:
         raise
@@ -49,6 +53,21 @@ def run_rule(rule: Rule, ctx: Context) -> Result:
     if not findings:
         return result(Status.ERROR, "the rule returned no finding")
     return fold(rule, findings, result, ctx.config.path)
+
+
+def build_need(ctx, need: str) -> None:
+    """Build what a rule's `needs` names before it runs (raises Unavailable or InputError when it cannot be): one of
+    the context's inputs (tokenizer, model_config, generation_config, meta_model, twin, dataset) or the fact
+    trainer_config. `trainer_run` is only an ordering need: the rule reads the run itself and reports why it could
+    not run."""
+    if need == "trainer_run":
+        return
+    if need == "trainer_config":
+        from trl_doctor.facts.trl.trainer_config import trainer_config
+
+        trainer_config(ctx)
+        return
+    ctx.need(need)
 
 
 def _not_applicable(rule: Rule, ctx: Context) -> str:

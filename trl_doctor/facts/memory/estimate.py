@@ -2,9 +2,9 @@
 
 `estimate(plan)` is pure arithmetic on a `Plan` (no torch, no transformers, no context), so any rule, the
 smoke step or a test can call it with numbers of its own. Filling a Plan from a check is the facts layer's:
-`trl_doctor.facts.memory.plan_from_context(ctx)` reads the meta-device model's exact parameter count and the
-resolved settings (`facts.settings.settings(ctx)`: precision, dtype, batch, lengths, PEFT, vLLM), the reference
-and reward models; `facts.memory.from_context(ctx, gpu_total_bytes)` does both.
+`trl_doctor.facts.memory.plan.plan_from_context(ctx)` reads the meta-device model's exact parameter count and the
+resolved settings (`facts.launch.settings.settings(ctx)`: precision, dtype, batch, lengths, PEFT, vLLM), the reference
+and reward models; `facts.memory.plan.from_context(ctx, gpu_total_bytes)` does both.
 
 The model of one process (no sharding):
 - weights: the policy as loaded (fp32 unless a dtype is given: TRL's `model_init_kwargs` / the CLI's `dtype`),

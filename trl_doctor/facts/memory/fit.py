@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .launch import launch, sharding
-from .settings import LOCAL_HOSTS, config_value, settings, vllm_placement
-from .vllm_server import server_target
+from trl_doctor.facts.launch.launcher import launch, sharding
+from trl_doctor.facts.launch.settings import LOCAL_HOSTS, config_value, settings, vllm_placement
+from trl_doctor.facts.vllm.server import server_target
 
 TIGHT = 0.10  # within 10% of the free memory: warn
 
@@ -100,7 +100,7 @@ def plan_or_why(ctx):
     """(Plan, None) or (None, why the memory cannot be estimated)."""
     from trl_doctor.errors import InputError, Unavailable
 
-    from .memory import plan_from_context
+    from trl_doctor.facts.memory.plan import plan_from_context
 
     try:
         return plan_from_context(ctx), None
@@ -123,7 +123,7 @@ def judge_memory(plan, training: list[dict], shard, processes: int,
     """('pass' / 'warn' / 'fail', message, the details: the estimate and the free memory) for the tightest training
     GPU, under the launch's sharding (and, under ZeRO-3, whether generation gathers the whole policy: `gather`, TRL's
     ds3_gather_for_generation)."""
-    from .memory import estimate, sharded
+    from trl_doctor.facts.memory.plan import estimate, sharded
 
     worst = None
     for g in training:

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).resolve().parents[1] / "data" / "trl_fields.json"
+OUT = Path(__file__).resolve().parents[2] / "data" / "trl_fields.json"
 TRAINER_CONFIG = {"grpo": "GRPOConfig", "rloo": "RLOOConfig", "ppo": "PPOConfig"}
 SCRIPT_CLASSES = ("ScriptArguments", "ModelConfig", "DatasetMixtureConfig")
 
@@ -192,8 +192,8 @@ def known_keys(version: str, trainer: str, own: dict[str, dict]) -> set[str]:
 
 
 def ppo_style(version: str, trainer: str) -> bool:
-    """facts.trl.ppo_style for a release in the data: PPO, and RLOO before trl 0.22 (responses end at the config's
-    stop token)."""
+    """facts.trl.installed.ppo_style for a release in the data: PPO, and RLOO before trl 0.22 (responses end at the
+    config's stop token)."""
     return trainer == "ppo" or (trainer == "rloo" and release_key(version) < (0, 22))
 
 
