@@ -12,19 +12,7 @@ import click
 from trl_doctor.options import DEFAULTS
 from trl_doctor.version import __version__
 
-EXIT_INPUT = 2
-
-
-def _error_line(message: str) -> None:
-    """One line on stderr; its text (paths, keys, an exception's words) may come from the checked repository."""
-    from trl_doctor.report.formats._safe import for_terminal
-
-    click.echo(f"trl-doctor: error: {for_terminal(message, one_line=True)}", err=True)
-
-
-def _input_error(message: str) -> "click.exceptions.Exit":
-    _error_line(message)
-    return click.exceptions.Exit(EXIT_INPUT)
+from trl_doctor.front.output import EXIT_INPUT, emit as _emit, error_line as _error_line, input_error as _input_error
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -474,24 +462,6 @@ def _render(fmt, report, color: bool = False) -> str:
 def _color(fmt: str, path: str | None) -> bool:
     """The table's statuses in colour on a terminal (NO_COLOR turns it off)."""
     return path is None and fmt == "table" and _is_tty(sys.stdout) and "NO_COLOR" not in os.environ
-
-
-def _emit(text: str, path: str | None) -> None:
-    if path:
-        from trl_doctor.errors import InputError
-
-        try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)  # as ruff's --output-file: the folder is made
-        except (FileExistsError, NotADirectoryError):  # mkdir's own words ("File exists") name no cause
-            raise InputError(f"{path}: cannot write the report: a file stands where its folder would be") from None
-        except OSError as exc:
-            raise InputError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
-        try:
-            Path(path).write_text(text, encoding="utf-8")
-        except OSError as exc:  # a full disk, a read-only folder: one line, exit 2
-            raise InputError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
-    else:
-        click.echo(text, nl=False)
 
 
 def _progress():

@@ -32,7 +32,7 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
     trl-doctor watch train.log --follow
     trl-doctor watch outputs/run/checkpoint-500 --plot curves.svg --format json -o watch.json"""
     from trl_doctor.errors import InputError
-    from trl_doctor.front.cli import _emit, _input_error
+    from trl_doctor.front.output import emit as _emit, input_error as _input_error
     from trl_doctor.registry import RegistryError
 
     try:

@@ -1,0 +1,40 @@
+"""What the command line writes: a report to stdout or its file, and the one-line input error (exit 2); shared by
+`check` (cli.py) and `watch` (watch_cli.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+EXIT_INPUT = 2
+
+
+def error_line(message: str) -> None:
+    """One line on stderr; its text (paths, keys, an exception's words) may come from the checked repository."""
+    from trl_doctor.report.formats._safe import for_terminal
+
+    click.echo(f"trl-doctor: error: {for_terminal(message, one_line=True)}", err=True)
+
+
+def input_error(message: str) -> "click.exceptions.Exit":
+    error_line(message)
+    return click.exceptions.Exit(EXIT_INPUT)
+
+
+def emit(text: str, path: str | None) -> None:
+    if path:
+        from trl_doctor.errors import InputError
+
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)  # as ruff's --output-file: the folder is made
+        except (FileExistsError, NotADirectoryError):  # mkdir's own words ("File exists") name no cause
+            raise InputError(f"{path}: cannot write the report: a file stands where its folder would be") from None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as exc:  # a full disk, a read-only folder: one line, exit 2
+            raise InputError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
+    else:
+        click.echo(text, nl=False)
