@@ -5,7 +5,7 @@ Importing this package imports nothing heavy: torch, transformers and trl load i
 """
 
 from trl_doctor.edits import edited
-from trl_doctor.errors import InputError, Unavailable
+from trl_doctor.errors import InputError, Unavailable, WatchStopped
 from trl_doctor.options import Options
 from trl_doctor.registry import Rule, rule
 from trl_doctor.types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
@@ -31,6 +31,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Context", "Options", "InputError", "Unavailable", "Rule", "rule", "DELETE", "Edit", "edited", "Finding", "Fix",
+    "Context", "Options", "InputError", "Unavailable", "WatchStopped", "Rule", "rule", "DELETE", "Edit", "edited", "Finding", "Fix",
     "Status", "Location", "fail", "manual", "passed", "skip", "warn", "__version__", "check", "Report", "DoctorCallback",
 ]

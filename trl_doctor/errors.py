@@ -8,3 +8,9 @@ class InputError(Exception):
 class Unavailable(Exception):
     """A context artifact cannot be built for a reason that is a finding, not an input error
     (for example TRL rejects the trainer config). Rules that need it are skipped with this reason."""
+
+
+class WatchStopped(Exception):
+    """DoctorCallback(watch=True, on_fail="stop") stopped a trainer whose own loop does not honour
+    `control.should_training_stop` (TRL's PPOTrainer): raised from train() after the checkpoint of the failing step
+    was saved. Catch it to go on after train(); the message names the step, the rules and the checkpoint."""

@@ -59,6 +59,11 @@ class DoctorCallback(TrainerCallback):
             self.watcher.on_log(args, state, control, logs)
         return control
 
+    def on_save(self, args, state, control, **kwargs):
+        if self.watcher is not None:
+            self.watcher.on_save(state)
+        return control
+
     def on_train_end(self, args, state, control, **kwargs):
         if self.watcher is not None:
             self.watcher.end(args, state)

@@ -4,7 +4,9 @@ The main process judges; its verdict reaches every process through the job's own
 log, at the same step on all of them, as every process logs at the same steps), so all stop at the same step. A
 verdict that changes is one line in the job's log; `doctor/<slug>` values (0 pass, 1 warn, 2 fail) join the logged
 metrics the trackers receive; the JSON report is rewritten in output_dir (trl-doctor-watch.json) at each change and
-at the end. On a failure at `fail_on` with on_fail="stop", the trainer saves a checkpoint and stops after this step.
+at the end. On a failure at `fail_on` with on_fail="stop", the trainer saves a checkpoint and stops after this step;
+a trainer whose own loop ignores `should_training_stop` (TRL's PPOTrainer) is stopped by raising WatchStopped from
+train() once that checkpoint is saved (or at its next log, where it saves none).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class Watcher:
         self.trainer_kind: str | None = None
         self.preflight: dict = {}
         self.release: str | None = None
+        self.loop: str | None = None  # the trainer's class, where its own loop ignores should_training_stop
+        self.stopped_for = ""
 
     def begin(self, args, trainer, preflight_report=None) -> None:
         from trl_doctor.watch.history import History
@@ -51,12 +55,15 @@ class Watcher:
         self.release = package_version("trl")
         self.settings = _settings(args)
         self.trainer_kind = _kind(trainer)
+        self.loop = None if trainer is None or _honours_stop(type(trainer)) else type(trainer).__name__
         if preflight_report is not None:
             self.preflight = {r.rule: {"status": r.status.value, "message": r.message} for r in preflight_report.results}
 
     def on_log(self, args, state, control, logs: dict | None) -> None:
         if self.history is None:
             self.begin(args, None)
+        if self.stopped_at is not None and state.global_step > self.stopped_at and self.on_fail == "stop":
+            self._raise("the trainer went on past the step it was told to stop at")
         start = time.perf_counter()
         log = self.history.add(dict(logs or {}), step=state.global_step) if logs else None
         stop, lines, levels = False, [], {}
@@ -74,6 +81,8 @@ class Watcher:
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True
+            self.stopped_for = ", ".join(f"{r.id} {r.rule}" for r in self.report.results if fails(r, self.fail_on)) \
+                if self.report is not None else ""
         self.seconds += time.perf_counter() - start
 
     def _judge(self, state) -> tuple[bool, list[str], dict[str, int]]:
@@ -95,6 +104,20 @@ class Watcher:
             lines.append(f"trl-doctor watch: stopping the job at step {state.global_step} ({', '.join(r.id + ' ' + r.rule for r in bad)}): "
                          "the trainer saves a checkpoint and ends training after this step")
         return bool(bad), lines, {r.rule: LEVEL[r.status] for r in results}
+
+    def on_save(self, state) -> None:
+        """After the checkpoint of the stopping step: a loop that ignores should_training_stop is stopped here."""
+        if self.stopped_at is not None and self.loop and self.on_fail == "stop":
+            self._raise(f"checkpoint-{state.global_step} is saved")
+
+    def _raise(self, saved: str):
+        from trl_doctor.errors import WatchStopped
+
+        why = f" ({self.stopped_for})" if self.stopped_for else ""
+        raise WatchStopped(f"trl-doctor watch stopped the job at step {self.stopped_at}{why}: {saved}; "
+                           f"{self.loop or 'the trainer'}'s own loop does not honour should_training_stop, so the "
+                           "doctor stops it by raising this from train(); catch trl_doctor.WatchStopped to go on "
+                           "after train(), or use DoctorCallback(on_fail=\"warn\")")
 
     def end(self, args, state) -> None:
         if state.is_world_process_zero and self.report is not None:
@@ -137,6 +160,22 @@ def _kind(trainer) -> str | None:
         if cls in names:
             return kind
     return "other"
+
+
+def _honours_stop(cls) -> bool:
+    """Whether the trainer's training loop stops on control.should_training_stop: transformers.Trainer's does (its
+    train() runs _inner_training_loop); a class with its own train() does when that loop reads the flag."""
+    import inspect
+
+    train = getattr(cls, "train", None)
+    try:
+        from transformers import Trainer
+
+        if train is None or train is Trainer.train:
+            return True
+        return "should_training_stop" in inspect.getsource(train)
+    except (ImportError, OSError, TypeError):
+        return True  # unknown: the next log past the stop step says so (Watcher.on_log)
 
 
 def _agree(verdict: tuple) -> tuple:
