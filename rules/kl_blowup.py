@@ -7,7 +7,9 @@ What it does
   response length (the mean logged, else response_length: 53 when unknown, PPOConfig's default), so
   a token's KL is never overstated. A negative `objective/kl` for `patience` logs in a row is a
   warn: KL(pi || pi_ref) is never negative, and its estimate goes negative when the rollout was
-  sampled from another distribution than the one scored.
+  sampled from another distribution than the one scored. The estimate (a mean of log-ratios over
+  sampled tokens) wanders a little below 0 while the policy is still its reference, so it must be
+  below -`negative` (0.01) nats a token (a real PPO run at learning rate 0 logged -0.0003 a sequence).
 Why is this bad?
   A KL that explodes means the policy left the reference far behind: its text degenerates and the KL
   penalty dominates the reward (a learning rate too high, a reward being hacked). TRL's docs read a
@@ -17,7 +19,7 @@ Example
   {'kl': 37.5, 'loss': 1.5, ...} a few logs after {'kl': 0.02, ...}.
 Fix safety
   Nothing to rewrite: lower the learning rate, raise beta, or find the reward being hacked.
-  Thresholds: [tool.trl-doctor.watch.kl-blowup] max, high, patience.
+  Thresholds: [tool.trl-doctor.watch.kl-blowup] max, high, negative, patience.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def judge(ctx):
                           **flagged(run, metric=name))
             return
     if name == "objective/kl":
-        runs = streaks(points, lambda p: p.value < 0, n)
+        below = limit(ctx, SLUG, "negative", 0.01)
+        runs = streaks(points, lambda p: per_token(p) < -below, n)
         if runs:
             run = runs[0]
             yield warn(f"objective/kl is negative, {fmt(run[0].value)} {span(run)}: KL(policy || reference) is never "

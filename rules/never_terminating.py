@@ -10,7 +10,8 @@ Why is this bad?
   the whole budget, format rewards never match, and the policy learns from truncated text. The usual
   cause is an eos the generation does not stop at (a chat model's <|im_end|> or <|eot_id|> missing
   from generation_config.json's eos_token_id), or a base model with a chat template it never
-  learned.
+  learned. Where the completions ended at the start and then stopped ending, the stop tokens work:
+  the policy stopped emitting them (it drifted, or a reward pays for length), and the finding says so.
 Example
   {'completions/clipped_ratio': 1.0, 'completions/mean_terminated_length': 0.0, ...} from the first
   log.
@@ -57,8 +58,15 @@ def judge(ctx):
     limit_words = f" (max_completion_length {longest})" if longest else ""
     found = preflight(ctx, "eos-termination")
     before = f"; the preflight's eos-termination said {found[0]}: {found[1]}" if found and found[0] != "pass" else ""
-    message = (f"{what}, {span(run)}: the completions never end and all run to the length limit{limit_words}; "
-               f"check the stop tokens (`trl-doctor check`: eos-termination){before}")
+    ended = [p for p in points if p.number < run[0].number and not holds(p)]
+    if ended:  # they ended before: the stop tokens work, the policy stopped emitting them
+        message = (f"{what}, {span(run)}: the completions never end and all run to the length limit{limit_words}; "
+                   f"they ended until {ended[-1].at}, so the stop tokens work and the policy stopped emitting them "
+                   "(a policy drifting from its reference: see kl-blowup and entropy-collapse; or a reward that pays "
+                   "for length)")
+    else:
+        message = (f"{what}, {span(run)}: the completions never end and all run to the length limit{limit_words}; "
+                   f"check the stop tokens (`trl-doctor check`: eos-termination){before}")
     if ongoing(ctx, run):
         yield fail(message, **flagged(run, metric=name))
     else:

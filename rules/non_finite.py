@@ -1,7 +1,8 @@
 """TW007 non-finite: NaN or inf in the loss, the gradient norm or the KL
 
 What it does
-  Fails at the first log whose `loss`, `kl` or `objective/kl` is NaN or inf, and where `grad_norm`
+  Fails at the first log whose `loss`, `kl` or total `reward` (PPO's `loss/policy_avg`,
+  `loss/value_avg`, `objective/kl`, `objective/scores`) is NaN or inf, and where `grad_norm`
   is NaN or inf in bf16 or fp32 (the job's settings say which), or in `patience` (3) logs in a row
   whatever the precision. One non-finite grad_norm in fp16 with a finite loss is the loss scaler
   skipping a step and lowering its scale: a pass that says so (also where the precision is not
@@ -9,7 +10,9 @@ What it does
 Why is this bad?
   A NaN reaches the weights at the next optimizer step, and from then on every output is NaN: the
   job runs on, logging NaN, until its time is up. Causes: a learning rate that diverges, fp16
-  overflow, a reward of NaN or inf, log-probabilities of -inf where a token was masked.
+  overflow, a reward of NaN or inf, log-probabilities of -inf where a token was masked. A reward of
+  inf is silent on TRL 1.x: the group's advantages are NaN, set to 0, and the loss stays finite
+  (a real GRPO run, trl 1.16: the loss fell to beta x kl from the step the reward returned inf).
 Example
   {'loss': nan, 'grad_norm': nan, 'kl': nan, ...}
 Fix safety
@@ -27,27 +30,50 @@ from trl_doctor.facts.launch.settings import config_value
 SLUG = "non-finite"
 
 
+_REWARDS = ("reward", "reward_std", "objective/scores")
+# PPO's: loss/*, objective/kl, objective/scores. Not `rewards/<f>/mean`: a function that returns None for a sample
+# (a multi-task reward) makes its own mean NaN by design, and the total `reward` leaves it out (nansum)
+_WATCHED = ("loss", "loss/policy_avg", "loss/value_avg", "kl", "objective/kl") + _REWARDS
+_CONSEQUENCE = {
+    False: "once a NaN reaches the weights every later output is NaN; lower the learning rate, set max_grad_norm, "
+           "check the rewards for NaN",
+    True: "a reward function returned inf (or NaN where no other function scored the sample): the groups holding it "
+          "get NaN advantages, which TRL 1.x sets to 0 (they teach nothing, and the loss is the KL term's alone) and "
+          "older releases carry into the loss; make the reward functions return finite numbers, or None to leave "
+          "a sample out",
+}
+
+
 @rule(id="TW007", slug=SLUG, title="NaN or inf in the loss, gradient norm or KL", trainers=("grpo", "rloo", "ppo", "other"),
       watch_only=True)
 def judge(ctx):
-    notes = []
-    for key in ("loss", "kl", "objective/kl"):
+    notes, seen, found = [], [], []
+    for key in _WATCHED:
         _, points = optional(ctx, key)
+        if points:
+            seen.append(key)
         bad = [p for p in points if not finite(p.value)]
         if bad and key == "kl" and (config_value(ctx, "beta") == 0 or len(bad) == len(points)):
             # with beta 0 TRL computes no KL, and some releases log its empty mean: NaN from the first log on
             notes.append("kl NaN in every log: with beta 0 the KL is not computed (TRL logs its empty mean)")
             continue
         if bad:
-            yield fail(f"{key} is {bad[0].value} at {bad[0].at}: once a NaN reaches the weights every later output "
-                       "is NaN; lower the learning rate, set max_grad_norm, check the rewards for NaN",
-                       **flagged(bad, metric=key))
-            return
+            found.append((bad[0].number, key, bad))
+    if found:  # the earliest: where it starts
+        _, key, bad = min(found, key=lambda f: f[0])
+        yield fail(f"{key} is {bad[0].value} at {bad[0].at}: {_CONSEQUENCE[key in _REWARDS]}", **flagged(bad, metric=key))
+        return
     _, grad = optional(ctx, "grad_norm")
     bad = [p for p in grad if not finite(p.value)]
     if not bad:
-        yield passed(f"loss, grad_norm and kl finite in every log ({len(grad)} grad_norm values)"
-                     if not notes else f"loss and grad_norm finite in every log; {notes[0]}")
+        if grad:
+            seen.append("grad_norm")
+        if not seen:
+            from trl_doctor import Unavailable
+
+            raise Unavailable("the log has no loss, grad_norm or kl")
+        names = [k for k in seen if not (notes and k == "kl")]
+        yield passed(f"{', '.join(names)} finite in every log" + (f"; {notes[0]}" if notes else ""))
         return
     fp16, bf16 = config_value(ctx, "fp16"), config_value(ctx, "bf16")
     runs = streaks(grad, lambda p: not finite(p.value), patience(ctx, SLUG, 3))

@@ -5,7 +5,9 @@ What it does
   spread) and flags `patience` (5) logs in a row where it is at least `share` (0.99: every group).
   On a release without it (trl <= 0.17) `reward_std` is the mean of the groups' spreads, and 0 says
   the same. `rewards/<f>/std` is one function's spread over the whole batch, not the group spread:
-  it is not read.
+  it is not read. PPO (and the PPO-style RLOO of trl <= 0.21) logs only the batch's mean score,
+  `objective/scores`: the same value to 9 digits for `patience` logs in a row says the reward model
+  scores every completion alike (a real model's mean over a new batch never repeats).
 Why is this bad?
   GRPO and RLOO learn from each reward relative to its group's: with equal rewards in every group
   the advantage is 0, and the only gradient left is the KL term's (none with beta 0). The job spends
@@ -43,10 +45,13 @@ def judge(ctx):
     if name is not None:
         holds = lambda p: p.value >= share
         what = f"frac_reward_zero_std >= {fmt(share)}: no group's rewards had any spread"
-    else:
-        name, points = series(ctx, "reward_std")
+    elif (found := optional(ctx, "reward_std"))[0] is not None:
+        name, points = found
         holds = lambda p: abs(p.value) <= 1e-8
         what = "reward_std 0 (trl <= 0.17 logs the mean of the groups' spreads): no group had any spread"
+    else:
+        yield from _same_score(ctx)
+        return
     runs = streaks(points, holds, patience(ctx, SLUG, 5))
     if not runs and name == "frac_reward_zero_std":
         mostly = _mostly(ctx, points)
@@ -66,6 +71,30 @@ def judge(ctx):
     else:
         yield warn(f"{what}, {span(run)}, then the spread came back: those steps learned nothing",
                    **flagged(run, metric=name))
+
+
+def _same_score(ctx):
+    """PPO's reading: `objective/scores`, the batch's mean reward-model score, repeating exactly."""
+    name, points = series(ctx, "frac_reward_zero_std", "reward_std", "objective/scores")
+    same = {q.number for p, q in zip(points, points[1:]) if _equal(p.value, q.value) for q in (p, q)}
+    runs = streaks(points, lambda p: p.number in same, patience(ctx, SLUG, 5))
+    if not runs:
+        yield passed(f"{name} changes from log to log ({len(points)} logs): the reward model tells completions apart")
+        return
+    run = runs[-1]
+    what = (f"{name} is {fmt(run[0].value)} in every log {span(run)}: the reward model gives every completion the "
+            "same score")
+    if ongoing(ctx, run):
+        yield fail(f"{what}, so the advantages hold no reward signal (only the KL penalty's and the value model's) "
+                   "and nothing is learned from the reward; check the reward model's head and its inputs",
+                   **flagged(run, metric=name))
+    else:
+        yield warn(f"{what}, then the scores began to differ: those steps learned nothing from the reward",
+                   **flagged(run, metric=name))
+
+
+def _equal(a: float, b: float) -> bool:
+    return a == b or abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
 
 
 def _mostly(ctx, points):
