@@ -242,6 +242,19 @@ def test_watch_rules_are_not_preflight_rules():
     assert ids and not any(i.startswith("TW") for i in ids)
 
 
+def test_the_watch_context_is_the_declared_interface_and_reads_the_job_s_settings():
+    """The watch's context implements trl_doctor.interface.CheckContext as the full and static contexts do, and
+    config_value reads the job's own settings there (else the default)."""
+    from trl_doctor.facts.launch.settings import config_value
+    from trl_doctor.interface import CheckContext
+    from trl_doctor.watch.context import WatchContext
+    from trl_doctor.watch.history import read
+
+    ctx = WatchContext(read(FIXTURES / "zero-advantage" / "ok_grpo_healthy.json"), None, {"beta": 0.0})
+    assert isinstance(ctx, CheckContext) and ctx.kind == "watch" and ctx.trainer == "grpo"
+    assert config_value(ctx, "beta") == 0.0 and config_value(ctx, "max_completion_length", 7) == 7
+
+
 def test_follow_on_an_output_folder_moves_to_each_new_checkpoint(tmp_path):
     from trl_doctor.watch.judge import watch_rules
     from trl_doctor.watch.run import Watch, follow

@@ -6,6 +6,7 @@ under torchrun (gloo) stop at the same step."""
 from __future__ import annotations
 
 import io
+import math
 import json
 import os
 import shutil
@@ -125,3 +126,76 @@ def test_two_processes_stop_at_the_same_step(tmp_path):
     assert [r["stopped_at"] for r in ranks] == [5, 5] and [r["global_step"] for r in ranks] == [5, 5]
     assert (out / "checkpoint-5").is_dir()
     assert proc.stderr.count("stopping the job at step 5") + proc.stdout.count("stopping the job at step 5") == 1
+
+
+@needs_trl
+def test_two_processes_agree_when_one_is_late(tmp_path):
+    """Rank 1 reaches every log 1.5 s late: rank 0 waits for it in the verdict's broadcast (the job's own process
+    group), both stop at the same step, and the job ends with nothing left waiting."""
+    torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if not os.path.exists(torchrun):
+        pytest.skip("torchrun is not installed")
+    out = tmp_path / "ddp"
+    proc = subprocess.run([torchrun, "--nproc_per_node", "2", str(FIXTURES / "_watch_runs.py"), "--distributed",
+                           "zero_advantage", str(out), "--slow", "1:1.5"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert [r["stopped_at"] for r in ranks] == [5, 5] and [r["global_step"] for r in ranks] == [5, 5]
+    assert ranks[1]["slept"] == 7.5 and ranks[0]["slept"] == 0  # 5 steps late on rank 1 only
+    assert ranks[0]["train_s"] >= 7.5  # rank 0 waited for rank 1 (in the broadcast or in DDP's own all-reduce)
+
+
+# PPO: trl.experimental.ppo of trl 1.12.0 (PPOTrainer's last release), from PyPI, in a process of its own
+PPO_CASES = {  # run: (rule flagged, its status, since, the step the job stops at or None)
+    "ppo_constant_reward": ("TW001", "fail", "step 1", 5),  # objective/scores 0 in every log
+    "ppo_never_terminating": ("TW002", "fail", "step 1", 5),  # val/num_eos_tokens 0
+    "ppo_lr_zero": ("TW009", "fail", "step 1", 2),
+    "ppo_diverging": ("TW011", "warn", "step 1", 6),  # approxkl 2.6e4 at step 1; eos gone from step 2: TW002 stops it
+}
+
+
+@pytest.fixture(scope="module")
+def ppo_runs(tmp_path_factory):
+    from conftest import real_trl
+
+    env = real_trl("1.12.0")
+    out = tmp_path_factory.mktemp("ppo")
+    proc = subprocess.run([sys.executable, str(FIXTURES / "_watch_runs.py"), "--ppo", str(out), *PPO_CASES, "ppo_healthy"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **env, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {name: json.loads((out / f"{name}.json").read_text()) for name in [*PPO_CASES, "ppo_healthy"]}
+
+
+@pytest.mark.parametrize("name", list(PPO_CASES))
+def test_ppo_failures_are_flagged_and_stopped(ppo_runs, name):
+    rule, status, since, stop = PPO_CASES[name]
+    run = ppo_runs[name]
+    assert run["results"][rule]["status"] == status and run["results"][rule]["since"] == since, run["results"][rule]
+    # PPOTrainer's loop ignores should_training_stop: the stop is WatchStopped from train(), after the checkpoint
+    assert run["stopped_at"] == stop and run["global_step"] == stop, run["said"]
+    assert run["checkpoints"] == [f"checkpoint-{stop}"]
+    assert run["raised"].startswith(f"trl-doctor watch stopped the job at step {stop}") and "PPOTrainer" in run["raised"]
+
+
+def test_ppo_diverging_names_the_policy_not_the_stop_tokens(ppo_runs):
+    found = ppo_runs["ppo_diverging"]["results"]["TW002"]
+    assert found["status"] == "fail" and found["since"] == "step 2"  # completions ended at step 1
+    assert "the stop tokens work and the policy stopped emitting them" in found["message"]
+
+
+def test_a_healthy_ppo_run_is_not_stopped(ppo_runs):
+    run = ppo_runs["ppo_healthy"]
+    assert run["stopped_at"] is None and run["raised"] is None and run["global_step"] == 8 and not run["said"]
+    assert {r["status"] for r in run["results"].values()} <= {"pass", "skip"}, run["results"]
+    assert run["checkpoints"] == []
+
+
+@needs_trl
+def test_a_reward_of_inf_is_flagged_at_the_step_it_starts(tmp_path):
+    trainer, callback, said = run("non_finite", tmp_path)  # the reward returns inf from its 3rd call (step 3)
+    result = next(r for r in callback.watch_report.results if r.id == "TW007")
+    assert result.status.value == "fail" and result.details["since"] == "step 3", result
+    assert callback.watcher.stopped_at == 3 and trainer.state.global_step == 3
+    # TRL 1.x turns the NaN advantages into 0: the loss stays finite, only the reward shows it
+    assert all(math.isfinite(row["loss"]) for row in trainer.state.log_history if "loss" in row)

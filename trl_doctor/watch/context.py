@@ -30,6 +30,12 @@ class WatchConfig:
 
 
 class WatchContext:
+    """What a watch rule reads (trl_doctor.interface.CheckContext, `kind` "watch"): the job's logged metrics
+    (`history`, a trl_doctor.watch.history.History), the job's settings as `config` (the trainer's own arguments in
+    the job, the recipe's from the outside: config_value reads them), the thresholds the project config sets, the
+    preflight report's verdicts when given, and the TRL release that wrote the log. `running` says steps remain after
+    the newest log (the callback, --follow). Nothing here loads a model: the full check's facts are unavailable."""
+
     kind = "watch"
     live = None
 
