@@ -1,5 +1,5 @@
 """What `trl-doctor check --static` costs: the wall time of one config, in a fresh process each run, beside the
-target (0.5 s), and what the command line's own import costs (`python -X importtime -c "import trl_doctor.front.cli"`); the CPU time beside the wall time, since a busy machine
+target (0.3 s on an idle machine: issue 32; it was 0.5 s), and what the command line's own import costs (`python -X importtime -c "import trl_doctor.front.cli"`); the CPU time beside the wall time, since a busy machine
 stretches the wall time.
 
     python benchmarks/bench_static.py [--repeat N] [--config FILE] [--no-stack]
@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "fixtures" / "smoke-step" / "ok_grpo_qwen2.yaml"
-TARGET_S = 0.5
+TARGET_S = 0.3
 STACK = ("torch", "transformers", "trl", "datasets", "accelerate", "peft")
 
 
@@ -84,7 +84,7 @@ def main() -> int:
           f"{'off (PYTHONDONTWRITEBYTECODE)' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'on'}; "
           f"ML stack {'unimportable' if args.no_stack else 'installed (not imported)'}")
     print(f"check --static, fresh process, median of {args.repeat}: {median:.3f} s "
-          f"(min {min(times):.3f}, max {max(times):.3f})   target <= {TARGET_S:.1f} s: "
+          f"(min {min(times):.3f}, max {max(times):.3f})   target <= {TARGET_S:.2g} s: "
           f"{'met' if median <= TARGET_S else 'NOT met'}")
     print(f"CPU time (user + sys), median: {statistics.median(cpu):.3f} s: on a busy machine (load above the core "
           "count) the wall time waits for a core, the CPU time much less")

@@ -332,7 +332,7 @@ def _cause(watch: _Watch, code: int | None, worker: "Worker") -> str:
 def _capture_limit(options: Options) -> float | None:
     """How long a launch command may take to build its trainer before the supervisor stops it: the worker's
     own watchdog (which names where the script was) gets a head start."""
-    if getattr(options, "launch", None) is None:
+    if options.launch is None:
         return None
     return float(options.script_timeout) + 30.0
 

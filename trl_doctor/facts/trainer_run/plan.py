@@ -67,7 +67,7 @@ def trainer_run(ctx) -> RunResult:
     a reason another rule reports (trainer_gap, or a missing tokenizer, config or dataset)."""
     from trl_doctor import Unavailable
 
-    handed = getattr(ctx.options, "trainer_run", None)
+    handed = ctx.options.trainer_run
     if handed is not None:  # a previous worker's run hung or died: its outcome, from the supervisor
         return RunResult.from_json(handed)
     gap = trainer_gap(ctx)
