@@ -78,7 +78,7 @@ def _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated):
     from trl_doctor.registry import all_rules
 
     # the project's `select` narrows the watch only where it names watch rules (a preflight selection is not one)
-    every = all_rules()
+    every = all_rules("watch")
     chosen = names(select) or (project.select if watch_rules(project.select, rules=every) else ())
     rules = watch_rules(chosen, names(ignore) + project.ignore, rules=every)
     asked = Watch(path, fail_on=fail_on or project.fail_on or "fail", trainer=trainer, config=recipe,

@@ -80,10 +80,11 @@ class History:
             start = done  # the whole log: log k is at index k - 1
         else:  # a view: its logs are not numbered from 1 on
             start = next((i for i, log in enumerate(self.logs) if log.number > done), len(self.logs))
+        new, append = tuple.__new__, points.append  # Point(...) without its Python-level __new__: 240k a 20k-step log
         for log in self.logs[start:]:
             value = log.values.get(name)
             if value is not None:
-                points.append(Point(log.at, log.number, log.step, value))
+                append(new(Point, (log.at, log.number, log.step, value)))
         return points
 
     def add(self, raw: dict[str, Any], step: int | None = None) -> Log | None:
@@ -127,6 +128,8 @@ def _canonical(name: str) -> str:
 
 _SUMMARY = frozenset(("train_runtime", "train_loss", "train_samples_per_second", "total_flos"))
 _KEYS: dict[Any, str] = {}  # a logged key -> the metric it is ("" for a key that is none: step, eval_*)
+_PLANS: dict[tuple, tuple] = {}  # a row's keys, in order -> its (key, metric) pairs
+_JSON_NUMBER = frozenset((float, int))
 
 
 def training_values(raw: dict[str, Any]) -> dict[str, float] | None:
@@ -134,13 +137,18 @@ def training_values(raw: dict[str, Any]) -> dict[str, float] | None:
     or None for a row that is not a training log: an evaluation's (`eval_*`), the run's summary (`train_runtime`)."""
     if not isinstance(raw, dict) or not _SUMMARY.isdisjoint(raw):
         return None
-    keys = _KEYS
-    try:  # the common row: keys met before, numbers as JSON numbers (a bool or a new key falls to the loop below)
-        out = {keys[k]: v for k, v in raw.items() if keys[k] and (type(v) is float or type(v) is int)}
-        if len(out) == sum(1 for k in raw if keys[k]):
+    # the common row: the keys of a row met before, in the same order, each a JSON number (a bool, a string or a new
+    # set of keys falls to the loop below)
+    try:
+        plan = _PLANS.get(tuple(raw))
+    except TypeError:
+        plan = None
+    if plan is None and len(_PLANS) < 1_000 and all(isinstance(k, str) for k in raw):
+        plan = _PLANS[tuple(raw)] = tuple((k, m) for k in raw if (m := _KEYS.get(k) if k in _KEYS else _metric(k)))
+    if plan is not None:
+        out = {name: raw[key] for key, name in plan if type(raw[key]) in _JSON_NUMBER}
+        if len(out) == len(plan):
             return out or None
-    except (KeyError, TypeError):
-        pass
     out = {}
     for key, value in raw.items():
         name = _KEYS.get(key) if isinstance(key, str) else None

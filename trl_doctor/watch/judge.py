@@ -16,10 +16,15 @@ SHOWN = ("reward", "frac_reward_zero_std", "reward_std", "completions/clipped_ra
 
 
 def watch_rules(select: Iterable[str] = (), ignore: Iterable[str] = (), rules: list | None = None) -> list:
-    """The rules with a watch judgment, narrowed by select/ignore (ids or slugs of any rule)."""
-    from trl_doctor.registry import all_rules, select_rules
+    """The rules with a watch judgment, narrowed by select/ignore (ids or slugs of any rule: a preflight rule's name
+    is looked up in the whole registry, which is imported only then)."""
+    from trl_doctor.registry import RegistryError, all_rules, select_rules
 
-    return [r for r in select_rules(all_rules() if rules is None else rules, select, ignore) if r.watch is not None]
+    try:
+        chosen = select_rules(all_rules("watch") if rules is None else rules, select, ignore)
+    except RegistryError:
+        chosen = select_rules(all_rules(), select, ignore)
+    return [r for r in chosen if r.watch is not None]
 
 
 def judge(ctx, rules: list) -> list[Result]:
