@@ -42,9 +42,14 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
 
             report, history = follow_log(asked, rules, lambda line: click.echo(line, err=True), interval=interval)
         else:
+            import gc
+
             from trl_doctor.watch.history import read
             from trl_doctor.watch.run import judge_once
 
+            # one read and one judgment, then the process ends: the collector's passes over the log's hundreds of
+            # thousands of new objects (a 20,000-step log) free nothing, as they hold no cycles
+            gc.disable()
             history = read(path)
             report = judge_once(asked, history, rules, running=False)
         text = report.render(fmt)

@@ -156,8 +156,8 @@ def _kind(trainer) -> str | None:
     if trainer is None:
         return None
     names = [c.__name__ for c in type(trainer).__mro__]
-    for kind, cls in (("grpo", "GRPOTrainer"), ("rloo", "RLOOTrainer"), ("ppo", "PPOTrainer")):
-        if cls in names:
+    for kind, classes in (("grpo", ("GRPOTrainer",)), ("rloo", ("RLOOTrainer",)), ("ppo", ("PPOTrainer", "PPOv2Trainer"))):
+        if any(cls in names for cls in classes):
             return kind
     return "other"
 

@@ -22,8 +22,8 @@ def sparkline(values: list[float], width: int = WIDTH) -> str:
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 0.0)
     out = []
     for group in buckets(len(values), width):
-        chunk = [values[i] for i in group]
-        if not all(math.isfinite(v) for v in chunk):
+        chunk = values[group.start:group.stop]
+        if not all(map(math.isfinite, chunk)):
             out.append("×")
             continue
         mean = sum(chunk) / len(chunk)
