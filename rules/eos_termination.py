@@ -40,7 +40,6 @@ from trl_doctor.facts.trl.generation import mask_eos
 from trl_doctor.facts.trl.installed import TRAINER_CLASS, ppo_style
 from trl_doctor.facts.inputs.tokens import as_id_list
 from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
-from trl_doctor.facts.trl.trainer_config import trainer_config
 from trl_doctor.facts.trl import fields as trl_fields
 
 
@@ -200,9 +199,9 @@ def check(ctx):
 
 def _limit(ctx):
     try:
-        return getattr(trainer_config(ctx), "max_completion_length", None)
-    except Unavailable:
-        return ctx.config.get("max_completion_length")
+        return config_value(ctx, "max_completion_length")
+    except Unavailable:  # a value TRL's parser refuses: quoted as written, the verdict does not hang on it
+        return ctx.config.raw.get("max_completion_length")
 
 
 def _probe(ctx, term) -> dict:
@@ -297,15 +296,10 @@ def _mask_mismatch(ctx, term, gen_eos, gen_json, mask):
 
 
 def _stop_settings(ctx) -> dict:
-    """stop_token, stop_token_id, missing_eos_penalty and response_length as the trainer gets them: from the config
-    object the script built (its own defaults included), else from the config's keys."""
-    try:
-        cfg = trainer_config(ctx)
-    except Unavailable:
-        cfg = None
-    raw = ctx.config.raw
+    """stop_token, stop_token_id, missing_eos_penalty and response_length as the trainer gets them (None: no value and
+    no default the installed TRL declares)."""
     keys = ("stop_token", "stop_token_id", "missing_eos_penalty", "response_length")
-    return {k: getattr(cfg, k) if cfg is not None and hasattr(cfg, k) else raw.get(k) for k in keys}
+    return {k: config_value(ctx, k) for k in keys}
 
 
 def _stop_fix(ctx, who: str):

@@ -65,7 +65,7 @@ def _liger(ctx, requires: dict):
     asked = []
     for key in LIGER_KEYS:
         try:
-            if ctx.config.raw.get(key) is True or config_value(ctx, key, False) is True:
+            if config_value(ctx, key, False) is True:
                 asked.append(key)
         except Exception:  # a value TRL's parser refuses: trainer-config reports it
             continue
