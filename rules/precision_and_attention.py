@@ -50,7 +50,7 @@ FLASH = {  # version: (module, distributions that provide it, minimum compute ca
     3: ("flash_attn_interface", ("flash-attn-3",), (9, 0), "Hopper"),
     4: ("flash_attn", ("flash-attn-4",), (9, 0), "Hopper"),
 }
-# Gemma 2, 3 and 4 train with eager attention (catalog H6): their config.json model_type, or their text_config's
+# Gemma 2, 3 and 4 train with eager attention (docs/coverage.md: H6): their config.json model_type, or their text_config's
 GEMMA_EAGER = ("gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text")
 FROZEN_WASTE_GIB = 2.0  # frozen fp32 copies of a 16-bit checkpoint: warn from this much extra memory
 NO_GPU_BUDGET_GIB = 80.0  # without a GPU, a full fine-tune's fp32 state is compared with one 80 GiB GPU
@@ -478,7 +478,7 @@ def _gemma_type(ctx) -> str | None:
 
 def _gemma(ctx, raw, attn, where, kwargs, model_type) -> _Found:
     """Gemma 2/3/4 with an attention other than eager: what the installed transformers does with it (refuses sdpa,
-    warns while training, or says nothing) and the catalog's NaN / zero-loss reports."""
+    warns while training, or says nothing) and the NaN / zero-loss reports (transformers#32390, LlamaFactory#7755)."""
     details: dict[str, Any] = {}
     findings: list[tuple[str, str, Fix | None]] = []
     from trl_doctor.facts.inputs.models import config_json
