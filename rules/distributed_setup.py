@@ -182,7 +182,7 @@ def _deepspeed_installed(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[
 # -- H2: PEFT + ZeRO-3 + non-reentrant gradient checkpointing ---------------------------------------------------------
 
 def _zero3_peft(ctx, shard) -> bool:
-    return shard.backend == "deepspeed" and shard.zero_stage == 3 and settings(ctx).use_peft
+    return shard.backend == "deepspeed" and shard.zero_stage == 3 and bool(config_value(ctx, "use_peft", False))
 
 
 def _peft_zero3_checkpointing(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[str, Any]]:

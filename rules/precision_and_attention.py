@@ -253,7 +253,7 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
         return _Found(f"{mode} ({bf16_words}); no GPU here to check it against ({gpu_reason}): pass --target (e.g. "
                       "--target 8xH100-80GB) to check against the launch machine", details, findings)
     lowest = min(visible, key=compute_capability)
-    use_vllm = settings(ctx).use_vllm
+    use_vllm = bool(config_value(ctx, "use_vllm", False))
     if bf16 and compute_capability(lowest) < BF16_MIN_CC:
         where = "" if raw.get("bf16") is True else f" ({bf16_words})"  # the file's own words: set there or not
         fix = Fix(f"set bf16: false in {ctx.config.path.name} (train in fp32 on {lowest['name']})",
@@ -268,7 +268,7 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
                   (Edit(str(ctx.config.path), set=(("tf32", False),)),))
         findings.append(("fail", tf32_unsupported(lowest), fix))
     if use_vllm and ckpt == "bfloat16" and compute_capability(lowest) < BF16_MIN_CC:
-        mode_v = str(settings(ctx).vllm_mode or "server")
+        mode_v = str(config_value(ctx, "vllm_mode") or "server")
         findings.append(("fail" if mode_v == "colocate" else "warn",
                          vllm_bf16_unsupported(lowest, mode_v == "colocate"), None))
     if bf16:
@@ -603,7 +603,7 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible) -> _Found:
     if any(config_value(ctx, k, False) for k in ("load_in_4bit", "load_in_8bit")) or _bnb_bits(ctx):
         return _Found(f"weights load quantized ({load} for the rest)", details, findings)
     explicit = bool(_explicit_dtype(raw, resolved.model_init_kwargs))
-    use_peft = resolved.use_peft
+    use_peft = bool(config_value(ctx, "use_peft", False))
     beta = config_value(ctx, "beta", 0.0)
     reference = ctx.trainer == "ppo" or (beta not in (None, 0, 0.0) and not use_peft)
 
