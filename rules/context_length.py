@@ -38,7 +38,7 @@ from typing import Any
 from trl_doctor import Edit, Finding, Fix, Unavailable, fail, passed, rule, skip, warn
 from trl_doctor.facts.trl import fields as trl_fields
 from trl_doctor.facts.inputs.chat import prompt_lengths, prompt_rendering
-from trl_doctor.facts.launch.settings import config_value, field_value, settings
+from trl_doctor.facts.launch.settings import config_value, settings
 from trl_doctor.facts.trl.installed import strips_truncated_prompts, trainer_mentions, vllm_code_mentions
 
 TRUNCATION_WARN = 0.02  # warn when TRL would truncate more than this share of the prompts
@@ -106,7 +106,7 @@ def check(ctx):
     trl = ctx.version("trl") or "not installed"
     tok = ctx.tokenizer
     completion_key = s.completion_key
-    completion, completion_known = field_value(ctx, completion_key)
+    completion, completion_known = config_value(ctx, completion_key), completion_key in s.fields
     if not completion_known and completion is None:
         yield skip(f"trl {trl} has no {ctx.trainer.upper()}Config to read the default `{completion_key}` from; set "
                    f"`{completion_key}` in the config to have it checked")
@@ -136,7 +136,8 @@ def check(ctx):
         details["rows not measured"] = f"{skipped} (no renderable prompt: see chat-template and dataset-schema)"
 
     # -- TRL's own prompt truncation, where the installed release has it --------------------------------------
-    limit_prompt, has_truncation = field_value(ctx, "max_prompt_length")
+    has_truncation = "max_prompt_length" in s.fields
+    limit_prompt = config_value(ctx, "max_prompt_length") if has_truncation else None
     if not has_truncation:
         details["max_prompt_length"] = (f"not a field of {s.config_class} in trl {trl}: prompts are not truncated"
                                         if s.config_class else "not used")
@@ -163,7 +164,7 @@ def check(ctx):
         return
 
     # -- vLLM's context ------------------------------------------------------------------------------------------
-    if s.use_vllm:
+    if config_value(ctx, "use_vllm", False):
         found, its_details = _vllm(ctx, s, need, positions, rows, effective, completion, completion_key, eff_longest)
         details.update(its_details)
         findings += [replace(f, details=dict(details)) for f in found]
@@ -280,7 +281,7 @@ def _truncation(ctx, facts, trl, tok, limit, lengths, rows, completion, position
             ))
             return out, details
         strips = strips_truncated_prompts(ctx.trainer)
-        if strips is not None and settings(ctx).use_vllm:
+        if strips is not None and config_value(ctx, "use_vllm", False):
             details["trainer behaviour"] = strips
             out.append(fail(
                 f"trl {trl} decodes truncated prompts with skip_special_tokens=True before sending them to vLLM (trl#3644): "
@@ -306,7 +307,7 @@ def _truncation(ctx, facts, trl, tok, limit, lengths, rows, completion, position
 def _vllm(ctx, s, need, positions, rows, effective, completion, completion_key, eff_longest) -> tuple[list[Finding], dict[str, Any]]:
     details: dict[str, Any] = {}
     mode_known = "vllm_mode" in s.fields
-    mode = s.vllm_mode if mode_known else ("server" if trainer_mentions(ctx.trainer, "vllm_client") else "in-process")
+    mode = config_value(ctx, "vllm_mode") if mode_known else ("server" if trainer_mentions(ctx.trainer, "vllm_client") else "in-process")
     details["vLLM mode"] = mode
     if mode == "server":
         details["vLLM context"] = (f"the server's --max-model-len (default: the model's {positions}); start "
@@ -314,7 +315,7 @@ def _vllm(ctx, s, need, positions, rows, effective, completion, completion_key, 
         return [], details
     field = next((f for f in ("vllm_max_model_length", "vllm_max_model_len")
                   if f in s.fields and vllm_code_mentions(ctx.trainer, f)), None)
-    value = field_value(ctx, field)[0] if field else None
+    value = config_value(ctx, field) if field else None
     if not value:
         details["vLLM context"] = f"{positions} (no {field or 'max_model_len setting'}: vLLM takes the model's)"
         return [], details

@@ -9,14 +9,14 @@ What it does
 Why is this bad?
     - `device_map="auto"` ("balanced", "sequential", a multi-entry map) with more than one process:
       accelerate refuses it at `prepare` ("ValueError: You can't train a model that has been loaded
-      with `device_map='auto'` in any distributed mode ...", catalog H9; transformers#31557).
+      with `device_map='auto'` in any distributed mode", transformers#31557; docs/coverage.md: H9).
     - PEFT + ZeRO-3 + non-reentrant checkpointing (`use_reentrant=False`, transformers 5's default,
       TRL's on transformers 4 since trl#4811): the first backward fails with "CheckpointError:
       Recomputed values for the following tensors have different metadata than during the forward
-      pass" (catalog H2; trl#2514, transformers#47254); newer trainers force reentrant (trl#6356).
+      pass" (trl#2514, transformers#47254; docs/coverage.md: H2); trl#6356 forces reentrant.
     - PEFT + ZeRO-3 on a 16-bit base with DeepSpeed 0.19.2: "TypeError: output tensor must have the
-      same type as input tensor" at the first step (catalog H3; deepspeed#8072, fixed in 0.19.3 by
-      deepspeed#8073; trl#6091 avoids it).
+      same type as input tensor" at the first step (deepspeed#8072, fixed in 0.19.3 by
+      deepspeed#8073; trl#6091 avoids it; docs/coverage.md: H3).
     - DeepSpeed configured without the package: "ImportError: DeepSpeed is not installed => run
       `pip3 install deepspeed` or build it from source."
 
@@ -182,7 +182,7 @@ def _deepspeed_installed(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[
 # -- H2: PEFT + ZeRO-3 + non-reentrant gradient checkpointing ---------------------------------------------------------
 
 def _zero3_peft(ctx, shard) -> bool:
-    return shard.backend == "deepspeed" and shard.zero_stage == 3 and settings(ctx).use_peft
+    return shard.backend == "deepspeed" and shard.zero_stage == 3 and bool(config_value(ctx, "use_peft", False))
 
 
 def _peft_zero3_checkpointing(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[str, Any]]:

@@ -14,8 +14,8 @@ Why is this bad?
     lacks the turn end (`<|im_end|>` on a Qwen base checkpoint, `<|eot_id|>` on the first Llama 3
     Instruct release), the tokenizer's eos differs from the model's, PPO's `stop_token` is unset. A
     mask that ends at the tokenizer's eos only (TRL up to 1.12 at least) counts completions that
-    stopped at another terminator as truncated (Phi-3.5's `<|end|>`, catalog B8, trl PR #7039). TRL
-    0.15's GRPOTrainer built its GenerationConfig without eos ids.
+    stopped at another terminator as truncated (Phi-3.5's `<|end|>`, trl PR #7039;
+    docs/coverage.md: B8). TRL 0.15's GRPOTrainer built its GenerationConfig without eos ids.
 
 Example
     model_name_or_path: qwen2-base      # ChatML: turns end with <|im_end|>; eos is <|endoftext|>
@@ -40,7 +40,6 @@ from trl_doctor.facts.trl.generation import mask_eos
 from trl_doctor.facts.trl.installed import TRAINER_CLASS, ppo_style
 from trl_doctor.facts.inputs.tokens import as_id_list
 from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
-from trl_doctor.facts.trl.trainer_config import trainer_config
 from trl_doctor.facts.trl import fields as trl_fields
 
 
@@ -200,9 +199,9 @@ def check(ctx):
 
 def _limit(ctx):
     try:
-        return getattr(trainer_config(ctx), "max_completion_length", None)
-    except Unavailable:
-        return ctx.config.get("max_completion_length")
+        return config_value(ctx, "max_completion_length")
+    except Unavailable:  # a value TRL's parser refuses: quoted as written, the verdict does not hang on it
+        return ctx.config.raw.get("max_completion_length")
 
 
 def _probe(ctx, term) -> dict:
@@ -235,7 +234,7 @@ def _probe(ctx, term) -> dict:
 
 def _add_eos_fix(ctx, gen_path, gen_json, gen_eos, term, retarget_eos=False):
     """Add the terminator to generation_config.json's eos ids. Where the installed trainer ends the completion mask at
-    the tokenizer's eos only, that alone would make generation stop where the mask does not end (catalog B8): the
+    the tokenizer's eos only, that alone would make generation stop where the mask does not end (docs/coverage.md: B8): the
     tokenizer's eos is then set to the terminator as well."""
     ids = list(gen_eos) + [term["id"]]
     edits = [Edit(str(gen_path), set=(("eos_token_id", ids),))]
@@ -266,7 +265,7 @@ def _eos_edits(ctx, term):
 
 def _mask_mismatch(ctx, term, gen_eos, gen_json, mask):
     """Generation stops at the terminator (a generation_config.json eos id) but the trainer's completion mask ends at
-    the tokenizer's eos only (catalog B8: Phi-3.5's `<|end|>`, trl PR #7039): (fail or warn, the message, the fix)."""
+    the tokenizer's eos only (docs/coverage.md: B8: Phi-3.5's `<|end|>`, trl PR #7039): (fail or warn, the message, the fix)."""
     tok = ctx.tokenizer
     trl_version = ctx.version("trl") or "?"
     where = "generation_config.json" if gen_json is not None else "config.json"
@@ -297,15 +296,10 @@ def _mask_mismatch(ctx, term, gen_eos, gen_json, mask):
 
 
 def _stop_settings(ctx) -> dict:
-    """stop_token, stop_token_id, missing_eos_penalty and response_length as the trainer gets them: from the config
-    object the script built (its own defaults included), else from the config's keys."""
-    try:
-        cfg = trainer_config(ctx)
-    except Unavailable:
-        cfg = None
-    raw = ctx.config.raw
+    """stop_token, stop_token_id, missing_eos_penalty and response_length as the trainer gets them (None: no value and
+    no default the installed TRL declares)."""
     keys = ("stop_token", "stop_token_id", "missing_eos_penalty", "response_length")
-    return {k: getattr(cfg, k) if cfg is not None and hasattr(cfg, k) else raw.get(k) for k in keys}
+    return {k: config_value(ctx, k) for k in keys}
 
 
 def _stop_fix(ctx, who: str):

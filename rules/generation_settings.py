@@ -17,7 +17,7 @@ Why is this bad?
       being used, but right-padding was detected!".
     - GRPO with `gradient_checkpointing: true` and no vLLM before TRL 0.22 (fixed by PR#3891): no KV
       cache, quadratic in the completion length (transformers 4.53+: "Caching is incompatible with
-      gradient checkpointing", trl#3683, catalog H4): a warn.
+      gradient checkpointing", trl#3683, docs/coverage.md: H4): a warn.
 
 Example
     model_name_or_path: qwen2-minp      # generation_config.json sets min_p, no_repeat_ngram_size
@@ -236,7 +236,7 @@ def _padding_side(ctx) -> tuple[tuple | None, dict[str, Any]]:
 
 
 def _checkpointed_generation(ctx) -> tuple[tuple | None, dict[str, Any]]:
-    """GRPO generating in the trainer (no vLLM) with gradient checkpointing left on: no KV cache (catalog H4)."""
+    """GRPO generating in the trainer (no vLLM) with gradient checkpointing left on: no KV cache (docs/coverage.md: H4)."""
     details: dict[str, Any] = {}
     if ctx.trainer != "grpo" or _config(ctx) is None or not config_value(ctx, "gradient_checkpointing", False):
         return None, details

@@ -57,7 +57,7 @@ def check(ctx):
         return
     resolved = settings(ctx)
     bf16, fp16 = resolved.bf16, resolved.fp16
-    use_vllm = resolved.use_vllm
+    use_vllm = bool(config_value(ctx, "use_vllm", False))
     mode = vllm_mode(ctx) if use_vllm else None
     the_launch = launch(ctx)
     visible, visible_note, why = list(the_launch.gpus), the_launch.visible_note, the_launch.nvml_error

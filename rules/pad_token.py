@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
 
+from trl_doctor.facts.launch.settings import config_value
 from trl_doctor.facts.trl.generation import pad_passed_to_generate
 from trl_doctor.facts.inputs.tokens import as_id_list, embedding_rows
 from trl_doctor.facts.trl.installed import TRAINER_CLASS, pad_ids_zeroed, trainer_sets_pad_to_eos
@@ -208,7 +209,9 @@ def check(ctx):
         # PPO truncates responses at its stop token (stop_token_id, else the tokenizer's eos) and masks pad ids:
         # only a pad equal to that stop token hides the response's end; a pad equal to a secondary
         # generation eos (Qwen instruct: pad <|endoftext|>, stop <|im_end|>) is harmless
-        stop_id = ctx.config.get("stop_token_id", eos_id)
+        stop_id = config_value(ctx, "stop_token_id")
+        if stop_id is None:  # no stop id set: the eos is where responses end and pads are masked from
+            stop_id = eos_id
         if pad_id == stop_id:
             choice = _choose_pad(tok, rows, eos_id, exclude={stop_id})
             yield warn(

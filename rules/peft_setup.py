@@ -456,7 +456,7 @@ def _checkpointing(ctx) -> tuple[tuple | None, dict[str, Any]]:
         return None, details
     fix = None
     action = "set gradient_checkpointing_kwargs: {use_reentrant: false}"
-    if ctx.config.get("deepspeed"):  # as the file asks (the built config holds the doctor's stand-in)
+    if ctx.config.raw.get("deepspeed"):  # as the file asks (the built config holds the doctor's stand-in)
         action = ("upgrade to trl>=0.16, which enables input gradients itself (this config uses DeepSpeed, where PEFT + "
                   "ZeRO-3 needs reentrant checkpointing, so use_reentrant: false is not written)")
     else:

@@ -50,7 +50,7 @@ FLASH = {  # version: (module, distributions that provide it, minimum compute ca
     3: ("flash_attn_interface", ("flash-attn-3",), (9, 0), "Hopper"),
     4: ("flash_attn", ("flash-attn-4",), (9, 0), "Hopper"),
 }
-# Gemma 2, 3 and 4 train with eager attention (catalog H6): their config.json model_type, or their text_config's
+# Gemma 2, 3 and 4 train with eager attention (docs/coverage.md: H6): their config.json model_type, or their text_config's
 GEMMA_EAGER = ("gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text")
 FROZEN_WASTE_GIB = 2.0  # frozen fp32 copies of a 16-bit checkpoint: warn from this much extra memory
 NO_GPU_BUDGET_GIB = 80.0  # without a GPU, a full fine-tune's fp32 state is compared with one 80 GiB GPU
@@ -253,7 +253,7 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
         return _Found(f"{mode} ({bf16_words}); no GPU here to check it against ({gpu_reason}): pass --target (e.g. "
                       "--target 8xH100-80GB) to check against the launch machine", details, findings)
     lowest = min(visible, key=compute_capability)
-    use_vllm = settings(ctx).use_vllm
+    use_vllm = bool(config_value(ctx, "use_vllm", False))
     if bf16 and compute_capability(lowest) < BF16_MIN_CC:
         where = "" if raw.get("bf16") is True else f" ({bf16_words})"  # the file's own words: set there or not
         fix = Fix(f"set bf16: false in {ctx.config.path.name} (train in fp32 on {lowest['name']})",
@@ -268,7 +268,7 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
                   (Edit(str(ctx.config.path), set=(("tf32", False),)),))
         findings.append(("fail", tf32_unsupported(lowest), fix))
     if use_vllm and ckpt == "bfloat16" and compute_capability(lowest) < BF16_MIN_CC:
-        mode_v = str(settings(ctx).vllm_mode or "server")
+        mode_v = str(config_value(ctx, "vllm_mode") or "server")
         findings.append(("fail" if mode_v == "colocate" else "warn",
                          vllm_bf16_unsupported(lowest, mode_v == "colocate"), None))
     if bf16:
@@ -478,7 +478,7 @@ def _gemma_type(ctx) -> str | None:
 
 def _gemma(ctx, raw, attn, where, kwargs, model_type) -> _Found:
     """Gemma 2/3/4 with an attention other than eager: what the installed transformers does with it (refuses sdpa,
-    warns while training, or says nothing) and the catalog's NaN / zero-loss reports."""
+    warns while training, or says nothing) and the NaN / zero-loss reports (transformers#32390, LlamaFactory#7755)."""
     details: dict[str, Any] = {}
     findings: list[tuple[str, str, Fix | None]] = []
     from trl_doctor.facts.inputs.models import config_json
@@ -603,7 +603,7 @@ def _dtype(ctx, raw, bf16, fp16, ckpt, visible) -> _Found:
     if any(config_value(ctx, k, False) for k in ("load_in_4bit", "load_in_8bit")) or _bnb_bits(ctx):
         return _Found(f"weights load quantized ({load} for the rest)", details, findings)
     explicit = bool(_explicit_dtype(raw, resolved.model_init_kwargs))
-    use_peft = resolved.use_peft
+    use_peft = bool(config_value(ctx, "use_peft", False))
     beta = config_value(ctx, "beta", 0.0)
     reference = ctx.trainer == "ppo" or (beta not in (None, 0, 0.0) and not use_peft)
 

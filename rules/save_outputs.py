@@ -94,6 +94,7 @@ def _output_dir(ctx):
 
 def _save_strategy(ctx) -> str:
     args = getattr(ctx.live, "args", None) if ctx.live is not None else None
+    # the script's own args even where TRL refuses their batch at one process (config_value then reads the flags)
     value = getattr(args, "save_strategy", None) if args is not None else config_value(ctx, "save_strategy", "steps")
     return str(getattr(value, "value", value) or "steps")
 

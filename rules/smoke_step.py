@@ -13,9 +13,9 @@ Why is this bad?
     Many failures show only once the trainer runs, often an hour in: a reward function that raises,
     returns the wrong count or strings, or lacks `**kwargs`; no `prompt` column; a template that
     breaks on the data; bf16 below compute capability 8.0; PPO without a value model; OOM at the
-    first backward. Two need the real model and never crash (catalog C7, E5): completions that all
-    run to `max_completion_length` (clipped_ratio 1.0, reward 0, trl#5697), and groups whose
-    completions all get one reward, so GRPO's advantages, loss and gradient are zero
+    first backward. Two need the real model and never crash (docs/coverage.md: C7, E5): completions
+    that all run to `max_completion_length` (clipped_ratio 1.0, reward 0, trl#5697), and groups
+    whose completions all get one reward, so GRPO's advantages, loss and gradient are zero
     (frac_reward_zero_std 1.0, trl#3857).  CI runs trl 1.16.0 (GRPO, RLOO; PPO fails naming
     trl==1.12.0), 1.12.0 (PPO), 0.15.2 + transformers 4.48.3 (GRPO, PPO, PPO-style RLOO); RLOO with
     reward functions before 0.22 fails naming the release.

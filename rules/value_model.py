@@ -406,7 +406,7 @@ def _shown(ctx, path: Path) -> str:
 
 
 def _same_reference(ctx):
-    """The script passed the policy itself as `ref_model` (catalog F5): PPOTrainer refuses it at construction in
+    """The script passed the policy itself as `ref_model` (docs/coverage.md: F5): PPOTrainer refuses it at construction in
     every release with a value model, and a reference that is the policy would measure a KL of zero anyway."""
     where = f" ({ctx.live.where[0]}:{ctx.live.where[1]})" if ctx.live.where else ""
     return fail(

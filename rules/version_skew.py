@@ -6,9 +6,9 @@ What it does
     declares on another (markers for this interpreter; 2.13.0+cpu satisfies torch==2.13.0; an extra
     such as `trl[vllm]` counts once vllm is installed); then each matching entry of
     trl_doctor/data/known_issues.yaml (one another rule's probe decides is only explained).
-    `use_liger_kernel` / `use_liger_loss` (trl 0.17-0.2x, catalog A9) need liger-kernel on the
-    launch machine (fail) within TRL's `liger` extra (0.15.2: ==0.5.3; 1.16: >=0.8.2, PR#5690;
-    outside: warn). `trl-doctor env` prints the same.
+    `use_liger_kernel` / `use_liger_loss` (trl 0.17-0.2x; docs/coverage.md: A9) need liger-kernel
+    on the launch machine (fail) within TRL's `liger` extra (0.15.2: ==0.5.3; 1.16: >=0.8.2,
+    PR#5690; outside: warn). `trl-doctor env` prints the same.
 
 Why is this bad?
     pip enforces requirements only at install and only warns when a later install
@@ -55,7 +55,7 @@ def config_facts(ctx) -> dict[str, Any]:
 
 
 def _liger(ctx, requires: dict):
-    """Liger kernels asked for (catalog A9): liger-kernel must be installed on the launch machine, within the range
+    """Liger kernels asked for (docs/coverage.md: A9): liger-kernel must be installed on the launch machine, within the range
     the installed TRL's `liger` extra declares. The extra is named after no package, so the requirement scan above
     never applies it."""
     from trl_doctor.facts.launch.launcher import package_version
@@ -65,7 +65,7 @@ def _liger(ctx, requires: dict):
     asked = []
     for key in LIGER_KEYS:
         try:
-            if ctx.config.raw.get(key) is True or config_value(ctx, key, False) is True:
+            if config_value(ctx, key, False) is True:
                 asked.append(key)
         except Exception:  # a value TRL's parser refuses: trainer-config reports it
             continue

@@ -53,7 +53,7 @@ from trl_doctor.facts.vllm.server import (
 )
 def check(ctx):
     s = settings(ctx)
-    if not s.use_vllm:
+    if not config_value(ctx, "use_vllm", False):
         yield skip("use_vllm is off: generation runs in the trainer, no vLLM server is involved")
         return
     mode, why = _mode(ctx)
@@ -151,7 +151,7 @@ def _need(ctx, s) -> tuple[int | None, str]:
         return None, f"unknown (the prompts could not be measured: {type(exc).__name__})"
     if longest is None or completion is None:
         return None, "unknown (no prompt measured, or no max_completion_length)"
-    limit = s.max_prompt_length if "max_prompt_length" in s.fields else None
+    limit = config_value(ctx, "max_prompt_length") if "max_prompt_length" in s.fields else None
     eff = min(longest, limit) if limit else longest
     cut = f" after max_prompt_length {limit}" if limit and longest > limit else ""
     return eff + completion, f"{eff + completion} (longest prompt {eff} tokens{cut} + max_completion_length {completion})"

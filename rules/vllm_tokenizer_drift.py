@@ -211,7 +211,7 @@ def _vllm_setup(ctx, path) -> tuple[str, Any, dict[str, Any]]:
 
 def _resized_in_memory(ctx, rows, mode: str, found: _Verdicts) -> dict[str, Any]:
     """A launch command's script grew (or shrank) the embeddings in memory while vLLM starts from the folder's
-    config.json (catalog B7): the synced embedding and LM head do not fit vLLM's vocabulary partition (the
+    config.json (docs/coverage.md: B7): the synced embedding and LM head do not fit vLLM's vocabulary partition (the
     details: the vocab_size vLLM loads)."""
     if ctx.live is None or ctx.live.model is None or rows is None:
         return {}

@@ -59,7 +59,7 @@ def check(ctx):
     if "use_vllm" not in s.fields and s.config_class:
         yield skip(f"the installed TRL's {s.config_class} has no use_vllm: this trainer never generates with vLLM")
         return
-    if not s.use_vllm:
+    if not config_value(ctx, "use_vllm", False):
         yield skip("use_vllm is off: generation runs in the trainer, no weights are pushed into vLLM")
         return
     mode, why = vllm_placement(ctx)
@@ -126,7 +126,7 @@ def _quantized(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
 
 def _peft(ctx, s, mode, sync) -> tuple[dict[str, Any], Finding | None]:
     details: dict[str, Any] = {}
-    if not s.use_peft or sync is None or sync.push is None:
+    if not config_value(ctx, "use_peft", False) or sync is None or sync.push is None:
         return details, None
     saved = config_value(ctx, "lora_modules_to_save", None) or []
     if isinstance(saved, str):

@@ -1,18 +1,25 @@
 """The public face for rule plugins: everything a rule module imports from trl-doctor itself.
 
-    from trl_doctor.plugin import Fix, Edit, fact, fail, passed, rule, skip
+    from trl_doctor.plugin import Fix, Edit, config_value, fact, fail, passed, rule, skip
 
 The contract:
 
 - A rule module imports `trl_doctor.plugin` (and, for built-in rules, the facts layer `trl_doctor.facts.*`),
   never another module of trl-doctor (they are private: `trl_doctor.context.context`, `trl_doctor.registry`...).
   The names below keep their meaning across releases; the modules they come from may move.
-- `@rule(id=..., slug=..., title=..., trainers=..., needs=..., fixable=..., static=...)` turns a generator function
-  of the context into a `Rule`; the module's docstring is what `trl-doctor explain` prints. `static=` is the rule's
-  judgment under `check --static` (files alone, no ML stack), a generator over the static context; without one the
-  rule is `skip` there, and `static_skip="it ..."` says why. Every context implements `CheckContext`
+- `@rule(id=..., slug=..., title=..., trainers=..., needs=..., fixable=..., static=..., watch=...)` turns a
+  generator function of the context into a `Rule`; the module's docstring is what `trl-doctor explain` prints.
+  `static=` is the rule's judgment under `check --static` (files alone, no ML stack), a generator over the static
+  context; without one the rule is `skip` there, and `static_skip="it ..."` says why. `watch=` is its judgment of a
+  job's logged metrics (`trl-doctor watch`, DoctorCallback(watch=True)); with `watch_only=True` the decorated
+  function is that judgment and the rule has no preflight one. Every context implements `CheckContext`
   (trl_doctor/interface.py): `kind`, `config`, `options`, `trainer`, `live`, `version(dist)`. Third-party modules are
   found through the `trl_doctor.rules` entry-point group (a module: every `Rule` in it; or one `Rule` object).
+- `config_value(ctx, key, default)` is how a rule reads a config value, in every context: the value the trainer
+  will see in the full check (TRL's built config object, else the user's value, else the installed class's
+  default), the value as written (else the judged release's default) under --static, the job's own in the watch.
+  A value TRL's parser refuses raises `Unavailable` (the rule is `skip`; trainer-config reports the value).
+  `ctx.config.raw` is the file as written, for a rule that means exactly that.
 - `needs` names what the rule reads: the context's inputs (tokenizer, model_config, generation_config,
   meta_model, twin, dataset) and two facts: trainer_config (TRL's config object: `trainer_config(ctx)`) and
   trainer_run. Each is built before the rule runs; one that cannot be built (it
@@ -37,6 +44,7 @@ check's worker.
 from __future__ import annotations
 
 from trl_doctor.cache import fact
+from trl_doctor.facts.launch.settings import config_value
 from trl_doctor.facts.trl.trainer_config import trainer_config
 from trl_doctor.context.context import Context
 from trl_doctor.errors import InputError, Unavailable
@@ -50,5 +58,5 @@ __all__ = [
     "Finding", "Status", "Location", "passed", "warn", "fail", "skip",
     "Fix", "Edit", "DELETE", "manual",
     "InputError", "Unavailable",
-    "trainer_config", "one_line", "shown",
+    "config_value", "trainer_config", "one_line", "shown",
 ]

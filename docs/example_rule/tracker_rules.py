@@ -31,7 +31,7 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor.plugin import Edit, Fix, Unavailable, fact, fail, passed, rule, trainer_config
+from trl_doctor.plugin import Edit, Fix, Unavailable, config_value, fact, fail, passed, rule
 
 
 @fact
@@ -56,7 +56,7 @@ def check_static(ctx):
     imported); a name outside TRACKER_MODULES needs transformers' own table, read by the full check."""
     import importlib.util
 
-    asked = ctx.config.get("report_to", "none")
+    asked = config_value(ctx, "report_to", "none")  # as written, else the judged release's default
     asked = [asked] if isinstance(asked, str) else list(asked or [])
     if not asked or asked == ["none"]:
         yield passed("report_to is none: no tracker to load")
@@ -84,7 +84,7 @@ def check_static(ctx):
     static=check_static,
 )
 def check(ctx):
-    asked = trainer_config(ctx).report_to or []  # TRL's built config: "none" is [], "all" the installed ones
+    asked = config_value(ctx, "report_to") or []  # TRL's built config: "none" is [], "all" the installed ones
     if isinstance(asked, str):
         asked = [asked]
     if not asked:

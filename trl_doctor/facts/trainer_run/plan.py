@@ -360,7 +360,7 @@ def smoke_estimate_details(ctx) -> dict:
     return out
 
 
-# -- the real-model sample (catalog C7, E5) ------------------------------------------------------------------------
+# -- the real-model sample (docs/coverage.md: C7, E5) --------------------------------------------------------------
 
 SAMPLE_ON_GPU = 2  # prompts sampled by default where the step itself ran the real model on a GPU
 CPU_MAX_PARAMETERS = 1.5e9  # beyond this, sampling on a CPU takes minutes per prompt: refused
