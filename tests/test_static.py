@@ -230,7 +230,8 @@ def test_static_says_what_the_full_check_says(built_fixtures, case_id):
 
     case = FIXTURES / case_id
     fields, body = case_snapshots.split(case_snapshots.snapshot_path(case).read_text())
-    if fields.get("lane") != case_snapshots.lane():  # the words name the releases the snapshot was recorded with
+    # the words name the releases: compared where the fixture snapshot itself is (this lane, or a newer one)
+    if not case_snapshots.comparable(fields.get("lane", "")):
         pytest.skip(f"the snapshot was recorded with {fields.get('lane')}, this is {case_snapshots.lane()}")
     status_line, message, *_ = body.split("\n")
     fake = case_fake_gpus(case)
