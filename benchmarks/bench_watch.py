@@ -10,7 +10,9 @@ noise, every metric TRL 1.16 logs in each: what a job logging every step for 20,
 from __future__ import annotations
 
 import json
+import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,15 +36,28 @@ def big_state(path: Path, steps: int = 20_000) -> int:
     return path.stat().st_size
 
 
-def cli_seconds(path: Path, runs: int = 5) -> list[float]:
+def cli_seconds(path: Path, fmt: str, runs: int = 5) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds (user + sys of the child) of `trl-doctor watch PATH --format FMT`, each run fresh."""
     exe = Path(sys.executable).with_name("trl-doctor")
-    out = []
+    walls, cpus = [], []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        proc = subprocess.run([str(exe), "watch", str(path), "--format", "json"], capture_output=True, text=True)
-        out.append(time.perf_counter() - start)
+        proc = subprocess.run([str(exe), "watch", str(path), "--format", fmt], capture_output=True, text=True)
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         assert proc.returncode in (0, 1), proc.stderr
-    return out
+    return walls, cpus
+
+
+def byte_compile() -> None:
+    """trl-doctor's modules byte-compiled first, as `pip install` leaves a wheel's (an editable install under
+    PYTHONDONTWRITEBYTECODE=1 would compile them in every run)."""
+    import compileall
+
+    for folder in ("trl_doctor", "rules"):
+        compileall.compile_dir(str(ROOT / folder), quiet=1)
 
 
 def per_log_ms(sizes=(100, 1_000, 10_000, 20_000)) -> dict[int, float]:
@@ -93,9 +108,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trainer_state.json"
         size = big_state(path)
-        took = cli_seconds(path)
-        print(f"trl-doctor watch, 20,000-step trainer_state.json ({size / 1e6:.1f} MB): "
-              f"median {statistics.median(took):.2f} s, best {min(took):.2f} s over {len(took)} runs (target <= 1 s)")
+        byte_compile()
+        print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} before the runs")
+        for fmt in ("json", "table"):
+            walls, cpus = cli_seconds(path, fmt)
+            print(f"trl-doctor watch --format {fmt}, 20,000-step trainer_state.json ({size / 1e6:.1f} MB): median "
+                  f"{statistics.median(walls):.2f} s wall (best {min(walls):.2f}), {statistics.median(cpus):.2f} s CPU, "
+                  f"over {len(walls)} runs (target <= 1 s)")
     for n, ms in per_log_ms().items():
         print(f"callback: judging one log after {n:>6,} logs: {ms:.2f} ms")
     if "--no-job" not in sys.argv:
