@@ -9,7 +9,8 @@ What it does
   warn: KL(pi || pi_ref) is never negative, and its estimate goes negative when the rollout was
   sampled from another distribution than the one scored. The estimate (a mean of log-ratios over
   sampled tokens) wanders a little below 0 while the policy is still its reference, so it must be
-  below -`negative` (0.01) nats a token (a real PPO run at learning rate 0 logged -0.0003 a sequence).
+  below -`negative` (0.01) nats a token (a real PPO run at learning rate 0 logged -0.0003 a
+  sequence).
 Why is this bad?
   A KL that explodes means the policy left the reference far behind: its text degenerates and the KL
   penalty dominates the reward (a learning rate too high, a reward being hacked). TRL's docs read a

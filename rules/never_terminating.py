@@ -11,7 +11,8 @@ Why is this bad?
   cause is an eos the generation does not stop at (a chat model's <|im_end|> or <|eot_id|> missing
   from generation_config.json's eos_token_id), or a base model with a chat template it never
   learned. Where the completions ended at the start and then stopped ending, the stop tokens work:
-  the policy stopped emitting them (it drifted, or a reward pays for length), and the finding says so.
+  the policy stopped emitting them (it drifted, or a reward pays for length), and the finding says
+  so.
 Example
   {'completions/clipped_ratio': 1.0, 'completions/mean_terminated_length': 0.0, ...} from the first
   log.
