@@ -93,6 +93,20 @@ def test_quickstart_style_model_path_and_reward_defined_in_the_script():
     assert "accepts all" in result_of(report, "trainer-config")["message"]
 
 
+def test_the_api_reports_a_launch_command_as_the_command_line_does(monkeypatch):
+    """One front door (trl_doctor.front.request): trl_doctor.check(["python", ...]) names the same subject (the file
+    that built the trainer), captures the same launch and gives the same verdicts as `check -- python ...`."""
+    from trl_doctor import check
+
+    monkeypatch.chdir(LAUNCH)
+    code, cli = run_json("check", "--no-smoke", "--select", STATIC, "--", "python", "grpo_quickstart.py")
+    api = json.loads(check(["python", "grpo_quickstart.py"], smoke=False, select=STATIC).to_json())
+    assert api["config"] == cli["config"] == str(LAUNCH / "grpo_quickstart.py")
+    assert api["launch"]["trainer_class"] == cli["launch"]["trainer_class"]
+    assert [(r["id"], r["status"], r["message"]) for r in api["results"]] == \
+        [(r["id"], r["status"], r["message"]) for r in cli["results"]]
+
+
 def test_a_trainer_subclass_is_captured_at_the_line_that_builds_it():
     code, report = run_json("check", "--no-smoke", "--select", "vllm-tokenizer-drift,reward-functions", "--",
                             "python", "grpo_subclass.py")

@@ -3,6 +3,7 @@ laptop, a CPU CI runner), gets no verdict from the missing GPU; `--target NxMODE
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,23 @@ def test_deepspeed_missing_is_judged_on_the_launch_machine_only(tmp_path):
     dist, skew = result_of(report, "distributed-setup"), result_of(report, "version-skew")
     assert code == 1 and dist["status"] == "fail" and "deepspeed package is not installed" in dist["message"]
     assert "deepspeed" not in skew["message"], skew
+
+
+def test_target_is_parsed_once_by_the_front_door_and_carried_to_the_worker():
+    """Issue 32 item 4: the front door parses --target (exit 2 there when bad) and the worker's options carry the
+    GPUs it found across the pipe; the launch fact reads those, not the text again."""
+    from trl_doctor.context.config import load_config
+    from trl_doctor.context.context import Context
+    from trl_doctor.facts.launch.launcher import launch
+    from trl_doctor.front.settings import Asked, options_for, resolve
+    from trl_doctor.options import Options
+
+    settings = resolve(Asked.of(target="2xL4", isolated=True), None)
+    assert [g["name"] for g in settings.target_gpus] == ["NVIDIA L4", "NVIDIA L4"]
+    options = Options.from_dict(json.loads(json.dumps(options_for(settings).to_dict())))
+    assert options == options_for(settings) and options.target_gpus == settings.target_gpus
+    # the fact reads the carried GPUs: a text that says otherwise is not parsed again
+    carried = Options(smoke=False, target="1xT4", target_gpus=settings.target_gpus)
+    with Context(load_config(Path(RECIPE)), carried) as ctx:
+        found = launch(ctx)
+    assert [g["name"] for g in found.gpus] == ["NVIDIA L4", "NVIDIA L4"] and found.target == "2xL4"

@@ -183,7 +183,7 @@ def test_a_suppressed_fail_does_not_stop_fail_fast(project):
 
 def test_the_api_takes_static_and_fix_as_the_command_line_does(project):
     """One front door: check(path, static=True) is `check --static` and check(path, fix=True) is `--fix`, through the
-    same settings, refusals and runs (trl_doctor.front.settings, trl_doctor.static.front)."""
+    same request, refusals and runs (trl_doctor.front.request)."""
     from trl_doctor import InputError, check
 
     path = project / "recipes" / "bad_unknown_key.yaml"

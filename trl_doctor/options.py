@@ -23,6 +23,8 @@ class Options:
     script_timeout: float = 300.0  # seconds a launch command's script may take to construct its trainer
     verbose: bool = False  # input errors carry the script's traceback
     target: str | None = None  # the launch machine's GPUs (--target 8xH100-80GB), judged instead of this machine's
+    # the GPUs `target` describes, in NVML's shape: parsed once, by the front door (trl_doctor.front.settings.resolve)
+    target_gpus: tuple[dict, ...] | None = None
     # with --target: the launch's Python environment is this one ("this"), another ("other"), or "auto": this one
     # when this torch is a CUDA build (a CPU torch is no GPU job's environment)
     target_env: str = "auto"
@@ -40,6 +42,8 @@ class Options:
         unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"unknown check options: {', '.join(sorted(unknown))}")
+        if data.get("target_gpus") is not None:  # a JSON list across the pipe
+            data = {**data, "target_gpus": tuple(data["target_gpus"])}
         return cls(**data)
 
 

@@ -21,62 +21,35 @@ def check(subject: Any, /, *, select: str | Sequence[str] = (), ignore: str | Se
           fix: bool = False, unsafe_fixes: bool = False, **options: Any) -> Report:
     """Check a config file, a launch command or a built trainer, with the settings the command line takes
     (`select="TD001,pad-token"` or a list, the project's `[tool.trl-doctor]`, the config's inline suppressions;
-    none of those two with `isolated`), through the command line's own path (trl_doctor.front.settings): `static=True`
+    none of those two with `isolated`), through the command line's own path (trl_doctor.front.request): `static=True`
     is `check --static` (a config file judged from files, against `trl_version` or the installed TRL), `fix=True` is
     `--fix` (with `unsafe_fixes`: `--unsafe-fixes`), the report then saying what was written. `options` are
     trl_doctor.Options fields (device, trust_remote_code, smoke_timeout, num_processes, load_weights,
     script_timeout, target, target_env)."""
-    from trl_doctor.context.config import checked_path, load_config
-    from trl_doctor.front.settings import Asked, fix_and_recheck, options_for, require_stack, resolve, run_config
+    from trl_doctor.context.config import checked_path
+    from trl_doctor.front.request import Request, run
+    from trl_doctor.front.settings import Asked, resolve
 
     trainer = _is_trainer(subject)
-    is_path = not trainer and not isinstance(subject, (list, tuple))
-    if static or trl_version:
-        from trl_doctor.static.front import refuse
-
-        refuse(static, trl_version, None if is_path else subject, fix)
+    command = isinstance(subject, (list, tuple))
+    request = Request(Asked.of(select=select, ignore=ignore, fail_on=fail_on, smoke=smoke,
+                               target=options.pop("target", None), static=static, isolated=isolated,
+                               target_env=options.pop("target_env", "auto")),
+                      options, fix=fix, unsafe_fixes=unsafe_fixes, trl_version=trl_version)
+    request.refuse(launch=subject if command else None, trainer=trainer)
     if fix and trainer:
         raise ValueError("fix=True writes the files a config or a launch command names; a built trainer holds its own "
                          "objects: check its config file instead")
-    config = checked_path(str(subject), str(subject)) if is_path else None
-    asked = Asked.of(select=select, ignore=ignore, fail_on=fail_on, smoke=smoke, target=options.pop("target", None),
-                     static=static, isolated=isolated, target_env=options.pop("target_env", "auto"))
-    settings = resolve(asked, config)
-    options.update(target_env=asked.target_env, unsafe_fixes=unsafe_fixes and fix)
     if trainer:
-        trainer_kind, results, launch = _check_trainer(subject, settings.rules, options_for(settings, **options))
+        settings = resolve(request.asked, None)
+        trainer_kind, results, launch = _check_trainer(subject, settings.rules, request.worker_options(settings))
         return Report.made(launch["command"], trainer_kind, results, launch=launch, settings=settings.in_force,
                            fail_on=settings.fail_on)
-    captured: dict = {}
-    if is_path:
-        def once() -> tuple:
-            if static:
-                from trl_doctor.static.front import check_config_static
-
-                return check_config_static(config, settings, options_for(settings, **options), trl_version)
-            cfg = load_config(config)
-            return (cfg, *run_config(cfg.path, settings, options_for(settings, **options)))
-    else:
+    if command:
         from trl_doctor.capture.command import parse_command
-        from trl_doctor.supervisor.session import run_check
 
-        require_stack()
-        command = parse_command(tuple(str(a) for a in subject))
-
-        def once() -> tuple:
-            results = run_check(None, settings.rules, options_for(settings, launch=command.to_json(), **options),
-                                on_capture=captured.update)
-            return None, results, list(settings.in_force)
-
-    checked, results, listed = once()
-    applied: list = []
-    if fix:
-        checked, results, listed, applied = fix_and_recheck(checked, results, listed, unsafe_fixes, once)
-    if checked is not None:
-        return Report.made(str(checked.path), checked.trainer, results, applied=applied, settings=listed,
-                           fail_on=settings.fail_on)
-    return Report.made(command.text, captured.get("trainer", "?"), results, applied=applied, launch=captured or None,
-                       settings=listed, fail_on=settings.fail_on)
+        return run(request, None, parse_command(tuple(str(a) for a in subject))).report()
+    return run(request, checked_path(str(subject), str(subject))).report()
 
 
 def _is_trainer(target: Any) -> bool:

@@ -81,25 +81,23 @@ def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, i
     quiet_environment()  # the worker's own rules, for anything this process loads too (the config, a hub id)
     from trl_doctor.errors import InputError
     from trl_doctor.registry import RegistryError
+    from trl_doctor.front.request import Request
     from trl_doctor.front.settings import Asked
 
-    asked = Asked.of(select=select, ignore=ignore, fail_on=fail_on, smoke=smoke, target=target_gpus, static=static_only,
-                     isolated=isolated, target_env=target_env)
-    run = _Run(fix, unsafe_fixes, show_diff, _outputs(fmt, output, reports), verbose,
-               _progress() if _wanted("TRL_DOCTOR_PROGRESS", sys.stderr, progress) else None,
-               dict(device=device, trust_remote_code=trust_remote_code, smoke_timeout=smoke_timeout,
-                    num_processes=num_processes, load_weights=load_weights, script_timeout=script_timeout,
-                    verbose=verbose, user_code_timeout=user_code_timeout, max_memory=max_memory,
-                    sample=sample_asked(sample, fmt), target_env=target_env), fail_fast)
-    run.trl_version = trl_version
+    request = Request(Asked.of(select=select, ignore=ignore, fail_on=fail_on, smoke=smoke, target=target_gpus,
+                               static=static_only, isolated=isolated, target_env=target_env),
+                      dict(device=device, trust_remote_code=trust_remote_code, smoke_timeout=smoke_timeout,
+                           num_processes=num_processes, load_weights=load_weights, script_timeout=script_timeout,
+                           verbose=verbose, user_code_timeout=user_code_timeout, max_memory=max_memory,
+                           sample=sample_asked(sample, fmt)),
+                      fix=fix, diff=show_diff, unsafe_fixes=unsafe_fixes, trl_version=trl_version, fail_fast=fail_fast)
+    run = _Run(request, _outputs(fmt, output, reports),
+               _progress() if _wanted("TRL_DOCTOR_PROGRESS", sys.stderr, progress) else None)
     try:
         launch = _launch(subject)
-        if static_only or trl_version:
-            from trl_doctor.static.front import refuse
-
-            refuse(static_only, trl_version, launch, run.fixing)
+        request.refuse(launch)
         configs = [] if launch else _configs(subject)
-        code = _check_many(configs, asked, run) if len(configs) > 1 else _check_one(configs, launch, asked, run)
+        code = _check_many(configs, run) if len(configs) > 1 else _check_one(configs, launch, run)
     except (InputError, RegistryError) as exc:
         raise _stopped(run, str(exc)) from None
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: the worker's processes and the check's folder are gone
@@ -131,17 +129,15 @@ def _stopped(run: "_Run", message: str) -> "click.exceptions.Exit":
 
 
 class _Run:
-    """What one `check` call asked beyond the settings: fixing, where each format goes, progress, the worker's
-    options (every config of the call shares them)."""
+    """One `check` call: its request (trl_doctor.front.request, shared with the API), where each format goes, and
+    the progress line (every config of the call shares them)."""
 
-    def __init__(self, fix, unsafe_fixes, show_diff, outputs, verbose, progress, options, fail_fast=False):
-        self.fix, self.unsafe_fixes, self.show_diff = fix, unsafe_fixes, show_diff
-        self.outputs, self.verbose, self.progress, self.options = outputs, verbose, progress, options
-        self.fail_fast = fail_fast
+    def __init__(self, request, outputs, progress):
+        self.request, self.outputs, self.progress = request, outputs, progress
 
     @property
     def fixing(self) -> bool:
-        return self.fix or self.show_diff
+        return self.request.fixing
 
 
 def _outputs(fmt: str, output: str | None, reports: tuple[str, ...]) -> list[tuple[str, str | None]]:
@@ -209,23 +205,23 @@ def _configs(args: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _check_one(configs: list[str], launch, asked, run: _Run) -> int:
+def _check_one(configs: list[str], launch, run: _Run) -> int:
     """One config (or a launch command): its report in every format asked, from one run."""
-    code, report, stdout_taken = _check(configs[0] if configs else None, launch, asked, run)
+    code, report, stdout_taken = _check(configs[0] if configs else None, launch, run)
     for fmt, path in run.outputs:
         if path is not None or not stdout_taken:
             _emit(_render(fmt, report, _color(fmt, path)), path)
     return code
 
 
-def _check_many(configs: list[str], asked, run: _Run) -> int:
+def _check_many(configs: list[str], run: _Run) -> int:
     """Each config checked in turn (a worker each), one combined report per format and one exit status: 2 when a
     config could not be read (its one line on stderr, the others still checked), else 1 when any failed."""
     from trl_doctor.errors import InputError
 
     reports, errors, worst = [], [], 0
     for number, config in enumerate(configs, 1):
-        if run.fail_fast and worst:  # as pytest -x: the first config that fails ends the call
+        if run.request.fail_fast and worst:  # as pytest -x: the first config that fails ends the call
             from trl_doctor.report.formats._safe import for_terminal
 
             left = configs[number - 1:]
@@ -235,7 +231,7 @@ def _check_many(configs: list[str], asked, run: _Run) -> int:
         if run.progress is not None:
             run.progress(f"config {number} of {len(configs)}: {config}", whole_line=True)
         try:
-            code, report, _ = _check(config, None, asked, run, many=True)
+            code, report, _ = _check(config, None, run, many=True)
         except InputError as exc:
             _error_line(str(exc))
             errors.append(str(exc))
@@ -259,44 +255,37 @@ def _write_combined(run: _Run, reports: list, errors: list[str], files_only: boo
             _emit(combine(fmt, [_sorted(fmt, r) for r in reports], errors), path)
 
 
-def _check(config, launch, asked, run: _Run, many: bool = False):
-    """(exit status, report, whether stdout already has it) of one config or launch command, under the settings
-    the command line and the project give (trl_doctor.front.settings, the API's own path), --fix applied."""
+def _check(config, launch, run: _Run, many: bool = False):
+    """(exit status, report, whether stdout already has it) of one config or launch command, run as the API runs it
+    (trl_doctor.front.request), streamed to a terminal or a CI log, --diff printed instead of written."""
     from trl_doctor.context.config import checked_path
+    from trl_doctor.front.request import run as run_request
     from trl_doctor.types import exit_status
-    from trl_doctor.front.settings import fix_and_recheck, options_for, resolve
 
-    settings = resolve(asked, checked_path(str(config), str(config)) if config else None)
-    options = options_for(settings, unsafe_fixes=run.unsafe_fixes and run.fixing,
-                          launch=launch.to_json() if launch else None, **run.options)
-    stream = _stream(run, settings, many)
-    cfg, results, listed = _run_once(config, launch, settings, options, stream, run.progress,
-                                     settings.fail_on if run.fail_fast else None, run.trl_version)
-    applied: list[dict] = []
-    if run.show_diff:
-        _show_diff(results, run)
-        return exit_status(results, settings.fail_on), _report(cfg, results, [], listed), True
-    if run.fix:
-        cfg, results, listed, applied = fix_and_recheck(cfg, results, listed, run.unsafe_fixes, lambda: _run_once(
-            config, launch, settings, options, stream, run.progress, settings.fail_on if run.fail_fast else None))
+    outcome = run_request(run.request, checked_path(str(config), str(config)) if config else None, launch,
+                          make_stream=_stream(run, many), on_progress=run.progress)
+    if run.request.diff:
+        _show_diff(outcome.results, run)
+        return exit_status(outcome.results, outcome.settings.fail_on), outcome.report(), True
     _clear(run.progress)
-    report = _report(cfg, results, applied, listed)
-    if stream is not None:
-        stream.finish(report)
-    return exit_status(results, settings.fail_on), report, stream is not None
+    report = outcome.report()
+    if outcome.stream is not None:
+        outcome.stream.finish(report)
+    return exit_status(outcome.results, outcome.settings.fail_on), report, outcome.stream is not None
 
 
-def _stream(run: _Run, settings, many: bool):
-    """What writes stdout's report while the check runs, or None: the table on a terminal (one config), the github
-    annotations always (their lines are the same however they are written; TRL_DOCTOR_STREAM=0 turns both off)."""
+def _stream(run: _Run, many: bool):
+    """What makes the writer of stdout's report while the check runs (from the settings), or None: the table on a
+    terminal (one config), the github annotations always (their lines are the same however they are written;
+    TRL_DOCTOR_STREAM=0 turns both off)."""
     from trl_doctor.report.streaming import GithubStream
 
     fmt, output = run.outputs[0]
     if output is not None or run.fixing:  # --fix and --diff report the state after the fix
         return None
     if fmt == "table" and not many and _wanted("TRL_DOCTOR_STREAM", sys.stdout):
-        return _Stream(settings.rules, _color(fmt, output), run.progress)
-    return GithubStream() if _github_streams(run) else None
+        return lambda settings: _Stream(settings.rules, _color(fmt, output), run.progress)
+    return (lambda settings: GithubStream()) if _github_streams(run) else None
 
 
 def _github_streams(run: _Run) -> bool:
@@ -304,56 +293,12 @@ def _github_streams(run: _Run) -> bool:
     return fmt == "github" and output is None and not run.fixing and os.environ.get("TRL_DOCTOR_STREAM", "1") not in ("", "0")
 
 
-def _run_once(config, launch, settings, options, stream, progress, fail_fast_on: str | None = None,
-              trl_version: str | None = None):
-    """(what was checked, results, the settings in force) of one run of the worker; with `fail_fast_on` (the
-    fail-on level) it stops at the first result that fails the check (trl_doctor.supervisor.failfast); with
-    --static, trl_doctor.static judges in this process against `trl_version`."""
-    from trl_doctor.context.config import load_config
-    from trl_doctor.front.settings import require_stack, run_config
-    from trl_doctor.supervisor.failfast import stop_at_first_failure
-    from trl_doctor.supervisor.session import run_check
-
-    on_result = stream.row if stream else None
-    if fail_fast_on is not None:
-        on_result = stop_at_first_failure(on_result, fail_fast_on)
-    if launch is not None:
-        require_stack()
-        subject = _Subject(launch.script or launch.cwd, "?", launch.text)
-        if getattr(stream, "early", False):
-            stream.start(subject, list(settings.in_force))
-
-        def captured(info: dict) -> None:
-            subject.path = (info.get("constructed_at") or "").rsplit(":", 1)[0] or subject.path
-            subject.trainer, subject.launch = info["trainer"], info
-            if stream is not None:
-                stream.start(subject, list(settings.in_force))
-
-        results = run_check(None, settings.rules, options, on_result=on_result, on_progress=progress,
-                            on_capture=captured)
-        return subject, results, list(settings.in_force)
-    if settings.static:
-        from trl_doctor.static.front import check_config_static
-
-        cfg, results, listed = check_config_static(config, settings, options, trl_version)
-        if stream is not None:
-            stream.start(cfg, listed)
-            for r in results:
-                stream.row(r)
-        return cfg, results, listed
-    cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
-    if stream is not None:
-        stream.start(cfg, settings.listed(settings.suppressor(cfg.path)))
-    results, listed = run_config(cfg.path, settings, options, on_result=on_result, on_progress=progress)
-    return cfg, results, listed
-
-
 def _show_diff(results, run: _Run) -> None:
     """--diff: what --fix would change, as a unified diff on stdout; nothing is written."""
     from trl_doctor.fix import fixer as _fixer
     from trl_doctor.report.formats._safe import for_terminal
 
-    fixes = [r.fix for r in results if r.fix and r.fix.applies(run.unsafe_fixes)]
+    fixes = [r.fix for r in results if r.fix and r.fix.applies(run.request.unsafe_fixes)]
     _clear(run.progress)
     text = _fixer.unified_diff(_fixer.plan(fixes))
     if text:
@@ -369,14 +314,6 @@ def sample_asked(sample: int | None, fmt: str) -> int | None:
     if sample is None and fmt != "table":
         return 0
     return sample
-
-class _Subject:
-    """What a launch command's report is about: the file that built the trainer, the trainer, the capture."""
-
-    def __init__(self, path: str, trainer: str, command: str):
-        self.path, self.trainer, self.command = path, trainer, command
-        self.launch: dict | None = None
-
 
 class _Stream:
     """The table on a terminal: the header at once, each rule's row as its result arrives (in run order), then
@@ -431,18 +368,14 @@ def _is_tty(stream) -> bool:
         return False
 
 
-def _report(cfg, results, applied, settings=None):
-    from trl_doctor.report.formats import Report
-
-    return Report.made(str(cfg.path), cfg.trainer, results, applied=applied, launch=_launch_of(cfg), settings=settings)
-
-
 def _shown(cfg) -> str:
     return getattr(cfg, "command", None) or str(cfg.path)
 
 
 def _launch_of(cfg) -> dict | None:
-    return getattr(cfg, "launch", None) if isinstance(cfg, _Subject) else None
+    from trl_doctor.front.request import Subject
+
+    return getattr(cfg, "launch", None) if isinstance(cfg, Subject) else None
 
 
 def _sorted(fmt, report):

@@ -1,4 +1,5 @@
-"""One front door for a check: the command line, the Python API and DoctorCallback all come through here.
+"""The settings of a check, resolved for the front door (trl_doctor.front.request) that the command line, the Python
+API and DoctorCallback all come through.
 
 `Asked` is what the caller asked (select, ignore, fail-on, smoke, target, static, isolated); `resolve` joins it
 with the project's config (`[tool.trl-doctor]` / `.trl-doctor.toml`, nearest the checked config; none with
@@ -59,6 +60,7 @@ class Settings:
     isolated: bool
     in_force: tuple[dict, ...]  # {"setting", "rules" or "value", "source"}: what narrows or silences the check
     static: bool = False  # --static: judged from files in this process (trl_doctor.static), no worker
+    target_gpus: tuple[dict, ...] | None = None  # the GPUs `target` describes, parsed here once
 
     def suppressor(self, config: Path | None):
         """The config's inline suppressions, or none with --isolated."""
@@ -83,10 +85,11 @@ def resolve(asked: Asked, config: Path | None) -> Settings:
     ignore = [(asked.ignore, COMMAND_LINE), (project.ignore, source), (tuple(per_file), f"{source} per-file-ignores")]
     fail_on = (asked.fail_on, COMMAND_LINE) if asked.fail_on else (project.fail_on or "fail", source if project.fail_on else None)
     target = asked.target or project.target
-    if target:  # a bad --target (or project target) is exit 2 before any worker starts
+    gpus = None
+    if target:  # parsed once, here: a bad --target (or project target) is exit 2 before any worker starts
         from trl_doctor.context.target import target_gpus
 
-        target_gpus(target)
+        gpus = tuple(target_gpus(target))
     elif asked.target_env != "auto":
         from trl_doctor.errors import InputError
 
@@ -101,7 +104,7 @@ def resolve(asked: Asked, config: Path | None) -> Settings:
                          "`trl-doctor watch PATH` (or DoctorCallback(watch=True))")
     smoke = asked.smoke if asked.smoke is not None else (project.smoke if project.smoke is not None else True)
     return Settings(rules, fail_on[0], smoke, target, asked.isolated,
-                    _in_force(asked, select, ignore, fail_on), asked.static)
+                    _in_force(asked, select, ignore, fail_on), asked.static, gpus)
 
 
 def _in_force(asked: Asked, select, ignore, fail_on) -> tuple[dict, ...]:
@@ -181,4 +184,4 @@ def options_for(settings: Settings, **fields: Any):
     """The worker's Options under these settings."""
     from trl_doctor.options import Options
 
-    return Options(smoke=settings.smoke, target=settings.target, **fields)
+    return Options(smoke=settings.smoke, target=settings.target, target_gpus=settings.target_gpus, **fields)

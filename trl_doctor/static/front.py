@@ -1,22 +1,7 @@
-"""Where the command line meets `check --static`: what it refuses, and one config's run with the settings in force
+"""Where the front door (trl_doctor.front.request) meets `check --static`: one config's run with the settings in force
 (the project's ignores and the config's inline suppressions apply as in the full check)."""
 
 from __future__ import annotations
-
-from trl_doctor.errors import InputError
-
-
-def refuse(static: bool, trl_version: str | None, launch, fixing: bool) -> None:
-    """An InputError (exit 2, one line) for what --static cannot do."""
-    if trl_version and not static:
-        raise InputError("--trl-version names the TRL release --static judges against: give --static too (the full "
-                         "check reads the installed TRL)")
-    if launch is not None:
-        raise InputError("--static checks config files; a launch command runs its script (the repository's code) to "
-                         "reach the trainer: drop --static, or check the script's recipe file")
-    if fixing:
-        raise InputError("--fix and --diff need the full check (its fixes are planned and re-checked on the loaded "
-                         "model and trainer): drop --static")
 
 
 def check_config_static(config, settings, options, trl_version: str | None = None) -> tuple:

@@ -143,10 +143,11 @@ def launch(ctx) -> Launch:
     """The launch's processes, GPUs and accelerate settings (see `Launch`)."""
     found, why = nvml_gpus(ctx)
     target = ctx.options.target
-    if target:
+    if target:  # the front door parsed --target into target_gpus; Options made by hand may carry the text alone
         from trl_doctor.context.target import target_gpus
 
-        visible, note, missing = target_gpus(target), None, ""
+        parsed = ctx.options.target_gpus
+        visible, note, missing = [dict(g) for g in parsed] if parsed else target_gpus(target), None, ""
     else:
         visible, note = visible_gpus(list(found), os.environ.get("CUDA_VISIBLE_DEVICES"))
         missing = why or note or "NVML reports no GPU"
