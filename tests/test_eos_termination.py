@@ -26,7 +26,7 @@ def test_base_checkpoint_turn_end_is_fixed_and_generation_then_stops(fixture_cop
 
     mask = mask_eos("grpo")
     tok_cfg = fixture_copy / "models" / "qwen2-base" / "tokenizer_config.json"
-    # where the trainer's mask ends at the tokenizer's eos only, the fix retargets that eos as well (catalog B8)
+    # where the trainer's mask ends at the tokenizer's eos only, the fix retargets that eos as well (docs/coverage.md B8)
     retarget = [] if mask is not None and mask.kind == "all" else [
         str(tok_cfg.parent / f) for f in ("tokenizer_config.json", "special_tokens_map.json") if (tok_cfg.parent / f).exists()]
     assert sorted(r["fix"]["files"]) == sorted([str(gen)] + retarget)

@@ -1,5 +1,5 @@
 """TD021 end to end, through the real command with the installed TRL and transformers: generation_config.json
-sampling keys that transformers merges into the trainer's GenerationConfig (catalog B11), a tokenizer's
+sampling keys that transformers merges into the trainer's GenerationConfig (docs/coverage.md B11), a tokenizer's
 token_type_ids that the trainer hands to a generate that refuses them (B10, with the real smoke step showing the
 crash it predicts), and no false alarm on any healthy fixture."""
 
@@ -121,7 +121,7 @@ def test_ppo_script_with_a_right_padding_tokenizer_fails_and_the_fix_pads_left(f
     assert json.loads(tok_cfg.read_text())["padding_side"] == "left"
 
 
-# -- catalog H4: generation with gradient checkpointing still on ---------------------------------------------------
+# -- docs/coverage.md H4: generation with gradient checkpointing still on ---------------------------------------------------
 
 def _trl_release(release: str) -> dict:
     """The real trl `release` from PyPI (no dependencies) first on PYTHONPATH: its source is what is read."""

@@ -412,7 +412,7 @@ def test_fix_through_a_launch_command_edits_the_checkpoint_the_script_loads(tmp_
     assert code == 0, report
     assert result_of(report, "eos-termination")["status"] == "pass"
     # where the installed trainer ends the completion mask at the tokenizer's eos only (trl <= 1.12), the fix retargets
-    # that eos too, so that generation and the mask end at the same token (catalog B8)
+    # that eos too, so that generation and the mask end at the same token (docs/coverage.md B8)
     from trl_doctor.facts.trl.generation import mask_eos
 
     mask = mask_eos("grpo")

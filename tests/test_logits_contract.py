@@ -51,7 +51,7 @@ def test_whole_sequence_logits_warn_where_the_launch_gpu_holds_them(built_fixtur
     assert r["details"]["does the job fit"].startswith("the job still trains: with them the estimate fits"), r["details"]
 
 
-# -- remote code (catalog A4) -------------------------------------------------------------------------------
+# -- remote code (docs/coverage.md A4) -------------------------------------------------------------------------------
 # fixtures/_build_family.py: remote-swallow (forward drops logits_to_keep in **kwargs), remote-nohead (LM head called
 # `output`, no get_output_embeddings()). Both are model_type tinyremote, which transformers does not ship.
 

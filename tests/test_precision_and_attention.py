@@ -280,7 +280,7 @@ def test_adds_little_to_a_check(built_fixtures, fake_gpus):
     assert result_of(report, "TD015")["duration_s"] < 1.0
 
 
-# -- Gemma's attention (catalog H6) -----------------------------------------------------------------------------
+# -- Gemma's attention (docs/coverage.md H6) -----------------------------------------------------------------------------
 
 def _gemma2_class():
     from transformers import Gemma2ForCausalLM

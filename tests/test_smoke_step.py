@@ -261,7 +261,7 @@ def test_out_of_memory_report_carries_the_estimate(tmp_path, built_fixtures):
     assert any(k.startswith("estimate: policy") for k in extra)
 
 
-# -- the real-model sample (--sample N, catalog C7 and E5) ---------------------------------------------------------
+# -- the real-model sample (--sample N, docs/coverage.md C7 and E5) ---------------------------------------------------------
 
 @pytest.mark.slow
 def test_sample_of_a_model_that_never_stops_warns_with_the_cap_and_the_eos(built_fixtures):

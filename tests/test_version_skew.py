@@ -396,7 +396,7 @@ def test_env_still_reports_when_the_table_is_missing(monkeypatch, tmp_path):
     assert "known issues: the table could not be read (FileNotFoundError" in out
 
 
-# -- liger-kernel against trl[liger] (catalog A9) ---------------------------------------------------------------
+# -- liger-kernel against trl[liger] (docs/coverage.md A9) ---------------------------------------------------------------
 
 def _liger_range() -> str | None:
     """What the installed trl's METADATA declares on liger-kernel under its `liger` extra (read here with packaging)."""

@@ -217,7 +217,7 @@ def test_architecture_not_judged_without_vllm(built_fixtures):
 # -- no false alarm ------------------------------------------------------------------------------------------
 
 def test_server_overlap_is_judged_on_the_visible_gpus(built_fixtures, fake_gpus, monkeypatch):
-    """All 4 GPUs training with a local server fails with the catalog's split; the same launch with
+    """All 4 GPUs training with a local server fails (the server's GPU also trains); the same launch with
     CUDA_VISIBLE_DEVICES hiding GPU 0 (where the server runs) passes."""
     fake_gpus(FOUR_A100)
     code, r = check(HERE / "bad_server_local_all_gpus.yaml")
