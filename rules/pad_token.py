@@ -4,7 +4,8 @@ What it does
     Compares the pad token of the tokenizer the trainer holds (with `added_tokens`) with the eos,
     the embedding rows (`vocab_size`) and `pad_token_id` in config.json and generation_config.json
     (the latter only where the installed trainer passes no pad id to `generate`). Whether the
-    trainer sets pad = eos is read from its source, and the line quoted.
+    trainer sets pad = eos is read from its source. Any other trainer a script builds (OnlineDPO,
+    SFT, its own Trainer): whether the collator it was given pads with a pad-less tokenizer.
 
 Why is this bad?
     GPT-2's and the Llama 3 tokenizers ship without a pad token. GRPOTrainer before TRL 0.17 crashes
@@ -15,7 +16,7 @@ Why is this bad?
     another token than the trainer masks, where the trainer leaves it to generate (PPO; GRPO, trl
     0.14 to 1.x, passes its own). pad = eos is harmless for GRPO and RLOO (the mask ends at the
     first eos, inclusive), not for PPO, whose value and reward forwards mask every pad id: the final
-    eos is masked out and stopping is never rewarded.
+    eos is masked out and stopping is never rewarded. TRL 0.15-0.17's OnlineDPO stops as GRPO did.
 
 Example
     model_name_or_path: gpt2-nopad      # tokenizer_config.json has no pad_token
@@ -25,9 +26,8 @@ Example
 Fix safety
     Safe: picks a pad token the vocabulary already has (`<pad>`, `<|pad|>`, `[PAD]`, `<|padding|>`,
     `<|finetune_right_pad_id|>`, `<|endoftext|>` when it is not the eos), else the eos, never
-    growing the vocabulary; writes `pad_token` to tokenizer_config.json (and
-    special_tokens_map.json) and `pad_token_id` to config.json and generation_config.json. Manual
-    for the Hugging Face cache (copy the snapshot with `cp -rL`, point the config at it).
+    growing the vocabulary; writes `pad_token` to tokenizer_config.json (and special_tokens_map.json)
+    and `pad_token_id` to config.json and generation_config.json. Manual for the Hugging Face cache.
 """
 
 from __future__ import annotations
@@ -142,10 +142,14 @@ def check_static(s):
     slug="pad-token",
     title="Tokenizer has a pad token the trainer and model files agree on",
     needs=("tokenizer", "model_config"),
+    trainers=("grpo", "rloo", "ppo", "other"),
     fixable="sometimes",
     static=check_static,
 )
 def check(ctx):
+    if ctx.trainer == "other":
+        yield from _other_trainer(ctx)
+        return
     tok = ctx.tokenizer
     rows = embedding_rows(ctx)
     cfg_json = ctx.read_json(ctx.model_file("config.json")) or {}
@@ -225,6 +229,82 @@ def check(ctx):
             f"harmless for {trainer_cls}: it masks the completion after the first eos, keeping that eos in the loss"
         )
     yield passed(_healthy(pad, pad_id, rows), **details)
+
+
+# -- a trainer the other rules do not check (a launch command's OnlineDPO, SFT, a script's own Trainer) ----------
+
+def _other_trainer(ctx):
+    """Judged where the script's trainer reached transformers' Trainer constructor: after the subclass's own set-up,
+    so a trainer that sets pad = eos itself (TRL's from 0.18 or so) has done it. Only the padding is judged: whether
+    the collator the trainer was given pads, and with what. A collator of the script's own is not guessed at."""
+    given, cls = ctx.live.tokenizer, ctx.live.trainer_cls
+    name = cls.__qualname__ if cls is not None else "the script's trainer"
+    tok = ctx.tokenizer if hasattr(ctx.tokenizer, "pad_token") else getattr(ctx.tokenizer, "tokenizer", None)
+    if tok is None:
+        raise Unavailable(f"{name} was given {type(ctx.tokenizer).__name__}, which holds no tokenizer")
+    if not _loader_uses_collator(cls):
+        raise Unavailable(f"{name} builds its own training dataloader (get_train_dataloader) without the trainer's "
+                          "data_collator: its padding is not judged")
+    rows = embedding_rows(ctx)
+    gen_json = ctx.read_json(ctx.model_file("generation_config.json"))
+    details = {"tokenizer": type(tok).__name__, "pad_token": tok.pad_token, "pad_token_id": tok.pad_token_id,
+               "eos_token": tok.eos_token, "trainer": name, "trl": ctx.version("trl") or "not installed",
+               "judged": "the padding of the collator the trainer was given; nothing else of pad-token"}
+    collator = ctx.live.data_collator
+    pads = _collator_pad(collator, given)
+    details["collator"] = pads[1]
+    if tok.pad_token is not None:
+        yield passed(f"{name} was given a tokenizer with pad token {tok.pad_token!r} (id {tok.pad_token_id}), and "
+                     f"{pads[1]}", **details)
+        return
+    if pads[0] is None:
+        raise Unavailable(f"the tokenizer has no pad token when {name} is built, and {pads[1]}: whether it pads "
+                          "with the tokenizer is not judged")
+    if pads[0] is False:
+        yield passed(f"the tokenizer has no pad token, and {name}'s collator does not pad with it ({pads[1]})",
+                     **details)
+        return
+    choice = _choose_pad(tok, rows, tok.eos_token_id)
+    yield fail(f"the tokenizer has no pad token when {name} is built (it sets none itself), and {pads[1]}: the first "
+               "batch fails ('Asking to pad but the tokenizer does not have a padding token')",
+               _fix(ctx, choice, gen_json), **details)
+
+
+def _loader_uses_collator(cls) -> bool:
+    """Whether the trainer's training dataloader collates with `self.data_collator`: transformers' own, or an override
+    whose source names it."""
+    import inspect
+
+    method = getattr(cls, "get_train_dataloader", None)
+    if cls is None or method is None or method.__module__.startswith("transformers."):
+        return True
+    try:
+        return "data_collator" in inspect.getsource(method)
+    except (OSError, TypeError):
+        return False
+
+
+def _collator_pad(collator, tokenizer) -> tuple[bool | None, str]:
+    """(whether the collator pads with the tokenizer's pad token: True, False, or None when not known; in words)."""
+    kind = f"the function {collator.__qualname__}" if callable(collator) and hasattr(collator, "__qualname__") \
+        and not isinstance(collator, type) and type(collator).__name__ == "function" else type(collator).__name__
+    if collator is None:
+        from transformers import PreTrainedTokenizerBase
+
+        if isinstance(tokenizer, PreTrainedTokenizerBase):
+            return True, "no collator: transformers' Trainer pads with the tokenizer (DataCollatorWithPadding)"
+        return False, (f"no collator, and {type(tokenizer).__name__} is no tokenizer: transformers' Trainer collates "
+                       "without padding (default_data_collator)")
+    if "pad_token_id" in vars(collator) or hasattr(type(collator), "pad_token_id"):
+        pad_id = getattr(collator, "pad_token_id")
+        if pad_id is None:
+            return True, f"its collator {kind} pads with pad_token_id None"
+        return False, f"its collator {kind} pads with id {pad_id}"
+    inner = getattr(collator, "tokenizer", None) or getattr(collator, "processing_class", None)
+    if inner is not None and hasattr(inner, "pad_token"):
+        return (True, f"its collator {kind} pads with the tokenizer") if inner.pad_token is None else \
+            (False, f"its collator {kind} pads with {inner.pad_token!r}")
+    return None, f"its collator is {kind}"
 
 
 def _choose_pad(tok, rows, eos_id, exclude=frozenset()):

@@ -47,11 +47,14 @@ def test_another_trainer_is_stopped_at_its_construction_and_named(script, cls, b
     name = cls.rsplit(".", 1)[-1]
     assert any(n.startswith(f"{name} (") and "is not a trainer trl-doctor checks" in n and "transformers.trainer.Trainer"
                in n for n in launch["notes"]), launch["notes"]
-    # every rule skips but save-outputs, which judges any trainer (saving is transformers' code)
-    assert {r["status"] for r in report["results"] if r["rule"] != "save-outputs"} == {"skip"}, report["results"]
-    assert next(r for r in report["results"] if r["rule"] == "save-outputs")["status"] == "pass", report["results"]
+    # every rule skips but those that judge any trainer: save-outputs (saving is transformers' code) and pad-token
+    # (the padding of the collator the trainer was given; these tokenizers have a pad token)
+    judged = ("save-outputs", "pad-token")
+    assert {r["status"] for r in report["results"] if r["rule"] not in judged} == {"skip"}, report["results"]
+    assert {r["rule"]: r["status"] for r in report["results"] if r["rule"] in judged} == \
+        {"save-outputs": "pass", "pad-token": "pass"}, report["results"]
     for r in report["results"]:
-        if r["rule"] != "save-outputs":
+        if r["rule"] not in judged:
             assert r["message"].startswith(f"not checked: {name} is not a trainer trl-doctor checks ("), r["message"]
 
 
@@ -74,7 +77,7 @@ def test_lora_target_names_are_judged_for_any_trainer():
     assert "`q_proj,` matches no module of Qwen2ForCausalLM" in peft["message"], peft["message"]
     assert "base_layer" not in peft["message"] and "default" not in peft["message"], peft["message"]
     assert "only the LoRA target names are judged" in peft["details"]["judged"]
-    others = {r["status"] for r in report["results"] if r["rule"] not in ("peft-setup", "save-outputs")}
+    others = {r["status"] for r in report["results"] if r["rule"] not in ("peft-setup", "save-outputs", "pad-token")}
     assert others == {"skip"}, report["results"]
     code, report, stderr = _check_args("sft_lora_targets.py", "--healthy")
     peft = next(r for r in report["results"] if r["rule"] == "peft-setup")
@@ -88,3 +91,48 @@ def _check_args(script: str, *script_args: str) -> tuple[int, dict, str]:
     proc = run_doctor("check", "--format", "json", "--", "python", script, *script_args, cwd=LAUNCH)
     assert proc.stdout, proc.stderr
     return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+@pytest.mark.parametrize("args, collator", [
+    ((), "its collator DataCollatorForLanguageModeling pads with the tokenizer"),
+    (("--no-collator",), "no collator: transformers' Trainer pads with the tokenizer (DataCollatorWithPadding)"),
+])
+def test_a_tokenizer_without_pad_fails_for_any_trainer_whose_collator_pads_with_it(args, collator):
+    """TRL 0.15-0.17's OnlineDPOTrainer (the accuracy harness's ex0152/ex0170-dpo-online misses), and any Trainer whose
+    collator pads with the tokenizer, stop at the first batch when the tokenizer has no pad token. pad-token judges the
+    collator the trainer was given, where transformers' constructor stopped the script (after the subclass's own
+    set-up: TRL trainers that set pad = eos have done it there). The ground truth is the script run for real."""
+    truth = _run_for_real("trainer_nopad.py", *args)
+    assert truth.returncode != 0 and "Asking to pad but the tokenizer does not have a padding token" in truth.stderr
+    code, report, stderr = _check_args("trainer_nopad.py", *args)
+    pad = next(r for r in report["results"] if r["rule"] == "pad-token")
+    assert code == 1 and pad["status"] == "fail", (pad, stderr)
+    assert pad["message"] == (f"the tokenizer has no pad token when Trainer is built (it sets none itself), and {collator}: "
+                              "the first batch fails ('Asking to pad but the tokenizer does not have a padding token')")
+    assert pad["fix"]["description"].startswith("set pad_token to '<|endoftext|>' (id 0), the eos token")
+
+
+def test_a_trainer_given_a_pad_token_passes_and_trains():
+    truth = _run_for_real("trainer_nopad.py", "--pad")
+    assert truth.returncode == 0, truth.stderr[-2000:]
+    code, report, stderr = _check_args("trainer_nopad.py", "--pad")
+    pad = next(r for r in report["results"] if r["rule"] == "pad-token")
+    assert code == 0 and pad["status"] == "pass", (pad, stderr)
+    assert pad["message"] == ("Trainer was given a tokenizer with pad token '<|endoftext|>' (id 0), and its collator "
+                              "DataCollatorForLanguageModeling pads with '<|endoftext|>'")
+
+
+def _run_for_real(script: str, *args: str):
+    """The script itself, trained for its one step (the ground truth), in a scratch copy of fixtures/launch's layout."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "launch"
+        work.mkdir()
+        shutil.copy(LAUNCH / script, work / script)
+        for name in ("models", "data"):
+            (Path(tmp) / name).symlink_to(LAUNCH.parent / name)
+        return subprocess.run([sys.executable, script, *args], cwd=work, capture_output=True, text=True, timeout=300)

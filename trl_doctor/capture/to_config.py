@@ -80,7 +80,8 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
     live = Live(
         command=captured.command.text, script=captured.launched.script, where=where, trainer_cls=rec.trainer_cls,
         args=args, tokenizer=tokenizer, model=None if isinstance(model, str) else model,
-        dataset=arguments.get("train_dataset"), eval_dataset=arguments.get("eval_dataset"), relaxed=relaxed,
+        dataset=arguments.get("train_dataset"), eval_dataset=arguments.get("eval_dataset"),
+        data_collator=arguments.get("data_collator"), relaxed=relaxed,
         machine_relaxed=dict(rec.machine),
         recipe=str(recipe) if recipe else None,
         recipe_keys=recipe_keys, processes=captured.launched.processes,
@@ -367,5 +368,6 @@ def _unchecked(rec) -> tuple[str, ...]:
     chain = " <- ".join(f"{c.__module__}.{c.__qualname__}" for c in rec.trainer_cls.__mro__ if c is not object)
     return (f"{rec.trainer_cls.__qualname__} ({chain}) is not a trainer trl-doctor checks: the rules judge GRPOTrainer, "
             "RLOOTrainer and PPOTrainer (and their subclasses) as the installed TRL builds them; the script was "
-            "stopped where it constructed this one, before any training, and no rule judged it",)
+            "stopped where it constructed this one, before any training, and only what any trainer shares was judged "
+            "(pad-token: the collator's padding; peft-setup: the LoRA target names; save-outputs)",)
 
