@@ -120,12 +120,7 @@ def sampling_params_sites(text: str, rel: str) -> list[Site]:
     `generation_kwargs.update(request.generation_kwargs)` in the 0.19-0.29 server).
     """
     sites = []
-    for m in re.finditer(r"\bSamplingParams\(", text):
-        if _in_comment_or_doc(text, m.start()):
-            continue
-        args = _call_args(text, m.end() - 1)
-        where = f"{rel}:{_line_of(text, m.start())}"
-        code = _first_line(text, m.start())
+    for m, args, where, code in _calls(text, r"\bSamplingParams\(", rel):
         if re.search(r"\bgeneration_kwargs\b", args) and not re.fullmatch(r"\s*\*\*\s*\w+\s*", args):
             sites.append(Site(where, code, True, "passes generation_kwargs"))
             continue
@@ -144,16 +139,19 @@ def sampling_params_sites(text: str, rel: str) -> list[Site]:
     return sites
 
 
+def _calls(text: str, pattern: str, rel: str):
+    """(match, its arguments' text, `rel:line`, its first line) of each call `pattern` finds (ending at the call's
+    open parenthesis) outside comments and docstrings."""
+    for m in re.finditer(pattern, text):
+        if not _in_comment_or_doc(text, m.start()):
+            yield m, _call_args(text, m.end() - 1), f"{rel}:{_line_of(text, m.start())}", _first_line(text, m.start())
+
+
 def client_call_sites(text: str, rel: str) -> list[Site]:
     """Every call of the vLLM server client (`vllm_client.generate(...)` / `.chat(...)`), and whether it passes
     `generation_kwargs` (directly, or inside a dict it unpacks with `**`)."""
     sites = []
-    for m in re.finditer(r"\bvllm_client\.(generate|chat)\(", text):
-        if _in_comment_or_doc(text, m.start()):
-            continue
-        args = _call_args(text, m.end() - 1)
-        where = f"{rel}:{_line_of(text, m.start())}"
-        code = _first_line(text, m.start())
+    for m, args, where, code in _calls(text, r"\bvllm_client\.(generate|chat)\(", rel):
         if re.search(r"\bgeneration_kwargs\s*=", args):
             sites.append(Site(where, code, True, "passes generation_kwargs="))
             continue
