@@ -26,8 +26,8 @@ Example
 Fix safety
     Safe: picks a pad token the vocabulary already has (`<pad>`, `<|pad|>`, `[PAD]`, `<|padding|>`,
     `<|finetune_right_pad_id|>`, `<|endoftext|>` when it is not the eos), else the eos, never
-    growing the vocabulary; writes `pad_token` to tokenizer_config.json (and special_tokens_map.json)
-    and `pad_token_id` to config.json and generation_config.json. Manual for the Hugging Face cache.
+    growing the vocabulary; writes `pad_token` to tokenizer_config.json and special_tokens_map.json,
+    `pad_token_id` to config.json and generation_config.json. Manual for the Hugging Face cache.
 """
 
 from __future__ import annotations
@@ -236,38 +236,91 @@ def check(ctx):
 def _other_trainer(ctx):
     """Judged where the script's trainer reached transformers' Trainer constructor: after the subclass's own set-up,
     so a trainer that sets pad = eos itself (TRL's from 0.18 or so) has done it. Only the padding is judged: whether
-    the collator the trainer was given pads, and with what. A collator of the script's own is not guessed at."""
-    given, cls = ctx.live.tokenizer, ctx.live.trainer_cls
+    the collator the trainer was given pads with a tokenizer without a pad token, and whether the trainer's own code
+    pads with another tokenizer it holds (OnlineDPO's reward_processing_class) that has none. A collator of the
+    script's own is not guessed at."""
+    cls = ctx.live.trainer_cls
     name = cls.__qualname__ if cls is not None else "the script's trainer"
+    held = list(_held_without_pad(ctx, cls, name))
+    try:
+        main = _collated(ctx, cls, name)
+    except Unavailable:
+        if not held:
+            raise
+        main = None
+    yield from held
+    if main is not None:
+        yield main
+
+
+def _collated(ctx, cls, name):
+    """The finding on the collator's padding with the tokenizer the trainer was given."""
+    given = ctx.live.tokenizer
     tok = ctx.tokenizer if hasattr(ctx.tokenizer, "pad_token") else getattr(ctx.tokenizer, "tokenizer", None)
     if tok is None:
         raise Unavailable(f"{name} was given {type(ctx.tokenizer).__name__}, which holds no tokenizer")
     if not _loader_uses_collator(cls):
         raise Unavailable(f"{name} builds its own training dataloader (get_train_dataloader) without the trainer's "
                           "data_collator: its padding is not judged")
-    rows = embedding_rows(ctx)
-    gen_json = ctx.read_json(ctx.model_file("generation_config.json"))
+    pads, words = _collator_pad(ctx.live.data_collator, given)
     details = {"tokenizer": type(tok).__name__, "pad_token": tok.pad_token, "pad_token_id": tok.pad_token_id,
                "eos_token": tok.eos_token, "trainer": name, "trl": ctx.version("trl") or "not installed",
-               "judged": "the padding of the collator the trainer was given; nothing else of pad-token"}
-    collator = ctx.live.data_collator
-    pads = _collator_pad(collator, given)
-    details["collator"] = pads[1]
+               "collator": words, "judged": "the padding of the trainer's tokenizers; nothing else of pad-token"}
     if tok.pad_token is not None:
-        yield passed(f"{name} was given a tokenizer with pad token {tok.pad_token!r} (id {tok.pad_token_id}), and "
-                     f"{pads[1]}", **details)
-        return
-    if pads[0] is None:
-        raise Unavailable(f"the tokenizer has no pad token when {name} is built, and {pads[1]}: whether it pads "
+        return passed(f"{name} was given a tokenizer with pad token {tok.pad_token!r} (id {tok.pad_token_id}), and "
+                      f"{words}", **details)
+    if pads is None:
+        raise Unavailable(f"the tokenizer has no pad token when {name} is built, and {words}: whether it pads "
                           "with the tokenizer is not judged")
-    if pads[0] is False:
-        yield passed(f"the tokenizer has no pad token, and {name}'s collator does not pad with it ({pads[1]})",
-                     **details)
-        return
-    choice = _choose_pad(tok, rows, tok.eos_token_id)
-    yield fail(f"the tokenizer has no pad token when {name} is built (it sets none itself), and {pads[1]}: the first "
-               "batch fails ('Asking to pad but the tokenizer does not have a padding token')",
-               _fix(ctx, choice, gen_json), **details)
+    if pads is False:
+        return passed(f"the tokenizer has no pad token, and {name}'s collator does not pad with it ({words})",
+                      **details)
+    rows = embedding_rows(ctx)
+    gen_json = ctx.read_json(ctx.model_file("generation_config.json"))
+    return fail(f"the tokenizer has no pad token when {name} is built (it sets none itself), and {words}: the first "
+                "batch fails ('Asking to pad but the tokenizer does not have a padding token')",
+                _fix(ctx, _choose_pad(tok, rows, tok.eos_token_id), gen_json), **details)
+
+
+def _held_without_pad(ctx, cls, name):
+    """A fail for each tokenizer the trainer holds besides its processing_class (a reward model's) that has no pad
+    token where the trainer's own code calls it with padding on."""
+    for attr, tok in ctx.live.held_tokenizers.items():
+        if tok.pad_token is not None:
+            continue
+        where = _pads_with(cls, attr)
+        if where is None:
+            continue
+        source = getattr(tok, "name_or_path", "") or "?"
+        yield fail(f"{name}'s {attr} (the tokenizer of {source}) has no pad token, and {name} pads with it at {where}: "
+                   "the first batch fails ('Asking to pad but the tokenizer does not have a padding token')",
+                   manual(f"give that tokenizer a pad token before the trainer is built (`{attr.split('[')[0]}`'s "
+                          f"tokenizer: `tokenizer.pad_token = tokenizer.eos_token` in the script, or `pad_token` in "
+                          f"{source}/tokenizer_config.json)"),
+                   trainer=name, tokenizer=source, attribute=attr, eos_token=tok.eos_token, pads_at=where)
+
+
+def _pads_with(cls, attr: str) -> str | None:
+    """`file:line` where the trainer's own code (its classes up to transformers') calls the tokenizer held in `attr`
+    with padding on, or None."""
+    import inspect
+    import re
+
+    call = re.compile(rf"self\.{re.escape(attr.split('[')[0])}\((?:[^()]|\([^()]*\))*?\bpadding\s*=\s*"
+                      r"(?:True|[\"'](?:longest|max_length)[\"'])")
+    for klass in getattr(cls, "__mro__", ()):
+        if klass.__module__.split(".")[0] in ("transformers", "builtins"):
+            break
+        try:
+            lines, first = inspect.getsourcelines(klass)
+            path = inspect.getsourcefile(klass)
+        except (OSError, TypeError):
+            continue
+        text = "".join(lines)
+        m = call.search(text)
+        if m:
+            return f"{path}:{first + text.count(chr(10), 0, m.start())}"
+    return None
 
 
 def _loader_uses_collator(cls) -> bool:

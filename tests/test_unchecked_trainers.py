@@ -136,3 +136,34 @@ def _run_for_real(script: str, *args: str):
         for name in ("models", "data"):
             (Path(tmp) / name).symlink_to(LAUNCH.parent / name)
         return subprocess.run([sys.executable, script, *args], cwd=work, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.pinned_releases
+@pytest.mark.parametrize("args", [("--reward-nopad",), ()], ids=["reward-tokenizer-without-pad", "healthy"])
+def test_online_dpo_reward_tokenizer_is_judged_as_the_installed_trl_runs_it(args):
+    """TRL's own dpo_online.py (the accuracy harness's ex0152/ex0170-dpo-online misses): OnlineDPOTrainer pads with the
+    reward model's tokenizer, which it holds besides processing_class. pad-token reads the trainer's own code where
+    transformers' constructor stopped it, and must agree with what the installed TRL does when the script runs for
+    real: a fail naming the reward tokenizer and TRL's line where it crashes, a pass where it trains."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    truth = _run_for_real("online_dpo_reward_tokenizer.py", *args)
+    crashed = truth.returncode != 0
+    if crashed:
+        assert "Asking to pad but the tokenizer does not have a padding token" in truth.stderr, truth.stderr[-3000:]
+    if not args:
+        assert not crashed, "the healthy script trains on every release"
+    elif Version(version("trl")) < Version("0.18"):
+        assert crashed, "TRL 0.15-0.17 stop on a reward tokenizer without a pad token"
+    code, report, stderr = _check_args("online_dpo_reward_tokenizer.py", *args)
+    pad = next(r for r in report["results"] if r["rule"] == "pad-token")
+    if crashed:
+        assert code == 1 and pad["status"] == "fail", (pad, stderr)
+        assert pad["message"].startswith("OnlineDPOTrainer's reward_processing_class (the tokenizer of ")
+        assert "online_dpo_trainer.py:" in pad["message"] and pad["fix"]["applicability"] == "manual"
+    else:
+        assert truth.returncode == 0, truth.stderr[-3000:]
+        assert pad["status"] == "pass" and code == 0, (pad, stderr)

@@ -80,6 +80,9 @@ class Recorder:
     batch_notes: dict[int, tuple[str, str]] = field(default_factory=dict)
     # launch-machine settings relaxed outside TRL's config (the model's attention, a move to CUDA): {what: (asked, why)}
     machine: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    # a trainer the doctor does not check: the tokenizers it holds besides processing_class when transformers'
+    # constructor stops it (OnlineDPO's reward_processing_class): {attribute (with [i] for a list's items): tokenizer}
+    held_tokenizers: dict[str, Any] = field(default_factory=dict)
 
 
 # the folders the user's own files live in while a launch command runs (set_user_roots): its folder, the script's, and
@@ -201,6 +204,22 @@ def config_classes() -> list[type]:
     return out
 
 
+def _held_tokenizers(trainer: Any, processing_class: Any) -> dict[str, Any]:
+    """The tokenizers a trainer's own set-up stored on it before calling transformers' constructor, other than
+    `processing_class`: {attribute, or attribute[i] for a list's items: tokenizer}."""
+    from transformers import PreTrainedTokenizerBase
+
+    found: dict[str, Any] = {}
+    own = (processing_class, getattr(processing_class, "tokenizer", None))  # a processor's own tokenizer is that one
+    for name, value in list(vars(trainer).items()):
+        items = [(name, value)] if not isinstance(value, (list, tuple)) else \
+            [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+        for where, item in items:
+            if isinstance(item, PreTrainedTokenizerBase) and not any(item is o for o in own):
+                found[where] = item
+    return found
+
+
 class Hooks:
     """Install with `with Hooks(recorder, load_weights, has_cuda):`; everything is put back on exit."""
 
@@ -257,6 +276,8 @@ class Hooks:
             recorder.trainer_kind = kind
             recorder.arguments = arguments
             recorder.where = _constructor_line(sys._getframe(1), trainer_self)
+            if kind is None:
+                recorder.held_tokenizers = _held_tokenizers(trainer_self, arguments.get("processing_class"))
             raise TrainerBuilt()
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]

@@ -81,7 +81,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         command=captured.command.text, script=captured.launched.script, where=where, trainer_cls=rec.trainer_cls,
         args=args, tokenizer=tokenizer, model=None if isinstance(model, str) else model,
         dataset=arguments.get("train_dataset"), eval_dataset=arguments.get("eval_dataset"),
-        data_collator=arguments.get("data_collator"), relaxed=relaxed,
+        data_collator=arguments.get("data_collator"), held_tokenizers=dict(rec.held_tokenizers), relaxed=relaxed,
         machine_relaxed=dict(rec.machine),
         recipe=str(recipe) if recipe else None,
         recipe_keys=recipe_keys, processes=captured.launched.processes,

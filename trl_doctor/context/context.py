@@ -40,6 +40,7 @@ class Live:
     dataset: Any = None  # train_dataset as the script prepared it
     eval_dataset: Any = None  # eval_dataset as the script gave it (a Dataset, a dict of them, or None)
     data_collator: Any = None  # the collator transformers' Trainer was given (a subclass's own default included)
+    held_tokenizers: dict = field(default_factory=dict)  # another trainer's other tokenizers (capture.hooks.Recorder)
     relaxed: dict = field(default_factory=dict)  # settings let through on this machine: {key: (set to, why)}
     machine_relaxed: dict = field(default_factory=dict)  # launch-machine settings outside TRL's config: {what: (asked, why)}
     recipe: str | None = None  # the config file the script was given (--config), when there is one
