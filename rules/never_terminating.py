@@ -24,8 +24,8 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import fail, passed, rule, warn
-from trl_doctor.facts.metrics import (range_of, flagged, fmt, limit, ongoing, optional, patience, preflight, series, span,
+from trl_doctor import passed, rule
+from trl_doctor.facts.metrics import (range_of, streak_finding, fmt, limit, optional, patience, preflight, series, span,
                                       streaks)
 from trl_doctor.facts.launch.settings import config_value
 
@@ -68,7 +68,5 @@ def judge(ctx):
     else:
         message = (f"{what}, {span(run)}: the completions never end and all run to the length limit{limit_words}; "
                    f"check the stop tokens (`trl-doctor check`: eos-termination){before}")
-    if ongoing(ctx, run):
-        yield fail(message, **flagged(run, metric=name))
-    else:
-        yield warn(message.replace("never end", "did not end") + ", before they began to end", **flagged(run, metric=name))
+    yield streak_finding(ctx, run, message, message.replace("never end", "did not end") + ", before they began to end",
+                         metric=name)

@@ -19,8 +19,8 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import fail, passed, rule, warn
-from trl_doctor.facts.metrics import by_number, flagged, ongoing, optional, patience, series, span, streaks
+from trl_doctor import passed, rule
+from trl_doctor.facts.metrics import by_number, streak_finding, optional, patience, series, span, streaks
 
 SLUG = "no-update"
 
@@ -38,10 +38,7 @@ def judge(ctx):
     run = runs[-1]
     message = (f"grad_norm 0 {span(run)} while the rewards still differ: no gradient reaches the trained weights "
                "(frozen or detached parameters, a LoRA that matches nothing the forward pass uses, every token masked)")
-    if ongoing(ctx, run):
-        yield fail(message, **flagged(run, metric="grad_norm"))
-    else:
-        yield warn(message + "; later logs have a gradient again", **flagged(run, metric="grad_norm"))
+    yield streak_finding(ctx, run, message, message + "; later logs have a gradient again", metric="grad_norm")
 
 
 def _spread(ctx) -> dict[int, bool]:

@@ -29,10 +29,10 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import fail, passed, rule, warn
 from statistics import fmean
 
-from trl_doctor.facts.metrics import fmt, flagged, limit, ongoing, optional, patience, series, span, streaks
+from trl_doctor import passed, rule, warn
+from trl_doctor.facts.metrics import fmt, streak_finding, flagged, limit, optional, patience, series, span, streaks
 
 SLUG = "zero-advantage"
 
@@ -66,11 +66,8 @@ def judge(ctx):
     run = runs[-1]
     cause = ("every advantage is 0, so the policy learns nothing from its rewards (the only gradient is the KL "
              "term's); check that the reward functions can tell completions apart, or raise num_generations")
-    if ongoing(ctx, run):
-        yield fail(f"{what}, {span(run)}: {cause}", **flagged(run, metric=name))
-    else:
-        yield warn(f"{what}, {span(run)}, then the spread came back: those steps learned nothing",
-                   **flagged(run, metric=name))
+    yield streak_finding(ctx, run, f"{what}, {span(run)}: {cause}",
+                         f"{what}, {span(run)}, then the spread came back: those steps learned nothing", metric=name)
 
 
 def _same_score(ctx):
@@ -84,13 +81,10 @@ def _same_score(ctx):
     run = runs[-1]
     what = (f"{name} is {fmt(run[0].value)} in every log {span(run)}: the reward model gives every completion the "
             "same score")
-    if ongoing(ctx, run):
-        yield fail(f"{what}, so the advantages hold no reward signal (only the KL penalty's and the value model's) "
-                   "and nothing is learned from the reward; check the reward model's head and its inputs",
-                   **flagged(run, metric=name))
-    else:
-        yield warn(f"{what}, then the scores began to differ: those steps learned nothing from the reward",
-                   **flagged(run, metric=name))
+    yield streak_finding(ctx, run, f"{what}, so the advantages hold no reward signal (only the KL penalty's and the "
+                         "value model's) and nothing is learned from the reward; check the reward model's head and its "
+                         "inputs", f"{what}, then the scores began to differ: those steps learned nothing from the reward",
+                         metric=name)
 
 
 def _equal(a: float, b: float) -> bool:

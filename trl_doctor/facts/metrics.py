@@ -145,6 +145,14 @@ def flagged(run: list[Point], **more) -> dict:
             **more}
 
 
+def streak_finding(ctx, run: list[Point], now: str, past: str, **details):
+    """A streak's finding: a fail saying `now` while it lasts to the newest log, a warn saying `past` when later logs
+    ended it (a past phase: those steps are lost, the job is not failing now)."""
+    from trl_doctor.types import fail, warn
+
+    return (fail if ongoing(ctx, run) else warn)(now if ongoing(ctx, run) else past, **flagged(run, **details))
+
+
 def marked(details) -> set[int]:
     """The log numbers a finding's details flag (see `flagged`)."""
     if details.get("logs"):
