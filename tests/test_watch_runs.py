@@ -151,7 +151,10 @@ PPO_CASES = {  # run: (rule flagged, its status, since, the step the job stops a
     "ppo_constant_reward": ("TW001", "fail", "step 1", 5),  # objective/scores 0 in every log
     "ppo_never_terminating": ("TW002", "fail", "step 1", 5),  # val/num_eos_tokens 0
     "ppo_lr_zero": ("TW009", "fail", "step 1", 2),
-    "ppo_diverging": ("TW011", "warn", "step 1", 6),  # approxkl 2.6e4 at step 1; eos gone from step 2: TW002 stops it
+    # approxkl 2.6e4 at step 1 in every run; what follows is chaotic (lr 5: the 6th digit of step 1's approxkl differs
+    # from run to run on one machine, single-threaded, deterministic algorithms on), so where the job stops, if it does,
+    # is not asserted: the committed rows of one such run (fixtures/ratio-clipping/bad_ppo_lr_5.json) hold the rest
+    "ppo_diverging": ("TW011", "warn", "step 1", None),
 }
 
 
@@ -172,6 +175,11 @@ def test_ppo_failures_are_flagged_and_stopped(ppo_runs, name):
     rule, status, since, stop = PPO_CASES[name]
     run = ppo_runs[name]
     assert run["results"][rule]["status"] == status and run["results"][rule]["since"] == since, run["results"][rule]
+    if stop is None:  # a chaotic run: wherever it stopped, it stopped as every stop does
+        stop = run["stopped_at"]
+        if stop is None:
+            assert run["raised"] is None and run["checkpoints"] == [] and run["global_step"] == 8, run
+            return
     # PPOTrainer's loop ignores should_training_stop: the stop is WatchStopped from train(), after the checkpoint
     assert run["stopped_at"] == stop and run["global_step"] == stop, run["said"]
     assert run["checkpoints"] == [f"checkpoint-{stop}"]
@@ -179,8 +187,16 @@ def test_ppo_failures_are_flagged_and_stopped(ppo_runs, name):
 
 
 def test_ppo_diverging_names_the_policy_not_the_stop_tokens(ppo_runs):
+    """Completions ended at step 1 (before any update) in every run: where eos is gone later, never-terminating blames
+    the policy, not the stop tokens. The live run is chaotic; the committed rows of one (written by the same script)
+    are judged for the fail itself."""
     found = ppo_runs["ppo_diverging"]["results"]["TW002"]
-    assert found["status"] == "fail" and found["since"] == "step 2"  # completions ended at step 1
+    if found["status"] == "fail":
+        assert "the stop tokens work and the policy stopped emitting them" in found["message"], found
+    proc = subprocess.run([sys.executable, "-m", "trl_doctor", "watch", str(FIXTURES / "ratio-clipping" / "bad_ppo_lr_5.json"),
+                           "--format", "json"], capture_output=True, text=True, timeout=120)
+    found = next(r for r in json.loads(proc.stdout)["results"] if r["id"] == "TW002")
+    assert found["status"] == "fail" and found["details"]["since"] == "step 2", found
     assert "the stop tokens work and the policy stopped emitting them" in found["message"]
 
 
