@@ -443,6 +443,41 @@ def test_a_multi_node_accelerate_launch_is_one_world_size_in_every_rule():
     assert result_of(report, "distributed-setup")["message"].startswith("32 training processes")
 
 
+# TRL's docs' multi-node GRPO recipe (docs/source/grpo_trainer.md at huggingface/trl@f2cd57710): its srun line's
+# accelerate launch, rank 0 of 4 machines of 8 GPUs, the SLURM variables given values
+DOCS_MULTINODE = ("accelerate", "launch", "--config_file", "deepspeed_zero3.yaml", "--num_processes", "32",
+                  "--num_machines", "4", "--main_process_ip", "10.0.0.1", "--machine_rank", "0", "--rdzv_backend", "c10d",
+                  "grpo_multinode_docs.py")
+
+
+def test_trls_multi_node_recipe_is_one_world_size_in_every_rule():
+    """Issue 30, class 5, on public material: TRL's own multi-node recipe (fixtures/launch/grpo_multinode_docs.py).
+    Before 7e32a0e, gpu-capacity sharded ZeRO-3 "over 8 processes" while batch-geometry counted 32, and the launch
+    notes said `--num_machines 4` was not read (run on this fixture at 7e32a0e^); now every rule counts 32 processes on
+    4 machines. The vLLM server of the recipe's fifth node is judged as another machine's (server mode)."""
+    code, report = run_json("check", "--no-smoke", "--select", "batch-geometry,gpu-capacity,distributed-setup,vllm-server",
+                            "--target", "8xH100-80GB", "--", *DOCS_MULTINODE, "--vllm_server_host", "ip-192-0-2-1")
+    assert code == 0, report
+    assert not any("--num_machines" in note for note in report["launch"]["notes"]), report["launch"]["notes"]
+    capacity = result_of(report, "gpu-capacity")
+    assert "with DeepSpeed ZeRO-3 over 32 processes" in capacity["message"], capacity["message"]
+    assert capacity["details"]["machines"].startswith("4 (accelerate launch --num_machines 4): 32 training processes")
+    assert result_of(report, "batch-geometry")["message"].startswith("at 32 processes")
+    assert result_of(report, "distributed-setup")["message"].startswith("32 training processes")
+    server = result_of(report, "vllm-server")
+    assert server["details"]["vLLM mode"].startswith("server") and server["details"]["server host"] == "another machine"
+
+
+def test_trls_multi_node_recipe_as_written_stops_at_its_own_argument():
+    """The docs' launch line passes `--server_ip` to a script that declares `--vllm_server_host`: argparse stops it
+    before any trainer, and the exit-2 line says so at the script's own line, as the job would on every node."""
+    proc = run_doctor("check", "--no-smoke", "--", *DOCS_MULTINODE, "--server_ip", "ip-10-0-0-5")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "grpo_multinode_docs.py exited with status 2 before constructing a TRL trainer" in line, line
+    assert "unrecognized arguments: --server_ip ip-10-0-0-5" in line and "grpo_multinode_docs.py:30" in line, line
+
+
 def test_torchrun_over_nodes_counts_every_node():
     code, report = run_json("check", "--no-smoke", "--select", "gpu-capacity", "--target", "8xH100-80GB", "--",
                             "torchrun", "--nnodes", "2", "--nproc_per_node", "8", "grpo_quickstart.py")
