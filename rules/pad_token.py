@@ -242,15 +242,12 @@ def _other_trainer(ctx):
     cls = ctx.live.trainer_cls
     name = cls.__qualname__ if cls is not None else "the script's trainer"
     held = list(_held_without_pad(ctx, cls, name))
-    try:
-        main = _collated(ctx, cls, name)
-    except Unavailable:
-        if not held:
-            raise
-        main = None
     yield from held
-    if main is not None:
-        yield main
+    try:
+        yield _collated(ctx, cls, name)
+    except Unavailable:
+        if not held:  # nothing judged at all: the rule says skip, and why
+            raise
 
 
 def _collated(ctx, cls, name):

@@ -150,7 +150,9 @@ def streak_finding(ctx, run: list[Point], now: str, past: str, **details):
     ended it (a past phase: those steps are lost, the job is not failing now)."""
     from trl_doctor.types import fail, warn
 
-    return (fail if ongoing(ctx, run) else warn)(now if ongoing(ctx, run) else past, **flagged(run, **details))
+    if ongoing(ctx, run):
+        return fail(now, **flagged(run, **details))
+    return warn(past, **flagged(run, **details))
 
 
 def marked(details) -> set[int]:
