@@ -35,6 +35,20 @@ def test_an_error_raised_in_pyarrow_points_at_the_users_line_and_names_pyarrow(t
     assert f"(at {tmp_path / 'train.py'}:3, raised in pyarrow at pyarrow/" in line, line
 
 
+
+def test_the_public_geoqa_prompt_that_pyarrow_refuses_points_at_the_scripts_map():
+    """The public case (fixtures/launch/grpo_geoqa_mixed_content.py): huggingface/datasets#7418's R1-V GeoQA prompt,
+    a string and a list as message content in one column. At 810e101^ the line was "(at pyarrow/error.pxi:92)"."""
+    from conftest import FIXTURES
+
+    launch = FIXTURES / "launch"
+    line = _exit_line(launch, "grpo_geoqa_mixed_content.py")
+    assert "ArrowInvalid: cannot mix list and non-list, non-null values" in line, line
+    script = launch / "grpo_geoqa_mixed_content.py"
+    at = next(n for n, text in enumerate(script.read_text().splitlines(), 1)
+              if text.startswith("dataset = dataset.map("))
+    assert f"(at {script}:{at}, raised in pyarrow at pyarrow/" in line, line
+
 def test_a_package_on_pythonpath_outside_the_project_is_a_library(tmp_path):
     project, elsewhere = tmp_path / "project", tmp_path / "libs"
     (elsewhere / "mylib").mkdir(parents=True)
