@@ -177,6 +177,27 @@ def notebook_script(notebook: dict) -> str:
     return "\n\n".join(cells) + "\n"
 
 
+def ensure_standin(case: Case) -> None:
+    """The STANDIN of a case's command: a copy of the tiny Qwen2 fixture whose tokenizer returns what Qwen2's does
+    (hub.py's `_input_names`), so that a TRL which hands the tokenizer's every output to `generate` (0.24) meets no
+    token_type_ids of the fixture's making."""
+    for arg in case.command:
+        target = Path(arg.split("=", 1)[-1])
+        if target.name == STANDIN.name and target != STANDIN and not (target / "config.json").exists():
+            shutil.copytree(STANDIN, target, dirs_exist_ok=True)
+            _hub_module()._input_names(target)
+
+
+def _hub_module():
+    """tools/accuracy/hub.py, loaded from its file (this folder is not a package); it imports nothing heavy at the top."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("accuracy_hub", HERE / "hub.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def ensure_hub(case: Case) -> None:
     """Build the stand-in hub cache a case names, in a process of its own (it loads transformers and datasets)."""
     if case.hub and not Path(case.hub["HF_HOME"], ".built").exists():
@@ -185,7 +206,7 @@ def ensure_hub(case: Case) -> None:
 
 
 def _fill(arg: str, out: Path) -> str:
-    return (str(arg).replace("STANDIN", str(STANDIN)).replace("DATA/", f"{HERE / 'data'}/")
+    return (str(arg).replace("STANDIN", str(out / STANDIN.name)).replace("DATA/", f"{HERE / 'data'}/")
             .replace("OUT/", f"{out}/"))
 
 
@@ -254,6 +275,7 @@ def judge(case: Case) -> Outcome:
     from importlib.metadata import version
 
     ensure_hub(case)
+    ensure_standin(case)
     ensure_trl_repo(case)
     start = time.monotonic()
     before = set(os.listdir(case.cwd))
