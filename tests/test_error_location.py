@@ -9,6 +9,7 @@ case runs a real script through the real command in a fresh process.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,73 @@ def test_a_copy_of_an_installed_package_put_on_pythonpath_inside_the_project_is_
     pythonpath = os.pathsep.join(filter(None, [str(vendor), os.environ.get("PYTHONPATH")]))
     line = _exit_line(tmp_path, "train.py", env={"PYTHONPATH": pythonpath})
     assert f"(at {tmp_path / 'train.py'}:3, raised in transformers at {vendor / 'transformers'}{os.sep}" in line, line
+
+
+def _python_with_editable_installs(tmp_path, *roots) -> str:
+    """An interpreter of its own (a venv over this one's packages) in which each root is installed editable, as pip
+    installs a src layout: a `.pth` file of its site-packages adds the root to sys.path."""
+    import subprocess
+    import sysconfig
+    import venv
+
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env)
+    python = env / "bin" / "python"
+    site_dir = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    stack = sysconfig.get_paths()["purelib"]
+    (Path(site_dir) / "stack.pth").write_text(f"import site; site.addsitedir({stack!r})\n")
+    for n, root in enumerate(roots):
+        (Path(site_dir) / f"__editable__.project{n}-0.1.pth").write_text(f"{root}\n")
+    return str(python)
+
+
+def _exit_line_with(python: str, cwd, *command: str) -> str:
+    import subprocess
+
+    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(python), os.environ.get("PATH", "")]))
+    proc = subprocess.run([python, "-m", "trl_doctor", "check", "--no-smoke", "--", *command], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("trl-doctor: error:")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_a_fork_of_transformers_vendored_in_the_repository_and_installed_editable_is_a_library(tmp_path):
+    """The layout of tmc/Gnosis @ 80ccf180b6d9 (its README: `transformers/`, a local Transformers fork beside the
+    training code, installed with `pip install -e ./transformers`): the fork's files are inside the user's git work
+    tree, yet a library's. Before, the line named the fork's frame as the user's."""
+    import shutil
+    import subprocess
+
+    import transformers
+
+    project = tmp_path / "project"
+    shutil.copytree(os.path.dirname(transformers.__file__), project / "transformers" / "src" / "transformers",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (project / "scripts").mkdir()
+    (project / "scripts" / "train.py").write_text(
+        "from transformers import AutoConfig\n\nconfig = AutoConfig.from_pretrained('./no-such-model')\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    python = _python_with_editable_installs(tmp_path, project / "transformers" / "src")
+    line = _exit_line_with(python, project, "python", "scripts/train.py")
+    fork = project / "transformers" / "src" / "transformers"
+    assert f"(at {project / 'scripts' / 'train.py'}:3, raised in transformers at {fork}{os.sep}" in line, line
+
+
+def test_the_users_own_project_installed_editable_stays_the_users_run_as_a_module(tmp_path):
+    """`pip install -e .` of the user's own src-layout project, launched as `python -m pkg.train` (open-r1's shape):
+    its files stay the user's, so the line is its helper's, with no library named."""
+    import subprocess
+
+    project = tmp_path / "project"
+    package = project / "src" / "myproj"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "helpers.py").write_text("def load(path):\n    raise FileNotFoundError(f'no dataset at {path}')\n")
+    (package / "train.py").write_text("from myproj import helpers\n\nhelpers.load('data/missing.jsonl')\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    python = _python_with_editable_installs(tmp_path, project / "src")
+    line = _exit_line_with(python, project, "python", "-m", "myproj.train")
+    assert line.endswith(f"FileNotFoundError: no dataset at data/missing.jsonl (at {package / 'helpers.py'}:2)"), line

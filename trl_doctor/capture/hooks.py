@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import sys
 import sysconfig
 from dataclasses import dataclass, field
@@ -106,7 +107,7 @@ def set_user_roots(folders) -> tuple:
         if top is not None and top != os.sep:
             roots.add(top)
     _USER_ROOTS = tuple(r.rstrip(os.sep) + os.sep for r in roots)
-    _SHADOWS = _shadowing_packages(real_folders)
+    _SHADOWS = _shadowing_packages(real_folders) + _editable_roots(real_folders)
     return before
 
 
@@ -133,6 +134,61 @@ def _shadowing_packages(folders: list[str]) -> tuple[str, ...]:
             if installed and not any((f + os.sep).startswith(package + os.sep) for f in folders):
                 out.append(package + os.sep)
     return tuple(out)
+
+
+def _editable_roots(folders: list[str]) -> tuple[str, ...]:
+    """Folders an installed distribution is imported from outside site-packages: a path that a .pth file of a
+    site-packages folder adds (`pip install -e` of a src layout), or a package that setuptools' editable finder maps.
+    A fork of transformers vendored in the user's repository and installed so is a library, not the user's code; one
+    that holds a folder of the launch command (the user's own project, installed editable) stays the user's."""
+    found = []
+    for site_dir in _LIBRARY_ROOTS:
+        try:
+            names = [n for n in os.listdir(site_dir) if n.endswith(".pth") or _EDITABLE_FINDER.fullmatch(n)]
+        except OSError:
+            continue
+        for name in names[:_MAX_PYTHONPATH_NAMES]:
+            path = os.path.join(site_dir, name)
+            found += _finder_mapping(path) if name.endswith(".py") else _pth_paths(site_dir, path)
+    out = []
+    for root in map(os.path.realpath, found):
+        if (os.path.isdir(root) and not (root + os.sep).startswith(_LIBRARY_ROOTS)
+                and not any((f + os.sep).startswith(root + os.sep) for f in folders)):
+            out.append(root + os.sep)
+    return tuple(out)
+
+
+_EDITABLE_FINDER = re.compile(r"__editable___.+_finder\.py")
+
+
+def _pth_paths(site_dir: str, path: str) -> list[str]:
+    """The folders a .pth file adds to sys.path (its lines that are not comments or `import` statements)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = [line.strip() for line in handle.read(65536).splitlines()]
+    except OSError:
+        return []
+    return [os.path.join(site_dir, line) for line in lines if line and not line.startswith(("#", "import ", "import\t"))]
+
+
+def _finder_mapping(path: str) -> list[str]:
+    """The package folders of setuptools' editable finder (`MAPPING = {'pkg': '/repo/src/pkg'}`), read as literals."""
+    import ast
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            tree = ast.parse(handle.read(1 << 20))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and node.targets else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and target.id == "MAPPING" and node.value is not None:
+            try:
+                mapping = ast.literal_eval(node.value)
+            except ValueError:
+                return []
+            return [str(v) for v in mapping.values()] if isinstance(mapping, dict) else []
+    return []
 
 
 def is_user_file(filename: str) -> bool:

@@ -61,7 +61,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
 
     def run_script(launched: Launched) -> None:
         seen["launched"] = launched
-        set_user_roots([command.cwd, os.path.dirname(os.path.join(command.cwd, launched.script)) if launched.script else None])
+        set_user_roots([command.cwd, _launched_folder(launched, command.cwd)])
         hooks.processes = _processes(launched)
         _run_script(launched)
 
@@ -242,6 +242,28 @@ def _processes(launched: Launched) -> int:
 
         return read_accelerate_config(Path(launched.accelerate_config), "--config_file").num_processes or 1
     return 1
+
+
+def _launched_folder(launched: Launched, cwd: str) -> str | None:
+    """The folder of what a launch runs: the script's, or a `-m` module's top-level package, found as `python -m` finds
+    it (the current folder first) without importing it (a project installed editable keeps its own files the user's)."""
+    if launched.script:
+        return os.path.dirname(os.path.join(cwd, launched.script))
+    if not launched.module:
+        return None
+    import importlib.util
+
+    sys.path.insert(0, cwd)
+    try:
+        spec = importlib.util.find_spec(launched.module.split(".")[0])
+    except (ImportError, ValueError):
+        spec = None
+    finally:
+        sys.path.remove(cwd)
+    if spec is None:
+        return None
+    locations = list(spec.submodule_search_locations or [])
+    return locations[0] if locations else (os.path.dirname(spec.origin) if spec.origin else None)
 
 
 def _run_script(launched: Launched) -> None:
