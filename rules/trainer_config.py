@@ -218,8 +218,9 @@ def _dropped_recipe_keys(ctx, info) -> list[Finding]:
     """A launch command's recipe (`--config recipe.yaml`) keys that the installed TRL's parser took into none of its
     dataclasses. TRL before 0.19 drops them without a word (set_defaults_with_config returns them and
     parse_args_and_config discards them), so the script reached its trainer without their values. Every such key
-    is named for TRL's own scripts, whose parser is known; for the user's own script (whose dataclasses may take
-    any key) only the keys known to arrive in a later TRL release are."""
+    is named for TRL's own scripts, whose parser is known, and for a script whose TrlParser the capture saw parse
+    the recipe (its dataclasses are known); for another script (whose own code may read any key) only the keys known
+    to arrive in a later TRL release are."""
     import dataclasses
 
     from packaging.version import Version
@@ -238,9 +239,15 @@ def _dropped_recipe_keys(ctx, info) -> list[Finding]:
         parser, _ = trl_parser(ctx.trainer)
         if parser is not None:
             known |= {a.dest for a in parser._actions}
+    seen_parser = not own_script and live.parser_fields is not None
+    if seen_parser:
+        known |= live.parser_fields | {"env"}  # TrlParser sets a recipe's `env:` mapping as environment variables
     installed = {"trl": info.trl_version, "transformers": ctx.version("transformers")}
     # the script reached its trainer, so whatever parsed the recipe let these keys through: dropped, not refused
-    evidence = script_unknown_key_policy(ctx.trainer)[1] if own_script else "the script's parser returned without them"
+    classes = ", ".join(live.parser_classes)
+    evidence = (script_unknown_key_policy(ctx.trainer)[1] if own_script else
+                f"the script's TrlParser ({classes}) returned without them" if seen_parser else
+                "the script's parser returned without them")
     recipe = Path(live.recipe).name if live.recipe else "the recipe"
     later, plain = {}, []
     for key in live.recipe_keys:
@@ -249,7 +256,7 @@ def _dropped_recipe_keys(ctx, info) -> list[Finding]:
         arrival = arrival_for(key, installed, trainer=ctx.trainer)
         if arrival is not None:
             later[key] = arrival
-        elif own_script:
+        elif own_script or seen_parser:
             plain.append(key)
     dropped = [*later, *plain]
     if not dropped:
@@ -266,7 +273,8 @@ def _dropped_recipe_keys(ctx, info) -> list[Finding]:
     return [warn(message, fix, location=Location(live.recipe or recipe, dropped[0]),
                  **{"dropped keys": {k: (f"a {later[k].where} field from {later[k].package} {later[k].since} "
                                          f"({later[k].evidence})" if k in later else "known to no dataclass of "
-                                         "the script's parser") for k in dropped},
+                                         "the script's parser" + (f" ({classes})" if seen_parser else ""))
+                                     for k in dropped},
                     "trl's parser": evidence})]
 
 

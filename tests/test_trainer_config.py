@@ -114,3 +114,36 @@ def test_a_users_script_names_every_later_releases_key_its_parser_drops(built_fi
     assert result["status"] == "warn", result
     assert "`vllm_server_base_url` (arrives in trl 0.18" in result["message"], result["message"]
     assert result["details"]["dropped keys"]["vllm_server_base_url"].startswith("a GRPOConfig field from trl 0.18")
+
+
+@pytest.mark.parametrize("keeps_rest", [False, True], ids=["drops", "returns-the-rest"])
+def test_a_key_no_dataclass_of_the_scripts_trlparser_takes_is_named(built_fixtures, tmp_path, keeps_rest):
+    """Issue 30, class 7: a recipe key that no dataclass of the script's own TrlParser takes (a misspelling, an
+    SFTConfig key such as `packing` in a GRPO recipe: both in Neelectric/open-r1_olmo's grpo_config_v01.07.yaml) is
+    dropped without a word by trl <= 0.18's parser. The capture sees the parser's dataclasses, so the key is named;
+    a script that asks for the rest (return_remaining_strings=True) gets them, and nothing is said."""
+    from trl_doctor.rules.trainer_config import script_unknown_key_policy
+
+    if script_unknown_key_policy("grpo")[0] == "stops":
+        pytest.skip(f"trl {version('trl')}'s parser stops on a key no dataclass takes (it drops none)")
+    script = SCRIPT.replace("DATA", repr(str(built_fixtures / "data" / "prompts.jsonl")))
+    if keeps_rest:
+        script = script.replace("parser.parse_args_and_config()",
+                                "parser.parse_args_and_config(return_remaining_strings=True)[:3]")
+    (tmp_path / "train.py").write_text(script)
+    recipe = {"model_name_or_path": str(built_fixtures / "models" / "qwen2-chat"), "dataset_name": "unused",
+              "output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 2, "num_generations": 2,
+              "max_completion_length": 8, "report_to": "none", "packing": False, "reward_func": ["length"]}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    proc = run_doctor("check", "--no-smoke", "--select", "trainer-config", "--format", "json", "--",
+                      "python", "train.py", "--config", "recipe.yaml", cwd=tmp_path)
+    result = result_of(json.loads(proc.stdout), "trainer-config")
+    if keeps_rest:
+        assert result["status"] == "pass", result
+        return
+    assert result["status"] == "warn", result
+    assert "`reward_func`, `packing`" in result["message"] or "`packing`, `reward_func`" in result["message"], result
+    dropped = result["details"]["dropped keys"]
+    assert dropped["packing"] == ("known to no dataclass of the script's parser "
+                                  "(GRPOScriptArguments, GRPOConfig, ModelConfig)"), dropped
+    assert result["details"]["trl's parser"].startswith("the script's TrlParser (GRPOScriptArguments, GRPOConfig"), result

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import re
@@ -84,6 +85,10 @@ class Recorder:
     # a trainer the doctor does not check: the tokenizers it holds besides processing_class when transformers'
     # constructor stops it (OnlineDPO's reward_processing_class): {attribute (with [i] for a list's items): tokenizer}
     held_tokenizers: dict[str, Any] = field(default_factory=dict)
+    # the script's TrlParser, when one parsed the command line and recipe and dropped what no dataclass takes
+    # (parse_args_and_config without return_remaining_strings): its dataclasses' names and their fields
+    parser_classes: tuple[str, ...] = ()
+    parser_fields: frozenset[str] | None = None
 
 
 # the folders the user's own files live in while a launch command runs (set_user_roots): its folder, the script's, and
@@ -212,6 +217,16 @@ def user_frame(frame) -> tuple[str, int] | None:
     return None
 
 
+def _trl_parser_class() -> type | None:
+    """The installed TRL's TrlParser (trl.TrlParser from 0.13; trl.commands.cli_utils before), or None."""
+    try:
+        import trl
+
+        return getattr(trl, "TrlParser", None)
+    except Exception:  # a TRL whose lazy module cannot import its parser with this transformers
+        return None
+
+
 def trainer_classes() -> dict[type, str]:
     """The installed TRL's RL trainer classes and their kind (grpo, rloo, ppo)."""
     import importlib
@@ -299,6 +314,9 @@ class Hooks:
         # transformers' constructor: the script stops there too, never in its training loop (kind None: unchecked)
         self._patch(Trainer, "__init__", self._trainer_init(Trainer.__init__, None))
         self._patch(TrainingArguments, "__post_init__", self._post_init(TrainingArguments.__post_init__))
+        parser = _trl_parser_class()
+        if parser is not None and "parse_args_and_config" in vars(parser):
+            self._patch(parser, "parse_args_and_config", self._parse_args_and_config(parser.parse_args_and_config))
         if not self.load_weights:
             original = PreTrainedModel.__dict__["from_pretrained"].__func__
             self._patch(PreTrainedModel, "from_pretrained", classmethod(self._from_pretrained(original)))
@@ -315,6 +333,28 @@ class Hooks:
         old = owner.__dict__.get(name)
         setattr(owner, name, value)
         self._undo.append(lambda: setattr(owner, name, old) if had else delattr(owner, name))
+
+    # -- the script's parser ---------------------------------------------------------------------------------
+    def _parse_args_and_config(self, original: Callable) -> Callable:
+        """Record the dataclasses of a TrlParser that drops what they do not take (the keys it leaves are the
+        script's when it asks for them with return_remaining_strings)."""
+        recorder = self.recorder
+        signature = inspect.signature(original)
+
+        def parse_args_and_config(parser_self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                keeps_rest = bool(signature.bind(parser_self, *args, **kwargs).arguments.get("return_remaining_strings"))
+                types = [t for t in getattr(parser_self, "dataclass_types", ()) if dataclasses.is_dataclass(t)]
+            except TypeError:
+                keeps_rest, types = True, []
+            if types and not keeps_rest:
+                recorder.parser_classes = tuple(dict.fromkeys((*recorder.parser_classes, *(t.__name__ for t in types))))
+                recorder.parser_fields = frozenset().union(recorder.parser_fields or (),
+                                                           *({f.name for f in dataclasses.fields(t)} for t in types))
+            return original(parser_self, *args, **kwargs)
+
+        parse_args_and_config.__wrapped__ = original  # type: ignore[attr-defined]
+        return parse_args_and_config
 
     # -- the trainer ---------------------------------------------------------------------------------------
     def _trainer_init(self, original: Callable, kind: str | None) -> Callable:
