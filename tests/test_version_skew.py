@@ -322,8 +322,8 @@ def test_healthy_grpo_passes_and_lists_what_probes_decide(built_fixtures):
 
 def test_a_removed_key_is_left_to_trainer_config(built_fixtures):
     code, result = check("bad_vllm_device.yaml")
-    if Version("0.16") <= TRL < Version("0.18"):
-        assert result["status"] == "fail" and "KI009" in result["message"]
+    if Version("0.16") <= TRL < Version("0.18"):  # a warn: a launch that starts `trl vllm-serve` itself trains
+        assert result["status"] == "warn" and "KI009" in result["message"], result
     elif TRL >= Version("0.18"):
         assert result["status"] == "pass" and code == 0
         assert "KI010" in result["message"] and "trainer-config" in result["message"]
