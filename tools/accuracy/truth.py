@@ -10,6 +10,7 @@ and listed on stderr (`truth: changed ...`):
   trainer.push_to_hub(...) called by the script       not called (the hub is the launch machine's network)
   report_to="none"                                   no tracker (a CPU runner has none)
   use_vllm=False                                     vLLM needs a GPU
+  use_liger_kernel=False, use_liger_loss=False       Liger's Triton kernels need a GPU
   dataloader_num_workers=0, deepspeed=None           no worker processes, no DeepSpeed engine
   attn_implementation="sdpa" for FlashAttention     its kernels need a GPU (from_pretrained's keyword)
   model.to("cuda") / model.cuda() -> stays on cpu   a script that moves its model by hand (no CUDA here)
@@ -36,7 +37,7 @@ import traceback
 
 CHANGES = {"use_cpu": True, "bf16": False, "fp16": False, "tf32": None, "max_steps": 1, "save_strategy": "no",
            "push_to_hub": False, "report_to": "none", "use_vllm": False, "dataloader_num_workers": 0,
-           "deepspeed": None}
+           "deepspeed": None, "use_liger_kernel": False, "use_liger_loss": False}
 CAPPED = {"max_completion_length": 16, "response_length": 16}  # the longest generation the CPU step makes
 
 
