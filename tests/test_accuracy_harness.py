@@ -40,3 +40,15 @@ def test_the_standin_tokenizer_returns_what_qwen2s_returns(built_fixtures, tmp_p
     assert command[-1] == str(copy)
     assert set(AutoTokenizer.from_pretrained(copy)("2 + 2 =")) == {"input_ids", "attention_mask"}
     assert "token_type_ids" in AutoTokenizer.from_pretrained(HARNESS.STANDIN)("2 + 2 =")
+
+
+def test_a_dropped_recipe_key_is_right_only_when_trainer_config_names_it():
+    truth = HARNESS.Truth("trains, but ...", None,
+                          ["recipe key 'shuffle_dataset' is dropped by the script's TrlParser (no field of A)"], set())
+    named = [{"rule": "trainer-config", "status": "warn", "message": "`shuffle_dataset` (arrives in trl 0.17.0) ..."}]
+    other = [{"rule": "trainer-config", "status": "warn", "message": "`loss_type` (arrives in trl 0.17.0) ..."}]
+    assert HARNESS._verdict_on_wrongs(truth, named, 0, [], [], []) == "right"
+    assert HARNESS._verdict_on_wrongs(truth, other, 0, [], [], []) == "miss"
+    failing = named + [{"rule": "batch-geometry", "status": "fail", "message": "..."}]
+    assert HARNESS._verdict_on_wrongs(truth, failing, 1, ["batch-geometry"], [], []) == "false alarm"
+    assert HARNESS._verdict_on_wrongs(truth, failing, 1, ["batch-geometry"], ["batch-geometry"], []) == "right"

@@ -33,3 +33,30 @@ def test_a_model_moved_to_cuda_by_hand_stays_on_the_cpu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "truth: changed device='cuda' -> 'cpu' (Linear.to: no CUDA)" in proc.stderr
     assert "truth: changed device='cuda' -> 'cpu' (Linear.cuda: no CUDA)" in proc.stderr
+
+
+def test_a_recipe_key_the_scripts_trlparser_drops_is_shown(tmp_path):
+    """trl before 0.19 drops a `--config` key no dataclass of the parser has, and the job trains without it: the
+    ground truth says so (`truth: wrong:`), so a doctor that stays silent on it is a miss. From 0.19 the parser stops
+    on it, an error the run shows itself."""
+    (tmp_path / "parse.py").write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        from trl import TrlParser
+
+        @dataclass
+        class Args:
+            learning_rate: float = 1e-6
+
+        (args,) = TrlParser((Args,)).parse_args_and_config()
+        print("parsed", args.learning_rate)
+    """))
+    (tmp_path / "recipe.yaml").write_text("learning_rate: 2.0e-6\nshuffle_dataset: false\nenv:\n  SOME_FLAG: '1'\n")
+    proc = subprocess.run([sys.executable, str(TRUTH), "--", "python", "parse.py", "--config", "recipe.yaml"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    if "Unknown arguments from config file" in proc.stderr:  # trl >= 0.19 stops instead of dropping
+        assert proc.returncode == 1 and "truth: wrong:" not in proc.stderr, proc.stderr[-2000:]
+        return
+    assert proc.returncode == 0 and "parsed 2e-06" in proc.stdout, proc.stderr[-2000:]
+    wrong = [line for line in proc.stderr.splitlines() if line.startswith("truth: wrong:")]
+    assert wrong == ["truth: wrong: recipe key 'shuffle_dataset' is dropped by the script's TrlParser "
+                     "(no field of Args)"], proc.stderr[-2000:]

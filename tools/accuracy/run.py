@@ -302,7 +302,7 @@ def judge(case: Case) -> Outcome:
         verdict = "right" if code == 2 and "without constructing a TRL trainer" in line else \
             ("wrong cause" if code == 2 else "false alarm")
     elif truth.error is None and truth.wrong:
-        verdict = "right" if fails else "miss"
+        verdict = _verdict_on_wrongs(truth, results, code, fails, machine, errors)
     elif truth.error is None:
         verdict = "right" if (code == 0 or (code == 1 and fails and set(fails) == set(machine))) and not errors \
             else "false alarm"
@@ -316,6 +316,23 @@ def judge(case: Case) -> Outcome:
         verdict = "miss"
     return Outcome(case, version("trl"), truth.words, truth.error, said, verdict, errors, time.monotonic() - start,
                    set(truth.changed))
+
+
+_DROPPED = re.compile(r"recipe key '([^']+)' is dropped by the script's TrlParser")
+
+
+def _verdict_on_wrongs(truth: "Truth", results: list, code: int, fails: list, machine: list, errors: list) -> str:
+    """TRL trains, doing something wrong. A recipe key its parser drops costs the run that setting: trainer-config's
+    warn (or fail) must name it, and any other fail is a false alarm unless the CPU run's changes excuse it. Any other
+    wrong (a LoRA target that matches nothing, a response scored past its eos) must be a fail."""
+    dropped = [m.group(1) for m in map(_DROPPED.match, truth.wrong) if m]
+    named = all(any(r["rule"] == "trainer-config" and r["status"] in ("warn", "fail") and f"`{key}`" in r["message"]
+                    for r in results) for key in dropped)
+    if len(dropped) < len(truth.wrong):
+        return "right" if fails and named else "miss"
+    if not named:
+        return "miss"
+    return "right" if (code == 0 or (code == 1 and set(fails) == set(machine))) and not errors else "false alarm"
 
 
 def table(outcomes: list[Outcome]) -> str:

@@ -17,7 +17,8 @@ and listed on stderr (`truth: changed ...`):
   max_completion_length / response_length <= 16      CPU time (the lengths change no batch arithmetic)
   total_episodes = one batch                         PPO-style trainers (trl < 0.20) stop on episodes, not max_steps
 
-It also shows what trains wrong without stopping (`truth: wrong: ...`): a LoRA target name that matches no module
+It also shows what trains wrong without stopping (`truth: wrong: ...`): a recipe key the script's TrlParser drops
+(trl before 0.19 discards a `--config` key no dataclass of it has); a LoRA target name that matches no module
 of the model (PEFT stops only when none of them matches); a PPO-style rollout (PPO, RLOO before trl 0.22) whose
 responses go on past their eos token while no `stop_token` truncates them, so the reward model scores what follows.
 
@@ -228,6 +229,45 @@ def _patch_peft() -> None:
     peft.get_peft_model = get_peft_model
 
 
+def _patch_trl_parser() -> None:
+    """Say which recipe keys the script's TrlParser drops: trl before 0.19 takes a `--config` file's keys into its
+    dataclasses and discards the rest without a word (from 0.19 it stops on them, an error the run shows itself)."""
+    try:
+        import trl
+
+        parser_cls = trl.TrlParser
+    except Exception:
+        return
+    if "parse_args_and_config" not in vars(parser_cls):
+        return
+    import dataclasses
+    import inspect
+
+    original = parser_cls.parse_args_and_config
+    signature = inspect.signature(original)
+
+    def parse_args_and_config(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs).arguments
+        argv = list(bound.get("args") or sys.argv[1:])
+        if bound.get("return_remaining_strings") or "--config" not in argv[:-1]:
+            return out
+        import yaml
+
+        with open(argv[argv.index("--config") + 1]) as handle:
+            recipe = yaml.safe_load(handle) or {}
+        types = [t for t in self.dataclass_types if dataclasses.is_dataclass(t)]
+        fields = {f.name for t in types for f in dataclasses.fields(t)} | {"env"}
+        names = ", ".join(t.__name__ for t in types)
+        for key in recipe:
+            if key not in fields:
+                print(f"truth: wrong: recipe key {key!r} is dropped by the script's TrlParser (no field of {names})",
+                      file=sys.stderr)
+        return out
+
+    parser_cls.parse_args_and_config = parse_args_and_config
+
+
 def _script_of(argv: list[str]) -> tuple[str, str | None, list[str]]:
     """("path" | "module" | "cli", the script, module or console script, its arguments) for a python / accelerate / torchrun / trl command."""
     head = os.path.basename(argv[0])
@@ -297,6 +337,7 @@ def main(argv: list[str]) -> int:
     _patch_push_to_hub()
     _patch_trainer_init()
     _patch_peft()
+    _patch_trl_parser()
     try:
         code = _run(kind, target, args)
         if code:
