@@ -1,0 +1,1 @@
+../open_r1_grpo/rewards.py
