@@ -30,7 +30,10 @@ def test_a_script_that_builds_no_trainer_is_told_apart(tmp_path):
 def test_the_standin_tokenizer_returns_what_qwen2s_returns(built_fixtures, tmp_path):
     """The tiny Qwen2 fixture's tokenizer is a plain fast tokenizer, which also returns token_type_ids; trl 0.24 hands
     a tokenizer's every output to `generate`, which refuses them: a crash of the stand-in's making. A case's STANDIN is
-    a copy whose tokenizer returns input_ids and attention_mask, as Qwen2's does; the fixture itself is left alone."""
+    a copy whose tokenizer returns input_ids and attention_mask, as Qwen2's does (transformers 5 already loads the
+    fixture so); the fixture itself is left alone."""
+    import json
+
     from transformers import AutoTokenizer
 
     command = [HARNESS._fill(a, tmp_path) for a in ["trl", "grpo", "--model_name_or_path", "STANDIN"]]
@@ -39,7 +42,9 @@ def test_the_standin_tokenizer_returns_what_qwen2s_returns(built_fixtures, tmp_p
     copy = tmp_path / HARNESS.STANDIN.name
     assert command[-1] == str(copy)
     assert set(AutoTokenizer.from_pretrained(copy)("2 + 2 =")) == {"input_ids", "attention_mask"}
-    assert "token_type_ids" in AutoTokenizer.from_pretrained(HARNESS.STANDIN)("2 + 2 =")
+    assert json.loads((copy / "tokenizer_config.json").read_text())["model_input_names"] == ["input_ids",
+                                                                                          "attention_mask"]
+    assert "model_input_names" not in json.loads((HARNESS.STANDIN / "tokenizer_config.json").read_text())
 
 
 def test_a_dropped_recipe_key_is_right_only_when_trainer_config_names_it():

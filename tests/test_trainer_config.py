@@ -116,20 +116,31 @@ def test_a_users_script_names_every_later_releases_key_its_parser_drops(built_fi
     assert result["details"]["dropped keys"]["vllm_server_base_url"].startswith("a GRPOConfig field from trl 0.18")
 
 
-@pytest.mark.parametrize("keeps_rest", [False, True], ids=["drops", "returns-the-rest"])
-def test_a_key_no_dataclass_of_the_scripts_trlparser_takes_is_named(built_fixtures, tmp_path, keeps_rest):
+@pytest.mark.parametrize("how", ["drops", "returns-the-rest", "asks-to-drop"])
+def test_a_key_no_dataclass_of_the_scripts_trlparser_takes_is_named(built_fixtures, tmp_path, how):
     """Issue 30, class 7: a recipe key that no dataclass of the script's own TrlParser takes (a misspelling, an
     SFTConfig key such as `packing` in a GRPO recipe: both in Neelectric/open-r1_olmo's grpo_config_v01.07.yaml) is
     dropped without a word by trl <= 0.18's parser. The capture sees the parser's dataclasses, so the key is named;
     a script that asks for the rest (return_remaining_strings=True) gets them, and nothing is said."""
-    from trl_doctor.rules.trainer_config import script_unknown_key_policy
+    import inspect
 
-    if script_unknown_key_policy("grpo")[0] == "stops":
-        pytest.skip(f"trl {version('trl')}'s parser stops on a key no dataclass takes (it drops none)")
+    from trl import TrlParser
+
+    from trl_doctor.rules.trainer_config import unknown_key_policy
+
+    asks = "fail_with_unknown_args" in inspect.signature(TrlParser.parse_args_and_config).parameters
+    if how == "asks-to-drop" and not asks:
+        pytest.skip(f"trl {version('trl')}'s TrlParser has no fail_with_unknown_args (it drops by default)")
+    if how != "asks-to-drop" and unknown_key_policy()[0] == "stops":
+        pytest.skip(f"trl {version('trl')}'s TrlParser stops on a key no dataclass takes (it drops none)")
     script = SCRIPT.replace("DATA", repr(str(built_fixtures / "data" / "prompts.jsonl")))
+    keeps_rest = how == "returns-the-rest"
     if keeps_rest:
         script = script.replace("parser.parse_args_and_config()",
                                 "parser.parse_args_and_config(return_remaining_strings=True)[:3]")
+    elif how == "asks-to-drop":  # trl >= 0.19: a script may ask its parser to drop what it stops on by default
+        script = script.replace("parser.parse_args_and_config()",
+                                "parser.parse_args_and_config(fail_with_unknown_args=False)")
     (tmp_path / "train.py").write_text(script)
     recipe = {"model_name_or_path": str(built_fixtures / "models" / "qwen2-chat"), "dataset_name": "unused",
               "output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 2, "num_generations": 2,
