@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 from trl_doctor.errors import InputError
 from .command import LaunchCommand, check_script
-from .hooks import Hooks, Recorder, TrainerBuilt, is_user_file, set_user_roots, set_user_roots_to, user_frame
+from .hooks import Hooks, Recorder, TrainerBuilt
+from .user_files import is_user_file, set_user_roots, set_user_roots_to, user_frame
 from trl_doctor.wording import one_line
 
 
