@@ -28,10 +28,11 @@ HARNESS = _harness()
 OUT = Path(tempfile.mkdtemp(prefix="trl-doctor-accuracy-"))
 CASES = HARNESS.load_cases(OUT)
 
-# The cases whose ground truth and check take minutes on CI's two cores (measured 2026-11-25 with --durations: 456,
-# 365, 260 and 240 s, 22 of the long lane's 32 minutes): CI runs one of them a run, in rotation by the day, so that
-# `.ci/run` stays within its budget (issue 30 allows a time-bounded rotation). TRL_DOCTOR_ACCURACY_ALL=1 runs all of
-# them; docs/accuracy.md records the whole set's last run.
+# The cases whose ground truth and check take longest (once 4 to 8 minutes each; measured again on 2026-11-25 with
+# --durations on a 2-core machine: 115 s for cookbook_grpo_lora, about 62 s for each of the others, and 92 s for
+# fareedkhan_r1_grpo in CI, whose machine is about 1.45x slower): CI runs one of them a run, in rotation by the day, so
+# that `.ci/run` stays within its budget (issue 30 allows a time-bounded rotation). TRL_DOCTOR_ACCURACY_ALL=1 runs all
+# of them; docs/accuracy.md records the whole set's last run.
 ROTATING = ("corpus/cookbook_grpo_lora", "corpus/fareedkhan_r1_grpo", "corpus/open_r1_grpo", "corpus/open_r1_target_h100")
 
 
