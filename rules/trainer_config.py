@@ -239,12 +239,13 @@ def _dropped_recipe_keys(ctx, info) -> list[Finding]:
         parser, _ = trl_parser(ctx.trainer)
         if parser is not None:
             known |= {a.dest for a in parser._actions}
-    seen_parser = not own_script and live.parser_fields is not None
+    seen_parser = not own_script and live.parser_types is not None
     if seen_parser:
-        known |= live.parser_fields | {"env"}  # TrlParser sets a recipe's `env:` mapping as environment variables
+        known |= {f.name for t in live.parser_types for f in dataclasses.fields(t)}
+        known.add("env")  # TrlParser sets a recipe's `env:` mapping as environment variables
     installed = {"trl": info.trl_version, "transformers": ctx.version("transformers")}
     # the script reached its trainer, so whatever parsed the recipe let these keys through: dropped, not refused
-    classes = ", ".join(live.parser_classes)
+    classes = ", ".join(t.__name__ for t in live.parser_types or ())
     evidence = (script_unknown_key_policy(ctx.trainer)[1] if own_script else
                 f"the script's TrlParser ({classes}) returned without them" if seen_parser else
                 "the script's parser returned without them")

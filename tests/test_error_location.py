@@ -19,7 +19,11 @@ pytestmark = pytest.mark.release_free  # the doctor's own reading of a traceback
 
 
 def _exit_line(tmp_path, script: str, env: dict | None = None) -> str:
-    proc = run_doctor("check", "--no-smoke", "--", "python", script, cwd=tmp_path, env=env or {})
+    return _the_error_line(run_doctor("check", "--no-smoke", "--", "python", script, cwd=tmp_path, env=env or {}))
+
+
+def _the_error_line(proc) -> str:
+    """The one `trl-doctor: error:` line of a check that exited 2."""
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("trl-doctor: error:")]
     assert len(lines) == 1, proc.stderr
@@ -130,12 +134,8 @@ def _exit_line_with(python: str, cwd, *command: str) -> str:
     import subprocess
 
     env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(python), os.environ.get("PATH", "")]))
-    proc = subprocess.run([python, "-m", "trl_doctor", "check", "--no-smoke", "--", *command], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("trl-doctor: error:")]
-    assert len(lines) == 1, proc.stderr
-    return lines[0]
+    return _the_error_line(subprocess.run([python, "-m", "trl_doctor", "check", "--no-smoke", "--", *command], cwd=cwd,
+                                          env=env, capture_output=True, text=True, timeout=600))
 
 
 def test_a_fork_of_transformers_vendored_in_the_repository_and_installed_editable_is_a_library(tmp_path):

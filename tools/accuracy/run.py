@@ -304,8 +304,7 @@ def judge(case: Case) -> Outcome:
     elif truth.error is None and truth.wrong:
         verdict = _verdict_on_wrongs(truth, results, code, fails, machine, errors)
     elif truth.error is None:
-        verdict = "right" if (code == 0 or (code == 1 and fails and set(fails) == set(machine))) and not errors \
-            else "false alarm"
+        verdict = "right" if _only_launch_machine(code, fails, machine, errors) else "false alarm"
         if verdict == "right" and machine:
             said += f" (launch-machine findings: the CPU run changed {', '.join(sorted(truth.changed))})"
     elif code == 2:
@@ -332,7 +331,12 @@ def _verdict_on_wrongs(truth: "Truth", results: list, code: int, fails: list, ma
         return "right" if fails and named else "miss"
     if not named:
         return "miss"
-    return "right" if (code == 0 or (code == 1 and set(fails) == set(machine))) and not errors else "false alarm"
+    return "right" if _only_launch_machine(code, fails, machine, errors) else "false alarm"
+
+
+def _only_launch_machine(code: int, fails: list, machine: list, errors: list) -> bool:
+    """Where TRL trains: the doctor passed, or failed only on what the CPU run changed (the launch machine's)."""
+    return (code == 0 or (code == 1 and bool(fails) and set(fails) == set(machine))) and not errors
 
 
 def table(outcomes: list[Outcome]) -> str:

@@ -70,10 +70,9 @@ class Recorder:
     # a trainer the doctor does not check: the tokenizers it holds besides processing_class when transformers'
     # constructor stops it (OnlineDPO's reward_processing_class): {attribute (with [i] for a list's items): tokenizer}
     held_tokenizers: dict[str, Any] = field(default_factory=dict)
-    # the script's TrlParser, when one parsed the command line and recipe and dropped what no dataclass takes
-    # (parse_args_and_config without return_remaining_strings): its dataclasses' names and their fields
-    parser_classes: tuple[str, ...] = ()
-    parser_fields: frozenset[str] | None = None
+    # the dataclasses of the script's TrlParser, when one parsed the command line and recipe and dropped what none of
+    # them takes (parse_args_and_config without return_remaining_strings); None when no such parser ran
+    parser_types: tuple[type, ...] | None = None
 
 
 def _trl_parser_class() -> type | None:
@@ -207,9 +206,7 @@ class Hooks:
             except TypeError:
                 keeps_rest, types = True, []
             if types and not keeps_rest:
-                recorder.parser_classes = tuple(dict.fromkeys((*recorder.parser_classes, *(t.__name__ for t in types))))
-                recorder.parser_fields = frozenset().union(recorder.parser_fields or (),
-                                                           *({f.name for f in dataclasses.fields(t)} for t in types))
+                recorder.parser_types = tuple(dict.fromkeys((*(recorder.parser_types or ()), *types)))
             return original(parser_self, *args, **kwargs)
 
         parse_args_and_config.__wrapped__ = original  # type: ignore[attr-defined]

@@ -84,7 +84,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         data_collator=arguments.get("data_collator"), held_tokenizers=dict(rec.held_tokenizers), relaxed=relaxed,
         machine_relaxed=dict(rec.machine),
         recipe=str(recipe) if recipe else None,
-        recipe_keys=recipe_keys, parser_classes=rec.parser_classes, parser_fields=rec.parser_fields,
+        recipe_keys=recipe_keys, parser_types=rec.parser_types,
         processes=captured.launched.processes,
         processes_from=captured.launched.processes_from, machines=captured.launched.machines,
         machines_from=captured.launched.machines_from, notes=(*captured.launched.notes, *_unchecked(rec)),

@@ -45,10 +45,8 @@ class Live:
     machine_relaxed: dict = field(default_factory=dict)  # launch-machine settings outside TRL's config: {what: (asked, why)}
     recipe: str | None = None  # the config file the script was given (--config), when there is one
     recipe_keys: tuple[str, ...] = ()  # the keys that file sets
-    # the dataclasses of the script's TrlParser (capture.hooks.Recorder): their names and fields; None when no
-    # TrlParser parsed the recipe
-    parser_classes: tuple[str, ...] = ()
-    parser_fields: frozenset | None = None
+    # the dataclasses of the script's TrlParser (capture.hooks.Recorder); None when no TrlParser parsed the recipe
+    parser_types: tuple | None = None
     processes: int | None = None  # training processes the launcher starts, when it says
     processes_from: str | None = None
     machines: int | None = None  # machines they spread over (accelerate --num_machines, torchrun --nnodes)
