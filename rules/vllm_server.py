@@ -1,24 +1,24 @@
 """TD018 vllm-server: in server mode, the vLLM server is up, serves the trained model, has room for it.
 
 What it does
-    In server mode (colocate passes, TRL 0.14-0.15 skips) asks the server's health, `/v1/models`
-    (world size), 2 s each. Down: fail (off the launch machine: skip; remote refusing: warn).
-    Another served model (`root`, else `id`): fail (same folder name: warn); a `max_model_len` below
-    longest prompt + completion: fail.
+    Server mode (colocate passes, TRL 0.14-0.15 skips): `GET /health` (or `/health/`), `/v1/models`,
+    `/get_world_size/`, 2 s each, sent only to this machine (loopback, wildcard, own address or
+    name; nothing looked up) or a host of `--allow-host HOST[:PORT]` / `allow-hosts` (a setting in
+    force). Another machine's server: skip, saying what the client will ask, the start command and
+    the --allow-host to probe it; --static contacts nothing. Down: fail (off the launch machine:
+    skip; allowed remote refusing: warn). Another served model: fail (same folder name: warn); a
+    `max_model_len` below longest prompt + completion: fail.
 
 Why is this bad?
     Server mode generates through a `trl vllm-serve` at `vllm_server_base_url` that nothing starts.
     Down, every process logs "Server is not up yet. Retrying in 2.0 seconds..." for
-    `vllm_server_timeout` (240 s), with the GPUs taken, then dies with "ConnectionError: The vLLM
-    server can't be reached at ..." (open-r1#568, open-r1#543). Another model's server is trained on
-    until the weight sync fails. A short `--max-model-len` rejects long requests ("The decoder
-    prompt (length 3353) is longer than the maximum model length of 2560", trl#3569) or returns
-    nothing and TRL fails with an IndexError (trl#3180). Server mode is the default in TRL 0.16-0.29
-    (`vllm_mode` from 0.18), colocate from 1.0. TRL 0.16-1.10's server is its own FastAPI app
-    (`/health/`, `/get_tensor_parallel_size/` in 0.16-0.17, `/get_world_size/` in 0.18-1.10; no
-    model or max_model_len); 1.11+ runs vLLM's `vllm serve` (`/health`, `/v1/models` with `id`,
-    `root`, `max_model_len`). Mixed kinds fail: a 1.11+ client needs `/v1/models`, an older one
-    posts `/generate/`.
+    `vllm_server_timeout` (240 s), GPUs taken, then dies with "ConnectionError: The vLLM server
+    can't be reached" (open-r1#568, #543). Another model's server trains until the weight sync
+    fails; a short `--max-model-len` rejects long prompts (trl#3569) or TRL raises IndexError
+    (#3180). Server mode is TRL 0.16-0.29's default, colocate 1.0's. TRL 0.16-1.10's server is its
+    own app (`/health/`, `/get_tensor_parallel_size/` 0.16-0.17, `/get_world_size/` 0.18-1.10);
+    1.11+ runs `vllm serve` (`/health`, `/v1/models`: `id`, `root`, `max_model_len`). Mixed kinds
+    fail: a 1.11+ client needs `/v1/models`, an older one posts `/generate/`.
 
 Example
     vllm_server_base_url: http://127.0.0.1:9   # use_vllm, server mode; nothing listens there
@@ -39,7 +39,7 @@ from trl_doctor import Finding, fail, manual, passed, rule, skip, warn
 from trl_doctor.facts.launch.launcher import launch
 from trl_doctor.facts.launch.settings import config_value, settings, vllm_placement
 from trl_doctor.facts.vllm.server import (
-    installed_client_endpoints, is_local, model_names, probe, same_model, server_target,
+    allow_words, installed_client_endpoints, model_names, probe, reach, same_model, server_target,
 )
 
 
@@ -65,12 +65,14 @@ def check(ctx):
         return
     target = server_target(ctx)
     endpoints = installed_client_endpoints()
-    local = is_local(target.host)
+    where = reach(ctx, target)
+    local = where.here
     need, need_words = _need(ctx, s)
     details = {
         "vLLM mode": why,
         "server": f"{target.base_url} (from {target.source})",
-        "server host": "this machine" if local else "another machine",
+        "server host": "this machine" if local else (
+            f"another machine, probed as allowed ({where.allowed})" if where.allowed else "another machine"),
         "client": f"{endpoints.where}: health {endpoints.health}"
                   + (", reads /v1/models" if endpoints.reads_models else "")
                   + (", posts /generate/" if endpoints.posts_generate else ""),
@@ -80,6 +82,14 @@ def check(ctx):
     colocate = "vllm_mode" in s.fields
     fix = manual(f"start the server first: `{start}`" + (" (on the server machine)" if not local else "")
                  + (", or set `vllm_mode: colocate` to run vLLM inside the training processes" if colocate else ""))
+    if not where.may_probe:
+        details["probe"] = "not contacted: another machine, and no --allow-host names it"
+        yield skip(f"the vLLM server at {target.base_url} is on another machine, which trl-doctor does not contact "
+                   f"unless asked: not probed. The job's client ({endpoints.where}) will ask it for "
+                   f"{endpoints.health}" + (" and /v1/models" if endpoints.reads_models else "")
+                   + f"; it must serve {ctx.config.model.ref}" + (f" with --max-model-len {need} or more" if need else "")
+                   + f" (`{start}` on that machine). {allow_words(target).capitalize()}", **details)
+        return
     got = probe(target, endpoints)
     details["probe"] = f"{got.elapsed:.2f} s"
     h = got.health

@@ -31,6 +31,8 @@ class Options:
     max_memory: float | None = None  # GiB of address space for the worker (None: 85% of RAM; 0: no limit); see _limits
     memory_limit: int | None = None  # the limit the worker set, in bytes (recorded by the worker)
     user_code_timeout: float = 60.0  # seconds the user's code (a reward module's import, one call, a chat template) may run
+    # hosts besides this machine the check may contact (--allow-host, the project's allow-hosts): HOST or HOST:PORT
+    allow_hosts: tuple[str, ...] = ()
     sample: int | None = None  # --sample N: prompts sampled with the real model after the smoke step (None: N on a GPU where it fits, else none)
 
     def to_dict(self) -> dict[str, Any]:
@@ -44,6 +46,8 @@ class Options:
             raise ValueError(f"unknown check options: {', '.join(sorted(unknown))}")
         if data.get("target_gpus") is not None:  # a JSON list across the pipe
             data = {**data, "target_gpus": tuple(data["target_gpus"])}
+        if data.get("allow_hosts") is not None:
+            data = {**data, "allow_hosts": tuple(data["allow_hosts"])}
         return cls(**data)
 
 

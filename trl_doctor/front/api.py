@@ -25,7 +25,7 @@ def check(subject: Any, /, *, select: str | Sequence[str] = (), ignore: str | Se
     is `check --static` (a config file judged from files, against `trl_version` or the installed TRL), `fix=True` is
     `--fix` (with `unsafe_fixes`: `--unsafe-fixes`), the report then saying what was written. `options` are
     trl_doctor.Options fields (device, trust_remote_code, smoke_timeout, num_processes, load_weights,
-    script_timeout, target, target_env)."""
+    script_timeout, target, target_env, allow_hosts: other machines the check may contact, as --allow-host)."""
     from trl_doctor.context.config import checked_path
     from trl_doctor.front.request import Request, run
     from trl_doctor.front.settings import Asked, resolve
@@ -34,7 +34,8 @@ def check(subject: Any, /, *, select: str | Sequence[str] = (), ignore: str | Se
     command = isinstance(subject, (list, tuple))
     request = Request(Asked.of(select=select, ignore=ignore, fail_on=fail_on, smoke=smoke,
                                target=options.pop("target", None), static=static, isolated=isolated,
-                               target_env=options.pop("target_env", "auto")),
+                               target_env=options.pop("target_env", "auto"),
+                               allow_hosts=options.pop("allow_hosts", ())),
                       options, fix=fix, unsafe_fixes=unsafe_fixes, trl_version=trl_version)
     request.refuse(launch=subject if command else None, trainer=trainer)
     if fix and trainer:

@@ -59,10 +59,12 @@ def main() -> None:
               help="After the smoke step, sample num_generations completions for N dataset prompts with the real model and score them: completions cut at max_completion_length, groups with no reward spread (default: 2 on a GPU where the real model fits with --format table, else off; 0: off).")
 @click.option("--fail-fast", is_flag=True,
               help="Stop at the first verdict that fails the check (see --fail-on): the worker is stopped, even in the trainer run's step, and the rules not reached are reported as skipped ('not run: --fail-fast'). With several configs, the configs after the first that fails are not checked.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST[:PORT]",
+              help="Let the check contact this other machine (repeatable): the vLLM server probe of a recipe whose server runs there, and the script's own connections to it. By default the check opens connections only to this machine; --static never opens one.")
 @click.option("--max-memory", type=click.FloatRange(min=0), default=None, help="GiB of address space the check's worker may use where it uses no CUDA (default: 85% of physical memory; 0: no limit).")
 def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, ignore, isolated, progress, smoke, smoke_timeout,
           device, trust_remote_code, num_processes, fail_on, target_gpus, load_weights, script_timeout, verbose, static_only,
-          user_code_timeout, max_memory, sample, target_env, fail_fast, trl_version):
+          user_code_timeout, max_memory, sample, target_env, fail_fast, trl_version, allow_hosts):
     """Check CONFIG files (TRL CLI configs, JSON or YAML; globs too), or what a launch command's script gives its
     trainer.
 
@@ -85,7 +87,8 @@ def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, i
     from trl_doctor.front.settings import Asked
 
     request = Request(Asked.of(select=select, ignore=ignore, fail_on=fail_on, smoke=smoke, target=target_gpus,
-                               static=static_only, isolated=isolated, target_env=target_env),
+                               static=static_only, isolated=isolated, target_env=target_env,
+                               allow_hosts=allow_hosts),
                       dict(device=device, trust_remote_code=trust_remote_code, smoke_timeout=smoke_timeout,
                            num_processes=num_processes, load_weights=load_weights, script_timeout=script_timeout,
                            verbose=verbose, user_code_timeout=user_code_timeout, max_memory=max_memory,

@@ -7,6 +7,7 @@ checked config's folder (from the current folder for a launch command), the near
     fail-on = "warn"                        # the lowest status that fails the check
     target = "8xH100-80GB"                  # the launch machine's GPUs
     smoke = false                           # no smoke step
+    allow-hosts = ["gpu-node-5:8000"]       # other machines the check may contact (a vLLM server's); none by default
     [tool.trl-doctor.per-file-ignores]
     "recipes/experimental/*.yaml" = ["batch-geometry"]
     [tool.trl-doctor.watch.zero-advantage]  # a watch rule's thresholds (`trl-doctor explain zero-advantage`)
@@ -27,7 +28,7 @@ from typing import Any
 from trl_doctor.errors import InputError
 
 KEYS = {"select": list, "ignore": list, "fail-on": str, "target": str, "smoke": bool, "per-file-ignores": dict,
-        "watch": dict}
+        "watch": dict, "allow-hosts": list}
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class ProjectConfig:
     smoke: bool | None = None
     per_file_ignores: dict[str, tuple[str, ...]] = field(default_factory=dict)
     watch: dict[str, dict[str, float]] = field(default_factory=dict)  # a watch rule's slug -> its thresholds
+    allow_hosts: tuple[str, ...] = ()  # HOST or HOST:PORT: other machines the check may contact
 
     def source(self) -> str | None:
         """Where these settings come from, as the reports name it."""
@@ -98,6 +100,8 @@ def _read(path: Path, table: Any) -> ProjectConfig:
     for key in ("select", "ignore"):
         if not all(isinstance(v, str) for v in table.get(key, [])):
             raise InputError(f"{where}: `{key}` must be a list of rule ids or slugs")
+    if not all(isinstance(v, str) for v in table.get("allow-hosts", [])):
+        raise InputError(f"{where}: `allow-hosts` must be a list of HOST or HOST:PORT strings")
     if table.get("fail-on") not in (None, "fail", "warn"):
         raise InputError(f"{where}: `fail-on` must be \"fail\" or \"warn\"")
     per_file = {}
@@ -106,7 +110,8 @@ def _read(path: Path, table: Any) -> ProjectConfig:
             raise InputError(f"{where}: per-file-ignores {pattern!r} must be a list of rule ids or slugs")
         per_file[pattern] = tuple(rules)
     return ProjectConfig(path, tuple(table.get("select", ())), tuple(table.get("ignore", ())), table.get("fail-on"),
-                         table.get("target"), table.get("smoke"), per_file, _watch(where, table.get("watch") or {}))
+                         table.get("target"), table.get("smoke"), per_file, _watch(where, table.get("watch") or {}),
+                         tuple(table.get("allow-hosts", ())))
 
 
 def _watch(where: str | None, table: dict) -> dict[str, dict[str, float]]:

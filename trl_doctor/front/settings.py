@@ -34,15 +34,18 @@ class Asked:
     static: bool = False
     isolated: bool = False
     target_env: str = DEFAULTS.target_env  # --target-env: only with a target
+    allow_hosts: tuple[str, ...] = ()  # --allow-host: other machines the check may contact
 
     @classmethod
     def of(cls, *, select: str | Iterable[str] | None = (), ignore: str | Iterable[str] | None = (),
            fail_on: str | None = None, smoke: bool | None = None, target: str | None = None, static: bool = False,
-           isolated: bool = False, target_env: str = DEFAULTS.target_env) -> "Asked":
+           isolated: bool = False, target_env: str = DEFAULTS.target_env,
+           allow_hosts: str | Iterable[str] | None = ()) -> "Asked":
         """What the caller asked, from the command line's options or the API's keywords alike: rule names as either
         takes them (`names`), and no trainer run under --static (it judges from files)."""
         return cls(select=names(select), ignore=names(ignore), fail_on=fail_on, smoke=False if static else smoke,
-                   target=target, static=static, isolated=isolated, target_env=target_env)
+                   target=target, static=static, isolated=isolated, target_env=target_env,
+                   allow_hosts=(allow_hosts,) if isinstance(allow_hosts, str) else tuple(allow_hosts or ()))
 
 
 def names(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -61,6 +64,7 @@ class Settings:
     in_force: tuple[dict, ...]  # {"setting", "rules" or "value", "source"}: what narrows or silences the check
     static: bool = False  # --static: judged from files in this process (trl_doctor.static), no worker
     target_gpus: tuple[dict, ...] | None = None  # the GPUs `target` describes, parsed here once
+    allow_hosts: tuple[str, ...] = ()  # the other machines the check may contact, as HOST or HOST:PORT
 
     def suppressor(self, config: Path | None):
         """The config's inline suppressions, or none with --isolated."""
@@ -103,11 +107,28 @@ def resolve(asked: Asked, config: Path | None) -> Settings:
         raise InputError(f"{', '.join(r.slug for r in chosen)}: watch rules judge a job's logged metrics, not a setup: "
                          "`trl-doctor watch PATH` (or DoctorCallback(watch=True))")
     smoke = asked.smoke if asked.smoke is not None else (project.smoke if project.smoke is not None else True)
+    hosts = _allowed_hosts([(asked.allow_hosts, COMMAND_LINE), (project.allow_hosts, source)])
     return Settings(rules, fail_on[0], smoke, target, asked.isolated,
-                    _in_force(asked, select, ignore, fail_on), asked.static, gpus)
+                    _in_force(asked, select, ignore, fail_on, hosts), asked.static, gpus,
+                    tuple(dict.fromkeys(host for host, _ in hosts)))
 
 
-def _in_force(asked: Asked, select, ignore, fail_on) -> tuple[dict, ...]:
+def _allowed_hosts(groups) -> list[tuple[str, str]]:
+    """(HOST[:PORT] as the guard takes it, where it was given) for every allowed host; a malformed one is exit 2."""
+    from trl_doctor.runtime.network import parse_host
+
+    out = []
+    for entries, where in groups:
+        for entry in entries:
+            try:
+                out.append((str(parse_host(entry)), where))
+            except ValueError as exc:
+                option = "--allow-host" if where == COMMAND_LINE else f"{where}: allow-hosts"
+                raise InputError(f"{option}: {exc}") from None
+    return out
+
+
+def _in_force(asked: Asked, select, ignore, fail_on, hosts=()) -> tuple[dict, ...]:
     out = []
     if asked.isolated:
         out.append({"setting": "isolated", "value": "project config and inline suppressions not read",
@@ -117,6 +138,7 @@ def _in_force(asked: Asked, select, ignore, fail_on) -> tuple[dict, ...]:
     out += [{"setting": "ignore", "rules": list(group), "source": where} for group, where in ignore if group]
     if fail_on[1] is not None:
         out.append({"setting": "fail-on", "value": fail_on[0], "source": fail_on[1]})
+    out += [{"setting": "allow-host", "value": host, "source": where} for host, where in hosts]
     return tuple(out)
 
 
@@ -184,4 +206,5 @@ def options_for(settings: Settings, **fields: Any):
     """The worker's Options under these settings."""
     from trl_doctor.options import Options
 
-    return Options(smoke=settings.smoke, target=settings.target, target_gpus=settings.target_gpus, **fields)
+    return Options(smoke=settings.smoke, target=settings.target, target_gpus=settings.target_gpus,
+                   allow_hosts=settings.allow_hosts, **fields)

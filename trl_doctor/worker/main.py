@@ -5,7 +5,9 @@ that read the trainer run) and streams each rule's Result to the printing proces
 known. The trainer run happens here too, after the static rules, so the heavy stack is imported once.
 What the user's code prints (reward functions, the trainer) goes to the worker's log, never the report. The user's
 code runs inside the fence (trl_doctor.runtime.fence), set up here: its messages go on the channel, its limit is
---user-code-timeout, and a result whose rule ran user code that changed an input file becomes a fail.
+--user-code-timeout, and a result whose rule ran user code that changed an input file becomes a fail. The network
+guard (trl_doctor.runtime.network) is set up here too: the worker connects to this machine and the --allow-host
+hosts only, and what the user's code tried to reach beyond them is said in the result (or the launch's notes).
 
 Run as `python -P -m trl_doctor.worker.main` with the Request on stdin and the channel's file descriptor in
 TRL_DOCTOR_CHANNEL_FD; the fork server (`trl_doctor.supervisor.forkserver`) calls `serve` directly. Either way the worker first
@@ -20,6 +22,7 @@ import sys
 from typing import Callable
 
 from trl_doctor.runtime import fence as _fence
+from trl_doctor.runtime import network as _network
 from trl_doctor.runtime import tree as _tree
 from trl_doctor.protocol import CHANNEL_LOST, BadInput, Done, Message, Request, RuleResult, RuleStart
 from trl_doctor.capture.report import adapt
@@ -57,6 +60,11 @@ def serve(request: Request, send: Callable[[Message], None]) -> None:
     quiet_environment()
     options = _limit_memory(request.options)
     live = None
+    try:
+        _network.guard(_network.parse_hosts(options.allow_hosts))
+    except ValueError as exc:  # the front door parsed them already: a request made by hand
+        send(BadInput(f"allow_hosts: {exc}"))
+        return
     try:
         by_id = {r.id: r for r in all_rules()}
         rules = [by_id[i] for i in request.rules if i in by_id]
@@ -105,7 +113,7 @@ def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable
                     result = adapt(result, cfg, live)
                 result = _processes_left(_inputs_kept(result, _fence.take_changes()), _fence.take_left())
                 result = _files_created(result, _fence.take_created())
-                send(RuleResult(result))
+                send(RuleResult(_connections_refused(result, _network.take_refused())))
         except InputError as exc:
             send(BadInput(str(exc)))
             return
@@ -155,6 +163,28 @@ def _files_created(result, created: list[str]):
     return dataclasses.replace(result, details=dict(result.details, **{"files created by user code (left in place)": created}))
 
 
+def _connections_refused(result, refused: list):
+    """`result` with the connections to other machines its rule's code was refused named in its details; a fail or an
+    error that followed one cannot be judged here (the job, on its own network, makes that connection): a skip that
+    says how to allow the host."""
+    if not refused:
+        return result
+    import dataclasses
+
+    from trl_doctor.types import Status
+
+    words = list(dict.fromkeys(r.words() for r in refused))
+    details = dict(result.details, **{"connections not made (another machine)": words})
+    if result.status not in (Status.FAIL, Status.ERROR):
+        return dataclasses.replace(result, details=details)
+    first = refused[0]
+    details["result before"] = f"{result.status.value}: {result.message}"
+    message = (f"not judged here: the code this rule runs asked for {first.words()}, another machine, which "
+               f"trl-doctor does not contact unless asked; pass {_network.ALLOW_OPTION} {first.target()} to let it, "
+               f"or check on a machine of the job's network with that host allowed")
+    return dataclasses.replace(result, status=Status.SKIP, message=message, details=details, fix=None)
+
+
 def _capture(options, send: Callable[[Message], None]):
     """Run the launch command until it builds its trainer; the check's config and live objects from what it built."""
     from trl_doctor.context.context import has_cuda
@@ -169,8 +199,21 @@ def _capture(options, send: Callable[[Message], None]):
                        has_cuda=has_cuda(options), trust_remote_code=options.trust_remote_code,
                        verbose=options.verbose, on_timeout=lambda text: send(BadInput(text)))
     cfg, live = to_config(captured)
-    send(_with_created(describe(cfg, live), _fence.created_since(folder)))
+    send(_with_refused(_with_created(describe(cfg, live), _fence.created_since(folder)), _network.take_refused()))
     return cfg, live
+
+
+def _with_refused(message, refused: list):
+    """The `captured` message with what the script tried to reach on another machine as a note: the guard refused it
+    (the script saw an OSError and went on to build its trainer)."""
+    if not refused:
+        return message
+    import dataclasses
+
+    words = ", ".join(dict.fromkeys(r.words() for r in refused))
+    note = (f"the launch command's script asked for {words}: not contacted (another machine; trl-doctor contacts one "
+            f"only when {_network.ALLOW_OPTION} names it)")
+    return dataclasses.replace(message, notes=(*message.notes, note))
 
 
 def _with_created(message, created: list[str]):

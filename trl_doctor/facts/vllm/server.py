@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from trl_doctor.facts.launch.settings import LOCAL_HOSTS, config_value
+from trl_doctor.facts.launch.settings import config_value
 
 REQUEST_TIMEOUT = 2.0  # seconds per request
 CLIENT_MODULES = ("generation/vllm_client.py", "extras/vllm_client.py")
@@ -53,20 +53,34 @@ def server_target(ctx) -> Target:
     return Target(f"http://{host}:{port}", host, port, "http", "", "vllm_server_host/vllm_server_port")
 
 
-def is_local(host: str) -> bool:
-    """Whether `host` is this machine (a loopback or wildcard name, or one of this machine's own names/addresses)."""
-    if host in LOCAL_HOSTS or host.startswith("127."):
-        return True
-    try:
-        mine = {socket.gethostname(), socket.getfqdn()}
-        if host in mine:
-            return True
-        addr = socket.gethostbyname(host)
-        if addr.startswith("127."):
-            return True
-        return addr in {socket.gethostbyname(n) for n in mine}
-    except OSError:
-        return False
+@dataclass(frozen=True)
+class Reach:
+    """Whether the check may contact the server: it is this machine, or the user allowed its host."""
+
+    here: bool  # the host is this machine (loopback, wildcard, its own address or name: no look-up)
+    allowed: str | None  # the --allow-host / allow-hosts entry naming it, when it is another machine
+
+    @property
+    def may_probe(self) -> bool:
+        return self.here or self.allowed is not None
+
+
+def reach(ctx, target: Target) -> Reach:
+    """May the check contact `target`? Only this machine, unless --allow-host (or allow-hosts) names the host."""
+    from trl_doctor.runtime.network import allowed_entry, parse_hosts, this_machine
+
+    if this_machine(target.host):
+        return Reach(True, None)
+    entry = allowed_entry(parse_hosts(getattr(ctx.options, "allow_hosts", ()) or ()), target.host, target.port)
+    return Reach(False, str(entry) if entry is not None else None)
+
+
+def allow_words(target: Target) -> str:
+    """How to ask for the probe of another machine's server."""
+    from trl_doctor.runtime.network import ALLOW_OPTION, HostPort
+
+    hp = HostPort(target.host.strip("[]").lower(), target.port)
+    return f"to probe it from here, pass {ALLOW_OPTION} {hp} (or list it in the project's allow-hosts)"
 
 
 @dataclass(frozen=True)
@@ -113,6 +127,8 @@ def get(target: Target, path: str, timeout: float = REQUEST_TIMEOUT, _redirects:
     """GET `path` on the server with one socket timeout (connect and read); follows FastAPI's slash redirects."""
     import http.client  # here, not at the top: every listing of the rules (and --static) imports this module
 
+    from trl_doctor.runtime.network import RefusedConnection, RefusedLookup
+
     host = "127.0.0.1" if target.host in ("0.0.0.0", "") else ("::1" if target.host == "::" else target.host)
     cls = http.client.HTTPSConnection if target.scheme == "https" else http.client.HTTPConnection
     conn = cls(host, target.port, timeout=timeout)
@@ -131,6 +147,8 @@ def get(target: Target, path: str, timeout: float = REQUEST_TIMEOUT, _redirects:
         except ValueError:
             data = None
         return Answer(resp.status, data)
+    except (RefusedLookup, RefusedConnection) as exc:  # the worker's guard: another machine nobody allowed
+        return Answer(None, error=str(exc.strerror or exc), kind="not allowed")
     except ConnectionRefusedError:
         return Answer(None, error="connection refused (nothing listens on that port)", kind="refused")
     except (socket.timeout, TimeoutError):
