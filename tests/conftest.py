@@ -109,7 +109,7 @@ def run_doctor(*args: str, cwd: Path | None = None, env: dict | None = None, tim
         return _run_in_process(list(args))
     full_env = dict(os.environ)
     full_env.pop("NO_COLOR", None)
-    full_env.update(env or {})
+    full_env.update(with_net_audit(env or {}))
     return subprocess.run([trl_doctor_exe(), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -182,6 +182,55 @@ def _importable_trl(cache: Path, release: str) -> dict:
 # The README's plain `python -m pytest` runs the fast tests and one real trainer step per trainer (`core`); the
 # rest is selected by marker: CI's default lane runs `-m "(slow or sweep or other_trl) and not core"` after it.
 LONG_MARKS = ("slow", "sweep", "other_trl")
+
+
+NET_AUDIT = Path(__file__).resolve().parent / "netaudit"  # tests/netaudit/sitecustomize.py: the network audit
+NET_AUDIT_ENV = "TRL_DOCTOR_TEST_NET_AUDIT"
+
+
+def pytest_configure(config):
+    """Issue 42: the whole session runs under the network audit (tests/netaudit/sitecustomize.py) in this process and,
+    through PYTHONPATH, in every Python process the tests start. The controlling process names the log (xdist's
+    workers inherit it) and fails the session when anything outside loopback was contacted or looked up."""
+    if not os.environ.get(NET_AUDIT_ENV):
+        import tempfile
+
+        fd, log = tempfile.mkstemp(prefix="trl-doctor-net-audit-", suffix=".log")
+        os.close(fd)
+        os.environ[NET_AUDIT_ENV] = log
+        config._net_audit_owner = True
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(NET_AUDIT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_trl_doctor_net_audit", NET_AUDIT / "sitecustomize.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # installs the hook once per process
+
+
+def net_audit_lines() -> list[str]:
+    """What the audit logged so far this session (contacts and look-ups outside loopback)."""
+    try:
+        return Path(os.environ[NET_AUDIT_ENV]).read_text(encoding="utf-8").splitlines()
+    except (KeyError, OSError):
+        return []
+
+
+def with_net_audit(env: dict) -> dict:
+    """`env` for a process a test starts with a PYTHONPATH of its own: the audit's folder still first on it."""
+    if "PYTHONPATH" in env and str(NET_AUDIT) not in env["PYTHONPATH"].split(os.pathsep):
+        env = {**env, "PYTHONPATH": os.pathsep.join([str(NET_AUDIT), *filter(None, [env["PYTHONPATH"]])])}
+    return env
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not getattr(session.config, "_net_audit_owner", False):
+        return
+    lines = net_audit_lines()
+    os.unlink(os.environ[NET_AUDIT_ENV])
+    if lines:
+        session.exitstatus = 1
+        sys.stderr.write(f"\nFAILED: the network audit saw {len(lines)} connection(s) or look-up(s) outside loopback "
+                         "(issue 42: the doctor contacts only this machine unless --allow-host names a host):\n"
+                         + "\n".join(lines[:50]) + "\n")
 
 
 def pytest_addoption(parser):

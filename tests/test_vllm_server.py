@@ -23,13 +23,16 @@ COMPLETION = 64
 
 
 class Server:
-    """A thread serving GET requests from a table {path: (status, json or None, headers)}."""
+    """A thread serving GET requests from a table {path: (status, json or None, headers)} on `host` (a loopback
+    address; tests/test_network.py's private namespace gives it another), counting what it was asked (`asked`)."""
 
-    def __init__(self, routes: dict):
+    def __init__(self, routes: dict, host: str = "127.0.0.1"):
         routes = dict(routes)
+        asked = self.asked = []
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
+                asked.append(self.path)
                 status, body, headers = routes.get(self.path.split("?")[0], (404, {"detail": "Not Found"}, {}))
                 data = b"" if body is None else json.dumps(body).encode()
                 self.send_response(status)
@@ -43,10 +46,10 @@ class Server:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self):
