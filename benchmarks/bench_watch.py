@@ -1,5 +1,6 @@
-"""What the watch costs (issue 33): `trl-doctor watch` on a 20,000-step trainer_state.json (target: <= 1 s), the
-callback's judging per log as the history grows, and its share of a real GRPO job's time (target: <= 1% a step).
+"""What the watch costs (issues 33, 43): `trl-doctor watch` on a 20,000-step trainer_state.json and on the TensorBoard
+event file of the same 20,000 logs (target: <= 1 s each), the callback's judging per log as the history grows, and its
+share of a real GRPO job's time (target: <= 1% a step).
 
     python benchmarks/bench_watch.py            # all three
     python benchmarks/bench_watch.py --no-job   # without the real GRPO run (no TRL training)
@@ -34,6 +35,22 @@ def big_state(path: Path, steps: int = 20_000) -> int:
         history.append(row)
     path.write_text(json.dumps({"log_history": history, "max_steps": steps, "logging_steps": 1}, indent=2))
     return path.stat().st_size
+
+
+def big_events(folder: Path, steps: int = 20_000) -> Path:
+    """The same rows as TensorBoard's writer stores them for a job (`train/<metric>` scalars at each step, as
+    transformers' TensorBoardCallback adds them), through torch's SummaryWriter."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    rows = [r for r in json.loads(HEALTHY.read_text())["log_history"] if "loss" in r]
+    rng = random.Random(0)
+    writer = SummaryWriter(str(folder / "runs" / "bench"))
+    for i in range(steps):
+        for k, v in rows[i % len(rows)].items():
+            if k != "step" and isinstance(v, (int, float)):
+                writer.add_scalar(f"train/{k}", v * (0.9 + 0.2 * rng.random()), i + 1)
+    writer.close()
+    return next((folder / "runs" / "bench").glob("events.out.tfevents.*"))
 
 
 def cli_seconds(path: Path, fmt: str, runs: int = 5) -> tuple[list[float], list[float]]:
@@ -115,6 +132,12 @@ def main() -> None:
             print(f"trl-doctor watch --format {fmt}, 20,000-step trainer_state.json ({size / 1e6:.1f} MB): median "
                   f"{statistics.median(walls):.2f} s wall (best {min(walls):.2f}), {statistics.median(cpus):.2f} s CPU, "
                   f"over {len(walls)} runs (target <= 1 s)")
+        if "--no-tensorboard" not in sys.argv:
+            events = big_events(Path(tmp))
+            walls, cpus = cli_seconds(events, "json")
+            print(f"trl-doctor watch --format json, the same 20,000 logs as a TensorBoard event file "
+                  f"({events.stat().st_size / 1e6:.1f} MB): median {statistics.median(walls):.2f} s wall (best "
+                  f"{min(walls):.2f}), {statistics.median(cpus):.2f} s CPU, over {len(walls)} runs (target <= 1 s)")
     for n, ms in per_log_ms().items():
         print(f"callback: judging one log after {n:>6,} logs: {ms:.2f} ms")
     if "--no-job" not in sys.argv:

@@ -2,7 +2,7 @@
 
 What it does
   Reads the per-token entropy the job logs (`entropy`, trl >= 0.20; PPO's `policy/entropy_avg`) and
-  flags `patience` (5) logs in a row below `floor` (0.05 nats) and below `fraction` (10%) of its
+  flags `patience` (5) steps in a row below `floor` (0.05 nats) and below `fraction` (10%) of its
   first logged value: a drop from the policy's own start, not a low value a peaked model had from
   step 1.
 Why is this bad?
@@ -20,7 +20,7 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import passed, rule, warn
-from trl_doctor.facts.metrics import flagged, fmt, limit, patience, series, span, streaks
+from trl_doctor.facts.metrics import flagged, fmt, limit, patience, series, span, streaks, too_little
 
 SLUG = "entropy-collapse"
 
@@ -31,7 +31,11 @@ def judge(ctx):
     name, points = series(ctx, "entropy", "policy/entropy_avg")
     first = points[0].value
     floor, fraction = limit(ctx, SLUG, "floor", 0.05), limit(ctx, SLUG, "fraction", 0.1)
-    runs = streaks(points, lambda p: p.value < floor and p.value < fraction * first, patience(ctx, SLUG, 5))
+    holds, needed = (lambda p: p.value < floor and p.value < fraction * first), patience(ctx, SLUG, 5)
+    runs = streaks(points, holds, needed)
+    if not runs and (early := too_little(ctx, points, holds, needed, f"{name} below {fmt(floor)} nats")):
+        yield early
+        return
     if not runs:
         yield passed(f"{name} from {fmt(first)} to {fmt(points[-1].value)} over {len(points)} logs: no collapse")
         return

@@ -21,7 +21,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from statistics import median
 
-from trl_doctor import passed, rule, warn
+from trl_doctor import passed, rule, skip, warn
 from trl_doctor.facts.metrics import finite, flagged, fmt, limit, optional, series
 
 SLUG = "grad-spike"
@@ -45,6 +45,11 @@ def judge(ctx):
         insort(ordered, p.value)
         if i >= window:
             del ordered[bisect_left(ordered, values[i - window].value)]
+    if len(values) <= 5 + count - 1:  # no running median before the 6th log: not one spike could be judged yet
+        why = " (the others had no reward spread: only the KL term's gradient)" if silent else ""
+        yield skip(f"{len(values)} grad_norm logs to judge{why}: spikes are measured against the median of the logs "
+                   f"before them, from the 6th log on; {5 + count} logs are needed to see {count}")
+        return
     if len(spikes) < count:
         listed = f"; {len(spikes)} spike(s): " + ", ".join(f"{fmt(p.value)} at {p.at}" for p, _ in spikes) if spikes else ""
         yield passed(f"grad_norm without repeated spikes over {len(values)} logs{listed}")

@@ -3,9 +3,9 @@
 What it does
   Reads the KL the job logs: GRPO's `kl` (per token), PPO's and the PPO-style RLOO's `objective/kl`
   (per sequence, summed over its tokens). It fails where the per-token KL stays above `max` (10
-  nats) for `patience` (3) logs, warns above `high` (1 nat); `objective/kl` is divided by the
+  nats) for `patience` (3) steps, warns above `high` (1 nat); `objective/kl` is divided by the
   response length (the mean logged, else response_length: 53 when unknown, PPOConfig's default), so
-  a token's KL is never overstated. A negative `objective/kl` for `patience` logs in a row is a
+  a token's KL is never overstated. A negative `objective/kl` for `patience` steps in a row is a
   warn: KL(pi || pi_ref) is never negative, and its estimate goes negative when the rollout was
   sampled from another distribution than the one scored. The estimate (a mean of log-ratios over
   sampled tokens) wanders a little below 0 while the policy is still its reference, so it must be

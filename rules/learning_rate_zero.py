@@ -1,7 +1,7 @@
 """TW009 learning-rate-zero: the learning rate is 0 while steps remain: the job trains nothing
 
 What it does
-  Flags `patience` (2) logs in a row whose `learning_rate` (PPO: `lr`) is 0 while the job still has
+  Flags `patience` (2) steps in a row whose `learning_rate` (PPO: `lr`) is 0 while the job still has
   steps to go: it is running (the job's own callback, --follow), the log continues after them, or
   the state's max_steps lies beyond them. A schedule reaches 0 only at its last step, so a 0 there
   is healthy.
@@ -21,7 +21,7 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import fail, passed, rule
-from trl_doctor.facts.metrics import range_of, flagged, fmt, history, patience, series, span, streaks
+from trl_doctor.facts.metrics import range_of, flagged, fmt, history, patience, series, span, streaks, too_little
 
 SLUG = "learning-rate-zero"
 
@@ -38,7 +38,11 @@ def judge(ctx):
             return True
         return bool(logs.max_steps and p.step is not None and p.step < logs.max_steps)
 
-    runs = streaks(points, lambda p: p.value == 0 and remains(p), patience(ctx, SLUG, 2))
+    holds, needed = (lambda p: p.value == 0 and remains(p)), patience(ctx, SLUG, 2)
+    runs = streaks(points, holds, needed)
+    if not runs and (early := too_little(ctx, points, holds, needed, f"{name} 0 while steps remain")):
+        yield early
+        return
     if not runs:
         yield passed(f"{name} above 0 while steps remain ({range_of(points)})")
         return

@@ -1,8 +1,8 @@
 """TW002 never-terminating: the completions never end: every one runs to the length limit
 
 What it does
-  Flags `patience` (5) logs in a row where `completions/clipped_ratio` is at least `share` (0.99) or
-  `completions/mean_terminated_length` is 0 (trl >= 0.17), where PPO's `val/num_eos_tokens` is 0,
+  Flags `patience` (5) steps in a row where `completions/clipped_ratio` is at least `share`
+  (0.99) or `completions/mean_terminated_length` is 0 (trl >= 0.17), PPO's `val/num_eos_tokens` 0,
   or, on trl <= 0.16, where `completion_length` equals the job's max_completion_length (known in the
   job, or from --config). It names the preflight's eos-termination verdict when the job has one.
 Why is this bad?
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from trl_doctor import passed, rule
 from trl_doctor.facts.metrics import (range_of, streak_finding, fmt, limit, optional, patience, preflight, series, span,
-                                      streaks)
+                                      streaks, too_little)
 from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "never-terminating"
@@ -51,7 +51,11 @@ def judge(ctx):
             raise Unavailable("this release logs only the mean completion length: give the recipe (--config) so "
                               "that its max_completion_length is known")
         holds, what = (lambda p: p.value >= longest - 1e-6), f"every completion {longest} tokens long"
-    runs = streaks(points, holds, patience(ctx, SLUG, 5))
+    needed = patience(ctx, SLUG, 5)
+    runs = streaks(points, holds, needed)
+    if not runs and (early := too_little(ctx, points, holds, needed, what)):
+        yield early
+        return
     if not runs:
         yield passed(f"completions end before the limit ({name} {range_of(points)})")
         return

@@ -1,7 +1,7 @@
 """TW004 no-update: the gradient norm is 0 while the rewards still differ: the policy is not updated
 
 What it does
-  Flags `patience` (3) logs in a row where `grad_norm` is 0 while the rewards still have a spread
+  Flags `patience` (3) steps in a row where `grad_norm` is 0 while the rewards still have a spread
   (`reward_std` above 0, or `frac_reward_zero_std` below 1). Zero gradients with no reward spread
   are zero-advantage's, not this rule's.
 Why is this bad?
@@ -20,7 +20,7 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import passed, rule
-from trl_doctor.facts.metrics import by_number, streak_finding, optional, patience, series, span, streaks
+from trl_doctor.facts.metrics import by_number, streak_finding, optional, patience, series, span, streaks, too_little
 
 SLUG = "no-update"
 
@@ -30,7 +30,11 @@ SLUG = "no-update"
 def judge(ctx):
     _, grad = series(ctx, "grad_norm")
     spread = _spread(ctx)
-    runs = streaks(grad, lambda p: p.value == 0 and spread.get(p.number, False), patience(ctx, SLUG, 3))
+    holds, needed = (lambda p: p.value == 0 and spread.get(p.number, False)), patience(ctx, SLUG, 3)
+    runs = streaks(grad, holds, needed)
+    if not runs and (early := too_little(ctx, grad, holds, needed, "grad_norm 0 while the rewards differ")):
+        yield early
+        return
     if not runs:
         zero = sum(1 for p in grad if p.value == 0)
         yield passed(f"grad_norm is above 0 wherever the rewards differ ({zero} of {len(grad)} logs at 0)")

@@ -3,7 +3,7 @@
 What it does
   Fails at the first log whose `loss`, `kl` or total `reward` (PPO's `loss/policy_avg`,
   `loss/value_avg`, `objective/kl`, `objective/scores`) is NaN or inf, and where `grad_norm`
-  is NaN or inf in bf16 or fp32 (the job's settings say which), or in `patience` (3) logs in a row
+  is NaN or inf in bf16 or fp32 (the job's settings say which), or in `patience` (3) steps in a row
   whatever the precision. One non-finite grad_norm in fp16 with a finite loss is the loss scaler
   skipping a step and lowering its scale: a pass that says so (also where the precision is not
   known).

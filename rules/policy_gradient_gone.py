@@ -3,7 +3,7 @@
 What it does
   Where every group's rewards are equal (`frac_reward_zero_std` >= 0.99, or `reward_std` 0 on trl <=
   0.17), it compares `loss` with beta x `kl` (beta from the job's settings; without them, the job's
-  own loss/kl ratio): equal within `rel` (2%) for `patience` (5) logs in a row, the policy-gradient
+  own loss/kl ratio): equal within `rel` (2%) for `patience` (5) steps in a row, the policy-gradient
   term is gone. A loss and grad_norm of exactly 0 there, or where every completion is clipped (and
   masked), too.
 Why is this bad?

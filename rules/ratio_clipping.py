@@ -3,7 +3,7 @@
 What it does
   Reads the share of tokens whose probability ratio the PPO clip cut (PPO's and the PPO-style RLOO's
   `policy/clipfrac_avg`; GRPO's `clip_ratio/region_mean`, `clip_ratio` on trl 0.17-0.19) and warns
-  where it stays above `max` (0.3) for `patience` (3) logs; PPO's `policy/approxkl_avg` above
+  where it stays above `max` (0.3) for `patience` (3) steps; PPO's `policy/approxkl_avg` above
   `max_approxkl` (0.1) likewise. A clip ratio of 0 is never flagged: with one optimizer step per
   generation batch (GRPO's num_iterations 1) the ratio is 1 and nothing is clipped, as designed.
 Why is this bad?

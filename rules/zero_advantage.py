@@ -2,11 +2,11 @@
 
 What it does
   Reads `frac_reward_zero_std` (trl >= 0.18: the share of prompt groups whose rewards have no
-  spread) and flags `patience` (5) logs in a row where it is at least `share` (0.99: every group).
+  spread) and flags `patience` (5) steps in a row where it is at least `share` (0.99: every group).
   On a release without it (trl <= 0.17) `reward_std` is the mean of the groups' spreads, and 0 says
   the same. `rewards/<f>/std` is one function's spread over the whole batch, not the group spread:
   it is not read. PPO (and the PPO-style RLOO of trl <= 0.21) logs only the batch's mean score,
-  `objective/scores`: the same value to 9 digits for `patience` logs in a row says the reward model
+  `objective/scores`: the same value to 9 digits for `patience` steps in a row says the reward model
   scores every completion alike (a real model's mean over a new batch never repeats).
 Why is this bad?
   GRPO and RLOO learn from each reward relative to its group's: with equal rewards in every group
@@ -14,8 +14,8 @@ Why is this bad?
   its budget generating and learns nothing. Causes: a reward that always returns the same value (a
   format it never matches, a parser that fails), prompts too hard or too easy for the policy,
   num_generations 1-2. Users write their own abort callbacks for this ("10 steps of zero reward
-  spread"); 5 logs in a row is the default here, as a job that has not found one rewarded completion
-  in 5 logs rarely recovers.
+  spread"); 5 steps (2 logs at logging_steps 10) is the default: a job with no rewarded completion
+  in 5 steps rarely recovers.
 Example
   {'loss': 0.0, 'reward': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0, ...} log after log.
   A phase that ended (the spread came back) is a warn; one that lasts to the newest log is a fail. A
@@ -32,7 +32,8 @@ from __future__ import annotations
 from statistics import fmean
 
 from trl_doctor import passed, rule, warn
-from trl_doctor.facts.metrics import fmt, streak_finding, flagged, limit, optional, patience, series, span, streaks
+from trl_doctor.facts.metrics import (fmt, streak_finding, flagged, limit, logs_for, optional, patience, series, span,
+                                      streaks, too_little)
 
 SLUG = "zero-advantage"
 
@@ -52,7 +53,11 @@ def judge(ctx):
     else:
         yield from _same_score(ctx)
         return
-    runs = streaks(points, holds, patience(ctx, SLUG, 5))
+    needed = patience(ctx, SLUG, 5)
+    runs = streaks(points, holds, needed)
+    if not runs and (early := too_little(ctx, points, holds, needed, what)):
+        yield early
+        return
     if not runs and name == "frac_reward_zero_std":
         mostly = _mostly(ctx, points)
         if mostly:
@@ -94,7 +99,7 @@ def _equal(a: float, b: float) -> bool:
 def _mostly(ctx, points):
     """(message, details) where the share of groups without spread averaged `mostly` (0.9) or more over `window`
     (10) logs in a row: most of the batch carried no signal, though never all of it for `patience` logs."""
-    window, mostly = max(1, int(limit(ctx, SLUG, "window", 10))), limit(ctx, SLUG, "mostly", 0.9)
+    window, mostly = logs_for(ctx, limit(ctx, SLUG, "window", 10)), limit(ctx, SLUG, "mostly", 0.9)
     total = 0.0  # the window's sum, kept as it slides
     for i, p in enumerate(points):
         total += p.value - (points[i - window].value if i >= window else 0.0)

@@ -192,6 +192,10 @@ def pytest_configure(config):
     """Issue 42: the whole session runs under the network audit (tests/netaudit/sitecustomize.py) in this process and,
     through PYTHONPATH, in every Python process the tests start. The controlling process names the log (xdist's
     workers inherit it) and fails the session when anything outside loopback was contacted or looked up."""
+    # the jobs the tests train in this process (DoctorCallback's runs) load their datasets and models from local files:
+    # nothing is fetched, and datasets' load counter (a request to the hub) and the hub's telemetry stay off
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+        os.environ.setdefault(key, "1")
     if not os.environ.get(NET_AUDIT_ENV):
         import tempfile
 
@@ -215,9 +219,10 @@ def net_audit_lines() -> list[str]:
 
 
 def with_net_audit(env: dict) -> dict:
-    """`env` for a process a test starts with a PYTHONPATH of its own: the audit's folder still first on it."""
+    """`env` for a process a test starts with a PYTHONPATH of its own: the audit's folder last on it (a test's own
+    sitecustomize.py, a broken environment it stages, comes first and wins)."""
     if "PYTHONPATH" in env and str(NET_AUDIT) not in env["PYTHONPATH"].split(os.pathsep):
-        env = {**env, "PYTHONPATH": os.pathsep.join([str(NET_AUDIT), *filter(None, [env["PYTHONPATH"]])])}
+        env = {**env, "PYTHONPATH": os.pathsep.join([*filter(None, [env["PYTHONPATH"]]), str(NET_AUDIT)])}
     return env
 
 

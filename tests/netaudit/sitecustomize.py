@@ -6,12 +6,22 @@ tests/conftest.py installs it in the pytest processes and puts this folder first
 imports this file at the start of every process the tests start: the doctor's printing process, its worker (the fork
 server's too), the user's scripts. A test that contacts another machine on purpose names it in
 TRL_DOCTOR_TEST_NET_ALLOW (comma-separated hosts). The session fails when the file holds a line
-(conftest.pytest_sessionfinish)."""
+(conftest.pytest_sessionfinish).
+
+Package installers the tests' set-up runs are not audited: pip fetching the real TRL releases some tests read from
+PyPI (tests/conftest.py: real_trl), virtualenv and pre-commit building hook environments. They are the test machine's
+set-up, never the doctor or a process it starts."""
 
 import ipaddress
 import os
 import sys
 
+try:
+    import socket as _socket
+
+    _HOSTNAME = _socket.gethostname().lower()
+except OSError:
+    _HOSTNAME = "localhost"
 _SENDS = ("socket.connect", "socket.sendto", "socket.sendmsg")
 _LOOKUPS = ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex", "socket.gethostbyaddr")
 
@@ -24,8 +34,8 @@ def _loopback(host) -> bool:
     h = str(host).strip("[]").split("%", 1)[0].lower().rstrip(".")
     if h in os.environ.get("TRL_DOCTOR_TEST_NET_ALLOW", "").lower().split(","):
         return True
-    if h == "localhost" or h.endswith(".localhost"):
-        return True
+    if h == "localhost" or h.endswith(".localhost") or h == _HOSTNAME:
+        return True  # this machine's own name (torchrun asks for its fully qualified form)
     try:
         ip = ipaddress.ip_address(h)
     except ValueError:
@@ -56,7 +66,14 @@ def _hook(event, args):
         f.write(f"pid {os.getpid()}: {event} {host!r} ({' '.join(sys.argv)[:300]})\n")
 
 
+def _installer() -> bool:
+    command = " ".join(sys.argv[:2])
+    return "/pip/__main__.py" in command or "/virtualenv/" in command or command.endswith(" pip")
+
+
 def install() -> None:
+    if _installer():
+        return
     if not getattr(sys, "_trl_doctor_test_net_audit", False):
         sys._trl_doctor_test_net_audit = True
         sys.addaudithook(_hook)

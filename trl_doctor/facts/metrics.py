@@ -1,9 +1,16 @@
 """Facts about a job's logged metrics, for the watch rules (the `watch` context, trl_doctor.interface).
 
 A watch rule reads a quantity by the names the releases gave it (`series(ctx, "frac_reward_zero_std")`), finds where a
-condition held for enough logs in a row (`streak`), and reads its thresholds through `limit`, which the project config
-can change (`[tool.trl-doctor.watch.<slug>]`, or `[watch.<slug>]` in .trl-doctor.toml). Outside the watch context
-these facts are unavailable (the rule is `skip`).
+condition held long enough (`streaks`), and reads its thresholds through `limit`, which the project config can change
+(`[tool.trl-doctor.watch.<slug>]`, or `[watch.<slug>]` in .trl-doctor.toml). Outside the watch context these facts
+are unavailable (the rule is `skip`).
+
+Evidence is counted in optimizer steps, not logs (issue 43): a log covers `logging_steps` steps (TRL averages most
+metrics over them; the history knows the interval from the state, the callback's arguments or the gaps between logged
+steps), so `patience(ctx, slug, 5)` is the number of logs in a row that covers 5 steps, and at least 2 where one log
+covers more: at GRPOConfig's default logging_steps=10 a condition from step 1 is flagged at step 20. A streak
+tolerates one log's dip inside it (`streaks`), so its onset is where the condition began; a condition the newest
+logs hold for fewer logs than that is `pending` (a skip that says how much is needed), not a pass.
 """
 
 from __future__ import annotations
@@ -53,34 +60,66 @@ def by_number(points: Iterable[Point]) -> dict[int, float]:
     return {p.number: p.value for p in points}
 
 
-def streak(points: list[Point], holds: Callable[[Point], bool], patience: int) -> list[Point] | None:
-    """The first run of at least `patience` consecutive logged values for which `holds` is true (extended to its
-    end), or None. Its first point is where the failure starts."""
-    run: list[Point] = []
-    for p in points:
-        if holds(p):
-            run.append(p)
-        else:
-            if len(run) >= patience:
-                return run
-            run = []
-    return run if len(run) >= max(patience, 1) else None
+DIP_SHARE = 0.8  # a run bridges a one-log dip while at least this share of its logs hold the condition
 
 
-def streaks(points: list[Point], holds: Callable[[Point], bool], patience: int) -> list[list[Point]]:
-    """Every run of at least `patience` consecutive logged values for which `holds` is true, oldest first."""
+def streaks(points: list[Point], holds: Callable[[Point], bool], patience: int, dip: bool = True) -> list[list[Point]]:
+    """Every run of at least `patience` logged values that hold the condition, oldest first (each run: its holding
+    points). With `dip`, a run goes on through one log that does not hold when the next one does and at least
+    DIP_SHARE of the run holds: a failure that holds from step 80 with one dip at step 200 starts at step 80."""
     out: list[list[Point]] = []
     run: list[Point] = []
+    misses = 0  # logs of the run that did not hold (bridged dips)
+    gap = 0  # logs since the run's last holding one
     for p in points:
         if holds(p):
+            if run and gap == 1 and dip and len(run) / (len(run) + misses + 1) >= DIP_SHARE:
+                misses += 1
+            elif run and gap:
+                if len(run) >= patience:
+                    out.append(run)
+                run, misses = [], 0
             run.append(p)
+            gap = 0
             continue
-        if len(run) >= patience:
-            out.append(run)
-        run = []
+        gap += 1
+        if gap > 1 and run:
+            if len(run) >= patience:
+                out.append(run)
+            run, misses = [], 0
     if len(run) >= max(patience, 1):
         out.append(run)
     return out
+
+
+def streak(points: list[Point], holds: Callable[[Point], bool], patience: int) -> list[Point] | None:
+    """The first run of `streaks`, or None."""
+    runs = streaks(points, holds, patience)
+    return runs[0] if runs else None
+
+
+def pending(points: list[Point], holds: Callable[[Point], bool], needed: int) -> list[Point]:
+    """The newest logs' run of the condition when it is shorter than `needed` (too little evidence yet), else []."""
+    run: list[Point] = []
+    for p in reversed(points):
+        if not holds(p):
+            break
+        run.append(p)
+    return list(reversed(run)) if 0 < len(run) < needed else []
+
+
+def too_little(ctx, points: list[Point], holds: Callable[[Point], bool], needed: int, what: str):
+    """A `skip` when the newest logs hold the condition (`what`) for fewer than `needed` logs: not yet a verdict, and
+    not a pass either; None when they do not hold it."""
+    from trl_doctor.types import skip
+
+    run = pending(points, holds, needed)
+    if not run:
+        return None
+    per = steps_per_log(ctx)
+    return skip(f"{what} {span(run)}: too little evidence yet, {needed} logs in a row are needed "
+                f"({needed * per} optimizer steps at {per} per log); the next logs decide",
+                **flagged(run, pending=True))
 
 
 def ongoing(ctx, run: list[Point]) -> bool:
@@ -107,9 +146,23 @@ def limit(ctx, slug: str, name: str, default: float) -> float:
     return value
 
 
+def steps_per_log(ctx) -> int:
+    """The optimizer steps one log covers (the job's logging_steps; 1 when the log cannot tell)."""
+    return history(ctx).steps_per_log()
+
+
+def logs_for(ctx, steps: float) -> int:
+    """The logs in a row that cover `steps` optimizer steps: at least 2 where one log covers more (one log's average
+    is a single reading), never more than `steps`."""
+    steps = max(1, int(steps))
+    per = steps_per_log(ctx)
+    return max(min(2, steps), -(-steps // per))
+
+
 def patience(ctx, slug: str, default: int = 3) -> int:
-    """How many logs in a row a condition must hold before a rule flags it (`[watch.<slug>] patience`)."""
-    return max(1, int(limit(ctx, slug, "patience", default)))
+    """How many logs in a row a condition must hold before a rule flags it: `[watch.<slug>] patience` (default
+    `default`) counts optimizer steps, turned into logs by `logs_for`."""
+    return logs_for(ctx, limit(ctx, slug, "patience", default))
 
 
 def fmt(value: float) -> str:

@@ -1,5 +1,7 @@
-"""A job's logged metrics, read from what a job leaves: `trainer_state.json` (an output folder's, a checkpoint's, or
-the file itself), a log of the printed `{'loss': ...}` lines (transformers prints one per log), or JSON lines.
+"""A job's logged metrics, read from what a job leaves: TensorBoard event files (an output folder's `runs/*`, written
+at every log: trl_doctor.watch.tensorboard), `trainer_state.json` (an output folder's, a checkpoint's, or the file
+itself), a bare JSON list of log rows (`trainer.state.log_history` as people save and share it), a log of the printed
+`{'loss': ...}` lines (transformers prints one per log), or JSON lines.
 
 Every file under a watched folder is hostile: it is read as text with a size limit, parsed with `json` or
 `ast.literal_eval` (never run), and a file that is not a log is refused in one line naming it (InputError, exit 2).
@@ -59,6 +61,17 @@ class History:
     def names(self) -> set[str]:
         return set(self._names)
 
+    def steps_per_log(self) -> int:
+        """The optimizer steps one log covers: logging_steps where the job says it (its state, the callback's
+        arguments), else the commonest gap between the newest logged steps; 1 when there are none."""
+        if self.logging_steps and self.logging_steps >= 1:
+            return int(self.logging_steps)
+        recent = [log.step for log in self.logs[-51:] if log.step is not None]
+        if self.logs and self.logs[0].number == 1 and len(self.logs) <= 51:
+            recent.insert(0, 0)  # a job's first log comes logging_steps steps after step 0
+        gaps = sorted(b - a for a, b in zip(recent, recent[1:]) if b > a)
+        return gaps[len(gaps) // 2] if gaps else 1
+
     def view(self, first: int, last: int) -> "History":
         """The first `first` and the last `last` logs (all of them when there are no more): what a job's watch judges
         each log, so that its cost does not grow with the run (a failure is flagged within `last` logs of its start)."""
@@ -84,6 +97,13 @@ class History:
         points.extend([new(Point, (log.at, log.number, log.step, value)) for log in self.logs[start:]
                        if (value := log.values.get(name)) is not None])
         return points
+
+    def amend_last(self, values: dict[str, float]) -> None:
+        """Add values to the newest log (a TensorBoard step whose scalars arrived in two reads)."""
+        last = self.logs[-1]
+        self.logs[-1] = last._replace(values={**last.values, **values})
+        self._names.update(values)
+        self._columns.clear()  # made again from the logs when next read
 
     def add(self, raw: dict[str, Any], step: int | None = None) -> Log | None:
         """Append one logged dict (a training row; an eval or summary row is not one): None when it is not."""
@@ -161,7 +181,8 @@ def training_values(raw: dict[str, Any]) -> dict[str, float] | None:
 
 
 def _metric(key: Any) -> str:
-    name = "" if not isinstance(key, str) or key.startswith("eval_") or key in ("step", "epoch_step") else canonical(key)
+    name = "" if not isinstance(key, str) or key.startswith(("eval_", "eval/", "test/")) or key in ("step", "epoch_step") \
+        else canonical(key)
     if len(_KEYS) < 100_000:
         _KEYS[key] = name
     return name
@@ -184,16 +205,23 @@ def _number(value: Any) -> float | None:
 
 # -- reading ------------------------------------------------------------------------------------------------------
 def find_log(path: Path) -> Path:
-    """The file to read for PATH: the file itself, or a folder's trainer_state.json (the folder's own, else its newest
+    """The file to read for PATH: the file itself, or for a folder the newest run's TensorBoard event file (written at
+    every log, so the freshest while the job runs), else its trainer_state.json (the folder's own, else its newest
     checkpoint's); InputError naming PATH when there is none."""
     if path.is_dir():
+        from trl_doctor.watch.tensorboard import newest_events
+
+        events = newest_events(path)
+        if events is not None:
+            return events
         own = path / STATE
         checkpoints = sorted((p for p in path.glob("checkpoint-*") if (p / STATE).is_file()),
                              key=lambda p: _step_of(p.name))
         candidates = ([own] if own.is_file() else []) + [p / STATE for p in checkpoints]
         if not candidates:
-            raise InputError(f"{path}: no {STATE} in this folder or its checkpoint-* folders "
-                             "(give the job's output folder, a checkpoint, a trainer_state.json or a log of its printed lines)")
+            raise InputError(f"{path}: no {STATE} in this folder or its checkpoint-* folders, and no TensorBoard "
+                             "events under runs/ (give the job's output folder, a checkpoint, a trainer_state.json, "
+                             "TensorBoard's log folder or a log of its printed lines)")
         return max(candidates, key=lambda p: (_logged_steps(p), p.stat().st_mtime))
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
@@ -215,10 +243,16 @@ def _logged_steps(path: Path) -> int:
 def read(path: str | Path) -> History:
     """The History in PATH (see `find_log`)."""
     path = find_log(Path(path))
+    from trl_doctor.watch import tensorboard
+
+    if tensorboard.is_event_file(path):
+        return tensorboard.read_into(History(path, "tensorboard"), path, MAX_BYTES)
     text = _text(path)
     stripped = text.lstrip()
     if stripped.startswith("{") and '"log_history"' in stripped[:2_000_000]:
         return _from_state(path, text)
+    if stripped.startswith("["):
+        return _from_rows(path, text)
     history = History(path, "printed")
     history.kind = read_lines(history, text.splitlines())
     if not history.logs:
@@ -252,6 +286,22 @@ def _from_state(path: Path, text: str) -> History:
             history.add(row)
     if not history.logs:
         raise InputError(f"{path}: its log_history holds no training log yet (the job logs every logging_steps steps)")
+    return history
+
+
+def _from_rows(path: Path, text: str) -> History:
+    """A bare JSON list of log rows: `trainer.state.log_history` dumped as it is (how people save and share it)."""
+    try:
+        rows = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{path}: not valid JSON: {exc}") from None
+    history = History(path, "log_history")
+    for row in rows if isinstance(rows, list) else ():
+        if isinstance(row, dict):
+            history.add(row)
+    if not history.logs:
+        raise InputError(f"{path}: a JSON list without a training log row (expected log_history's rows: "
+                         "{\"loss\": ..., \"step\": ...})")
     return history
 
 

@@ -51,7 +51,8 @@ class Watcher:
 
         from trl_doctor.context.env import package_version
 
-        self.history = History(Path(getattr(args, "output_dir", None) or ".") / REPORT, "job")
+        self.history = History(Path(getattr(args, "output_dir", None) or ".") / REPORT, "job",
+                               logging_steps=_logging_steps(args))
         self.release = package_version("trl")
         self.settings = _settings(args)
         self.trainer_kind = _kind(trainer)
@@ -150,6 +151,16 @@ def _settings(args) -> dict[str, Any]:
         if hasattr(args, key):
             out[key] = getattr(args, key)
     return out
+
+
+def _logging_steps(args) -> int | None:
+    """The job's logging interval in optimizer steps, when its arguments say it in steps (a ratio below 1 is of a
+    total the history learns from the logged steps instead)."""
+    value = getattr(args, "logging_steps", None)
+    strategy = str(getattr(getattr(args, "logging_strategy", "steps"), "value", getattr(args, "logging_strategy", "steps")))
+    if strategy != "steps" or isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
+        return None
+    return int(value)
 
 
 def _kind(trainer) -> str | None:

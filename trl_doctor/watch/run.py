@@ -1,8 +1,9 @@
 """`trl-doctor watch PATH`: judge a job's logged metrics from the outside, once or following the job as it logs.
 
-The history is read once (history.read); with --follow the file is read on from where it ended (a printed log or
-JSON lines grow; a trainer_state.json, or a folder's newest checkpoint, is read again when it changes), each new
-log judged, until the job logs its summary, a rule fails at `fail_on`, or the user stops it.
+The history is read once (history.read); with --follow the file is read on from where it ended (a printed log, JSON
+lines and TensorBoard event files grow; a trainer_state.json, or a folder's newest checkpoint, is read again when it
+changes), each new log judged, until the job logs its summary, a rule fails at `fail_on`, or the user stops it. An
+output folder with no log yet (the watch started with the job) is waited on until its first log appears.
 """
 
 from __future__ import annotations
@@ -72,7 +73,11 @@ def preflight_report(path: Path | None) -> dict:
 def context(asked: Watch, history, running: bool = False):
     from trl_doctor.watch.context import WatchContext
 
-    return WatchContext(history, asked.trainer, recipe(asked.config), thresholds=asked.thresholds,
+    settings = recipe(asked.config)
+    interval = settings.get("logging_steps")
+    if history.logging_steps is None and isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1:
+        history.logging_steps = interval  # a printed log carries no step: the recipe says how many a log covers
+    return WatchContext(history, asked.trainer, settings, thresholds=asked.thresholds,
                         preflight=asked.preflight, release=asked.release, running=running)
 
 
@@ -91,7 +96,7 @@ def follow(asked: Watch, rules: list, show: Callable[[str], None], interval: flo
     after `idle_exit` seconds without a new log (None: wait until stopped)."""
     from trl_doctor.watch import history as hist
 
-    source = hist.find_log(asked.path)
+    source = _first_log(asked.path, clock, sleep, interval, idle_exit)
     tail = _Tail(source)
     history = tail.history()
     last: dict[str, str] = {}
@@ -111,16 +116,43 @@ def follow(asked: Watch, rules: list, show: Callable[[str], None], interval: flo
             if history.logs:
                 report = judge_once(asked, history, rules, running=not history.ended)
                 for r in report.results:
-                    said = f"{r.status.value}: {r.message}"
-                    if last.get(r.id) != said and (r.status is not Status.PASS or r.id in last):
-                        show(f"{history.logs[-1].at}: {r.id} {r.rule} {said}")
-                    last[r.id] = said
+                    if _news(last.get(r.id), r.status):
+                        show(f"{history.logs[-1].at}: {r.id} {r.rule} {r.status.value}: {r.message}")
+                    last[r.id] = r.status
                 if history.ended or exit_status(report.results, asked.fail_on):
                     return report, history
         if idle_exit is not None and clock() - quiet_since >= idle_exit:
             if report is None:
                 raise InputError(f"{source}: no logged metrics appeared in {idle_exit:g} s")
             return report, history
+        sleep(interval)
+
+
+_ALARM = (Status.WARN, Status.FAIL, Status.ERROR)
+
+
+def _news(before: Status | None, now: Status) -> bool:
+    """Whether a rule's verdict is worth a line: it became a warn, fail or error, or it left one (the job recovered).
+    A pass or skip that stays one, or turns into the other, is not news; the report at the end has every verdict."""
+    if before == now:
+        return False
+    return now in _ALARM or before in _ALARM
+
+
+def _first_log(path: Path, clock, sleep, interval: float, idle_exit: float | None) -> Path:
+    """The log to follow in `path`; for a folder with none yet (a job that has not logged), waiting for it."""
+    from trl_doctor.watch import history as hist
+
+    start = clock()
+    while True:
+        try:
+            return hist.find_log(path)
+        except InputError:
+            if path.exists() and not path.is_dir():
+                raise
+            if idle_exit is not None and clock() - start >= idle_exit:
+                raise InputError(f"{path}: no log appeared in {idle_exit:g} s (a trainer_state.json, TensorBoard "
+                                 "events under runs/)") from None
         sleep(interval)
 
 
@@ -131,12 +163,18 @@ class _Tail:
     def __init__(self, path: Path):
         from trl_doctor.watch import history as hist
 
+        from trl_doctor.watch import tensorboard
+
         self.path = path
         self.offset = 0
         self.stamp: tuple | None = None
         self.whole = path.name == hist.STATE
         self._history = hist.History(path, "printed")
         self._partial = ""
+        self._events = None
+        if tensorboard.is_event_file(path):
+            self._history = hist.History(path, "tensorboard")
+            self._events = tensorboard.reader(self._history, path)
 
     def grew(self) -> bool:
         try:
@@ -161,12 +199,13 @@ class _Tail:
         from trl_doctor.watch import history as hist
 
         if size < self.offset:  # rotated or truncated: read it again from the start
-            self.offset, self._partial = 0, ""
-            self._history = hist.History(self.path, "printed")
+            self.__init__(self.path)
         with open(self.path, "rb") as f:
             f.seek(self.offset)
             chunk = f.read(min(size - self.offset, hist.MAX_BYTES))
         self.offset += len(chunk)
+        if self._events is not None:
+            return self._events.feed(chunk)
         text = self._partial + chunk.decode("utf-8", errors="replace")
         lines = text.split("\n")
         self._partial = lines.pop()  # a line still being written

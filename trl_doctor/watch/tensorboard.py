@@ -1,0 +1,183 @@
+"""A running job's TensorBoard event files, as transformers' TensorBoardCallback writes them (`report_to:
+tensorboard`): `OUTPUT_DIR/runs/<date>_<host>/events.out.tfevents.*`, flushed at every log, one `train/<metric>`
+scalar per logged value at the step it was logged. Unlike trainer_state.json (written at each save: every 500 steps
+by default), they hold every log from the job's first, so `trl-doctor watch OUTPUT_DIR --follow` judges a job before
+its first checkpoint.
+
+A file is TFRecord frames (length, its CRC, the data, its CRC), each data an `Event` message that tensorboard's own
+protobuf class parses (tensorboard.compat.proto.event_pb2; tensorboard is what writes these files, so it is there
+where they are). The frames are cut here: tensorboard's Python record reader checks both CRCs of every record in
+Python (15 s for a 20,000-step file), this reads the same file in under a second. A file cut mid-record (the job is
+writing it) is read up to its last whole record, and the rest when it grows. A frame whose length is not plausible
+ends the reading with the file named (InputError): every file under a watched folder is hostile.
+
+One run at a time: a folder with several runs (a job launched twice into one output_dir) is judged on its newest.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from trl_doctor.errors import InputError
+
+EVENTS = "events.out.tfevents."
+MAX_RECORD = 64 << 20  # a scalar event is ~50 bytes; a record claiming more is not a log's
+SUMMARY = frozenset(("train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second", "total_flos"))
+_SKIPPED = ("eval/", "test/")  # transformers' rewrite_logs: eval_* and test_* rows are not training logs
+
+
+def is_event_file(path: Path) -> bool:
+    return path.name.startswith(EVENTS)
+
+
+def run_folders(folder: Path) -> list[Path]:
+    """The folders holding event files (`folder` itself, an output folder's `runs/*`, a `runs` folder's children),
+    oldest run first."""
+    found = []
+    children = sorted(folder.glob("*")) if folder.name == "runs" else []
+    for candidate in (folder, *sorted(folder.glob("runs/*")), *children):
+        try:
+            if candidate.is_dir() and any(p.name.startswith(EVENTS) for p in candidate.iterdir()):
+                found.append(candidate)
+        except OSError:
+            continue
+    unique = list(dict.fromkeys(found))
+    return sorted(unique, key=_newest_mtime)
+
+
+def newest_events(folder: Path) -> Path | None:
+    """The newest run's newest event file under `folder`, or None."""
+    runs = run_folders(folder)
+    if not runs:
+        return None
+    files = sorted((p for p in runs[-1].iterdir() if p.name.startswith(EVENTS) and p.is_file()), key=lambda p: p.name)
+    return files[-1] if files else None
+
+
+def _newest_mtime(folder: Path) -> float:
+    try:
+        return max(p.stat().st_mtime for p in folder.iterdir() if p.name.startswith(EVENTS))
+    except (OSError, ValueError):
+        return 0.0
+
+
+class EventReader:
+    """Reads one event file into a History as it grows: `feed(data)` takes the bytes past what it has read; rows are
+    the scalars of one step, a row added when its first value arrives and completed by the values of the same step
+    that follow (History.amend_last)."""
+
+    def __init__(self, history, path: Path):
+        from tensorboard.compat.proto.event_pb2 import Event  # noqa: F401  (fails here, said by `reader`)
+
+        self.history, self.path = history, path
+        self._tags: dict[str, str | None] = {}  # a tag -> the metric it is (None: not a training log's)
+        self.offset = 0  # bytes of the file consumed (whole records)
+        self._buffer = b""
+        self._step: int | None = None  # the step of the history's newest row from this file
+
+    def feed(self, data: bytes) -> bool:
+        """Take the file's next bytes; True when a row was added or completed, or the run logged its summary."""
+        from tensorboard.compat.proto.event_pb2 import Event
+
+        buffer = self._buffer + data if self._buffer else data
+        unpack, parse = struct.unpack_from, Event.FromString
+        pos, size, changed = 0, len(buffer), False
+        step, row = None, {}  # the step being read and its values (torch writes one scalar an event)
+        tags = self._tags
+        while pos + 12 <= size:
+            (length,) = unpack("<Q", buffer, pos)
+            if length > MAX_RECORD:
+                raise InputError(f"{self.path}: not a TensorBoard event file (a record of {length} bytes at byte "
+                                 f"{self.offset + pos})")
+            end = pos + 12 + length
+            if end + 4 > size:
+                break  # the record is still being written
+            try:
+                event = parse(buffer[pos + 12:end])
+            except Exception:  # protobuf's DecodeError: a damaged record
+                raise InputError(f"{self.path}: not a TensorBoard event file (a record that is no Event at byte "
+                                 f"{self.offset + pos})") from None
+            pos = end + 4
+            values = event.summary.value  # empty for the file's version record and other non-summary events
+            if not values:
+                continue
+            if event.step != step:
+                changed |= self._row(step, row)
+                step, row = event.step, {}
+            for value in values:
+                name = tags.get(value.tag, "")
+                if name == "":
+                    name = self._name(value.tag)
+                if name is None:
+                    continue
+                if name in SUMMARY:
+                    self.history.ended = changed = True
+                    continue
+                number = value.simple_value if value.WhichOneof("value") == "simple_value" else _scalar(value)
+                if number is not None:
+                    row[name] = number
+        changed |= self._row(step, row)
+        self.offset += pos
+        self._buffer = buffer[pos:]
+        return changed
+
+    def _name(self, tag: str) -> str | None:
+        """The metric a tag holds (`train/loss` -> `loss`), None for an evaluation's; remembered for the file."""
+        name = None if tag.startswith(_SKIPPED) else (tag[6:] if tag.startswith("train/") else tag)
+        if len(self._tags) < 100_000:
+            self._tags[tag] = name
+        return name
+
+    def _row(self, step: int | None, values: dict[str, float]) -> bool:
+        """Add one step's values as a log, or to the newest log when it is the same step's (read in two parts)."""
+        if step is None or not values:
+            return False
+        if step == self._step and self.history.logs:
+            self.history.amend_last(values)
+            return True
+        if self.history.add(values, step=int(step)) is None:
+            return False
+        self._step = step
+        return True
+
+
+def _scalar(value) -> float | None:
+    """A summary value's number: `simple_value` (torch's SummaryWriter, tensorboardX), or a scalar tensor (TF 2)."""
+    kind = value.WhichOneof("value")
+    if kind == "simple_value":
+        return float(value.simple_value)
+    if kind == "tensor":
+        tensor = value.tensor
+        if tensor.float_val:
+            return float(tensor.float_val[0])
+        if tensor.double_val:
+            return float(tensor.double_val[0])
+        if len(tensor.tensor_content) in (4, 8):
+            return struct.unpack("<f" if len(tensor.tensor_content) == 4 else "<d", tensor.tensor_content)[0]
+    return None
+
+
+def reader(history, path: Path) -> EventReader:
+    """An EventReader for `path`; InputError saying what to install where tensorboard is missing."""
+    try:
+        return EventReader(history, path)
+    except ImportError:
+        raise InputError(f"{path}: a TensorBoard event file; reading it needs tensorboard (pip install "
+                         "\"trl-doctor[watch]\", or tensorboard itself)") from None
+
+
+def read_into(history, path: Path, max_bytes: int):
+    """`history` (a new trl_doctor.watch.history.History) with the event file at `path` read into it."""
+    events = reader(history, path)
+    try:
+        if path.stat().st_size > max_bytes:
+            raise InputError(f"{path}: larger than any training log ({max_bytes >> 30} GiB at most)")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    events.feed(data)
+    if not history.logs:
+        raise InputError(f"{path}: no training log in this TensorBoard event file yet (the job logs every "
+                         "logging_steps steps)")
+    return history
