@@ -76,7 +76,9 @@ def test_launch_recipes_and_the_multi_node_recipe_contact_nothing(built_fixtures
     for command in commands:
         proc, lines = audited(tmp_path, "check", "--no-smoke", "--target", "8xH100-80GB", "--format", "json", "--",
                               *command, cwd=LAUNCH)
-        assert proc.returncode in (0, 1) and proc.stdout and "Traceback" not in proc.stderr, (command, proc.stderr[-2000:])
+        # an older TRL may stop a recipe written for a newer one (exit 2, one line): the audit still holds
+        assert proc.returncode in (0, 1, 2) and "Traceback" not in proc.stderr, (command, proc.stderr[-2000:])
+        assert proc.returncode != 2 or command[1] != "grpo_quickstart.py", proc.stderr[-2000:]  # TRL's quickstart runs
         assert lines == [], (command, "\n".join(lines))
         if command is MULTINODE:
             assert "http://192.0.2.1:8000 is on another machine" in proc.stdout, proc.stdout[-3000:]
