@@ -20,13 +20,14 @@ ROWS = [r for r in json.loads((FIXTURES / "zero-advantage" / "bad_grpo_constant_
         if "loss" in r]
 
 
-def write_run(output_dir: Path, rows: list[dict], every: int = 10, end: bool = True) -> Path:
+def write_run(output_dir: Path, rows: list[dict], every: int = 10, end: bool = True, max_steps: int = -1) -> Path:
     """A job's TensorBoard events as transformers writes them: TensorBoardCallback.on_log at each logged step."""
     from transformers import TrainerControl, TrainerState, TrainingArguments
     from transformers.integrations import TensorBoardCallback
 
     before = set(output_dir.glob("runs/*/events.out.tfevents.*"))
-    args = TrainingArguments(output_dir=str(output_dir), report_to=["tensorboard"], logging_steps=every, use_cpu=True)
+    args = TrainingArguments(output_dir=str(output_dir), report_to=["tensorboard"], logging_steps=every, use_cpu=True,
+                             max_steps=max_steps)
     state, control = TrainerState(), TrainerControl()
     callback = TensorBoardCallback()
     callback.on_train_begin(args, state, control)
@@ -106,6 +107,20 @@ def test_of_two_runs_in_one_folder_the_newest_is_judged(tmp_path):
     assert report["config"] == str(new) and results["zero-advantage"]["status"] == "fail"
     code, results, report = watch_json(old.parent)  # a run named: that run
     assert report["config"] == str(old) and results["zero-advantage"]["status"] == "pass"
+
+
+def test_the_jobs_own_arguments_are_read_from_its_events(tmp_path):
+    """TensorBoardCallback writes the TrainingArguments as text when training begins: a job stopped at step 20 of 40
+    with a learning rate of 0 still had steps to go (learning-rate-zero needs max_steps to say so once it ended)."""
+    rows = [dict(r, learning_rate=0.0) for r in ROWS[:2]]
+    events = write_run(tmp_path / "out", rows, max_steps=40)
+    from trl_doctor.watch.history import read
+
+    history = read(events)
+    assert history.max_steps == 40 and history.logging_steps == 10 and history.args["max_steps"] == 40
+    code, results, _ = watch_json(tmp_path / "out")
+    lr = results["learning-rate-zero"]
+    assert code == 1 and lr["status"] == "fail" and lr["details"]["since"] == "step 10", lr
 
 
 def test_a_file_that_is_not_tensorboards_is_one_line(tmp_path):

@@ -43,11 +43,18 @@ def _loopback(host) -> bool:
     return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
 
 
+_SKIP = []  # [True] in a package installer (decided at its first socket event: sys.argv is not set yet at start-up)
+
+
 def _hook(event, args):
     if not event.startswith("socket."):
         return
     log = os.environ.get("TRL_DOCTOR_TEST_NET_AUDIT")
     if not log:
+        return
+    if not _SKIP:
+        _SKIP.append(_installer())
+    if _SKIP[0]:
         return
     if event in _SENDS:
         address = args[1] if len(args) > 1 else None
@@ -72,8 +79,6 @@ def _installer() -> bool:
 
 
 def install() -> None:
-    if _installer():
-        return
     if not getattr(sys, "_trl_doctor_test_net_audit", False):
         sys._trl_doctor_test_net_audit = True
         sys.addaudithook(_hook)

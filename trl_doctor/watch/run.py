@@ -73,7 +73,7 @@ def preflight_report(path: Path | None) -> dict:
 def context(asked: Watch, history, running: bool = False):
     from trl_doctor.watch.context import WatchContext
 
-    settings = recipe(asked.config)
+    settings = {**getattr(history, "args", {}), **recipe(asked.config)}  # the job's own arguments, a recipe over them
     interval = settings.get("logging_steps")
     if history.logging_steps is None and isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1:
         history.logging_steps = interval  # a printed log carries no step: the recipe says how many a log covers

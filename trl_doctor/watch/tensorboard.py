@@ -22,6 +22,7 @@ from pathlib import Path
 from trl_doctor.errors import InputError
 
 EVENTS = "events.out.tfevents."
+ARGS = "args/text_summary"  # TensorBoardCallback.on_train_begin: add_text("args", args.to_json_string())
 MAX_RECORD = 64 << 20  # a scalar event is ~50 bytes; a record claiming more is not a log's
 SUMMARY = frozenset(("train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second", "total_flos"))
 _SKIPPED = ("eval/", "test/")  # transformers' rewrite_logs: eval_* and test_* rows are not training logs
@@ -106,6 +107,9 @@ class EventReader:
                 changed |= self._row(step, row)
                 step, row = event.step, {}
             for value in values:
+                if value.tag == ARGS:
+                    self._arguments(value)
+                    continue
                 name = tags.get(value.tag, "")
                 if name == "":
                     name = self._name(value.tag)
@@ -121,6 +125,29 @@ class EventReader:
         self.offset += pos
         self._buffer = buffer[pos:]
         return changed
+
+    def _arguments(self, value) -> None:
+        """The job's TrainingArguments, which TensorBoardCallback writes as JSON text when training begins: its
+        max_steps and logging interval (a job stopped early still had steps to go), and its settings for the rules."""
+        import json
+
+        text = value.tensor.string_val[0] if value.tensor.string_val else b""
+        if not text or len(text) > 1 << 20:
+            return
+        try:
+            args = json.loads(text)
+        except (ValueError, RecursionError, UnicodeDecodeError):
+            return
+        if not isinstance(args, dict):
+            return
+        history = self.history
+        history.args = {k: v for k, v in args.items() if isinstance(k, str) and isinstance(v, (int, float, str, bool))}
+        steps, every = args.get("max_steps"), args.get("logging_steps")
+        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 and history.max_steps is None:
+            history.max_steps = steps
+        if (isinstance(every, (int, float)) and not isinstance(every, bool) and every >= 1
+                and args.get("logging_strategy", "steps") == "steps" and history.logging_steps is None):
+            history.logging_steps = int(every)
 
     def _name(self, tag: str) -> str | None:
         """The metric a tag holds (`train/loss` -> `loss`), None for an evaluation's; remembered for the file."""
