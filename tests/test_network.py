@@ -283,3 +283,31 @@ def test_a_scripts_reach_for_another_machine_is_refused_and_said(built_fixtures,
     assert result["status"] == "skip" and result["message"].startswith("not judged here"), result
     assert "--allow-host 10.254.0.7:" in result["message"]
     assert any("10.254.0.7" in c for c in result["details"]["connections not made (another machine)"])
+
+
+ALLOWED_NAME = textwrap.dedent("""
+    import json, socket
+    from trl_doctor.runtime import network
+    real = socket.getaddrinfo
+    def resolve(host, port, *args, **kwargs):  # the cluster's DNS: node-x is 198.51.100.9
+        if host == "node-x":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("198.51.100.9", port or 0))]
+        return real(host, port, *args, **kwargs)
+    socket.getaddrinfo = resolve
+    network.guard(network.parse_hosts(["node-x:8000"]))
+    print(json.dumps([network.permitted("198.51.100.9", 8000), network.permitted("198.51.100.9", 22),
+                      network.permitted("node-x", 8000), network.permitted("node-x", 22)]))
+    network._hook("socket.connect", (None, ("198.51.100.9", 8000)))  # looks node-x up, then lets this through
+    print(json.dumps([network.permitted("198.51.100.9", 8000), network.permitted("198.51.100.9", 22)]))
+""")
+
+
+def test_an_allowed_name_is_looked_up_only_when_needed_and_only_its_port_is_let_through():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != NET_AUDIT_ENV}
+    proc = subprocess.run([sys.executable, "-c", ALLOWED_NAME], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    before, after = (json.loads(line) for line in proc.stdout.splitlines())
+    assert before == [False, False, True, False]  # the name at its port; its address not yet (not looked up)
+    assert after == [True, False]

@@ -209,7 +209,7 @@ def guard(allowed=()) -> None:
     An allowed name is looked up only when something connects to an address no entry names (`_resolve_pending`)."""
     allowed = tuple(allowed)
     own_addresses(), own_names()  # read before the hook is in place
-    pending = tuple(a.host for a in allowed if _ip(a.host) is None and not this_machine(a.host))
+    pending = tuple(a for a in allowed if _ip(a.host) is None and not this_machine(a.host))
     _state.update(allowed=allowed, addresses=frozenset(), pending=pending, refused=[])
     if not _state["installed"]:
         sys.addaudithook(_hook)
@@ -217,13 +217,13 @@ def guard(allowed=()) -> None:
 
 
 def _resolve_pending() -> None:
-    """Look up the allowed names (once): the addresses they resolve to may be connected to. Their look-ups are
-    allowed, so the hook lets them through when it runs this."""
-    names, _state["pending"] = _state["pending"], ()
+    """Look up the allowed names (once): the addresses they resolve to may be connected to, at the entry's port. Their
+    look-ups are allowed, so the hook lets them through when it runs this."""
+    entries, _state["pending"] = _state["pending"], ()
     addresses = set(_state["addresses"])
-    for name in names:
+    for entry in entries:
         try:
-            addresses |= {_norm(info[4][0]) for info in socket.getaddrinfo(name, None)}
+            addresses |= {HostPort(_norm(info[4][0]), entry.port) for info in socket.getaddrinfo(entry.host, None)}
         except (OSError, UnicodeError):
             pass  # it does not resolve here: the connect that asked is refused, and says so
     _state["addresses"] = frozenset(addresses)
@@ -242,7 +242,7 @@ def permitted(host, port=None) -> bool:
     h = _norm(host)
     if this_machine(h) or allowed_entry(_state["allowed"], h, port):
         return True
-    return h in _state["addresses"]
+    return allowed_entry(_state["addresses"], h, port) is not None
 
 
 _LOOKUPS = {"socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex", "socket.gethostbyaddr"}
