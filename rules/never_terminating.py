@@ -19,14 +19,17 @@ Example
 Fix safety
   Nothing to rewrite from the log: `trl-doctor check` (eos-termination, generation-settings) finds
   and fixes the stop tokens; or mask_truncated_completions / a larger max_completion_length.
-  Thresholds: [tool.trl-doctor.watch.never-terminating] share, patience.
+  Averaging `mostly` (0.95) over `window` (100) steps without such a streak: a warn.
+  Thresholds: [tool.trl-doctor.watch.never-terminating] share, patience; mostly, window.
 """
 
 from __future__ import annotations
 
-from trl_doctor import passed, rule
+import math
+
+from trl_doctor import passed, rule, warn
 from trl_doctor.facts.metrics import (range_of, streak_finding, fmt, limit, optional, patience, preflight, series, span,
-                                      streaks, too_little)
+                                      streaks, too_little, flagged, logs_for, window_mean)
 from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "never-terminating"
@@ -56,6 +59,9 @@ def judge(ctx):
     if not runs and (early := too_little(ctx, points, holds, needed, what)):
         yield early
         return
+    if not runs and name == "completions/clipped_ratio" and (mostly := _mostly(ctx, points, longest)):
+        yield warn(mostly[0], **mostly[1])
+        return
     if not runs:
         yield passed(f"completions end before the limit ({name} {range_of(points)})")
         return
@@ -74,3 +80,17 @@ def judge(ctx):
                    f"check the stop tokens (`trl-doctor check`: eos-termination){before}")
     yield streak_finding(ctx, run, message, message.replace("never end", "did not end") + ", before they began to end",
                          metric=name)
+
+
+def _mostly(ctx, points, longest):
+    """(message, details) where the share of completions cut at the limit averaged `mostly` (0.95) over `window` (100)
+    steps: nearly every completion ran to the limit, though no streak of logs reached `share` (a few ended in each)."""
+    window, mostly = logs_for(ctx, limit(ctx, SLUG, "window", 100)), limit(ctx, SLUG, "mostly", 0.95)
+    found = window_mean([p for p in points if math.isfinite(p.value)], window, mostly)
+    if found is None:
+        return None
+    chunk, share = found
+    limit_words = f" (max_completion_length {longest})" if longest else ""
+    return (f"completions/clipped_ratio averaged {fmt(share)} {span(chunk)}: nearly every completion ran to the length "
+            f"limit{limit_words} and was cut; check the stop tokens (`trl-doctor check`: eos-termination) or raise "
+            "max_completion_length", flagged(chunk, metric="completions/clipped_ratio"))

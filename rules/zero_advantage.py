@@ -29,11 +29,11 @@ Fix safety
 
 from __future__ import annotations
 
-from statistics import fmean
+import math
 
 from trl_doctor import passed, rule, warn
 from trl_doctor.facts.metrics import (fmt, streak_finding, flagged, limit, logs_for, optional, patience, series, span,
-                                      streaks, too_little)
+                                      streaks, too_little, window_mean)
 
 SLUG = "zero-advantage"
 
@@ -100,15 +100,10 @@ def _mostly(ctx, points):
     """(message, details) where the share of groups without spread averaged `mostly` (0.9) or more over `window`
     (10) logs in a row: most of the batch carried no signal, though never all of it for `patience` logs."""
     window, mostly = logs_for(ctx, limit(ctx, SLUG, "window", 10)), limit(ctx, SLUG, "mostly", 0.9)
-    total = 0.0  # the window's sum, kept as it slides
-    for i, p in enumerate(points):
-        total += p.value - (points[i - window].value if i >= window else 0.0)
-        if i + 1 >= window and total / window >= mostly:
-            chunk = points[i + 1 - window:i + 1]
-            share = fmean(q.value for q in chunk)
-            if share < mostly:  # the running sum's rounding: the window's own mean decides
-                continue
-            return (f"frac_reward_zero_std averaged {fmt(share)} {span(chunk)}: most groups' rewards had no spread, so "
-                    "most of each batch taught nothing; raise num_generations or check the rewards",
-                    flagged(chunk, metric="frac_reward_zero_std"))
-    return None
+    found = window_mean([p for p in points if math.isfinite(p.value)], window, mostly)
+    if found is None:
+        return None
+    chunk, share = found
+    return (f"frac_reward_zero_std averaged {fmt(share)} {span(chunk)}: most groups' rewards had no spread, so "
+            "most of each batch taught nothing; raise num_generations or check the rewards",
+            flagged(chunk, metric="frac_reward_zero_std"))

@@ -298,3 +298,22 @@ def test_a_job_s_watch_judges_a_bounded_view_of_a_long_run(tmp_path):
             watcher.on_log(args, state, control, row)
     zero = next(r for r in watcher.report.results if r.id == "TW001")
     assert zero.status.value == "fail" and zero.details["since"] == "step 2991", zero
+
+
+def test_completions_mostly_cut_at_the_limit_for_100_steps_is_a_warn(tmp_path):
+    """Issue 43's "mostly never terminating": 96% of completions cut for 120 steps, never 5 logs in a row at 0.99
+    (two logs of 90% in every five), passed before; the windowed share is a warn. Half of them cut is not."""
+    shares = [1.0, 1.0, 1.0, 0.9, 0.9] * 24
+    rows = [dict(ROW, **{"completions/clipped_ratio": s}) for s in shares]
+    code, results, _ = watch_json(str(state_file(tmp_path, rows, logging_steps=1)))
+    found = results["never-terminating"]
+    assert found["status"] == "warn", found
+    assert found["message"].startswith("completions/clipped_ratio averaged 0.96 from step 1 to step 100 (100 logs)")
+    rows = [dict(ROW, **{"completions/clipped_ratio": s / 2}) for s in shares]
+    code, results, _ = watch_json(str(state_file(tmp_path, rows, logging_steps=1)))
+    assert results["never-terminating"]["status"] == "pass", results["never-terminating"]
+    # at logging_steps 10, 100 steps are 10 logs (none two in a row at 0.99: no streak of 20 steps)
+    rows = [dict(ROW, **{"completions/clipped_ratio": s}) for s in [1.0, 0.93] * 6]
+    path = state_file(tmp_path, rows, logging_steps=10)
+    code, results, _ = watch_json(str(path))
+    assert results["never-terminating"]["status"] == "warn" and "(10 logs)" in results["never-terminating"]["message"]

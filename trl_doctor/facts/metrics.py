@@ -98,6 +98,23 @@ def streak(points: list[Point], holds: Callable[[Point], bool], patience: int) -
     return runs[0] if runs else None
 
 
+def window_mean(points: list[Point], window: int, threshold: float) -> tuple[list[Point], float] | None:
+    """The first `window` logs in a row whose values average `threshold` or more, with that mean; None when none do.
+    A windowed fraction: a condition that holds for most of a stretch, dips and all, not only in a strict streak."""
+    from statistics import fmean
+
+    window = max(1, window)
+    total = 0.0  # the window's sum, kept as it slides
+    for i, p in enumerate(points):
+        total += p.value - (points[i - window].value if i >= window else 0.0)
+        if i + 1 >= window and total / window >= threshold:
+            chunk = points[i + 1 - window:i + 1]
+            mean = fmean(q.value for q in chunk)
+            if mean >= threshold:  # the running sum's rounding: the window's own mean decides
+                return chunk, mean
+    return None
+
+
 def pending(points: list[Point], holds: Callable[[Point], bool], needed: int) -> list[Point]:
     """The newest logs' run of the condition when it is shorter than `needed` (too little evidence yet), else []."""
     run: list[Point] = []
