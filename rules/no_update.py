@@ -2,8 +2,8 @@
 
 What it does
   Flags `patience` (3) steps in a row where `grad_norm` is 0 while the rewards still have a spread
-  (`reward_std` above 0, or `frac_reward_zero_std` below 1). Zero gradients with no reward spread
-  are zero-advantage's, not this rule's.
+  (`reward_std` above 0, or `frac_reward_zero_std` at most 0.75). Zero gradients with no reward
+  spread are zero-advantage's, not this rule's.
 Why is this bad?
   With a reward spread the advantages are not 0, so the loss has a gradient. A norm of exactly 0
   says none reaches the trained weights: every trainable parameter frozen or detached from the loss
@@ -48,7 +48,7 @@ def judge(ctx):
 def _spread(ctx) -> dict[int, bool]:
     """Per log, whether the rewards had a spread (a group with differing rewards)."""
     name, frac = optional(ctx, "frac_reward_zero_std")
-    if name is not None:  # most groups with a spread: a zero gradient on the log's last step is no chance
-        return {n: v < 0.5 for n, v in by_number(frac).items()}
+    if name is not None:  # a quarter of the groups or more with a spread: a zero gradient on the log's step is no chance
+        return {n: v <= 0.75 for n, v in by_number(frac).items()}
     _, std = optional(ctx, "reward_std", "objective/scores_std")
     return {n: v > 1e-8 for n, v in by_number(std).items()}

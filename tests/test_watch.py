@@ -317,3 +317,14 @@ def test_completions_mostly_cut_at_the_limit_for_100_steps_is_a_warn(tmp_path):
     path = state_file(tmp_path, rows, logging_steps=10)
     code, results, _ = watch_json(str(path))
     assert results["never-terminating"]["status"] == "warn" and "(10 logs)" in results["never-terminating"]["message"]
+
+
+def test_no_update_is_flagged_while_about_half_the_groups_still_have_spread(tmp_path):
+    """Issue 43: grad_norm 0 while about half the groups' rewards differed (frac_reward_zero_std 0.5) was missed: the
+    rule asked for most groups with spread. A quarter of them is enough for a gradient."""
+    rows = [dict(ROW, grad_norm=0.0, frac_reward_zero_std=0.5) for _ in range(4)]
+    code, results, _ = watch_json(str(state_file(tmp_path, rows, logging_steps=1)))
+    assert code == 1 and results["no-update"]["status"] == "fail", results["no-update"]
+    rows = [dict(ROW, grad_norm=0.0, frac_reward_zero_std=0.9) for _ in range(4)]  # nearly no spread: not this rule's
+    code, results, _ = watch_json(str(state_file(tmp_path, rows, logging_steps=1)))
+    assert results["no-update"]["status"] == "pass", results["no-update"]
