@@ -328,3 +328,17 @@ def test_no_update_is_flagged_while_about_half_the_groups_still_have_spread(tmp_
     rows = [dict(ROW, grad_norm=0.0, frac_reward_zero_std=0.9) for _ in range(4)]  # nearly no spread: not this rule's
     code, results, _ = watch_json(str(state_file(tmp_path, rows, logging_steps=1)))
     assert results["no-update"]["status"] == "pass", results["no-update"]
+
+
+def test_follow_lines_fit_the_terminal(tmp_path):
+    """Issue 43, item 4: each line --follow prints fits COLUMNS (80 when unset), continuation lines indented."""
+    rows = [dict(ROW, frac_reward_zero_std=1.0, reward_std=0.0) for _ in range(6)]
+    log = tmp_path / "train.log"
+    log.write_text(printed(rows) + "{'train_runtime': 1.0, 'train_loss': 0.0, 'epoch': 1.0}\n")
+    for columns in ("80", "60"):
+        proc = run_doctor("watch", str(log), "--follow", "--interval", "0.05", "--format", "json",
+                          env={"COLUMNS": columns})
+        lines = proc.stderr.splitlines()
+        assert lines and lines[0].startswith("log 6: TW001 zero-advantage fail"), proc.stderr  # read at once
+        assert all(len(line) <= int(columns) for line in lines), proc.stderr
+        assert all(line.startswith(("log ", "    ")) for line in lines), proc.stderr

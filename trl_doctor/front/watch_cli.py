@@ -40,7 +40,8 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
         if follow:
             from trl_doctor.watch.run import follow as follow_log
 
-            report, history = follow_log(asked, rules, lambda line: click.echo(line, err=True), interval=interval)
+            report, history = follow_log(asked, rules, lambda line: click.echo(_fitted(line), err=True),
+                                         interval=interval)
         else:
             import gc
 
@@ -71,6 +72,16 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
         click.echo("trl-doctor: watch stopped", err=True)
         raise click.exceptions.Exit(130) from None
     raise click.exceptions.Exit(0 if report.ok else 1)
+
+
+def _fitted(line: str) -> str:
+    """A --follow line wrapped to the terminal's width (COLUMNS, else the terminal's, else 80), its continuation
+    lines indented."""
+    import shutil
+    import textwrap
+
+    width = max(40, shutil.get_terminal_size((80, 24)).columns)
+    return textwrap.fill(line, width=width, subsequent_indent="    ", break_on_hyphens=False)
 
 
 def _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated):
