@@ -342,3 +342,19 @@ def test_follow_lines_fit_the_terminal(tmp_path):
         assert lines and lines[0].startswith("log 6: TW001 zero-advantage fail"), proc.stderr  # read at once
         assert all(len(line) <= int(columns) for line in lines), proc.stderr
         assert all(line.startswith(("log ", "    ")) for line in lines), proc.stderr
+
+
+def test_the_watch_lists_the_settings_in_force_as_check_does(tmp_path):
+    """Issue 43, item 5: what narrows or silences the watch is in its report, with where it comes from."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(ZERO.read_text())
+    (tmp_path / ".trl-doctor.toml").write_text('ignore = ["grad-spike"]\nfail-on = "warn"\n')
+    proc = run_doctor("watch", str(folder), "--format", "json", "--select", "TW001,TW008,TW009")
+    settings = json.loads(proc.stdout)["settings"]
+    source = str(tmp_path / ".trl-doctor.toml")
+    assert {"setting": "select", "rules": ["TW001", "TW008", "TW009"], "source": "command line"} in settings
+    assert {"setting": "ignore", "rules": ["grad-spike"], "source": source} in settings
+    assert {"setting": "fail-on", "value": "warn", "source": source} in settings
+    table = run_doctor("watch", str(folder), "--isolated")
+    assert "setting in force: isolated" in table.stdout

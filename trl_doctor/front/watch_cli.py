@@ -74,6 +74,19 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
     raise click.exceptions.Exit(0 if report.ok else 1)
 
 
+def _in_force(project, select, ignore, fail_on, chosen, isolated) -> tuple:
+    """What narrows or silences the watch, and where it comes from, as `check`'s reports list it
+    (trl_doctor.front.settings): the command line's and the project config's select, ignore and fail-on."""
+    from trl_doctor.front.settings import Asked, _in_force as in_force, names
+    from trl_doctor.report.formats import COMMAND_LINE
+
+    source = project.source()
+    picked = (tuple(chosen), COMMAND_LINE if names(select) else source)
+    ignored = [(names(ignore), COMMAND_LINE), (tuple(project.ignore), source)]
+    failing = (fail_on, COMMAND_LINE) if fail_on else (project.fail_on or "fail", source if project.fail_on else None)
+    return in_force(Asked(isolated=isolated), picked, ignored, failing)
+
+
 def _fitted(line: str) -> str:
     """A --follow line wrapped to the terminal's width (COLUMNS, else the terminal's, else 80), its continuation
     lines indented."""
@@ -99,6 +112,7 @@ def _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated):
     rules = watch_rules(chosen, names(ignore) + project.ignore, rules=every)
     asked = Watch(path, fail_on=fail_on or project.fail_on or "fail", trainer=trainer, config=recipe,
                   thresholds=project.watch, preflight=preflight_report(preflight))
+    asked.settings.extend(_in_force(project, select, ignore, fail_on, chosen, isolated))
     if project.path is not None and project.watch:
         asked.settings.append({"setting": "watch thresholds", "value": ", ".join(sorted(project.watch)),
                                "source": project.source()})
