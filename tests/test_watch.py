@@ -358,3 +358,16 @@ def test_the_watch_lists_the_settings_in_force_as_check_does(tmp_path):
     assert {"setting": "fail-on", "value": "warn", "source": source} in settings
     table = run_doctor("watch", str(folder), "--isolated")
     assert "setting in force: isolated" in table.stdout
+
+
+def test_a_finding_says_what_the_failure_cost_and_what_stopping_saves(tmp_path):
+    """Issue 43, item 4: steps (and hours, from TRL's logged step_time) lost since the failure began, and the steps
+    left of max_steps that stopping now saves."""
+    rows = [dict(ROW, frac_reward_zero_std=1.0, reward_std=0.0, step_time=36.0) for _ in range(6)]
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"log_history": [dict(r, step=10 * (i + 1)) for i, r in enumerate(rows)],
+                                "max_steps": 500, "logging_steps": 10}))
+    code, results, _ = watch_json(str(path))
+    cost = results["zero-advantage"]["details"]["cost"]
+    assert cost == ("60 optimizer steps so far (the logs from step 10 on) (~36 min); stopping now saves the 440 steps "
+                    "left of max_steps 500 (~4.4 h)"), cost

@@ -30,7 +30,44 @@ def watch_rules(select: Iterable[str] = (), ignore: Iterable[str] = (), rules: l
 def judge(ctx, rules: list) -> list[Result]:
     from trl_doctor.engine import run_rule
 
-    return [run_rule(replace(r, check=r.watch, needs=(), prepare=None), ctx) for r in rules]
+    results = [run_rule(replace(r, check=r.watch, needs=(), prepare=None), ctx) for r in rules]
+    return [_costed(r, ctx.history) for r in results]
+
+
+def _costed(result: Result, history) -> Result:
+    """A warn or fail with what the failure has cost since it began and what stopping now saves, in optimizer steps
+    and, where the job logs its step time (TRL's `step_time`) or its runtime, in hours (details["cost"])."""
+    if result.status.value not in ("warn", "fail") or "since_log" not in result.details or not history.logs:
+        return result
+    by_number = {log.number: log for log in history.logs}
+    start, newest = by_number.get(result.details["since_log"]), history.logs[-1]
+    if start is None or start.step is None or newest.step is None:
+        return result
+    lost = newest.step - start.step + history.steps_per_log()
+    words = f"{lost} optimizer steps so far (the logs from {start.at} on)"
+    per_step = _seconds_per_step(history)
+    if per_step:
+        words += f" (~{_duration(lost * per_step)})"
+    if history.max_steps and history.max_steps > newest.step and not history.ended:
+        left = history.max_steps - newest.step
+        words += f"; stopping now saves the {left} steps left of max_steps {history.max_steps}"
+        if per_step:
+            words += f" (~{_duration(left * per_step)})"
+    return replace(result, details={**result.details, "cost": words})
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _seconds_per_step(history) -> float | None:
+    """Seconds an optimizer step takes: the median of TRL's logged `step_time` (trl >= 1.x), else None."""
+    times = sorted(p.value for p in history.column("step_time")[-50:] if p.value > 0)
+    return times[len(times) // 2] if times else None
 
 
 def report(ctx, results: list[Result], settings: list | None = None, fail_on: str = "fail"):
