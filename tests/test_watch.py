@@ -371,3 +371,15 @@ def test_a_finding_says_what_the_failure_cost_and_what_stopping_saves(tmp_path):
     cost = results["zero-advantage"]["details"]["cost"]
     assert cost == ("60 optimizer steps so far (the logs from step 10 on) (~36 min); stopping now saves the 440 steps "
                     "left of max_steps 500 (~4.4 h)"), cost
+
+
+def test_the_cost_is_in_gpu_hours_on_the_jobs_gpus(tmp_path):
+    rows = [dict(ROW, frac_reward_zero_std=1.0, reward_std=0.0, step_time=36.0) for _ in range(6)]
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"log_history": [dict(r, step=10 * (i + 1)) for i, r in enumerate(rows)],
+                                "max_steps": 500, "logging_steps": 10}))
+    code, results, _ = watch_json(str(path), "--target", "8xH100-80GB")
+    cost = results["zero-advantage"]["details"]["cost"]
+    assert "(~36 min, 4.8 GPU-hours on 8 GPUs)" in cost and "(~4.4 h, 35.2 GPU-hours on 8 GPUs)" in cost, cost
+    proc = run_doctor("watch", str(path), "--target", "8xNOSUCHGPU")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -23,7 +23,8 @@ import click
 @click.option("--preflight", type=click.Path(path_type=Path), help="The job's `trl-doctor check --format json` report: the watch names its verdicts.")
 @click.option("--trainer", type=click.Choice(["grpo", "rloo", "ppo", "other"]), default=None, help="The trainer that wrote the log (default: read from its metric names).")
 @click.option("--isolated", is_flag=True, help="Ignore the project configuration ([tool.trl-doctor], .trl-doctor.toml).")
-def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, recipe, preflight, trainer, isolated):
+@click.option("--target", "target", default=None, metavar="NxMODEL", help="The GPUs the job trains on (8xH100-80GB): a finding's cost is also said in GPU-hours.")
+def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, recipe, preflight, trainer, isolated, target):
     """Judge a job's logged metrics: PATH is its output folder, a checkpoint, a trainer_state.json, or a log of the
     printed {'loss': ...} lines (JSON lines too).
 
@@ -37,6 +38,10 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
 
     try:
         asked, rules = _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated)
+        if target:
+            from trl_doctor.context.target import target_gpus
+
+            asked.gpus = len(target_gpus(target))
         if follow:
             from trl_doctor.watch.run import follow as follow_log
 

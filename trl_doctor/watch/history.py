@@ -56,6 +56,7 @@ class History:
     logging_steps: int | None = None
     ended: bool = False  # the job logged its summary (train_runtime): no steps remain
     args: dict[str, Any] = field(default_factory=dict)  # the job's own arguments, where the log holds them (TensorBoard)
+    gpus: int | None = None  # the GPUs the job trains on (the callback's world size on CUDA, watch --target)
     _columns: dict[str, list] = field(default_factory=dict)  # name -> its Points, made when first read
     _names: set[str] = field(default_factory=set)
 
@@ -80,7 +81,7 @@ class History:
             return self
         seen = History(self.source, self.kind, self.logs[:first] + self.logs[-last:], self.max_steps,
                        self.logging_steps, self.ended)
-        seen._names, seen.args = self._names, self.args
+        seen._names, seen.args, seen.gpus = self._names, self.args, self.gpus
         return seen
 
     def column(self, name: str) -> list:

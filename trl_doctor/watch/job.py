@@ -53,6 +53,7 @@ class Watcher:
 
         self.history = History(Path(getattr(args, "output_dir", None) or ".") / REPORT, "job",
                                logging_steps=_logging_steps(args))
+        self.history.gpus = _gpus(args)
         self.release = package_version("trl")
         self.settings = _settings(args)
         self.trainer_kind = _kind(trainer)
@@ -151,6 +152,20 @@ def _settings(args) -> dict[str, Any]:
         if hasattr(args, key):
             out[key] = getattr(args, key)
     return out
+
+
+def _gpus(args) -> int | None:
+    """The GPUs the job trains on: one a process where it trains on CUDA (a findings' cost in GPU-hours), else None."""
+    if "torch" not in sys.modules:
+        return None
+    try:
+        import torch
+
+        if not torch.cuda.is_available() or getattr(args, "use_cpu", False):
+            return None
+        return max(1, int(getattr(args, "world_size", 1) or 1))
+    except Exception:  # the job's own state: an odd args object costs the finding its GPU-hours, nothing else
+        return None
 
 
 def _logging_steps(args) -> int | None:

@@ -47,13 +47,18 @@ def _costed(result: Result, history) -> Result:
     words = f"{lost} optimizer steps so far (the logs from {start.at} on)"
     per_step = _seconds_per_step(history)
     if per_step:
-        words += f" (~{_duration(lost * per_step)})"
+        words += f" (~{_duration(lost * per_step)}{_gpu_hours(history, lost * per_step)})"
     if history.max_steps and history.max_steps > newest.step and not history.ended:
         left = history.max_steps - newest.step
         words += f"; stopping now saves the {left} steps left of max_steps {history.max_steps}"
         if per_step:
-            words += f" (~{_duration(left * per_step)})"
+            words += f" (~{_duration(left * per_step)}{_gpu_hours(history, left * per_step)})"
     return replace(result, details={**result.details, "cost": words})
+
+
+def _gpu_hours(history, seconds: float) -> str:
+    gpus = history.gpus
+    return f", {gpus * seconds / 3600:.3g} GPU-hours on {gpus} GPU{'s' if gpus > 1 else ''}" if gpus else ""
 
 
 def _duration(seconds: float) -> str:

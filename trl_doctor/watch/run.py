@@ -28,6 +28,7 @@ class Watch:
     trainer: str | None = None
     config: Path | None = None
     release: str | None = None
+    gpus: int | None = None  # --target's GPU count: what a finding's cost is in GPU-hours
     thresholds: dict = field(default_factory=dict)
     preflight: dict = field(default_factory=dict)
     settings: list = field(default_factory=list)
@@ -74,6 +75,8 @@ def context(asked: Watch, history, running: bool = False):
     from trl_doctor.watch.context import WatchContext
 
     settings = {**getattr(history, "args", {}), **recipe(asked.config)}  # the job's own arguments, a recipe over them
+    if asked.gpus and not history.gpus:
+        history.gpus = asked.gpus
     interval = settings.get("logging_steps")
     if history.logging_steps is None and isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1:
         history.logging_steps = interval  # a printed log carries no step: the recipe says how many a log covers
