@@ -172,7 +172,8 @@ def _logging_steps(args) -> int | None:
     """The job's logging interval in optimizer steps, when its arguments say it in steps (a ratio below 1 is of a
     total the history learns from the logged steps instead)."""
     value = getattr(args, "logging_steps", None)
-    strategy = str(getattr(getattr(args, "logging_strategy", "steps"), "value", getattr(args, "logging_strategy", "steps")))
+    strategy = getattr(args, "logging_strategy", "steps")
+    strategy = str(getattr(strategy, "value", strategy))  # an IntervalStrategy enum, or its string
     if strategy != "steps" or isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
         return None
     return int(value)

@@ -173,8 +173,7 @@ def _connections_refused(result, refused: list):
 
     from trl_doctor.types import Status
 
-    words = list(dict.fromkeys(r.words() for r in refused))
-    details = dict(result.details, **{"connections not made (another machine)": words})
+    details = dict(result.details, **{"connections not made (another machine)": _refused_words(refused)})
     if result.status not in (Status.FAIL, Status.ERROR):
         return dataclasses.replace(result, details=details)
     first = refused[0]
@@ -183,6 +182,11 @@ def _connections_refused(result, refused: list):
                f"trl-doctor does not contact unless asked; pass {_network.ALLOW_OPTION} {first.target()} to let it, "
                f"or check on a machine of the job's network with that host allowed")
     return dataclasses.replace(result, status=Status.SKIP, message=message, details=details, fix=None)
+
+
+def _refused_words(refused: list) -> list[str]:
+    """What the guard refused, each once, in words (trl_doctor.runtime.network.Refusal.words)."""
+    return list(dict.fromkeys(r.words() for r in refused))
 
 
 def _capture(options, send: Callable[[Message], None]):
@@ -210,8 +214,7 @@ def _with_refused(message, refused: list):
         return message
     import dataclasses
 
-    words = ", ".join(dict.fromkeys(r.words() for r in refused))
-    note = (f"the launch command's script asked for {words}: not contacted (another machine; trl-doctor contacts one "
+    note = (f"the launch command's script asked for {', '.join(_refused_words(refused))}: not contacted (another machine; trl-doctor contacts one "
             f"only when {_network.ALLOW_OPTION} names it)")
     return dataclasses.replace(message, notes=(*message.notes, note))
 
