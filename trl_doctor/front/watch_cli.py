@@ -10,7 +10,7 @@ import click
 
 
 @click.command("watch")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path")
 @click.option("--follow", is_flag=True, help="Keep reading a running job's log; stop at its end, at a failure, or on Ctrl-C.")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=2.0, show_default=True, help="Seconds between reads with --follow.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "github", "sarif"]), default="table", show_default=True)
@@ -24,20 +24,35 @@ import click
 @click.option("--trainer", type=click.Choice(["grpo", "rloo", "ppo", "other"]), default=None, help="The trainer that wrote the log (default: read from its metric names).")
 @click.option("--isolated", is_flag=True, help="Ignore the project configuration ([tool.trl-doctor], .trl-doctor.toml).")
 @click.option("--target", "target", default=None, metavar="NxMODEL", help="The GPUs the job trains on (8xH100-80GB): a finding's cost is also said in GPU-hours.")
-def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, recipe, preflight, trainer, isolated, target):
-    """Judge a job's logged metrics: PATH is its output folder, a checkpoint, a trainer_state.json, or a log of the
-    printed {'loss': ...} lines (JSON lines too).
+@click.option("--run", "run", default=None, metavar="NAME", help="The run to judge in a store of several (a trackio project, a wandb folder, an MLflow store, runs/): its name or id (default: the newest).")
+@click.option("--list-runs", is_flag=True, help="List the runs in PATH's store and exit.")
+def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, recipe, preflight, trainer, isolated, target,
+          run, list_runs):
+    """Judge a job's logged metrics: PATH is its output folder (TensorBoard's runs/, its checkpoints), a
+    trainer_state.json, a log of the printed {'loss': ...} lines (JSON lines, a JSON list of rows), or a tracker's
+    store: a trackio folder or project database, a wandb folder or run, an MLflow store (mlruns, mlflow.db, or a
+    tracking server's http://HOST:PORT).
 
     \b
-    trl-doctor watch outputs/Qwen2-0.5B-GRPO
+    trl-doctor watch outputs/Qwen2-0.5B-GRPO --follow
     trl-doctor watch train.log --follow
+    trl-doctor watch ~/.cache/huggingface/trackio --run grpo-qwen
+    trl-doctor watch wandb/ --list-runs
+    trl-doctor watch http://127.0.0.1:5000 --run my-run
     trl-doctor watch outputs/run/checkpoint-500 --plot curves.svg --format json -o watch.json"""
     from trl_doctor.errors import InputError
     from trl_doctor.front.output import emit as _emit, input_error as _input_error
     from trl_doctor.registry import RegistryError
 
+    path = path if path.startswith(("http://", "https://")) else Path(path)
     try:
+        if list_runs:
+            from trl_doctor.watch.stores import list_runs as listing
+
+            click.echo(listing(path))
+            raise click.exceptions.Exit(0)
         asked, rules = _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated)
+        asked.run = run
         if target:
             from trl_doctor.context.target import target_gpus
 
@@ -56,7 +71,7 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
             # one read and one judgment, then the process ends: the collector's passes over the log's hundreds of
             # thousands of new objects (a 20,000-step log) free nothing, as they hold no cycles
             gc.disable()
-            history = read(path)
+            history = read(path, run)
             report = judge_once(asked, history, rules, running=False)
         text = report.render(fmt)
         if fmt == "table":
@@ -108,7 +123,8 @@ def _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated):
     from trl_doctor.watch.judge import watch_rules
     from trl_doctor.watch.run import Watch, preflight_report
 
-    project = ProjectConfig() if isolated else find_project_config(path if path.is_dir() else path.parent)
+    here = Path.cwd() if isinstance(path, str) else path if path.is_dir() else path.parent  # a server: this folder's
+    project = ProjectConfig() if isolated else find_project_config(here)
     from trl_doctor.registry import all_rules
 
     # the project's `select` narrows the watch only where it names watch rules (a preflight selection is not one)

@@ -57,6 +57,8 @@ class History:
     ended: bool = False  # the job logged its summary (train_runtime): no steps remain
     args: dict[str, Any] = field(default_factory=dict)  # the job's own arguments, where the log holds them (TensorBoard)
     gpus: int | None = None  # the GPUs the job trains on (the callback's world size on CUDA, watch --target)
+    run: Any = None  # the run judged, where the log is one of several (trl_doctor.watch.stores.Run)
+    runs: list = field(default_factory=list)  # every run of the store or folder, oldest first
     _columns: dict[str, list] = field(default_factory=dict)  # name -> its Points, made when first read
     _names: set[str] = field(default_factory=set)
 
@@ -81,7 +83,7 @@ class History:
             return self
         seen = History(self.source, self.kind, self.logs[:first] + self.logs[-last:], self.max_steps,
                        self.logging_steps, self.ended)
-        seen._names, seen.args, seen.gpus = self._names, self.args, self.gpus
+        seen._names, seen.args, seen.gpus, seen.run, seen.runs = self._names, self.args, self.gpus, self.run, self.runs
         return seen
 
     def column(self, name: str) -> list:
@@ -111,17 +113,28 @@ class History:
         """Append one logged dict (a training row; an eval or summary row is not one): None when it is not."""
         values = training_values(raw)
         if values is None:
-            if isinstance(raw, dict) and "train_runtime" in raw:
+            if isinstance(raw, dict) and ("train_runtime" in raw or self.logs and _summary_left(raw)):
                 self.ended = True
             return None
         if step is None:
-            s = raw.get("step")
+            # a tracker's row carries the trainer's step as train/global_step (its own `step` counts its log calls)
+            s = raw.get("train/global_step", raw.get("global_step", raw.get("step")))
             step = int(s) if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) else None
         number = len(self.logs) + 1
         log = Log(number, step, values, f"step {step}" if step is not None else f"log {number}")
         self.logs.append(log)
         self._names.update(values)
         return log
+
+
+_LEFT_OF_SUMMARY = frozenset(("train/epoch", "train/global_step", "step", "timestamp", "_step", "_runtime",
+                              "_timestamp"))
+
+
+def _summary_left(raw: dict) -> bool:
+    """What transformers' trackio and wandb callbacks log of the job's summary once its single-value scalars
+    (train_runtime...) are kept out: {"train/epoch": e, "train/global_step": s}, a row of nothing else."""
+    return "train/epoch" in raw and "train/global_step" in raw and raw.keys() <= _LEFT_OF_SUMMARY
 
 
 _CANONICAL: dict[str, str] = {}
@@ -147,6 +160,11 @@ def _canonical(name: str) -> str:
 
 
 _SUMMARY = frozenset(("train_runtime", "train_loss", "train_samples_per_second", "total_flos"))
+# not a training metric: an evaluation's, a tracker's own bookkeeping (wandb's _step, _runtime, _timestamp), TRL's
+# profiling timings (logged to wandb and trackio as rows of their own), a tracker's system metrics
+_NOT_METRICS = ("eval_", "eval/", "test/", "_", "profiling/", "system/", "train/profiling/")
+# a row holding only these is not a log (the trackers' rows at a job's end: {"train/epoch", "train/global_step"})
+_BOOKKEEPING = frozenset(("epoch",))
 _KEYS: dict[Any, str] = {}  # a logged key -> the metric it is ("" for a key that is none: step, eval_*)
 _PLANS: dict[tuple, tuple] = {}  # a row's keys, in order -> its (key, metric) pairs
 _JSON_NUMBER = frozenset((float, int))
@@ -168,7 +186,7 @@ def training_values(raw: dict[str, Any]) -> dict[str, float] | None:
     if plan is not None:
         out = {name: raw[key] for key, name in plan if type(raw[key]) in _JSON_NUMBER}
         if len(out) == len(plan):
-            return out or None
+            return out if out.keys() - _BOOKKEEPING else None
     out = {}
     for key, value in raw.items():
         name = _KEYS.get(key) if isinstance(key, str) else None
@@ -179,12 +197,14 @@ def training_values(raw: dict[str, Any]) -> dict[str, float] | None:
         number = _number(value)
         if number is not None:
             out[name] = number
-    return out or None
+    return out if out.keys() - _BOOKKEEPING else None
 
 
 def _metric(key: Any) -> str:
-    name = "" if not isinstance(key, str) or key.startswith(("eval_", "eval/", "test/")) or key in ("step", "epoch_step") \
+    name = "" if not isinstance(key, str) or key.startswith(_NOT_METRICS) or key in ("step", "epoch_step") \
         else canonical(key)
+    if name in ("global_step", "step"):  # a tracker's copy of the step (train/global_step): the row's step
+        name = ""
     if len(_KEYS) < 100_000:
         _KEYS[key] = name
     return name
@@ -206,14 +226,15 @@ def _number(value: Any) -> float | None:
 
 
 # -- reading ------------------------------------------------------------------------------------------------------
-def find_log(path: Path) -> Path:
-    """The file to read for PATH: the file itself, or for a folder the newest run's TensorBoard event file (written at
-    every log, so the freshest while the job runs), else its trainer_state.json (the folder's own, else its newest
-    checkpoint's); InputError naming PATH when there is none."""
+def find_log(path: Path, run: str | None = None) -> Path:
+    """The file to read for PATH: the file itself, or for a folder the TensorBoard event file of the run `run` names
+    (its folder under runs/), else of the newest run (written at every log, so the freshest while the job runs),
+    else its trainer_state.json (the folder's own, else its newest checkpoint's); InputError naming PATH when there
+    is none."""
     if path.is_dir():
         from trl_doctor.watch.tensorboard import newest_events
 
-        events = newest_events(path)
+        events = newest_events(path, run)
         if events is not None:
             return events
         own = path / STATE
@@ -242,13 +263,27 @@ def _logged_steps(path: Path) -> int:
     return 1 << 62 if path.parent.name and not path.parent.name.startswith("checkpoint-") else _step_of(path.parent.name)
 
 
-def read(path: str | Path) -> History:
-    """The History in PATH (see `find_log`)."""
-    path = find_log(Path(path))
-    from trl_doctor.watch import tensorboard
+def read(path: str | Path, run: str | None = None) -> History:
+    """The History in PATH: a tracker's store's run (`run`, else its newest: trl_doctor.watch.stores), or the log
+    `find_log` finds."""
+    from trl_doctor.watch import stores, tensorboard
 
+    store = stores.open_store(path)
+    if store is not None:
+        try:
+            chosen, runs = stores.choose(store, run)
+            history = stores.read_run(store, chosen, runs)
+        finally:
+            store.close()
+        if not history.logs:
+            raise InputError(f"{store.location}: run {chosen.name!r} holds no training log yet (the job logs every "
+                             "logging_steps steps)")
+        return history
+    path = find_log(Path(path), run)
     if tensorboard.is_event_file(path):
-        return tensorboard.read_into(History(path, "tensorboard"), path, MAX_BYTES)
+        history = tensorboard.read_into(History(path, "tensorboard"), path, MAX_BYTES)
+        history.run, history.runs = tensorboard.runs_of(path)
+        return history
     text = _text(path)
     stripped = text.lstrip()
     if stripped.startswith("{") and '"log_history"' in stripped[:2_000_000]:

@@ -29,6 +29,7 @@ class Watch:
     config: Path | None = None
     release: str | None = None
     gpus: int | None = None  # --target's GPU count: what a finding's cost is in GPU-hours
+    run: str | None = None  # --run: the run of a store (trackio, wandb, MLflow, TensorBoard's runs/) to judge
     thresholds: dict = field(default_factory=dict)
     preflight: dict = field(default_factory=dict)
     settings: list = field(default_factory=list)
@@ -88,7 +89,19 @@ def judge_once(asked: Watch, history, rules: list, running: bool = False):
     from trl_doctor.watch.judge import judge, report
 
     ctx = context(asked, history, running)
-    return report(ctx, judge(ctx, rules), asked.settings, asked.fail_on)
+    return report(ctx, judge(ctx, rules), asked.settings + run_settings(history, asked.run), asked.fail_on)
+
+
+def run_settings(history, named: str | None) -> list[dict]:
+    """The run judged, where the store or folder holds several: named by --run, or the newest (the others listed)."""
+    runs, run = history.runs, history.run
+    if run is None or len(runs) < 2:
+        return []
+    if named is not None:
+        return [{"setting": "run", "value": run.label(), "source": "command line"}]
+    others = ", ".join(r.label() for r in runs if r != run)
+    return [{"setting": "run", "value": f"{run.label()}: the newest of {len(runs)} (--run NAME judges another: "
+             f"{others})", "source": str(history.source)}]
 
 
 def follow(asked: Watch, rules: list, show: Callable[[str], None], interval: float = 2.0,
@@ -99,16 +112,16 @@ def follow(asked: Watch, rules: list, show: Callable[[str], None], interval: flo
     after `idle_exit` seconds without a new log (None: wait until stopped)."""
     from trl_doctor.watch import history as hist
 
-    source = _first_log(asked.path, clock, sleep, interval, idle_exit)
-    tail = _Tail(source)
+    source = _first_log(asked.path, clock, sleep, interval, idle_exit, asked.run)
+    tail = _StoreTail(source, asked.run) if not isinstance(source, Path) else _Tail(source)
     history = tail.history()
     last: dict[str, str] = {}
     quiet_since = clock()
     report = None
     while True:
-        if asked.path.is_dir():  # a folder: its newest checkpoint's state, which moves as the job saves
+        if isinstance(tail, _Tail) and asked.path.is_dir():  # its newest checkpoint's state moves as the job saves
             try:
-                newest = hist.find_log(asked.path)
+                newest = hist.find_log(asked.path, asked.run)
             except InputError:
                 newest = tail.path
             if newest != tail.path:
@@ -126,7 +139,7 @@ def follow(asked: Watch, rules: list, show: Callable[[str], None], interval: flo
                     return report, history
         if idle_exit is not None and clock() - quiet_since >= idle_exit:
             if report is None:
-                raise InputError(f"{source}: no logged metrics appeared in {idle_exit:g} s")
+                raise InputError(f"{tail.path}: no logged metrics appeared in {idle_exit:g} s")
             return report, history
         sleep(interval)
 
@@ -142,14 +155,17 @@ def _news(before: Status | None, now: Status) -> bool:
     return now in _ALARM or before in _ALARM
 
 
-def _first_log(path: Path, clock, sleep, interval: float, idle_exit: float | None) -> Path:
-    """The log to follow in `path`; for a folder with none yet (a job that has not logged), waiting for it."""
+def _first_log(path: Path, clock, sleep, interval: float, idle_exit: float | None, run: str | None = None):
+    """The log to follow in `path` (a tracker's store, or a log file's path); for a folder with none yet (a job that
+    has not logged), waiting for it."""
     from trl_doctor.watch import history as hist
+    from trl_doctor.watch.stores import open_store
 
     start = clock()
     while True:
         try:
-            return hist.find_log(path)
+            store = open_store(path)
+            return store if store is not None else hist.find_log(path, run)
         except InputError:
             if path.exists() and not path.is_dir():
                 raise
@@ -215,6 +231,45 @@ class _Tail:
         before = len(self._history.logs)
         hist.read_lines(self._history, (line.replace("\r", "\n") for line in lines))
         return len(self._history.logs) > before or self._history.ended
+
+    def history(self):
+        return self._history
+
+
+class _StoreTail:
+    """A tracker's store, its run read again whenever the store changes (trackio's and MLflow's databases, a wandb
+    run's file; a file store or a server at every look). The run is the one `--run` names, else the newest when the
+    watch first finds one, and stays that run."""
+
+    def __init__(self, store, run: str | None):
+        from trl_doctor.watch import history as hist
+
+        from trl_doctor.watch.stores import where
+
+        self.store, self.run, self.path = store, run, where(store)
+        self.stamp: object = object()
+        self._history = hist.History(self.path, store.kind)
+
+    def grew(self) -> bool:
+        from trl_doctor.watch import stores
+
+        stamp = self.store.stamp()
+        if stamp is not None and stamp == self.stamp:
+            return False
+        self.stamp = stamp
+        try:
+            run, runs = stores.choose(self.store, self.run)
+            history = stores.read_run(self.store, run, runs)
+        except InputError:
+            if self.run is not None and self._history.logs:
+                raise  # the run was read before: what is wrong now is said
+            return False  # no run, or no log, yet
+        finally:
+            self.store.close()
+        self.run = run.id
+        before = (len(self._history.logs), self._history.ended)
+        self._history = history
+        return (len(history.logs), history.ended) != before
 
     def history(self):
         return self._history

@@ -47,13 +47,34 @@ def run_folders(folder: Path) -> list[Path]:
     return sorted(unique, key=_newest_mtime)
 
 
-def newest_events(folder: Path) -> Path | None:
-    """The newest run's newest event file under `folder`, or None."""
+def newest_events(folder: Path, run: str | None = None) -> Path | None:
+    """The newest event file of the run `run` names (its folder's name), else of the newest run, under `folder`;
+    None when there is none (InputError when `run` names none of several)."""
     runs = run_folders(folder)
     if not runs:
         return None
-    files = sorted((p for p in runs[-1].iterdir() if p.name.startswith(EVENTS) and p.is_file()), key=lambda p: p.name)
+    chosen = runs[-1]
+    if run is not None:
+        named = [r for r in runs if r.name == run]
+        if not named:
+            if len(runs) == 1 and runs[0] == folder:
+                return None
+            listed = ", ".join(r.name for r in runs[-10:])
+            raise InputError(f"{folder}: no TensorBoard run named {run!r} (its runs: {listed})")
+        chosen = named[-1]
+    files = sorted((p for p in chosen.iterdir() if p.name.startswith(EVENTS) and p.is_file()), key=lambda p: p.name)
     return files[-1] if files else None
+
+
+def runs_of(events: Path) -> tuple:
+    """The run an event file is (its folder) and every run beside it under the same runs/ folder, oldest first
+    (trl_doctor.watch.stores.Run)."""
+    from trl_doctor.watch.stores import Run
+
+    folder = events.parent
+    siblings = run_folders(folder.parent) if folder.parent.name == "runs" else [folder]
+    runs = [Run(p.name, p.name, _newest_mtime(p)) for p in siblings]
+    return Run(folder.name, folder.name, _newest_mtime(folder)), runs
 
 
 def _newest_mtime(folder: Path) -> float:

@@ -1,0 +1,205 @@
+"""The trackers' stores a running job writes its metrics to, read with each tracker's own code: trackio's local
+project databases (stores/trackio_db.py), a wandb run folder, offline or not (stores/wandb_run.py), an MLflow store:
+a `mlruns` folder, its SQLite database, or a tracking server this command line names (stores/mlflow_store.py).
+
+A store holds runs: `runs()` lists them (oldest first), `rows(run)` gives one run's logged dicts, each carrying the
+trainer's step. One run is judged at a time: the one `--run` names, else the newest, with the others named in the
+report's settings. The rows become a History as any log's do (trl_doctor.watch.history.History.add): a row that is no
+training log (a model-config dict, TRL's profiling timings, a tracker's bookkeeping) is not one.
+
+Every store is hostile: a store is read, never written (a SQLite database through a read-only connection, or a
+snapshot of it for a library that would write), with size limits, and a file that is not what it claims is refused
+in one line naming it (InputError, exit 2). `open_store` answers None for what is no tracker's store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from trl_doctor.errors import InputError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run in a store: how people name it, the tracker's id, when it started (seconds; 0 unknown), and whether
+    the tracker says it ended (None where it does not say)."""
+
+    name: str
+    id: str
+    started: float = 0.0
+    ended: bool | None = None
+
+    def label(self) -> str:
+        return self.name if self.name == self.id or not self.id else f"{self.name} ({self.id})"
+
+
+class Store:
+    """A tracker's store at `location`."""
+
+    kind = ""
+
+    def __init__(self, location: str):
+        self.location = location
+
+    def runs(self) -> list[Run]:
+        raise NotImplementedError
+
+    def rows(self, run: Run) -> Iterable[dict]:
+        raise NotImplementedError
+
+    def stamp(self) -> object:
+        """What changes when the store does (None: read it again at every look)."""
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def open_store(target: str | Path) -> Store | None:
+    """The tracker's store at `target` (a folder, a file, or an MLflow server's http(s) address), None for anything
+    else (a TensorBoard folder, a trainer_state.json, a printed log: trl_doctor.watch.history reads those)."""
+    from trl_doctor.watch.stores import mlflow_store, trackio_db, wandb_run
+
+    text = str(target)
+    if text.startswith(("http://", "https://")):
+        return mlflow_store.server(text)
+    path = Path(text)
+    if path.is_dir():
+        for find in (wandb_run.find, mlflow_store.find, trackio_db.find):
+            store = find(path)
+            if store is not None:
+                return store
+        return None
+    if path.is_file():
+        if path.suffix == ".wandb":
+            return wandb_run.WandbStore(path.parent, [path.parent])
+        tables = sqlite_tables(path)
+        if tables is None:
+            return None
+        for find in (mlflow_store.from_tables, trackio_db.from_tables):
+            store = find(path, tables)
+            if store is not None:
+                return store
+        raise InputError(f"{path}: a SQLite database that is no tracker's store (neither trackio's nor MLflow's tables)")
+    return None
+
+
+def sqlite_tables(path: Path) -> dict[str, set[str]] | None:
+    """A SQLite file's tables and their columns (read-only), None for a file that is not SQLite."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                return None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    import sqlite3
+
+    try:
+        with readonly(path) as db:
+            names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            return {n: {r[1] for r in db.execute(f'PRAGMA table_info("{n}")')} for n in names if '"' not in n}
+    except sqlite3.Error as exc:
+        raise InputError(f"{path}: a damaged SQLite database ({exc})") from None
+
+
+class readonly:
+    """A read-only connection to a SQLite file (`mode=ro`: the store is never written, not even its journal)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        import sqlite3
+        from urllib.parse import quote
+
+        self.db = sqlite3.connect(f"file:{quote(str(Path(self.path).resolve()))}?mode=ro", uri=True, timeout=10)
+        return self.db
+
+    def __exit__(self, *exc):
+        self.db.close()
+
+
+def snapshot(path: Path, folder: Path) -> Path:
+    """A consistent copy of the SQLite database at `path` in `folder` (SQLite's backup, from a read-only connection,
+    so a job writing it meanwhile is no matter), for a tracker's library that writes to what it opens."""
+    import sqlite3
+
+    target = folder / path.name
+    try:
+        with readonly(path) as source:
+            copy = sqlite3.connect(target)
+            try:
+                source.backup(copy)
+            finally:
+                copy.close()
+    except sqlite3.Error as exc:
+        raise InputError(f"{path}: cannot be read as SQLite ({exc})") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be copied to read it ({exc.strerror or exc}; TMPDIR full?)") from None
+    return target
+
+
+def choose(store: Store, name: str | None) -> tuple[Run, list[Run]]:
+    """The run to judge (`name`: a run's name or id; else the newest) and every run of the store."""
+    runs = store.runs()
+    if not runs:
+        raise InputError(f"{store.location}: a {store.kind} store with no run in it yet")
+    if name is None:
+        return runs[-1], runs
+    picked = [r for r in runs if name in (r.name, r.id)]
+    if not picked:
+        listed = ", ".join(r.label() for r in runs[-10:])
+        raise InputError(f"{store.location}: no run named {name!r} in this {store.kind} store (its runs: {listed})")
+    return picked[-1], runs
+
+
+def read_run(store: Store, run: Run, runs: list[Run]):
+    """The run's History: its rows, oldest first, as training logs."""
+    from trl_doctor.watch.history import History
+
+    history = History(where(store), store.kind)
+    for row in store.rows(run):
+        history.add(row)
+    history.run, history.runs = run, runs
+    if run.ended:
+        history.ended = True
+    return history
+
+
+def where(store: Store):
+    """The store's location as a report names it (a server's address kept as it was given)."""
+    return store.location if "://" in store.location else Path(store.location)
+
+
+def list_runs(target: str | Path) -> str:
+    """`trl-doctor watch PATH --list-runs`: the runs of the store (or TensorBoard runs/ folder) at `target`, oldest
+    first, one a line: name, id, when it started (UTC), whether the tracker says it ended."""
+    from datetime import datetime, timezone
+
+    store = open_store(target)
+    if store is not None:
+        try:
+            runs, kind, location = store.runs(), store.kind, store.location
+        finally:
+            store.close()
+    else:
+        from trl_doctor.watch import tensorboard
+
+        folder = Path(target)
+        found = tensorboard.run_folders(folder) if folder.is_dir() else []
+        if not found:
+            raise InputError(f"{target}: no tracker's store here (trackio, wandb, MLflow) and no TensorBoard runs")
+        runs = [tensorboard.runs_of(next(f.glob(tensorboard.EVENTS + "*")))[0] for f in found]
+        kind, location = "tensorboard", str(folder)
+    lines = [f"{len(runs)} run{'s' if len(runs) != 1 else ''} in the {kind} store {location} (oldest first; "
+             "--run NAME judges one, the newest by default):"]
+    for run in runs:
+        started = datetime.fromtimestamp(run.started, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") \
+            if run.started else "start unknown"
+        state = {True: "ended", False: "running or stopped", None: ""}[run.ended]
+        lines.append(f"  {run.label()}  {started}  {state}".rstrip())
+    return "\n".join(lines)

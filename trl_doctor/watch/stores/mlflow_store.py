@@ -1,0 +1,172 @@
+"""An MLflow tracking store as a job's `report_to: mlflow` writes it (transformers' MLflowCallback: each training
+log's metrics at `step=state.global_step`; the run's summary, train_runtime, at its last step): a `mlruns` folder
+(the file store), its SQLite database (`sqlite:///mlflow.db`, MLflow 3's default), or a tracking server the command
+line names (`http://127.0.0.1:5000`: a team's shared store).
+
+Read with MLflow's own client (mlflow.tracking.MlflowClient: search_experiments, search_runs, get_metric_history).
+Its stores write to what they open (the SQLite store creates tables and a default experiment, the file store its
+.trash folder), so a local store is read from a snapshot in a temporary folder: SQLite's backup of the database, or
+the file store's metadata and metrics (its artifacts are not copied). A server is asked over HTTP, nothing else.
+MLflow's telemetry is switched off for the watch's process (MLFLOW_DISABLE_TELEMETRY).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+
+from trl_doctor.errors import InputError
+from trl_doctor.watch.stores import Run, Store, snapshot, sqlite_tables
+
+SUMMARY = frozenset(("train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second", "total_flos"))
+MAX_FILES = 200_000
+ENDED = ("FINISHED", "FAILED", "KILLED")
+
+
+def from_tables(path: Path, tables: dict[str, set[str]]) -> "MlflowStore | None":
+    if {"experiments", "runs", "metrics"} <= set(tables):
+        return MlflowStore(str(path), sqlite=path)
+    return None
+
+
+def find(folder: Path) -> "MlflowStore | None":
+    """An MLflow store in `folder`: the folder a file store is (mlruns), or one holding `mlruns/` or `mlflow.db`."""
+    for candidate in (folder, folder / "mlruns"):
+        if _is_file_store(candidate):
+            return MlflowStore(str(candidate), files=candidate)
+    db = folder / "mlflow.db"
+    if db.is_file():
+        tables = sqlite_tables(db)
+        if tables is not None:
+            return from_tables(db, tables)
+    return None
+
+
+def server(url: str) -> "MlflowStore":
+    return MlflowStore(url.rstrip("/"), url=url.rstrip("/"))
+
+
+def _is_file_store(folder: Path) -> bool:
+    try:
+        return folder.is_dir() and (any(folder.glob("*/meta.yaml")) and
+                                    (folder / ".trash").is_dir() or (folder / "0" / "meta.yaml").is_file())
+    except OSError:
+        return False
+
+
+class MlflowStore(Store):
+    kind = "mlflow"
+
+    def __init__(self, location: str, sqlite: Path | None = None, files: Path | None = None, url: str | None = None):
+        super().__init__(location)
+        self.sqlite, self.files, self.url = sqlite, files, url
+        self._client = None
+        self._temp: str | None = None
+
+    def stamp(self) -> object:
+        if self.sqlite is not None:
+            stamps = []
+            for p in (self.sqlite, self.sqlite.with_name(self.sqlite.name + "-wal")):
+                try:
+                    st = p.stat()
+                    stamps.append((st.st_size, st.st_mtime_ns))
+                except OSError:
+                    stamps.append(None)
+            return tuple(stamps)
+        return None  # a file store's metrics files and a server's runs: read again at every look
+
+    def close(self) -> None:
+        if self._temp is not None:
+            shutil.rmtree(self._temp, ignore_errors=True)
+            self._temp = None
+
+    def client(self, fresh: bool = False):
+        """MLflow's client over the store (a new snapshot of a local store when `fresh`)."""
+        if self._client is not None and not fresh:
+            return self._client
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 refuses an old mlruns store without it
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            raise InputError(f"{self.location}: an MLflow store; reading it needs mlflow (pip install "
+                             "\"trl-doctor[watch]\", or mlflow itself)") from None
+        if self.url is not None:
+            uri = self.url
+        else:
+            self.close()
+            self._temp = tempfile.mkdtemp(prefix="trl-doctor-mlflow-")
+            weakref.finalize(self, shutil.rmtree, self._temp, True)
+            if self.sqlite is not None:
+                uri = "sqlite:///" + str(snapshot(self.sqlite, Path(self._temp)))
+            else:
+                uri = Path(_copy_metadata(self.files, Path(self._temp) / "mlruns")).as_uri()
+        self._client = MlflowClient(tracking_uri=uri)
+        return self._client
+
+    def runs(self) -> list[Run]:
+        client = self.client(fresh=True)
+        try:
+            experiments = [e.experiment_id for e in client.search_experiments()]
+            found = client.search_runs(experiments, order_by=["attributes.start_time ASC"], max_results=1000) \
+                if experiments else []
+        except Exception as exc:  # MlflowException, a server's HTTP error, a store MLflow cannot read
+            raise InputError(f"{self.location}: MLflow could not list its runs ({_first_line(exc)})") from None
+        return [Run(r.info.run_name or r.info.run_id, r.info.run_id, (r.info.start_time or 0) / 1000,
+                    r.info.status in ENDED) for r in found]
+
+    def rows(self, run: Run):
+        client = self.client()
+        try:
+            keys = sorted(client.get_run(run.id).data.metrics)
+            by_step: dict[int, dict] = {}
+            summary: dict = {}
+            for key in keys:
+                if key.startswith(("profiling/", "system/")):
+                    continue
+                for metric in client.get_metric_history(run.id, key):
+                    if key in SUMMARY:
+                        summary[key] = metric.value
+                    else:
+                        by_step.setdefault(int(metric.step), {})[key] = metric.value
+        except Exception as exc:
+            raise InputError(f"{self.location}: MLflow could not read run {run.name!r} ({_first_line(exc)})") from None
+        for step in sorted(by_step):
+            yield {**by_step[step], "step": step}
+        if summary:
+            yield summary
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]
+
+
+def _copy_metadata(source: Path, target: Path) -> Path:
+    """The file store's experiments and runs without their artifacts: meta.yaml, metrics, params, tags."""
+    copied = 0
+    for experiment in sorted(source.iterdir()):
+        if not (experiment / "meta.yaml").is_file() or experiment.is_symlink():
+            continue
+        (target / experiment.name).mkdir(parents=True)
+        shutil.copyfile(experiment / "meta.yaml", target / experiment.name / "meta.yaml")
+        for run in sorted(experiment.iterdir()):
+            if not (run / "meta.yaml").is_file() or run.is_symlink():
+                continue
+            (target / experiment.name / run.name).mkdir()
+            shutil.copyfile(run / "meta.yaml", target / experiment.name / run.name / "meta.yaml")
+            for part in ("metrics", "params", "tags", "artifacts"):  # each there, empty or not, as MLflow expects
+                (target / experiment.name / run.name / part).mkdir()
+                for path in () if part == "artifacts" else (run / part).rglob("*") if (run / part).is_dir() else ():
+                    copied += 1
+                    if copied > MAX_FILES:
+                        raise InputError(f"{source}: more files than any MLflow store of training runs holds")
+                    if path.is_file() and not path.is_symlink():
+                        out = target / experiment.name / run.name / path.relative_to(run)
+                        out.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(path, out)
+    (target / ".trash").mkdir(parents=True, exist_ok=True)
+    return target
