@@ -127,11 +127,13 @@ class MlflowStore(Store):
             for key in keys:
                 if key.startswith(("profiling/", "system/")):
                     continue
-                for metric in client.get_metric_history(run.id, key):
+                # the first value at a step: the log's. The job's summary logs epoch again at the last step, often
+                # in the same millisecond and stored out of order: of two values then, the log's epoch is the smaller
+                for metric in sorted(client.get_metric_history(run.id, key), key=lambda m: (m.timestamp, m.value)):
                     if key in SUMMARY:
                         summary[key] = metric.value
                     else:
-                        by_step.setdefault(int(metric.step), {})[key] = metric.value
+                        by_step.setdefault(int(metric.step), {}).setdefault(key, metric.value)
         except Exception as exc:
             raise InputError(f"{self.location}: MLflow could not read run {run.name!r} ({_first_line(exc)})") from None
         for step in sorted(by_step):
