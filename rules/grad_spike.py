@@ -3,8 +3,9 @@
 What it does
   Marks a spike where `grad_norm` is at least `factor` (10) times the median of the `window` (20)
   logs before it (after 5 logs, and above `floor`, 1e-3), and warns when the log has `count` (3)
-  spikes or more. One spike is common in healthy runs (and max_grad_norm clips it): it is listed,
-  not flagged.
+  spikes or more. Logs with no reward spread (and the steps that train on their batch) are left
+  out: their gradient is the KL term's alone, far below a policy-gradient step's. One spike is
+  common in healthy runs (and max_grad_norm clips it): it is listed, not flagged.
 Why is this bad?
   Repeated spikes precede divergence: the loss jumps, the KL grows, and a NaN often follows. The
   10x-median test is the spike detector large-model training reports use (e.g. OLMo 2,
@@ -22,7 +23,7 @@ from bisect import bisect_left, insort
 from statistics import median
 
 from trl_doctor import passed, rule, skip, warn
-from trl_doctor.facts.metrics import finite, flagged, fmt, limit, optional, series
+from trl_doctor.facts.metrics import carried, finite, flagged, fmt, limit, optional, series
 
 SLUG = "grad-spike"
 
@@ -34,7 +35,8 @@ def judge(ctx):
     factor, floor = limit(ctx, SLUG, "factor", 10.0), limit(ctx, SLUG, "floor", 1e-3)
     window, count = int(limit(ctx, SLUG, "window", 20)), int(limit(ctx, SLUG, "count", 3))
     name, frac = optional(ctx, "frac_reward_zero_std")
-    silent = {p.number for p in frac if p.value >= 0.99}  # no policy-gradient signal: the KL term's gradient alone
+    # no policy-gradient signal: the KL term's gradient alone (also at the steps that train on a tied generation)
+    silent = {n for n, v in carried(frac, [p.number for p in grad]).items() if v >= 0.99}
     values = [p for p in grad if finite(p.value) and p.number not in silent]
     spikes, ordered = [], []  # `ordered`: the window's values, sorted (a running median)
     for i, p in enumerate(values):

@@ -3,7 +3,9 @@
 What it does
   Flags `patience` (3) steps in a row where `grad_norm` is 0 while the rewards still have a spread
   (`reward_std` above 0, or `frac_reward_zero_std` at most 0.75). Zero gradients with no reward
-  spread are zero-advantage's, not this rule's.
+  spread are zero-advantage's, not this rule's. Where a log covers several steps, its grad_norm is
+  the last step's alone: the spread must be in every step (`frac_reward_zero_std` 0), or the
+  policy still the reference (`kl` 0).
 Why is this bad?
   With a reward spread the advantages are not 0, so the loss has a gradient. A norm of exactly 0
   says none reaches the trained weights: every trainable parameter frozen or detached from the loss
@@ -20,7 +22,8 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import passed, rule
-from trl_doctor.facts.metrics import by_number, streak_finding, optional, patience, series, span, streaks, too_little
+from trl_doctor.facts.metrics import (by_number, one_step_of_many, optional, patience, series, span, streak_finding,
+                                      streaks, too_little)
 
 SLUG = "no-update"
 
@@ -46,8 +49,15 @@ def judge(ctx):
 
 
 def _spread(ctx) -> dict[int, bool]:
-    """Per log, whether the rewards had a spread (a group with differing rewards)."""
+    """Per log, whether the rewards had a spread (a group with differing rewards) in the step its grad_norm is of."""
     name, frac = optional(ctx, "frac_reward_zero_std")
+    if one_step_of_many(ctx, "grad_norm"):
+        # the log's last step may be one whose groups were all tied (its zero gradient is then right), unless no
+        # step of the log had a tied group; or the policy never left the reference (kl 0: no step updated it)
+        _, kl = optional(ctx, "kl", "objective/kl")
+        still = {n for n, v in by_number(kl).items() if v == 0}
+        every = {n for n, v in by_number(frac).items() if v == 0}
+        return {n: True for n in still | every}
     if name is not None:  # a quarter of the groups or more with a spread: a zero gradient on the log's step is no chance
         return {n: v <= 0.75 for n, v in by_number(frac).items()}
     _, std = optional(ctx, "reward_std", "objective/scores_std")

@@ -4,8 +4,8 @@ What it does
   Where every group's rewards are equal (`frac_reward_zero_std` >= 0.99, or `reward_std` 0 on trl <=
   0.17), it compares `loss` with beta x `kl` (beta from the job's settings; without them, the job's
   own loss/kl ratio): equal within `rel` (2%) for `patience` (5) steps in a row, the policy-gradient
-  term is gone. A loss and grad_norm of exactly 0 there, or where every completion is clipped (and
-  masked), too.
+  term is gone. A loss and grad_norm of exactly 0 there, or where every completion is clipped and
+  the job masks truncated completions (`mask_truncated_completions`, in its settings), too.
 Why is this bad?
   GRPO's loss is -advantage x ratio + beta x KL. A healthy job logs loss close to beta x kl too (the
   advantages of a group sum to 0, so the first term's value is about 0): that alone is never
@@ -61,7 +61,7 @@ def judge(ctx):
                      f"({len(no_signal | clipped)} such logs)")
         return
     run = runs[-1]
-    if not ongoing(ctx, run):
+    if not ongoing(ctx, run, "loss"):
         raise Unavailable(f"the loss had no policy-gradient term {span(run)}, then the signal came back "
                           "(zero-advantage and never-terminating say why)")
     if run[0].value == 0:
@@ -83,4 +83,6 @@ def _no_signal(ctx) -> tuple[set[int], set[int]]:
         _, std = optional(ctx, "reward_std")
         out |= {p.number for p in std if abs(p.value) <= 1e-8}
     _, clipped = optional(ctx, "completions/clipped_ratio")
+    if config_value(ctx, "mask_truncated_completions") is not True:
+        return out, set()  # unmasked, clipped completions still train (a loss of 0 is then the advantages' sum)
     return out, {p.number for p in clipped if p.value >= 0.99}

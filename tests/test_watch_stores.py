@@ -99,7 +99,8 @@ def test_a_store_of_two_runs_is_listed_and_judged_one_run_at_a_time(stores, trac
 def test_the_runs_rows_are_the_jobs_logs_and_nothing_else(stores, tracker):
     """Every training log at its step with the values the job logged; TRL's profiling rows (there, in the store) and
     the trackers' bookkeeping are not logs, and the job's end is read where the tracker records it."""
-    from trl_doctor.watch.history import canonical, read
+    from trl_doctor.watch.history import canonical
+    from trl_doctor.watch.source import read
 
     if tracker not in stores:
         pytest.skip(f"{NEEDS[tracker]} is not installed")
@@ -165,7 +166,7 @@ def test_a_file_that_is_no_store_is_refused_in_one_line(tmp_path):
 
 def test_a_wandb_run_cut_mid_record_is_read_to_its_last_whole_record(stores, tmp_path):
     """A job writing its run file: what is whole is read, and the rest when it grows."""
-    from trl_doctor.watch.history import read
+    from trl_doctor.watch.source import read
 
     if "wandb" not in stores:
         pytest.skip("wandb is not installed")

@@ -139,10 +139,27 @@ def too_little(ctx, points: list[Point], holds: Callable[[Point], bool], needed:
                 **flagged(run, pending=True))
 
 
-def ongoing(ctx, run: list[Point]) -> bool:
-    """Whether `run` lasts to the newest log: the failure is still going on (a run that ended is a past phase)."""
-    logs = history(ctx).logs
-    return bool(logs) and run[-1].number == logs[-1].number
+def ongoing(ctx, run: list[Point], metric: str | None = None) -> bool:
+    """Whether `run` lasts to the newest log that reports its `metric` (where a job logs a metric only at some steps,
+    TRL's reward and completion metrics at the steps that generate, the logs between say nothing of it): the failure
+    is still going on (a run that later logs ended is a past phase)."""
+    h = history(ctx)
+    column = h.column(metric) if metric else []
+    last = column[-1].number if column else (h.logs[-1].number if h.logs else None)
+    return last is not None and run[-1].number >= last
+
+
+def carried(points: list[Point], numbers: Iterable[int]) -> dict[int, float]:
+    """Per log number in `numbers`, the metric's value at that log or, where the log lacks it, at the newest log
+    before that has it: a step that trains on an earlier generation's batch (steps_per_generation > 1, where TRL logs
+    the rewards only at the generating step) has that generation's reward statistics."""
+    known = by_number(points)
+    out, value = {}, None
+    for n in sorted(numbers):
+        value = known.get(n, value)
+        if value is not None:
+            out[n] = value
+    return out
 
 
 def finite(value: float) -> bool:
@@ -166,6 +183,17 @@ def limit(ctx, slug: str, name: str, default: float) -> float:
 def steps_per_log(ctx) -> int:
     """The optimizer steps one log covers (the job's logging_steps; 1 when the log cannot tell)."""
     return history(ctx).steps_per_log()
+
+
+# transformers logs these as the interval's last optimizer step's value (the gradient norm of that step, the learning
+# rate now), where loss and TRL's own metrics are the interval's mean: at logging_steps 10, a logged grad_norm of 0
+# says one step in ten had no gradient, not that the ten had none
+LAST_STEP_ONLY = frozenset(("grad_norm", "learning_rate"))
+
+
+def one_step_of_many(ctx, name: str) -> bool:
+    """Whether a log's `name` is one step's reading of several the log covers (see LAST_STEP_ONLY)."""
+    return name in LAST_STEP_ONLY and steps_per_log(ctx) > 1
 
 
 def logs_for(ctx, steps: float) -> int:
@@ -220,7 +248,7 @@ def streak_finding(ctx, run: list[Point], now: str, past: str, **details):
     ended it (a past phase: those steps are lost, the job is not failing now)."""
     from trl_doctor.types import fail, warn
 
-    if ongoing(ctx, run):
+    if ongoing(ctx, run, details.get("metric")):
         return fail(now, **flagged(run, **details))
     return warn(past, **flagged(run, **details))
 

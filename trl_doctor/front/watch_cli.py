@@ -47,7 +47,7 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
     path = path if path.startswith(("http://", "https://")) else Path(path)
     try:
         if list_runs:
-            from trl_doctor.watch.stores import list_runs as listing
+            from trl_doctor.watch.source import list_runs as listing
 
             click.echo(listing(path))
             raise click.exceptions.Exit(0)
@@ -65,7 +65,7 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
         else:
             import gc
 
-            from trl_doctor.watch.history import read
+            from trl_doctor.watch.source import read
             from trl_doctor.watch.run import judge_once
 
             # one read and one judgment, then the process ends: the collector's passes over the log's hundreds of

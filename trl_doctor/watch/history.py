@@ -264,21 +264,9 @@ def _logged_steps(path: Path) -> int:
 
 
 def read(path: str | Path, run: str | None = None) -> History:
-    """The History in PATH: a tracker's store's run (`run`, else its newest: trl_doctor.watch.stores), or the log
-    `find_log` finds."""
-    from trl_doctor.watch import stores, tensorboard
+    """The History in the log `find_log` finds at PATH (a tracker's store is trl_doctor.watch.source's to read)."""
+    from trl_doctor.watch import tensorboard
 
-    store = stores.open_store(path)
-    if store is not None:
-        try:
-            chosen, runs = stores.choose(store, run)
-            history = stores.read_run(store, chosen, runs)
-        finally:
-            store.close()
-        if not history.logs:
-            raise InputError(f"{store.location}: run {chosen.name!r} holds no training log yet (the job logs every "
-                             "logging_steps steps)")
-        return history
     path = find_log(Path(path), run)
     if tensorboard.is_event_file(path):
         history = tensorboard.read_into(History(path, "tensorboard"), path, MAX_BYTES)

@@ -69,7 +69,7 @@ def newest_events(folder: Path, run: str | None = None) -> Path | None:
 def runs_of(events: Path) -> tuple:
     """The run an event file is (its folder) and every run beside it under the same runs/ folder, oldest first
     (trl_doctor.watch.stores.Run)."""
-    from trl_doctor.watch.stores import Run
+    from trl_doctor.watch.runinfo import Run
 
     folder = events.parent
     siblings = run_folders(folder.parent) if folder.parent.name == "runs" else [folder]

@@ -14,27 +14,13 @@ in one line naming it (InputError, exit 2). `open_store` answers None for what i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from trl_doctor.errors import InputError
+from trl_doctor.watch.runinfo import Run
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-@dataclass(frozen=True)
-class Run:
-    """One run in a store: how people name it, the tracker's id, when it started (seconds; 0 unknown), and whether
-    the tracker says it ended (None where it does not say)."""
-
-    name: str
-    id: str
-    started: float = 0.0
-    ended: bool | None = None
-
-    def label(self) -> str:
-        return self.name if self.name == self.id or not self.id else f"{self.name} ({self.id})"
 
 
 class Store:
@@ -174,32 +160,3 @@ def where(store: Store):
     """The store's location as a report names it (a server's address kept as it was given)."""
     return store.location if "://" in store.location else Path(store.location)
 
-
-def list_runs(target: str | Path) -> str:
-    """`trl-doctor watch PATH --list-runs`: the runs of the store (or TensorBoard runs/ folder) at `target`, oldest
-    first, one a line: name, id, when it started (UTC), whether the tracker says it ended."""
-    from datetime import datetime, timezone
-
-    store = open_store(target)
-    if store is not None:
-        try:
-            runs, kind, location = store.runs(), store.kind, store.location
-        finally:
-            store.close()
-    else:
-        from trl_doctor.watch import tensorboard
-
-        folder = Path(target)
-        found = tensorboard.run_folders(folder) if folder.is_dir() else []
-        if not found:
-            raise InputError(f"{target}: no tracker's store here (trackio, wandb, MLflow) and no TensorBoard runs")
-        runs = [tensorboard.runs_of(next(f.glob(tensorboard.EVENTS + "*")))[0] for f in found]
-        kind, location = "tensorboard", str(folder)
-    lines = [f"{len(runs)} run{'s' if len(runs) != 1 else ''} in the {kind} store {location} (oldest first; "
-             "--run NAME judges one, the newest by default):"]
-    for run in runs:
-        started = datetime.fromtimestamp(run.started, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") \
-            if run.started else "start unknown"
-        state = {True: "ended", False: "running or stopped", None: ""}[run.ended]
-        lines.append(f"  {run.label()}  {started}  {state}".rstrip())
-    return "\n".join(lines)
