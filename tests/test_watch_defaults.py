@@ -1,20 +1,23 @@
-"""Issue 43: the watch at the settings users keep. TRL's GRPOConfig logs every 10 steps (`logging_steps=10`) and saves
-every 500; real runs (fixtures/_watch_runs.py: a tiny Qwen2 trained by TRL on the CPU) at those defaults, reporting to
-TensorBoard as `report_to: tensorboard` does. Evidence is counted in optimizer steps: an induced failure from step 1
-is flagged by step 20 by DoctorCallback(watch=True) inside the job, and by `trl-doctor watch OUTPUT_DIR --follow`
-started before the job's first log (the TensorBoard events under runs/, long before any checkpoint); the same run
+"""Issue 43: the watch at the settings users keep. TRL's GRPOConfig and RLOOConfig log every 10 steps
+(`logging_steps=10`) and save every 500; real runs (fixtures/_watch_runs.py --defaults: a tiny Qwen2 trained by TRL on
+the CPU, in a process of its own) at those defaults, reporting to TensorBoard and to every tracker installed here
+(trackio, wandb offline, MLflow's SQLite store), each writing where its own settings say. Evidence is counted in
+optimizer steps: an induced failure from step 1 is flagged by step 20 by DoctorCallback(watch=True) inside the job,
+and by `trl-doctor watch STORE --follow` on each store (the output folder's TensorBoard events, trackio's folder,
+wandb's, MLflow's database), every one started before the job's first log, long before any checkpoint; the same run
 made healthy is never flagged over 200 steps."""
 
 from __future__ import annotations
 
-import io
 import json
+import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import FIXTURES, trl_doctor_exe
+from conftest import FIXTURES, trl_doctor_exe, with_net_audit
 
 pytestmark = [pytest.mark.slow, pytest.mark.trl_pair]
 
@@ -37,28 +40,54 @@ needs = pytest.mark.skipif(not (_new_enough() and _tensorboard()), reason="the r
                            "trl >= 0.20 and write TensorBoard events (tensorboard installed)")
 
 
-def defaults() -> dict:
-    """GRPOConfig's own logging and saving settings (the class's defaults, whatever this release has)."""
-    from trl import GRPOConfig
+def defaults(kind: str = "grpo") -> dict:
+    """The config class's own logging and saving settings (whatever this release has)."""
+    from trl import GRPOConfig, RLOOConfig
 
-    fields = GRPOConfig.__dataclass_fields__
-    return {k: fields[k].default for k in ("logging_steps", "save_strategy", "save_steps")} | {
-        "report_to": ["tensorboard"]}
+    fields = (GRPOConfig if kind == "grpo" else RLOOConfig).__dataclass_fields__
+    return {k: fields[k].default for k in ("logging_steps", "save_strategy", "save_steps")}
 
 
-def train(name: str, folder, steps: int, callback=None):
-    sys.path.insert(0, str(FIXTURES))
-    import _watch_runs
+def trackers() -> list[str]:
+    """The trackers the job reports to: TensorBoard, and trackio, wandb, MLflow where they are installed."""
+    from importlib.util import find_spec
 
-    trainer = _watch_runs.trainer(name, str(folder), steps, callbacks=[callback] if callback else [], **defaults())
-    trainer.train()
-    return trainer
+    return ["tensorboard"] + [t for t in ("trackio", "wandb", "mlflow") if find_spec(t) is not None]
+
+
+def stores(tmp_path, report_to: list[str]) -> dict[str, object]:
+    """Where each tracker writes (what the watch is pointed at) and the job's environment that says so."""
+    where = {"tensorboard": tmp_path / "out", "trackio": tmp_path / "trackio", "wandb": tmp_path / "wb",
+             "mlflow": tmp_path / "mlflow.db"}
+    env = {"TRL_DOCTOR_REPORT_TO": ",".join(report_to), "TRACKIO_DIR": str(where["trackio"]), "WANDB_MODE": "offline",
+           "WANDB_DIR": str(where["wandb"]), "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{where['mlflow']}", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    if "wandb" in report_to:
+        where["wandb"].mkdir()  # WANDB_DIR must exist; its wandb/ run folders appear when the job starts
+    return {t: where[t] for t in report_to}, env
+
+
+def job(name: str, out, steps: int, env: dict) -> subprocess.Popen:
+    full = dict(os.environ)
+    full.update(with_net_audit(env))
+    return subprocess.Popen([sys.executable, str(FIXTURES / "_watch_runs.py"), "--defaults", name, str(out), str(steps)],
+                            env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def followers(where: dict) -> dict[str, subprocess.Popen]:
+    """`trl-doctor watch STORE --follow` on each store, started before the job (the stores do not exist yet)."""
+    env = dict(os.environ)
+    env.update(with_net_audit({}))
+    return {t: subprocess.Popen([trl_doctor_exe(), "watch", str(path), "--follow", "--interval", "0.2", "--format",
+                                 "json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for t, path in where.items()}
 
 
 @needs
 def test_the_defaults_are_what_the_issue_says():
-    """GRPOConfig logs every 10 steps from TRL 0.20 on (trl 0.15's inherits transformers' 500)."""
-    assert defaults()["logging_steps"] == 10 and defaults()["save_steps"] == 500
+    """GRPOConfig and RLOOConfig log every 10 steps from TRL 0.20 on (trl 0.15's inherit transformers' 500)."""
+    for kind in ("grpo", "rloo"):
+        assert defaults(kind)["logging_steps"] == 10 and defaults(kind)["save_steps"] == 500
 
 
 @needs
@@ -67,52 +96,55 @@ def test_the_defaults_are_what_the_issue_says():
     ("never_terminating", "never-terminating"),  # every stop token suppressed
     ("lr_zero", "learning-rate-zero"),
     ("diverging", None),  # learning rate 5: the KL is flagged (a warn) at step 20, the job stopped at a later log
+    ("rloo_zero_advantage", "zero-advantage"),  # RLOO, its constant reward
 ])
-def test_an_induced_failure_is_flagged_by_step_20_inside_the_job_and_from_the_outside(tmp_path, name, rule):
-    """`trl-doctor watch OUTPUT_DIR --follow` is started first, on an output folder that does not exist yet; the job
-    then trains with DoctorCallback(watch=True), logging to TensorBoard (no checkpoint for 500 steps). Both flag the
-    failure at the second log, step 20; the callback stops the job there."""
-    import re
-
-    from trl_doctor import DoctorCallback
-
-    out = tmp_path / "out"
-    watch = subprocess.Popen([trl_doctor_exe(), "watch", str(out), "--follow", "--interval", "0.2", "--format", "json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stream = io.StringIO()
+def test_an_induced_failure_is_flagged_by_step_20_inside_the_job_and_from_each_store(tmp_path, name, rule):
+    """Each store's follower is started first, on a store that does not exist yet; the job then trains with
+    DoctorCallback(watch=True), logging to every tracker (no checkpoint for 500 steps). All flag the failure at the
+    second log, step 20; the callback stops the job there."""
+    where, env = stores(tmp_path, trackers())
+    watching = followers(where)
     try:
-        trainer = train(name, out, 40, DoctorCallback(preflight=False, watch=True, stream=stream))
-        stdout, stderr = watch.communicate(timeout=120)
+        proc = job(name, tmp_path / "out", 40, env)
+        _, said = proc.communicate(timeout=600)
+        assert proc.returncode == 0, said[-3000:]
+        seen = {t: w.communicate(timeout=180) for t, w in watching.items()}
     finally:
-        watch.kill()
-    said = stream.getvalue()
+        for w in watching.values():
+            w.kill()
     first = re.search(r"trl-doctor watch, step (\d+): TW\d+ [a-z-]+ (warn|fail)", said)
-    assert first and int(first.group(1)) <= 20, said  # inside: within 20 optimizer steps of the failure's start
-    outside = re.match(r"step (\d+): TW\d+ [a-z-]+ (warn|fail)", stderr)
-    assert outside and int(outside.group(1)) <= 20, stderr  # outside: the first line --follow prints
-    assert "runs" in json.loads(stdout)["config"]  # read from the TensorBoard events: no checkpoint yet
+    assert first and int(first.group(1)) <= 20, said[-3000:]  # inside: within 20 optimizer steps of its start
+    for tracker, (stdout, stderr) in seen.items():
+        outside = re.match(r"step (\d+): TW\d+ [a-z-]+ (warn|fail)", stderr)
+        assert outside and int(outside.group(1)) <= 20, (tracker, stderr)  # the first line --follow prints
+        report = json.loads(stdout)
+        assert report["config"].startswith(str(where[tracker])), (tracker, report["config"])
+        if rule is not None:
+            assert watching[tracker].returncode == 1, (tracker, stderr)
+            assert rule in [r["rule"] for r in report["results"] if r["status"] == "fail"], (tracker, report)
+    stopped = json.loads((tmp_path / "out" / "job.json").read_text())
+    assert stopped["logging_steps"] == 10 and stopped["save_steps"] == 500
     if rule is None:
         return
-    assert trainer.state.global_step <= 20, (trainer.state.global_step, said)  # the callback stopped the job there
-    report = json.loads((out / "trl-doctor-watch.json").read_text())
-    assert rule in [r["rule"] for r in report["results"] if r["status"] == "fail"], said
-    assert watch.returncode == 1 and rule in [r["rule"] for r in json.loads(stdout)["results"] if r["status"] == "fail"]
+    assert stopped["global_step"] <= 20, said[-3000:]  # the callback stopped the job there
+    report = json.loads((tmp_path / "out" / "trl-doctor-watch.json").read_text())
+    assert rule in [r["rule"] for r in report["results"] if r["status"] == "fail"], said[-3000:]
     assert "trl-doctor watch: stopping the job at step" in said
 
 
 @needs
-def test_a_healthy_run_is_never_flagged_over_200_steps_inside_and_outside(tmp_path):
-    from trl_doctor import DoctorCallback
-
-    stream = io.StringIO()
-    callback = DoctorCallback(preflight=False, watch=True, stream=stream)
-    trainer = train("healthy", tmp_path / "out", 200, callback)
-    assert trainer.state.global_step == 200, stream.getvalue()
-    assert stream.getvalue() == "", stream.getvalue()  # no verdict changed to warn or fail
-    proc = subprocess.run([trl_doctor_exe(), "watch", str(tmp_path / "out"), "--format", "json"], capture_output=True,
-                          text=True, timeout=120)
-    report = json.loads(proc.stdout)
-    assert proc.returncode == 0, report
-    assert "runs" in report["config"]  # judged from the TensorBoard events
-    flagged = {r["rule"]: r["message"] for r in report["results"] if r["status"] in ("warn", "fail")}
-    assert not flagged, flagged
+@pytest.mark.parametrize("name", ["healthy", "rloo_healthy"])
+def test_a_healthy_run_is_never_flagged_over_200_steps_inside_and_from_each_store(tmp_path, name):
+    where, env = stores(tmp_path, trackers())
+    proc = job(name, tmp_path / "out", 200, env)
+    _, said = proc.communicate(timeout=900)
+    assert proc.returncode == 0, said[-3000:]
+    assert json.loads((tmp_path / "out" / "job.json").read_text())["global_step"] == 200
+    assert "trl-doctor watch, step" not in said, said[-3000:]  # no verdict changed to warn or fail
+    for tracker, path in where.items():
+        run = subprocess.run([trl_doctor_exe(), "watch", str(path), "--format", "json"], capture_output=True,
+                             text=True, timeout=120)
+        report = json.loads(run.stdout)
+        flagged = {r["rule"]: r["message"] for r in report["results"] if r["status"] in ("warn", "fail")}
+        assert run.returncode == 0 and not flagged, (tracker, flagged)
+        assert report["config"].startswith(str(path)), (tracker, report["config"])

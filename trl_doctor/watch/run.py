@@ -159,15 +159,15 @@ def _first_log(path: Path, clock, sleep, interval: float, idle_exit: float | Non
     """The log to follow in `path` (a tracker's store, or a log file's path); for a folder with none yet (a job that
     has not logged), waiting for it."""
     from trl_doctor.watch import history as hist
-    from trl_doctor.watch.stores import open_store
+    from trl_doctor.watch.stores import Pending, open_store
 
     start = clock()
     while True:
         try:
             store = open_store(path)
             return store if store is not None else hist.find_log(path, run)
-        except InputError:
-            if path.exists() and not path.is_dir():
+        except InputError as exc:
+            if path.exists() and not path.is_dir() and not isinstance(exc, Pending):
                 raise
             if idle_exit is not None and clock() - start >= idle_exit:
                 raise InputError(f"{path}: no log appeared in {idle_exit:g} s (a trainer_state.json, TensorBoard "

@@ -23,6 +23,10 @@ from trl_doctor.watch.runinfo import Run
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+class Pending(InputError):
+    """A store its tracker has begun but holds nothing yet (a database without its tables): a follower waits."""
+
+
 class Store:
     """A tracker's store at `location`."""
 
@@ -66,6 +70,8 @@ def open_store(target: str | Path) -> Store | None:
         tables = sqlite_tables(path)
         if tables is None:
             return None
+        if not tables:
+            raise Pending(f"{path}: a SQLite database with no tables yet (a tracker that has just started)")
         for find in (mlflow_store.from_tables, trackio_db.from_tables):
             store = find(path, tables)
             if store is not None:

@@ -87,13 +87,18 @@ class MlflowStore(Store):
         """MLflow's client over the store (a new snapshot of a local store when `fresh`)."""
         if self._client is not None and not fresh:
             return self._client
+        import logging
+
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 refuses an old mlruns store without it
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its INFO lines (tables made, migrations) on stderr
         try:
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise InputError(f"{self.location}: an MLflow store; reading it needs mlflow (pip install "
                              "\"trl-doctor[watch]\", or mlflow itself)") from None
+        for name in ("mlflow", "alembic"):
+            logging.getLogger(name).setLevel(logging.WARNING)
         if self.url is not None:
             uri = self.url
         else:
