@@ -53,11 +53,13 @@ def _spread(ctx) -> dict[int, bool]:
     name, frac = optional(ctx, "frac_reward_zero_std")
     if one_step_of_many(ctx, "grad_norm"):
         # the log's last step may be one whose groups were all tied (its zero gradient is then right), unless no
-        # step of the log had a tied group; or the policy never left the reference (kl 0: no step updated it)
+        # step of the log had a tied group; or the rewards differed and the policy never left the reference (kl 0:
+        # no step of the log updated it)
         _, kl = optional(ctx, "kl", "objective/kl")
         still = {n for n, v in by_number(kl).items() if v == 0}
+        some = {n for n, v in by_number(frac).items() if v <= 0.75}
         every = {n for n, v in by_number(frac).items() if v == 0}
-        return {n: True for n in still | every}
+        return {n: True for n in (still & some) | every}
     if name is not None:  # a quarter of the groups or more with a spread: a zero gradient on the log's step is no chance
         return {n: v <= 0.75 for n, v in by_number(frac).items()}
     _, std = optional(ctx, "reward_std", "objective/scores_std")

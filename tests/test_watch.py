@@ -167,13 +167,32 @@ def test_the_table_draws_sparklines_with_the_flagged_logs_marked():
 
 
 def test_plot_writes_an_svg_with_the_verdicts(tmp_path):
+    """Issue 43, item 4: a step axis under each panel, every warn and fail on the picture (its metric's panel, or
+    listed at the top), marks at the flagged steps."""
+    from xml.dom.minidom import parseString
+
     picture = tmp_path / "curves.svg"
     proc = run_doctor("watch", str(ZERO), "--plot", str(picture))
     assert proc.returncode == 1
     svg = picture.read_text()
-    assert svg.startswith("<svg") and "frac_reward_zero_std  [TW001 fail]" in svg and "#c0392b" in svg
+    parseString(svg)
+    assert svg.startswith("<svg") and "TW001 zero-advantage fail" in svg and "#c0392b" in svg
+    assert ">step 1<" in svg and "<circle" in svg
+    failed = {r["id"] for r in json.loads(run_doctor("watch", str(ZERO), "--format", "json").stdout)["results"]
+              if r["status"] in ("warn", "fail")}
+    assert failed and all(f"{i} " in svg for i in failed), failed
     bad = run_doctor("watch", str(ZERO), "--plot", str(tmp_path / "curves.png"))
     assert bad.returncode == 2 and "SVG" in bad.stderr
+
+
+@pytest.mark.parametrize("columns", ["80", "60", "132"])
+def test_the_sparklines_fit_the_terminal(columns):
+    """Issue 43, item 4: every sparkline line fits COLUMNS (80 when unset), long metric names shortened."""
+    log = FIXTURES / "watch" / "public" / "vlm-grpo-entropy-collapse-format-dropped.log"
+    proc = run_doctor("watch", str(log), env={"COLUMNS": columns})
+    coda = proc.stdout[proc.stdout.index("\nmetrics over"):].splitlines()
+    assert len(coda) > 10 and max(len(line) for line in coda) <= int(columns), coda
+    assert any("rewards/mc_idx_reward/mean" in line for line in coda) or columns == "60"
 
 
 @pytest.mark.parametrize("content, words", [
@@ -358,6 +377,30 @@ def test_the_watch_lists_the_settings_in_force_as_check_does(tmp_path):
     assert {"setting": "fail-on", "value": "warn", "source": source} in settings
     table = run_doctor("watch", str(folder), "--isolated")
     assert "setting in force: isolated" in table.stdout
+
+
+def test_the_watch_takes_the_project_config_through_checks_own_request(tmp_path):
+    """Issue 43, item 5: `trl-doctor watch` resolves its settings as `check` does (trl_doctor.front.settings): the
+    project's target gives a finding's cost in GPU-hours, and a project `select` of preflight rules alone does not
+    narrow the watch."""
+    rows = [dict(ROW, frac_reward_zero_std=1.0, reward_std=0.0, step_time=36.0) for _ in range(6)]
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(json.dumps({
+        "log_history": [dict(r, step=10 * (i + 1)) for i, r in enumerate(rows)], "max_steps": 500,
+        "logging_steps": 10}))
+    (tmp_path / "pyproject.toml").write_text('[tool.trl-doctor]\ntarget = "4xH100-80GB"\nselect = ["TD001"]\n')
+    proc = run_doctor("watch", str(folder), "--format", "json")
+    report = json.loads(proc.stdout)
+    results = {r["rule"]: r for r in report["results"]}
+    source = f"{tmp_path / 'pyproject.toml'} [tool.trl-doctor]"
+    assert {"setting": "target", "value": "4xH100-80GB", "source": source} in report["settings"]
+    assert not [s for s in report["settings"] if s["setting"] == "select"]  # TD001 narrows check, not the watch
+    assert len(results) == 11  # every watch rule
+    assert "(~36 min, 2.4 GPU-hours on 4 GPUs)" in results["zero-advantage"]["details"]["cost"]
+    (tmp_path / "pyproject.toml").write_text('[tool.trl-doctor]\ntarget = "4xNOSUCHGPU"\n')
+    proc = run_doctor("watch", str(folder))
+    assert proc.returncode == 2 and "NOSUCHGPU" in proc.stderr, proc.stderr
 
 
 def test_a_finding_says_what_the_failure_cost_and_what_stopping_saves(tmp_path):

@@ -84,17 +84,10 @@ def resolve(asked: Asked, config: Path | None) -> Settings:
 
     project = ProjectConfig() if asked.isolated else find_project_config(Path(config).parent if config else Path.cwd())
     source = project.source()
-    select = (asked.select, COMMAND_LINE) if asked.select else (project.select, source)
-    per_file = project.ignores_for(config)
-    ignore = [(asked.ignore, COMMAND_LINE), (project.ignore, source), (tuple(per_file), f"{source} per-file-ignores")]
-    fail_on = (asked.fail_on, COMMAND_LINE) if asked.fail_on else (project.fail_on or "fail", source if project.fail_on else None)
+    select, ignore, fail_on = _chosen(asked, project, config)
     target = asked.target or project.target
-    gpus = None
-    if target:  # parsed once, here: a bad --target (or project target) is exit 2 before any worker starts
-        from trl_doctor.context.target import target_gpus
-
-        gpus = tuple(target_gpus(target))
-    elif asked.target_env != "auto":
+    gpus = _gpus(target)
+    if not target and asked.target_env != "auto":
         from trl_doctor.errors import InputError
 
         raise InputError("--target-env says whose Python environment a --target launch runs in: give --target too "
@@ -111,6 +104,54 @@ def resolve(asked: Asked, config: Path | None) -> Settings:
     return Settings(rules, fail_on[0], smoke, target, asked.isolated,
                     _in_force(asked, select, ignore, fail_on, hosts), asked.static, gpus,
                     tuple(dict.fromkeys(host for host, _ in hosts)))
+
+
+def _chosen(asked: Asked, project, config: Path | None) -> tuple:
+    """(select, ignore groups, fail-on), each with where it comes from: the command line's (or the API's) over the
+    project config's."""
+    source = project.source()
+    select = (asked.select, COMMAND_LINE) if asked.select else (project.select, source)
+    ignore = [(asked.ignore, COMMAND_LINE), (project.ignore, source)]
+    if config is not None:
+        ignore.append((tuple(project.ignores_for(config)), f"{source} per-file-ignores"))
+    fail_on = (asked.fail_on, COMMAND_LINE) if asked.fail_on else (project.fail_on or "fail", source if project.fail_on else None)
+    return select, ignore, fail_on
+
+
+def _gpus(target: str | None) -> tuple[dict, ...] | None:
+    """The GPUs a target names, parsed once, here: a bad --target (or project target) is exit 2 before anything runs."""
+    if not target:
+        return None
+    from trl_doctor.context.target import target_gpus
+
+    return tuple(target_gpus(target))
+
+
+def resolve_watch(asked: Asked, where: Path) -> tuple[Settings, dict]:
+    """`trl-doctor watch`'s settings, by the same request and precedence as `check`'s (`resolve`): the project config
+    found from `where` (the watched folder, or the current one for a server), select/ignore/fail-on from the command
+    line over the project's, the target's GPUs (a finding's cost in GPU-hours). The project's `select` narrows the
+    watch only where it names watch rules (a preflight selection is not one). Also the project's watch thresholds."""
+    from trl_doctor.front.project import ProjectConfig, find_project_config
+    from trl_doctor.registry import all_rules
+    from trl_doctor.watch.judge import watch_rules
+
+    project = ProjectConfig() if asked.isolated else find_project_config(where)
+    select, ignore, fail_on = _chosen(asked, project, None)
+    every = all_rules("watch")
+    if not asked.select and not watch_rules(project.select, rules=every):
+        select = ((), None)
+    rules = watch_rules(select[0], [n for group, _ in ignore for n in group], rules=every)
+    target = asked.target or project.target
+    in_force = list(_in_force(asked, select, ignore, fail_on))
+    if target:
+        in_force.append({"setting": "target", "value": target,
+                         "source": COMMAND_LINE if asked.target else project.source()})
+    if project.path is not None and project.watch:
+        in_force.append({"setting": "watch thresholds", "value": ", ".join(sorted(project.watch)),
+                         "source": project.source()})
+    settings = Settings(rules, fail_on[0], False, target, asked.isolated, tuple(in_force), target_gpus=_gpus(target))
+    return settings, project.watch
 
 
 def _allowed_hosts(groups) -> list[tuple[str, str]]:

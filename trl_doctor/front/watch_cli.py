@@ -51,12 +51,8 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
 
             click.echo(listing(path))
             raise click.exceptions.Exit(0)
-        asked, rules = _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated)
+        asked, rules = _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated, target)
         asked.run = run
-        if target:
-            from trl_doctor.context.target import target_gpus
-
-            asked.gpus = len(target_gpus(target))
         if follow:
             from trl_doctor.watch.run import follow as follow_log
 
@@ -94,19 +90,6 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
     raise click.exceptions.Exit(0 if report.ok else 1)
 
 
-def _in_force(project, select, ignore, fail_on, chosen, isolated) -> tuple:
-    """What narrows or silences the watch, and where it comes from, as `check`'s reports list it
-    (trl_doctor.front.settings): the command line's and the project config's select, ignore and fail-on."""
-    from trl_doctor.front.settings import Asked, _in_force as in_force, names
-    from trl_doctor.report.formats import COMMAND_LINE
-
-    source = project.source()
-    picked = (tuple(chosen), COMMAND_LINE if names(select) else source)
-    ignored = [(names(ignore), COMMAND_LINE), (tuple(project.ignore), source)]
-    failing = (fail_on, COMMAND_LINE) if fail_on else (project.fail_on or "fail", source if project.fail_on else None)
-    return in_force(Asked(isolated=isolated), picked, ignored, failing)
-
-
 def _fitted(line: str) -> str:
     """A --follow line wrapped to the terminal's width (COLUMNS, else the terminal's, else 80), its continuation
     lines indented."""
@@ -117,24 +100,15 @@ def _fitted(line: str) -> str:
     return textwrap.fill(line, width=width, subsequent_indent="    ", break_on_hyphens=False)
 
 
-def _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated):
-    from trl_doctor.front.project import ProjectConfig, find_project_config
-    from trl_doctor.front.settings import names
-    from trl_doctor.watch.judge import watch_rules
+def _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated, target):
+    """What was asked, resolved by check's own request (trl_doctor.front.settings.resolve_watch)."""
+    from trl_doctor.front.settings import Asked, resolve_watch
     from trl_doctor.watch.run import Watch, preflight_report
 
     here = Path.cwd() if isinstance(path, str) else path if path.is_dir() else path.parent  # a server: this folder's
-    project = ProjectConfig() if isolated else find_project_config(here)
-    from trl_doctor.registry import all_rules
-
-    # the project's `select` narrows the watch only where it names watch rules (a preflight selection is not one)
-    every = all_rules("watch")
-    chosen = names(select) or (project.select if watch_rules(project.select, rules=every) else ())
-    rules = watch_rules(chosen, names(ignore) + project.ignore, rules=every)
-    asked = Watch(path, fail_on=fail_on or project.fail_on or "fail", trainer=trainer, config=recipe,
-                  thresholds=project.watch, preflight=preflight_report(preflight))
-    asked.settings.extend(_in_force(project, select, ignore, fail_on, chosen, isolated))
-    if project.path is not None and project.watch:
-        asked.settings.append({"setting": "watch thresholds", "value": ", ".join(sorted(project.watch)),
-                               "source": project.source()})
-    return asked, rules
+    settings, thresholds = resolve_watch(Asked.of(select=select, ignore=ignore, fail_on=fail_on, target=target,
+                                                  isolated=isolated), here)
+    asked = Watch(path, fail_on=settings.fail_on, trainer=trainer, config=recipe, thresholds=thresholds,
+                  preflight=preflight_report(preflight), gpus=len(settings.target_gpus) if settings.target_gpus else None)
+    asked.settings.extend(settings.in_force)
+    return asked, settings.rules

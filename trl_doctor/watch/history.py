@@ -102,6 +102,27 @@ class History:
                        if (value := log.values.get(name)) is not None])
         return points
 
+    def take_args(self, args: Any) -> None:
+        """The job's own TrainingArguments, as its tracker keeps them (TensorBoard's args text, trackio's and wandb's
+        run config, MLflow's params): its max_steps and logging interval (a job stopped early still had steps to go),
+        and its settings for the rules (beta, mask_truncated_completions...). Strings a tracker stored read back."""
+        if not isinstance(args, dict):
+            return
+        kept = {}
+        for key, value in list(args.items())[:2000]:
+            if isinstance(key, str) and not key.startswith("_"):
+                value = _setting(value)
+                if isinstance(value, (int, float, str, bool)):
+                    kept[key] = value
+        self.args = kept
+        steps, every = kept.get("max_steps"), kept.get("logging_steps")
+        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 and self.max_steps is None:
+            self.max_steps = steps
+        if (isinstance(every, (int, float)) and not isinstance(every, bool) and every >= 1
+                and str(kept.get("logging_strategy", "steps")).split(".")[-1].lower() == "steps"
+                and self.logging_steps is None):
+            self.logging_steps = int(every)
+
     def amend_last(self, values: dict[str, float]) -> None:
         """Add values to the newest log (a TensorBoard step whose scalars arrived in two reads)."""
         last = self.logs[-1]
@@ -135,6 +156,26 @@ def _summary_left(raw: dict) -> bool:
     """What transformers' trackio and wandb callbacks log of the job's summary once its single-value scalars
     (train_runtime...) are kept out: {"train/epoch": e, "train/global_step": s}, a row of nothing else."""
     return "train/epoch" in raw and "train/global_step" in raw and raw.keys() <= _LEFT_OF_SUMMARY
+
+
+def _setting(value: Any) -> Any:
+    """A setting as a tracker may store it: MLflow's params are strings ("10", "0.04", "True", "None")."""
+    if not isinstance(value, str) or len(value) > 200:
+        return value
+    text = value.strip()
+    if text in ("True", "False", "true", "false"):
+        return text.lower() == "true"
+    if text in ("None", "null"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+        return number if math.isfinite(number) else value
+    except ValueError:
+        return value
 
 
 _CANONICAL: dict[str, str] = {}

@@ -101,7 +101,7 @@ def sparklines(history, results: list[Result]) -> str:
     """The table format's coda: each watched metric as a one-line sparkline, first and last value, the flagged logs
     marked `^` under it with the rules that flagged them."""
     from trl_doctor.facts.metrics import fmt, marked
-    from trl_doctor.watch.spark import marks, sparkline
+    from trl_doctor.watch.spark import WIDTH, marks, sparkline
 
     flagged: dict[str, tuple[set[int], list[str]]] = {}
     for r in results:
@@ -114,17 +114,22 @@ def sparklines(history, results: list[Result]) -> str:
     shown = [m for m in SHOWN if m in names] + sorted(m for m in flagged if m not in SHOWN and m in names)
     if not shown:
         return ""
+    import shutil
+
     logs = history.logs
-    width = max(len(m) for m in shown)
+    columns = {m: history.column(m) for m in shown}
+    ends = {m: f"{fmt(c[0].value)} -> {fmt(c[-1].value)}" for m, c in columns.items()}
+    cols = max(60, shutil.get_terminal_size((80, 24)).columns)  # COLUMNS, else the terminal's, else 80
+    width = min(max(len(m) for m in shown), 28)
+    bars = max(8, min(WIDTH, cols - 2 - width - 2 - 2 - max(len(e) for e in ends.values())))
     lines = [f"\nmetrics over {len(logs)} logs ({logs[0].at} to {logs[-1].at}):"]
-    for metric in shown:
-        column = history.column(metric)
+    for metric, column in columns.items():
         values = [p.value for p in column]
-        line = f"  {metric:<{width}}  {sparkline(values)}  {fmt(values[0])} -> {fmt(values[-1])}"
-        lines.append(line)
+        name = metric if len(metric) <= width else metric[:width - 1] + "…"
+        lines.append(f"  {name:<{width}}  {sparkline(values, bars)}  {ends[metric]}"[:cols])
         if metric in flagged:
             numbers, ids = flagged[metric]
             index = {p.number: k for k, p in enumerate(column)}
-            under = marks(len(values), {index[n] for n in numbers if n in index})
-            lines.append(f"  {'':<{width}}  {under}  {', '.join(ids)}")
+            under = marks(len(values), {index[n] for n in numbers if n in index}, bars)
+            lines.append(f"  {'':<{width}}  {under:<{bars}}  {', '.join(ids)}"[:cols].rstrip())
     return "\n".join(lines) + "\n"

@@ -1,5 +1,7 @@
 """`trl-doctor watch --plot FILE`: the watched curves as a picture (SVG, written by hand: no plotting library), one
-panel a metric, the logs a rule flagged marked in red with the rule's verdict in the panel's title."""
+panel a metric over the optimizer steps (the step axis under each panel; the log number where the log has no step),
+the logs a rule flagged marked in red with the rule's verdict over the panel. Every warn and fail is on the picture:
+its metric's panel is added when it is not among the watched ones, and a finding of no metric is listed at the top."""
 
 from __future__ import annotations
 
@@ -10,30 +12,43 @@ from pathlib import Path
 from trl_doctor.errors import InputError
 
 PANEL_W, PANEL_H, PAD = 420, 140, 36
+LEFT = 64  # room for the value labels (`-4.21e+05`) left of a panel
 COLUMNS = 2
 
 
 def svg(history, results, shown: list[str]) -> str:
     flagged: dict[str, list] = {}
+    curveless = []
     for r in results:
         metric = r.details.get("metric")
-        if metric and r.status.value in ("fail", "warn"):
-            flagged.setdefault(metric, []).append(r)
+        if r.status.value in ("fail", "warn"):
+            if metric and history.column(metric):
+                flagged.setdefault(metric, []).append(r)
+            else:
+                curveless.append(r)
+    shown = list(shown) + [m for m in flagged if m not in shown]
     rows = math.ceil(len(shown) / COLUMNS) or 1
-    width, height = COLUMNS * (PANEL_W + PAD), rows * (PANEL_H + 2 * PAD) + PAD
+    top = 2 * PAD + (14 if curveless else 0)
+    width, height = COLUMNS * (PANEL_W + LEFT + 12), rows * (PANEL_H + 2 * PAD + 14) + top
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
            f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
-           f'<text x="8" y="18" font-size="13">{html.escape(str(history.source))}: {len(history.logs)} logs</text>']
+           f'<text x="8" y="18" font-size="13">{html.escape(str(history.source))}: {len(history.logs)} logs, '
+           f'{html.escape(history.logs[0].at)} to {html.escape(history.logs[-1].at)}</text>']
+    if curveless:
+        said = "; ".join(f"{r.id} {r.rule} {r.status.value}" for r in curveless)
+        out.append(f'<text x="8" y="34" fill="#c0392b">flagged without a curve: {html.escape(said)}</text>')
     for k, metric in enumerate(shown):
-        x0 = (k % COLUMNS) * (PANEL_W + PAD) + PAD
-        y0 = (k // COLUMNS) * (PANEL_H + 2 * PAD) + 2 * PAD
+        x0 = (k % COLUMNS) * (PANEL_W + LEFT + 12) + LEFT
+        y0 = (k // COLUMNS) * (PANEL_H + 2 * PAD + 14) + top
         out += _panel(history, metric, flagged.get(metric, []), x0, y0)
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
 
 def _panel(history, metric: str, rules: list, x0: float, y0: float) -> list[str]:
-    points = [(p.number, p.value) for p in history.column(metric)]
+    column = history.column(metric)
+    points = [(p.step if p.step is not None else p.number, p.value) for p in column]
+    numbers = {p.number: (p.step if p.step is not None else p.number) for p in column}
     finite = [v for _, v in points if math.isfinite(v)]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
     if hi == lo:
@@ -43,17 +58,23 @@ def _panel(history, metric: str, rules: list, x0: float, y0: float) -> list[str]
     def xy(n: int, v: float) -> tuple[float, float]:
         return x0 + (n - first) / (last - first) * PANEL_W, y0 + PANEL_H - (v - lo) / (hi - lo) * PANEL_H
 
-    title = html.escape(metric + "".join(f"  [{r.id} {r.status.value}]" for r in rules))
-    color = "#c0392b" if rules else "black"
-    out = [f'<text x="{x0}" y="{y0 - 8}" fill="{color}">{title}</text>',
+    axis = "step" if column[0].step is not None else "log"
+    verdicts = "  ".join(f"{r.id} {r.rule} {r.status.value}" for r in rules)
+    out = [f'<text x="{x0}" y="{y0 - (20 if rules else 8)}">{html.escape(metric)}</text>',
            f'<rect x="{x0}" y="{y0}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#bbb"/>',
            f'<text x="{x0 - 4}" y="{y0 + 8}" text-anchor="end" font-size="9">{hi:.3g}</text>',
-           f'<text x="{x0 - 4}" y="{y0 + PANEL_H}" text-anchor="end" font-size="9">{lo:.3g}</text>']
+           f'<text x="{x0 - 4}" y="{y0 + PANEL_H}" text-anchor="end" font-size="9">{lo:.3g}</text>',
+           f'<text x="{x0}" y="{y0 + PANEL_H + 12}" font-size="9">{axis} {first}</text>',
+           f'<text x="{x0 + PANEL_W / 2}" y="{y0 + PANEL_H + 12}" text-anchor="middle" font-size="9">'
+           f'{axis} {(first + last) // 2}</text>',
+           f'<text x="{x0 + PANEL_W}" y="{y0 + PANEL_H + 12}" text-anchor="end" font-size="9">{last}</text>']
+    if rules:
+        out.append(f'<text x="{x0}" y="{y0 - 6}" fill="#c0392b" font-size="10">{html.escape(verdicts)}</text>')
     path = " ".join(f"{x:.1f},{y:.1f}" for x, y in (xy(n, v) for n, v in points if math.isfinite(v)))
     out.append(f'<polyline points="{path}" fill="none" stroke="#2c6fbb" stroke-width="1.2"/>')
     from trl_doctor.facts.metrics import marked as flagged_logs
 
-    marked = {n for r in rules for n in flagged_logs(r.details)}
+    marked = {numbers[n] for r in rules for n in flagged_logs(r.details) if n in numbers}
     for n, v in points:
         if n in marked:
             x, y = xy(n, v if math.isfinite(v) else hi)

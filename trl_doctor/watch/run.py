@@ -164,8 +164,10 @@ def _first_log(path: Path, clock, sleep, interval: float, idle_exit: float | Non
     start = clock()
     while True:
         try:
-            store = open_store(path)
-            return store if store is not None else hist.find_log(path, run)
+            if _begun(path):  # a file its writer has just made (a SQLite database before its header) is waited on
+                store = open_store(path)
+                return store if store is not None else hist.find_log(path, run)
+            raise Pending(f"{path}: nothing in it yet")
         except InputError as exc:
             if path.exists() and not path.is_dir() and not isinstance(exc, Pending):
                 raise
@@ -173,6 +175,15 @@ def _first_log(path: Path, clock, sleep, interval: float, idle_exit: float | Non
                 raise InputError(f"{path}: no log appeared in {idle_exit:g} s (a trainer_state.json, TensorBoard "
                                  "events under runs/)") from None
         sleep(interval)
+
+
+def _begun(path) -> bool:
+    """Whether PATH has something to read: a folder, or a file past SQLite's 100-byte header (shorter, its writer has
+    only just made it, and what it is cannot be told yet)."""
+    try:
+        return not isinstance(path, Path) or path.is_dir() or path.stat().st_size >= 100
+    except OSError:
+        return False
 
 
 class _Tail:

@@ -159,16 +159,7 @@ class EventReader:
             args = json.loads(text)
         except (ValueError, RecursionError, UnicodeDecodeError):
             return
-        if not isinstance(args, dict):
-            return
-        history = self.history
-        history.args = {k: v for k, v in args.items() if isinstance(k, str) and isinstance(v, (int, float, str, bool))}
-        steps, every = args.get("max_steps"), args.get("logging_steps")
-        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 and history.max_steps is None:
-            history.max_steps = steps
-        if (isinstance(every, (int, float)) and not isinstance(every, bool) and every >= 1
-                and args.get("logging_strategy", "steps") == "steps" and history.logging_steps is None):
-            history.logging_steps = int(every)
+        self.history.take_args(args)
 
     def _name(self, tag: str) -> str | None:
         """The metric a tag holds (`train/loss` -> `loss`), None for an evaluation's; remembered for the file."""

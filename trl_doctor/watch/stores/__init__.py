@@ -41,6 +41,10 @@ class Store:
     def rows(self, run: Run) -> Iterable[dict]:
         raise NotImplementedError
 
+    def args(self, run: Run) -> dict:
+        """The job's TrainingArguments as the tracker keeps them with the run (its config, its params): {} if none."""
+        return {}
+
     def stamp(self) -> object:
         """What changes when the store does (None: read it again at every look)."""
         return None
@@ -154,6 +158,7 @@ def read_run(store: Store, run: Run, runs: list[Run]):
     from trl_doctor.watch.history import History
 
     history = History(where(store), store.kind)
+    history.take_args(store.args(run))
     for row in store.rows(run):
         history.add(row)
     history.run, history.runs = run, runs

@@ -113,15 +113,24 @@ class MlflowStore(Store):
         return self._client
 
     def runs(self) -> list[Run]:
-        client = self.client(fresh=True)
         try:
+            client = self.client(fresh=True)  # MLflow opens the store here: a store mid-migration can fail to open
             experiments = [e.experiment_id for e in client.search_experiments()]
             found = client.search_runs(experiments, order_by=["attributes.start_time ASC"], max_results=1000) \
                 if experiments else []
+        except InputError:
+            raise
         except Exception as exc:  # MlflowException, a server's HTTP error, a store MLflow cannot read
             raise InputError(f"{self.location}: MLflow could not list its runs ({_first_line(exc)})") from None
         return [Run(r.info.run_name or r.info.run_id, r.info.run_id, (r.info.start_time or 0) / 1000,
                     r.info.status in ENDED) for r in found]
+
+    def args(self, run: Run) -> dict:
+        """The run's params (MLflowCallback logs the TrainingArguments and the model's config, as strings)."""
+        try:
+            return dict(self.client().get_run(run.id).data.params)
+        except Exception:
+            return {}
 
     def rows(self, run: Run):
         client = self.client()

@@ -97,6 +97,19 @@ class TrackioStore(Store):
             runs.append(run)
         return runs
 
+    def args(self, run: Run) -> dict:
+        """The run's config (TrackioCallback's trackio.init(config=...): the TrainingArguments and the model's)."""
+        db, key, ident = self._where[run.id]
+        if "configs" not in (sqlite_tables(db) or {}):
+            return {}
+        with readonly(db) as conn:
+            row = conn.execute(f"SELECT config FROM configs WHERE {key} = ? ORDER BY id DESC LIMIT 1", (ident,)).fetchone()
+        try:
+            config = json.loads(row[0]) if row and row[0] and len(row[0]) < (16 << 20) else {}
+        except (ValueError, RecursionError, TypeError):
+            return {}
+        return config if isinstance(config, dict) else {}
+
     def rows(self, run: Run):
         deserialize = _deserialize()
         db, key, ident = self._where[run.id]

@@ -89,6 +89,21 @@ class WandbStore(Store):
             runs.append(run)
         return sorted(runs, key=lambda r: r.started)
 
+    def args(self, run: Run) -> dict:
+        """The run's config records (WandbCallback's config update: the TrainingArguments and the model's config)."""
+        config: dict = {}
+        for record in _records(self._files[run.id], kinds=("config",)):
+            for item in record.config.update:
+                key = item.key or "/".join(item.nested_key)
+                try:
+                    value = json.loads(item.value_json) if len(item.value_json) < (1 << 20) else None
+                except (ValueError, RecursionError):
+                    continue
+                config[key] = value.get("value", value) if isinstance(value, dict) and "value" in value else value
+            if len(config) > 5000:
+                break
+        return config
+
     def rows(self, run: Run):
         path = self._files[run.id]
         for record in _records(path, kinds=("history",)):
