@@ -58,13 +58,19 @@ def test_an_output_folder_is_read_from_its_tensorboard_events_before_any_checkpo
     assert zero["details"]["since"] == "step 10" and "from step 10 to step 30 (3 logs)" in zero["message"]
 
 
-def test_the_reader_matches_tensorboards_own(tmp_path):
-    """Every scalar as tensorboard's own EventAccumulator reads the same file."""
+@pytest.mark.parametrize("every", [10, 5000])
+def test_the_reader_matches_tensorboards_own(tmp_path, every):
+    """Every scalar as tensorboard's own EventAccumulator reads the same file (steps of one varint byte, and of
+    two and three: 5000 to 40000), the scalars read by the reader's own fast path (no Event built for them)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from trl_doctor.watch.history import read
+    from trl_doctor.watch import tensorboard
+    from trl_doctor.watch.history import History, read
 
-    events = write_run(tmp_path / "out", ROWS)
+    events = write_run(tmp_path / "out", ROWS, every=every)
+    reader = tensorboard.reader(History(events, "tensorboard"), events)
+    reader.feed(events.read_bytes())
+    assert len(reader._fast) > 10  # the scalars' tags were read from their bytes
     ours = read(events)
     theirs = EventAccumulator(str(events.parent))
     theirs.Reload()
@@ -77,7 +83,7 @@ def test_the_reader_matches_tensorboards_own(tmp_path):
         column = ours.column(canonical(name))
         expected = [(e.step, e.value) for e in theirs.Scalars(tag)]
         assert [(p.step, p.value) for p in column] == expected, tag
-    assert ours.ended and ours.steps_per_log() == 10
+    assert ours.ended and ours.steps_per_log() == every
 
 
 def test_a_growing_file_is_read_on_and_a_torn_record_waits(tmp_path):
