@@ -96,7 +96,8 @@ def test_a_diverging_learning_rate_is_flagged_at_the_step_it_starts(tmp_path):
 
 
 @needs_trl
-def test_on_fail_warn_says_so_and_goes_on(tmp_path):
+def test_on_fail_warn_says_so_and_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # a job's log: no terminal, 80 columns
     sys.path.insert(0, str(FIXTURES))
     import _watch_runs
 
@@ -108,6 +109,8 @@ def test_on_fail_warn_says_so_and_goes_on(tmp_path):
     trainer.train()
     assert trainer.state.global_step == 6 and callback.watcher.stopped_at is None
     assert "trl-doctor watch, step 3: TW001 zero-advantage fail" in stream.getvalue()  # patience 3, from the dict
+    said = stream.getvalue().splitlines()  # the job's log: wrapped to 80 columns, continuation lines indented
+    assert max(len(line) for line in said) <= 80 and any(line.startswith("    ") for line in said), said
 
 
 @needs_trl

@@ -160,3 +160,39 @@ def test_a_printed_log_takes_its_interval_from_the_recipe(tmp_path):
     (tmp_path / "recipe.yaml").write_text("logging_steps: 10\n")
     code, results, _ = watch_json(tmp_path / "train.log", "--config", str(tmp_path / "recipe.yaml"))
     assert code == 1 and results["zero-advantage"]["status"] == "fail", results["zero-advantage"]
+
+
+def test_a_csv_of_log_rows_as_pandas_writes_it(tmp_path):
+    """`pd.DataFrame(trainer.state.log_history).to_csv(path)`, how people save a job's logs: an index column, empty
+    cells where a row lacks a metric, the summary row last."""
+    import pandas as pd
+
+    rows = json.loads((FIXTURES / "zero-advantage" / "bad_grpo_constant_reward.json").read_text())["log_history"]
+    path = tmp_path / "log_history.csv"
+    pd.DataFrame(rows).to_csv(path)
+    code, results, report = watch_json(path)
+    zero = results["zero-advantage"]
+    assert code == 1 and zero["status"] == "fail" and zero["details"]["since"] == "step 1", zero
+    from trl_doctor.watch.history import read
+
+    history = read(path)
+    assert [log.step for log in history.logs] == [r["step"] for r in rows if "loss" in r] and history.ended
+
+
+def test_a_csv_as_wandb_exports_a_runs_charts(tmp_path):
+    """W&B's "Download CSV" of a run's charts: `Step`, then `<run> - <metric>` with its `__MIN` and `__MAX`."""
+    import csv
+
+    metrics = ["train/reward", "train/reward_std", "train/frac_reward_zero_std", "train/loss", "train/grad_norm"]
+    path = tmp_path / "wandb_export.csv"
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["Step"] + [c for m in metrics for c in (f"grpo-1 - {m}", f"grpo-1 - {m}__MIN",
+                                                            f"grpo-1 - {m}__MAX")])
+        for step in range(10, 90, 10):
+            values = {"train/reward": 1.0, "train/reward_std": 0.0, "train/frac_reward_zero_std": 1.0,
+                      "train/loss": 0.0, "train/grad_norm": 0.0}
+            out.writerow([step] + [v for m in metrics for v in (values[m], -99.0, 99.0)])
+    code, results, _ = watch_json(path)
+    zero = results["zero-advantage"]
+    assert code == 1 and zero["status"] == "fail" and "from step 10 to step 80" in zero["message"], zero

@@ -29,7 +29,7 @@ import click
 def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, recipe, preflight, trainer, isolated, target,
           run, list_runs):
     """Judge a job's logged metrics: PATH is its output folder (TensorBoard's runs/, its checkpoints), a
-    trainer_state.json, a log of the printed {'loss': ...} lines (JSON lines, a JSON list of rows), or a tracker's
+    trainer_state.json, a log of the printed {'loss': ...} lines (JSON lines, a JSON list or CSV of rows), or a tracker's
     store: a trackio folder or project database, a wandb folder or run, an MLflow store (mlruns, mlflow.db, or a
     tracking server's http://HOST:PORT).
 
@@ -54,9 +54,10 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
         asked, rules = _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated, target)
         asked.run = run
         if follow:
+            from trl_doctor.watch import fitted
             from trl_doctor.watch.run import follow as follow_log
 
-            report, history = follow_log(asked, rules, lambda line: click.echo(_fitted(line), err=True),
+            report, history = follow_log(asked, rules, lambda line: click.echo(fitted(line), err=True),
                                          interval=interval)
         else:
             import gc
@@ -88,16 +89,6 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
         click.echo("trl-doctor: watch stopped", err=True)
         raise click.exceptions.Exit(130) from None
     raise click.exceptions.Exit(0 if report.ok else 1)
-
-
-def _fitted(line: str) -> str:
-    """A --follow line wrapped to the terminal's width (COLUMNS, else the terminal's, else 80), its continuation
-    lines indented."""
-    import shutil
-    import textwrap
-
-    width = max(40, shutil.get_terminal_size((80, 24)).columns)
-    return textwrap.fill(line, width=width, subsequent_indent="    ", break_on_hyphens=False)
 
 
 def _asked(path, select, ignore, fail_on, recipe, preflight, trainer, isolated, target):

@@ -23,3 +23,13 @@ def write_atomic(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def fitted(line: str) -> str:
+    """A line the watch prints (--follow's, the job's log's) wrapped to the terminal's width (COLUMNS, else the
+    terminal's, else 80), its continuation lines indented."""
+    import shutil
+    import textwrap
+
+    width = max(40, shutil.get_terminal_size((80, 24)).columns)
+    return textwrap.fill(line, width=width, subsequent_indent="    ", break_on_hyphens=False)

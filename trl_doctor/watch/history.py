@@ -319,6 +319,8 @@ def read(path: str | Path, run: str | None = None) -> History:
         return _from_state(path, text)
     if stripped.startswith("["):
         return _from_rows(path, text)
+    if path.suffix.lower() == ".csv":
+        return _from_csv(path, text)
     history = History(path, "printed")
     history.kind = read_lines(history, text.splitlines())
     if not history.logs:
@@ -368,6 +370,46 @@ def _from_rows(path: Path, text: str) -> History:
     if not history.logs:
         raise InputError(f"{path}: a JSON list without a training log row (expected log_history's rows: "
                          "{\"loss\": ..., \"step\": ...})")
+    return history
+
+
+_STEP_COLUMNS = ("step", "Step", "train/global_step", "global_step", "_step")
+_EXPORT = re.compile(r"^.+ - (?P<metric>.+?)(?P<bound>__MIN|__MAX)?$")  # wandb's "Download CSV": "<run> - <metric>"
+
+
+def _from_csv(path: Path, text: str) -> History:
+    """A CSV of log rows: `pandas.DataFrame(trainer.state.log_history).to_csv(...)` as people save it (an index column,
+    empty cells where a row lacks a metric), or wandb's "Download CSV" of a run's charts (`Step`, `<run> - <metric>`
+    columns, their `__MIN`/`__MAX` left out). A row's step is its step column's."""
+    import csv
+
+    try:
+        reader = csv.reader(text.splitlines())
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise InputError(f"{path}: not a CSV file: {exc}") from None
+    if not header or len(header) > 10_000:
+        raise InputError(f"{path}: a CSV file without a header row of metric names")
+    names: list[str | None] = []
+    for column in header:
+        column = column.strip()
+        m = _EXPORT.match(column)
+        if m and m["bound"]:
+            names.append(None)
+        else:
+            names.append(m["metric"] if m else column)
+    step_at = next((i for i, n in enumerate(names) if n in _STEP_COLUMNS), None)
+    history = History(path, "csv")
+    try:
+        for cells in reader:
+            row = {n: c for n, c in zip(names, cells) if n and c.strip() != "" and n not in _STEP_COLUMNS}
+            step = _number(cells[step_at]) if step_at is not None and step_at < len(cells) else None
+            history.add(row, step=int(step) if step is not None and math.isfinite(step) else None)
+    except csv.Error as exc:
+        raise InputError(f"{path}: not a CSV file: {exc}") from None
+    if not history.logs:
+        raise InputError(f"{path}: a CSV file without a training log row (expected columns such as loss, reward, "
+                         "step)")
     return history
 
 

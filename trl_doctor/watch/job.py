@@ -75,8 +75,10 @@ class Watcher:
         if logs is not None and levels:
             logs.update(_tracked(levels))
         if state.is_world_process_zero:
-            for line in lines:
-                print(line, file=self.stream or sys.stderr, flush=True)
+            from trl_doctor.watch import fitted
+
+            for line in lines:  # wrapped to the terminal (COLUMNS; 80 in a log file), as --follow's lines are
+                print(fitted(line), file=self.stream or sys.stderr, flush=True)
             if lines or (stop and self.report is not None):
                 self._write(args)
         if stop and self.on_fail == "stop" and self.stopped_at is None:
