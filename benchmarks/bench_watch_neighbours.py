@@ -301,6 +301,13 @@ def parse_line(text: str) -> dict | None:
 def read_rows(path: Path, meta: dict | None = None) -> list[tuple[float, dict]]:
     """The log's metric rows, in order, each with its step (the row's own `step`, else its 1-based position).
     A trainer_state.json's top-level scalars (global_step, max_steps, logging_steps...) go into `meta`."""
+    if path.is_dir():  # a job's TensorBoard run: its scalars by step, as trl-doctor's reader (tensorboard's Event) reads
+        from trl_doctor.watch.source import read
+
+        history = read(path)
+        if meta is not None:
+            meta.update({k: v for k, v in history.args.items() if k in ("max_steps", "logging_steps")})
+        return [(log.step, dict(log.values)) for log in history.logs]
     text = path.read_text(errors="replace")
     rows: list[dict] = []
     stripped = text.lstrip()

@@ -38,7 +38,8 @@ def printed(rows: list[dict], quoted: bool = False) -> str:
 
 def state_file(tmp_path: Path, rows: list[dict], **more) -> Path:
     path = tmp_path / "trainer_state.json"
-    path.write_text(json.dumps({"log_history": [dict(r, step=i + 1) for i, r in enumerate(rows)], **more}))
+    every = more.get("logging_steps", 1)  # a job logging every N steps logs at steps N, 2N, ...
+    path.write_text(json.dumps({"log_history": [dict(r, step=(i + 1) * every) for i, r in enumerate(rows)], **more}))
     return path
 
 

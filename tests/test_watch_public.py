@@ -27,9 +27,10 @@ RULE = {"zero-advantage": "zero-advantage", "never-terminating": "never-terminat
 
 def test_every_case_is_cited_and_its_file_exists():
     for case in CASES:
-        assert (PUBLIC / case["file"]).is_file(), case["file"]
+        assert (PUBLIC / case["file"]).exists(), case["file"]
         assert case["source"].startswith("https://github.com/") and case["author_says"], case["file"]
-    assert {c["file"] for c in CASES} == {p.name for p in PUBLIC.iterdir() if p.suffix in (".log", ".json")}
+    assert {c["file"] for c in CASES} == {p.name for p in PUBLIC.iterdir() if p.suffix in (".log", ".json")
+                                          or p.is_dir()}  # a folder: a job's TensorBoard run as it committed it
     assert sum(1 for c in CASES if not c["expected"]) >= 3  # false alarms and healthy runs, judged as such
 
 

@@ -66,15 +66,18 @@ class History:
         return set(self._names)
 
     def steps_per_log(self) -> int:
-        """The optimizer steps one log covers: logging_steps where the job says it (its state, the callback's
-        arguments), else the commonest gap between the newest logged steps; 1 when there are none."""
+        """The optimizer steps one log covers: the commonest gap between the newest logged steps (what the job did:
+        TRL's PPOTrainer logs every update whatever its logging_steps says), else logging_steps where the job says it
+        (its state, its arguments, a recipe: a printed log carries no step), else 1."""
+        recent = [log.step for log in self.logs[-51:] if log.step is not None]
+        gaps = sorted(b - a for a, b in zip(recent, recent[1:]) if b > a)
+        if gaps:
+            return gaps[len(gaps) // 2]
         if self.logging_steps and self.logging_steps >= 1:
             return int(self.logging_steps)
-        recent = [log.step for log in self.logs[-51:] if log.step is not None]
-        if self.logs and self.logs[0].number == 1 and len(self.logs) <= 51:
-            recent.insert(0, 0)  # a job's first log comes logging_steps steps after step 0
-        gaps = sorted(b - a for a, b in zip(recent, recent[1:]) if b > a)
-        return gaps[len(gaps) // 2] if gaps else 1
+        if len(recent) == 1 and self.logs[0].number == 1 and 1 <= recent[0] <= 1000:
+            return recent[0]  # a job's first log comes logging_steps steps after step 0
+        return 1
 
     def view(self, first: int, last: int) -> "History":
         """The first `first` and the last `last` logs (all of them when there are no more): what a job's watch judges
