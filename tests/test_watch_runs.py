@@ -175,8 +175,12 @@ def ppo_runs(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(PPO_CASES))
 def test_ppo_failures_are_flagged_and_stopped(ppo_runs, name):
+    """At PPOConfig's own logging and saving settings (logging_steps 10, save_steps 500): its PPOTrainer logs every
+    update whatever logging_steps says, and the watch counts what the job logged (one step a log)."""
     rule, status, since, stop = PPO_CASES[name]
     run = ppo_runs[name]
+    assert run["settings"]["logging_steps"] == 10 and run["settings"]["save_steps"] == 500, run["settings"]
+    assert run["logged_steps"][:2] == [1, 2], run["logged_steps"]
     assert run["results"][rule]["status"] == status and run["results"][rule]["since"] == since, run["results"][rule]
     if stop is None:  # a chaotic run: wherever it stopped, it stopped as every stop does
         stop = run["stopped_at"]
