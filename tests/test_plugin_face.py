@@ -136,8 +136,8 @@ EXAMPLE_SPEC = yaml.safe_load((EXAMPLE_CASES / "expected.yaml").read_text())
 
 @pytest.mark.parametrize("case, expected", sorted(EXAMPLE_SPEC["cases"].items()))
 def test_the_example_cases(example_site, built_fixtures, case, expected, tmp_path, request):
-    if case == "bad_tracker_not_installed.yaml" and importlib.util.find_spec("wandb") is not None:
-        pytest.skip("wandb is installed in this Python: the case's tracker is not missing here")
+    if case == "bad_tracker_not_installed.yaml" and importlib.util.find_spec("comet_ml") is not None:
+        pytest.skip("comet_ml is installed in this Python: the case's tracker is not missing here")
     run = case_snapshots.run_case(EXAMPLE_CASES / case, EXAMPLE_SPEC["rule"], (), tmp_path,
                                   {"PYTHONPATH": str(example_site)})
     found = run.result
@@ -189,7 +189,7 @@ def test_the_example_judges_under_static_with_its_own_hook(example_site, built_f
     env = {"PYTHONPATH": str(example_site)}
     verdicts = {}
     for case in sorted(EXAMPLE_SPEC["cases"]):
-        if case == "bad_tracker_not_installed.yaml" and importlib.util.find_spec("wandb") is not None:
+        if case == "bad_tracker_not_installed.yaml" and importlib.util.find_spec("comet_ml") is not None:
             continue
         proc = run_doctor("check", "--static", "--select", "EX001", "--format", "json", str(EXAMPLE_CASES / case),
                           env=env)
