@@ -184,8 +184,9 @@ def test_ppo_failures_are_flagged_and_stopped(ppo_runs, name):
     assert run["results"][rule]["status"] == status and run["results"][rule]["since"] == since, run["results"][rule]
     if stop is None:  # a chaotic run: wherever it stopped, it stopped as every stop does
         stop = run["stopped_at"]
-        if stop is None:
-            assert run["raised"] is None and run["checkpoints"] == [] and run["global_step"] == 8, run
+        if stop is None:  # it trained to its end, where PPOConfig's save_strategy ("steps") saves its last step
+            assert run["raised"] is None and run["global_step"] == 8, run
+            assert run["checkpoints"] in ([], ["checkpoint-8"]), run
             return
     # PPOTrainer's loop ignores should_training_stop: the stop is WatchStopped from train(), after the checkpoint
     assert run["stopped_at"] == stop and run["global_step"] == stop, run["said"]
@@ -211,7 +212,7 @@ def test_a_healthy_ppo_run_is_not_stopped(ppo_runs):
     run = ppo_runs["ppo_healthy"]
     assert run["stopped_at"] is None and run["raised"] is None and run["global_step"] == 8 and not run["said"]
     assert {r["status"] for r in run["results"].values()} <= {"pass", "skip"}, run["results"]
-    assert run["checkpoints"] == []
+    assert run["checkpoints"] in ([], ["checkpoint-8"])  # only the last step's save (PPOConfig saves "steps")
 
 
 @needs_trl

@@ -50,20 +50,25 @@ def write(tracker: str, folder: Path, *runs: str, env: dict | None = None, wait:
     return proc
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stores(tmp_path_factory):
-    """Each tracker's store with two runs, `bad` then `good`, written two trackers at a time."""
-    folder = tmp_path_factory.mktemp("stores")
-    made = {}
-    pending = [t for t in NEEDS if _have(NEEDS[t])]
-    while pending:
-        batch, pending = pending[:2], pending[2:]
-        procs = {t: write(t, folder / t, f"bad={BAD}", f"good={GOOD}", wait=False) for t in batch}
-        for tracker, proc in procs.items():
-            out, _ = proc.communicate(timeout=300)
-            assert proc.returncode == 0, out
-            made[tracker] = folder / tracker / WHERE[tracker]
-    return made
+    """Each tracker's store with two runs, `bad` then `good`, written two trackers at a time: once a session, in the
+    folder pytest-xdist's workers share (the first worker writes them, the others read the same stores)."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp().parent  # the session's: shared by its workers
+    folder = root / "tracker-stores"
+    with FileLock(str(root / "tracker-stores.lock")):
+        if not (folder / "done").is_file():
+            pending = [t for t in NEEDS if _have(NEEDS[t])]
+            while pending:
+                batch, pending = pending[:2], pending[2:]
+                procs = {t: write(t, folder / t, f"bad={BAD}", f"good={GOOD}", wait=False) for t in batch}
+                for proc in procs.values():
+                    out, _ = proc.communicate(timeout=300)
+                    assert proc.returncode == 0, out
+            (folder / "done").write_text("")
+    return {t: folder / t / WHERE[t] for t in NEEDS if _have(NEEDS[t])}
 
 
 def watch_json(path, *args):

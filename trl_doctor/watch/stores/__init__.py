@@ -23,6 +23,9 @@ from trl_doctor.watch.runinfo import Run
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+_PARTS = frozenset(("alembic_version", "experiments", "runs", "metrics", "configs"))  # MLflow's, trackio's
+
+
 class Pending(InputError):
     """A store its tracker has begun but holds nothing yet (a database without its tables): a follower waits."""
 
@@ -80,6 +83,8 @@ def open_store(target: str | Path) -> Store | None:
             store = find(path, tables)
             if store is not None:
                 return store
+        if tables.keys() & _PARTS:  # a tracker making its tables (MLflow migrates them one step at a time)
+            raise Pending(f"{path}: a tracker's SQLite store with some of its tables yet ({', '.join(sorted(tables))})")
         raise InputError(f"{path}: a SQLite database that is no tracker's store (neither trackio's nor MLflow's tables)")
     return None
 

@@ -19,7 +19,7 @@ import weakref
 from pathlib import Path
 
 from trl_doctor.errors import InputError
-from trl_doctor.watch.stores import Run, Store, snapshot, sqlite_tables
+from trl_doctor.watch.stores import Run, Store, readonly, snapshot, sqlite_tables
 
 SUMMARY = frozenset(("train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second", "total_flos"))
 MAX_FILES = 200_000
@@ -67,16 +67,20 @@ class MlflowStore(Store):
         self._temp: str | None = None
 
     def stamp(self) -> object:
-        if self.sqlite is not None:
-            stamps = []
-            for p in (self.sqlite, self.sqlite.with_name(self.sqlite.name + "-wal")):
-                try:
-                    st = p.stat()
-                    stamps.append((st.st_size, st.st_mtime_ns))
-                except OSError:
-                    stamps.append(None)
-            return tuple(stamps)
-        return None  # a file store's metrics files and a server's runs: read again at every look
+        """For a SQLite store, what a training log or a run's end changes (one read-only query, a millisecond): the
+        job writes TRL's profiling timings at every step, and reading the store again through MLflow for each of them
+        would cost a core while following. A file store and a server are read again at every look."""
+        if self.sqlite is None:
+            return None
+        import sqlite3
+
+        try:
+            with readonly(self.sqlite) as db:
+                return (db.execute("SELECT run_uuid, COUNT(*), MAX(step) FROM metrics WHERE key IN ('loss', "
+                                   "'train_runtime', 'objective/kl') GROUP BY run_uuid").fetchall(),
+                        db.execute("SELECT run_uuid, status FROM runs").fetchall())
+        except sqlite3.Error:
+            return object()  # not readable as a store yet (its tables being made): look again
 
     def close(self) -> None:
         if self._temp is not None:
