@@ -2,9 +2,9 @@
 
 What it does
   Flags `patience` (2) steps in a row whose `learning_rate` (PPO: `lr`) is 0 while the job still has
-  steps to go: it is running (the job's own callback, --follow), the log continues after them, or
-  the state's max_steps lies beyond them. A schedule reaches 0 only at its last step, so a 0 there
-  is healthy.
+  steps to go: it is running (the job's own callback, --follow), the log continues after them, the
+  job's max_steps lies beyond them, or (max_steps unknown) the log holds no end of the job. A
+  schedule reaches 0 only at its last step, so a 0 there is healthy.
 Why is this bad?
   Every optimizer step multiplies its update by the learning rate: at 0 the weights never change,
   while the job spends its whole budget generating and scoring. Causes: learning_rate 0 or a typo
@@ -36,7 +36,9 @@ def judge(ctx):
     def remains(p) -> bool:  # the job has steps after this log
         if getattr(ctx, "running", False) or p.number < last:
             return True
-        return bool(logs.max_steps and p.step is not None and p.step < logs.max_steps)
+        if logs.max_steps and p.step is not None:
+            return p.step < logs.max_steps
+        return not logs.ended  # no max_steps known and no end logged: a job stopped or still going, not finished
 
     holds, needed = (lambda p: p.value == 0 and remains(p)), patience(ctx, SLUG, 2)
     runs = streaks(points, holds, needed)

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, trl_doctor_exe
 
 pytestmark = pytest.mark.slow
 
@@ -170,7 +170,12 @@ def ppo_runs(tmp_path_factory):
     proc = subprocess.run([sys.executable, str(FIXTURES / "_watch_runs.py"), "--ppo", str(out), *PPO_CASES, "ppo_healthy"],
                           capture_output=True, text=True, timeout=600, env={**os.environ, **env, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return {name: json.loads((out / f"{name}.json").read_text()) for name in [*PPO_CASES, "ppo_healthy"]}
+    runs = {name: json.loads((out / f"{name}.json").read_text()) for name in [*PPO_CASES, "ppo_healthy"]}
+    for name, run in runs.items():  # and from the outside: `trl-doctor watch OUTPUT_DIR` on its TensorBoard events
+        outside = subprocess.run([trl_doctor_exe(), "watch", str(out / name), "--format", "json"], capture_output=True,
+                                 text=True, timeout=120)
+        run["outside"] = json.loads(outside.stdout) if outside.stdout.startswith("{") else {"error": outside.stderr}
+    return runs
 
 
 @pytest.mark.parametrize("name", list(PPO_CASES))
@@ -181,6 +186,10 @@ def test_ppo_failures_are_flagged_and_stopped(ppo_runs, name):
     run = ppo_runs[name]
     assert run["settings"]["logging_steps"] == 10 and run["settings"]["save_steps"] == 500, run["settings"]
     assert run["logged_steps"][:2] == [1, 2], run["logged_steps"]
+    # from the outside, on the job's TensorBoard events: the same rule, from the same step
+    outside = {r["id"]: r for r in run["outside"].get("results", [])}
+    assert "runs" in run["outside"].get("config", ""), run["outside"]
+    assert outside[rule]["status"] in ("warn", "fail") and outside[rule]["details"]["since"] == since, outside[rule]
     assert run["results"][rule]["status"] == status and run["results"][rule]["since"] == since, run["results"][rule]
     if stop is None:  # a chaotic run: wherever it stopped, it stopped as every stop does
         stop = run["stopped_at"]
@@ -213,6 +222,8 @@ def test_a_healthy_ppo_run_is_not_stopped(ppo_runs):
     assert run["stopped_at"] is None and run["raised"] is None and run["global_step"] == 8 and not run["said"]
     assert {r["status"] for r in run["results"].values()} <= {"pass", "skip"}, run["results"]
     assert run["checkpoints"] in ([], ["checkpoint-8"])  # only the last step's save (PPOConfig saves "steps")
+    flagged = [r["rule"] for r in run["outside"].get("results", []) if r["status"] in ("warn", "fail")]
+    assert "runs" in run["outside"].get("config", "") and not flagged, run["outside"]  # nor from the outside
 
 
 @needs_trl
