@@ -87,7 +87,6 @@ which is what the repository's own test applies to trl-doctor's extra slugs).
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import re
@@ -273,7 +272,6 @@ dst.write_text(json.dumps(out))
 '''
 
 _DICT = re.compile(r"\{.*\}")
-_BARE = re.compile(r"(?<![\w'\".])(-?)(nan|inf|infinity)(?![\w'\"])", re.IGNORECASE)
 
 
 def _float_marks(value):
@@ -283,19 +281,12 @@ def _float_marks(value):
 
 
 def parse_line(text: str) -> dict | None:
-    """One printed (Python repr) or JSON dict, read as data, never evaluated: bare nan/inf become floats."""
-    if text.startswith('{"'):
-        try:
-            row = json.loads(text)
-            return row if isinstance(row, dict) else None
-        except ValueError:
-            pass
-    marked = _BARE.sub(lambda m: f"'{m.group(1)}{m.group(2)}'", text)
-    try:
-        row = ast.literal_eval(marked)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
-    return {k: _float_marks(v) for k, v in row.items()} if isinstance(row, dict) else None
+    """One printed (Python repr) or JSON dict, read as trl-doctor reads it (data, never evaluated): bare nan/inf
+    become floats."""
+    from trl_doctor.watch.history import parse_row
+
+    row = parse_row(text)
+    return {k: _float_marks(v) for k, v in row.items()} if row is not None else None
 
 
 def read_rows(path: Path, meta: dict | None = None) -> list[tuple[float, dict]]:

@@ -33,3 +33,17 @@ def fitted(line: str) -> str:
 
     width = max(40, shutil.get_terminal_size((80, 24)).columns)
     return textwrap.fill(line, width=width, subsequent_indent="    ", break_on_hyphens=False)
+
+
+def read_bytes(path: Path, limit: int, what: str = "training log") -> bytes:
+    """A watched file's bytes, refused in one line naming it (InputError) past `limit` or when it cannot be read:
+    every file under a watched folder is hostile."""
+    from trl_doctor.errors import InputError
+
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise InputError(f"{path}: {size / (1 << 30):.1f} GiB, larger than any {what} ({limit >> 30} GiB at most)")
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from None

@@ -333,13 +333,9 @@ def read(path: str | Path, run: str | None = None) -> History:
 
 
 def _text(path: Path) -> str:
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise InputError(f"{path}: {size / (1 << 30):.1f} GiB, larger than any training log ({MAX_BYTES >> 30} GiB at most)")
-        return path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    from trl_doctor.watch import read_bytes
+
+    return read_bytes(path, MAX_BYTES).decode("utf-8", errors="replace")
 
 
 def _from_state(path: Path, text: str) -> History:

@@ -257,14 +257,10 @@ def reader(history, path: Path) -> EventReader:
 
 def read_into(history, path: Path, max_bytes: int):
     """`history` (a new trl_doctor.watch.history.History) with the event file at `path` read into it."""
+    from trl_doctor.watch import read_bytes
+
     events = reader(history, path)
-    try:
-        if path.stat().st_size > max_bytes:
-            raise InputError(f"{path}: larger than any training log ({max_bytes >> 30} GiB at most)")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    events.feed(data)
+    events.feed(read_bytes(path, max_bytes))
     if not history.logs:
         raise InputError(f"{path}: no training log in this TensorBoard event file yet (the job logs every "
                          "logging_steps steps)")

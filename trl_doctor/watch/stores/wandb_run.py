@@ -143,12 +143,9 @@ def _records(path: Path, kinds: tuple[str, ...]):
 
 def frames(path: Path):
     """The data of each whole record in a wandb transaction log (LevelDB's log format), read-only."""
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            raise InputError(f"{path}: larger than any run's log ({MAX_BYTES >> 30} GiB at most)")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    from trl_doctor.watch import read_bytes
+
+    data = read_bytes(path, MAX_BYTES, "run's log")
     if not data.startswith(HEADER):
         raise InputError(f"{path}: not a wandb run file (no ':W&B' header)")
     pos, size, pending = len(HEADER), len(data), None
