@@ -231,3 +231,21 @@ def test_an_mlflow_tracking_server_on_this_machine(tmp_path):
 
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_a_runs_name_reaches_the_terminal_harmless(tmp_path):
+    """A run's name is the store's text (anyone's): --list-runs prints it without its control characters (no ANSI
+    sequence) and without a workflow command."""
+    import sqlite3
+
+    db = tmp_path / "grpo.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE metrics (id INTEGER PRIMARY KEY, run_id TEXT, timestamp TEXT, run_name TEXT, "
+                     "step INTEGER, metrics TEXT)")
+        conn.execute("CREATE TABLE configs (id INTEGER PRIMARY KEY, run_id TEXT, run_name TEXT, config TEXT)")
+        conn.execute("INSERT INTO metrics VALUES (1, 'r1', '2026-01-01T00:00:00', ?, 1, ?)",
+                     ("evil\x1b[31m\n::error::pwned", json.dumps({"train/loss": 0.1, "train/global_step": 1})))
+    proc = run_doctor("watch", str(db), "--list-runs")
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "::error" not in proc.stdout and "evil\\x1b[31m" in proc.stdout, proc.stdout
+    assert len(proc.stdout.strip().splitlines()) == 2

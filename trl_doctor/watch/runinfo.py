@@ -16,4 +16,9 @@ class Run:
     ended: bool | None = None
 
     def label(self) -> str:
-        return self.name if self.name == self.id or not self.id else f"{self.name} ({self.id})"
+        """How the watch prints the run: its name (and id), as one line with no control character and no workflow
+        command of the store's (a run's name is anyone's text)."""
+        from trl_doctor.report.formats._safe import no_commands, visible
+
+        text = self.name if self.name == self.id or not self.id else f"{self.name} ({self.id})"
+        return no_commands(visible(text[:200], one_line=True))
