@@ -170,6 +170,23 @@ def near(a: float, b: float, rel: float = 1e-3, abs_: float = 1e-6) -> bool:
     return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
 
 
+def threshold_problem(table: object) -> str | None:
+    """What is wrong with a table of watch thresholds ({slug: {name: number}}, as `[tool.trl-doctor.watch]` and
+    DoctorCallback(watch={...}) give them), as `watch.<slug>.<name> ...` words, or None: each must be a finite number
+    (TOML and Python both spell inf and nan, which no comparison of a rule's can use)."""
+    if not isinstance(table, dict):
+        return "the watch thresholds must be a table of rules' thresholds ({slug: {name: number}})"
+    for slug, values in table.items():
+        if not isinstance(values, dict):
+            return f"watch.{slug} must be a table of numbers (a watch rule's thresholds)"
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return f"watch.{slug}.{name} must be a number, not {type(value).__name__}"
+            if not math.isfinite(value):
+                return f"watch.{slug}.{name} must be a finite number, not {value}"
+    return None
+
+
 def limit(ctx, slug: str, name: str, default: float) -> float:
     """A watch rule's threshold: the project config's `[watch.<slug>] <name> = ...` when set, else `default` (the
     rule's docstring says where each default comes from)."""

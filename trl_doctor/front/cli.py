@@ -111,11 +111,13 @@ def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, i
     except (click.exceptions.Exit, click.ClickException):
         raise
     except Exception as exc:  # the doctor's own bug, met on some input: one line, the traceback only with -v
+        from trl_doctor.front.output import unexpected
+
         if verbose:
             import traceback
 
             traceback.print_exc()
-        raise _stopped(run, _unexpected(exc, subject, verbose)) from None
+        raise _stopped(run, unexpected(exc, " ".join(subject), verbose)) from None
     raise click.exceptions.Exit(code)
 
 
@@ -155,32 +157,6 @@ def _outputs(fmt: str, output: str | None, reports: tuple[str, ...]) -> list[tup
                                      param_hint="--report")
         out.append((name, path))
     return out
-
-
-def _unexpected(exc: Exception, subject: tuple[str, ...], verbose: bool) -> str:
-    what = " ".join(subject)
-    if isinstance(exc, RecursionError):
-        return f"{what}: an input is nested too deeply to check"
-    if isinstance(exc, MemoryError):
-        return f"{what}: an input is too large to check in this machine's memory"
-    loop = _symlink_loop(exc)
-    if loop:
-        return f"{loop}: a symbolic link loop (the link leads back to itself), not a file or folder"
-    text = str(exc).splitlines()[0][:300] if str(exc) else ""
-    hint = "" if verbose else " (-v shows the traceback)"
-    return f"{what}: the check stopped on {type(exc).__name__}: {text}{hint}"
-
-
-def _symlink_loop(exc: Exception) -> str | None:
-    """The path of a symbolic link loop `exc` reports (pathlib's RuntimeError before Python 3.13, ELOOP after)."""
-    import errno
-
-    if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
-        return str(exc.filename)
-    text = str(exc)
-    if isinstance(exc, RuntimeError) and text.startswith("Symlink loop from "):
-        return text[len("Symlink loop from "):].strip("'\"")
-    return None
 
 
 def _launch(subject: tuple[str, ...]):

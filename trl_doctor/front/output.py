@@ -38,3 +38,29 @@ def emit(text: str, path: str | None) -> None:
             raise InputError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
     else:
         click.echo(text, nl=False)
+
+
+def unexpected(exc: Exception, what: str, verbose: bool, doing: str = "the check") -> str:
+    """An unexpected stop of `doing` on `what` (the doctor's own bug met on some input), as its one line."""
+    if isinstance(exc, RecursionError):
+        return f"{what}: an input is nested too deeply to check"
+    if isinstance(exc, MemoryError):
+        return f"{what}: an input is too large to check in this machine's memory"
+    loop = symlink_loop(exc)
+    if loop:
+        return f"{loop}: a symbolic link loop (the link leads back to itself), not a file or folder"
+    text = str(exc).splitlines()[0][:300] if str(exc) else ""
+    hint = "" if verbose else " (-v shows the traceback)"
+    return f"{what}: {doing} stopped on {type(exc).__name__}: {text}{hint}"
+
+
+def symlink_loop(exc: Exception) -> str | None:
+    """The path of a symbolic link loop `exc` reports (pathlib's RuntimeError before Python 3.13, ELOOP after)."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+        return str(exc.filename)
+    text = str(exc)
+    if isinstance(exc, RuntimeError) and text.startswith("Symlink loop from "):
+        return text[len("Symlink loop from "):].strip("'\"")
+    return None

@@ -116,10 +116,9 @@ def _read(path: Path, table: Any) -> ProjectConfig:
 
 def _watch(where: str | None, table: dict) -> dict[str, dict[str, float]]:
     """`[watch.<slug>]` tables of numbers: the watch rules' thresholds (the rule checks the names when it runs)."""
-    out = {}
-    for slug, values in table.items():
-        if not isinstance(values, dict) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
-            raise InputError(f"{where}: watch.{slug} must be a table of numbers (a watch rule's thresholds)")
-        out[slug] = dict(values)
-    return out
+    from trl_doctor.facts.metrics import threshold_problem
+
+    problem = threshold_problem(table)
+    if problem:
+        raise InputError(f"{where}: {problem}")
+    return {slug: dict(values) for slug, values in table.items()}

@@ -15,7 +15,7 @@ import click
 @click.option("--interval", type=click.FloatRange(min=0.05), default=2.0, show_default=True, help="Seconds between reads with --follow.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "github", "sarif"]), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), help="Write the report to this file.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write the curves, the flagged logs marked, as an SVG picture.")
+@click.option("--plot", type=click.Path(path_type=Path), help="Write the curves, the flagged logs marked, as an SVG picture.")
 @click.option("--select", help="Only these rules: ids (TW001) or slugs (zero-advantage), comma-separated.")
 @click.option("--ignore", help="Skip these rules: ids or slugs, comma-separated.")
 @click.option("--fail-on", type=click.Choice(["fail", "warn"]), default=None, help="Lowest status that makes the exit status 1 (default: fail).")
@@ -26,8 +26,9 @@ import click
 @click.option("--target", "target", default=None, metavar="NxMODEL", help="The GPUs the job trains on (8xH100-80GB): a finding's cost is also said in GPU-hours.")
 @click.option("--run", "run", default=None, metavar="NAME", help="The run to judge in a store of several (a trackio project, a wandb folder, an MLflow store, runs/): its name or id (default: the newest).")
 @click.option("--list-runs", is_flag=True, help="List the runs in PATH's store and exit.")
+@click.option("-v", "--verbose", is_flag=True, help="Show the traceback of an unexpected stop of the watch.")
 def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, recipe, preflight, trainer, isolated, target,
-          run, list_runs):
+          run, list_runs, verbose):
     """Judge a job's logged metrics: PATH is its output folder (TensorBoard's runs/, its checkpoints), a
     trainer_state.json, a log of the printed {'loss': ...} lines (JSON lines, a JSON list or CSV of rows), or a tracker's
     store: a trackio folder or project database, a wandb folder or run, an MLflow store (mlruns, mlflow.db, or a
@@ -88,6 +89,16 @@ def watch(path, follow, interval, fmt, output, plot, select, ignore, fail_on, re
     except KeyboardInterrupt:
         click.echo("trl-doctor: watch stopped", err=True)
         raise click.exceptions.Exit(130) from None
+    except (click.exceptions.Exit, click.ClickException):
+        raise
+    except Exception as exc:  # the watch's own bug, met on some log: one line (exit 2), the traceback only with -v
+        from trl_doctor.front.output import unexpected
+
+        if verbose:
+            import traceback
+
+            traceback.print_exc()
+        raise _input_error(unexpected(exc, str(path), verbose, "the watch")) from None
     raise click.exceptions.Exit(0 if report.ok else 1)
 
 

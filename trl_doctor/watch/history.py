@@ -118,10 +118,10 @@ class History:
                 if isinstance(value, (int, float, str, bool)):
                     kept[key] = value
         self.args = kept
-        steps, every = kept.get("max_steps"), kept.get("logging_steps")
-        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 and self.max_steps is None:
+        steps, every = kept.get("max_steps"), _int(kept.get("logging_steps"))
+        if isinstance(steps, int) and not isinstance(steps, bool) and 0 < steps < 1 << 62 and self.max_steps is None:
             self.max_steps = steps
-        if (isinstance(every, (int, float)) and not isinstance(every, bool) and every >= 1
+        if (every is not None and every >= 1
                 and str(kept.get("logging_strategy", "steps")).split(".")[-1].lower() == "steps"
                 and self.logging_steps is None):
             self.logging_steps = int(every)
@@ -143,12 +143,22 @@ class History:
         if step is None:
             # a tracker's row carries the trainer's step as train/global_step (its own `step` counts its log calls)
             s = raw.get("train/global_step", raw.get("global_step", raw.get("step")))
-            step = int(s) if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) else None
+            step = _step(s)
         number = len(self.logs) + 1
         log = Log(number, step, values, f"step {step}" if step is not None else f"log {number}")
         self.logs.append(log)
         self._names.update(values)
         return log
+
+
+def _step(value: Any) -> int | None:
+    """A row's logged step as an int; None for what is none (a bool, inf, NaN, an integer past any job's steps)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    step = int(value)
+    return step if -(1 << 62) < step < 1 << 62 else None
 
 
 _LEFT_OF_SUMMARY = frozenset(("train/epoch", "train/global_step", "step", "timestamp", "_step", "_runtime",
@@ -211,7 +221,7 @@ _NOT_METRICS = ("eval_", "eval/", "test/", "_", "profiling/", "system/", "train/
 _BOOKKEEPING = frozenset(("epoch",))
 _KEYS: dict[Any, str] = {}  # a logged key -> the metric it is ("" for a key that is none: step, eval_*)
 _PLANS: dict[tuple, tuple] = {}  # a row's keys, in order -> its (key, metric) pairs
-_JSON_NUMBER = frozenset((float, int))
+_BIG = 1 << 1000  # an integer past this is no float (float() raises): the slow path reads it as no value
 
 
 def training_values(raw: dict[str, Any]) -> dict[str, float] | None:
@@ -228,8 +238,17 @@ def training_values(raw: dict[str, Any]) -> dict[str, float] | None:
     if plan is None and len(_PLANS) < 1_000 and all(isinstance(k, str) for k in raw):
         plan = _PLANS[tuple(raw)] = tuple((k, m) for k in raw if (m := _KEYS.get(k) if k in _KEYS else _metric(k)))
     if plan is not None:
-        out = {name: raw[key] for key, name in plan if type(raw[key]) in _JSON_NUMBER}
-        if len(out) == len(plan):
+        out = {}
+        for key, name in plan:
+            value = raw[key]
+            kind = type(value)
+            if kind is float:
+                out[name] = value
+            elif kind is int and -_BIG < value < _BIG:
+                out[name] = float(value)
+            else:
+                break
+        else:
             return out if out.keys() - _BOOKKEEPING else None
     out = {}
     for key, value in raw.items():
@@ -255,17 +274,19 @@ def _metric(key: Any) -> str:
 
 
 def _number(value: Any) -> float | None:
+    """A logged value as a float; None where it is none (a bool, None, text) or no float holds it (an integer of
+    hundreds of digits: the job's text, read as no value rather than a crash)."""
     if type(value) is float:
         return value
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):  # transformers 5 prints rounded numbers as strings: {'loss': '0.1234'}
-        try:
+    try:
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str) and len(value) < 100:  # transformers 5 prints numbers as strings: {'loss': '0.1234'}
             return float(value.strip())
-        except ValueError:
-            return None
+    except (ValueError, OverflowError):
+        return None
     return None
 
 
@@ -298,8 +319,9 @@ def find_log(path: Path, run: str | None = None) -> Path:
 
 
 def _step_of(name: str) -> int:
+    """checkpoint-N's N; -1 for a folder whose tail is not ASCII digits (`checkpoint-③` is str.isdigit's, not int's)."""
     tail = name.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
+    return int(tail) if tail.isascii() and tail.isdigit() and len(tail) < 19 else -1
 
 
 def _logged_steps(path: Path) -> int:
@@ -413,7 +435,7 @@ def _from_csv(path: Path, text: str) -> History:
 
 
 def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+    return _step(value)
 
 
 _DICT = re.compile(r"\{['\"][^{}]*\}")

@@ -28,8 +28,12 @@ class Watcher:
                  select=(), ignore=(), stream=None):
         if on_fail not in ("stop", "warn"):
             raise ValueError("on_fail must be 'stop' (save a checkpoint and stop) or 'warn' (say so and go on)")
+        from trl_doctor.facts.metrics import threshold_problem
         from trl_doctor.watch.judge import watch_rules
 
+        problem = threshold_problem(thresholds or {})
+        if problem:  # refused where it is given, not at the first log an hour in
+            raise ValueError(f"DoctorCallback(watch=...): {problem}")
         self.rules = watch_rules(select, ignore)
         self.fail_on, self.on_fail = fail_on, on_fail
         self.thresholds = thresholds or {}
@@ -45,6 +49,7 @@ class Watcher:
         self.release: str | None = None
         self.loop: str | None = None  # the trainer's class, where its own loop ignores should_training_stop
         self.stopped_for = ""
+        self.troubles: set[str] = set()  # the watch's own troubles said in the job's log (each once)
 
     def begin(self, args, trainer, preflight_report=None) -> None:
         from trl_doctor.watch.history import History
@@ -67,11 +72,14 @@ class Watcher:
         if self.stopped_at is not None and state.global_step > self.stopped_at and self.on_fail == "stop":
             self._raise("the trainer went on past the step it was told to stop at")
         start = time.perf_counter()
-        log = self.history.add(dict(logs or {}), step=state.global_step) if logs else None
         stop, lines, levels = False, [], {}
-        if log is not None and state.is_world_process_zero:
-            stop, lines, levels = self._judge(state)
-        stop, lines, levels = _agree((stop, lines, levels))
+        try:
+            log = self.history.add(dict(logs or {}), step=state.global_step) if logs else None
+            if log is not None and state.is_world_process_zero:
+                stop, lines, levels = self._judge(state)
+        except Exception as exc:  # the watch's own trouble (a log it cannot read, its bug): a line, never the job's end
+            stop, lines, levels = False, self._trouble(state, exc), {}
+        stop, lines, levels = _agree((stop, lines, levels))  # every process, whatever happened above
         if logs is not None and levels:
             logs.update(_tracked(levels))
         if state.is_world_process_zero:
@@ -83,7 +91,7 @@ class Watcher:
                 self._write(args)
         if stop and self.on_fail == "stop" and self.stopped_at is None:
             self.stopped_at = state.global_step
-            control.should_save = True
+            control.should_save = _can_save(args, self.stream)  # a checkpoint that cannot be written is not asked for
             control.should_training_stop = True
             self.stopped_for = ", ".join(f"{r.id} {r.rule}" for r in self.report.results if fails(r, self.fail_on)) \
                 if self.report is not None else ""
@@ -100,14 +108,25 @@ class Watcher:
         lines = []
         for r in results:
             said = f"{r.status.value}: {r.message}"
+            if r.status == Status.ERROR:  # a crashed rule is the watch's trouble, said once; it never stops the job
+                said = f"error: the rule crashed ({r.message.removeprefix('the rule crashed: ')}); the job goes on"
             if r.status in (Status.WARN, Status.FAIL, Status.ERROR) and self.said.get(r.id) != said:
                 lines.append(f"trl-doctor watch, step {state.global_step}: {r.id} {r.rule} {said}")
             self.said[r.id] = said
-        bad = [r for r in results if fails(r, self.fail_on)]
+        bad = [r for r in results if r.status != Status.ERROR and fails(r, self.fail_on)]
         if bad and self.on_fail == "stop" and self.stopped_at is None:
             lines.append(f"trl-doctor watch: stopping the job at step {state.global_step} ({', '.join(r.id + ' ' + r.rule for r in bad)}): "
                          "the trainer saves a checkpoint and ends training after this step")
         return bool(bad), lines, {r.rule: LEVEL[r.status] for r in results}
+
+    def _trouble(self, state, exc: Exception) -> list[str]:
+        """The watch's own trouble at this log, as the job's log line (once for each kind): the job goes on."""
+        words = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        if words in self.troubles:
+            return []
+        self.troubles.add(words)
+        return [f"trl-doctor watch, step {state.global_step}: the watch could not judge this log ({words}); the job "
+                "goes on, unjudged where it cannot be read"]
 
     def on_save(self, state) -> None:
         """After the checkpoint of the stopping step: a loop that ignores should_training_stop is stopped here."""
@@ -136,6 +155,23 @@ class Watcher:
             write_atomic(folder / REPORT, self.report.render("json"))
         except OSError as exc:
             print(f"trl-doctor watch: cannot write {folder / REPORT}: {exc.strerror or exc}", file=self.stream or sys.stderr)
+
+
+def _can_save(args, stream) -> bool:
+    """Whether the trainer can write the stopping step's checkpoint into output_dir (a read-only or missing folder:
+    the trainer's save would raise, and the job would die of the watch's stop). Said in the log when it cannot."""
+    import tempfile
+
+    folder = Path(getattr(args, "output_dir", None) or ".")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        return True
+    except OSError as exc:
+        print(f"trl-doctor watch: {folder} cannot be written ({exc.strerror or exc}): the job stops without a "
+              "checkpoint of this step", file=stream or sys.stderr, flush=True)
+        return False
 
 
 def _tracked(levels: dict[str, int]) -> dict[str, int]:

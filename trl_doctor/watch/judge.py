@@ -28,10 +28,20 @@ def watch_rules(select: Iterable[str] = (), ignore: Iterable[str] = (), rules: l
 
 
 def judge(ctx, rules: list) -> list[Result]:
-    from trl_doctor.engine import run_rule
+    return [_costed(_judged(r, ctx), ctx.history) for r in rules]
 
-    results = [run_rule(replace(r, check=r.watch, needs=(), prepare=None), ctx) for r in rules]
-    return [_costed(r, ctx.history) for r in results]
+
+def _judged(rule, ctx) -> Result:
+    """One watch rule's result. A watch rule reads logged metrics, not the user's files, so an InputError it raises
+    is its own crash (a plugin's), an `error` like any other, never the end of the watch."""
+    from trl_doctor.engine import run_rule
+    from trl_doctor.errors import InputError
+    from trl_doctor.types import Status
+
+    try:
+        return run_rule(replace(rule, check=rule.watch, needs=(), prepare=None), ctx)
+    except InputError as exc:
+        return Result(rule.id, rule.slug, rule.title, Status.ERROR, f"the rule crashed: InputError: {exc}", {}, None, 0.0)
 
 
 def _costed(result: Result, history) -> Result:
@@ -116,16 +126,19 @@ def sparklines(history, results: list[Result]) -> str:
         return ""
     import shutil
 
+    from trl_doctor.report.formats._safe import for_terminal
+
     logs = history.logs
     columns = {m: history.column(m) for m in shown}
     ends = {m: f"{fmt(c[0].value)} -> {fmt(c[-1].value)}" for m, c in columns.items()}
     cols = max(60, shutil.get_terminal_size((80, 24)).columns)  # COLUMNS, else the terminal's, else 80
-    width = min(max(len(m) for m in shown), 28)
+    width = min(max(len(for_terminal(m, one_line=True)) for m in shown), 28)
     bars = max(8, min(WIDTH, cols - 2 - width - 2 - 2 - max(len(e) for e in ends.values())))
     lines = [f"\nmetrics over {len(logs)} logs ({logs[0].at} to {logs[-1].at}):"]
     for metric, column in columns.items():
         values = [p.value for p in column]
-        name = metric if len(metric) <= width else metric[:width - 1] + "…"
+        name = for_terminal(metric, one_line=True)  # a metric's name is the job's text: no escape reaches the terminal
+        name = name if len(name) <= width else name[:width - 1] + "…"
         lines.append(f"  {name:<{width}}  {sparkline(values, bars)}  {ends[metric]}"[:cols])
         if metric in flagged:
             numbers, ids = flagged[metric]

@@ -16,6 +16,15 @@ LEFT = 64  # room for the value labels (`-4.21e+05`) left of a panel
 COLUMNS = 2
 
 
+def _text(text: str) -> str:
+    """Text of the job's (a metric's name, the log's path) as one line of XML character data: markup escaped, and
+    what XML 1.0 cannot hold (control characters, lone surrogates) and line breaks as visible escapes, so the picture
+    stays a valid document with a label a line."""
+    from trl_doctor.report.formats._safe import visible, xml_text
+
+    return html.escape(xml_text(visible(text, one_line=True)))
+
+
 def svg(history, results, shown: list[str]) -> str:
     flagged: dict[str, list] = {}
     curveless = []
@@ -32,11 +41,11 @@ def svg(history, results, shown: list[str]) -> str:
     width, height = COLUMNS * (PANEL_W + LEFT + 12), rows * (PANEL_H + 2 * PAD + 14) + top
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
            f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
-           f'<text x="8" y="18" font-size="13">{html.escape(str(history.source))}: {len(history.logs)} logs, '
-           f'{html.escape(history.logs[0].at)} to {html.escape(history.logs[-1].at)}</text>']
+           f'<text x="8" y="18" font-size="13">{_text(str(history.source))}: {len(history.logs)} logs, '
+           f'{_text(history.logs[0].at)} to {_text(history.logs[-1].at)}</text>']
     if curveless:
         said = "; ".join(f"{r.id} {r.rule} {r.status.value}" for r in curveless)
-        out.append(f'<text x="8" y="34" fill="#c0392b">flagged without a curve: {html.escape(said)}</text>')
+        out.append(f'<text x="8" y="34" fill="#c0392b">flagged without a curve: {_text(said)}</text>')
     for k, metric in enumerate(shown):
         x0 = (k % COLUMNS) * (PANEL_W + LEFT + 12) + LEFT
         y0 = (k // COLUMNS) * (PANEL_H + 2 * PAD + 14) + top
@@ -60,7 +69,7 @@ def _panel(history, metric: str, rules: list, x0: float, y0: float) -> list[str]
 
     axis = "step" if column[0].step is not None else "log"
     verdicts = "  ".join(f"{r.id} {r.rule} {r.status.value}" for r in rules)
-    out = [f'<text x="{x0}" y="{y0 - (20 if rules else 8)}">{html.escape(metric)}</text>',
+    out = [f'<text x="{x0}" y="{y0 - (20 if rules else 8)}">{_text(metric)}</text>',
            f'<rect x="{x0}" y="{y0}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#bbb"/>',
            f'<text x="{x0 - 4}" y="{y0 + 8}" text-anchor="end" font-size="9">{hi:.3g}</text>',
            f'<text x="{x0 - 4}" y="{y0 + PANEL_H}" text-anchor="end" font-size="9">{lo:.3g}</text>',
@@ -69,7 +78,7 @@ def _panel(history, metric: str, rules: list, x0: float, y0: float) -> list[str]
            f'{axis} {(first + last) // 2}</text>',
            f'<text x="{x0 + PANEL_W}" y="{y0 + PANEL_H + 12}" text-anchor="end" font-size="9">{last}</text>']
     if rules:
-        out.append(f'<text x="{x0}" y="{y0 - 6}" fill="#c0392b" font-size="10">{html.escape(verdicts)}</text>')
+        out.append(f'<text x="{x0}" y="{y0 - 6}" fill="#c0392b" font-size="10">{_text(verdicts)}</text>')
     path = " ".join(f"{x:.1f},{y:.1f}" for x, y in (xy(n, v) for n, v in points if math.isfinite(v)))
     out.append(f'<polyline points="{path}" fill="none" stroke="#2c6fbb" stroke-width="1.2"/>')
     from trl_doctor.facts.metrics import marked as flagged_logs
@@ -83,6 +92,8 @@ def _panel(history, metric: str, rules: list, x0: float, y0: float) -> list[str]
 
 
 def write(path: Path, history, results, shown: list[str]) -> None:
+    if path.is_dir():
+        raise InputError(f"{path}: a folder; --plot writes an SVG picture to a file (name it .svg)")
     if path.suffix.lower() != ".svg":
         raise InputError(f"{path}: --plot writes an SVG picture: name the file .svg")
     from trl_doctor.watch import write_atomic

@@ -39,21 +39,9 @@ def recipe(path: Path | None) -> dict:
     """The top-level keys of a recipe (YAML or JSON) given with --config: what the job ran with (beta, fp16, ...)."""
     if path is None:
         return {}
-    import yaml
+    from trl_doctor.context.config import load_raw
 
-    from trl_doctor.context.config import MAX_CONFIG_BYTES
-
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise InputError(f"{path}: larger than any recipe")
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not YAML or JSON: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a recipe (a mapping of keys to values)")
-    return {str(k): v for k, v in data.items()}
+    return load_raw(path)  # check's own reader: a regular file of bounded size, UTF-8, its nesting bounded
 
 
 def preflight_report(path: Path | None) -> dict:
@@ -61,14 +49,12 @@ def preflight_report(path: Path | None) -> dict:
     names eos-termination's)."""
     if path is None:
         return {}
-    import json
+    from trl_doctor.context.inputs import read_json_file
 
+    data = read_json_file(path, "trl-doctor JSON report", limit=64 * 2**20)  # a regular file, bounded, nesting too
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return {r["rule"]: {"status": r["status"], "message": r["message"]} for r in data["results"]}
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    except (ValueError, KeyError, TypeError):
+        return {str(r["rule"]): {"status": str(r["status"]), "message": str(r["message"])} for r in data["results"]}
+    except (KeyError, TypeError):
         raise InputError(f"{path}: not a trl-doctor JSON report (`trl-doctor check --format json`)") from None
 
 
@@ -187,31 +173,39 @@ def _begun(path) -> bool:
 
 
 class _Tail:
-    """A log file read on from where it ended: printed lines and JSON lines are appended to; a trainer_state.json is
-    rewritten whole at each save (read again when its size or time changes)."""
+    """A log file read on from where it ended, as `tail -F` follows one: printed lines and JSON lines are appended to;
+    a log rotated by rename (a new file at the path) is read to its end and then the new file from its start; one
+    truncated in place (copytruncate) is read again from its start; the history goes on across both. Memory stays
+    bounded whatever the writer does: the file is read in chunks of CHUNK bytes, and a line longer than MAX_LINE (no
+    log row is) is dropped up to its newline. A trainer_state.json is rewritten whole at each save (read again when
+    its size or time changes)."""
+
+    CHUNK = 4 << 20
+    MAX_LINE = 1 << 20
 
     def __init__(self, path: Path):
         from trl_doctor.watch import history as hist
-
         from trl_doctor.watch import tensorboard
 
         self.path = path
-        self.offset = 0
         self.stamp: tuple | None = None
         self.whole = path.name == hist.STATE
         self._history = hist.History(path, "printed")
-        self._partial = ""
         self._events = None
         if tensorboard.is_event_file(path):
             self._history = hist.History(path, "tensorboard")
             self._events = tensorboard.reader(self._history, path)
+        self._file = None  # the file being read (held open: after a rename it is still the old one)
+        self._id: tuple | None = None  # its (device, inode)
+        self._partial = ""
+        self._dropping = False  # inside a line longer than MAX_LINE, up to its newline
 
     def grew(self) -> bool:
         try:
             st = self.path.stat()
         except OSError:
-            return False
-        stamp = (st.st_size, st.st_mtime_ns)
+            return self._drain() if self._file is not None else False  # moved away, its successor not yet made
+        stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
         if stamp == self.stamp:
             return False
         self.stamp = stamp
@@ -223,25 +217,72 @@ class _Tail:
             except InputError:
                 return False  # a state being rewritten, or with no training log yet
             return True
-        return self._read_on(st.st_size)
+        news = False
+        if self._file is not None and self._id != (st.st_dev, st.st_ino):
+            news = self._drain()  # rotated by rename: the old file's last lines first
+            self._close()
+        if self._file is None and not self._open():
+            return news
+        if st.st_size < self._file.tell():  # truncated in place: what is there now is new
+            self._file.seek(0)
+            self._partial, self._dropping = "", False
+            if self._events is not None:
+                self._events = self._restart_events()
+        return self._drain() or news
 
-    def _read_on(self, size: int) -> bool:
+    def _open(self) -> bool:
+        import os
+
+        try:
+            self._file = open(self.path, "rb")
+        except OSError:
+            return False
+        st = os.fstat(self._file.fileno())
+        self._id = (st.st_dev, st.st_ino)
+        return True
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._file, self._partial, self._dropping = None, "", False
+        if self._events is not None:
+            self._events = self._restart_events()
+
+    def _restart_events(self):
+        from trl_doctor.watch import tensorboard
+
+        return tensorboard.reader(self._history, self.path)
+
+    def _drain(self) -> bool:
+        """Read what the open file holds past where it was read to, a chunk at a time; whether a log (or the job's
+        end) arrived."""
+        news = False
+        while True:
+            try:
+                chunk = self._file.read(self.CHUNK)
+            except OSError:
+                return news
+            if not chunk:
+                return news
+            news = self._feed(chunk) or news
+
+    def _feed(self, chunk: bytes) -> bool:
         from trl_doctor.watch import history as hist
 
-        if size < self.offset:  # rotated or truncated: read it again from the start
-            self.__init__(self.path)
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            chunk = f.read(min(size - self.offset, hist.MAX_BYTES))
-        self.offset += len(chunk)
         if self._events is not None:
             return self._events.feed(chunk)
         text = self._partial + chunk.decode("utf-8", errors="replace")
         lines = text.split("\n")
-        self._partial = lines.pop()  # a line still being written
-        before = len(self._history.logs)
+        partial = lines.pop()  # a line still being written
+        if self._dropping and lines:  # the end of an overlong line: dropped with it
+            lines.pop(0)
+            self._dropping = False
+        if len(partial) > self.MAX_LINE:
+            partial, self._dropping = "", True
+        self._partial = "" if self._dropping else partial
+        before = (len(self._history.logs), self._history.ended)
         hist.read_lines(self._history, (line.replace("\r", "\n") for line in lines))
-        return len(self._history.logs) > before or self._history.ended
+        return (len(self._history.logs), self._history.ended) != before
 
     def history(self):
         return self._history

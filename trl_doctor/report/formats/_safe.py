@@ -6,8 +6,8 @@ at a line's start, after leading spaces; the older `##[cmd]` anywhere in a line,
 `##[add-mask]`, `##[stop-commands]`) and terminal escape sequences, and control characters make XML invalid. No
 `::` and no `##[` of theirs survives anywhere in a line, in any format. Every format goes through one of these:
 
-- `visible`: C0/C1 control characters (ESC included, so no ANSI sequence survives) become their `\\xNN` escape;
-  newline and tab stay unless `one_line`;
+- `visible`: C0/C1 control characters (ESC included, so no ANSI sequence survives) become their `\\xNN` escape,
+  a lone surrogate its `\\uXXXX`; newline and tab stay unless `one_line`;
 - `no_commands`: every `::` becomes `:\\:` and every `##[` `#\\#[` (the text stays readable);
 - `xml_text`: what XML 1.0 cannot hold (controls, lone surrogates, U+FFFE/U+FFFF) becomes its escape;
 - `clean_report`: a Report with every string of it passed through one of them (the formats render that).
@@ -22,8 +22,10 @@ from typing import Any, Callable
 
 from trl_doctor.types import Edit
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_CONTROL_ONE_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# C0/C1 controls, and lone surrogates (a log's metric name read with surrogateescape, a JSON "\\ud800"): no terminal or file
+# encoding can write one, so each becomes its `\\uXXXX` escape
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL_ONE_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 # a workflow command's marker, anywhere in a line: the second character of `::` and of `##[` is the one replaced
 # (each colon after a colon, so that `:::` keeps none either)
