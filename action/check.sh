@@ -7,6 +7,7 @@
 #   TRL_DOCTOR_TARGET   the launch machine's GPUs, or empty
 #   TRL_DOCTOR_SARIF    where the SARIF report goes; TRL_DOCTOR_JUNIT: the JUnit report, or empty
 #   TRL_DOCTOR_ISOLATED true: no project config and no inline suppressions (project-config.sh decides)
+#   TRL_DOCTOR_PR_LINKS the symbolic links the pull request makes (project-config.sh counts them): any fails the gate
 # The exit status goes to $GITHUB_OUTPUT as status=N; the step itself succeeds (the action's last step fails the
 # job), so the SARIF upload runs on every status, 2 included.
 set -uo pipefail
@@ -39,6 +40,8 @@ done
 mkdir -p "$(dirname -- "$sarif")"  # the fallback below writes there too
 trl-doctor check "${args[@]}" "${extra[@]}" "${configs[@]}"
 status=$?
+# a symbolic link the pull request makes (project-config.sh said which, as an error annotation) fails the gate
+if [ "$status" -eq 0 ] && [ "${TRL_DOCTOR_PR_LINKS:-0}" != 0 ]; then status=1; fi
 if [ ! -s "$sarif" ]; then  # options trl-doctor refused before any check: still a document to upload
   # shellcheck disable=SC2016  # the literal "$schema" key of a SARIF document
   printf '%s\n' '{"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [{"tool": {"driver": {"name": "trl-doctor", "rules": []}}, "invocations": [{"executionSuccessful": false}], "results": []}]}' > "$sarif"

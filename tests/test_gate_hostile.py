@@ -59,7 +59,8 @@ def _gate(tmp_path: Path, repo: Path, base: str, configs: str, during=None, mode
         during()
     sarif = tmp_path / "gate.sarif"
     check, outputs = _run_action_script(tmp_path, "check.sh", repo, configs=configs, sarif=str(sarif),
-                                        args="--static --select trainer-config", isolated=prepared["isolated"])
+                                        args="--static --select trainer-config", isolated=prepared["isolated"],
+                                        pr_links=prepared.get("links", "0"))
     restored, _ = _run_action_script(tmp_path, "project-config.sh", repo, "restore")
     assert restored.returncode == 0, restored.stderr
     if log is not None:
@@ -243,6 +244,75 @@ def test_a_link_at_the_report_path_is_never_written_through(built_fixtures, tmp_
     sarif, junit = repo / "reports" / "report.sarif", repo / "reports" / "report.xml"
     assert not (repo / "reports").is_symlink() and not sarif.is_symlink() and not junit.is_symlink()
     assert json.loads(sarif.read_text())["runs"] and ET.fromstring(junit.read_text().split("?>", 1)[1]) is not None
+
+
+
+# --- issue 44, class 5: the base branch's config through links, and links the pull request makes --------------------
+
+def _lax(text: str = 'ignore = ["trainer-config"]\n') -> str:
+    return text
+
+
+def test_a_base_config_that_is_a_link_is_read_as_the_base_file_it_leads_to(built_fixtures, tmp_path):
+    """The base branch's .trl-doctor.toml is a link to cfg/project.toml; the pull request edits cfg/project.toml
+    (not a file named like a project config) to ignore the failing rule. The check reads the base's file."""
+    repo, _ = _repo(tmp_path)
+    (repo / "cfg").mkdir()
+    (repo / "cfg" / "project.toml").write_text('select = ["trainer-config"]\n')
+    (repo / ".trl-doctor.toml").symlink_to("cfg/project.toml")
+    _pull_request(repo, "the project config, kept in cfg/")
+    base = _git(repo, "rev-parse", "HEAD")
+    (repo / "cfg" / "project.toml").write_text(_lax())
+    _pull_request(repo)
+    log: list[str] = []
+    status, run = _gate(tmp_path, repo, base, "recipes/r.yaml", log=log)
+    assert status == "1" and [r["ruleId"] for r in run["results"]] == ["TD009"], log
+    assert "is a link on the base branch; the check reads cfg/project.toml as it is there" in "".join(log)
+    assert (repo / ".trl-doctor.toml").is_symlink() and (repo / "cfg" / "project.toml").read_text() == _lax()
+
+
+def test_a_recipe_made_a_link_into_an_exempt_folder_fails_the_gate(built_fixtures, tmp_path):
+    """The base exempts experimental/ (per-file-ignores); the pull request moves the gated recipe there and leaves a
+    link at its path. The check is given recipes/r.yaml: its ignores are decided by that path, and the link fails."""
+    repo, recipe = _repo(tmp_path)
+    (repo / ".trl-doctor.toml").write_text('[per-file-ignores]\n"experimental/*" = ["trainer-config"]\n')
+    (repo / "experimental").mkdir()
+    (repo / "experimental" / "README.md").write_text("anything goes here\n")
+    _pull_request(repo, "an exempt folder")
+    base = _git(repo, "rev-parse", "HEAD")
+    shutil.copy(recipe.parent / "rewards.py", repo / "experimental")
+    (repo / "experimental" / "r.yaml").write_text(recipe.read_text())
+    recipe.unlink()
+    recipe.symlink_to("../experimental/r.yaml")
+    _pull_request(repo)
+    log: list[str] = []
+    status, _ = _gate(tmp_path, repo, base, "recipes/r.yaml", log=log)
+    assert status == "1", log
+    text = "".join(log)
+    assert "::error::trl-doctor: this pull request adds or changes a symbolic link, recipes/r.yaml -> " \
+           "../experimental/r.yaml" in text
+    # the doctor alone (no action), on the path as given: the exempt folder's ignore does not follow the link
+    proc = run_doctor("check", "--static", "--select", "trainer-config", "recipes/r.yaml", cwd=repo)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+
+
+def test_a_gated_folder_made_a_link_to_a_lax_sub_project_fails_the_gate(built_fixtures, tmp_path):
+    """The base holds a sub-project with its own lax config; the pull request turns the gated folder into a link to
+    it. The check is given recipes/r.yaml: the link fails the gate, and no config is read through it."""
+    repo, recipe = _repo(tmp_path)
+    (repo / "sub").mkdir()
+    (repo / "sub" / ".trl-doctor.toml").write_text(_lax())
+    _pull_request(repo, "a lax sub-project")
+    base = _git(repo, "rev-parse", "HEAD")
+    shutil.copy(recipe.parent / "rewards.py", repo / "sub")
+    (repo / "sub" / "r.yaml").write_text(recipe.read_text())
+    shutil.rmtree(recipe.parent)
+    (repo / "recipes").symlink_to("sub", target_is_directory=True)
+    _pull_request(repo)
+    log: list[str] = []
+    status, run = _gate(tmp_path, repo, base, "recipes/r.yaml", log=log)
+    assert status == "1" and [r["ruleId"] for r in run["results"]] == ["TD009"], log
+    assert "a symbolic link, recipes -> sub" in "".join(log)
 
 
 # --- class 2: no workflow command from the checked repository reaches a CI log ------------------------------------

@@ -53,15 +53,17 @@ class ProjectConfig:
         """The per-file ignores whose pattern matches `config` (relative to the project file's folder)."""
         if self.path is None or config is None:
             return []
-        try:
-            rel = Path(os.path.relpath(Path(config).resolve(), self.path.parent)).as_posix()
+        try:  # the path as given, not where its links lead: a link must not carry a config into an exempt folder
+            rel = Path(os.path.relpath(os.path.abspath(config), os.path.abspath(self.path.parent))).as_posix()
         except ValueError:  # another drive
             return []
         return [r for pattern, rules in self.per_file_ignores.items() if fnmatch.fnmatch(rel, pattern) for r in rules]
 
 
 def find_project_config(start: Path) -> ProjectConfig:
-    folder = Path(start).resolve()
+    """The nearest project config up from `start`, by its path as given (a folder that is a link is walked up from
+    where it stands, not from where it leads: a link cannot put a checked file under another project's config)."""
+    folder = Path(os.path.abspath(start))
     for d in (folder, *folder.parents):
         own = d / ".trl-doctor.toml"
         if own.is_file():
