@@ -234,3 +234,86 @@ def test_a_reward_of_inf_is_flagged_at_the_step_it_starts(tmp_path):
     assert callback.watcher.stopped_at == 3 and trainer.state.global_step == 3
     # TRL 1.x turns the NaN advantages into 0: the loss stays finite, only the reward shows it
     assert all(math.isfinite(row["loss"]) for row in trainer.state.log_history if "loss" in row)
+
+
+# --- issue 44, class 1: the watch's own trouble never takes the job down or stops it --------------------------------
+
+WATCH_PLUGIN = '''from trl_doctor import passed, rule
+from trl_doctor.errors import InputError
+
+ALL = ("grpo", "rloo", "ppo", "other")
+
+
+@rule(id="XT301", slug="xt-raises", title="raises", trainers=ALL, watch_only=True)
+def raises(ctx):
+    raise RuntimeError("a plugin's own bug")
+    yield passed("never")
+
+
+def _deep(n):
+    return _deep(n + 1)
+
+
+@rule(id="XT302", slug="xt-recursion", title="recursion", trainers=ALL, watch_only=True)
+def recursion(ctx):
+    _deep(0)
+    yield passed("never")
+
+
+@rule(id="XT303", slug="xt-input", title="input", trainers=ALL, watch_only=True)
+def input_error(ctx):
+    raise InputError("a plugin that raises InputError")
+    yield passed("never")
+'''
+
+HOSTILE_JOB = '''import sys
+sys.path.insert(0, sys.argv[2])
+import _watch_runs
+import trl
+from trl_doctor import DoctorCallback
+
+original = trl.GRPOTrainer.log
+
+
+def log(self, logs, *args, **kwargs):  # the job logs a value no float holds, and a None, at every log
+    return original(self, dict(logs, big=10 ** 400, none=None), *args, **kwargs)
+
+
+trl.GRPOTrainer.log = log
+trainer = _watch_runs.trainer("zero_advantage", sys.argv[1], 8, callbacks=[DoctorCallback(preflight=False, watch=True)])
+trainer.train()
+print("trained to step", trainer.state.global_step)
+'''
+
+
+@needs_trl
+def test_the_watch_s_own_trouble_is_a_line_and_the_job_goes_on_to_its_verdict(tmp_path):
+    """A real GRPO job (a constant reward: zero-advantage fails at step 5) with three plugin watch rules that crash
+    (RuntimeError, RecursionError, InputError), a logged value no float holds next to a None, and an output_dir the
+    job cannot write (immutable: even root cannot). Each crash is one line, once; no crash stops the job; the verdict
+    stops it at step 5, without the checkpoint it cannot write instead of dying of OSError."""
+    site = tmp_path / "site"
+    dist = site / "xt_watch_rules-0.1.0.dist-info"
+    dist.mkdir(parents=True)
+    (site / "xt_watch_rules.py").write_text(WATCH_PLUGIN)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: xt-watch-rules\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text("[trl_doctor.rules]\nxt = xt_watch_rules\n")
+    (tmp_path / "job.py").write_text(HOSTILE_JOB)
+    out = tmp_path / "out"
+    out.mkdir()
+    if subprocess.run(["chattr", "+i", str(out)], capture_output=True).returncode != 0:
+        out.rmdir()
+        out.write_text("a file where the output folder would be\n")  # where chattr cannot: no folder can be made
+        out = out / "run"
+    try:
+        proc = subprocess.run([sys.executable, str(tmp_path / "job.py"), str(out), str(FIXTURES)], capture_output=True,
+                              text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(site)))
+    finally:
+        subprocess.run(["chattr", "-i", str(tmp_path / "out")], capture_output=True)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Traceback" not in log, log[-3000:]
+    assert "trained to step 5" in proc.stdout, log[-3000:]
+    for rule in ("XT301 xt-raises", "XT302 xt-recursion", "XT303 xt-input"):
+        assert log.count(f"trl-doctor watch, step 1: {rule} error: the rule crashed") == 1, log[-3000:]
+    assert "trl-doctor watch: stopping the job at step 5 (TW001 zero-advantage" in log.replace("\n    ", " ")
+    assert "cannot be written" in log and "the job stops without a checkpoint of this step" in log.replace("\n    ", " ")
