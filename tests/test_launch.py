@@ -289,6 +289,35 @@ def test_verbose_shows_the_script_traceback():
     assert "Traceback (most recent call last)" in proc.stderr and "KeyError: 'problem'" in proc.stderr
 
 
+# -- issue 44, class 6: what a launch script does to the doctor's own outputs and exit status ------------------------
+
+@pytest.mark.parametrize("how", ["os._exit(0)", "os._exit(3)", "os.kill(os.getpid(), 9)"])
+def test_a_script_that_ends_its_process_before_its_trainer_is_one_line_exit_2(tmp_path, how):
+    script = tmp_path / "ends.py"
+    script.write_text(f"import os\nprint('preparing the data')\n{how}\n")
+    proc = run_doctor("check", "--no-smoke", "--", "python", str(script))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ended its process" in lines[0] and "before constructing a TRL trainer" in lines[0], lines
+    assert "its last output: preparing the data" in lines[0]
+
+
+def test_a_report_path_the_script_makes_a_link_is_never_written_through(tmp_path):
+    """The script puts a link at the --report path (to a file of the user's) and then builds its trainer: the report
+    is written in the link's place, the file it pointed to is untouched."""
+    victim, report = tmp_path / "victim.txt", tmp_path / "report.json"
+    victim.write_text("precious\n")
+    script = tmp_path / "linker.py"
+    script.write_text(f"import os, runpy, sys\nos.symlink({str(victim)!r}, {str(report)!r})\n"
+                      f"sys.argv = ['grpo_quickstart.py']\n"
+                      f"runpy.run_path({str(LAUNCH / 'grpo_quickstart.py')!r}, run_name='__main__')\n")
+    proc = run_doctor("check", "--no-smoke", "--report", f"json={report}", "--", "python", str(script))
+    assert proc.returncode in (0, 1), proc.stderr
+    assert victim.read_text() == "precious\n"
+    assert not report.is_symlink() and json.loads(report.read_text())["results"]
+    assert "became a link while the check ran" in proc.stderr
+
+
 # -- the Python API and the gate inside the job --------------------------------------------------------------------
 
 def test_python_api_on_a_launch_command_and_on_a_config():

@@ -94,7 +94,11 @@ def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, i
                            verbose=verbose, user_code_timeout=user_code_timeout, max_memory=max_memory,
                            sample=sample_asked(sample, fmt)),
                       fix=fix, diff=show_diff, unsafe_fixes=unsafe_fixes, trl_version=trl_version, fail_fast=fail_fast)
-    run = _Run(request, _outputs(fmt, output, reports),
+    from trl_doctor.front.output import remember_report_paths
+
+    outputs = _outputs(fmt, output, reports)
+    remember_report_paths(path for _, path in outputs)  # before any of the user's code runs
+    run = _Run(request, outputs,
                _progress() if _wanted("TRL_DOCTOR_PROGRESS", sys.stderr, progress) else None)
     try:
         launch = _launch(subject)

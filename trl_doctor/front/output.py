@@ -3,11 +3,49 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 EXIT_INPUT = 2
+# what stood at each report path (and its folder) before anything of the user's ran: (link target or None, the
+# folder's real path). A launch command's script runs in between, and may put a link where a report goes.
+_BEFORE: dict[str, tuple[str | None, str]] = {}
+
+
+def remember_report_paths(paths) -> None:
+    """Note what stands at each report path now, before the check runs the user's code (cli.check)."""
+    for path in paths:
+        if path:
+            _BEFORE[os.path.abspath(path)] = (_link(path), os.path.realpath(os.path.dirname(os.path.abspath(path))))
+
+
+def _link(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def _unlinked(path: str) -> str | None:
+    """A report is never written through a link that was not at its path when the check began (a launch script
+    made it): the link is removed and the report written in its place; a folder made a link is refused (its words,
+    or None)."""
+    before = _BEFORE.get(os.path.abspath(path))
+    if before is None:
+        return None
+    link, folder = before
+    if os.path.realpath(os.path.dirname(os.path.abspath(path))) != folder:
+        return "its folder was replaced by a link while the check ran; the report is not written through it"
+    now = _link(path)
+    if now is not None and now != link:
+        from trl_doctor.report.formats._safe import for_terminal
+
+        os.unlink(path)
+        click.echo(for_terminal(f"trl-doctor: {path} became a link while the check ran (to {now}): replaced by the "
+                                "report, not written through", one_line=True), err=True)
+    return None
 
 
 def error_line(message: str) -> None:
@@ -33,6 +71,9 @@ def emit(text: str, path: str | None) -> None:
         except OSError as exc:
             raise InputError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
         try:
+            refused = _unlinked(path)
+            if refused:
+                raise InputError(f"{path}: cannot write the report: {refused}")
             Path(path).write_text(text, encoding="utf-8")
         except OSError as exc:  # a full disk, a read-only folder: one line, exit 2
             raise InputError(f"{path}: cannot write the report: {exc.strerror or exc}") from None

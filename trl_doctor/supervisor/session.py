@@ -307,12 +307,23 @@ class _Check:
         if watch.run is not None and not (watch.broken or watch.froze):  # the trainer run hung or died: the next worker reports it
             self.handed = _stopped_run(watch.run, code, worker)
             return False
+        if self.options.launch is not None and watch.captured is None:  # the script ended the process itself
+            raise InputError(_ended_before_trainer(worker, code))
         if not watch.heard:  # it died before it said anything: a broken environment, not one rule's doing
             self.missing(f"not run: the check's worker process died at start-up ({worker.how(code)}); its log is in "
                          "the details", worker, code)
             return True
         self.accept(_died(self.by_id[self.next_victim(watch)], code, worker, _death(watch, code, worker)))
         return False
+
+
+def _ended_before_trainer(worker: "Worker", code: int | None) -> str:
+    """A launch whose script ended its process (os._exit, a signal, the OOM killer) before constructing a trainer:
+    nothing to judge, so the one line of exit 2, with the script's last output."""
+    last = next((line for line in reversed(_tail(worker.log_path, 0).splitlines()) if line.strip()), "")
+    said = f"; its last output: {last.strip()[:200]}" if last else ""
+    return (f"the launch command's script ended its process ({worker.how(code)}) before constructing a TRL trainer "
+            f"(os._exit, or a signal): there is no trainer to check{said}")
 
 
 def _cause(watch: _Watch, code: int | None, worker: "Worker") -> str:
