@@ -232,3 +232,31 @@ def test_the_command_names_the_model_config_not_the_tokenizer(model, tmp_path):
     proc = run_doctor("check", str(config), "--no-smoke", "--select", "pad-token")
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"trl-doctor: error: {model / 'config.json'}: `vocab_size` is -5; it must be a positive integer"
+
+
+def _can_mount_in_own_namespace() -> bool:
+    import subprocess
+
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _can_mount_in_own_namespace(), reason="needs root and a mount namespace (unshare -m) to give "
+                                                                "the check a full TMPDIR")
+def test_a_full_tmpdir_is_one_line_exit_2_naming_it(built_fixtures, tmp_path):
+    """Issue 44: TMPDIR on a 64 KiB disk (a tmpfs in the test's own mount namespace: nothing of this machine's is
+    filled). The check's model twin cannot be written: one line naming the scratch folder, not three rule errors."""
+    import subprocess
+
+    from conftest import trl_doctor_exe
+
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    case = FIXTURES / "smoke-step" / "ok_grpo_qwen2.yaml"
+    script = f"mount -t tmpfs -o size=64k tmpfs {tiny} && TMPDIR={tiny} {trl_doctor_exe()} check {case}"
+    env = {k: v for k, v in os.environ.items() if k != "TRL_DOCTOR_FORKSERVER"}  # its workers see no such mount
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no space left on the disk of the check's scratch folder" in lines[0], lines
+    assert str(tiny) in lines[0] and "TMPDIR" in lines[0] and not proc.stdout.strip()

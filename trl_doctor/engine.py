@@ -42,17 +42,44 @@ def run_rule(rule: Rule, ctx: Context) -> Result:
         raise
     except Unavailable as exc:
         return result(Status.SKIP, str(exc))
-    except MemoryError as exc:
-        return result(Status.FAIL, *_out_of_memory(exc, ctx))
     except Exception as exc:
-        if _is_out_of_memory(exc):
-            return result(Status.FAIL, *_out_of_memory(exc, ctx))
-        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-        return result(Status.ERROR, f"the rule crashed: {type(exc).__name__}: {exc}",
-                      {"traceback": "".join(tb[-6:]).rstrip()})
+        if out_of_space(exc):  # the doctor's own scratch space is full: no rule's finding, the one line of exit 2
+            raise InputError(no_space_words(exc)) from None
+        return _crashed(exc, result, ctx)
     if not findings:
         return result(Status.ERROR, "the rule returned no finding")
     return fold(rule, findings, result, ctx.config.path)
+
+
+def _crashed(exc: BaseException, result, ctx) -> Result:
+    if isinstance(exc, MemoryError) or _is_out_of_memory(exc):
+        return result(Status.FAIL, *_out_of_memory(exc, ctx))
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return result(Status.ERROR, f"the rule crashed: {type(exc).__name__}: {exc}",
+                  {"traceback": "".join(tb[-6:]).rstrip()})
+
+
+def out_of_space(exc: BaseException | None) -> bool:
+    """Whether `exc` (or what it was raised from) is a full disk: OSError ENOSPC/EDQUOT, or a library's error that
+    says so in its words (safetensors' SafetensorError is no OSError)."""
+    import errno
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(exc)[:2000] or "Disk quota exceeded" in str(exc)[:2000]:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def no_space_words(exc: BaseException) -> str:
+    import tempfile
+
+    return (f"no space left on the disk of the check's scratch folder ({tempfile.gettempdir()}): the check writes a "
+            "small model twin and its trainer step's outputs there; free space, or point TMPDIR at a disk that has "
+            f"some ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})")
 
 
 def build_need(ctx, need: str) -> None:
