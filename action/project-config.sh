@@ -7,6 +7,9 @@
 #   ignore-changed  when the pull request changes one, the check ignores all project config (--isolated)
 #   isolated        the check always ignores project config and inline suppressions
 #   pr              the pull request's own files
+# In base and ignore-changed modes a symbolic link the pull request adds or retargets is an error annotation and
+# isolates the check (links=N in $GITHUB_OUTPUT: check.sh fails the gate on it); in base mode a project config that
+# is a link on the base branch is replaced by the base branch's file it leads to (put back by `restore`).
 # Outside a pull request (TRL_DOCTOR_BASE_SHA empty) the checked-out files are used.
 # Usage: project-config.sh prepare | restore. `prepare` writes isolated=true|false to $GITHUB_OUTPUT.
 set -euo pipefail
