@@ -49,6 +49,14 @@ def launch_only(raw: dict[str, Any], device: str) -> tuple[dict[str, Any], list[
     if raw.get("torch_compile") and on_cpu:
         overrides["torch_compile"] = False
         notes.append("torch_compile: off on this CPU (compilation is the launch machine's)")
+    workers = raw.get("dataloader_num_workers")
+    if isinstance(workers, int) and not isinstance(workers, bool) and workers > 0:
+        # the step loads its few rows in its own process; what is valid only with worker processes goes along
+        # (transformers refuses a prefetch factor without workers: axolotl sets 256, oumi 32)
+        along = [f"{key} {shown(str(raw[key]))}" for key in ("dataloader_prefetch_factor", "dataloader_persistent_workers")
+                 if raw.get(key) not in (None, False)]
+        notes.append(f"dataloader_num_workers: {workers} -> 0 for the step (its rows load in its own process)"
+                     + (f", and with it {' and '.join(along)} (valid only with worker processes)" if along else ""))
     optim = str(raw.get("optim") or "")
     if ("8bit" in optim or "bnb" in optim) and (on_cpu or not _importable("bitsandbytes")):
         overrides["optim"] = "adamw_torch"

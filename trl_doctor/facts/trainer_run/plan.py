@@ -139,6 +139,10 @@ def build_spec(ctx) -> Spec:
         "log_completions": False,
         "use_vllm": False,
         "dataloader_num_workers": 0,
+        # what only worker processes take goes with them: transformers refuses a prefetch factor without workers
+        # (axolotl sets 256, oumi 32), torch persistent workers without any (issue 45)
+        "dataloader_prefetch_factor": None,
+        "dataloader_persistent_workers": False,
         "disable_tqdm": True,
         "model_init_kwargs": None,
         # PPO and the old RLOO: one rollout of 2 prompts, one PPO epoch, one mini-batch
