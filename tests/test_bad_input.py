@@ -217,11 +217,12 @@ def test_the_batch_planner_stays_small_for_a_huge_value():
 
 
 def test_an_unexpected_stop_is_one_line_and_names_the_input():
-    from trl_doctor.front.cli import _unexpected
+    from trl_doctor.front.output import unexpected
 
-    assert _unexpected(RecursionError(), ("c.yaml",), False) == "c.yaml: an input is nested too deeply to check"
-    line = _unexpected(ValueError("x\ny"), ("c.yaml",), False)
+    assert unexpected(RecursionError(), "c.yaml", False) == "c.yaml: an input is nested too deeply to check"
+    line = unexpected(ValueError("x\ny"), "c.yaml", False)
     assert line == "c.yaml: the check stopped on ValueError: x (-v shows the traceback)"
+    assert unexpected(KeyError("k"), "log.json", True, "the watch") == "log.json: the watch stopped on KeyError: 'k'"
 
 
 def test_the_command_names_the_model_config_not_the_tokenizer(model, tmp_path):
