@@ -318,6 +318,32 @@ def test_a_report_path_the_script_makes_a_link_is_never_written_through(tmp_path
     assert "became a link while the check ran" in proc.stderr
 
 
+# -- issue 45, class 4: the cause is always named, never the doctor's own wrapper ------------------------------------
+
+def test_a_keyword_error_in_the_config_names_the_users_line_not_the_doctors_wrapper(tmp_path):
+    script = tmp_path / "kw.py"
+    script.write_text("from trl import GRPOConfig\n\nargs = GRPOConfig(output_dir='out', bogus_key=1)\n")
+    proc = run_doctor("check", "--", "python", str(script))
+    assert proc.returncode == 2
+    assert "unexpected keyword argument 'bogus_key'" in proc.stderr and f"(at {script}:3)" in proc.stderr
+    assert "trl_doctor" not in proc.stderr and "hooks.py" not in proc.stderr, proc.stderr
+
+
+def test_a_cli_that_catches_the_error_and_exits_1_is_named_with_its_cause(tmp_path):
+    """oumi's CLI prints the traceback and calls sys.exit(1): the exception it caught is the cause said."""
+    script = tmp_path / "cli.py"
+    script.write_text("import logging, sys\n\nfrom trl import GRPOConfig\n\n\ndef main():\n    try:\n"
+                      "        GRPOConfig(output_dir='out', fp16=True, bf16=True, use_cpu=True)\n"
+                      "    except Exception as exc:\n        logging.getLogger('cli').debug(exc)  # nothing on stderr\n"
+                      "        sys.exit(1)\n\n\nmain()\n")
+    proc = run_doctor("check", "--", "python", str(script))
+    assert proc.returncode == 2
+    line = proc.stderr.strip()
+    assert "exited with status 1 before constructing a TRL trainer" in line, line
+    assert "after catching ValueError: At most one of fp16 and bf16 can be True" in line, line
+    assert f"(at {script}:8, raised in transformers at " in line, line
+
+
 # -- the Python API and the gate inside the job --------------------------------------------------------------------
 
 def test_python_api_on_a_launch_command_and_on_a_config():

@@ -82,7 +82,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
             raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
                              "(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass)") from None
         raise InputError(f"{_shown(command, seen)} exited with status {code} before constructing a TRL trainer"
-                         f"{_where(exc)}{tail.last_line()}") from None
+                         f"{_where(exc)}{_caught(exc) or tail.last_line()}") from None
     except InputError:
         raise
     except BaseException as exc:
@@ -288,6 +288,16 @@ def _shown(command: LaunchCommand, seen: dict) -> str:
     return os.path.basename(command.script) if command.script else " ".join(command.argv[:2])
 
 
+def _caught(exc: SystemExit) -> str:
+    """`: after catching ValueError: ... (at train.py:12, raised in trl at ...)` for a sys.exit() called while an
+    exception was being handled (a CLI that prints the traceback and exits 1, as oumi's does): the cause, not only
+    the status. Empty when the exit was not in an `except` block."""
+    cause = exc.__context__
+    if cause is None or isinstance(cause, (SystemExit, KeyboardInterrupt)):
+        return ""
+    return f": after catching {type(cause).__name__}: {one_line(cause)}{_where(cause)}"
+
+
 def _where(exc: BaseException) -> str:
     """` (at train.py:12)`: the innermost frame of the user's own files in the exception's traceback; when the error
     was raised further in, inside a library, that frame too: ` (at train.py:12, raised in pyarrow at
@@ -295,10 +305,12 @@ def _where(exc: BaseException) -> str:
     tb, found, last = exc.__traceback__, None, None
     while tb is not None:
         frame = (tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_globals.get("__name__") or "")
+        tb = tb.tb_next
+        if str(frame[2]).split(".")[0] == "trl_doctor":  # the capture's own wrappers of TRL's classes: never the
+            continue  # place an error is said to be raised (a keyword TypeError is raised calling through them)
         if is_user_file(frame[0]):
             found = frame
         last = frame
-        tb = tb.tb_next
     if last is None or last is found:
         return f" (at {found[0]}:{found[1]})" if found else ""
     package = str(last[2]).split(".")[0] or os.path.basename(last[0])
