@@ -344,6 +344,19 @@ def test_a_cli_that_catches_the_error_and_exits_1_is_named_with_its_cause(tmp_pa
     assert f"(at {script}:8, raised in transformers at " in line, line
 
 
+def test_a_grpo_subclass_that_skips_its_parents_init_is_judged_as_grpo():
+    """Issue 45, class 5: a GRPOTrainer subclass whose __init__ calls Trainer.__init__ itself (the R1-V-style VLM
+    trainers' `super(GRPOTrainer, self).__init__`) was "not a trainer trl-doctor checks", every rule skipped, exit 0.
+    It is judged as GRPO on what it was given (its reward functions from `self.reward_funcs`), and the report says
+    which of the parent's checks its __init__ skipped."""
+    code, report = run_json("check", "--no-smoke", "--", "python", "grpo_subclass_own_init.py")
+    assert code == 1 and report["trainer"] == "grpo"
+    assert result_of(report, "batch-geometry")["status"] == "fail"
+    assert "__main__.format_reward" in result_of(report, "reward-functions")["message"]
+    (note,) = [n for n in report["launch"]["notes"] if "Trainer.__init__ itself" in n]
+    assert note.startswith("VisionGRPOTrainer subclasses GRPOTrainer") and "GRPOTrainer.__init__" in note
+
+
 # -- the Python API and the gate inside the job --------------------------------------------------------------------
 
 def test_python_api_on_a_launch_command_and_on_a_config():

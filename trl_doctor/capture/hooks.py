@@ -73,6 +73,9 @@ class Recorder:
     # the dataclasses of the script's TrlParser, when one parsed the command line and recipe and dropped what none of
     # them takes (parse_args_and_config without return_remaining_strings); None when no such parser ran
     parser_types: tuple[type, ...] | None = None
+    # a subclass of a checked trainer whose own __init__ calls transformers' Trainer.__init__ itself: the parent
+    # class whose __init__ (and its construction checks) it skipped; None otherwise
+    bypassed: str | None = None
 
 
 def _trl_parser_class() -> type | None:
@@ -133,6 +136,22 @@ def config_classes() -> list[type]:
     return out
 
 
+def _bypassed_arguments(parent: type, trainer: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+    """What a subclass that skipped `parent.__init__` gave its trainer: transformers' Trainer.__init__ arguments, and
+    for the parent's own parameters Trainer does not take (reward_funcs, ref_model...), what the subclass's __init__
+    set on the trainer before it called Trainer.__init__ (`self.reward_funcs = ...`, as TRL's own __init__ does)."""
+    out = dict(arguments)
+    try:
+        params = inspect.signature(parent.__init__).parameters
+    except (TypeError, ValueError):
+        return out
+    held = vars(trainer) if hasattr(trainer, "__dict__") else {}
+    for name in params:
+        if name not in out and name in held:
+            out[name] = held[name]
+    return out
+
+
 def _held_tokenizers(trainer: Any, processing_class: Any) -> dict[str, Any]:
     """The tokenizers a trainer's own set-up stored on it before calling transformers' constructor, other than
     `processing_class`: {attribute, or attribute[i] for a list's items: tokenizer}."""
@@ -162,7 +181,8 @@ class Hooks:
         self._undo: list[Callable[[], None]] = []
 
     def __enter__(self) -> "Hooks":
-        for cls, kind in trainer_classes().items():
+        self._checked = trainer_classes()
+        for cls, kind in self._checked.items():
             self._patch(cls, "__init__", self._trainer_init(cls.__init__, kind))
         for cls in config_classes():
             self._patch(cls, "__init__", self._config_init(cls.__init__))
@@ -229,7 +249,12 @@ class Hooks:
             recorder.arguments = arguments
             recorder.where = _constructor_line(sys._getframe(1), trainer_self)
             if kind is None:
-                recorder.held_tokenizers = _held_tokenizers(trainer_self, arguments.get("processing_class"))
+                parent = next((cls for cls in self._checked if isinstance(trainer_self, cls)), None)
+                if parent is not None:  # a GRPOTrainer subclass that calls Trainer.__init__ itself: judged as one
+                    recorder.trainer_kind, recorder.bypassed = self._checked[parent], parent.__name__
+                    recorder.arguments = _bypassed_arguments(parent, trainer_self, arguments)
+                else:
+                    recorder.held_tokenizers = _held_tokenizers(trainer_self, arguments.get("processing_class"))
             raise TrainerBuilt()
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]

@@ -87,7 +87,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         recipe_keys=recipe_keys, parser_types=rec.parser_types,
         processes=captured.launched.processes,
         processes_from=captured.launched.processes_from, machines=captured.launched.machines,
-        machines_from=captured.launched.machines_from, notes=(*captured.launched.notes, *_unchecked(rec)),
+        machines_from=captured.launched.machines_from, notes=(*captured.launched.notes, *_unchecked(rec), *_bypassed(rec)),
         batch_note=rec.batch_notes.get(id(args)) if args is not None else None,
         ref_is_policy=not isinstance(model, str) and _first(arguments, _REF_KEYWORDS) is model,
         aux_models=aux_models,
@@ -359,6 +359,16 @@ def from_trainer(trainer: Any) -> tuple[DoctorConfig, Live]:
     recorder = Recorder(trainer_cls=type(trainer), trainer_kind=kind, arguments=arguments)
     cfg, live = to_config(Captured(command, Launched(script, None, list(sys.argv[1:])), recorder))
     return cfg, dataclasses.replace(live, command=f"{type(trainer).__name__} in {command.text}")
+
+
+def _bypassed(rec) -> tuple[str, ...]:
+    """What the report says of a subclass of a checked trainer whose own __init__ skipped its parent's."""
+    if rec.bypassed is None or rec.trainer_cls is None:
+        return ()
+    return (f"{rec.trainer_cls.__qualname__} subclasses {rec.bypassed} but its __init__ calls transformers' "
+            f"Trainer.__init__ itself: {rec.bypassed}.__init__ and its construction checks (batch geometry, the "
+            "reward functions and their tokenizers, the reference model) did not run; the rules judge the config and "
+            "arguments the subclass gave, as the installed TRL's own construction would",)
 
 
 def _unchecked(rec) -> tuple[str, ...]:
