@@ -357,6 +357,43 @@ def test_a_grpo_subclass_that_skips_its_parents_init_is_judged_as_grpo():
     assert note.startswith("VisionGRPOTrainer subclasses GRPOTrainer") and "GRPOTrainer.__init__" in note
 
 
+# -- issue 45, class 1: any launcher that is a Python program, followed to the process that builds the trainer ------
+
+FRAMEWORK = LAUNCH / "framework"
+
+
+def _framework(*args: str):
+    return run_doctor("check", *args, cwd=FRAMEWORK, env={"PYTHONPATH": str(FRAMEWORK / "site")})
+
+
+def test_an_installed_packages_command_that_relaunches_itself_is_followed():
+    """`minifw train CONFIG` (an installed console script, as `axolotl train` is) re-launches itself as `accelerate
+    launch --num_processes 2 -m minifw.train CONFIG`: that launch runs in its place, at 2 processes, and the
+    framework's dataloader settings (workers and a prefetch factor of 256) take their step."""
+    proc = _framework("--format", "json", "--", "minifw", "train", "grpo_ok.yaml")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["launch"]["command"] == "minifw train grpo_ok.yaml"
+    assert any("re-launched itself as `accelerate launch --num_processes 2 -m minifw.train grpo_ok.yaml`" in n
+               for n in report["launch"]["notes"]), report["launch"]
+    assert result_of(report, "smoke-step")["status"] == "pass"
+    assert "at 2 processes" in result_of(report, "batch-geometry")["message"]
+    assert not (FRAMEWORK / "out").exists()
+
+
+def test_a_relaunched_jobs_batch_geometry_is_judged_at_the_launchs_process_count():
+    proc = _framework("--no-smoke", "--format", "json", "--", "minifw", "train", "grpo_bad_geometry.yaml")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    geometry = result_of(json.loads(proc.stdout), "batch-geometry")
+    assert geometry["status"] == "fail" and "generation_batch_size (6)" in geometry["message"], geometry["message"]
+
+
+def test_a_command_no_installed_package_has_is_still_refused_in_one_line():
+    proc = run_doctor("check", "--", "no-such-framework-cli", "train", "x.yaml")
+    assert proc.returncode == 2
+    assert "not a launcher trl-doctor can run" in proc.stderr and "installed Python package" in proc.stderr
+
+
 # -- the Python API and the gate inside the job --------------------------------------------------------------------
 
 def test_python_api_on_a_launch_command_and_on_a_config():

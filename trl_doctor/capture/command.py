@@ -22,11 +22,12 @@ TRL_TRAINERS = ("grpo", "rloo", "ppo")
 @dataclass(frozen=True)
 class LaunchCommand:
     argv: tuple[str, ...]  # the whole command, as typed
-    launcher: str  # python | accelerate | trl | torchrun
+    launcher: str  # python | accelerate | trl | torchrun | entry (an installed package's command)
     cwd: str  # the folder it runs in (the doctor's own)
     script: str | None = None  # the training script, when the command names it directly (python and -m aside)
     module: str | None = None  # `python -m MODULE`
     script_args: tuple[str, ...] = ()  # for `python`: what follows the script or module
+    entry: str | None = None  # a console script's `module:function` (`axolotl train ...`, `oumi train ...`)
 
     @property
     def text(self) -> str:
@@ -36,12 +37,12 @@ class LaunchCommand:
 
     def to_json(self) -> dict:
         return {"argv": list(self.argv), "launcher": self.launcher, "cwd": self.cwd, "script": self.script,
-                "module": self.module, "script_args": list(self.script_args)}
+                "module": self.module, "script_args": list(self.script_args), "entry": self.entry}
 
     @classmethod
     def from_json(cls, data: dict) -> "LaunchCommand":
         return cls(tuple(data["argv"]), data["launcher"], data["cwd"], data.get("script"), data.get("module"),
-                   tuple(data.get("script_args") or ()))
+                   tuple(data.get("script_args") or ()), data.get("entry"))
 
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
@@ -56,6 +57,8 @@ def is_launch_command(target: tuple[str, ...]) -> bool:
     first = target[0]
     if first.endswith(".py") or _launcher(first) is not None:
         return True
+    if not os.path.exists(first) and not first.lower().endswith(CONFIG_SUFFIXES) and console_script(first):
+        return True  # `trl-doctor check -- oumi` alone is a command too
     return len(target) > 1 and not os.path.exists(first) and not first.lower().endswith(CONFIG_SUFFIXES) \
         and not any(c in first for c in "*?[")
 
@@ -77,7 +80,13 @@ def parse_command(target: tuple[str, ...], cwd: str | None = None) -> LaunchComm
         argv = ("python",) + argv
     launcher = _launcher(argv[0])
     if launcher is None:
-        raise InputError(f"{argv[0]}: not a launcher trl-doctor can run (python, accelerate launch, trl, torchrun)")
+        entry = console_script(argv[0])
+        if entry is not None:  # an installed package's command (axolotl, oumi): its function, run as its script runs it
+            module, _, function = entry.partition(":")
+            return LaunchCommand(argv, "entry", cwd, module=module.strip(), script_args=argv[1:],
+                                 entry=function.strip() or None)
+        raise InputError(f"{argv[0]}: not a launcher trl-doctor can run (python, accelerate launch, trl, torchrun, or "
+                         "the command of an installed Python package)")
     if launcher == "python":
         return _python(argv, cwd)
     if launcher == "accelerate":
@@ -92,6 +101,24 @@ def parse_command(target: tuple[str, ...], cwd: str | None = None) -> LaunchComm
     if len(argv) < 2:
         raise InputError("torchrun: no training script")
     return LaunchCommand(argv, "torchrun", cwd)
+
+
+def console_script(word: str) -> str | None:
+    """The `module:function` of an installed package's console script named `word` (`axolotl`, `oumi`,
+    `llamafactory-cli`), read from the installed distributions' entry points (nothing is imported); None when no
+    installed package has one. A path to the command (`.venv/bin/axolotl`) counts by its name."""
+    if os.sep in word and not os.path.isfile(word):
+        return None
+    name = os.path.basename(word)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name in LAUNCHERS:
+        return None
+    from importlib.metadata import entry_points
+
+    try:
+        found = list(entry_points(group="console_scripts", name=name))
+    except Exception:  # a broken distribution's metadata: no such command, as far as the doctor can tell
+        return None
+    return found[0].value if found else None
 
 
 def _python(argv: tuple[str, ...], cwd: str) -> LaunchCommand:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trl_doctor.errors import InputError
+from . import relaunch
 from .command import LaunchCommand, check_script
 from .hooks import Hooks, Recorder, TrainerBuilt
 from .user_files import is_user_file, set_user_roots, set_user_roots_to, user_frame
@@ -33,6 +34,8 @@ class Launched:
     script: str | None
     module: str | None
     args: list[str]
+    entry: str | None = None  # a console script's function in `module` (run as the command's own script runs it)
+    command_name: str | None = None  # the command typed (`oumi`), for an entry
     processes: int | None = None
     processes_from: str | None = None
     machines: int | None = None  # accelerate --num_machines, torchrun --nnodes
@@ -42,6 +45,8 @@ class Launched:
 
     @property
     def name(self) -> str:
+        if self.entry is not None or self.command_name:
+            return self.command_name or f"{self.module}:{self.entry}"
         return os.path.basename(self.script) if self.script else f"-m {self.module}"
 
 
@@ -61,6 +66,10 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
     hooks = Hooks(recorder, load_weights=load_weights, has_cuda=has_cuda, trust_remote_code=trust_remote_code)
 
     def run_script(launched: Launched) -> None:
+        outer = seen.get("launched")
+        if outer is not None and not launched.processes and _processes(outer) > 1:  # a re-launch without its own
+            launched.processes, launched.processes_from = outer.processes, outer.processes_from  # count: the outer's
+            launched.accelerate_config = launched.accelerate_config or outer.accelerate_config
         seen["launched"] = launched
         set_user_roots([command.cwd, _launched_folder(launched, command.cwd)])
         hooks.processes = _processes(launched)
@@ -72,10 +81,14 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
     old_roots = set_user_roots([command.cwd])
     os.chdir(command.cwd)
     try:
-        with hooks, _stderr_to(tail), watchdog:
-            _launch(command, run_script)
+        with hooks, _stderr_to(tail), watchdog, relaunch.followed():
+            _launch_following(command, run_script, seen)
     except TrainerBuilt:
-        return Captured(command, seen["launched"], recorder)
+        launched = seen["launched"]
+        if seen.get("relaunched"):
+            launched.notes.append(f"{_shown(command, {})} re-launched itself as `{seen['relaunched'][-1]}`; that "
+                                  "launch was followed to the process that built the trainer")
+        return Captured(command, launched, recorder)
     except SystemExit as exc:
         code = exc.code
         if code in (None, 0):
@@ -152,10 +165,32 @@ def _meta_in_frames(tb) -> bool:
 
 # -- the launchers -----------------------------------------------------------------------------------------------
 
+def _launch_following(command: LaunchCommand, run_script: Callable[[Launched], None], seen: dict) -> None:
+    """Run the launch; where it re-launches itself (a framework's command starting `accelerate launch -m ...`),
+    run that child launch in its place, up to relaunch.MAX_HOPS times."""
+    hops: list[str] = []
+    while True:
+        try:
+            _launch(command, run_script)
+            return
+        except relaunch.Relaunch as child:
+            hops.append(child.command.text)
+            if len(hops) > relaunch.MAX_HOPS:
+                raise InputError(f"{_shown(command, seen)} re-launched itself {len(hops)} times ({' -> '.join(hops[:3])} "
+                                 "...): no trainer was constructed") from None
+            relaunch.apply_env(child.env)
+            seen["relaunched"] = hops[:]
+            command = child.command
+            os.chdir(command.cwd)
+
+
 def _launch(command: LaunchCommand, run_script: Callable[[Launched], None]) -> None:
     argv = list(command.argv)
     if command.launcher == "python":
         run_script(Launched(command.script, command.module, list(command.script_args)))
+    elif command.launcher == "entry":
+        run_script(Launched(None, command.module, list(command.script_args), entry=command.entry,
+                            command_name=os.path.basename(argv[0])))
     elif command.launcher == "accelerate":
         from accelerate.commands.launch import launch_command_parser
 
@@ -247,7 +282,10 @@ def _processes(launched: Launched) -> int:
 
 def _launched_folder(launched: Launched, cwd: str) -> str | None:
     """The folder of what a launch runs: the script's, or a `-m` module's top-level package, found as `python -m` finds
-    it (the current folder first) without importing it (a project installed editable keeps its own files the user's)."""
+    it (the current folder first) without importing it (a project installed editable keeps its own files the user's).
+    An installed package's command (an entry) is a library's code, never the user's."""
+    if launched.command_name:
+        return None
     if launched.script:
         return os.path.dirname(os.path.join(cwd, launched.script))
     if not launched.module:
@@ -268,6 +306,16 @@ def _launched_folder(launched: Launched, cwd: str) -> str | None:
 
 
 def _run_script(launched: Launched) -> None:
+    if launched.command_name:  # a console script: what its generated script does, `sys.exit(function())`
+        import importlib
+
+        sys.argv[:] = [launched.command_name, *launched.args]
+        target = importlib.import_module(launched.module)
+        for part in (launched.entry or "").split(".") if launched.entry else ():
+            target = getattr(target, part)
+        if launched.entry:
+            sys.exit(target())
+        return
     if launched.module:
         sys.argv[:] = [launched.module, *launched.args]
         sys.path.insert(0, os.getcwd())  # as `python -m` puts the current folder first

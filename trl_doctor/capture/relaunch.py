@@ -1,0 +1,97 @@
+"""Launchers that re-launch themselves: a framework's command (`axolotl train config.yaml`, `oumi distributed
+torchrun ...`, a `llamafactory-cli`-style wrapper) does not build the trainer itself but starts another process that
+does (`accelerate launch -m axolotl.cli.train config.yaml`). Inside the capture, a child process whose command is a
+launch the doctor can run (python, `python -m`, accelerate launch, torchrun, trl, an installed package's command) is
+not started: `Relaunch` carries it back to the capture, which runs it in place, as the child would have run, with the
+environment the parent gave it. Any other child (a probe of `nvidia-smi`, `git rev-parse`) runs as it would.
+
+The world size is the outermost launcher's: a child launch that names no process count keeps the one its parent's
+launcher set.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from contextlib import contextmanager
+from typing import Any
+
+from .command import LaunchCommand, parse_command
+
+MAX_HOPS = 4  # a launcher that re-launches itself more often than this is going round in circles
+
+
+class Relaunch(BaseException):
+    """A launch the script started as a child process, carried back to the capture (never started)."""
+
+    def __init__(self, command: LaunchCommand, env: dict | None):
+        super().__init__(command.text)
+        self.command, self.env = command, env
+
+
+def _argv(args: Any, shell: bool) -> list[str] | None:
+    if isinstance(args, (str, bytes, os.PathLike)):
+        text = os.fsdecode(args)
+        try:
+            return shlex.split(text) if shell or " " in text else [text]
+        except ValueError:
+            return None
+    try:
+        return [os.fsdecode(a) for a in args]
+    except TypeError:
+        return None
+
+
+def _as_launch(argv: list[str] | None, cwd: str | None) -> LaunchCommand | None:
+    """The launch `argv` is, when it is one the capture can run in place; None for any other command."""
+    if not argv:
+        return None
+    if argv[0] in ("env", "/usr/bin/env"):  # `env VAR=1 accelerate launch ...`
+        argv = [a for a in argv[1:] if "=" not in a or a.startswith("-")]
+    try:
+        return parse_command(tuple(argv), cwd or os.getcwd())
+    except Exception:  # InputError (python -c, a missing script), or anything odd: not a launch; it runs
+        return None
+
+
+@contextmanager
+def followed():
+    """While the script runs: a child launch is raised as Relaunch instead of started (subprocess.Popen, which
+    run/call/check_call use, and the os.exec* family)."""
+    original_init = subprocess.Popen.__init__
+    originals = {name: getattr(os, name) for name in ("execv", "execve", "execvp", "execvpe") if hasattr(os, name)}
+
+    def popen_init(self, args, *rest, **kwargs):
+        launch = _as_launch(_argv(args, bool(kwargs.get("shell"))), kwargs.get("cwd"))
+        if launch is not None:
+            raise Relaunch(launch, kwargs.get("env"))
+        return original_init(self, args, *rest, **kwargs)
+
+    def exec_of(name):
+        def exec_(path, args, *rest):
+            launch = _as_launch(_argv(list(args), False), None)
+            if launch is not None:
+                env = rest[0] if rest and name in ("execve", "execvpe") else None
+                raise Relaunch(launch, dict(env) if env is not None else None)
+            return originals[name](path, args, *rest)
+        return exec_
+
+    subprocess.Popen.__init__ = popen_init
+    for name in originals:
+        setattr(os, name, exec_of(name))
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = original_init
+        for name, fn in originals.items():
+            setattr(os, name, fn)
+
+
+def apply_env(env: dict | None) -> None:
+    """The environment a parent gave its child launch (its ACCELERATE_* and CUDA settings), in this process."""
+    if env is None:
+        return
+    for key, value in env.items():
+        if isinstance(key, str) and isinstance(value, str):
+            os.environ[key] = value
