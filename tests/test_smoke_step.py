@@ -441,3 +441,24 @@ def test_no_false_alarm_on_healthy_fixtures(built_fixtures):
         if r["status"] == "pass":
             assert r["details"]["real-model completions"].startswith("not sampled"), case
     assert checked > 30
+
+
+@pytest.mark.other_trl  # trl 1.13.0 from PyPI, first on PYTHONPATH (it has no PPO trainer: real_trl's probe skips)
+def test_an_async_callable_class_reward_fails_as_trl_1_13_calls_it(built_fixtures):
+    """Issue 46: trl 1.13 detects async rewards with inspect.iscoroutinefunction, False for an object whose
+    __call__ is async: the job calls it without awaiting and dies at its first step. The smoke step records the
+    reward through an object of the same kind (never an async function wrapper, which that TRL would await), so it
+    fails there as the job does; on the installed TRL (>= 1.14 awaits it) the same case passes."""
+    from pathlib import Path
+
+    from conftest import FIXTURES, _install_trl
+
+    cache = Path.home() / ".cache" / "trl-doctor-ci" / "trl-1.13.0"
+    _install_trl(cache, "1.13.0")
+    case = FIXTURES / "smoke-step" / "bad_reward_async_callable_class.yaml"
+    proc = run_doctor("check", str(case), "--select", "smoke-step", "--format", "json",
+                      env={"PYTHONPATH": str(cache)})
+    import json
+
+    smoke = result_of(json.loads(proc.stdout), "smoke-step")
+    assert smoke["status"] == "fail" and "'coroutine' object is not iterable" in smoke["message"], smoke["message"]

@@ -732,6 +732,54 @@ def force_token(model, token_id, after: int, suppress_ids: list[int]):
     return forcing
 
 
+def _recorded_object(obj, before, raised, after):
+    """The recording wrapper of a callable object (a class instance with __call__): an object again, of a class of
+    the same name whose __call__ is async exactly where the user's is, with the user's `__name__` only where the
+    object has one. What TRL detects on it (inspect.iscoroutinefunction on the object, trl 1.13; is_async_callable,
+    later; its __name__) is what it detects on the user's object: a release that cannot call it fails as the job
+    would, never passes through a function wrapper the job does not have."""
+    import inspect
+
+    call = type(obj).__call__
+    if inspect.iscoroutinefunction(call):
+        async def __call__(self, *args, **kwargs):
+            before(args, kwargs)
+            try:
+                values = await obj(*args, **kwargs)
+            except Exception as exc:
+                raised(exc)
+                raise
+            return after(values, args, kwargs)
+    else:
+        def __call__(self, *args, **kwargs):
+            before(args, kwargs)
+            try:
+                values = obj(*args, **kwargs)
+            except Exception as exc:
+                raised(exc)
+                raise
+            return after(values, args, kwargs)
+    __call__.__signature__ = _signature_of(obj)
+    cls = type(type(obj).__name__, (), {"__call__": __call__, "__module__": type(obj).__module__,
+                                        "__qualname__": type(obj).__qualname__})
+    wrapper = cls()
+    try:
+        wrapper.__name__ = obj.__name__  # only where the object has one: TRL names a reward by it
+    except AttributeError:
+        pass
+    return wrapper
+
+
+def _signature_of(obj):
+    import inspect
+
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+    return sig.replace(parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY), *sig.parameters.values()])
+
+
 def _recorded(func, name, calls, call=None):
     """Wrap a reward function to record how TRL calls it and what it returns, keeping the name and signature
     TRL inspects. Problems are recorded before TRL trips over them, so the report names the cause. The checks
@@ -764,6 +812,8 @@ def _recorded(func, name, calls, call=None):
         record_values(stats, values, len(completions) if completions is not None else None)
         return values
 
+    if not inspect.isfunction(func) and not inspect.ismethod(func) and not isinstance(func, functools.partial):
+        return _recorded_object(func, before, raised, after)
     if is_async(func):
         # an async wrapper for an async function: a TRL that awaits reward functions (is_async_callable) must still
         # see one, and gets the scores; a TRL that does not gets a coroutine, as it would from the function itself
