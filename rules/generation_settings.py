@@ -15,13 +15,13 @@ Why is this bad?
       following `model_kwargs` are not used by the model: ['token_type_ids']" (trl#4549).
     - `padding_side: right` under PPO's DataCollatorWithPadding: "A decoder-only architecture is
       being used, but right-padding was detected!".
+    - `generation_kwargs` over TRL's own `temperature` (log-probs scored at another one) or `n`.
     - GRPO with `gradient_checkpointing: true` and no vLLM before TRL 0.22 (fixed by PR#3891): no KV
       cache, quadratic in the completion length (transformers 4.53+: "Caching is incompatible with
       gradient checkpointing", trl#3683, docs/coverage.md: H4): a warn.
 
 Example
-    model_name_or_path: qwen2-minp      # generation_config.json sets min_p, no_repeat_ngram_size
-    -> warn: generate samples with min_p 0.1 (generation_config.json) instead of unset ...
+    model_name_or_path: qwen2-minp  # -> warn: generate samples with min_p 0.1 (its file) ...
 
 Fix safety
     Safe: `model_input_names` without `token_type_ids`, or `padding_side: left`, in
@@ -39,8 +39,8 @@ from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, skip,
 
 from trl_doctor.facts.inputs.chat import is_conversational
 from trl_doctor.facts.launch.settings import config_value
-from trl_doctor.facts.trl.generation import (effective_generation, token_type_ids_reach_generate,
-                                             trainer_generation_config)
+from trl_doctor.facts.trl.generation import (effective_generation, generation_kwargs_collisions,
+                                             token_type_ids_reach_generate, trainer_generation_config)
 from trl_doctor.facts.trl.installed import TRAINER_CLASS, generation_without_kv_cache, trainer_source
 from trl_doctor.facts.trl.trainer_config import trainer_config
 
@@ -64,7 +64,7 @@ def check(ctx):
         return
     details: dict = {}
     findings = []
-    for part in (_sampling, _token_type_ids, _padding_side, _checkpointed_generation):
+    for part in (_sampling, _kwargs_collisions, _token_type_ids, _padding_side, _checkpointed_generation):
         found, its_details = part(ctx)  # (status, message, fix) or None
         details.update(its_details)
         if found:
@@ -163,6 +163,42 @@ def _quiet(fn):
         return fn()
     finally:
         logging.set_verbosity(before)
+
+
+def _kwargs_collisions(ctx) -> tuple[tuple | None, dict[str, Any]]:
+    """`generation_kwargs` keys that silently replace a sampling setting TRL sets itself (issue 46)."""
+    cfg = _config(ctx)
+    if cfg is None or not hasattr(cfg, "generation_kwargs"):  # a release without it (trl < 0.19) drops the key
+        return None, {}
+    kwargs = cfg.generation_kwargs
+    if not isinstance(kwargs, dict) or not kwargs:
+        return None, {}
+    # a key the config leaves at its default is TRL's to fill and generation_kwargs' to pin (the documented way to
+    # pin min_p, top_k...), except temperature (TRL scores log-probs at it) and the length cap, which always hold one
+    raw = ctx.config.raw
+    own = {k: config_value(ctx, k) for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                                             "max_completion_length") if k in raw or k in ("temperature",
+                                                                                           "max_completion_length")}
+    found = generation_kwargs_collisions(kwargs, own)
+    if not found:
+        return None, {}
+    said = []
+    for c in found:
+        if c.follows is None:
+            said.append(f"generation_kwargs sets `{c.key}: {c.value}`, which TRL sets itself (one completion a prompt "
+                        "under colocated vLLM, num_generations a prompt for a server, num_return_sequences from "
+                        "num_generations): the completions generated no longer match the groups TRL scores")
+        elif c.key == "temperature":
+            said.append(f"generation_kwargs' `temperature: {c.value}` replaces the config's temperature {c.own}: "
+                        f"completions are sampled at {c.value} while TRL scores their log-probs at {c.own}, so the "
+                        "policy ratio and the KL are computed off the distribution that sampled them")
+        else:
+            said.append(f"generation_kwargs' `{c.key}: {c.value}` silently replaces {c.follows} {c.own}")
+    counts = [c for c in found if c.follows is None]
+    keys = ", ".join(c.key for c in found)
+    fix = manual(f"set {', '.join(sorted({c.follows for c in found if c.follows}))} with the config's own keys and "
+                 f"drop {keys} from generation_kwargs" if not counts else f"drop {keys} from generation_kwargs")
+    return ("fail" if counts else "warn", "; ".join(said), fix), {"generation_kwargs collisions": keys}
 
 
 def _token_type_ids(ctx) -> tuple[tuple | None, dict[str, Any]]:

@@ -261,3 +261,46 @@ def token_type_ids_reach_generate(trainer: str) -> tuple[bool | None, str]:
     if m is not None:
         return False, f"{rel}:{_line(text, m.start())}: the trainer takes `input_ids` (and the attention mask) only"
     return None, f"{rel}: no prompt tokenization recognised"
+
+
+# What TRL sets itself in the sampling settings it builds, and which of its config's keys each follows: GRPOTrainer
+# (and the GRPO-style RLOO) builds a GenerationConfig, and vLLM's SamplingParams (colocate and server), from its own
+# arguments and then applies `generation_kwargs` over them (trl/trainer/grpo_trainer.py `generation_kwargs.update`,
+# trl/generation/vllm_generation.py, vllm_client.py `sampling_params.update`): a key of both is silently replaced.
+# None: a key TRL sets from no config key of the user's (n, num_return_sequences: TRL's own per-prompt counts).
+SAMPLING_OWN = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_completion_length",
+                "max_tokens": "max_completion_length", "n": None, "num_return_sequences": None}
+
+
+@dataclass(frozen=True)
+class KwargsCollision:
+    key: str  # the generation_kwargs key
+    value: Any  # what generation_kwargs sets
+    follows: str | None  # the config key TRL fills it from (None: TRL's own count)
+    own: Any  # that config key's value
+
+
+def generation_kwargs_collisions(kwargs: Any, config: dict) -> list[KwargsCollision]:
+    """The keys of `generation_kwargs` that replace a sampling setting TRL sets itself, with a value other than
+    TRL's: `config` maps the config keys the job holds a value for (temperature, max_completion_length, a top_p it
+    set...) to those values; a key it does not map is the job's to pin in generation_kwargs."""
+    if not isinstance(kwargs, dict):
+        return []
+    out = []
+    for key, value in kwargs.items():
+        if key not in SAMPLING_OWN:
+            continue
+        follows = SAMPLING_OWN[key]
+        if follows is not None and (follows not in config or _same(value, config[follows])):
+            continue  # a key the job leaves to generation_kwargs, or the same value
+        own = config.get(follows) if follows else None
+        out.append(KwargsCollision(key, value, follows, own))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return a == b or (a is not None and b is not None and abs(float(a) - float(b)) < 1e-9)
+    except (TypeError, ValueError):
+        return False
