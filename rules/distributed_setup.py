@@ -1,10 +1,10 @@
 """TD019 distributed-setup: device_map, PEFT and checkpointing suit the launch's processes, sharding.
 
 What it does
-    Reads the launch's processes and DeepSpeed / FSDP sharding, the policy's `device_map` (and
-    whether the trainer resets it), the effective `use_reentrant` (config, the trainer's
-    `setdefault`, transformers' default) and whether the trainer forces reentrant under PEFT +
-    ZeRO-3, deepspeed and peft against KI015, and deepspeed's presence on the launch machine.
+    Reads the launch's processes and DeepSpeed / FSDP sharding (and colocated vLLM's tensor-parallel
+    groups over them), the policy's `device_map` (and whether the trainer resets it), the effective
+    `use_reentrant` (config, the trainer's `setdefault`, transformers' default) and whether the
+    trainer forces it under PEFT + ZeRO-3, deepspeed and peft against KI015, deepspeed's presence.
 
 Why is this bad?
     - `device_map="auto"` ("balanced", "sequential", a multi-entry map) with more than one process:
@@ -15,10 +15,10 @@ Why is this bad?
       Recomputed values for the following tensors have different metadata than during the forward
       pass" (trl#2514, transformers#47254; docs/coverage.md: H2); trl#6356 forces reentrant.
     - PEFT + ZeRO-3 on a 16-bit base with DeepSpeed 0.19.2: "TypeError: output tensor must have the
-      same type as input tensor" at the first step (deepspeed#8072, fixed in 0.19.3 by
-      deepspeed#8073; trl#6091 avoids it; docs/coverage.md: H3).
-    - DeepSpeed configured without the package: "ImportError: DeepSpeed is not installed => run
-      `pip3 install deepspeed` or build it from source."
+      same type as input tensor" at step 1 (deepspeed#8072, fixed in 0.19.3: deepspeed#8073;
+      trl#6091 avoids it; docs/coverage.md: H3).
+    - DeepSpeed configured without the package: "ImportError: DeepSpeed is not installed".
+    - `vllm_tensor_parallel_size` not dividing the processes (colocate): TRL refuses it at start-up.
 
 Example
     accelerate_config: accelerate_zero2_4gpu.yaml   # ZeRO-2 on this machine's 4 GPUs; no deepspeed
@@ -26,8 +26,8 @@ Example
 
 Fix safety
     Manual fixes only, the smallest change: no device_map (or {"": local_rank}) or one process;
-    `use_reentrant: true`, ZeRO-2 or a TRL that forces it; `pip install "deepspeed!=0.19.2"`;
-    `pip install deepspeed`.
+    `use_reentrant: true`, ZeRO-2 or a TRL that forces it; `pip install "deepspeed!=0.19.2"`; `pip
+    install deepspeed`; a multiple of the tensor-parallel size of processes.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Any, Mapping
 from trl_doctor import Unavailable, fail, manual, passed, rule, warn
 from trl_doctor.facts.launch.launcher import launch, package_version, sharding, trainer_distributed_handling
 from trl_doctor.facts.launch.settings import checkpointing_reentrant, config_value, settings
+from trl_doctor.facts.trl.trainer_config import trainer_config
 from trl_doctor.facts.trl.versions import entry_matches_versions, load_table
 
 SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")  # transformers' strategies that place layers itself
@@ -63,8 +64,8 @@ def check(ctx):
         "sharding": f"{shard.words} ({shard.configured_by})" + (f": {shard.unknown}" if shard.unknown else ""),
     }
     findings = []
-    for part in (_device_map, _deepspeed_unreadable, _deepspeed_installed, _peft_zero3_checkpointing,
-                 _peft_zero3_mixed_dtype):
+    for part in (_device_map, _vllm_tensor_parallel, _deepspeed_unreadable, _deepspeed_installed,
+                 _peft_zero3_checkpointing, _peft_zero3_mixed_dtype):
         found, its_details = part(ctx, the_launch, shard)
         details.update(its_details)
         if found is not None:
@@ -153,6 +154,32 @@ def _deepspeed_unreadable(ctx, the_launch, shard) -> tuple[_Verdict | None, dict
         "stops before training ('ValueError: Expected a string path to an existing deepspeed config, or a "
         "dictionary', or accelerate's error reading the file); fix the path (relative paths are read from the "
         "directory the job is launched in)"), manual("point deepspeed at an existing DeepSpeed JSON")), details
+
+
+# -- colocated vLLM's tensor-parallel groups over the training processes ----------------------------------------
+
+def _vllm_tensor_parallel(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[str, Any]]:
+    """Colocated vLLM splits the training processes into groups of vllm_tensor_parallel_size: TRL refuses a size
+    that does not divide them, at start-up (its own words). Judged where the process count is known."""
+    try:
+        cfg = trainer_config(ctx)
+    except Unavailable:
+        return None, {}
+    if not getattr(cfg, "use_vllm", False) or str(getattr(cfg, "vllm_mode", "")) != "colocate":
+        return None, {}  # a release without colocated vLLM (trl < 0.18) has no such groups
+    try:
+        tp = int(getattr(cfg, "vllm_tensor_parallel_size", 1) or 1)
+    except (TypeError, ValueError):
+        return None, {}
+    n = the_launch.processes
+    if tp <= 1 or not the_launch.counted or n % tp == 0:
+        return None, {"vLLM tensor parallel": tp} if tp > 1 else {}
+    return ("fail", (
+        f"vllm_tensor_parallel_size {tp} does not divide the launch's {n} training processes "
+        f"({the_launch.processes_from}): TRL stops at start-up with \"vllm_tensor_parallel_size ({tp}) must divide "
+        f"world size ({n}) evenly.\""), manual(
+        f"launch a multiple of {tp} processes ({n - n % tp or tp}) or set vllm_tensor_parallel_size to a divisor of "
+        f"{n}")), {"vLLM tensor parallel": tp}
 
 
 # -- DeepSpeed configured but not installed ----------------------------------------------------------------------

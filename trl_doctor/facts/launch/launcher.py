@@ -84,6 +84,9 @@ class AccelerateSettings:
     num_machines: int | None = None  # accelerate's num_machines (its num_processes counts every machine's)
 
 
+UNCOUNTED = "no GPU visible, no num_processes given"  # where the count of 1 is no more than a default
+
+
 @dataclass(frozen=True)
 class Launch:
     """The launch of the training job, as the doctor reads it on this machine."""
@@ -104,6 +107,11 @@ class Launch:
     software_here: bool = False
     machines: int = 1  # machines the processes spread over (accelerate --num_machines, torchrun --nnodes)
     machines_from: str | None = None  # where that number comes from, when it is more than one
+
+    @property
+    def counted(self) -> bool:
+        """Whether `processes` was given or seen (a flag, the launcher, the GPUs), not a default of 1."""
+        return self.processes_from != UNCOUNTED
 
     @property
     def per_machine(self) -> int:
@@ -247,7 +255,7 @@ def _processes(ctx, visible: list[dict], missing: str) -> tuple[int, str, str | 
         return (len(visible), f"{len(visible)} visible GPU{'s' if len(visible) != 1 else ''}: accelerate launch "
                               "starts one process per GPU", "; ".join(notes) or None)
     notes.append(f"no GPU here ({missing}); pass --num-processes N (or set num_processes) for the training machine")
-    return 1, "no GPU visible, no num_processes given", "; ".join(notes)
+    return 1, UNCOUNTED, "; ".join(notes)
 
 
 def _positive_int(value: Any) -> int | None:

@@ -71,11 +71,6 @@ def training_gpus(ctx, visible: list[dict], use_vllm: bool, mode: str | None) ->
             problems.append(("fail", (
                 f"vllm_tensor_parallel_size {tp} needs {tp} GPUs, but {n} {'is' if n == 1 else 'are'} visible "
                 f"({', '.join(gpu_name(g) for g in visible)}): lower vllm_tensor_parallel_size to {n} or fewer")))
-        elif n % tp:
-            problems.append(("warn", (
-                f"vllm_tensor_parallel_size {tp} does not divide the {n} visible GPUs: launching one training process "
-                f"per GPU fails with \"tensor_parallel_size ({tp}) must divide world size ({n}) evenly\"; launch "
-                f"{n - n % tp} processes or pick a tensor parallel size dividing {n}")))
         return visible, problems, words
     if use_vllm and (mode == "device" or (mode == "server" and server_is_local(ctx))):
         who = "the vLLM server (`trl vllm-serve`)" if mode == "server" else "vLLM (its own GPU in TRL 0.14-0.15)"
