@@ -38,6 +38,28 @@ def _default_signals() -> None:
 _default_signals()
 
 
+@pytest.fixture(autouse=True)
+def _no_leaked_import_time_environment():
+    """What a test's in-process job sets in os.environ (a library's `KMP_DUPLICATE_LIB_OK=True` while a trainer
+    runs here) is put back after it: the fork server serves only a caller whose import-time variables are its own,
+    so one leaked variable made every later check of that pytest worker start from scratch (CI's healthy sweep went
+    from 37 s to 535 s)."""
+    from trl_doctor.supervisor.forkserver import _AT_IMPORT_PREFIXES, _AT_RUN_TIME
+
+    def watched():
+        return {k: v for k, v in os.environ.items() if k.startswith(_AT_IMPORT_PREFIXES) and k not in _AT_RUN_TIME
+                and not k.startswith("TRL_DOCTOR_")}
+
+    before = watched()
+    yield
+    after = watched()
+    for key in after.keys() - before.keys():
+        os.environ.pop(key, None)
+    for key, value in before.items():
+        if after.get(key) != value:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session", autouse=True)
 def warm_worker_server(tmp_path_factory):
     """A fork server for the check workers of this session (trl_doctor/supervisor/forkserver.py): every check still runs
