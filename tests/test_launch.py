@@ -617,3 +617,18 @@ def test_what_the_script_creates_in_the_working_directory_is_a_note(tmp_path):
     notes = json.loads(proc.stdout)["launch"]["notes"]
     created = [note for note in notes if "created" in note]
     assert created == [f"the launch command's script created {tmp_path / 'prompt_logs'}/ (left in place)"], notes
+
+
+def test_a_helper_script_the_job_runs_as_a_child_is_not_taken_for_the_job(tmp_path):
+    """A script that runs `python prepare.py` (a data step) before building its trainer: that child runs as it
+    would, and the script goes on to the trainer the rules judge (only distributed launchers and the running
+    package's own re-launch are followed in place)."""
+    (tmp_path / "prepare.py").write_text("open('prepared.txt', 'w').write('ok')\n")
+    script = tmp_path / "train_after_prepare.py"
+    script.write_text("import os, runpy, subprocess, sys\n"
+                      f"subprocess.run([sys.executable, 'prepare.py'], cwd={str(tmp_path)!r}, check=True)\n"
+                      "sys.argv = ['grpo_quickstart.py']\n"
+                      f"runpy.run_path({str(LAUNCH / 'grpo_quickstart.py')!r}, run_name='__main__')\n")
+    code, report = run_json("check", "--no-smoke", "--", "python", str(script))
+    assert report["launch"]["trainer_class"].endswith("GRPOTrainer"), report["launch"]
+    assert not any("re-launched" in n for n in report["launch"]["notes"])

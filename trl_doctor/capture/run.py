@@ -81,7 +81,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
     old_roots = set_user_roots([command.cwd])
     os.chdir(command.cwd)
     try:
-        with hooks, _stderr_to(tail), watchdog, relaunch.followed():
+        with hooks, _stderr_to(tail), watchdog, relaunch.followed(lambda: _own_package(seen)):
             _launch_following(command, run_script, seen)
     except TrainerBuilt:
         launched = seen["launched"]
@@ -164,6 +164,12 @@ def _meta_in_frames(tb) -> bool:
 
 
 # -- the launchers -----------------------------------------------------------------------------------------------
+
+def _own_package(seen: dict) -> str | None:
+    """The top-level package the capture is running (`-m pkg.train`, a console script's module), if any."""
+    launched = seen.get("launched")
+    return (launched.module or "").split(".")[0] or None if launched is not None else None
+
 
 def _launch_following(command: LaunchCommand, run_script: Callable[[Launched], None], seen: dict) -> None:
     """Run the launch; where it re-launches itself (a framework's command starting `accelerate launch -m ...`),
