@@ -95,7 +95,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
             raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
                              "(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass)") from None
         raise InputError(f"{_shown(command, seen)} exited with status {code} before constructing a TRL trainer"
-                         f"{_where(exc)}{_caught(exc) or tail.last_line()}") from None
+                         f"{_where(exc)}{_said(exc, tail)}") from None
     except InputError:
         raise
     except BaseException as exc:
@@ -340,6 +340,17 @@ def _shown(command: LaunchCommand, seen: dict) -> str:
     if launched is not None:
         return launched.name
     return os.path.basename(command.script) if command.script else " ".join(command.argv[:2])
+
+
+def _said(exc: SystemExit, tail: "_Tail") -> str:
+    """What names the cause of a non-zero exit: the script's own last line on stderr (argparse's error, a printed
+    traceback's last line), and the exception it was handling when it exited where that line does not already say it
+    (a CLI that logs elsewhere and calls sys.exit(1))."""
+    said, caught = tail.last_line(), _caught(exc)
+    cause = exc.__context__
+    if caught and not (said and cause is not None and one_line(cause)[:80] in said):
+        said += caught
+    return said
 
 
 def _caught(exc: SystemExit) -> str:
