@@ -740,25 +740,13 @@ def _recorded_object(obj, before, raised, after):
     would, never passes through a function wrapper the job does not have."""
     import inspect
 
-    call = type(obj).__call__
-    if inspect.iscoroutinefunction(call):
+    sync, coro = _recording(obj, before, raised, after)
+    if inspect.iscoroutinefunction(type(obj).__call__):
         async def __call__(self, *args, **kwargs):
-            before(args, kwargs)
-            try:
-                values = await obj(*args, **kwargs)
-            except Exception as exc:
-                raised(exc)
-                raise
-            return after(values, args, kwargs)
+            return await coro(*args, **kwargs)
     else:
         def __call__(self, *args, **kwargs):
-            before(args, kwargs)
-            try:
-                values = obj(*args, **kwargs)
-            except Exception as exc:
-                raised(exc)
-                raise
-            return after(values, args, kwargs)
+            return sync(*args, **kwargs)
     __call__.__signature__ = _signature_of(obj)
     cls = type(type(obj).__name__, (), {"__call__": __call__, "__module__": type(obj).__module__,
                                         "__qualname__": type(obj).__qualname__})
@@ -814,23 +802,15 @@ def _recorded(func, name, calls, call=None):
 
     if not inspect.isfunction(func) and not inspect.ismethod(func) and not isinstance(func, functools.partial):
         return _recorded_object(func, before, raised, after)
-    if is_async(func):
-        # an async wrapper for an async function: a TRL that awaits reward functions (is_async_callable) must still
-        # see one, and gets the scores; a TRL that does not gets a coroutine, as it would from the function itself
-        @functools.wraps(func)
-        async def async_wrapper(*args, **kwargs):
-            before(args, kwargs)
-            try:
-                values = await func(*args, **kwargs)
-            except Exception as exc:
-                raised(exc)
-                raise
-            return after(values, args, kwargs)
+    sync, coro = _recording(func, before, raised, after)
+    # an async wrapper for an async function: a TRL that awaits reward functions (is_async_callable) must still see
+    # one, and gets the scores; a TRL that does not gets a coroutine, as it would from the function itself
+    return functools.wraps(func)(coro if is_async(func) else sync)
 
-        return async_wrapper
 
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+def _recording(func, before, raised, after):
+    """(sync, async) callables that call `func` the way TRL would, recording the call, a raise and the values."""
+    def sync(*args, **kwargs):
         before(args, kwargs)
         try:
             values = func(*args, **kwargs)
@@ -839,4 +819,13 @@ def _recorded(func, name, calls, call=None):
             raise
         return after(values, args, kwargs)
 
-    return wrapper
+    async def coro(*args, **kwargs):
+        before(args, kwargs)
+        try:
+            values = await func(*args, **kwargs)
+        except Exception as exc:
+            raised(exc)
+            raise
+        return after(values, args, kwargs)
+
+    return sync, coro
