@@ -5,7 +5,8 @@ the CPU, in a process of its own) at those defaults, reporting to TensorBoard an
 optimizer steps: an induced failure from step 1 is flagged by step 20 by DoctorCallback(watch=True) inside the job,
 and by `trl-doctor watch STORE --follow` on each store (the output folder's TensorBoard events, trackio's folder,
 wandb's, MLflow's database), every one started before the job's first log, long before any checkpoint; the same run
-made healthy is never flagged over 200 steps."""
+made healthy is never flagged over 200 steps. PPO too, with trl 1.12.0 (PPOTrainer's last release) at PPOConfig's
+defaults."""
 
 from __future__ import annotations
 
@@ -151,3 +152,74 @@ def test_a_healthy_run_is_never_flagged_over_200_steps_inside_and_from_each_stor
         flagged = {r["rule"]: r["message"] for r in report["results"] if r["status"] in ("warn", "fail")}
         assert run.returncode == 0 and not flagged, (tracker, flagged)
         assert report["config"].startswith(str(path)), (tracker, report["config"])
+
+
+# PPO: trl.experimental.ppo of trl 1.12.0 (PPOTrainer's last release), from PyPI, at PPOConfig's own logging and saving
+# settings (logging_steps 10, save_steps 500; its PPOTrainer logs every update whatever logging_steps says, and its loop
+# ignores should_training_stop: the callback's stop is WatchStopped raised from train()). PPO's metric names are its
+# own (objective/scores, val/num_eos_tokens, lr), read from each tracker's store as from the job's callback.
+PPO_FAILURES = {"ppo_constant_reward": ("zero-advantage", True), "ppo_never_terminating": ("never-terminating", False),
+                "ppo_lr_zero": ("learning-rate-zero", False),
+                "ppo_diverging": (None, False)}  # learning rate 5: approxkl 2.6e4 at step 1, a warn (ratio-clipping)
+
+
+@pytest.fixture(scope="module")
+def trl_112():
+    from conftest import real_trl
+
+    return {**real_trl("1.12.0"), "OMP_NUM_THREADS": "1"}
+
+
+needs_tensorboard = pytest.mark.skipif(not _tensorboard(), reason="the jobs write TensorBoard events (tensorboard "
+                                       "installed: pip install 'trl-doctor[watch]')")
+
+
+@needs_tensorboard
+@pytest.mark.other_trl
+@pytest.mark.parametrize("name", list(PPO_FAILURES))
+def test_a_ppo_failure_is_flagged_by_step_20_inside_the_job_and_from_each_store(tmp_path, trl_112, name):
+    rule, every = PPO_FAILURES[name]
+    where, env = stores(tmp_path, trackers(every))
+    watching = followers(where)
+    try:
+        proc = job(name, tmp_path / "out", 40, {**env, **trl_112})
+        _, said = proc.communicate(timeout=600)
+        assert proc.returncode == 0, said[-3000:]
+        seen = {t: w.communicate(timeout=180) for t, w in watching.items()}
+    finally:
+        for w in watching.values():
+            w.kill()
+    first = re.search(r"trl-doctor watch, step (\d+): TW\d+ [a-z-]+ (warn|fail)", said)
+    assert first and int(first.group(1)) <= 20, said[-3000:]
+    stopped = json.loads((tmp_path / "out" / "job.json").read_text())
+    assert stopped["logging_steps"] == 10 and stopped["save_steps"] == 500, stopped
+    for tracker, (stdout, stderr) in seen.items():
+        outside = re.match(r"step (\d+): TW\d+ [a-z-]+ (warn|fail)", stderr)
+        assert outside and int(outside.group(1)) <= 20, (tracker, stderr)
+        report = json.loads(stdout)
+        assert report["trainer"] == "ppo" and report["config"].startswith(str(where[tracker])), (tracker, report)
+        if rule is not None:
+            assert rule in [r["rule"] for r in report["results"] if r["status"] == "fail"], (tracker, report)
+    if rule is not None:
+        assert stopped["global_step"] <= 20 and "trl-doctor watch stopped the job at step" in said, said[-3000:]
+
+
+@needs_tensorboard
+@pytest.mark.other_trl
+def test_a_healthy_ppo_run_is_never_flagged_over_200_steps_inside_and_from_each_store(tmp_path, trl_112):
+    """Its objective/kl, the k1 estimate over a batch of 4, is below 0 in about 4 logs of 10 (kl-blowup once warned at
+    step 198 on 3 logs in a row)."""
+    where, env = stores(tmp_path, trackers(True))
+    proc = job("ppo_healthy", tmp_path / "out", 200, {**env, **trl_112})
+    _, said = proc.communicate(timeout=900)
+    assert proc.returncode == 0, said[-3000:]
+    assert json.loads((tmp_path / "out" / "job.json").read_text())["global_step"] == 200
+    assert "trl-doctor watch, step" not in said, said[-3000:]
+    for tracker, path in where.items():
+        run = subprocess.run([trl_doctor_exe(), "watch", str(path), "--format", "json"], capture_output=True,
+                             text=True, timeout=120)
+        report = json.loads(run.stdout)
+        flagged = {r["rule"]: r["message"] for r in report["results"] if r["status"] in ("warn", "fail")}
+        assert run.returncode == 0 and not flagged and report["trainer"] == "ppo", (tracker, flagged)
+        scores = next(r for r in report["results"] if r["rule"] == "zero-advantage")
+        assert scores["status"] == "pass" and "(200 logs)" in scores["message"], (tracker, scores)  # the whole run
