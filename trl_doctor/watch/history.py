@@ -133,6 +133,16 @@ class History:
         self._names.update(values)
         self._columns.clear()  # made again from the logs when next read
 
+    def add_metrics(self, values: dict[str, float], step: int) -> Log | None:
+        """Append a log whose values are already metrics (floats under names `metric_of` gave): a TensorBoard step,
+        read without the row checks `add` makes of a logged dict. None when it holds only bookkeeping."""
+        if not values.keys() - _BOOKKEEPING:
+            return None
+        log = Log(len(self.logs) + 1, step, values, f"step {step}")
+        self.logs.append(log)
+        self._names.update(values)
+        return log
+
     def add(self, raw: dict[str, Any], step: int | None = None) -> Log | None:
         """Append one logged dict (a training row; an eval or summary row is not one): None when it is not."""
         values = training_values(raw)
@@ -261,6 +271,12 @@ def training_values(raw: dict[str, Any]) -> dict[str, float] | None:
         if number is not None:
             out[name] = number
     return out if out.keys() - _BOOKKEEPING else None
+
+
+def metric_of(key: str) -> str:
+    """The metric a logged key is (its canonical name), "" for a key that is none (a step, an evaluation's)."""
+    name = _KEYS.get(key)
+    return _metric(key) if name is None else name
 
 
 def _metric(key: Any) -> str:

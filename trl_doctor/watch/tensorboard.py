@@ -115,11 +115,11 @@ class EventReader:
             # the scalars from here on, back to back (see _SCALAR); finditer only where one starts here, so that a
             # file of other records is never searched to its end at each of them
             for m in _SCALAR.finditer(buffer, pos) if _SCALAR.match(buffer, pos) else ():
-                length, raw_step, tag_length, raw_tag, raw_value = m.groups()
-                if m.start() != pos or length[0] != 21 + len(raw_step) + len(raw_tag) \
-                        or tag_length[0] != len(raw_tag):
+                raw_step, tag_length, raw_tag, raw_value = m.groups()
+                end = m.end()
+                if m.start() != pos or end - pos != buffer[pos] + 16 or tag_length[0] != len(raw_tag):
                     break  # not the next record, or lengths that do not add up: read below, as an Event
-                pos += length[0] + 16
+                pos = end
                 if raw_step != last_raw:  # a step's scalars come together: its varint read once
                     last_raw, event_step = raw_step, _varint(raw_step)
                 if event_step != step:
@@ -192,8 +192,13 @@ class EventReader:
         self.history.take_args(args)
 
     def _name(self, tag: str) -> str | None:
-        """The metric a tag holds (`train/loss` -> `loss`), None for an evaluation's; remembered for the file."""
+        """The metric a tag holds (`train/loss` -> `loss`, made canonical as a logged row's keys are), a SUMMARY
+        name as it is, None for an evaluation's or what is no metric; remembered for the file."""
+        from trl_doctor.watch.history import metric_of
+
         name = None if tag.startswith(_SKIPPED) else (tag[6:] if tag.startswith("train/") else tag)
+        if name is not None and name not in SUMMARY:
+            name = metric_of(name) or None
         if len(self._tags) < 100_000:
             self._tags[tag] = name
         return name
@@ -205,19 +210,20 @@ class EventReader:
         if step == self._step and self.history.logs:
             self.history.amend_last(values)
             return True
-        if self.history.add(values, step=int(step)) is None:
+        if self.history.add_metrics(values, int(step)) is None:
             return False
         self._step = step
         return True
 
 
 # A scalar event as torch's SummaryWriter writes it (`add_scalar`: one Summary.Value with a simple_value), framed:
-# length (8: under 256 for such a record) and its CRC (4), then Event{wall_time (field 1, fixed64), step (2, varint), summary (5){value (1){tag (1),
-# simple_value (2, fixed32)}}}, then the data's CRC (4). A run of them back to back is found by one search and each
-# read without building an Event, its frame's length and its tag's length checked against the bytes (500,000 records in
-# under half the time); any other record (the version record, the args text, a tensor scalar, a record another
-# writer laid out otherwise) goes through tensorboard's Event.
-_FRAME = (rb"([\x10-\xff])\x00{7}.{4}\x09.{8}\x10([\x80-\xff]{0,9}[\x00-\x7f])\x2a[\x00-\x7f]\x0a[\x00-\x7f]"
+# length (8: under 256 for such a record; the whole match is that length + 16) and its CRC (4), then Event{wall_time
+# (field 1, fixed64), step (2, varint), summary (5){value (1){tag (1), simple_value (2, fixed32)}}}, then the data's
+# CRC (4). A run of them back to back is found by one search and each read without building an Event, its frame's
+# length and its tag's length checked against the bytes (500,000 records in under half the time); any other record
+# (the version record, the args text, a tensor scalar, a record another writer laid out otherwise) goes through
+# tensorboard's Event.
+_FRAME = (rb"[\x10-\xff]\x00{7}.{4}\x09.{8}\x10([\x80-\xff]{0,9}[\x00-\x7f])\x2a[\x00-\x7f]\x0a[\x00-\x7f]"
           rb"\x0a([\x01-\x7f])([^\x00-\x1f]{1,127})\x15(.{4}).{4}")
 _SCALAR = re.compile(rb"(?s)" + _FRAME)
 _FLOAT = struct.Struct("<f").unpack
