@@ -7,10 +7,10 @@ What it does
   response length (the mean logged, else response_length: 53 when unknown, PPOConfig's default), so
   a token's KL is never overstated. A negative `objective/kl` is a warn: KL(pi || pi_ref) is never
   negative, its estimate is when the rollout was sampled from another distribution than the one
-  scored. The estimate (a mean of log-ratios over a batch's sampled tokens) is noisy: it must average
-  below -`negative` (0.01) nats a token over `window` (10) steps, 80% of its logs below 0 (a real
-  PPO run at learning rate 0 logged -0.0003 a sequence; a healthy one, 4 completions a batch, 38% of
-  its 200 logs below 0, 3 in a row at -0.02 a token).
+  scored. The estimate (a mean of log-ratios over a batch's sampled tokens) is noisy: it must
+  average below -`negative` (0.01) nats a token over `window` (10) steps, 80% of its logs below 0
+  (a real PPO run at learning rate 0 logged -0.0003 a sequence; a healthy one, 4 completions a
+  batch, 38% of its 200 logs below 0, 3 in a row at -0.02 a token).
 Why is this bad?
   A KL that explodes means the policy left the reference far behind: its text degenerates and the KL
   penalty dominates the reward (a learning rate too high, a reward being hacked). TRL's docs read a

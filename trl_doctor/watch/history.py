@@ -133,6 +133,12 @@ class History:
         self._names.update(values)
         self._columns.clear()  # made again from the logs when next read
 
+    @staticmethod
+    def metric_of(key: str) -> str:
+        """The metric a logged key is (its canonical name), "" for a key that is none (a step, an evaluation's)."""
+        name = _KEYS.get(key)
+        return _metric(key) if name is None else name
+
     def add_metrics(self, values: dict[str, float], step: int) -> Log | None:
         """Append a log whose values are already metrics (floats under names `metric_of` gave): a TensorBoard step,
         read without the row checks `add` makes of a logged dict. None when it holds only bookkeeping."""
@@ -271,12 +277,6 @@ def training_values(raw: dict[str, Any]) -> dict[str, float] | None:
         if number is not None:
             out[name] = number
     return out if out.keys() - _BOOKKEEPING else None
-
-
-def metric_of(key: str) -> str:
-    """The metric a logged key is (its canonical name), "" for a key that is none (a step, an evaluation's)."""
-    name = _KEYS.get(key)
-    return _metric(key) if name is None else name
 
 
 def _metric(key: Any) -> str:

@@ -194,11 +194,9 @@ class EventReader:
     def _name(self, tag: str) -> str | None:
         """The metric a tag holds (`train/loss` -> `loss`, made canonical as a logged row's keys are), a SUMMARY
         name as it is, None for an evaluation's or what is no metric; remembered for the file."""
-        from trl_doctor.watch.history import metric_of
-
         name = None if tag.startswith(_SKIPPED) else (tag[6:] if tag.startswith("train/") else tag)
         if name is not None and name not in SUMMARY:
-            name = metric_of(name) or None
+            name = self.history.metric_of(name) or None
         if len(self._tags) < 100_000:
             self._tags[tag] = name
         return name
