@@ -57,6 +57,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
 
     aux_models: dict[str, tuple[str, str | None]] = {}
     rewards = _rewards(arguments.get("reward_funcs"), cwd, raw, aux_models)
+    raw.update(_agent_parts(arguments))
     for key, names in (("reward_model_path", ("reward_model",)), ("value_model_path", ("value_model",)),
                        ("sft_model_path", _REF_KEYWORDS)):
         given = _first(arguments, names)
@@ -243,6 +244,27 @@ def _rewards(value: Any, cwd: Path, raw: dict, aux_models: dict) -> list[str]:
     if names:
         raw["reward_funcs"] = list(names)
     return names
+
+
+def _agent_parts(arguments: dict) -> dict[str, Any]:
+    """The trainer's tools, environment factory and rollout function as the script passed them (GRPOTrainer's
+    `tools`, `environment_factory`, `rollout_func`), each live callable under the name the facts layer resolves, so
+    that the smoke step builds the trainer with them (TRL checks the chat template for tool calling, probes each
+    environment's `reset`)."""
+    from ..facts.rewards import register_live
+
+    out: dict[str, Any] = {}
+    tools = arguments.get("tools")
+    if isinstance(tools, (list, tuple)) and tools and all(callable(t) for t in tools):
+        out["tools"] = [register_live(t) for t in tools]
+    factory = arguments.get("environment_factory")
+    if isinstance(factory, dict) and factory and all(callable(f) for f in factory.values()):
+        out["environment_factory"] = {str(k): register_live(f) for k, f in factory.items()}
+    elif callable(factory):
+        out["environment_factory"] = register_live(factory)
+    if callable(arguments.get("rollout_func")):
+        out["rollout_func"] = register_live(arguments["rollout_func"])
+    return out
 
 
 def _peft_keys(peft_config: Any, model: Any) -> dict[str, Any]:

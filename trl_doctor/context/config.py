@@ -26,6 +26,10 @@ DOCTOR_KEYS = (
     "reward_model_path",
     "value_model_path",
     "dataset_path",
+    # GRPOTrainer's agent arguments (trl >= 1.x), as dotted names or a script's live callables (trl_doctor.capture)
+    "tools",
+    "environment_factory",
+    "rollout_func",
 )
 # keys TRL's CLI scripts (trl/scripts/grpo.py, rloo.py, ppo.py) and TrlParser's `env` block take besides the
 # dataclass fields; num_processes, accelerate_config and config_file go to `accelerate launch`

@@ -397,7 +397,7 @@ def _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage):
     reward_models = [_aux_model_path(path, spec) for path in spec.reward_models or []]
 
     stage("trainer init")
-    kwargs = {}
+    kwargs = _agent(trainer_cls, spec)
     peft_config = _peft_config(spec)
     if peft_config is not None:
         kwargs["peft_config"] = peft_config
@@ -410,6 +410,27 @@ def _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage):
         **kwargs,
     )
     return trainer, trainer.model, trainer.model
+
+
+def _agent(trainer_cls, spec: Spec) -> dict:
+    """The script's tools, environment factory and rollout function, the callables it passed (not wrappers: TRL tells
+    an async tool or an environment's methods by what they are), for a trainer whose __init__ takes them."""
+    import inspect
+
+    from trl_doctor.facts.rewards import resolve_reward
+
+    takes = inspect.signature(trainer_cls.__init__).parameters
+    out = {}
+    for key, names in spec.agent.items():
+        if key not in takes:
+            continue
+        if isinstance(names, dict):
+            out[key] = {name: resolve_reward(value, spec.user_dir) for name, value in names.items()}
+        elif isinstance(names, list):
+            out[key] = [resolve_reward(name, spec.user_dir) for name in names]
+        else:
+            out[key] = resolve_reward(names, spec.user_dir)
+    return out
 
 
 def _build_ppo_style(trainer_cls, args, tokenizer, spec, progress, stage):

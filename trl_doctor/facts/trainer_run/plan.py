@@ -26,6 +26,7 @@ from trl_doctor.facts.trl.trainer_config import trainer_config, trainer_config_i
 ROWS = 4  # prompts handed to the worker side: enough for one generation batch and a spare
 FORCE_AFTER = 3  # the termination probe forces the end-of-turn token as the 4th completion token
 MAX_COMPLETION = 8
+AGENT_KEYS = ("tools", "environment_factory", "rollout_func")  # GRPOTrainer's, passed to the step's trainer as given
 
 LAST_PPO_RELEASE = "1.12.0"  # trl.experimental.ppo.PPOTrainer's last release (see the value-model rule)
 
@@ -192,6 +193,7 @@ def build_spec(ctx) -> Spec:
         "processor_path": processor_path,
         "columns": list(ctx.dataset.column_names),
         "reward_funcs": list(ctx.config.reward_funcs),
+        "agent": {k: raw[k] for k in AGENT_KEYS if raw.get(k)},
         "reward_models": reward_models,
         "reward_model_path": _path(ctx, raw["reward_model_path"]) if raw.get("reward_model_path") else None,
         "value_model_path": _path(ctx, raw["value_model_path"]) if raw.get("value_model_path") else None,

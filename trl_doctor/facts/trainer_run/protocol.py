@@ -43,6 +43,9 @@ class Spec:
     model_kwargs: dict = field(default_factory=dict)
     precision: str = "fp32"
     reward_funcs: list = field(default_factory=list)
+    # GRPOTrainer's tools, environment_factory (a name, or {environment: name}) and rollout_func, by the names
+    # trl_doctor.facts.rewards resolves (a script's live callables): the trainer is built as the script built it
+    agent: dict = field(default_factory=dict)
     reward_models: list = field(default_factory=list)
     reward_model_path: str | None = None
     value_model_path: str | None = None
