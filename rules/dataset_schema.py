@@ -151,6 +151,9 @@ def check(ctx):
         reward_columns, found = _reward_columns(ctx, columns)
         details.update(reward_columns)
         findings += [replace(f, details=dict(details)) for f in found]
+    environments, found = _environments(ctx, ds, columns)
+    details.update(environments)
+    findings += [replace(f, details=dict(details)) for f in found]
     yield from findings
     if not any(f.status.value in ("fail", "warn") for f in findings):
         kinds = details.get("prompt formats", {})
@@ -341,6 +344,35 @@ def _reward_columns(ctx, columns) -> tuple[dict[str, Any], list[Finding]]:
             f"or give the parameter a default" + (f" ({hint})" if hint else ""),
         ))
     return details, found
+
+
+def _environments(ctx, ds, columns) -> tuple[dict[str, Any], list[Finding]]:
+    """A dict `environment_factory` (GRPOTrainer's several environments): every row's `environment` must name one of
+    them. TRL checks each batch's rows only when it generates for them and raises ValueError there, a step that may
+    come hours in; every row is read here."""
+    factory = config_value(ctx, "environment_factory")
+    if not isinstance(factory, dict) or not factory:
+        return {}, []
+    names = sorted(factory)
+    details: dict[str, Any] = {"environments": names}
+    if "environment" not in columns:
+        return details, [fail(
+            f"environment_factory names several environments ({', '.join(names)}) but the dataset has no "
+            "`environment` column: GRPOTrainer routes each row to its environment by that column and raises "
+            "ValueError at the first batch (\"Example has `environment=None`, which is not among the environments "
+            "passed to `environment_factory`\"); add the column")]
+    values = ds.unique("environment") if hasattr(ds, "unique") else sorted({r.get("environment") for r in ds})
+    unknown = [v for v in values if v not in factory]
+    if not unknown:
+        return details, []
+    rows = [i for i, v in enumerate(ds["environment"]) if v in set(unknown)]
+    shown = ", ".join(repr(v) for v in unknown[:5])
+    return details, [fail(
+        f"{len(rows)} {'row names' if len(rows) == 1 else 'rows name'} an environment environment_factory lacks "
+        f"({shown}; it has {', '.join(names)}; first "
+        f"at row {rows[0]}): GRPOTrainer raises ValueError (\"Example has `environment=...`, which is not among the "
+        f"environments passed to `environment_factory`\") at the step whose batch reaches the first of them, "
+        "minutes or hours into the run; add the environment or fix the rows", **{"rows naming no environment": rows[:20]})]
 
 
 def _reward_contract(trainer: str) -> tuple[list[str], list[str], str]:

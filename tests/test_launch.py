@@ -633,3 +633,49 @@ def test_a_helper_script_the_job_runs_as_a_child_is_not_taken_for_the_job(tmp_pa
     code, report = run_json("check", "--no-smoke", "--", "python", str(script))
     assert report["launch"]["trainer_class"].endswith("GRPOTrainer"), report["launch"]
     assert not any("re-launched" in n for n in report["launch"]["notes"])
+
+
+# -- issue 46: the smoke step runs the trainer the script built: its tools --------------------------------------------
+
+def _tools_trl() -> bool:
+    import inspect
+
+    from trl import GRPOTrainer
+
+    return "tools" in inspect.signature(GRPOTrainer.__init__).parameters
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _tools_trl(), reason="the installed TRL's GRPOTrainer takes no tools (trl >= 1.x does)")
+@pytest.mark.parametrize("template, words", [
+    (None, "does not support tool calling"),  # qwen2-chat's own template reads only message['content']
+    ("tools/custom_tools.jinja", "failed to add response schema"),  # renders tool calls, but no template TRL knows
+    ("tools/qwen2_5.jinja", None),  # Qwen2.5's, as TRL ships it: the job trains
+])
+def test_the_scripts_tools_reach_the_step_and_trls_tool_checks(template, words):
+    """grpo_tools.py passes `tools=[multiply]`; the real script (use_cpu, one step) raised these same ValueErrors at
+    GRPOTrainer(...) and trained with Qwen2.5's template. Before, the step dropped the tools and passed all three."""
+    code, report = run_json("check", "--select", "smoke-step", "--", "python", "grpo_tools.py", "../models/qwen2-chat",
+                            *([template] if template else []))
+    smoke = result_of(report, "smoke-step")
+    if words is None:
+        assert code == 0 and smoke["status"] == "pass", smoke
+        return
+    assert code == 1 and smoke["status"] == "fail" and words in smoke["message"], smoke
+    assert "trainer init" in smoke["message"], smoke
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _tools_trl(), reason="the installed TRL's GRPOTrainer takes no environment_factory")
+@pytest.mark.parametrize("rows, status", [("tools/env_rows.jsonl", "pass"), ("tools/env_rows_unknown.jsonl", "fail")])
+def test_a_row_naming_an_environment_the_factory_lacks_fails_before_the_step_that_reaches_it(rows, status):
+    """grpo_environments.py passes environment_factory={"counter": ..., "echo": ...}; the real script (use_cpu, 8 steps)
+    trained on env_rows.jsonl and raised "Example has `environment='calculator'`, which is not among the environments
+    passed to `environment_factory`" on env_rows_unknown.jsonl (its row 6). The step, on the first rows, trains."""
+    code, report = run_json("check", "--select", "smoke-step,dataset-schema", "--", "python", "grpo_environments.py", rows)
+    schema, smoke = result_of(report, "dataset-schema"), result_of(report, "smoke-step")
+    assert smoke["status"] == "pass", smoke  # the environments reached the trainer: TRL probed each one's reset
+    assert schema["status"] == status and code == (0 if status == "pass" else 1), schema
+    assert schema["details"]["environments"] == ["counter", "echo"]
+    if status == "fail":
+        assert "'calculator'" in schema["message"] and "first at row 6" in schema["message"], schema
