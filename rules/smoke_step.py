@@ -39,6 +39,7 @@ from typing import Any
 from trl_doctor import Finding, Location, fail, manual, passed, rule, skip, warn
 
 from trl_doctor.facts.trainer_run import MAX_COMPLETION, trainer_gap, trainer_run
+from trl_doctor.facts.trainer_run.heard import known_warning
 from trl_doctor.facts.inputs.text import config_relative
 
 
@@ -73,13 +74,32 @@ def check(ctx):
     if run.outcome == "failed":
         error = run.error
         message, extra = explain_failure(error, run.spec.to_json(), ctx)
-        yield fail(message, **details, **extra, traceback=error.get("traceback", ""))
+        yield with_heard([fail(message, **details, **extra, traceback=error.get("traceback", ""))], error.get("heard"))
         return
     result = dict(run.result["train"])
     result["trainer"] = run.result["trainer"]
     result["import_s"] = run.result["import_s"]
     result["model"] = run.result.get("model", {})
-    yield from _judge(result, details, ctx, run.spec.sample if run.spec is not None else {}, run.result.get("sample"))
+    findings = list(_judge(result, details, ctx, run.spec.sample if run.spec is not None else {},
+                           run.result.get("sample")))
+    yield with_heard(findings[:1], run.result.get("heard"))
+    yield from findings[1:]
+
+
+def with_heard(verdict: list, heard: list | None) -> Finding:
+    """The step's verdict with what TRL, transformers, accelerate or PEFT warned while its trainer was built and
+    stepped (their words and place; data/known_warnings.yaml's noise left out): a pass becomes a warn naming the first
+    of them, every one under `library warnings`."""
+    (found,) = verdict
+    said = [f"{i['library']}: {i['message']} ({i['where']})" for i in heard or ()
+            if not known_warning(i["library"], i["message"])]
+    if not said:
+        return found
+    details = {**found.details, "library warnings": said}
+    if found.status.value != "pass":
+        return replace(found, details=details)
+    more = f"; {len(said) - 1} more under library warnings" if len(said) > 1 else ""
+    return warn(f"{found.message}; but {said[0]}{more}", fix=found.fix, location=found.location, **details)
 
 
 def explain_failure(error: dict, spec: dict, ctx) -> tuple[str, dict]:

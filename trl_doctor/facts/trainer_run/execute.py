@@ -47,6 +47,7 @@ def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None, tokeniz
             "stage": progress.stage,
             "rewards": progress.calls,
             "probes": progress.probes,  # probes that finished before the failure
+            "heard": progress.heard,
         }
     finally:
         os.chdir(here)
@@ -62,8 +63,12 @@ def _trim(frames: list[str], user_dir: str | None) -> str:
 
 def run(spec: Spec, progress: Progress, stage: Callable[[str], None], started: float, tokenizer=None,
         processor=None) -> dict:
-    with twin_threads(spec):
+    from trl_doctor.facts.trainer_run.heard import hearing
+
+    with twin_threads(spec), hearing() as heard:
+        progress.heard = heard  # filled as the libraries speak: a failure reports what they said before it
         out = _step(spec, progress, stage, started, tokenizer, processor)
+    out["heard"] = heard
     if out["train"] is None:
         return out
     sample = None

@@ -109,15 +109,17 @@ class Progress:
     stage: str | None = None
     calls: dict = field(default_factory=dict)
     probes: dict = field(default_factory=dict)
+    heard: list = field(default_factory=list)  # what TRL and its libraries warned (heard.py), as they said it
 
 
 @dataclass(frozen=True)
 class RunResult:
     """What came of a run.
 
-    - `ok`: `result` holds {"trainer", "import_s", "probes", "model", "train", "sample"} (train is None with
+    - `ok`: `result` holds {"trainer", "import_s", "probes", "model", "train", "sample", "heard"} (train is None with
       --no-smoke; sample is None unless the real model was sampled, else what `worker.sample_real` gives);
-    - `failed`: the trainer raised; `error` holds {"error_type", "error", "traceback", "stage", "rewards", "probes"};
+    - `failed`: the trainer raised; `error` holds {"error_type", "error", "traceback", "stage", "rewards", "probes",
+      "heard"};
     - `timeout`: stopped after `limit` seconds in `last_stage`;
     - `crashed`: the process died (`code`: its exit status, negative for a signal) in `last_stage`; `cause` is the
       supervisor's words for it ("killed by SIGKILL", or the kernel's out-of-memory killer when its record says so).
