@@ -33,8 +33,8 @@ new_trl = pytest.mark.skipif(not _trl_at_least("1.10"), reason="the warnings are
 @pytest.mark.slow
 @new_trl
 @pytest.mark.parametrize("case, library, words, place", [
-    ("warn_gspo_token_sum_loss.yaml", "trl", "the `'dapo'` loss sums per-token contributions", "trl/trainer/grpo_trainer.py:"),
-    ("warn_importance_sampling_cap.yaml", "trl", "The `vllm_importance_sampling_cap` argument is deprecated",
+    ("bad_gspo_token_sum_loss.yaml", "trl", "the `'dapo'` loss sums per-token contributions", "trl/trainer/grpo_trainer.py:"),
+    ("bad_importance_sampling_cap.yaml", "trl", "The `vllm_importance_sampling_cap` argument is deprecated",
      "trl/trainer/grpo_config.py:"),
 ])
 def test_what_trl_warns_is_a_warn_in_its_words_at_its_line(built_fixtures, case, library, words, place):
@@ -76,19 +76,23 @@ def test_each_noise_entry_says_why_and_its_words_are_a_pattern():
 
 def test_the_hearing_takes_a_librarys_warning_and_log_at_its_own_line():
     """In-process: a warning a module of `trl` raises with stacklevel=2 (pointing at its caller, as TRL's do) is
-    placed at trl's own line; a logger record of `transformers.*` is heard; a warning of another module is not."""
+    placed at trl's own line; a logger record of `transformers.*` is heard; a warning of another module is not, nor
+    torch's C++ warning that trl's tensor operation set off."""
     import logging
     import types
 
     from trl_doctor.facts.trainer_run.heard import hearing
 
     fake = types.ModuleType("trl.fake_module")
-    exec(compile("import warnings\n\ndef speak():\n    warnings.warn('deprecated, use x', FutureWarning, stacklevel=2)\n",
+    exec(compile("import warnings\n\ndef speak():\n    warnings.warn('deprecated, use x', FutureWarning, stacklevel=2)\n"
+                 "\n\ndef index():  # torch's C++ warning, set off by a tensor operation in trl's code\n"
+                 "    warnings.warn('non-tuple indexing (Triggered internally at indexing.cpp:349.)', UserWarning)\n",
                  "/site-packages/trl/fake_module.py", "exec"), fake.__dict__)
-    with pytest.warns(FutureWarning), warnings.catch_warnings():  # shown as the job shows them, and heard
+    with pytest.warns((FutureWarning, UserWarning)), warnings.catch_warnings():  # shown as the job shows them, and heard
         with hearing() as heard:
             fake.speak()
             fake.speak()  # said twice, heard once
+            fake.index()  # torch's words, not trl's
             logging.getLogger("transformers.modeling_utils").warning("weights of %s not used", "lm_head")
             warnings.warn("not a library's", UserWarning)
     assert [(h["library"], h["message"], h["where"]) for h in heard] == [

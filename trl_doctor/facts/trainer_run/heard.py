@@ -4,7 +4,7 @@ and the file and line that said it (issue 46: TRL warns where it once refused; t
 
 A warning's place is the frame that called `warnings.warn` (TRL's `stacklevel=2` points the shown place at its
 caller, here the doctor's own build); a warning whose caller is no library's (a reward function's, torch's) is not
-heard.
+heard, nor torch's C++ warnings that a library's tensor operation set off (torch's words, about torch's future).
 Repeats are heard once; at most MAX_HEARD, each cut at MAX_WORDS characters."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Iterator
 LIBRARIES = ("trl", "transformers", "accelerate", "peft")
 MAX_HEARD = 40
 MAX_WORDS = 600
+_TORCH_INTERNAL = "(Triggered internally at "  # how torch's C++ warnings end (c10's TORCH_WARN)
 _RANK = re.compile(r"^\[RANK \d+\] ")  # TRL's logger prefixes each record with its process's rank
 
 
@@ -81,6 +82,8 @@ def hearing() -> Iterator[list[dict]]:
             while frame is not None and frame.f_globals.get("__name__") == "warnings":
                 frame = frame.f_back
             library = _library(frame.f_globals.get("__name__")) if frame is not None else None
+            if _TORCH_INTERNAL in str(message):  # torch's C++ TORCH_WARN, met inside a library's call: torch's words
+                library = None
             if library is not None:  # a reward function's or torch's own warning is not the libraries'
                 heard.add(library, "warning", category.__name__, str(message), frame.f_code.co_filename,
                           frame.f_lineno)
