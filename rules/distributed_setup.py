@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from trl_doctor import Unavailable, fail, manual, passed, rule, warn
+from trl_doctor import fail, manual, passed, rule, TRAINERS, Unavailable, warn
 from trl_doctor.facts.launch.launcher import launch, package_version, sharding, trainer_distributed_handling
 from trl_doctor.facts.launch.settings import checkpointing_reentrant, config_value, settings
 from trl_doctor.facts.trl.trainer_config import trainer_config
@@ -51,7 +51,7 @@ ACCELERATE_ERROR = ("ValueError: You can't train a model that has been loaded wi
     id="TD019",
     slug="distributed-setup",
     title="Model loading, PEFT and gradient checkpointing work under the launch's processes and DeepSpeed/FSDP",
-    trainers=("grpo", "rloo", "ppo"),
+    trainers=TRAINERS,
     fixable="never",
     static_skip="it judges the installed accelerate and DeepSpeed",
 )

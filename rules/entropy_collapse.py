@@ -19,13 +19,13 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import passed, rule, warn
+from trl_doctor import ALL_TRAINERS, passed, rule, warn
 from trl_doctor.facts.metrics import flagged, fmt, limit, patience, series, span, streaks, too_little
 
 SLUG = "entropy-collapse"
 
 
-@rule(id="TW005", slug=SLUG, title="Entropy collapsed", severity="warn", trainers=("grpo", "rloo", "ppo", "other"),
+@rule(id="TW005", slug=SLUG, title="Entropy collapsed", severity="warn", trainers=ALL_TRAINERS,
       watch_only=True)
 def judge(ctx):
     name, points = series(ctx, "entropy", "policy/entropy_avg")

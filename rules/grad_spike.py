@@ -22,14 +22,14 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from statistics import median
 
-from trl_doctor import passed, rule, skip, warn
+from trl_doctor import ALL_TRAINERS, passed, rule, skip, warn
 from trl_doctor.facts.metrics import carried, finite, flagged, fmt, limit, optional, series
 
 SLUG = "grad-spike"
 
 
 @rule(id="TW008", slug=SLUG, title="Repeated gradient-norm spikes", severity="warn",
-      trainers=("grpo", "rloo", "ppo", "other"), watch_only=True)
+      trainers=ALL_TRAINERS, watch_only=True)
 def judge(ctx):
     _, grad = series(ctx, "grad_norm")
     factor, floor = limit(ctx, SLUG, "factor", 10.0), limit(ctx, SLUG, "floor", 1e-3)

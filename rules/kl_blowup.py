@@ -25,7 +25,7 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import fail, passed, rule, warn
+from trl_doctor import ALL_TRAINERS, fail, passed, rule, warn
 from trl_doctor.facts.metrics import (by_number, flagged, fmt, limit, logs_for, optional, patience, range_of, series, span,
                                       streaks, too_little)
 from trl_doctor.facts.launch.settings import config_value
@@ -33,7 +33,7 @@ from trl_doctor.facts.launch.settings import config_value
 SLUG = "kl-blowup"
 
 
-@rule(id="TW006", slug=SLUG, title="KL exploded or went negative", trainers=("grpo", "rloo", "ppo", "other"),
+@rule(id="TW006", slug=SLUG, title="KL exploded or went negative", trainers=ALL_TRAINERS,
       watch_only=True)
 def judge(ctx):
     name, points = series(ctx, "kl", "objective/kl")

@@ -20,13 +20,13 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import fail, passed, rule
+from trl_doctor import ALL_TRAINERS, fail, passed, rule
 from trl_doctor.facts.metrics import range_of, flagged, fmt, history, patience, series, span, streaks, too_little
 
 SLUG = "learning-rate-zero"
 
 
-@rule(id="TW009", slug=SLUG, title="Learning rate 0 while steps remain", trainers=("grpo", "rloo", "ppo", "other"),
+@rule(id="TW009", slug=SLUG, title="Learning rate 0 while steps remain", trainers=ALL_TRAINERS,
       watch_only=True)
 def judge(ctx):
     name, points = series(ctx, "learning_rate", "lr")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from trl_doctor import passed, rule, warn
+from trl_doctor import ALL_TRAINERS, passed, rule, warn
 from trl_doctor.facts.metrics import (range_of, streak_finding, fmt, limit, optional, patience, preflight, series, span,
                                       streaks, too_little, flagged, logs_for, window_mean)
 from trl_doctor.facts.launch.settings import config_value
@@ -36,7 +36,7 @@ SLUG = "never-terminating"
 
 
 @rule(id="TW002", slug=SLUG, title="Completions never end: all run to the length limit",
-      trainers=("grpo", "rloo", "ppo", "other"), watch_only=True)
+      trainers=ALL_TRAINERS, watch_only=True)
 def judge(ctx):
     share = limit(ctx, SLUG, "share", 0.99)
     longest = config_value(ctx, "max_completion_length") or config_value(ctx, "response_length")

@@ -21,14 +21,14 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import passed, rule
+from trl_doctor import ALL_TRAINERS, passed, rule
 from trl_doctor.facts.metrics import (by_number, one_step_of_many, optional, patience, series, span, streak_finding,
                                       streaks, too_little)
 
 SLUG = "no-update"
 
 
-@rule(id="TW004", slug=SLUG, title="Gradient norm 0 while rewards differ", trainers=("grpo", "rloo", "ppo", "other"),
+@rule(id="TW004", slug=SLUG, title="Gradient norm 0 while rewards differ", trainers=ALL_TRAINERS,
       watch_only=True)
 def judge(ctx):
     _, grad = series(ctx, "grad_norm")

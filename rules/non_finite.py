@@ -23,7 +23,7 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import fail, passed, rule
+from trl_doctor import ALL_TRAINERS, fail, passed, rule
 from trl_doctor.facts.metrics import by_number, finite, flagged, optional, patience, span, streaks
 from trl_doctor.facts.launch.settings import config_value
 
@@ -44,7 +44,7 @@ _CONSEQUENCE = {
 }
 
 
-@rule(id="TW007", slug=SLUG, title="NaN or inf in the loss, gradient norm or KL", trainers=("grpo", "rloo", "ppo", "other"),
+@rule(id="TW007", slug=SLUG, title="NaN or inf in the loss, gradient norm or KL", trainers=ALL_TRAINERS,
       watch_only=True)
 def judge(ctx):
     notes, seen, found = [], [], []

@@ -32,7 +32,7 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
+from trl_doctor import ALL_TRAINERS, Edit, fail, Fix, manual, passed, rule, Unavailable, warn
 
 from trl_doctor.facts.launch.settings import config_value
 from trl_doctor.facts.trl.generation import pad_passed_to_generate
@@ -142,7 +142,7 @@ def check_static(s):
     slug="pad-token",
     title="Tokenizer has a pad token the trainer and model files agree on",
     needs=("tokenizer", "model_config"),
-    trainers=("grpo", "rloo", "ppo", "other"),
+    trainers=ALL_TRAINERS,
     fixable="sometimes",
     static=check_static,
 )

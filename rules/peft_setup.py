@@ -36,7 +36,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trl_doctor import Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
+from trl_doctor import ALL_TRAINERS, Edit, fail, Fix, InputError, passed, rule, skip, Unavailable, warn
 
 from trl_doctor.facts.launch.settings import checkpointing_kwargs, config_value
 from trl_doctor.facts.inputs.text import line_of as _line, read_json as _read_json
@@ -57,7 +57,7 @@ _UNCHECKED = "not checked: "  # a part of the LoRA setup the model could not be 
     id="TD016",
     slug="peft-setup",
     title="LoRA starts from a base model, trains new tokens' rows and gets gradients through checkpointed layers",
-    trainers=("grpo", "rloo", "ppo", "other"),
+    trainers=ALL_TRAINERS,
     fixable="sometimes",
     static_skip="it builds the adapter on the meta-device model",
 )

@@ -20,14 +20,14 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import passed, rule, warn
+from trl_doctor import ALL_TRAINERS, passed, rule, warn
 from trl_doctor.facts.metrics import flagged, fmt, limit, optional, patience, series, span, streaks
 
 SLUG = "ratio-clipping"
 
 
 @rule(id="TW011", slug=SLUG, title="Updates clipped on a large share of tokens", severity="warn",
-      trainers=("grpo", "rloo", "ppo", "other"), watch_only=True)
+      trainers=ALL_TRAINERS, watch_only=True)
 def judge(ctx):
     name, points = series(ctx, "policy/clipfrac_avg", "clip_ratio/region_mean")
     n = patience(ctx, SLUG, 3)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trl_doctor import Unavailable, fail, manual, passed, rule, warn
+from trl_doctor import ALL_TRAINERS, fail, manual, passed, rule, Unavailable, warn
 from trl_doctor.facts.inputs.saving import (config_save_error, output_dir_problem, tokenizer_save_error,
                                            unsaveable_kwargs)
 from trl_doctor.facts.launch.settings import config_value
@@ -41,7 +41,7 @@ from trl_doctor.facts.launch.settings import config_value
     id="TD022",
     slug="save-outputs",
     title="The trainer can write its checkpoints and final model: the output folder, tokenizer and model config",
-    trainers=("grpo", "rloo", "ppo", "other"),
+    trainers=ALL_TRAINERS,
     needs=("tokenizer",),
     fixable="never",
     static_skip="it saves the loaded tokenizer with transformers' save_pretrained",

@@ -36,7 +36,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from trl_doctor import Finding, Location, fail, manual, passed, rule, skip, warn
+from trl_doctor import fail, Finding, Location, manual, passed, rule, skip, TRAINERS, warn
 
 from trl_doctor.facts.trainer_run import MAX_COMPLETION, trainer_gap, trainer_run
 from trl_doctor.facts.trainer_run.heard import known_warning
@@ -47,7 +47,7 @@ from trl_doctor.facts.inputs.text import config_relative
     id="TD006",
     slug="smoke-step",
     title="One real training step of the installed trainer succeeds",
-    trainers=("grpo", "rloo", "ppo"),
+    trainers=TRAINERS,
     needs=("trainer_run",),
     static_skip="it trains one step",
 )

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import math
 
-from trl_doctor import passed, rule, warn
+from trl_doctor import ALL_TRAINERS, passed, rule, warn
 from trl_doctor.facts.metrics import (fmt, streak_finding, flagged, limit, logs_for, optional, patience, series, span,
                                       streaks, too_little, window_mean)
 
 SLUG = "zero-advantage"
 
 
-@rule(id="TW001", slug=SLUG, title="Every group's rewards equal: zero advantage", trainers=("grpo", "rloo", "ppo", "other"),
+@rule(id="TW001", slug=SLUG, title="Every group's rewards equal: zero advantage", trainers=ALL_TRAINERS,
       watch_only=True)
 def judge(ctx):
     name, points = optional(ctx, "frac_reward_zero_std")

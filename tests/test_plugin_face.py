@@ -40,19 +40,21 @@ def test_every_public_name_is_the_private_object():
     from trl_doctor import interface as _interface
     from trl_doctor import registry as _registry
     from trl_doctor import types as _types
+    from trl_doctor import vocabulary as _vocabulary
     from trl_doctor import wording as _wording
     from trl_doctor.facts.launch import settings as _settings
     from trl_doctor.facts.trl import trainer_config as _trainer_config
 
     private = {"fact": _cache, "Context": _context, "InputError": _errors, "Unavailable": _errors,
                "rule": _registry, "Rule": _registry, "CheckContext": _interface, "trainer_config": _trainer_config,
-               "config_value": _settings, "one_line": _wording, "shown": _wording}
+               "config_value": _settings, "one_line": _wording, "shown": _wording, "TRAINERS": _vocabulary,
+               "ALL_TRAINERS": _vocabulary}
     assert len(plugin.__all__) == len(set(plugin.__all__))
     for name in plugin.__all__:
         assert getattr(plugin, name) is getattr(private.get(name, _types), name), name
     wanted = {"rule", "fact", "Fix", "Edit", "DELETE", "Location", "Status", "Finding", "Rule", "Context",
               "CheckContext", "InputError", "Unavailable", "fail", "warn", "passed", "skip", "manual", "trainer_config",
-              "config_value", "one_line", "shown"}
+              "config_value", "one_line", "shown", "TRAINERS", "ALL_TRAINERS"}
     assert set(plugin.__all__) == wanted
 
 

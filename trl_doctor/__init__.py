@@ -10,6 +10,7 @@ from trl_doctor.options import Options
 from trl_doctor.registry import Rule, rule
 from trl_doctor.types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
 from trl_doctor.version import __version__
+from trl_doctor.vocabulary import ALL_TRAINERS, TRAINERS
 
 
 def __getattr__(name: str):
@@ -32,5 +33,6 @@ def __getattr__(name: str):
 
 __all__ = [
     "Context", "Options", "InputError", "Unavailable", "WatchStopped", "Rule", "rule", "DELETE", "Edit", "edited", "Finding", "Fix",
-    "Status", "Location", "fail", "manual", "passed", "skip", "warn", "__version__", "check", "Report", "DoctorCallback",
+    "Status", "Location", "fail", "manual", "passed", "skip", "warn", "__version__", "TRAINERS", "ALL_TRAINERS", "check",
+    "Report", "DoctorCallback",
 ]

@@ -18,8 +18,7 @@ from typing import Callable, Iterable, Iterator
 
 from trl_doctor.types import Finding
 
-TRAINERS = ("grpo", "rloo", "ppo")
-OTHER = "other"  # any other trainer a launch command builds (trl_doctor.context.config.OTHER_TRAINER): opt-in
+from trl_doctor.vocabulary import OTHER_TRAINER as OTHER, TRAINERS
 NEEDS = (
     "tokenizer",
     "model_config",

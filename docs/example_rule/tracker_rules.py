@@ -31,7 +31,7 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor.plugin import Edit, Fix, Unavailable, config_value, fact, fail, passed, rule
+from trl_doctor.plugin import TRAINERS, Edit, Fix, Unavailable, config_value, fact, fail, passed, rule
 
 
 @fact
@@ -78,7 +78,7 @@ def check_static(ctx):
     id="EX001",
     slug="tracker-packages",
     title="Every tracker in report_to can be loaded where the job runs",
-    trainers=("grpo", "rloo", "ppo"),
+    trainers=TRAINERS,
     needs=("trainer_config",),
     fixable="always",
     static=check_static,

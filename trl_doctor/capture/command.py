@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trl_doctor.errors import InputError
+from trl_doctor.vocabulary import TRAINERS
 
 LAUNCHERS = ("python", "accelerate", "trl", "torchrun")
 # the TRL CLI subcommands whose trainers trl-doctor checks (`trl sft`, `trl dpo` train nothing it knows)
-TRL_TRAINERS = ("grpo", "rloo", "ppo")
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,9 @@ def parse_command(target: tuple[str, ...], cwd: str | None = None) -> LaunchComm
             raise InputError(f"{' '.join(argv[:2])}: only `accelerate launch [OPTIONS] SCRIPT [ARGS]` starts a job")
         return LaunchCommand(argv, "accelerate", cwd)
     if launcher == "trl":
-        if len(argv) < 2 or argv[1] not in TRL_TRAINERS:
+        if len(argv) < 2 or argv[1] not in TRAINERS:
             got = argv[1] if len(argv) > 1 else "nothing"
-            raise InputError(f"trl {got}: trl-doctor checks `trl {'|'.join(TRL_TRAINERS)} ...` (the RL trainers)")
+            raise InputError(f"trl {got}: trl-doctor checks `trl {'|'.join(TRAINERS)} ...` (the RL trainers)")
         return LaunchCommand(argv, "trl", cwd)
     if len(argv) < 2:
         raise InputError("torchrun: no training script")

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from trl_doctor.vocabulary import TRAINERS
+
 from .machine import (MachinePatches, attention_asked, build_relaxing_attention, relax_deepspeed, relax_trackers,
                       set_attention)
 from .user_files import DOCTOR_ROOT, is_user_file
@@ -95,7 +97,7 @@ def trainer_classes() -> dict[type, str]:
     from ..facts.trl.installed import trainer_class
 
     found: dict[type, str] = {}
-    for kind in ("grpo", "rloo", "ppo"):
+    for kind in TRAINERS:
         try:
             cls = trainer_class(kind)
         except RuntimeError:  # TRL's lazy module wraps a trainer whose own imports fail (a missing optional
@@ -121,7 +123,7 @@ def config_classes() -> list[type]:
     from ..facts.trl.installed import config_class
 
     out = []
-    for kind in ("grpo", "rloo", "ppo"):
+    for kind in TRAINERS:
         cls = config_class(kind)
         if cls is not None and cls not in out:
             out.append(cls)

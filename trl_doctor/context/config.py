@@ -14,6 +14,7 @@ from typing import Any
 
 from trl_doctor.errors import InputError
 from trl_doctor.context.hubcache import in_hub_cache
+from trl_doctor.vocabulary import OTHER_TRAINER
 
 PPO_ONLY_KEYS = ("reward_model_path", "sft_model_path", "value_model_path", "response_length", "stop_token", "stop_token_id")
 DOCTOR_KEYS = (
@@ -72,7 +73,6 @@ class DoctorConfig:
 
 
 # the trainer kind of a launch whose script built a transformers.Trainer that is not GRPO, RLOO or PPO (or a subclass)
-OTHER_TRAINER = "other"
 
 MAX_CONFIG_BYTES = 10 * 1024 * 1024  # a TRL recipe is a few KB; past this it is not a config (and YAML would crawl)
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux; one name at most 255 bytes

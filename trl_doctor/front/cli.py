@@ -11,6 +11,7 @@ import click
 
 from trl_doctor.options import DEFAULTS
 from trl_doctor.version import __version__
+from trl_doctor.vocabulary import FORMATS, LISTING_FORMATS
 
 from trl_doctor.front.output import EXIT_INPUT, emit as _emit, error_line as _error_line, input_error as _input_error
 
@@ -31,7 +32,7 @@ def main() -> None:
 @click.option("--fix", is_flag=True, help="Apply the safe fixes, then check again.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that rewrite model weights.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print what --fix would change as a unified diff; change nothing.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "github", "sarif"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), help="Write the report to this file.")
 @click.option("--report", "reports", multiple=True, metavar="FORMAT=FILE",
               help="Also write the report in FORMAT to FILE, from the same run (repeatable): --report sarif=out.sarif --report junit=out.xml.")
@@ -405,7 +406,7 @@ def _clear(progress) -> None:
 
 
 @main.command("rules")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(LISTING_FORMATS), default="table", show_default=True)
 def list_rules(fmt):
     """List every rule: id, slug, title, trainers, autofix."""
     from trl_doctor.registry import RegistryError, all_rules
@@ -444,7 +445,7 @@ def explain(rule):
 
 
 @main.command()
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(LISTING_FORMATS), default="table", show_default=True)
 def env(fmt):
     """Print python, torch (and its CUDA), transformers, trl, accelerate, vllm versions, the GPUs and the
     version-skew findings (declared ranges the installed packages miss, known breakages that apply)."""

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import click
 
+from trl_doctor.vocabulary import ALL_TRAINERS, FORMATS
+
 
 @click.command("watch")
 @click.argument("path")
 @click.option("--follow", is_flag=True, help="Keep reading a running job's log; stop at its end, at a failure, or on Ctrl-C.")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=2.0, show_default=True, help="Seconds between reads with --follow.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "github", "sarif"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), help="Write the report to this file.")
 @click.option("--plot", type=click.Path(path_type=Path), help="Write the curves, the flagged logs marked, as an SVG picture.")
 @click.option("--select", help="Only these rules: ids (TW001) or slugs (zero-advantage), comma-separated.")
@@ -21,7 +23,7 @@ import click
 @click.option("--fail-on", type=click.Choice(["fail", "warn"]), default=None, help="Lowest status that makes the exit status 1 (default: fail).")
 @click.option("--config", "recipe", type=click.Path(path_type=Path), help="The job's recipe (YAML/JSON): its beta, max_completion_length, fp16/bf16 sharpen the verdicts.")
 @click.option("--preflight", type=click.Path(path_type=Path), help="The job's `trl-doctor check --format json` report: the watch names its verdicts.")
-@click.option("--trainer", type=click.Choice(["grpo", "rloo", "ppo", "other"]), default=None, help="The trainer that wrote the log (default: read from its metric names).")
+@click.option("--trainer", type=click.Choice(ALL_TRAINERS), default=None, help="The trainer that wrote the log (default: read from its metric names).")
 @click.option("--isolated", is_flag=True, help="Ignore the project configuration ([tool.trl-doctor], .trl-doctor.toml).")
 @click.option("--target", "target", default=None, metavar="NxMODEL", help="The GPUs the job trains on (8xH100-80GB): a finding's cost is also said in GPU-hours.")
 @click.option("--run", "run", default=None, metavar="NAME", help="The run to judge in a store of several (a trackio project, a wandb folder, an MLflow store, runs/): its name or id (default: the newest).")

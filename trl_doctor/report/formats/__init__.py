@@ -11,8 +11,8 @@ from typing import Any
 
 from trl_doctor.types import Fix, Location, Result, exit_status, plain, summarize
 from trl_doctor.report.formats import _safe
+from trl_doctor.vocabulary import FORMATS  # noqa: F401  (one list, here for the formats' callers; the CLI reads it too)
 
-FORMATS = ("table", "json", "junit", "github", "sarif")
 COMMAND_LINE = "command line"  # the source of a setting given on the command line (or to the API)
 
 
