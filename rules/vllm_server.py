@@ -2,12 +2,13 @@
 
 What it does
     Server mode (colocate passes, TRL 0.14-0.15 skips): `GET /health` (or `/health/`), `/v1/models`,
-    `/get_world_size/`, 2 s each, sent only to this machine (loopback, wildcard, own address or
-    name; nothing looked up) or a host of `--allow-host HOST[:PORT]` / `allow-hosts` (a setting in
-    force). Another machine's server: skip, saying what the client will ask, the start command and
-    the --allow-host to probe it; --static contacts nothing. Down: fail (off the launch machine:
+    `/server_info` (1.11+) or `/get_world_size/`, 2 s each, sent only to this machine (loopback,
+    wildcard, own address or name; nothing looked up) or a host of `--allow-host HOST[:PORT]`. A
+    server elsewhere: skip, saying what the client will ask, the start command and the --allow-host
+    to probe it; --static contacts nothing. Down: fail (off the launch machine:
     skip; allowed remote refusing: warn). Another served model: fail (same folder name: warn); a
-    `max_model_len` below longest prompt + completion: fail.
+    `max_model_len` below longest prompt + completion, no `/server_info` (no dev mode) or no
+    weight-transfer engine: fail; raw logprobs under importance sampling: warn.
 
 Why is this bad?
     Server mode generates through a `trl vllm-serve` at `vllm_server_base_url` that nothing starts.
@@ -15,10 +16,9 @@ Why is this bad?
     `vllm_server_timeout` (240 s), GPUs taken, then dies with "ConnectionError: The vLLM server
     can't be reached" (open-r1#568, #543). Another model's server trains until the weight sync
     fails; a short `--max-model-len` rejects long prompts (trl#3569) or TRL raises IndexError
-    (#3180). Server mode is TRL 0.16-0.29's default, colocate 1.0's. TRL 0.16-1.10's server is its
-    own app (`/health/`, `/get_tensor_parallel_size/` 0.16-0.17, `/get_world_size/` 0.18-1.10);
-    1.11+ runs `vllm serve` (`/health`, `/v1/models`: `id`, `root`, `max_model_len`). Mixed kinds
-    fail: a 1.11+ client needs `/v1/models`, an older one posts `/generate/`.
+    (#3180). Server mode is TRL 0.16-0.29's default. TRL 0.16-1.10 serve their own app (`/health/`,
+    `/get_world_size/`, `POST /generate/`); 1.11+ `vllm serve` (`/health`, `/v1/models`,
+    `/server_info` in dev mode): a client of one kind fails against the other.
 
 Example
     vllm_server_base_url: http://127.0.0.1:9   # use_vllm, server mode; nothing listens there
@@ -132,6 +132,36 @@ def check(ctx):
     yield from (replace(f, details=dict(details)) for f in found)
 
 
+def _server_info(ctx, got, endpoints, target, fix, start) -> list[Finding]:
+    """What TRL 1.11+'s client reads from `/server_info` (trl/generation/vllm_client.py, grpo_trainer.py): vLLM serves
+    it only in dev mode; a server without a weight-transfer engine cannot take the trainer's weights; importance
+    sampling needs the processed logprobs."""
+    info = got.server_info
+    if info is None or info.status is None:
+        return []
+    if info.status == 404:
+        return [fail(f"the vLLM server at {target.base_url} has no /server_info, which the installed TRL's client "
+                     f"({endpoints.where}) asks before the first weight sync: TRL raises \"RuntimeError: The vLLM "
+                     "server ... does not expose its development endpoints ... Restart it with `VLLM_SERVER_DEV_MODE=1` "
+                     f"in its environment\" (a plain `vllm serve`; `trl vllm-serve` sets it): `{start}`", fix)]
+    data = info.data if info.status == 200 and isinstance(info.data, dict) else None
+    if data is None:
+        return []
+    out = []
+    if "weight_transfer_config" in data and data["weight_transfer_config"] is None:
+        out.append(fail(f"the vLLM server at {target.base_url} has no weight-transfer engine (/server_info: "
+                        "weight_transfer_config is null): TRL raises \"RuntimeError: The vLLM server ... has no "
+                        "weight-transfer engine. Restart it with `--weight-transfer-config '{\"backend\": \"nccl\"}'`\" "
+                        f"before the first step (`trl vllm-serve` passes it): `{start}`", fix))
+    mode = (data.get("model_config") or {}).get("logprobs_mode") if isinstance(data.get("model_config"), dict) else None
+    if mode and mode != "processed_logprobs" and config_value(ctx, "vllm_importance_sampling_correction", True):
+        out.append(warn(f"the vLLM server at {target.base_url} runs with --logprobs-mode {mode}: TRL only warns "
+                        "(\"which biases the importance sampling correction\") and the job trains with the bias; "
+                        "restart it with --logprobs-mode processed_logprobs (`trl vllm-serve` passes it), or set "
+                        "vllm_importance_sampling_correction: false", fix))
+    return out
+
+
 def _mode(ctx) -> tuple[str, str]:
     """("server" / "colocate" / "in-process" / "unknown", the reason in words)."""
     trl = ctx.version("trl")
@@ -217,6 +247,7 @@ def _served(ctx, got, endpoints, target, need, need_words, fix, start) -> tuple[
                              f"max_completion_length = {need_words}: vLLM rejects or cuts those "
                              f"requests (\"The decoder prompt ... is longer than the maximum model length of "
                              f"{served_len}\"); restart it with --max-model-len {need}: `{start}`", fix))
+    problems += _server_info(ctx, got, endpoints, target, fix, start)
     if endpoints.posts_generate:
         problems.append(fail(f"the server at {target.base_url} is vLLM's own OpenAI server, but the installed TRL's "
                              f"client ({endpoints.where}) posts /generate/, which only TRL's `trl vllm-serve` serves; "

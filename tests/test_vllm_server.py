@@ -61,12 +61,24 @@ class Server:
         self.httpd.server_close()
 
 
-def vllm_routes(model: str, max_model_len: int) -> dict:
-    """vLLM's OpenAI server: /health answers 200 with no body, /health/ is redirected (FastAPI's slash redirect)."""
+def server_info(weight_transfer: dict | None = None, logprobs_mode: str = "processed_logprobs") -> dict:
+    """vLLM's `/server_info?config_format=json` (dev mode), the keys TRL 1.11+'s client reads, as `trl vllm-serve`
+    starts it (`--weight-transfer-config '{"backend": "nccl"}' --logprobs-mode processed_logprobs`)."""
+    return {"model_config": {"logprobs_mode": logprobs_mode, "max_model_len": 4096},
+            "parallel_config": {"data_parallel_size": 1}, "lora_config": None,
+            "weight_transfer_config": weight_transfer}
+
+
+def vllm_routes(model: str, max_model_len: int, info: dict | None = None) -> dict:
+    """vLLM's OpenAI server: /health answers 200 with no body, /health/ is redirected (FastAPI's slash redirect);
+    `/server_info` as `trl vllm-serve` runs it (dev mode, NCCL weight transfer, processed logprobs) unless `info`
+    says otherwise ({} for a plain `vllm serve`: no dev mode, no /server_info)."""
     entry = {"id": model, "object": "model", "owned_by": "vllm", "root": model, "parent": None,
              "max_model_len": max_model_len}
+    info = server_info({"backend": "nccl"}) if info is None else info
     return {"/health": (200, None, {}), "/health/": (307, None, {"Location": "/health"}),
-            "/v1/models": (200, {"object": "list", "data": [entry]}, {})}
+            "/v1/models": (200, {"object": "list", "data": [entry]}, {}),
+            **({"/server_info": (200, info, {})} if info else {})}
 
 
 TRL_OWN_ROUTES = {"/health/": (200, {"status": "ok"}, {}), "/health": (307, None, {"Location": "/health/"}),
@@ -287,3 +299,35 @@ def test_trl_016_017_run_vllm_as_a_server_in_every_rule(built_fixtures, tmp_path
     code, report = run_json("check", str(config), "--select", "gpu-capacity", "--no-smoke", "--target", "2xA100-80GB")
     capacity = result_of(report, "gpu-capacity")
     assert capacity["details"]["vLLM"] == "server mode: `trl vllm-serve` on this machine", capacity["details"]
+
+
+# -- issue 46: TRL 1.11+ asks /server_info (trl/generation/vllm_client.py: get_server_info, init_communicator;
+# trl/trainer/grpo_trainer.py: the logprobs mode under importance sampling)
+
+needs_server_info = pytest.mark.skipif(not installed_client_endpoints().reads_server_info,
+                                       reason="the installed TRL's client asks no /server_info (trl < 1.11)")
+
+
+@needs_server_info
+@pytest.mark.parametrize("info, status, words", [
+    ({}, "fail", "VLLM_SERVER_DEV_MODE=1"),  # a plain `vllm serve`: no dev mode, /server_info is a 404
+    (server_info(None), "fail", "no weight-transfer engine"),
+    (server_info({"backend": "nccl"}, "raw_logprobs"), "warn", "--logprobs-mode raw_logprobs"),
+])
+def test_what_trls_client_reads_from_server_info_is_judged(built_fixtures, tmp_path, info, status, words):
+    """Each of these servers answers /health and serves the model with room (the healthy test's server), and the job
+    stops at start (the first two: TRL's RuntimeError) or trains with a biased importance-sampling correction."""
+    with Server(vllm_routes(str(MODEL), 4096, info)) as srv:
+        code, result, _ = check(write_config(tmp_path, vllm_server_base_url=srv.url))
+        asked = list(srv.asked)
+    assert result["status"] == status and words in result["message"], result
+    assert code == (1 if status == "fail" else 0)
+    assert "/server_info?config_format=json" in asked, asked
+
+
+@needs_server_info
+def test_raw_logprobs_pass_where_importance_sampling_is_off(built_fixtures, tmp_path):
+    with Server(vllm_routes(str(MODEL), 4096, server_info({"backend": "nccl"}, "raw_logprobs"))) as srv:
+        code, result, _ = check(write_config(tmp_path, vllm_server_base_url=srv.url,
+                                             vllm_importance_sampling_correction="false"))
+    assert code == 0 and result["status"] == "pass", result

@@ -8,7 +8,9 @@ Endpoints, read from TRL's sources (`trl/scripts/vllm_serve.py`, `trl/extras/vll
   generation is `POST /generate/` (and `/chat/`). No endpoint reports the served model or its max_model_len.
 - TRL 1.11 and later: `trl vllm-serve` runs vLLM's own `vllm serve` (with VLLM_SERVER_DEV_MODE=1). The client
   checks `GET /health` (200, empty body) and reads `GET /v1/models`, whose entries carry `id` (the served name,
-  the model path by default), `root` (the model path) and `max_model_len`.
+  the model path by default), `root` (the model path) and `max_model_len`. It then asks `GET /server_info`
+  (vLLM's resolved config, served in dev mode only: a 404 stops the trainer) for `weight_transfer_config` (None:
+  no weight sync, RuntimeError at start) and, with importance sampling on, `model_config.logprobs_mode`.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class ClientEndpoints:
     reads_models: bool  # it reads /v1/models at start-up (1.11+): a server without it stops the trainer
     posts_generate: bool  # it posts /generate/ (TRL's own server, 0.16-1.10): vLLM's server has no such route
     where: str  # the file it was read from
+    reads_server_info: bool = False  # it asks /server_info (1.11+: the weight-transfer engine, the logprobs mode)
 
 
 def client_endpoints(text: str | None, rel: str = "") -> ClientEndpoints:
@@ -99,7 +102,8 @@ def client_endpoints(text: str | None, rel: str = "") -> ClientEndpoints:
         return ClientEndpoints("/health", True, False, "no TRL client found: vLLM's endpoints assumed")
     m = re.search(r"/health/?(?=[\"'])", text)
     health = m.group(0) if m else "/health/"
-    return ClientEndpoints(health, "/v1/models" in text, bool(re.search(r"/generate/[\"']", text)), rel)
+    return ClientEndpoints(health, "/v1/models" in text, bool(re.search(r"/generate/[\"']", text)), rel,
+                           "/server_info" in text)
 
 
 def installed_client_endpoints() -> ClientEndpoints:
@@ -172,6 +176,7 @@ class Probe:
     models: Answer | None = None
     world_size: int | None = None
     served: list[dict] = field(default_factory=list)  # /v1/models entries: id, root, max_model_len
+    server_info: Answer | None = None  # GET /server_info?config_format=json, where the installed client asks it
     elapsed: float = 0.0
 
 
@@ -192,6 +197,8 @@ def probe(target: Target, endpoints: ClientEndpoints, timeout: float = REQUEST_T
     data = out.models.data
     if out.models.status == 200 and isinstance(data, dict) and isinstance(data.get("data"), list):
         out.served = [e for e in data["data"] if isinstance(e, dict)]
+    if out.served and endpoints.reads_server_info:
+        out.server_info = get(target, "/server_info?config_format=json", timeout)
     if not out.served and out.models.status is not None:
         for path in ("/get_world_size/", "/get_tensor_parallel_size/"):
             got = get(target, path, timeout)
