@@ -37,8 +37,8 @@ from typing import Any
 
 from trl_doctor import fail, passed, rule, skip, warn
 from trl_doctor.facts.launch.launcher import launch, sharding, torch_cuda_version
-from trl_doctor.facts.memory.fit import (gib, gpu_name, judge_memory, plan_or_why, server_is_local, sharded_over,
-                                         training_gpus, vllm_mode)
+from trl_doctor.facts.memory.fit import (colocate_kv_room, gib, gpu_name, judge_memory, plan_or_why, server_is_local,
+                                         sharded_over, training_gpus, vllm_mode)
 from trl_doctor.facts.launch.settings import config_value, settings
 
 
@@ -117,6 +117,11 @@ def check(ctx):
         details.update(estimated)
         if memory_status != "pass":
             findings.append((memory_status, memory_message))
+        if mode == "colocate":
+            kv = colocate_kv_room(ctx, plan, training)
+            if kv is not None:
+                findings.append(kv[:2])
+                details.update(kv[2])
 
     for status, message in findings:
         yield (fail if status == "fail" else warn)(message, **details)

@@ -610,3 +610,34 @@ def test_a_quantized_load_from_a_recipe_or_a_prequantized_checkpoint(built_fixtu
               "the checkpoint's config.json quantization_config (pre-quantized)")
     assert r["details"]["estimate inputs"]["quantization"] == f"4bit ({source})", r["details"]["estimate inputs"]
     assert code == 0 and r["status"] == "pass", r
+
+
+# -- issue 46: the KV cache a colocated vLLM's share leaves, against the max_model_len the installed TRL gives it -----
+
+@pytest.mark.other_trl  # trl 0.22.0 from PyPI, first on PYTHONPATH
+def test_colocate_kv_cache_is_judged_at_the_length_the_installed_trl_passes(built_fixtures):
+    """trl 1.10-1.16 hand the engine vllm_max_model_length, unset here, so vLLM takes Llama 3.1's 131,072 positions
+    (16 GiB of KV cache, 9 GiB left in a 0.3 share of 80 GiB beside the weights): fail. trl 0.22 hands it
+    max_prompt_length + max_completion_length (512 + 512): the same job's engine fits."""
+    from conftest import real_trl
+
+    case = str(FIXTURES / "gpu-capacity" / "bad_vllm_colocate_kv_llama31.yaml")
+    for env, status in (({}, "fail" if _trl_at_least("1.10") else None), (real_trl("0.22.0"), "pass")):
+        if status is None:
+            continue
+        code, report = run_json("check", case, "--select", "gpu-capacity", "--target", "1xA100-80GB", env=env)
+        r = result_of(report, "gpu-capacity")
+        assert r["status"] == status, (env, r)
+        kv = r["details"].get("vLLM colocate KV cache")
+        if status == "fail":
+            assert "max_model_len 131,072" in kv and "16.0 GiB" in r["message"] and "(at most ~74,075 fits)" in r["message"]
+        else:
+            assert kv is None, kv
+
+
+def _trl_at_least(release: str) -> bool:
+    from importlib.metadata import version as installed
+
+    from packaging.version import Version
+
+    return Version(installed("trl")) >= Version(release)

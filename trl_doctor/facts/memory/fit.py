@@ -178,3 +178,75 @@ def hint(plan, est, backend: str | None = None) -> str:
     big = sorted(est.in_peak(), key=lambda c: -c.bytes)[:2]
     parts = [f"{c.name} {c.gib:.1f} GiB: {tips[c.name]}" for c in big if c.name in tips]
     return "the largest parts are " + "; ".join(parts) if parts else "see the breakdown"
+
+
+def colocate_kv_room(ctx, plan, training: list[dict]) -> tuple[str, str, dict[str, Any]] | None:
+    """vLLM colocated (TRL's `vllm_mode: colocate`): whether its share of the GPU (vllm_gpu_memory_utilization x the
+    GPU's total memory) holds the policy's weights and the KV cache of one sequence of the engine's max_model_len,
+    which vLLM checks at start-up ("To serve at least one request with the models's max seq len (N), (X GiB KV cache
+    is needed, which is larger than the available KV cache memory (Y GiB)"). TRL passes `vllm_max_model_length` as
+    max_model_len; unset, vLLM takes the model's max_position_embeddings (131,072 for Llama 3.1). The weights are the
+    only other use counted (vLLM's profiling activations and CUDA graphs take more): a fail is certain, never a guess.
+    ('fail', message, details), or None when it holds (or cannot be judged)."""
+    share = plan.vllm_gpu_memory_utilization
+    if not share or not training or not plan.num_layers or not plan.kv_dim:
+        return None
+    tp = max(1, int(config_value(ctx, "vllm_tensor_parallel_size", 1) or 1))
+    model_len, whence = _engine_length(ctx)
+    if not model_len:
+        return None
+    weight_bytes = 2 if plan.param_bytes <= 2 else 4  # vLLM loads the checkpoint's own dtype ("auto")
+    kv_per_token = 2 * plan.num_layers * plan.kv_dim * weight_bytes / tp
+    weights = plan.policy_params * weight_bytes / tp
+    total = min(g.get("memory_total_bytes", g["memory_total_mib"] * 2**20) for g in training)
+    room = share * total - weights
+    needed = model_len * kv_per_token
+    details = {"vLLM colocate KV cache": (
+        f"{share:g} x {gib(total)} GiB = {gib(share * total)} GiB for vLLM; the weights take {gib(weights)} GiB "
+        f"({plan.policy_params:,} parameters x {weight_bytes} bytes / tensor parallel {tp}); one sequence of "
+        f"max_model_len {model_len:,} ({whence}) needs {gib(needed)} GiB of KV cache ({plan.num_layers} layers x 2 x "
+        f"{plan.kv_dim} x {weight_bytes} bytes / {tp} a token)")}
+    if room >= needed:
+        return None
+    if room <= 0:
+        what = f"its share ({gib(share * total)} GiB) does not even hold the weights ({gib(weights)} GiB)"
+    else:
+        what = (f"at most {gib(room)} GiB is left for the KV cache (less once vLLM profiles its activations), "
+                f"below the {gib(needed)} GiB one sequence of max_model_len {model_len:,} needs")
+    fitting = int(room / kv_per_token) if room > 0 else 0
+    fix = (f"set vllm_max_model_length to the longest prompt + max_completion_length" +
+           (f" (at most ~{fitting:,} fits)" if fitting else "") + ", or raise vllm_gpu_memory_utilization")
+    return "fail", (f"vLLM colocated cannot start: {what}; vLLM stops at start-up (\"To serve at least one request "
+                    f"with the models's max seq len ({model_len}) ... KV cache is needed, which is larger than the "
+                    f"available KV cache memory\"); {fix}"), details
+
+
+def _engine_length(ctx) -> tuple[int | None, str]:
+    """The max_model_len the installed TRL gives its colocated engine, read from its source: `vllm_max_model_length`
+    where its vLLM code passes that field (unset: vLLM takes the model's positions); before (0.18-0.26),
+    max_prompt_length + max_completion_length when both are set, else the model's positions."""
+    from trl_doctor.facts.trl.installed import trainer_mentions, vllm_code_mentions
+
+    positions = (_max_positions(ctx), "the model's max_position_embeddings")
+    if vllm_code_mentions(ctx.trainer, "vllm_max_model_length"):
+        asked = config_value(ctx, "vllm_max_model_length", None)
+        if isinstance(asked, int) and asked > 0:
+            return asked, "vllm_max_model_length"
+        return positions[0], positions[1] + " (vllm_max_model_length is unset)"
+    if trainer_mentions(ctx.trainer, "max_model_len = self.max_prompt_length + self.max_completion_length"):
+        prompt, completion = config_value(ctx, "max_prompt_length", None), config_value(ctx, "max_completion_length", None)
+        if isinstance(prompt, int) and isinstance(completion, int):
+            return prompt + completion, "max_prompt_length + max_completion_length, as the installed TRL passes it"
+        return positions[0], positions[1] + " (max_prompt_length is unset)"
+    return positions
+
+
+def _max_positions(ctx) -> int | None:
+    """The model's max_position_embeddings (its text model's, for a vision-language model), None when unknown."""
+    try:
+        cfg = ctx.model_config
+    except Exception:  # Unavailable, or a config transformers cannot read: no length to judge
+        return None
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    value = getattr(text, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
