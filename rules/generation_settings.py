@@ -13,9 +13,9 @@ Why is this bad?
       (ms-swift#3135); vLLM reads only the eos ids.
     - `token_type_ids` (Baguettotron's tokenizer) for a forward without them: "ValueError: The
       following `model_kwargs` are not used by the model: ['token_type_ids']" (trl#4549).
-    - `padding_side: right` under PPO's DataCollatorWithPadding: "A decoder-only architecture is
-      being used, but right-padding was detected!".
-    - `generation_kwargs` over TRL's own `temperature` (log-probs scored at another one) or `n`.
+    - `padding_side: right` under PPO's DataCollatorWithPadding: "... right-padding was detected!".
+    - `generation_kwargs` over TRL's own `temperature` or `n`; vLLM's top_p/top_k/min_p under
+      importance sampling (vLLM's log-probs truncated, the trainer's not).
     - GRPO with `gradient_checkpointing: true` and no vLLM before TRL 0.22 (fixed by PR#3891): no KV
       cache, quadratic in the completion length (transformers 4.53+: "Caching is incompatible with
       gradient checkpointing", trl#3683, docs/coverage.md: H4): a warn.
@@ -41,7 +41,8 @@ from trl_doctor.facts.inputs.chat import is_conversational
 from trl_doctor.facts.launch.settings import config_value
 from trl_doctor.facts.trl.generation import (effective_generation, generation_kwargs_collisions,
                                              token_type_ids_reach_generate, trainer_generation_config)
-from trl_doctor.facts.trl.installed import TRAINER_CLASS, generation_without_kv_cache, trainer_source
+from trl_doctor.facts.trl.installed import (TRAINER_CLASS, generation_without_kv_cache, trainer_source,
+                                            vllm_code_mentions)
 from trl_doctor.facts.trl.trainer_config import trainer_config
 
 _RANK = {"pass": 0, "warn": 1, "fail": 2}
@@ -64,7 +65,8 @@ def check(ctx):
         return
     details: dict = {}
     findings = []
-    for part in (_sampling, _kwargs_collisions, _token_type_ids, _padding_side, _checkpointed_generation):
+    for part in (_sampling, _kwargs_collisions, _truncated_importance_sampling, _token_type_ids, _padding_side,
+                 _checkpointed_generation):
         found, its_details = part(ctx)  # (status, message, fix) or None
         details.update(its_details)
         if found:
@@ -199,6 +201,36 @@ def _kwargs_collisions(ctx) -> tuple[tuple | None, dict[str, Any]]:
     fix = manual(f"set {', '.join(sorted({c.follows for c in found if c.follows}))} with the config's own keys and "
                  f"drop {keys} from generation_kwargs" if not counts else f"drop {keys} from generation_kwargs")
     return ("fail" if counts else "warn", "; ".join(said), fix), {"generation_kwargs collisions": keys}
+
+
+def _truncated_importance_sampling(ctx) -> tuple[tuple | None, dict[str, Any]]:
+    """vLLM sampling with top_p / top_k / min_p under TRL's importance-sampling correction (issue 46): vLLM returns the
+    log-probs of the truncated, renormalized distribution (`logprobs_mode="processed_logprobs"`, which the installed
+    TRL asks for), while the trainer scores the sampled tokens over the whole vocabulary at the temperature (its
+    top_p / top_k reach generation only): each token's ratio is the kept mass, at most 1."""
+    cfg = _config(ctx)
+    if cfg is None or not getattr(cfg, "use_vllm", False) or not getattr(cfg, "vllm_importance_sampling_correction", False):
+        return None, {}
+    if not vllm_code_mentions(ctx.trainer, "processed_logprobs"):
+        return None, {}
+    kwargs = getattr(cfg, "generation_kwargs", None) or {}
+    value = {k: kwargs.get(k, getattr(cfg, k, None)) for k in ("top_p", "top_k", "min_p")}
+    cut = [f"{k} {v}" for k, v in value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+           and ((k == "top_p" and v < 1.0) or (k == "top_k" and v > 0) or (k == "min_p" and v > 0))]
+    if not cut:
+        return None, {}
+    mode = str(getattr(cfg, "vllm_importance_sampling_mode", "") or "token_truncate")
+    effect = ("the sequence's ratio is the product over its tokens, so a completion's weight falls exponentially with "
+              "its length: long completions all but vanish from the gradient" if mode.startswith("sequence") else
+              "every token is down-weighted by the mass the filter cut")
+    floor = getattr(cfg, "vllm_importance_sampling_clip_min", None)
+    if mode.endswith("mask") and floor:
+        effect += f" (masked out below vllm_importance_sampling_clip_min {floor})"
+    message = (f"vLLM samples with {', '.join(cut)} and returns the truncated distribution's log-probs, while the "
+               f"trainer scores over the whole vocabulary: every ratio of the importance-sampling correction "
+               f"({mode}) is below 1, and {effect}")
+    fix = manual("sample without top_p / top_k / min_p under vLLM, or set vllm_importance_sampling_correction: false")
+    return ("warn", message, fix), {"importance sampling": f"{mode} over vLLM's processed log-probs of {', '.join(cut)}"}
 
 
 def _token_type_ids(ctx) -> tuple[tuple | None, dict[str, Any]]:
