@@ -189,8 +189,8 @@ def colocate_kv_room(ctx, plan, training: list[dict]) -> tuple[str, str, dict[st
     only other use counted (vLLM's profiling activations and CUDA graphs take more): a fail is certain, never a guess.
     ('fail', message, details), or None when it holds (or cannot be judged)."""
     share = plan.vllm_gpu_memory_utilization
-    if not share or not training or not plan.num_layers or not plan.kv_dim:
-        return None
+    if not share or not training or not plan.num_layers or not plan.kv_dim or "vllm_mode" not in settings(ctx).fields:
+        return None  # (TRL before 0.18 has no colocated vLLM: its engine runs on a GPU of its own)
     tp = max(1, int(config_value(ctx, "vllm_tensor_parallel_size", 1) or 1))
     model_len, whence = _engine_length(ctx)
     if not model_len:
@@ -238,7 +238,7 @@ def _engine_length(ctx) -> tuple[int | None, str]:
         if isinstance(prompt, int) and isinstance(completion, int):
             return prompt + completion, "max_prompt_length + max_completion_length, as the installed TRL passes it"
         return positions[0], positions[1] + " (max_prompt_length is unset)"
-    return positions
+    return None, "a release whose engine length is not read here"
 
 
 def _max_positions(ctx) -> int | None:
