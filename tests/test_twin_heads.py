@@ -62,7 +62,11 @@ def test_termination_probe_is_skipped_on_a_model_without_output_embeddings(tmp_p
                       "--format", "json", env={**env, "HF_MODULES_CACHE": str(tmp_path / "m")})
     report = json.loads(proc.stdout)
     step = result_of(report, "smoke-step")
-    assert step["status"] == "pass", step
+    # the fixture's remote code calls LlamaModel.forward with past_key_values, which transformers 5.2x deprecates (a
+    # warn naming transformers' words, heard in the step: issue 46); nothing else may turn the step from a pass
+    heard = step["details"].get("library warnings", [])
+    assert step["status"] == ("warn" if heard else "pass"), step
+    assert all("past_key_values" in w for w in heard), heard
     assert step["details"]["model class"] == "TinyRemoteForCausalLM"
     assert step["details"]["termination probe"] == (
         "skipped: TinyRemoteForCausalLM.get_output_embeddings() returns None: the termination probe cannot watch "
