@@ -87,6 +87,26 @@ def followers(where: dict) -> dict[str, subprocess.Popen]:
             for t, path in where.items()}
 
 
+def followed_job(tmp_path, name: str, report_to: list[str],
+                 more_env: dict | None = None) -> tuple[dict, str, dict, dict]:
+    """A 40-step job reporting to `report_to`, each store followed from before the job: (where each tracker wrote,
+    the job's stderr, each follower's (stdout, stderr), each follower's exit status). The job's own first verdict
+    came within 20 optimizer steps."""
+    where, env = stores(tmp_path, report_to)
+    watching = followers(where)
+    try:
+        proc = job(name, tmp_path / "out", 40, {**env, **(more_env or {})})
+        _, said = proc.communicate(timeout=600)
+        assert proc.returncode == 0, said[-3000:]
+        seen = {t: w.communicate(timeout=180) for t, w in watching.items()}
+    finally:
+        for w in watching.values():
+            w.kill()
+    first = re.search(r"trl-doctor watch, step (\d+): TW\d+ [a-z-]+ (warn|fail)", said)
+    assert first and int(first.group(1)) <= 20, said[-3000:]  # inside: within 20 optimizer steps of its start
+    return where, said, seen, {t: w.returncode for t, w in watching.items()}
+
+
 @needs
 def test_the_defaults_are_what_the_issue_says():
     """GRPOConfig and RLOOConfig log every 10 steps from TRL 0.20 on (trl 0.15's inherit transformers' 500)."""
@@ -106,25 +126,14 @@ def test_an_induced_failure_is_flagged_by_step_20_inside_the_job_and_from_each_s
     """Each store's follower is started first, on a store that does not exist yet; the job then trains with
     DoctorCallback(watch=True), logging to TensorBoard and trackio (and wandb and MLflow: `every`), no checkpoint for
     500 steps. All flag the failure at the second log, step 20; the callback stops the job there."""
-    where, env = stores(tmp_path, trackers(every))
-    watching = followers(where)
-    try:
-        proc = job(name, tmp_path / "out", 40, env)
-        _, said = proc.communicate(timeout=600)
-        assert proc.returncode == 0, said[-3000:]
-        seen = {t: w.communicate(timeout=180) for t, w in watching.items()}
-    finally:
-        for w in watching.values():
-            w.kill()
-    first = re.search(r"trl-doctor watch, step (\d+): TW\d+ [a-z-]+ (warn|fail)", said)
-    assert first and int(first.group(1)) <= 20, said[-3000:]  # inside: within 20 optimizer steps of its start
+    where, said, seen, codes = followed_job(tmp_path, name, trackers(every))
     for tracker, (stdout, stderr) in seen.items():
         outside = re.match(r"step (\d+): TW\d+ [a-z-]+ (warn|fail)", stderr)
         assert outside and int(outside.group(1)) <= 20, (tracker, stderr)  # the first line --follow prints
         report = json.loads(stdout)
         assert report["config"].startswith(str(where[tracker])), (tracker, report["config"])
         if rule is not None:
-            assert watching[tracker].returncode == 1, (tracker, stderr)
+            assert codes[tracker] == 1, (tracker, stderr)
             assert rule in [r["rule"] for r in report["results"] if r["status"] == "fail"], (tracker, report)
     stopped = json.loads((tmp_path / "out" / "job.json").read_text())
     assert stopped["logging_steps"] == 10 and stopped["save_steps"] == 500
@@ -179,18 +188,7 @@ needs_tensorboard = pytest.mark.skipif(not _tensorboard(), reason="the jobs writ
 @pytest.mark.parametrize("name", list(PPO_FAILURES))
 def test_a_ppo_failure_is_flagged_by_step_20_inside_the_job_and_from_each_store(tmp_path, trl_112, name):
     rule, every = PPO_FAILURES[name]
-    where, env = stores(tmp_path, trackers(every))
-    watching = followers(where)
-    try:
-        proc = job(name, tmp_path / "out", 40, {**env, **trl_112})
-        _, said = proc.communicate(timeout=600)
-        assert proc.returncode == 0, said[-3000:]
-        seen = {t: w.communicate(timeout=180) for t, w in watching.items()}
-    finally:
-        for w in watching.values():
-            w.kill()
-    first = re.search(r"trl-doctor watch, step (\d+): TW\d+ [a-z-]+ (warn|fail)", said)
-    assert first and int(first.group(1)) <= 20, said[-3000:]
+    where, said, seen, _ = followed_job(tmp_path, name, trackers(every), trl_112)
     stopped = json.loads((tmp_path / "out" / "job.json").read_text())
     assert stopped["logging_steps"] == 10 and stopped["save_steps"] == 500, stopped
     for tracker, (stdout, stderr) in seen.items():
