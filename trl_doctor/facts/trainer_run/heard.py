@@ -14,6 +14,7 @@ import re
 import sys
 import warnings
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Iterator
 
 LIBRARIES = ("trl", "transformers", "accelerate", "peft")
@@ -104,20 +105,12 @@ def known_warning(library: str, message: str) -> bool:
     return any(library == lib and pattern.search(message) for lib, pattern in _noise())
 
 
+@lru_cache(maxsize=1)
 def _noise() -> tuple:
-    return _load_noise() if _NOISE is None else _NOISE
-
-
-_NOISE: tuple | None = None
-
-
-def _load_noise() -> tuple:
-    import re
+    """data/known_warnings.yaml's entries as (library, compiled words), read once."""
     from pathlib import Path
 
     import yaml
 
-    global _NOISE
     data = yaml.safe_load((Path(__file__).resolve().parents[2] / "data" / "known_warnings.yaml").read_text())
-    _NOISE = tuple((entry["library"], re.compile(entry["words"])) for entry in data["noise"])
-    return _NOISE
+    return tuple((entry["library"], re.compile(entry["words"])) for entry in data["noise"])
