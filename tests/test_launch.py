@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -410,8 +411,12 @@ def test_python_api_on_a_launch_command_and_on_a_config():
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "TRL_DOCTOR_TEST_NO_FORKSERVER": "1"}
-    return subprocess.run([sys.executable, *args], cwd=LAUNCH, env=env, capture_output=True, text=True, timeout=600)
+    """The script run as its user runs it; its own temporary output folder goes to a folder removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="launch-script-") as tmp:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "TRL_DOCTOR_TEST_NO_FORKSERVER": "1",
+               "TMPDIR": tmp}
+        return subprocess.run([sys.executable, *args], cwd=LAUNCH, env=env, capture_output=True, text=True,
+                              timeout=600)
 
 
 def test_doctor_callback_stops_the_job_before_step_one():
