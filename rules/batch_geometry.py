@@ -39,11 +39,11 @@ from typing import Any
 
 from trl_doctor import DELETE, Edit, Fix, InputError, Unavailable, fail, passed, rule, skip, warn
 from trl_doctor.facts.launch.launcher import is_geometry_error, launch, process_count
-from trl_doctor.facts.launch.settings import config_value
-from trl_doctor.facts.trl.installed import config_class, field_default, ppo_style
-from trl_doctor.facts.trl.geometry import (AUTO_FIND_BATCH_SIZE, Evaluator, Problem, config_values, geometry_reading,
-                                           plain, probe_class, stored_reading, values_over)
-from trl_doctor.facts.trl import fields as trl_fields
+from trl_doctor.facts.launch.settings import config_fields, config_value
+from trl_doctor.facts.trl.behaviour import built_config_class, trl_words
+from trl_doctor.facts.trl.installed import field_default, ppo_style
+from trl_doctor.facts.trl.geometry import (AUTO_FIND_BATCH_SIZE, Evaluator, Problem, config_base, geometry_reading,
+                                           plain, probe_class)
 from trl_doctor.facts.trl.trainer_config import trainer_config_info
 
 # The knobs a fix may change: (key, tier, direction). Lower tiers change less of what the job does: gradient
@@ -98,59 +98,20 @@ def _read_from(units) -> list[str] | str:
     return [f"{u.where} ({u.kind})" for u in units] or "no geometry code found"
 
 
-# -- from files alone (check --static) -----------------------------------------------------------------------
-
-def check_static(s):
-    own, name = trl_fields.config_fields(s.release, s.trainer)
-    if name is None:
-        yield passed(_no_config_class(s.release, s.trainer))
-        return
-    refused = sorted(k for k in s.cfg.raw if k in own and trl_fields.type_error(k, s.cfg.raw[k], own[k]["type"])
-                     and any(w in k for w in ("batch", "generation", "steps", "accumulation", "rloo_k", "epochs")))
-    if refused:
-        raise Unavailable(_refused_numbers(refused))
-    the_launch = launch(s)
-    procs, where = the_launch.processes, the_launch.processes_from
-    reading = stored_reading(trl_fields.release(s.release)["geometry"][s.trainer])
-    problems, resolved = Evaluator(reading, procs).run(values_over({k: f.get("default") for k, f in own.items()},
-                                                                   s.cfg.raw))
-    details: dict[str, Any] = {"trl": s.release_words, "processes": f"{procs} ({where})"}
-    if the_launch.processes_note:
-        details["process count note"] = the_launch.processes_note
-    details["read from"] = _read_from(reading.units)
-    details["not done here"] = "the cross-check that builds TRL's config class, and the --fix plan: the full check"
-    gen = resolved.get("generation_batch_size")
-    summary = (f"per_device_train_batch_size {resolved.get('per_device_train_batch_size')} x "
-               f"{process_count(procs)}" + (f", generation batch {gen}" if isinstance(gen, int) else "") +
-               (f", num_generations {resolved.get('num_generations')}" if "num_generations" in resolved else ""))
-    lines = [f"({i}) {p.message} [{p.site}]" for i, p in enumerate(problems, 1)]
-    if s.trainer in ("grpo", "rloo") and s.cfg.raw.get("auto_find_batch_size") is True and \
-            not any("auto_find_batch_size" in p.message for p in problems):
-        lines.append(f"({len(lines) + 1}) {AUTO_FIND_BATCH_SIZE}")
-    if not lines:
-        yield passed(_geometry_healthy(procs, where, summary), **details)
-        return
-    details["violations"] = lines
-    yield fail(_violations(lines, procs, where, s.release), **details)
-
-
-# -- from the loaded setup (the full check) ------------------------------------------------------------------
-
-
 @rule(
     id="TD010",
     slug="batch-geometry",
     title="Batch sizes, generations and mini-batches divide as the installed TRL requires at the launch's process count",
     fixable="sometimes",
-    static=check_static,
+    contexts=("full", "static"),
 )
 def check(ctx):
-    cls = config_class(ctx.trainer)
-    trl_version = ctx.version("trl") or "not installed"
-    if cls is None:
+    name, fields = config_fields(ctx)
+    trl_version = trl_words(ctx)
+    if name is None:
         yield skip(_no_config_class(trl_version, ctx.trainer))
         return
-    refused = sorted(k for k in set(trainer_config_info(ctx).type_errors) & set(field_names(cls))
+    refused = sorted(k for k in set(trainer_config_info(ctx).type_errors) & fields
                      if any(w in k for w in ("batch", "generation", "steps", "accumulation", "rloo_k", "epochs")))
     if refused:
         yield skip(_refused_numbers(refused))
@@ -158,7 +119,7 @@ def check(ctx):
     the_launch = launch(ctx)
     procs, where = the_launch.processes, the_launch.processes_from
     reading = geometry_reading(ctx)
-    base = config_values(cls, ctx.config.raw)
+    base = config_base(ctx)
     state = Evaluator(reading, procs)
     problems, resolved = state.run(base)
     details: dict[str, Any] = {"trl": trl_version, "processes": f"{procs} ({where})"}
@@ -167,10 +128,15 @@ def check(ctx):
     details["geometry"] = _geometry(resolved, procs)
     details["read from"] = _read_from(reading.units)
 
-    confirmed, extra, verdict = _cross_check(ctx, cls, ctx.config.raw, procs, problems)
-    if verdict:
-        details["cross-check"] = verdict
-    problems = confirmed
+    try:
+        cls = built_config_class(ctx)
+    except Unavailable as why:  # TRL's class is not built here (--static): the arithmetic read from its code alone
+        cls, extra = None, []
+        details["not done here"] = f"the cross-check that builds TRL's config class, and the --fix plan ({why})"
+    else:
+        problems, extra, verdict = _cross_check(ctx, cls, ctx.config.raw, procs, problems)
+        if verdict:
+            details["cross-check"] = verdict
     own = _auto_find_batch_size(ctx, extra)
     short, rows_details = _rows_for_one_batch(ctx, resolved, procs)
     own += short
@@ -186,11 +152,12 @@ def check(ctx):
         yield passed(_geometry_healthy(procs, where, _summary(resolved, procs)), **details)
         return
 
-    plan = _plan_fixes(state, base, problems, cls, set(ctx.config.raw))
+    plan = _plan_fixes(state, base, problems, cls, set(ctx.config.raw)) if cls is not None else _Plan({}, {})
     lines = []
     for i, p in enumerate(problems, 1):
         hint = plan.hints.get(p.site)
-        lines.append(f"({i}) {p.message} [{p.site}]" + (f": {hint}" if hint else ": no change of one key fixes it"))
+        advice = "" if cls is None else f": {hint}" if hint else ": no change of one key fixes it"
+        lines.append(f"({i}) {p.message} [{p.site}]{advice}")
     for msg in extra:
         lines.append(f"({len(lines) + 1}) TRL's {cls.__name__} at {procs} processes: {msg}")
     lines += [f"({len(lines) + i}) {msg}" for i, msg in enumerate(own, 1)]

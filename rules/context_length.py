@@ -36,53 +36,14 @@ from dataclasses import replace
 from typing import Any
 
 from trl_doctor import Edit, Finding, Fix, Unavailable, fail, passed, rule, skip, warn
-from trl_doctor.facts.trl import fields as trl_fields
 from trl_doctor.facts.inputs.chat import prompt_lengths, prompt_rendering
-from trl_doctor.facts.launch.settings import config_value, settings
+from trl_doctor.facts.inputs.models import config_json
+from trl_doctor.facts.launch.settings import config_fields, config_value, settings
+from trl_doctor.facts.trl.behaviour import ppo_style, trl_words
 from trl_doctor.facts.trl.installed import strips_truncated_prompts, trainer_mentions, vllm_code_mentions
 
 TRUNCATION_WARN = 0.02  # warn when TRL would truncate more than this share of the prompts
 LEARNED_POSITIONS = ("gpt2", "opt", "gpt_neo", "gptj", "bloom", "codegen", "biogpt")  # model types whose positions are a table
-
-
-# -- from files alone (check --static): the completion limit against the positions; prompts need the tokenizer ----
-
-def check_static(s):
-    own, _ = trl_fields.config_fields(s.release, s.trainer)
-    text = s.model_json.get("text_config") if isinstance(s.model_json.get("text_config"), dict) else s.model_json
-    limit = text.get("max_position_embeddings") or text.get("n_positions")
-    if not isinstance(limit, int):
-        raise Unavailable("config.json names no max_position_embeddings")
-    key = "response_length" if trl_fields.ppo_style(s.release, s.trainer) else "max_completion_length"
-    completion = config_value(s, key)
-    prompt = config_value(s, "max_prompt_length") if "max_prompt_length" in own else None
-    learned = s.model_json.get("model_type") in LEARNED_POSITIONS
-    details = {"max_position_embeddings": limit, key: completion, "max_prompt_length": prompt, "trl": s.release_words,
-               "positions": "a learned table (an index past it crashes)" if learned else "rotary or relative"}
-    if not isinstance(completion, int):
-        raise Unavailable(f"`{key}` is not a number")
-    if completion >= limit:
-        words = (f"{key} {completion} alone is as long as the model's context ({limit} positions, config.json "
-                 "max_position_embeddings): no prompt fits beside a full completion")
-        if learned:
-            yield fail(f"{words}; the model looks positions up in a learned table, so the first long completion stops "
-                       "the job with \"index out of range in self\"", **details)
-        else:
-            yield warn(f"{words}: the model never saw the positions past {limit}, and vLLM refuses such a length",
-                       **details)
-        return
-    if isinstance(prompt, int) and prompt + completion <= limit:
-        yield passed(f"max_prompt_length {prompt} + {key} {completion} fit the model's {limit} positions", **details)
-        return
-    if isinstance(prompt, int):  # only a bound: whether prompts that long exist is the dataset's, tokenized
-        raise Unavailable(f"needs the full check: max_prompt_length {prompt} + {key} {completion} could run past the "
-                          f"model's {limit} positions; whether any prompt is that long needs the prompts tokenized")
-    raise Unavailable(f"needs the full check: trl {s.release} does not truncate prompts, so the prompts' token lengths "
-                      f"decide ({key} {completion} leaves {limit - completion} of the model's {limit} positions for the "
-                      "prompt)")
-
-
-# -- from the loaded setup (the full check) ------------------------------------------------------------------
 
 
 @rule(
@@ -91,10 +52,14 @@ def check_static(s):
     title="Prompts plus completions fit the model's context and vLLM's",
     needs=("dataset", "tokenizer", "model_config"),  # no dataset named: skip before loading anything else
     fixable="sometimes",
-    static=check_static,
+    contexts=("full", "static"),
 )
 def check(ctx):
-    facts = prompt_lengths(ctx)
+    try:
+        facts = prompt_lengths(ctx)
+    except Unavailable as why:  # no prompts measured here (--static): what the lengths set in the config decide
+        yield from _bounds(ctx, why)
+        return
     if not facts["column"]:
         yield skip("the dataset has no `prompt` column to measure (see dataset-schema)")
         return
@@ -183,6 +148,43 @@ def check(ctx):
         yield passed(f"{prompt} + {completion_key} {completion} = {need} fits {where}"
                      + _vllm_words(vllm, details.get("vLLM mode")),
                      **details)
+
+
+def _bounds(ctx, why: Unavailable):
+    """The judgment without the prompts' token lengths: a full completion against the model's positions, and the
+    prompt length bound where the judged TRL truncates prompts. Unavailable (`why`) when the prompts decide."""
+    cfg = config_json(ctx)
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    limit = text.get("max_position_embeddings") or text.get("n_positions")
+    if not isinstance(limit, int):
+        raise Unavailable(f"{why}; config.json names no max_position_embeddings") from None
+    own = config_fields(ctx)[1]
+    key = "response_length" if ppo_style(ctx) else "max_completion_length"
+    completion = config_value(ctx, key)
+    prompt = config_value(ctx, "max_prompt_length") if "max_prompt_length" in own else None
+    learned = cfg.get("model_type") in LEARNED_POSITIONS
+    details = {"max_position_embeddings": limit, key: completion, "max_prompt_length": prompt, "trl": trl_words(ctx),
+               "positions": "a learned table (an index past it crashes)" if learned else "rotary or relative"}
+    if not isinstance(completion, int):
+        raise Unavailable(f"`{key}` is not a number")
+    if completion >= limit:
+        words = (f"{key} {completion} alone is as long as the model's context ({limit} positions, config.json "
+                 "max_position_embeddings): no prompt fits beside a full completion")
+        if learned:
+            yield fail(f"{words}; the model looks positions up in a learned table, so the first long completion stops "
+                       "the job with \"index out of range in self\"", **details)
+        else:
+            yield warn(f"{words}: the model never saw the positions past {limit}, and vLLM refuses such a length",
+                       **details)
+        return
+    if isinstance(prompt, int) and prompt + completion <= limit:
+        yield passed(f"max_prompt_length {prompt} + {key} {completion} fit the model's {limit} positions", **details)
+        return
+    if isinstance(prompt, int):  # only a bound: whether prompts that long exist is the dataset's, tokenized
+        raise Unavailable(f"{why}: the prompts' token lengths decide (max_prompt_length {prompt} + {key} {completion} "
+                          f"could run past the model's {limit} positions)")
+    raise Unavailable(f"{why}: the prompts' token lengths decide (trl {ctx.version('trl')} does not truncate prompts; "
+                      f"{key} {completion} leaves {limit - completion} of the model's {limit} positions for the prompt)")
 
 
 def _vllm_words(vllm: str | None, mode: str | None) -> str:

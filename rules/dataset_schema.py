@@ -42,8 +42,9 @@ from trl_doctor import Finding, InputError, Unavailable, fail, passed, rule, ski
 
 from trl_doctor.facts.inputs.chat import prompt_format, sample_indices
 from trl_doctor.facts.launch.settings import config_value
-from trl_doctor.facts.trl.installed import ppo_style, script_fields, stream_support
-from trl_doctor.facts.trl import fields as trl_fields
+from trl_doctor.facts.inputs.rows import dataset_head
+from trl_doctor.facts.trl.behaviour import ppo_style, stream_support
+from trl_doctor.facts.trl.installed import script_fields
 
 SCAN_ROWS = 10000  # rows looked at one by one when the Arrow column type does not settle the format
 SHOWN_ROWS = 8
@@ -76,33 +77,11 @@ def no_prompt_column(columns: list[str], reader: str) -> str:
             f"fails with KeyError: 'prompt'; {hint}")
 
 
-# -- from files alone (check --static) -----------------------------------------------------------------------
-
-def check_static(s):
-    if s.cfg.raw.get("dataset_streaming") or s.cfg.raw.get("datasets"):
-        raise Unavailable("needs the full check: a stream or a dataset mixture is loaded by the datasets library")
-    ds = s.dataset
-    if ds.unread:
-        raise Unavailable(ds.unread)
-    columns = ds.columns or []
-    details = {"dataset": str(ds.path), "columns": columns, "rows read": len(ds.rows)}
-    if "prompt" not in columns:
-        yield fail(no_prompt_column(columns, prompt_reader(s.trainer, trl_fields.ppo_style(s.release, s.trainer))),
-                   **details)
-        return
-    kinds = sorted({prompt_format(r.get("prompt")) for r in ds.rows})
-    yield passed(f"columns {', '.join(columns)}: `prompt` is {', '.join(kinds)} in the first {len(ds.rows)} rows (every "
-                 "row's format and the reward functions' columns are read in the full check)", **details)
-
-
-# -- from the loaded setup (the full check) ------------------------------------------------------------------
-
-
 @rule(
     id="TD013",
     slug="dataset-schema",
     title="The dataset has the columns and row format the trainer and the reward functions read",
-    static=check_static,
+    contexts=("full", "static"),
 )
 def check(ctx):
     stream_problems, stream = _streaming(ctx)
@@ -111,7 +90,7 @@ def check(ctx):
         ds = ctx.dataset
     except Unavailable as exc:
         yield from (fail(m, **stream) for m in stream_problems)
-        yield skip(str(exc), **stream)
+        yield from _head_only(ctx, exc, stream)
         return
     except InputError as exc:
         found = _diagnose_file(ctx, exc, stream)
@@ -131,7 +110,7 @@ def check(ctx):
         yield from findings
         yield fail(f"the dataset {_where(ctx)} has no rows", **details)
         return
-    if "prompt" not in columns and ctx.live is not None and "input_ids" in columns and ppo_style(ctx.trainer):
+    if "prompt" not in columns and ctx.live is not None and "input_ids" in columns and ppo_style(ctx):
         # a launch command's PPO-style script (PPO, RLOO before trl 0.22) tokenized the prompts itself: the
         # trainer's collator pads `input_ids` as they are and never looks for a `prompt` column
         yield from findings
@@ -141,7 +120,7 @@ def check(ctx):
         return
     if "prompt" not in columns:
         yield from findings
-        yield fail(no_prompt_column(columns, prompt_reader(ctx.trainer, ppo_style(ctx.trainer))), **details)
+        yield fail(no_prompt_column(columns, prompt_reader(ctx.trainer, ppo_style(ctx))), **details)
         return
     # each part's findings carry the details known when they were found
     formats, found = _formats(ctx, ds, total)
@@ -470,6 +449,24 @@ def _signature(func) -> list[tuple[str, str, bool]]:
 
 # -- streaming ------------------------------------------------------------------------------------------------------
 
+def _head_only(ctx, why: Unavailable, stream: dict):
+    """What the first rows of a local dataset file decide where the datasets library does not load it (--static);
+    else `skip` with why the dataset is not here."""
+    try:
+        head = dataset_head(ctx)
+    except Unavailable:
+        yield skip(str(why), **stream)
+        return
+    columns = head.columns or []
+    details = {"dataset": str(head.path), "columns": columns, "rows read": len(head.rows)}
+    if "prompt" not in columns:
+        yield fail(no_prompt_column(columns, prompt_reader(ctx.trainer, ppo_style(ctx))), **details)
+        return
+    kinds = sorted({prompt_format(r.get("prompt")) for r in head.rows})
+    yield passed(f"columns {', '.join(columns)}: `prompt` is {', '.join(kinds)} in the first {len(head.rows)} rows "
+                 "(every row's format and the reward functions' columns are read in the full check)", **details)
+
+
 def _streaming(ctx) -> tuple[list[str], dict[str, Any]]:
     """(what is wrong with a streamed dataset: messages, all failures; the details: what was read)."""
     raw = ctx.config.raw
@@ -477,6 +474,7 @@ def _streaming(ctx) -> tuple[list[str], dict[str, Any]]:
     key = next((k for k in ("dataset_streaming", "streaming") if raw.get(k)), None)
     if key is None:
         return [], {}
+    support = stream_support(ctx)
     trl = ctx.version("trl") or "not installed"
     details: dict[str, Any] = {key: True, "trl": trl}
     try:
@@ -485,7 +483,6 @@ def _streaming(ctx) -> tuple[list[str], dict[str, Any]]:
         known = False
     if not known:
         details[f"{key} in trl {trl}"] = "not a field of ScriptArguments or DatasetMixtureConfig (see trainer-config)"
-    support = stream_support(ctx.trainer)
     if support is None:
         return [], details
     cls = {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer", "ppo": "PPOTrainer"}[ctx.trainer]

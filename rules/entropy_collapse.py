@@ -26,7 +26,7 @@ SLUG = "entropy-collapse"
 
 
 @rule(id="TW005", slug=SLUG, title="Entropy collapsed", severity="warn", trainers=ALL_TRAINERS,
-      watch_only=True)
+      contexts=("watch",))
 def judge(ctx):
     name, points = series(ctx, "entropy", "policy/entropy_avg")
     first = points[0].value

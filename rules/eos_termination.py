@@ -34,13 +34,13 @@ from __future__ import annotations
 
 from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
 
-from trl_doctor.facts.inputs.chat import TURN_END, completion_terminator, eos_why, is_conversational
+from trl_doctor.facts.inputs.chat import terminator
+from trl_doctor.facts.inputs.models import config_json, generation_json
 from trl_doctor.facts.launch.settings import config_value
-from trl_doctor.facts.trl.generation import mask_eos
-from trl_doctor.facts.trl.installed import TRAINER_CLASS, ppo_style
-from trl_doctor.facts.inputs.tokens import as_id_list
+from trl_doctor.facts.trl.behaviour import completion_mask, ppo_style
+from trl_doctor.facts.trl.installed import TRAINER_CLASS
+from trl_doctor.facts.inputs.tokens import as_id_list, eos_token, token_names
 from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
-from trl_doctor.facts.trl import fields as trl_fields
 
 
 # -- the words both judgments say ---------------------------------------------------------------------------
@@ -82,86 +82,51 @@ def _in_stop_set(term: dict, how: str = "") -> str:
     return f"completions end at {term['token']!r} (id {term['id']}), which is in the stop set{how}"
 
 
-# -- from files alone (check --static) -----------------------------------------------------------------------
-
-def check_static(s):
-    if trl_fields.ppo_style(s.release, s.trainer):
-        raise Unavailable("needs the full check: a PPO-style trainer ends responses at its stop token, read from the "
-                          "trainer")
-    tok = s.token_ids()
-    gen = s.gen_json
-    gen_eos = as_id_list((gen if gen is not None else s.model_json).get("eos_token_id"))
-    eos, eos_id = tok.token("eos_token"), tok.id_of(tok.token("eos_token"))
-    if s.dataset.unread and s.tok.chat_template[0] is not None:
-        raise Unavailable(f"whether prompts go through the chat template depends on the dataset ({s.dataset.unread})")
-    conversational = bool(s.dataset.rows) and is_conversational(s.dataset.rows[0])
-    term = None
-    if conversational:
-        found = s.turn_terminator()
-        if found and found.get("error"):
-            yield warn(_unrendered(found["error"]), tokenizer=str(s.cfg.tokenizer.path))
-            return
-        if found and found.get("id") is not None:
-            term = {"id": found["id"], "token": found["token"], "why": TURN_END}
-    if term is None:
-        term = {"id": eos_id, "token": eos, "why": eos_why(conversational)}
-    stop_set = sorted(set(gen_eos) | ({eos_id} if eos_id is not None else set()))
-    use_vllm = bool(config_value(s, "use_vllm", False))
-    details = {**_details(term, eos, eos_id, s.model_json, gen, [(tok.name_of(i), i) for i in stop_set], use_vllm),
-               "termination probe": "not run (--static): the static reading decides"}
-    if term["id"] is None:
-        yield fail(NO_EOS, **details)
-        return
-    if term["id"] in stop_set:
-        yield passed(_in_stop_set(term, " (the completion mask is read from the trainer in the full check)"), **details)
-        return
-    yield fail(_never_stops(term, use_vllm, _stop_ids_from(gen_eos, gen is not None), eos, eos_id), **details)
-
-
-# -- from the loaded setup (the full check) ------------------------------------------------------------------
-
-
 @rule(
     id="TD004",
     slug="eos-termination",
     title="Generation stops at the model's end-of-turn token",
     needs=("tokenizer", "model_config", "trainer_run"),
     fixable="sometimes",
-    static=check_static,
+    contexts=("full", "static"),
 )
 def check(ctx):
-    if ppo_style(ctx.trainer):  # PPO, and RLOO before trl 0.22: responses end at the config's stop token
+    if ppo_style(ctx):  # PPO, and RLOO before trl 0.22: responses end at the config's stop token
         yield from _ppo(ctx)
         return
-    tok = ctx.tokenizer
-    gen_path = ctx.model_file("generation_config.json")
-    gen_json = ctx.read_json(gen_path)
-    cfg_json = ctx.read_json(ctx.model_file("config.json")) or {}
+    eos, eos_id = eos_token(ctx)
+    gen_json, cfg_json = generation_json(ctx), config_json(ctx)
     # without generation_config.json, transformers and vLLM fall back to config.json's eos
     gen_eos = as_id_list((gen_json if gen_json is not None else cfg_json).get("eos_token_id"))
-    try:
-        rows = ctx.dataset.select(range(min(2, len(ctx.dataset)))).to_list()
-    except Unavailable:
-        rows = []
-    term = completion_terminator(tok, rows)
+    term = terminator(ctx)
     if term["template_error"]:
         yield warn(_unrendered(term["template_error"]), **{"tokenizer": str(ctx.config.tokenizer.path)})
         return
-    stop_set = sorted(set(gen_eos) | ({tok.eos_token_id} if tok.eos_token_id is not None else set()))
-    names = {i: tok.convert_ids_to_tokens(i) for i in stop_set}
+    stop_set = sorted(set(gen_eos) | ({eos_id} if eos_id is not None else set()))
+    names = token_names(ctx, stop_set)
     use_vllm = bool(config_value(ctx, "use_vllm", False))
-    details = _details(term, tok.eos_token, tok.eos_token_id, cfg_json, gen_json,
-                            [(names[i], i) for i in stop_set], use_vllm)
+    details = _details(term, eos, eos_id, cfg_json, gen_json, [(names[i], i) for i in stop_set], use_vllm)
     if term["id"] is None:
         yield fail(NO_EOS, **details)
         return
     static_ok = term["id"] in stop_set
-    mask = mask_eos(ctx.trainer)
+    try:
+        mask = completion_mask(ctx)
+    except Unavailable as why:  # the trainer's code is not read here (--static): the stop set alone decides
+        details["completion mask ends at"] = str(why)
+        details["termination probe"] = "not run (--static): the stop set decides"
+        if static_ok:
+            yield passed(_in_stop_set(term), **details)
+        else:
+            yield fail(_never_stops(term, use_vllm, _stop_ids_from(gen_eos, gen_json is not None), eos, eos_id),
+                       **details)
+        return
     mask_all = mask is not None and mask.kind == "all"
-    mask_ids = set(stop_set) if mask_all else {tok.eos_token_id}
+    mask_ids = set(stop_set) if mask_all else {eos_id}
     details["completion mask ends at"] = (
-        (f"every stop id {sorted(mask_ids)}" if mask_all else f"the tokenizer's eos only ({tok.eos_token_id})")
+        (f"every stop id {sorted(mask_ids)}" if mask_all else f"the tokenizer's eos only ({eos_id})")
         + (f": {mask.evidence}" if mask is not None else " (no mask code recognised in the installed trainer)"))
+    gen_path = ctx.model_file("generation_config.json")
     fix = None if static_ok else _add_eos_fix(ctx, gen_path, gen_json, gen_eos, term, retarget_eos=not mask_all)
     if static_ok and term["id"] not in mask_ids:
         report, message, mask_fix = _mask_mismatch(ctx, term, gen_eos, gen_json, mask)
@@ -184,7 +149,7 @@ def check(ctx):
         )
         return
     if not static_ok and (use_vllm or probe.get("stopped") is None):
-        yield fail(_never_stops(term, use_vllm, where, tok.eos_token, tok.eos_token_id), fix, **details)
+        yield fail(_never_stops(term, use_vllm, where, eos, eos_id), fix, **details)
         return
     if not static_ok:
         yield warn(

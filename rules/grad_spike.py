@@ -29,7 +29,7 @@ SLUG = "grad-spike"
 
 
 @rule(id="TW008", slug=SLUG, title="Repeated gradient-norm spikes", severity="warn",
-      trainers=ALL_TRAINERS, watch_only=True)
+      trainers=ALL_TRAINERS, contexts=("watch",))
 def judge(ctx):
     _, grad = series(ctx, "grad_norm")
     factor, floor = limit(ctx, SLUG, "factor", 10.0), limit(ctx, SLUG, "floor", 1e-3)

@@ -34,7 +34,7 @@ SLUG = "kl-blowup"
 
 
 @rule(id="TW006", slug=SLUG, title="KL exploded or went negative", trainers=ALL_TRAINERS,
-      watch_only=True)
+      contexts=("watch",))
 def judge(ctx):
     name, points = series(ctx, "kl", "objective/kl")
     n = patience(ctx, SLUG, 3)

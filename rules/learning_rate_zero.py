@@ -27,7 +27,7 @@ SLUG = "learning-rate-zero"
 
 
 @rule(id="TW009", slug=SLUG, title="Learning rate 0 while steps remain", trainers=ALL_TRAINERS,
-      watch_only=True)
+      contexts=("watch",))
 def judge(ctx):
     name, points = series(ctx, "learning_rate", "lr")
     logs = history(ctx)

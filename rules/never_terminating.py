@@ -36,7 +36,7 @@ SLUG = "never-terminating"
 
 
 @rule(id="TW002", slug=SLUG, title="Completions never end: all run to the length limit",
-      trainers=ALL_TRAINERS, watch_only=True)
+      trainers=ALL_TRAINERS, contexts=("watch",))
 def judge(ctx):
     share = limit(ctx, SLUG, "share", 0.99)
     longest = config_value(ctx, "max_completion_length") or config_value(ctx, "response_length")

@@ -29,7 +29,7 @@ SLUG = "no-update"
 
 
 @rule(id="TW004", slug=SLUG, title="Gradient norm 0 while rewards differ", trainers=ALL_TRAINERS,
-      watch_only=True)
+      contexts=("watch",))
 def judge(ctx):
     _, grad = series(ctx, "grad_norm")
     spread = _spread(ctx)

@@ -45,7 +45,7 @@ _CONSEQUENCE = {
 
 
 @rule(id="TW007", slug=SLUG, title="NaN or inf in the loss, gradient norm or KL", trainers=ALL_TRAINERS,
-      watch_only=True)
+      contexts=("watch",))
 def judge(ctx):
     notes, seen, found = [], [], []
     for key in _WATCHED:

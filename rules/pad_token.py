@@ -35,10 +35,10 @@ from __future__ import annotations
 from trl_doctor import ALL_TRAINERS, Edit, fail, Fix, manual, passed, rule, Unavailable, warn
 
 from trl_doctor.facts.launch.settings import config_value
-from trl_doctor.facts.trl.generation import pad_passed_to_generate
-from trl_doctor.facts.inputs.tokens import as_id_list, embedding_rows
-from trl_doctor.facts.trl.installed import TRAINER_CLASS, pad_ids_zeroed, trainer_sets_pad_to_eos
-from trl_doctor.facts.trl import fields as trl_fields
+from trl_doctor.facts.inputs.models import config_json, generation_json
+from trl_doctor.facts.inputs.tokens import as_id_list, embedding_rows, specials
+from trl_doctor.facts.trl.behaviour import passes_pad_to_generate, sets_pad_to_eos, trl_words, zeroes_pad_ids
+from trl_doctor.facts.trl.installed import TRAINER_CLASS
 
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>", "<|finetune_right_pad_id|>", "<|endoftext|>")
 
@@ -89,54 +89,6 @@ def _healthy(pad, pad_id, rows) -> str:
     return f"pad token {pad!r} (id {pad_id}) is set {within}"
 
 
-# -- from files alone (check --static) -----------------------------------------------------------------------
-
-def check_static(s):
-    tok = s.token_ids()
-    rows = s.vocab_rows
-    pad, eos = tok.token("pad_token"), tok.token("eos_token")
-    pad_id, eos_id = tok.id_of(pad), tok.id_of(eos)
-    gen = s.gen_json
-    trainer_cls = TRAINER_CLASS[s.trainer]
-    ppo_style = trl_fields.ppo_style(s.release, s.trainer)
-    details = _details(tokenizer=str(s.cfg.tokenizer.path), pad=pad, pad_id=pad_id, eos=eos, eos_id=eos_id, rows=rows,
-                       config_pad=s.model_json.get("pad_token_id"), generation_json=gen, trl=s.release_words)
-    if s.cfg.added_tokens:
-        raise Unavailable("needs the full check: `added_tokens` change the tokenizer the trainer holds")
-    if pad is None:
-        if eos is None:
-            yield fail(NEITHER, **details)
-            return
-        evidence = trl_fields.release(s.release)["sets_pad_to_eos"].get(s.trainer)
-        details["trainer behaviour"] = evidence or f"{trainer_cls} in trl {s.release} never assigns the policy tokenizer's pad_token"
-        if evidence:
-            yield warn(_set_to_eos(s.trainer, trainer_cls, s.release, eos, eos_id), **details)
-        else:
-            yield fail(_never_set(trainer_cls, s.release), **details)
-        return
-    if pad_id is None or (rows is not None and pad_id >= rows):
-        if ppo_style:
-            raise Unavailable(f"needs the full check: pad id {pad_id} lies past the embedding rows, which PPO-style "
-                              "trainers may allow")
-        yield fail(_outside_rows(pad, pad_id, rows), **details)
-        return
-    files = {"config.json": s.model_json.get("pad_token_id")}
-    if gen is not None and ppo_style:  # GRPO and RLOO pass generate the tokenizer's pad id themselves
-        files["generation_config.json"] = gen.get("pad_token_id")
-    disagree = {n: v for n, v in files.items() if v is not None and v != pad_id}
-    if disagree:
-        yield warn(_files_disagree(pad, pad_id, disagree), **details)
-    if s.trainer == "ppo":
-        stop_id = s.cfg.raw.get("stop_token_id", eos_id)
-        if pad_id == stop_id:
-            yield warn(_ppo_stop(pad, pad_id), **details)
-            return
-    yield passed(_healthy(pad, pad_id, rows), **details)
-
-
-# -- from the loaded setup (the full check) ------------------------------------------------------------------
-
-
 @rule(
     id="TD001",
     slug="pad-token",
@@ -144,30 +96,27 @@ def check_static(s):
     needs=("tokenizer", "model_config"),
     trainers=ALL_TRAINERS,
     fixable="sometimes",
-    static=check_static,
+    contexts=("full", "static"),
 )
 def check(ctx):
     if ctx.trainer == "other":
         yield from _other_trainer(ctx)
         return
-    tok = ctx.tokenizer
+    pad, pad_id, eos, eos_id = specials(ctx)
     rows = embedding_rows(ctx)
-    cfg_json = ctx.read_json(ctx.model_file("config.json")) or {}
-    gen_json = ctx.read_json(ctx.model_file("generation_config.json"))
+    cfg_json, gen_json = config_json(ctx), generation_json(ctx)
     trainer_cls = TRAINER_CLASS[ctx.trainer]
-    trl_version = ctx.version("trl") or "not installed"
-    pad, pad_id, eos, eos_id = tok.pad_token, tok.pad_token_id, tok.eos_token, tok.eos_token_id
+    trl_version = trl_words(ctx)
     gen_eos = as_id_list((gen_json or {}).get("eos_token_id"))
     details = _details(tokenizer=str(ctx.config.tokenizer.path), pad=pad, pad_id=pad_id, eos=eos, eos_id=eos_id,
-                            rows=rows, config_pad=cfg_json.get("pad_token_id"), generation_json=gen_json, trl=trl_version)
+                       rows=rows, config_pad=cfg_json.get("pad_token_id"), generation_json=gen_json, trl=trl_version)
 
     if pad is None:
-        choice = _choose_pad(tok, rows, eos_id)
-        fix = _fix(ctx, choice, gen_json)
+        fix = _pad_fix(ctx, rows, eos_id, gen_json)
         if eos is None:
             yield fail(NEITHER, fix, **details)
             return
-        sets, evidence = trainer_sets_pad_to_eos(ctx.trainer)
+        sets, evidence = sets_pad_to_eos(ctx)
         details["trainer behaviour"] = evidence
         if sets:
             yield warn(_set_to_eos(ctx.trainer, trainer_cls, trl_version, eos, eos_id), fix, **details)
@@ -175,7 +124,7 @@ def check(ctx):
             yield fail(_never_set(trainer_cls, trl_version), fix, **details)
         return
 
-    zeroed = pad_ids_zeroed(ctx.trainer) if pad_id is not None and rows is not None and pad_id >= rows else None
+    zeroed = zeroes_pad_ids(ctx) if pad_id is not None and rows is not None and pad_id >= rows else None
     if zeroed:
         # PPO-style trainers replace every pad id with 0 before a forward or generate: the id never indexes the
         # embedding matrix, so TRL's examples may add a `[PAD]` past the model's rows without resizing it
@@ -184,19 +133,14 @@ def check(ctx):
                      f"(trl {trl_version}) allows: it replaces pad ids with 0 before every forward and generate", **details)
         return
     if pad_id is None or (rows is not None and pad_id >= rows):
-        choice = _choose_pad(tok, rows, eos_id)
-        yield fail(
-            _outside_rows(pad, pad_id, rows),
-            _fix(ctx, choice, gen_json) if choice and choice[0] != pad else None,
-            **details,
-        )
+        yield fail(_outside_rows(pad, pad_id, rows), _pad_fix(ctx, rows, eos_id, gen_json, unless=pad), **details)
         return
 
     files = {"config.json": cfg_json.get("pad_token_id")}
     if gen_json is not None:
         files["generation_config.json"] = gen_json.get("pad_token_id")
     disagree = {name: value for name, value in files.items() if value is not None and value != pad_id}
-    passed_pad = pad_passed_to_generate(ctx) if "generation_config.json" in disagree else None
+    passed_pad = passes_pad_to_generate(ctx) if "generation_config.json" in disagree else None
     if passed_pad:
         # generate takes the trainer's own pad id; the file's would only fill a pad id the trainer left unset
         details["generation_config.json pad_token_id unused"] = (
@@ -217,18 +161,26 @@ def check(ctx):
         if stop_id is None:  # no stop id set: the eos is where responses end and pads are masked from
             stop_id = eos_id
         if pad_id == stop_id:
-            choice = _choose_pad(tok, rows, eos_id, exclude={stop_id})
-            yield warn(
-                _ppo_stop(pad, pad_id),
-                _fix(ctx, choice, gen_json) if choice and choice[1] != pad_id else None,
-                **details,
-            )
+            yield warn(_ppo_stop(pad, pad_id), _pad_fix(ctx, rows, eos_id, gen_json, exclude={stop_id}), **details)
             return
     elif pad_id == eos_id or pad_id in gen_eos:
         details["pad = eos"] = (
             f"harmless for {trainer_cls}: it masks the completion after the first eos, keeping that eos in the loss"
         )
     yield passed(_healthy(pad, pad_id, rows), **details)
+
+
+def _pad_fix(ctx, rows, eos_id, gen_json, exclude=frozenset(), unless=None):
+    """The fix that sets the pad token the vocabulary offers (None when it offers none but `unless`, or when the
+    vocabulary needs the loaded tokenizer: --static names no fix)."""
+    try:
+        tok = ctx.tokenizer
+    except Unavailable:
+        return None
+    choice = _choose_pad(tok, rows, eos_id, exclude=exclude)
+    if choice is None or choice[0] == unless or (exclude and choice[1] in exclude):
+        return None
+    return _fix(ctx, choice, gen_json)
 
 
 # -- a trainer the other rules do not check (a launch command's OnlineDPO, SFT, a script's own Trainer) ----------

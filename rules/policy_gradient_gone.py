@@ -30,7 +30,7 @@ from trl_doctor.facts.launch.settings import config_value
 SLUG = "policy-gradient-gone"
 
 
-@rule(id="TW003", slug=SLUG, title="The loss is the KL term alone", trainers=("grpo", "rloo", "other"), watch_only=True)
+@rule(id="TW003", slug=SLUG, title="The loss is the KL term alone", trainers=("grpo", "rloo", "other"), contexts=("watch",))
 def judge(ctx):
     _, loss = series(ctx, "loss")
     no_signal, clipped = _no_signal(ctx)

@@ -41,9 +41,10 @@ from typing import Any
 
 from trl_doctor import Edit, Fix, Unavailable, fail, passed, rule, warn
 from trl_doctor.facts.launch.launcher import compute_capability, launch, package_version
-from trl_doctor.facts.launch.settings import config_value, settings, unapplied_model_keys
-from trl_doctor.facts.trl.installed import TRAINER_CLASS, config_class, dtype_key, post_init_sets_bf16
-from trl_doctor.facts.trl import fields as trl_fields
+from trl_doctor.facts.inputs.models import config_json
+from trl_doctor.facts.launch.settings import config_value, precision, settings, unapplied_model_keys
+from trl_doctor.facts.trl.behaviour import bf16_default
+from trl_doctor.facts.trl.installed import TRAINER_CLASS, dtype_key
 
 FLASH = {  # version: (module, distributions that provide it, minimum compute capability, GPU family)
     2: ("flash_attn", ("flash-attn",), (8, 0), "Ampere"),
@@ -100,60 +101,17 @@ def vllm_bf16_unsupported(g: dict, colocate: bool) -> str:
             f"least 8.0\"; {how}")
 
 
-# -- from files alone (check --static) -----------------------------------------------------------------------
-
-def check_static(s):
-    visible = list(launch(s).gpus)
-    if not visible:
-        raise Unavailable("no GPU here to check precision against: pass --target (e.g. --target 1xA10G)")
-    raw = s.cfg.raw
-    fp16 = config_value(s, "fp16") is True
-    bf16 = config_value(s, "bf16")
-    words = "set in the config" if "bf16" in raw else f"{s.trainer.upper()}Config's default in trl {s.release}"
-    if bf16 is None and "bf16" not in raw and s.trainer in ("grpo", "rloo") and trl_fields.release_key(s.release) >= (0, 19):
-        bf16, words = not fp16, f"{s.trainer.upper()}Config's default in trl {s.release}: bf16 unless fp16"
-    lowest = min(visible, key=compute_capability)
-    name = _name(lowest)
-    details = {"GPUs": gpu_lines(visible), "bf16": f"{bool(bf16)} ({words})", "trl": s.release_words}
-    below = compute_capability(lowest) < BF16_MIN_CC
-    found = False
-    if bf16 is True and below:
-        found = True
-        origin = "" if raw.get("bf16") is True else f" ({words})"
-        emulated = bf16_below_ampere()
-        if emulated.runs:
-            yield warn(bf16_emulated(origin, lowest, emulated.why), **details)
-        else:
-            yield fail(bf16_unsupported(origin, lowest), **details)
-    if raw.get("tf32") is True and below:
-        found = True
-        yield fail(tf32_unsupported(lowest), **details)
-    ckpt = s.model_json.get("dtype") or s.model_json.get("torch_dtype")
-    if raw.get("use_vllm") and ckpt == "bfloat16" and below:
-        found = True
-        colocate = str(config_value(s, "vllm_mode") or "server") == "colocate"
-        yield (fail if colocate else warn)(vllm_bf16_unsupported(lowest, colocate), **details)
-    if not found:
-        mode = "bf16" if bf16 else "fp16" if fp16 else "fp32"
-        yield passed(f"{mode} ({words}) suits {name} (compute capability {lowest['compute_capability']}); the attention "
-                     "kernel and the load dtype are judged in the full check", **details)
-
-
-# -- from the loaded setup (the full check) ------------------------------------------------------------------
-
-
 @rule(
     id="TD015",
     slug="precision-and-attention",
     title="bf16/fp16, the attention kernel and the load dtype suit the GPUs and the checkpoint",
     needs=("model_config",),
     fixable="sometimes",
-    static=check_static,
+    contexts=("full", "static"),
 )
 def check(ctx):
     raw = ctx.config.raw
-    resolved = settings(ctx)
-    bf16, fp16 = resolved.bf16, resolved.fp16
+    bf16, fp16 = precision(ctx)
     the_launch = launch(ctx)
     visible, gpu_reason = list(the_launch.gpus), the_launch.gpus_missing
     on_cpu = raw.get("use_cpu") is True  # as the file asks (the built config holds the doctor's stand-in)
@@ -166,12 +124,16 @@ def check(ctx):
     }
     found = _Found("", details, [])
     device_words = found.add(_device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt))
-    attn_words = found.add(_attention(ctx, raw, visible, on_cpu))
-    # no bf16 weights are proposed for a GPU that cannot run bf16
-    bf16_runs = not (visible and not on_cpu and min(compute_capability(g) for g in visible) < BF16_MIN_CC)
-    dtype_words = found.add(_dtype(ctx, raw, bf16 and bf16_runs, fp16, ckpt, visible))
-    quant_words = found.add(_quantization(ctx, raw, on_cpu))
-    found.add(_unapplied(ctx))
+    try:
+        attn_words = found.add(_attention(ctx, raw, visible, on_cpu))
+        # no bf16 weights are proposed for a GPU that cannot run bf16
+        bf16_runs = not (visible and not on_cpu and min(compute_capability(g) for g in visible) < BF16_MIN_CC)
+        dtype_words = found.add(_dtype(ctx, raw, bf16 and bf16_runs, fp16, ckpt, visible))
+        quant_words = found.add(_quantization(ctx, raw, on_cpu))
+        found.add(_unapplied(ctx))
+    except Unavailable as why:  # the model as transformers loads it is not here (--static): the precision alone
+        yield from _precision_only(found, device_words, visible, gpu_reason, why, details)
+        return
     if not found.findings:
         yield passed("; ".join(w for w in (device_words, attn_words, dtype_words, quant_words) if w), **details)
         return
@@ -277,20 +239,31 @@ def _device(ctx, raw, bf16, fp16, bf16_words, visible, gpu_reason, on_cpu, ckpt)
     return _Found(f"{mode} on {len(visible)} GPU{'s' if len(visible) != 1 else ''}", details, findings)
 
 
-def _bf16_origin(ctx) -> str:
-    """Where bf16's value comes from: the config, or the installed config class's default."""
-    import dataclasses
+def _precision_only(found, device_words, visible, gpu_reason, why, details):
+    """What the precision settings alone decide against the GPUs, the rest named as left to the full check."""
+    if found.findings:
+        for status, message, fix in found.findings:
+            yield (fail if status == "fail" else warn)(message, fix=fix, **details)
+        return
+    if not visible:
+        raise Unavailable(f"no GPU here to check precision against ({gpu_reason}): pass --target (e.g. "
+                          f"--target 1xA10G); {why}")
+    yield passed(f"{device_words}; the attention kernel and the load dtype are judged in the full check ({why})",
+                 **details)
 
+
+def _bf16_origin(ctx) -> str:
+    """Where bf16's value comes from: the config, or the judged TRL's config class's default."""
     raw = ctx.config.raw
     if "bf16" in raw:
         return f"`bf16: {str(raw['bf16']).lower()}` in the config"  # where the value comes from: the file
-    cls = config_class(ctx.trainer)
-    if cls is None:
+    found = bf16_default(ctx)
+    if found is None:
         return "bf16 not set"
-    default = next((f.default for f in dataclasses.fields(cls) if f.name == "bf16"), False)
-    if default is None and post_init_sets_bf16(cls):
-        return f"the installed TRL's default: {cls.__name__}.bf16 is None, which its __post_init__ makes `not fp16`"
-    return f"the installed TRL's default: {cls.__name__}.bf16 = {default}"
+    name, default, post_init, whose = found
+    if default is None and post_init:
+        return f"{whose}'s default: {name}.bf16 is None, which its __post_init__ makes `not fp16`"
+    return f"{whose}'s default: {name}.bf16 = {default}"
 
 
 # -- attention --------------------------------------------------------------------------------------------
@@ -587,7 +560,7 @@ def _sdpa_fix(ctx, raw, where: str, kwargs: dict) -> Fix | None:
 # -- the load dtype against the checkpoint ----------------------------------------------------------------
 
 def _checkpoint_dtype(ctx) -> str | None:
-    cfg = ctx.read_json(ctx.model_file("config.json")) or {}
+    cfg = config_json(ctx)
     found = cfg.get("dtype") or cfg.get("torch_dtype")
     if found is None and isinstance(cfg.get("text_config"), dict):
         found = cfg["text_config"].get("dtype") or cfg["text_config"].get("torch_dtype")

@@ -27,7 +27,7 @@ SLUG = "ratio-clipping"
 
 
 @rule(id="TW011", slug=SLUG, title="Updates clipped on a large share of tokens", severity="warn",
-      trainers=ALL_TRAINERS, watch_only=True)
+      trainers=ALL_TRAINERS, contexts=("watch",))
 def judge(ctx):
     name, points = series(ctx, "policy/clipfrac_avg", "clip_ratio/region_mean")
     n = patience(ctx, SLUG, 3)

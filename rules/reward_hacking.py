@@ -30,7 +30,7 @@ SLUG = "reward-hacking"
 
 
 @rule(id="TW010", slug=SLUG, title="A reward rises while another falls as completions shrink", severity="warn",
-      trainers=("grpo", "rloo", "other"), watch_only=True)
+      trainers=("grpo", "rloo", "other"), contexts=("watch",))
 def judge(ctx):
     names = sorted(n for n in history(ctx).names() if n.startswith("rewards/") and n.endswith("/mean"))
     if len(names) < 2:

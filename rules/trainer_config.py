@@ -39,6 +39,7 @@ from typing import Any
 
 from trl_doctor import DELETE, Edit, Finding, Fix, Location, fail, manual, passed, rule, warn
 from trl_doctor.facts.trl import fields as trl_fields
+from trl_doctor.facts.trl.behaviour import parser_policy
 from trl_doctor.facts.trl.trainer_config import trainer_config_info
 
 
@@ -75,55 +76,8 @@ def _not_known(trl: str, named: list[str], consequence: str) -> str:
     return f"trl {trl} does not know {', '.join(named)}: {consequence}"
 
 
-# -- from files alone (check --static) -----------------------------------------------------------------------
-
-def check_static(s):
-    import difflib
-
-    own, name = trl_fields.config_fields(s.release, s.trainer)
-    class_name = name or f"{s.trainer.upper()}Config"
-    details = {"config class": class_name, "trl": s.release_words,
-               "TrainingArguments from": trl_fields.training_arguments()[1]}
-    if name is None:
-        yield fail(_rejected(class_name, f"trl {s.release} has no {class_name}"), **details)
-        return
-    init = {k for k, f in own.items() if f.get("init", True)}
-    known = trl_fields.known_keys(s.release, s.trainer, own)
-    typed = {**own, **trl_fields.script_fields(s.release, s.trainer)}
-    errors = {k: why for k, v in s.cfg.raw.items() if k in typed and (why := trl_fields.type_error(k, v, typed[k]["type"]))}
-    for key, why in errors.items():
-        yield fail(why, location=Location(str(s.cfg.path), key), **details)
-    unknown = [k for k in s.cfg.raw if k not in known]
-    stops = trl_fields.release_key(s.release) >= (0, 19)
-    consequence = _unknown_key_consequence(s.trainer, s.release, stops)
-    report = fail if stops else warn
-    installed = {"trl": s.release, "transformers": trl_fields.training_arguments()[1].split()[1]}
-    plain = []
-    for key in unknown:
-        loc = Location(str(s.cfg.path), key)
-        entry = migration_for(key, installed, trainer=s.trainer)
-        if entry is not None:
-            yield report(_migrated(entry, installed, consequence), location=loc, **details)
-            continue
-        arrival = arrival_for(key, installed, trainer=s.trainer)
-        if arrival is not None:
-            yield report(_arrives_later(key, class_name, s.release, arrival, consequence), location=loc, **details)
-            continue
-        near = [n for n in difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8) if abs(len(n) - len(key)) <= 2]
-        plain.append(_unknown_named(key, near[0] if near else None))
-    if plain:
-        yield report(_not_known(s.release, plain, consequence), **details)
-    if not unknown and not errors:
-        keys = [k for k in s.cfg.raw if k in init]
-        yield passed(f"{class_name} (trl {s.release}) has all {len(keys)} trainer keys with values of the right type "
-                     "(its __post_init__ validation runs in the full check)", **details)
-
-
-# -- from the loaded setup (the full check) ------------------------------------------------------------------
-
-
 @rule(id="TD009", slug="trainer-config", title="The installed TRL accepts every key and value of the config",
-      static=check_static)
+      contexts=("full", "static"))
 def check(ctx):
     info = trainer_config_info(ctx)
     details = {"config class": info.class_name, "trl": info.trl_version}
@@ -152,6 +106,8 @@ def check(ctx):
         yield fail(_rejected(info.class_name, info.error), **details)
     if not info.unknown_keys and not dropped and not info.type_errors and (not info.error or deferred):
         extra = "; its batch check at 1 process is left to batch-geometry" if deferred else ""
+        if info.config is None and not info.error:  # not built (--static): the keys and types only
+            extra += "; its __post_init__ validation runs in the full check"
         yield passed(f"{info.class_name} (trl {info.trl_version}) accepts all {len(info.passed_keys)} trainer keys{extra}", **details)
 
 
@@ -160,7 +116,7 @@ def _unknown(ctx, info) -> tuple[list[Finding], dict[str, Any]]:
     rename where the meaning is the same; any other gets the closest field when it is really close. What the
     installed TRL does with it decides the words: stop at start-up, or drop it without a word. (The findings, with
     the details this part adds; those details: the unknown keys, what TRL's parser does with them.)"""
-    policy, evidence = unknown_key_policy()
+    policy, evidence = parser_policy(ctx) or unknown_key_policy()
     details: dict[str, Any] = {"unknown keys": info.unknown_keys, "trl's parser": evidence}
     found = []
     consequence = _unknown_key_consequence(ctx.trainer, info.trl_version, policy == "stops")

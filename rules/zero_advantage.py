@@ -39,7 +39,7 @@ SLUG = "zero-advantage"
 
 
 @rule(id="TW001", slug=SLUG, title="Every group's rewards equal: zero advantage", trainers=ALL_TRAINERS,
-      watch_only=True)
+      contexts=("watch",))
 def judge(ctx):
     name, points = optional(ctx, "frac_reward_zero_std")
     share = limit(ctx, SLUG, "share", 0.99)

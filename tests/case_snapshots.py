@@ -203,7 +203,7 @@ class CaseRun:
 def watch_rule_ids() -> set[str]:
     from trl_doctor.registry import builtin_rules
 
-    return {r.id for r in builtin_rules() if r.check is None}
+    return {r.id for r in builtin_rules() if not r.preflight}
 
 
 def run_case(case: Path, rule: str, args: tuple[str, ...], tmp_path: Path, env: dict | None = None) -> CaseRun:

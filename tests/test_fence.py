@@ -29,7 +29,7 @@ FENCE_SLACK_S = 5  # a stopped fence ends this soon after its limit (the supervi
 def builtin_ids() -> set[str]:
     from trl_doctor.registry import builtin_rules
 
-    return {r.id for r in builtin_rules() if r.check is not None}  # the preflight rules: a check reports each
+    return {r.id for r in builtin_rules() if r.preflight}  # the preflight rules: a check reports each
 
 
 def doctor(config: Path, *args: str, cwd: Path | None = None, env: dict | None = None):

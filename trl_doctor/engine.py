@@ -24,7 +24,10 @@ from trl_doctor.context.locations import locate
 from trl_doctor.types import Finding, Fix, Location, Result, Status, manual
 
 
-def run_rule(rule: Rule, ctx: Context) -> Result:
+def run_rule(rule: Rule, ctx: Context, skipped: str | None = None) -> Result:
+    """The rule's one judgment over `ctx` as a Result: `skip` where it does not apply (another trainer; `skipped`
+    says why the context cannot hold it), the findings folded, a crash as `error`. The full context first builds
+    what the rule `needs`; an InputError (the user's input is bad) ends the check."""
     start = time.perf_counter()
 
     def result(status: Status, message: str, details: dict | None = None, fix: Fix | None = None,
@@ -34,8 +37,10 @@ def run_rule(rule: Rule, ctx: Context) -> Result:
 
     if ctx.trainer not in rule.trainers:
         return result(Status.SKIP, _not_applicable(rule, ctx))
+    if skipped is not None:
+        return result(Status.SKIP, skipped)
     try:
-        for need in rule.needs:
+        for need in rule.needs if ctx.kind == "full" else ():
             build_need(ctx, need)
         findings = list(rule.check(ctx))
     except InputError:

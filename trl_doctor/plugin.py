@@ -7,14 +7,15 @@ The contract:
 - A rule module imports `trl_doctor.plugin` (and, for built-in rules, the facts layer `trl_doctor.facts.*`),
   never another module of trl-doctor (they are private: `trl_doctor.context.context`, `trl_doctor.registry`...).
   The names below keep their meaning across releases; the modules they come from may move.
-- `@rule(id=..., slug=..., title=..., trainers=..., needs=..., fixable=..., static=..., watch=...)` turns a
-  generator function of the context into a `Rule`; the module's docstring is what `trl-doctor explain` prints.
-  `static=` is the rule's judgment under `check --static` (files alone, no ML stack), a generator over the static
-  context; without one the rule is `skip` there, and `static_skip="it ..."` says why. `watch=` is its judgment of a
-  job's logged metrics (`trl-doctor watch`, DoctorCallback(watch=True)); with `watch_only=True` the decorated
-  function is that judgment and the rule has no preflight one. Every context implements `CheckContext`
-  (trl_doctor/interface.py): `kind`, `config`, `options`, `trainer`, `live`, `version(dist)`. Third-party modules are
-  found through the `trl_doctor.rules` entry-point group (a module: every `Rule` in it; or one `Rule` object).
+- `@rule(id=..., slug=..., title=..., trainers=..., needs=..., fixable=..., contexts=...)` turns a generator
+  function of the context, the rule's one judgment, into a `Rule`; the module's docstring is what `trl-doctor
+  explain` prints. `contexts` says where the judgment runs: `("full",)` (the default), `("full", "static")` (also
+  under `check --static`: files alone, no ML stack; a fact the static context cannot answer raises `Unavailable`
+  and the rule is `skip` with that reason), `("watch",)` (a job's logged metrics: `trl-doctor watch`,
+  DoctorCallback(watch=True); `watch_only=True` says the same). A preflight rule left out of `static` is `skip`
+  there, and `static_skip="it ..."` says why. Every context implements `CheckContext` (trl_doctor/interface.py):
+  `kind`, `config`, `options`, `trainer`, `live`, `version(dist)`. Third-party modules are found through the
+  `trl_doctor.rules` entry-point group (a module: every `Rule` in it; or one `Rule` object).
 - `config_value(ctx, key, default)` is how a rule reads a config value, in every context: the value the trainer
   will see in the full check (TRL's built config object, else the user's value, else the installed class's
   default), the value as written (else the judged release's default) under --static, the job's own in the watch.

@@ -16,6 +16,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
+from trl_doctor.interface import KINDS
 from trl_doctor.types import Finding
 
 from trl_doctor.vocabulary import OTHER_TRAINER as OTHER, TRAINERS
@@ -45,18 +46,17 @@ class Rule:
     title: str
     severity: str
     trainers: tuple[str, ...]
-    check: Callable[..., Iterable[Finding]] | None  # the full check's judgment; None for a rule of the watch alone
+    check: Callable[..., Iterable[Finding]]  # the rule's one judgment, run in each context it declares
     explanation: str
-    needs: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()  # what the full check loads before the judgment runs
     fixable: str = "never"  # "always", "sometimes" or "never", as ruff's FIX_AVAILABILITY
     prepare: Callable[..., None] | None = None  # called before any check runs (start slow work early)
-    # the judgment `check --static` makes from files alone (trl_doctor.interface: the `static` context), or None;
-    # without one, `static_skip` says why files cannot decide ("it trains one step"), shown after "needs the full
-    # check: "
-    static: Callable[..., Iterable[Finding]] | None = None
+    # where the judgment runs (trl_doctor.interface.KINDS): `full` and `static` (the preflight check with and without
+    # the ML stack) or `watch` (a job's logged metrics). In a declared context a fact the context cannot answer makes
+    # the rule `skip` with the fact's reason; a preflight rule not declared for `static` says why in `static_skip`
+    # ("it trains one step"), shown after "needs the full check: ".
+    contexts: tuple[str, ...] = ("full",)
     static_skip: str | None = None
-    # the judgment on a job's logged metrics (trl_doctor.interface: the `watch` context), or None
-    watch: Callable[..., Iterable[Finding]] | None = None
     source: str = "built-in"  # the distribution that provided it
     module: str = field(default="", compare=False)
 
@@ -65,10 +65,9 @@ class Rule:
         return self.fixable != "never"
 
     @property
-    def contexts(self) -> tuple[str, ...]:
-        """Where the rule judges: `full` and `static` (the preflight check, with or without the ML stack; a rule
-        without a static judgment says there why it needs the full check), `watch` (a job's logged metrics)."""
-        return (("full", "static") if self.check is not None else ()) + (("watch",) if self.watch is not None else ())
+    def preflight(self) -> bool:
+        """Whether the rule judges a setup before launch (`check`), not a job's logged metrics (`watch`)."""
+        return "full" in self.contexts
 
     @property
     def group(self) -> str:
@@ -87,24 +86,20 @@ def rule(
     needs: Iterable[str] = (),
     fixable: str = "never",
     prepare: Callable[..., None] | None = None,
-    static: Callable[..., Iterable[Finding]] | None = None,
+    contexts: Iterable[str] = ("full",),
     static_skip: str | None = None,
-    watch: Callable[..., Iterable[Finding]] | None = None,
     watch_only: bool = False,
 ) -> Callable[[Callable[..., Iterable[Finding]]], Rule]:
-    """Turn a check function (the full check's judgment) into a Rule. The explanation is the docstring of the rule's
-    module. `static` is the rule's judgment under `check --static` (a generator of the static context, as `check`
-    is of the full one); `static_skip` says why the rule has none; `watch` its judgment on a job's logged metrics.
-    With `watch_only=True` the decorated function is the watch judgment, and the rule has no preflight judgment (a
-    rule of the watch family: `trl-doctor watch`, DoctorCallback(watch=True))."""
+    """Turn a judgment (a generator of Findings over a context) into a Rule. The explanation is the docstring of the
+    rule's module. `contexts` says where the one judgment runs (trl_doctor.interface.KINDS): `("full",)` (the
+    default), `("full", "static")` when files alone can decide part of it (the facts it asks answer under
+    `--static`, or say Unavailable and the rule skips with their reason), `("watch",)` for a judgment of a job's
+    logged metrics (`trl-doctor watch`, DoctorCallback(watch=True)); `watch_only=True` is the same as
+    `contexts=("watch",)`. `static_skip` says why a preflight rule not declared for `static` needs the full check."""
 
     def wrap(check: Callable[..., Iterable[Finding]]) -> Rule:
-        nonlocal watch
-        if watch_only:
-            check, watch = None, check
-        fn = check or watch
-        module = sys.modules.get(fn.__module__)
-        explanation = (getattr(module, "__doc__", None) or fn.__doc__ or "").strip()
+        module = sys.modules.get(check.__module__)
+        explanation = (getattr(module, "__doc__", None) or check.__doc__ or "").strip()
         r = Rule(
             id=id,
             slug=slug,
@@ -116,10 +111,9 @@ def rule(
             needs=tuple(needs),
             fixable=fixable,
             prepare=prepare,
-            static=static,
+            contexts=("watch",) if watch_only else tuple(contexts),
             static_skip=static_skip,
-            watch=watch,
-            module=fn.__module__,
+            module=check.__module__,
         )
         _validate(r)
         return r
@@ -143,10 +137,18 @@ def _validate(r: Rule) -> None:
         raise RegistryError(f"{where}: unknown needs {bad}; known: {NEEDS}")
     if r.fixable not in ("always", "sometimes", "never"):
         raise RegistryError(f"{where}: fixable must be always, sometimes or never")
-    if r.check is None and (r.static is not None or r.static_skip is not None or r.needs or r.prepare is not None):
-        raise RegistryError(f"{where}: a rule of the watch alone has no static judgment, needs or prepare")
-    if r.static is not None and r.static_skip is not None:
-        raise RegistryError(f"{where}: a rule has a static judgment or says why it has none (static_skip), not both")
+    bad = [k for k in r.contexts if k not in KINDS]
+    if bad or not r.contexts or len(set(r.contexts)) != len(r.contexts):
+        raise RegistryError(f"{where}: contexts must be distinct names among {KINDS}, got {r.contexts}")
+    if "watch" in r.contexts and len(r.contexts) > 1:
+        raise RegistryError(f"{where}: a judgment of logged metrics (`watch`) is a rule of its own, not a preflight "
+                            f"rule's: contexts {r.contexts}")
+    if "static" in r.contexts and "full" not in r.contexts:
+        raise RegistryError(f"{where}: a rule judged under --static is judged by the full check too: add `full`")
+    if not r.preflight and (r.static_skip is not None or r.needs or r.prepare is not None):
+        raise RegistryError(f"{where}: a rule of the watch has no static_skip, needs or prepare")
+    if "static" in r.contexts and r.static_skip is not None:
+        raise RegistryError(f"{where}: a rule judged under --static (contexts) has no static_skip")
 
 
 def _rules_in_module(module) -> Iterator[Rule]:
@@ -156,8 +158,8 @@ def _rules_in_module(module) -> Iterator[Rule]:
 
 
 def builtin_rules(where: str | None = None) -> list[Rule]:
-    """The built-in rules. `where="watch"`: only the modules whose source declares a watch judgment (`watch=` or
-    `watch_only=`, read as text first), so that the watch does not import the preflight rules and the facts they
+    """The built-in rules. `where="watch"`: only the modules whose source declares a watch judgment
+    (`contexts=("watch",)` or `watch_only=`, read as text first), so that the watch does not import the preflight rules and the facts they
     need (0.6 s of a 1 s budget); a module it leaves out has no watch judgment."""
     from trl_doctor import rules as package
 
@@ -172,7 +174,7 @@ def builtin_rules(where: str | None = None) -> list[Rule]:
     return found
 
 
-_WATCH_HOOK = re.compile(r"\bwatch(?:_only)?\s*=")
+_WATCH_HOOK = re.compile(r"\bwatch_only\s*=|\bcontexts\s*=\s*[(\[]\s*[\"']watch")
 
 
 def _declares_watch(paths, name: str) -> bool:

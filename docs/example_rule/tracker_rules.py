@@ -34,44 +34,39 @@ from __future__ import annotations
 from trl_doctor.plugin import TRAINERS, Edit, Fix, Unavailable, config_value, fact, fail, passed, rule
 
 
-@fact
-def trackers(ctx) -> tuple[frozenset, frozenset]:
-    """(the tracker names transformers knows, the ones it finds installed here), once per check."""
-    from transformers.integrations.integration_utils import (
-        INTEGRATION_TO_CALLBACK,
-        get_available_reporting_integrations,
-    )
-
-    return frozenset(INTEGRATION_TO_CALLBACK), frozenset(get_available_reporting_integrations())
-
-
 # the module each tracker loads, for `check --static`, which asks the installed packages without importing them
 TRACKER_MODULES = {"wandb": "wandb", "tensorboard": "tensorboard", "comet_ml": "comet_ml", "mlflow": "mlflow",
                    "trackio": "trackio", "clearml": "clearml", "neptune": "neptune", "dvclive": "dvclive"}
 RAISES = "the trainer's constructor raises at start-up, after the job's models have loaded"
 
 
-def check_static(ctx):
-    """From files alone (`check --static`): `report_to` as written, each tracker's module looked up (not
-    imported); a name outside TRACKER_MODULES needs transformers' own table, read by the full check."""
-    import importlib.util
+@fact
+def installed_trackers(ctx) -> list[str]:
+    """The trackers installed where the job runs, once per check: transformers' own list in the full check; under
+    `--static`, where transformers is not imported, the modules of TRACKER_MODULES looked up (not imported)."""
+    if ctx.kind == "static":
+        import importlib.util
 
-    asked = config_value(ctx, "report_to", "none")  # as written, else the judged release's default
-    asked = [asked] if isinstance(asked, str) else list(asked or [])
-    if not asked or asked == ["none"]:
-        yield passed("report_to is none: no tracker to load")
-        return
-    if "all" in asked:
-        yield passed("report_to: all: the trainer reports to the trackers it finds installed")
-        return
-    other = [name for name in asked if name not in TRACKER_MODULES]
-    if other:
-        raise Unavailable(f"needs the full check: whether {', '.join(other)} is a tracker is transformers' to say")
-    missing = [name for name in asked if importlib.util.find_spec(TRACKER_MODULES[name]) is None]
-    if not missing:
-        yield passed(f"report_to: {', '.join(asked)}: every tracker is installed", report_to=asked)
-        return
-    yield fail(f"report_to: {'; '.join(f'{name} is not installed' for name in missing)}: {RAISES}", report_to=asked)
+        return sorted(name for name, module in TRACKER_MODULES.items() if importlib.util.find_spec(module))
+    from transformers.integrations.integration_utils import get_available_reporting_integrations
+
+    return sorted(get_available_reporting_integrations())
+
+
+@fact
+def tracker_status(ctx, name: str) -> str:
+    """`installed`, `missing` (a tracker whose package is not installed here) or `unknown` (no tracker
+    transformers knows). Under `--static` a name outside TRACKER_MODULES is Unavailable: only transformers'
+    table (INTEGRATION_TO_CALLBACK, read by the full check) can say."""
+    if ctx.kind == "static":
+        if name not in TRACKER_MODULES:
+            raise Unavailable(f"needs the full check: whether {name} is a tracker is transformers' to say")
+    else:
+        from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+        if name not in INTEGRATION_TO_CALLBACK:
+            return "unknown"
+    return "installed" if name in installed_trackers(ctx) else "missing"
 
 
 @rule(
@@ -81,26 +76,30 @@ def check_static(ctx):
     trainers=TRAINERS,
     needs=("trainer_config",),
     fixable="always",
-    static=check_static,
+    contexts=("full", "static"),
 )
 def check(ctx):
-    asked = config_value(ctx, "report_to") or []  # TRL's built config: "none" is [], "all" the installed ones
-    if isinstance(asked, str):
-        asked = [asked]
-    if not asked:
+    # the full check: TRL's built config ("none" is [], "all" the installed ones); --static: as written
+    asked = config_value(ctx, "report_to", "none")
+    asked = [asked] if isinstance(asked, str) else list(asked or [])
+    if not asked or asked == ["none"]:
         yield passed("report_to is none: no tracker to load")
         return
-    known, installed = trackers(ctx)
-    unknown = [name for name in asked if name not in known]
-    missing = [name for name in asked if name in known and name not in installed]
+    if "all" in asked:
+        yield passed("report_to: all: the trainer reports to the trackers it finds installed")
+        return
+    status = {name: tracker_status(ctx, name) for name in asked}
+    unknown = [name for name in asked if status[name] == "unknown"]
+    missing = [name for name in asked if status[name] == "missing"]
     if not unknown and not missing:
         yield passed(f"report_to: {', '.join(asked)}: every tracker is installed", report_to=asked)
         return
-    kept = [name for name in asked if name not in unknown and name not in missing]
+    kept = [name for name in asked if status[name] == "installed"]
     problems = [f"{name} is not a tracker transformers knows" for name in unknown]
     problems += [f"{name} is not installed" for name in missing]
     install = f"; or install {', '.join(missing)}" if missing else ""
     fix = Fix(f"set report_to to {kept or 'none'}{install}",
               (Edit(str(ctx.config.path), set=(("report_to", kept or "none"),)),),
               applicability="unsafe")
-    yield fail(f"report_to: {'; '.join(problems)}: {RAISES}", fix=fix, report_to=asked, installed=sorted(installed))
+    yield fail(f"report_to: {'; '.join(problems)}: {RAISES}", fix=fix, report_to=asked,
+               installed=installed_trackers(ctx))

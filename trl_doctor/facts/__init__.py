@@ -35,6 +35,7 @@ By subject:
 
 A fact is asked of any context that implements trl_doctor.interface.CheckContext; one that needs what a context
 lacks (TRL's config object under `--static`) raises Unavailable there, and `launch.settings.config_value(ctx, key)`
-is the one way to read the value the trainer will see, in every context. The words of a rule's findings live in the
-rule's module, which holds both its judgments (the full check's and `--static`'s).
+is the one way to read the value the trainer will see, in every context. A fact several contexts can answer has one
+provider per context (the tokens, the model's JSON files, `trl/behaviour`: what the judged TRL release does), and a
+rule holds one judgment, in its module, over whichever context runs it.
 """

@@ -93,7 +93,7 @@ def resolve(asked: Asked, config: Path | None) -> Settings:
         raise InputError("--target-env says whose Python environment a --target launch runs in: give --target too "
                          "(without it, the launch machine is this one when it has GPUs)")
     chosen = select_rules(all_rules(), select[0], [n for group, _ in ignore for n in group])
-    rules = run_order([r for r in chosen if r.check is not None])  # the watch's rules judge logs, not a setup
+    rules = run_order([r for r in chosen if r.preflight])  # the watch's rules judge logs, not a setup
     if select[0] and chosen and not rules:
         from trl_doctor.errors import InputError
 

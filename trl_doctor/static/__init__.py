@@ -5,29 +5,30 @@ code, no dataset script; a chat template is rendered only in Jinja2's sandbox).
 It is a provider of the context interface (trl_doctor.interface, the `static` kind), not a set of judgments: it reads
 the trainer config (trl_doctor.context.config), the model's config.json and generation_config.json, the tokenizer
 files as JSON and the first rows of a local dataset file (trl_doctor.static.files), and names the TRL release whose
-config classes, shipped as data (trl_doctor.facts.trl.fields), are judged against. Each rule judges here with its own
-`static` judgment, in its own module, under its id and in its words; a rule without one is a `skip` saying why
-(its `static_skip`). The engine runs the judgments as it runs rules (run_rule: timing, folding, a crash as `error`).
+config classes, shipped as data (trl_doctor.facts.trl.fields), are judged against. A rule declared for it
+(`contexts=("full", "static")`) runs its one judgment here, the facts answering from these files (or saying
+Unavailable: the rule is `skip` with the reason); any other is a `skip` saying why (its `static_skip`). The engine
+runs them as it runs rules (run_rule: timing, folding, a crash as `error`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 
 from trl_doctor.errors import Unavailable
+from trl_doctor.interface import Lacks
 
 
 FULL = "needs the full check"
 TURN_MARK = "TRLDOCTORMARK"  # the assistant's content in the conversation the template renders
 
 
-class StaticContext:
+class StaticContext(Lacks):
     """The static context (trl_doctor.interface.CheckContext, kind `static`): the config, its files and the TRL
     release judged against. Besides the interface (config, trainer, options, live, version, the facts' cache), so
     that the light facts (facts.launch.launcher.launch, facts.launch.settings.config_value) work on it, a static
-    judgment reads the files: `tok`, `model_json`, `gen_json`, `dataset`, and `release` / `release_words`."""
+    judgment reads the files: `tok`, `model_json`, `gen_json`, `dataset_file`, and `release` / `release_words`."""
 
     kind = "static"
     live = None
@@ -50,6 +51,10 @@ class StaticContext:
         """The TRL release judged against; any other package's installed release (read from its metadata)."""
         if dist == "trl":
             return self.release
+        if dist == "transformers":  # whose TrainingArguments are judged: the installed one's source, else a snapshot
+            from trl_doctor.facts.trl import fields as trl_fields
+
+            return trl_fields.training_arguments()[1].split()[1]
         from trl_doctor.context.env import package_version
 
         return package_version(dist)
@@ -85,7 +90,7 @@ class StaticContext:
         return read_json(self.folder(self.cfg.model) / "generation_config.json", self.confine, "generation config")
 
     @cached_property
-    def dataset(self):
+    def dataset_file(self):
         from .files import read_dataset
 
         return read_dataset(self.cfg, self.confine)
@@ -131,32 +136,27 @@ class StaticContext:
         return {"token": None, "id": None, "text_after_content": after}
 
 
-def _skipped(reason: str):
-    def check(ctx):
-        raise Unavailable(reason)
-
-    return check
-
-
 def skip_reason(rule) -> str:
     """Why `rule` has no judgment under --static, as the report says it."""
     if rule.static_skip:
         return f"{FULL}: {rule.static_skip}"
     if rule.group == "trainer run":
         return f"{FULL}: it reads the trainer run"
-    return f"{FULL} (the rule declares no static judgment)"
+    return f"{FULL} (the rule is not declared for --static)"
 
 
 def run_static(cfg, rules: list, options, trl_version: str | None = None) -> tuple[list, dict]:
-    """(a Result per rule, what the report says of the static check) for the loaded config `cfg`: each rule's own
-    static judgment, built-in or a plugin's, over one StaticContext."""
+    """(a Result per rule, what the report says of the static check) for the loaded config `cfg`: each rule declared
+    for --static, built-in or a plugin's, over one StaticContext."""
     from trl_doctor.engine import run_rule
 
     ctx = StaticContext(cfg, options, trl_version)
     results = []
     for rule in rules:
-        judge = rule.static or _skipped(skip_reason(rule))
-        results.append(run_rule(replace(rule, check=judge, needs=()), ctx))
+        if "static" in rule.contexts:
+            results.append(run_rule(rule, ctx))
+        else:
+            results.append(run_rule(rule, ctx, skipped=skip_reason(rule)))
     skipped = {r.id: r.message for r in results if r.status.value == "skip"}
     info = {"trl": ctx.release, "trl_source": ctx.release_why,
             "judged": [r.id for r in results if r.id not in skipped], "skipped": len(skipped)}

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trl_doctor.interface import Lacks
 from trl_doctor.options import Options
 
 # names only one trainer family logs: PPO's value head, the PPO-style RLOO's (trl <= 0.19) objective/* without one
@@ -28,8 +29,20 @@ class WatchConfig:
     def get(self, key: str, default: Any = None) -> Any:
         return self.raw.get(key, default)
 
+    def __getattr__(self, name: str) -> Any:
+        """A preflight config's artifacts (the model, tokenizer, reward functions, dataset) are not in a job's logs:
+        a fact that asks for one gets Unavailable, and the rule asking is `skip`."""
+        import dataclasses
 
-class WatchContext:
+        from trl_doctor.context.config import DoctorConfig
+        from trl_doctor.errors import Unavailable
+
+        if not name.startswith("_") and name in {f.name for f in dataclasses.fields(DoctorConfig)}:
+            raise Unavailable(f"not known from a job's logs: the job's {name.replace('_', ' ')}")
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+
+class WatchContext(Lacks):
     """What a watch rule reads (trl_doctor.interface.CheckContext, `kind` "watch"): the job's logged metrics
     (`history`, a trl_doctor.watch.history.History), the job's settings as `config` (the trainer's own arguments in
     the job, the recipe's from the outside: config_value reads them), the thresholds the project config sets, the

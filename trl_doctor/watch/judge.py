@@ -24,7 +24,7 @@ def watch_rules(select: Iterable[str] = (), ignore: Iterable[str] = (), rules: l
         chosen = select_rules(all_rules("watch") if rules is None else rules, select, ignore)
     except RegistryError:
         chosen = select_rules(all_rules(), select, ignore)
-    return [r for r in chosen if r.watch is not None]
+    return [r for r in chosen if "watch" in r.contexts]
 
 
 def judge(ctx, rules: list) -> list[Result]:
@@ -39,7 +39,7 @@ def _judged(rule, ctx) -> Result:
     from trl_doctor.types import Status
 
     try:
-        return run_rule(replace(rule, check=rule.watch, needs=(), prepare=None), ctx)
+        return run_rule(rule, ctx)
     except InputError as exc:
         return Result(rule.id, rule.slug, rule.title, Status.ERROR, f"the rule crashed: InputError: {exc}", {}, None, 0.0)
 

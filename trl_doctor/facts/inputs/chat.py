@@ -109,6 +109,39 @@ def completion_terminator(tok, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "why": eos_why(conversational)}
 
 
+def terminator(ctx) -> dict[str, Any]:
+    """completion_terminator for the check's tokenizer and its dataset's first rows, in either preflight context:
+    the loaded tokenizer (full), or under --static the template rendered from the files in Jinja2's sandbox
+    (trl_doctor.static.StaticContext.turn_terminator) and the first rows of a local dataset file."""
+    if ctx.kind == "static":
+        return _terminator_from_files(ctx)
+    from trl_doctor.errors import Unavailable
+
+    try:
+        rows = ctx.dataset.select(range(min(2, len(ctx.dataset)))).to_list()
+    except Unavailable:
+        rows = []
+    return completion_terminator(ctx.tokenizer, rows)
+
+
+def _terminator_from_files(ctx) -> dict[str, Any]:
+    from trl_doctor.errors import Unavailable
+
+    tok, data = ctx.token_ids(), ctx.dataset_file
+    if data.unread and tok.chat_template[0] is not None:
+        raise Unavailable(f"whether prompts go through the chat template depends on the dataset ({data.unread})")
+    conversational = bool(data.rows) and is_conversational(data.rows[0])
+    out = {"conversational": conversational, "template_error": None}
+    if conversational:
+        found = ctx.turn_terminator()
+        if found and found.get("error"):
+            out["template_error"] = found["error"]
+        elif found and found.get("id") is not None:
+            return {**out, "id": found["id"], "token": found["token"], "why": TURN_END}
+    eos = tok.token("eos_token")
+    return {**out, "id": tok.id_of(eos), "token": eos, "why": eos_why(conversational)}
+
+
 # -- prompts as the installed trainer renders and tokenizes them ---------------------------------------------------
 
 SAMPLE_ROWS = 1000  # prompt lengths are measured on at most this many rows, evenly spaced over the dataset

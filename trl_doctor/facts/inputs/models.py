@@ -196,7 +196,16 @@ def _token_text(value: Any) -> str | None:
 
 def config_json(ctx) -> dict:
     """The candidate's config.json as a plain dict (no transformers, no remote code); {} without one."""
+    if ctx.kind == "static":
+        return ctx.model_json
     return ctx.read_json(ctx.model_file("config.json")) or {}
+
+
+def generation_json(ctx) -> dict | None:
+    """The candidate's generation_config.json as a plain dict, or None without one."""
+    if ctx.kind == "static":
+        return ctx.gen_json
+    return ctx.read_json(ctx.model_file("generation_config.json"))
 
 
 def model_types(ctx) -> tuple[str, ...]:

@@ -109,7 +109,12 @@ class Settings:
 
 @fact
 def settings(ctx) -> Settings:
-    """The resolved settings of the check's config (see `Settings`)."""
+    """The resolved settings of the check's config (see `Settings`), as the installed TRL and transformers resolve
+    them (the policy's load dtype among them): the full check's; another context reads `config_value`."""
+    if ctx.kind != "full":
+        from trl_doctor.errors import Unavailable
+
+        raise Unavailable("needs the full check: the settings as the installed TRL and transformers resolve them")
     class_name, fields = config_fields(ctx)
     bf16, fp16 = precision(ctx)
     dtype, dtype_from = policy_dtype(ctx)
@@ -155,10 +160,17 @@ def vllm_placement(ctx) -> tuple[str | None, str]:
 
 @fact
 def config_fields(ctx) -> tuple[str | None, frozenset[str]]:
-    """(the installed TRL's config class for the trainer, its fields that take a value); (None, empty) without one."""
+    """(the judged TRL's config class for the trainer, its fields that take a value); (None, empty) without one:
+    the installed TRL's class (full check), the release's as shipped in data (--static)."""
     import dataclasses
 
     from trl_doctor.facts.trl.installed import config_class
+
+    if ctx.kind == "static":
+        from trl_doctor.facts.trl import fields as trl_fields
+
+        own, name = trl_fields.config_fields(ctx.release, ctx.trainer)
+        return name, frozenset(k for k, f in own.items() if f.get("init", True))
 
     try:
         cls = config_class(ctx.trainer)

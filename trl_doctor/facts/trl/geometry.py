@@ -69,9 +69,26 @@ class Reading:
 
 @fact
 def geometry_reading(ctx) -> Reading | None:
-    """The installed TRL's geometry statements for the check's trainer; None when TRL has no config class for it."""
+    """The judged TRL's geometry statements for the check's trainer: the installed TRL's source (full check), the
+    release's statements shipped as data (--static); None when it has no config class for the trainer."""
+    if ctx.kind == "static":
+        from trl_doctor.facts.trl import fields as trl_fields
+
+        stored = trl_fields.release(ctx.release)["geometry"].get(ctx.trainer)
+        return None if stored is None else stored_reading(stored)
     cls = config_class(ctx.trainer)
     return None if cls is None else installed_reading(ctx.trainer, cls)
+
+
+def config_base(ctx) -> dict:
+    """The judged config class's defaults overlaid with the config's keys (config_values), from the installed class
+    (full check) or the release's fields as data (--static)."""
+    if ctx.kind == "static":
+        from trl_doctor.facts.trl import fields as trl_fields
+
+        own, _ = trl_fields.config_fields(ctx.release, ctx.trainer)
+        return values_over({k: f.get("default") for k, f in own.items()}, ctx.config.raw)
+    return config_values(config_class(ctx.trainer), ctx.config.raw)
 
 
 def installed_reading(trainer: str, cls) -> Reading:

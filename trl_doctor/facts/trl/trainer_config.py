@@ -40,6 +40,35 @@ class TrainerConfigInfo:
     type_errors: dict[str, str] = field(default_factory=dict)  # values TRL's parser refuses, with its message
 
 
+def _release_config_info(ctx) -> TrainerConfigInfo:
+    """trainer_config_info under --static: the config's keys and values against the judged release's config classes
+    (trl_doctor.facts.trl.fields), without TRL: no object is built (`config` None), so no __post_init__ runs."""
+    import difflib
+
+    from trl_doctor.facts.trl import fields as trl_fields
+
+    own, name = trl_fields.config_fields(ctx.release, ctx.trainer)
+    class_name = name or f"{ctx.trainer.upper()}Config"
+    if name is None:
+        return TrainerConfigInfo(class_name=class_name, trl_version=ctx.release,
+                                 error=f"trl {ctx.release} has no {class_name}")
+    raw = ctx.config.raw
+    known = trl_fields.known_keys(ctx.release, ctx.trainer, own)
+    typed = {**own, **trl_fields.script_fields(ctx.release, ctx.trainer)}
+    errors = {k: why for k, v in raw.items() if k in typed and (why := trl_fields.type_error(k, v, typed[k]["type"]))}
+    unknown = [k for k in raw if k not in known]
+    suggestions = {}
+    for key in unknown:
+        near = [n for n in difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8) if abs(len(n) - len(key)) <= 2]
+        if near:
+            suggestions[key] = near[0]
+    init = {k for k, f in own.items() if f.get("init", True)}
+    return TrainerConfigInfo(class_name=class_name, trl_version=ctx.release, unknown_keys=unknown,
+                             suggestions=suggestions, passed_keys=[k for k in raw if k in init], type_errors=errors,
+                             parser=f"trl {ctx.release}'s config classes as data (TrainingArguments from "
+                                    f"{trl_fields.training_arguments()[1]})")
+
+
 def typed_as_trl(config: DoctorConfig) -> DoctorConfig:
     """The config with its values as the installed TRL's parser types them, and that parse recorded
     (`config.parsed`); the config unchanged when TRL has no parser to ask."""
@@ -55,6 +84,8 @@ def typed_as_trl(config: DoctorConfig) -> DoctorConfig:
 def trainer_config_info(ctx) -> TrainerConfigInfo:
     from trl_doctor.facts.trl.installed import config_class, script_fields
 
+    if ctx.kind == "static":  # the keys and values against the release's classes, as data; nothing built
+        return _release_config_info(ctx)
     if ctx.kind != "full":  # TRL's own object is built with TRL imported: the full check's
         raise Unavailable("needs the full check: TRL's config object is built by the installed TRL")
     if ctx.live is not None and ctx.live.args is not None:
@@ -101,7 +132,10 @@ def trainer_config_info(ctx) -> TrainerConfigInfo:
 
 
 def trainer_config(ctx):
-    """TRL's config object for the check; Unavailable when TRL refuses the config (trainer-config says why)."""
+    """TRL's config object for the check; Unavailable when TRL refuses the config (trainer-config says why), and
+    under --static, which builds none."""
+    if ctx.kind == "static":
+        raise Unavailable("needs the full check: TRL's config object is built by the installed TRL")
     info = trainer_config_info(ctx)
     if info.config is None:
         raise Unavailable(f"TRL's {info.class_name} rejects this config (see the trainer-config rule)")
