@@ -331,7 +331,7 @@ class Hooks:
             scaled = global_batch_kwargs(cls, kwargs, self.processes)
             yield "launch", scaled, (f"built with the global batch of the launch's {self.processes} processes seen from one "
                            f"process; at 1 process TRL says: {exc}")
-        generations = kwargs.get("num_generations") or kwargs.get("rloo_k") or 2
+        generations = kwargs.get("num_generations") or kwargs.get("rloo_k") or _group_default(cls) or 2
         divides = {k: v for k, v in kwargs.items() if k not in ("generation_batch_size", "steps_per_generation")}
         divides.update(per_device_train_batch_size=generations, per_device_eval_batch_size=generations)
         yield "refused", divides, (f"TRL refuses the batch sizes as written ({exc}); built with per_device_train_batch_size="
@@ -415,3 +415,16 @@ def meta_model(cls, path, kwargs: dict[str, Any], trust_remote_code: bool, relax
         except Exception:
             pass
     return model
+
+
+def _group_default(cls: type) -> int | None:
+    """The config class's own default group size (GRPOConfig.num_generations, 8 in trl 1.x; RLOO's rloo_k): what a
+    config built without the key (a framework's: oumi passes none) divides by."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(cls):
+        return None
+    for f in dataclasses.fields(cls):
+        if f.name in ("num_generations", "rloo_k") and isinstance(f.default, int) and f.default > 0:
+            return f.default
+    return None
