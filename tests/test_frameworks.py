@@ -1,0 +1,130 @@
+"""The frameworks that build TRL's trainer for their users (issue 45): axolotl and oumi at their own commands, on
+their documented GRPO examples (fixtures/frameworks/README.md cites each at its commit and lists what was changed
+to run it on a CPU without the hub), against the framework's own one-step CPU run as ground truth.
+
+These run only where the framework is installed: the CI's frameworks lane (.ci/run: one environment per framework,
+at the release its PyPI metadata pins TRL to); elsewhere each test skips, saying so. The framework's own run (the
+ground truth, 15-30 s a case) takes one case a day in rotation, every case with TRL_DOCTOR_FRAMEWORKS_ALL=1.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, result_of, trl_doctor_exe
+
+CASES = FIXTURES / "frameworks"
+ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "CUDA_VISIBLE_DEVICES": "", "DO_NOT_TRACK": "1",
+       "AXOLOTL_DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+MODELS = ("qwen2-chat", "qwen2-chat-32k")  # what the cases' configs name (../../../models/...)
+
+# (framework, case, the documented command, the doctor's exit status, the rules that fail, what the framework's own
+# one-step run ends with: its exit status and words of its output)
+Case = tuple[str, str, tuple[str, ...], int, frozenset, int, str]
+TABLE: tuple[Case, ...] = (
+    ("axolotl", "grpo_quickstart", ("axolotl", "train", "config.yaml"), 0, frozenset(), 0, "checkpoint-1"),
+    ("axolotl", "rlhf_grpo_basic", ("axolotl", "train", "config.yaml"), 0, frozenset(), 0, "checkpoint-1"),
+    ("axolotl", "rlhf_grpo_full_async", ("axolotl", "train", "config.yaml"), 0, frozenset(), 0, "checkpoint-1"),
+    ("axolotl", "rlhf_grpo_rollout_func", ("axolotl", "train", "config.yaml"), 1,
+     frozenset({"smoke-step", "dataset-schema", "reward-functions"}), 1,
+     "math_solver_rollout() missing 1 required positional argument: 'prompts'"),
+    ("axolotl", "rlhf_gdpo", ("axolotl", "train", "config.yaml"), 1,
+     frozenset({"smoke-step", "dataset-schema", "reward-functions"}), 1,
+     "correctness_reward() missing 1 required positional argument: 'answers'"),
+    ("oumi", "grpo_tldr", ("oumi", "train", "-c", "config.yaml"), 1, frozenset({"batch-geometry"}), 1,
+     "generation_batch_size (2) must be divisible by num_generations (8)"),
+    ("oumi", "letter_counting", ("oumi", "train", "-c", "config.yaml"), 1, frozenset({"batch-geometry"}), 1,
+     "generation_batch_size (2) must be divisible by num_generations (4)"),
+    ("oumi", "docs_trl_grpo", ("oumi", "train", "-c", "config.yaml"), 0, frozenset(), 0, "Training is Complete"),
+    ("oumi", "docs_gsm8k_reward", ("oumi", "train", "-c", "config.yaml"), 1,
+     frozenset({"smoke-step", "dataset-schema", "reward-functions"}), 1,
+     "gsm8k_reward() got an unexpected keyword argument"),
+)
+GROUND_TRUTH_ROTATION = tuple(f"{fw}/{case}" for fw, case, *_ in TABLE)
+
+
+def _installed(framework: str) -> str | None:
+    """Why the framework's cases cannot run here (None: they can)."""
+    if importlib.util.find_spec(framework) is None:
+        return f"{framework} is not installed here (the CI's frameworks lane installs it)"
+    return None
+
+
+def _case_tree(framework: str, case: str, tmp_path: Path) -> Path:
+    """A private copy of the case (the framework writes its output_dir there) beside the shared data and models."""
+    from conftest import fixture_build
+
+    missing = [m for m in MODELS if not (FIXTURES / "models" / m / "config.json").is_file()]
+    if missing:
+        builders = fixture_build.all_builders()
+        for name in MODELS:
+            builders[name]()
+    root = tmp_path / "fixtures"
+    shutil.copytree(CASES / framework / case, root / "frameworks" / framework / case)
+    shutil.copytree(CASES / "data", root / "frameworks" / "data")
+    (root / "models").mkdir()
+    for name in MODELS:
+        (root / "models" / name).symlink_to(FIXTURES / "models" / name)
+    return root / "frameworks" / framework / case
+
+
+def _env() -> dict:
+    bin_dir = os.path.dirname(sys.executable)  # the framework's console scripts, beside this Python
+    return {**os.environ, **ENV, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+
+
+def _ids(table):
+    return [f"{fw}/{case}" for fw, case, *_ in table]
+
+
+@pytest.mark.parametrize("framework, case, command, status, fails, truth_status, truth_words", TABLE, ids=_ids(TABLE))
+def test_the_doctor_judges_the_documented_example_as_the_framework_runs_it(tmp_path, framework, case, command, status,
+                                                                           fails, truth_status, truth_words):
+    why = _installed(framework)
+    if why:
+        pytest.skip(why)
+    folder = _case_tree(framework, case, tmp_path)
+    proc = subprocess.run([trl_doctor_exe(), "check", "--format", "json", "--", *command], cwd=folder, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.stdout, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    failed = {r["rule"] for r in report["results"] if r["status"] in ("fail", "error")}
+    assert (proc.returncode, failed) == (status, set(fails)), \
+        [(r["rule"], r["status"], r["message"][:300]) for r in report["results"] if r["status"] != "pass"]
+    warned = [(r["rule"], r["message"][:300]) for r in report["results"] if r["status"] == "warn"]
+    assert not warned, warned  # a documented example that trains is not warned about either
+    if "batch-geometry" in fails:  # the fix names the framework's own file and key, never its installed code
+        geometry = result_of(report, "batch-geometry")
+        assert geometry["location"]["file"].endswith("config.yaml"), geometry["location"]
+        assert "site-packages" not in json.dumps(geometry.get("fix")), geometry.get("fix")
+
+
+def _rotation_today() -> str:
+    return GROUND_TRUTH_ROTATION[datetime.date.today().toordinal() % len(GROUND_TRUTH_ROTATION)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework, case, command, status, fails, truth_status, truth_words", TABLE, ids=_ids(TABLE))
+def test_the_framework_itself_agrees(tmp_path, framework, case, command, status, fails, truth_status, truth_words):
+    """The ground truth: the framework's own documented command, one step on this CPU."""
+    why = _installed(framework)
+    if why:
+        pytest.skip(why)
+    name = f"{framework}/{case}"
+    if name != _rotation_today() and os.environ.get("TRL_DOCTOR_FRAMEWORKS_ALL", "") in ("", "0"):
+        pytest.skip(f"in rotation: today's framework run is {_rotation_today()}; TRL_DOCTOR_FRAMEWORKS_ALL=1 runs all")
+    folder = _case_tree(framework, case, tmp_path)
+    proc = subprocess.run(list(command), cwd=folder, env=_env(), capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert (proc.returncode != 0) == (truth_status != 0), out[-3000:]
+    assert truth_words in out or any(truth_words in p.name for p in folder.rglob("*")), out[-3000:]
+    assert (status != 0) == (truth_status != 0)  # the doctor's verdict (above) is the framework's own
