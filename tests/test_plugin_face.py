@@ -185,9 +185,9 @@ def test_the_guide_quotes_the_example_snapshot():
 
 
 def test_the_example_judges_under_static_with_its_own_hook(example_site, built_fixtures):
-    """A plugin rule's `static=` judgment runs under `check --static` as a built-in rule's does: the worked example
-    fails a missing tracker from the file alone, in the full check's words, passes `none`, and says why it cannot
-    judge a name only transformers' table knows."""
+    """A plugin rule declared for `static` runs its one judgment under `check --static` as a built-in rule does: the
+    worked example fails a missing tracker from the file alone, in the full check's words, passes `none`, and says
+    why it cannot judge a name only transformers' table knows."""
     env = {"PYTHONPATH": str(example_site)}
     verdicts = {}
     for case in sorted(EXAMPLE_SPEC["cases"]):
