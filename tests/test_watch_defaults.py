@@ -145,9 +145,25 @@ def test_an_induced_failure_is_flagged_by_step_20_inside_the_job_and_from_each_s
     assert "trl-doctor watch: stopping the job at step" in said
 
 
+# The 200-step healthy runs (one to two minutes each on two cores) take turns, one a day (CI's 45 minutes); the
+# recorded healthy runs of each trainer are judged on every run by the fixture cases (fixtures/*/ok_*healthy*.json,
+# the real 200-step PPO run among them). TRL_DOCTOR_WATCH_ALL=1 runs all three.
+HEALTHY_ROTATION = ("healthy", "rloo_healthy", "ppo_healthy")
+
+
+def _healthy_today(name: str) -> None:
+    import datetime
+    import os
+
+    today = HEALTHY_ROTATION[datetime.date.today().toordinal() % len(HEALTHY_ROTATION)]
+    if name != today and os.environ.get("TRL_DOCTOR_WATCH_ALL", "") in ("", "0"):
+        pytest.skip(f"in rotation: today's 200-step healthy run is {today}; TRL_DOCTOR_WATCH_ALL=1 runs all")
+
+
 @needs
 @pytest.mark.parametrize("name, every", [("healthy", True), ("rloo_healthy", False)])
 def test_a_healthy_run_is_never_flagged_over_200_steps_inside_and_from_each_store(tmp_path, name, every):
+    _healthy_today(name)
     where, env = stores(tmp_path, trackers(every))
     proc = job(name, tmp_path / "out", 200, env)
     _, said = proc.communicate(timeout=900)
@@ -207,6 +223,7 @@ def test_a_ppo_failure_is_flagged_by_step_20_inside_the_job_and_from_each_store(
 def test_a_healthy_ppo_run_is_never_flagged_over_200_steps_inside_and_from_each_store(tmp_path, trl_112):
     """Its objective/kl, the k1 estimate over a batch of 4, is below 0 in about 4 logs of 10 (kl-blowup once warned at
     step 198 on 3 logs in a row)."""
+    _healthy_today("ppo_healthy")
     where, env = stores(tmp_path, trackers(False))  # TensorBoard and trackio: the failures' cases read all four
     proc = job("ppo_healthy", tmp_path / "out", 200, {**env, **trl_112})
     _, said = proc.communicate(timeout=900)
