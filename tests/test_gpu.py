@@ -11,6 +11,7 @@ GPU, through the real command. benchmarks/gpu_session.sh runs them on a GPU mach
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -56,15 +57,21 @@ def _config(tmp_path, model, **extra) -> str:
 
 @pytest.mark.slow
 def test_real_model_step_on_cuda_adds_no_copy_of_the_model(tmp_path, real_size_model):
-    code, report = run_json("check", _config(tmp_path, real_size_model), "--select", "smoke-step", "--device", "cuda",
-                            "--sample", "0")
+    # a reward that can spread among a group's completions (their lengths): random weights never write a think
+    # format, so think_format_reward gives every completion 0, no advantage and no update (TRL 1.x's beta is 0)
+    shutil.copy(FIXTURES / "smoke-step" / "rewards.py", tmp_path / "rewards.py")
+    config = _config(tmp_path, real_size_model, reward_funcs=["rewards.length_reward"])
+    code, report = run_json("check", config, "--select", "smoke-step", "--device", "cuda", "--sample", "0")
     r = result_of(report, "smoke-step")
     assert r["status"] == "pass", r
     assert r["details"]["model"].startswith("the real model"), r["details"]
     weights_mb = 494_032_768 * 2 / 2**20  # the frozen bf16 base: 942 MiB
     # the old snapshot cloned every parameter on the device: the peak was at least twice the weights
     assert r["details"]["peak GPU MB"] < 1.4 * weights_mb, r["details"]
-    assert r["details"]["updated tensors"].split("/")[0] != "0"
+    # the step updates the adapter, or says why it could not: random weights often give a group identical rewards
+    # (the H100 run of 2026-11-26: 8-token completions, every group's rewards equal), and then no gradient flows
+    updated = r["details"]["updated tensors"].split("/")[0] != "0"
+    assert updated or "identical rewards" in r["message"], (r["message"], r["details"])
 
 
 @pytest.mark.slow
