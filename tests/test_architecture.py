@@ -129,6 +129,7 @@ def test_a_whole_check_leaves_the_printing_process_without_the_heavy_stack(built
 # The floors of the house, top to bottom (docs/architecture.md draws them): a module imports its own floor and
 # the floors below it. The one import that runs back up is discovery: the registry finds the rules.
 FLOORS = {
+    "__init__": -1,  # the package's face (trl_doctor/__init__.py): the public API, which only its users import
     "front": 0, "__main__": 0,
     "supervisor": 1, "static": 1, "report": 1, "fix": 1, "watch": 1,
     "worker": 2,
@@ -163,7 +164,10 @@ def upward_imports(package: Path) -> list[tuple[str, str]]:
             if level:
                 base = pkg.split(".")[: len(pkg.split(".")) - (level - 1)]
                 target = ".".join(base + ([target] if target else []))
-            targets = [f"{target}.{n}" for n in names] if target == "trl_doctor" else [target]
+            # `from trl_doctor import X`: a floor's module, or a name of the package's face (its __init__: the
+            # public API, above every floor)
+            targets = [f"{target}.{n}" if n in FLOORS else f"{target}.__init__" for n in names] \
+                if target == "trl_doctor" else [target]
             for t in targets:
                 there = floor_of(t)
                 if there is not None and there < here:
@@ -185,8 +189,10 @@ def test_imports_run_down_the_floors():
 def test_the_floor_test_sees_an_upward_import(tmp_path):
     pkg = tmp_path / "trl_doctor"
     (pkg / "facts").mkdir(parents=True)
-    (pkg / "facts" / "leak.py").write_text("def f():\n    from ..front.cli import main\n    from trl_doctor import wording\n")
-    assert upward_imports(pkg) == [("trl_doctor/facts/leak.py", "trl_doctor.front.cli")]
+    (pkg / "facts" / "leak.py").write_text("def f():\n    from ..front.cli import main\n    from trl_doctor import wording\n"
+                                           "    from trl_doctor import Unavailable\n")
+    assert upward_imports(pkg) == [("trl_doctor/facts/leak.py", "trl_doctor.front.cli"),
+                                   ("trl_doctor/facts/leak.py", "trl_doctor.__init__")]
 
 
 def test_the_fixtures_folder_on_the_path_shadows_no_distribution():

@@ -66,7 +66,7 @@ def _ppo_style_class(cls) -> bool:
 def trainer_run(ctx) -> RunResult:
     """The run's outcome (ok, failed, timeout, crashed). Raises Unavailable when the trainer cannot be built for
     a reason another rule reports (trainer_gap, or a missing tokenizer, config or dataset)."""
-    from trl_doctor import Unavailable
+    from trl_doctor.errors import Unavailable
 
     handed = ctx.options.trainer_run
     if handed is not None:  # a previous worker's run hung or died: its outcome, from the supervisor
