@@ -37,7 +37,7 @@ from typing import Any
 
 from trl_doctor import Edit, Finding, Fix, Unavailable, fail, passed, rule, skip, warn
 from trl_doctor.facts.inputs.chat import prompt_lengths, prompt_rendering
-from trl_doctor.facts.inputs.models import config_json
+from trl_doctor.facts.inputs.models import config_json, text_config_json
 from trl_doctor.facts.launch.settings import config_fields, config_value, settings
 from trl_doctor.facts.trl.behaviour import ppo_style, trl_words
 from trl_doctor.facts.trl.installed import strips_truncated_prompts, trainer_mentions, vllm_code_mentions
@@ -153,8 +153,7 @@ def check(ctx):
 def _bounds(ctx, why: Unavailable):
     """The judgment without the prompts' token lengths: a full completion against the model's positions, and the
     prompt length bound where the judged TRL truncates prompts. Unavailable (`why`) when the prompts decide."""
-    cfg = config_json(ctx)
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    cfg, text = config_json(ctx), text_config_json(ctx)
     limit = text.get("max_position_embeddings") or text.get("n_positions")
     if not isinstance(limit, int):
         raise Unavailable(f"{why}; config.json names no max_position_embeddings") from None

@@ -201,6 +201,12 @@ def config_json(ctx) -> dict:
     return ctx.read_json(ctx.model_file("config.json")) or {}
 
 
+def text_config_json(ctx) -> dict:
+    """config.json's text part: its `text_config` for a vision-language model, else the file itself."""
+    cfg = config_json(ctx)
+    return cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+
+
 def generation_json(ctx) -> dict | None:
     """The candidate's generation_config.json as a plain dict, or None without one."""
     if ctx.kind == "static":

@@ -43,8 +43,6 @@ class TrainerConfigInfo:
 def _release_config_info(ctx) -> TrainerConfigInfo:
     """trainer_config_info under --static: the config's keys and values against the judged release's config classes
     (trl_doctor.facts.trl.fields), without TRL: no object is built (`config` None), so no __post_init__ runs."""
-    import difflib
-
     from trl_doctor.facts.trl import fields as trl_fields
 
     own, name = trl_fields.config_fields(ctx.release, ctx.trainer)
@@ -57,16 +55,19 @@ def _release_config_info(ctx) -> TrainerConfigInfo:
     typed = {**own, **trl_fields.script_fields(ctx.release, ctx.trainer)}
     errors = {k: why for k, v in raw.items() if k in typed and (why := trl_fields.type_error(k, v, typed[k]["type"]))}
     unknown = [k for k in raw if k not in known]
-    suggestions = {}
-    for key in unknown:
-        near = [n for n in difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8) if abs(len(n) - len(key)) <= 2]
-        if near:
-            suggestions[key] = near[0]
+    suggestions = {key: near for key in unknown if (near := _near_key(key, known))}
     init = {k for k, f in own.items() if f.get("init", True)}
     return TrainerConfigInfo(class_name=class_name, trl_version=ctx.release, unknown_keys=unknown,
                              suggestions=suggestions, passed_keys=[k for k in raw if k in init], type_errors=errors,
                              parser=f"trl {ctx.release}'s config classes as data (TrainingArguments from "
                                     f"{trl_fields.training_arguments()[1]})")
+
+
+def _near_key(key: str, known) -> str | None:
+    """The known key a typo of `key` most likely meant: only a really close name is a hint (renamed and removed keys
+    are the migration table's)."""
+    near = [n for n in difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8) if abs(len(n) - len(key)) <= 2]
+    return near[0] if near else None
 
 
 def typed_as_trl(config: DoctorConfig) -> DoctorConfig:
@@ -117,10 +118,9 @@ def trainer_config_info(ctx) -> TrainerConfigInfo:
             kwargs[key] = value
         elif key not in known:
             info.unknown_keys.append(key)
-            # only a really close name is a hint (a typo): renamed and removed keys are the migration table's
-            near = [n for n in difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8) if abs(len(n) - len(key)) <= 2]
+            near = _near_key(key, known)
             if near:
-                info.suggestions[key] = near[0]
+                info.suggestions[key] = near
     _for_this_machine(ctx, kwargs, info)
     info.passed_keys = sorted(kwargs)
     try:
