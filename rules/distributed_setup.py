@@ -73,8 +73,10 @@ def check(ctx):
     for status, message, fix in findings:
         yield (fail if status == "fail" else warn)(message, fix, **details)
     if not findings:
-        yield passed(f"{n} training process{'es' if n != 1 else ''}, {shard.words}: device_map, PEFT and gradient "
-                     "checkpointing settings fit the launch", **details)
+        unjudged = str(details.get("device_map", "")).endswith("not judged")
+        what = "PEFT and gradient checkpointing settings fit the launch; the script's device_map is not judged (seen " \
+               "at world size 1)" if unjudged else "device_map, PEFT and gradient checkpointing settings fit the launch"
+        yield passed(f"{n} training process{'es' if n != 1 else ''}, {shard.words}: {what}", **details)
 
 
 # -- H9: a model spread over devices in a distributed launch -------------------------------------------------------
@@ -115,6 +117,11 @@ def _device_map(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[str, Any]
     if not (zero3 or (spreads(dm) and n > 1)):
         details["device_map"] = f"{shown}: " + ("one device per process" if not spreads(dm) else
                                                 "one process: accelerate lets a spread model train (no data parallel)")
+        return None, details
+    if preloaded and (getattr(live, "world", 1) or 1) < n:  # what the script passes at world size N is its code's to say
+        details["device_map"] = (f"{shown} seen at world size 1: the script could not run as rank 0 of the launch's {n} "
+                                 "processes here (see the launch notes), and code that maps each rank to its own GPU "
+                                 "decides at N: not judged")
         return None, details
     if not preloaded:
         handling = trainer_distributed_handling(ctx.trainer)

@@ -135,3 +135,50 @@ def test_the_framework_itself_agrees(tmp_path, framework, case, command, status,
     assert (proc.returncode != 0) == (truth_status != 0), out[-3000:]
     assert truth_words in out or any(truth_words in p.name for p in folder.rglob("*")), out[-3000:]
     assert (status != 0) == (truth_status != 0)  # the doctor's verdict (above) is the framework's own
+
+
+# oumi's grpo_tldr as its own 4-GPU job runs it: configs/examples/grpo_tldr/gcp_job.yaml (at the commit above) calls
+# `oumi distributed torchrun -m oumi train -c ... --training.per_device_train_batch_size 3
+# --training.grpo.num_generations 6`, which on a machine of 4 GPUs starts `torchrun --nproc-per-node=4 ... -m oumi
+# train ...` (src/oumi/cli/distributed_run.py L229-240; without a GPU it stops: "No supported distributed backends
+# found and no GPUs on local machine!"). At 4 processes oumi maps each rank to `cuda:{LOCAL_RANK}`
+# (src/oumi/builders/models.py L279-285) and TRL's batch check holds (3 x 4 = 12 prompts' completions, 6 per group).
+GCP_JOB = ("torchrun", "--nproc-per-node", "4", "-m", "oumi", "train", "-c", "config.yaml",
+           "--training.per_device_train_batch_size", "3", "--training.grpo.num_generations", "6")
+
+
+def test_oumi_s_four_gpu_job_is_judged_at_its_four_processes(tmp_path):
+    """Before: distributed-setup failed `device_map='auto'` at 4 processes, which oumi never passes at 4. oumi's rank
+    set-up needs a GPU (torch.device(LOCAL_RANK)): the capture says it ran at world size 1 and why, and the device map
+    seen there is not judged; the batch is judged at the job's 4 processes."""
+    why = _installed("oumi")
+    if why:
+        pytest.skip(why)
+    folder = _case_tree("oumi", "grpo_tldr", tmp_path)
+    proc = subprocess.run([trl_doctor_exe(), "check", "--target", "4xA100-80GB", "--format", "json", "--", *GCP_JOB],
+                          cwd=folder, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.stdout, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, [(r["rule"], r["status"], r["message"][:300]) for r in report["results"]
+                                  if r["status"] not in ("pass", "skip")]
+    note = next(n for n in report["launch"]["notes"] if "world size 1" in n)
+    assert "needs a GPU this machine lacks" in note and "oumi" in note, note
+    setup = result_of(report, "distributed-setup")
+    assert setup["details"]["device_map"].endswith("not judged"), setup["details"]
+    assert result_of(report, "batch-geometry")["message"].startswith("at 4 processes (torchrun --nproc_per_node 4")
+
+
+def test_oumi_s_distributed_command_on_a_machine_without_gpus_says_what_to_check_instead(tmp_path):
+    """`oumi distributed torchrun` counts the GPUs before it starts torchrun, and stops without one: one line naming
+    oumi's own error, and the launch to check instead (the torchrun line it would start), never a traceback."""
+    why = _installed("oumi")
+    if why:
+        pytest.skip(why)
+    folder = _case_tree("oumi", "grpo_tldr", tmp_path)
+    proc = subprocess.run([trl_doctor_exe(), "check", "--target", "4xA100-80GB", "--", "oumi", "distributed",
+                           "torchrun", "-m", "oumi", "train", "-c", "config.yaml"], cwd=folder, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "No supported distributed backends found and no GPUs on local machine!" in lines[0], lines[0]
+    assert "this machine has no GPU: check the launch that command starts" in lines[0], lines[0]

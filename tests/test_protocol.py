@@ -12,7 +12,7 @@ import pytest
 
 from trl_doctor import DELETE, Edit, Fix, Location, Status, manual
 from trl_doctor.options import DEFAULTS, Options
-from trl_doctor.protocol import (MESSAGES, VERSION, BadInput, Captured, Done, ProtocolError, Request, RuleResult,
+from trl_doctor.protocol import (MESSAGES, VERSION, BadInput, CaptureAgain, Captured, Done, ProtocolError, Request, RuleResult,
                                  RuleStart, TrainerRun, TrainerRunEnd, TrainerStage, UserCode, UserCodeEnd, read_message)
 from trl_doctor.types import Result
 from trl_doctor.facts.trainer_run import protocol as run_protocol
@@ -57,6 +57,7 @@ EVERY_KIND = [
     UserCode("chat template", "chat template", 5.0),  # no log offset: the supervisor measures the log itself
     UserCodeEnd("rewards.f"),
     BadInput("config.yaml: no such file"),
+    CaptureAgain(4, "train.py's set-up for 4 ranks needs a GPU this machine lacks (RuntimeError: ...)"),
     Done(),
 ]
 

@@ -21,6 +21,9 @@ class Options:
     launch: dict | None = None  # a launch command (trl_doctor.capture.command.LaunchCommand as JSON): check what it builds
     load_weights: bool = False  # the script's from_pretrained loads real weights (default: the meta device)
     script_timeout: float = 300.0  # seconds a launch command's script may take to construct its trainer
+    # why the script runs at world size 1 rather than as rank 0 of the launch's processes (set by the supervisor for a
+    # fresh worker when the script's rank set-up needed a GPU this machine lacks: trl_doctor/capture/world.py)
+    one_process_why: str | None = None
     verbose: bool = False  # input errors carry the script's traceback
     target: str | None = None  # the launch machine's GPUs (--target 8xH100-80GB), judged instead of this machine's
     # the GPUs `target` describes, in NVML's shape: parsed once, by the front door (trl_doctor.front.settings.resolve)

@@ -195,12 +195,22 @@ class BadInput(Message):
 
 
 @dataclass(frozen=True)
+class CaptureAgain(Message):
+    """The launch's script could not run as rank 0 of its `launch_world` processes here (its rank set-up needs a GPU
+    this machine lacks): a fresh worker captures it again at world size 1, and the report says `why`."""
+
+    kind: ClassVar[str] = "capture-again"
+    launch_world: int
+    why: str
+
+
+@dataclass(frozen=True)
 class Done(Message):
     kind: ClassVar[str] = "done"
 
 
 MESSAGES: dict[str, type[Message]] = {cls.kind: cls for cls in (
-    Captured, RuleStart, RuleResult, TrainerRun, TrainerStage, TrainerRunEnd, UserCode, UserCodeEnd, BadInput, Done)}
+    Captured, RuleStart, RuleResult, TrainerRun, TrainerStage, TrainerRunEnd, UserCode, UserCodeEnd, BadInput, CaptureAgain, Done)}
 
 
 def read_message(line: str) -> Message:

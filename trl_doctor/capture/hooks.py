@@ -180,6 +180,7 @@ class Hooks:
         self.has_cuda = has_cuda
         self.trust_remote_code = trust_remote_code
         self.processes = 1  # the launch's training processes, once the launcher has said
+        self.world_emulated = False  # the script runs as rank 0 of `processes` (capture/world.py)
         self._undo: list[Callable[[], None]] = []
 
     def __enter__(self) -> "Hooks":
@@ -327,7 +328,7 @@ class Hooks:
 
         if not is_geometry_error(str(exc)):
             return
-        if self.processes > 1:
+        if self.processes > 1 and not self.world_emulated:  # at world size N TRL already judged the launch's batch
             scaled = global_batch_kwargs(cls, kwargs, self.processes)
             yield "launch", scaled, (f"built with the global batch of the launch's {self.processes} processes seen from one "
                            f"process; at 1 process TRL says: {exc}")

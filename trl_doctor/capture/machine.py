@@ -142,6 +142,17 @@ class MachinePatches:
         to.__wrapped__, cuda.__wrapped__ = original_to, original_cuda  # type: ignore[attr-defined]
         module.to, module.cuda = to, cuda
         self._undo.append(lambda: (setattr(module, "to", original_to), setattr(module, "cuda", original_cuda)))
+        if not has_cuda:  # a rank picking its GPU (`torch.cuda.set_device(LOCAL_RANK)`, before its process group)
+            original_set_device = torch.cuda.set_device
+
+            def set_device(device: Any) -> None:
+                relaxed.setdefault("torch.cuda.set_device", (shown(str(device)), (
+                    f"the script selects GPU {shown(str(device))} for its rank; this machine has no CUDA, so nothing "
+                    "was selected (the launch machine's GPUs are judged by gpu-capacity and distributed-setup)")))
+
+            set_device.__wrapped__ = original_set_device  # type: ignore[attr-defined]
+            torch.cuda.set_device = set_device
+            self._undo.append(lambda: setattr(torch.cuda, "set_device", original_set_device))
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trl_doctor.errors import InputError
-from . import relaunch
+from . import relaunch, world
 from .command import LaunchCommand, check_script
 from .hooks import Hooks, Recorder, TrainerBuilt
 from .user_files import is_user_file, set_user_roots, set_user_roots_to, user_frame
@@ -41,6 +41,8 @@ class Launched:
     machines: int | None = None  # accelerate --num_machines, torchrun --nnodes
     machines_from: str | None = None
     accelerate_config: str | None = None  # the file `accelerate launch` reads (--config_file), when named
+    one_process: bool = False  # a plain `python` or console-script launch: no distributed launcher, one process
+    world: int = 1  # the world size the script ran at (rank 0 of the launch's processes, or 1: capture/world.py)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -58,8 +60,11 @@ class Captured:
 
 
 def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_cuda: bool, trust_remote_code: bool,
-            verbose: bool = False, on_timeout: Callable[[str], None] | None = None) -> Captured:
-    """Run `command` until it builds a TRL trainer; InputError (exit 2) when it fails, ends or hangs first."""
+            verbose: bool = False, on_timeout: Callable[[str], None] | None = None, asked_processes: int | None = None,
+            launch_gpus: int = 0, one_process_why: str | None = None) -> Captured:
+    """Run `command` until it builds a TRL trainer; InputError (exit 2) when it fails, ends or hangs first.
+    `asked_processes` is --num-processes; `launch_gpus` the launch machine's GPUs (--target's, else this machine's):
+    with them the script runs as rank 0 of the launch's processes (see world.py)."""
     recorder = Recorder()
     seen: dict[str, Launched] = {}
 
@@ -67,13 +72,14 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
 
     def run_script(launched: Launched) -> None:
         outer = seen.get("launched")
-        if outer is not None and not launched.processes and _processes(outer) > 1:  # a re-launch without its own
-            launched.processes, launched.processes_from = outer.processes, outer.processes_from  # count: the outer's
-            launched.accelerate_config = launched.accelerate_config or outer.accelerate_config
+        if outer is not None and not launched.one_process and not launched.processes and _processes(outer) > 1:
+            launched.processes, launched.processes_from = outer.processes, outer.processes_from  # a re-launch without
+            launched.accelerate_config = launched.accelerate_config or outer.accelerate_config  # its own: the outer's
         seen["launched"] = launched
         set_user_roots([command.cwd, _launched_folder(launched, command.cwd)])
-        hooks.processes = _processes(launched)
-        _run_script(launched)
+        n = _world(launched, asked_processes, launch_gpus)
+        hooks.processes = n
+        _run_as_rank_zero(launched, n, hooks, has_cuda, one_process_why)
 
     tail = _Tail()
     watchdog = _Watchdog(timeout, command, seen, on_timeout)
@@ -95,12 +101,12 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
             raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
                              "(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass)") from None
         raise InputError(f"{_shown(command, seen)} exited with status {code} before constructing a TRL trainer"
-                         f"{_where(exc)}{_said(exc, tail)}") from None
-    except InputError:
+                         f"{_where(exc)}{_said(exc, tail)}{_no_gpu_hint(exc, has_cuda)}") from None
+    except (InputError, world.NeedsOneProcess):
         raise
     except BaseException as exc:
         message = f"{_shown(command, seen)} failed before constructing a TRL trainer: {type(exc).__name__}: " \
-                  f"{one_line(exc)}{_where(exc)}"
+                  f"{one_line(exc)}{_where(exc)}{_no_gpu_hint(exc, has_cuda)}"
         if not load_weights and _meta_weights(exc):
             message = (f"{_shown(command, seen)} computed with its model's weights before constructing a TRL trainer "
                        f"({type(exc).__name__}: {one_line(exc)}{_where(exc)}): the capture builds models without "
@@ -193,10 +199,13 @@ def _launch_following(command: LaunchCommand, run_script: Callable[[Launched], N
 def _launch(command: LaunchCommand, run_script: Callable[[Launched], None]) -> None:
     argv = list(command.argv)
     if command.launcher == "python":
-        run_script(Launched(command.script, command.module, list(command.script_args)))
+        run_script(Launched(command.script, command.module, list(command.script_args), processes=1, one_process=True,
+                            processes_from=f"`{_python_words(command)}` runs one process (no distributed launcher)"))
     elif command.launcher == "entry":
-        run_script(Launched(None, command.module, list(command.script_args), entry=command.entry,
-                            command_name=os.path.basename(argv[0])))
+        name = os.path.basename(argv[0])
+        run_script(Launched(None, command.module, list(command.script_args), entry=command.entry, command_name=name,
+                            processes=1, one_process=True,
+                            processes_from=f"`{name}` runs in one process (no distributed launcher)"))
     elif command.launcher == "accelerate":
         from accelerate.commands.launch import launch_command_parser
 
@@ -273,6 +282,90 @@ def _trl_cli(argv: list[str], launch: Callable[[Any], None]) -> None:
         accelerate_launch.launch_command = original
         for name in [m for m in sys.modules if m == "trl.cli" or m.startswith("trl.cli.")]:
             del sys.modules[name]
+
+
+def _run_as_rank_zero(launched: Launched, n: int, hooks: Hooks, has_cuda: bool, one_process_why: str | None) -> str | None:
+    """Run the script as rank 0 of `n` processes (world.py); None when it ran so, else why it ran at world size 1:
+    the stand-in could not be made, or (`one_process_why`, from an earlier worker) the script's rank set-up needs a
+    GPU this machine lacks. A script that stops on that here raises world.NeedsOneProcess: the process is not fit to
+    run it again (its modules are half set up), so a fresh worker captures it at one process."""
+    if one_process_why is not None and n > 1:
+        _at_world(launched, n, one_process_why)
+        _run_script(launched)
+        return one_process_why
+    per_machine = -(-n // max(1, launched.machines or 1))
+    try:
+        with world.rank_zero_of(n, per_machine, has_cuda) as not_emulated:
+            hooks.world_emulated = n > 1 and not_emulated is None
+            _at_world(launched, n, not_emulated)
+            _run_script(launched)
+        return not_emulated
+    except (TrainerBuilt, relaunch.Relaunch):
+        raise
+    except BaseException as exc:
+        lacking = hooks.world_emulated and not has_cuda and _lacks_gpu(exc)
+        hooks.world_emulated = False
+        if not lacking:
+            raise
+        raise world.NeedsOneProcess(f"{launched.name}'s set-up for {n} ranks needs a GPU this machine lacks "
+                                    f"({lacking})") from None
+
+
+def _at_world(launched: Launched, n: int, why_not: str | None) -> None:
+    """Record the world size the script runs at (before it runs: it ends by building its trainer), with a note."""
+    launched.world = 1 if why_not else n
+    if n > 1:
+        launched.notes.append(
+            f"the script ran as rank 0 of the launch's {n} processes (WORLD_SIZE={n}, RANK=0, LOCAL_RANK=0, with a "
+            "stand-in process group): what it builds per rank is judged as rank 0 builds it" if why_not is None
+            else f"the script ran at world size 1, not as rank 0 of the launch's {n} processes: {why_not}")
+
+
+_NO_GPU = re.compile(r"accelerator device|cuda|nccl|no gpu|gpus? (are|is) (not )?available", re.I)
+
+
+def _lacks_gpu(exc: BaseException) -> str | None:
+    """The error (or the one a CLI caught before exiting) when it is this machine's missing GPU, in words."""
+    seen = 0
+    while exc is not None and seen < 6:
+        if not isinstance(exc, SystemExit) and _NO_GPU.search(f"{type(exc).__name__}: {exc}"):
+            return f"{type(exc).__name__}: {one_line(exc)}{_where(exc)}"
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def _no_gpu_hint(exc: BaseException, has_cuda: bool) -> str:
+    """What to do when the launch stopped on this machine's missing GPU (a framework's distributed command counting
+    the GPUs before it starts its launcher, as `oumi distributed torchrun` does)."""
+    if has_cuda or not _lacks_gpu(exc):
+        return ""
+    return ("; this machine has no GPU: check the launch that command starts on the GPU machine (`torchrun "
+            "--nproc_per_node N ...` or `accelerate launch --num_processes N ...`), with --target naming its GPUs")
+
+
+def _python_words(command: LaunchCommand) -> str:
+    return f"python -m {command.module}" if command.module else f"python {os.path.basename(command.script or '')}"
+
+
+def _world(launched: Launched, asked: int | None, launch_gpus: int) -> int:
+    """The launch's world size as its rank 0 sees it, in the order the launch facts decide it: --num-processes, the
+    launcher's own count (its flag, its accelerate config; one for a plain python launch), accelerate's default
+    config, then one process per GPU of the launch machine (what `accelerate launch` starts without a count)."""
+    if asked:
+        return int(asked)
+    if launched.processes:
+        return launched.processes
+    n = _processes(launched)
+    if n > 1:
+        return n
+    from ..facts.launch.launcher import _default_accelerate_config, read_accelerate_config
+
+    default = _default_accelerate_config()
+    if default is not None:
+        counted = read_accelerate_config(default, "accelerate's default config").num_processes
+        if counted:
+            return counted
+    return max(1, launch_gpus)
 
 
 def _processes(launched: Launched) -> int:

@@ -86,7 +86,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         machine_relaxed=dict(rec.machine),
         recipe=str(recipe) if recipe else None,
         recipe_keys=recipe_keys, parser_types=rec.parser_types,
-        processes=captured.launched.processes,
+        processes=captured.launched.processes, world=captured.launched.world,
         processes_from=captured.launched.processes_from, machines=captured.launched.machines,
         machines_from=captured.launched.machines_from, notes=(*captured.launched.notes, *_unchecked(rec), *_bypassed(rec)),
         batch_note=rec.batch_notes.get(id(args)) if args is not None else None,

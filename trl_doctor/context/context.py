@@ -48,6 +48,7 @@ class Live:
     # the dataclasses of the script's TrlParser (capture.hooks.Recorder); None when no TrlParser parsed the recipe
     parser_types: tuple | None = None
     processes: int | None = None  # training processes the launcher starts, when it says
+    world: int = 1  # the world size the script ran at: the launch's processes as rank 0 sees them, or 1 (capture/world.py)
     processes_from: str | None = None
     machines: int | None = None  # machines they spread over (accelerate --num_machines, torchrun --nnodes)
     machines_from: str | None = None

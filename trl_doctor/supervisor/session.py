@@ -34,7 +34,7 @@ from trl_doctor.supervisor import interrupt as _interrupt
 from trl_doctor.runtime import tmp as _tmp
 from trl_doctor.runtime import tree as _tree
 from trl_doctor.errors import InputError
-from trl_doctor.protocol import (CHANNEL_LOST, BadInput, Captured, Done, Message, Request, RuleResult, RuleStart,
+from trl_doctor.protocol import (CHANNEL_LOST, BadInput, CaptureAgain, Captured, Done, Message, Request, RuleResult, RuleStart,
                                  TrainerRun, TrainerRunEnd, TrainerStage, UserCode, UserCodeEnd, read_message)
 from trl_doctor.types import Result, Status
 from trl_doctor.options import Options
@@ -88,6 +88,7 @@ class _Watch:
     fences: list[_Fence] = field(default_factory=list)  # the user code running now, innermost last
     done: bool = False
     captured: Captured | None = None  # a launch command's script built its trainer
+    capture_again: CaptureAgain | None = None  # the script is to be captured again at world size 1 (a fresh worker)
     on_capture: Callable[[dict], None] | None = None
     buffer: bytes = b""
     results: list[Result] = field(default_factory=list)
@@ -287,6 +288,9 @@ class _Check:
                 worker.finish(graceful=watch.done and not watch.broken)
         if watch.captured is not None:
             self.on_capture = None  # a fresh worker captures again; the report shows the first capture
+        if watch.capture_again is not None and watch.captured is None and self.options.one_process_why is None:
+            self.options = dataclasses.replace(self.options, one_process_why=watch.capture_again.why)
+            return False  # the next worker runs the script at world size 1
         froze = watch.froze or any(f.froze for f in watch.fences)
         if len(self.results) == len(self.ordered) and not froze:
             return True
@@ -510,6 +514,8 @@ def _handle(msg: Message, watch: _Watch, worker: Worker, accept, on_progress, by
         case BadInput(message=text):
             worker.kill()
             raise InputError(text)
+        case CaptureAgain():
+            watch.capture_again = msg
         case Done():
             watch.done = True
 

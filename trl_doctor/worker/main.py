@@ -24,8 +24,9 @@ from typing import Callable
 from trl_doctor.runtime import fence as _fence
 from trl_doctor.runtime import network as _network
 from trl_doctor.runtime import tree as _tree
-from trl_doctor.protocol import CHANNEL_LOST, BadInput, Done, Message, Request, RuleResult, RuleStart
+from trl_doctor.protocol import CHANNEL_LOST, BadInput, CaptureAgain, Done, Message, Request, RuleResult, RuleStart
 from trl_doctor.capture.report import adapt
+from trl_doctor.capture.world import NeedsOneProcess
 
 CHANNEL_ENV = "TRL_DOCTOR_CHANNEL_FD"
 CHANNEL_MIN_FD = 10  # the channel's descriptor is moved at least this high: user code that dup2()s onto 3.. misses it
@@ -69,7 +70,11 @@ def serve(request: Request, send: Callable[[Message], None]) -> None:
         by_id = {r.id: r for r in all_rules()}
         rules = [by_id[i] for i in request.rules if i in by_id]
         if options.launch is not None:
-            cfg, live = _capture(options, send)
+            try:
+                cfg, live = _capture(options, send)
+            except NeedsOneProcess as exc:  # a fresh worker captures the script again at one process
+                send(CaptureAgain(options.num_processes or 0, str(exc)))
+                return
         else:
             cfg = load_config(request.config)
     except (InputError, RegistryError) as exc:
@@ -201,10 +206,25 @@ def _capture(options, send: Callable[[Message], None]):
     folder = _fence.watch((command.cwd,))
     captured = capture(command, timeout=options.script_timeout, load_weights=options.load_weights,
                        has_cuda=has_cuda(options), trust_remote_code=options.trust_remote_code,
-                       verbose=options.verbose, on_timeout=lambda text: send(BadInput(text)))
+                       verbose=options.verbose, on_timeout=lambda text: send(BadInput(text)),
+                       asked_processes=options.num_processes, launch_gpus=_launch_gpus(options),
+                       one_process_why=options.one_process_why)
     cfg, live = to_config(captured)
     send(_with_refused(_with_created(describe(cfg, live), _fence.created_since(folder)), _network.take_refused()))
     return cfg, live
+
+
+def _launch_gpus(options) -> int:
+    """The launch machine's GPUs: --target's, else the ones this machine's torch sees (CUDA_VISIBLE_DEVICES applied)."""
+    if options.target:
+        from trl_doctor.context.target import target_gpus
+
+        return len(options.target_gpus or target_gpus(options.target))
+    if options.device == "cpu":
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _with_refused(message, refused: list):
