@@ -345,9 +345,12 @@ def test_a_cli_that_catches_the_error_and_exits_1_is_named_with_its_cause(tmp_pa
     assert f"(at {script}:8, raised in transformers at " in line, line
 
 
+@pytest.mark.pinned_releases  # the cited trainer pins trl 0.17.0 + transformers 4.51.3: the trl017 lane runs it too
 def test_a_grpo_subclass_that_skips_its_parents_init_is_judged_as_grpo():
     """Issue 45, class 5: a GRPOTrainer subclass whose __init__ calls Trainer.__init__ itself (the R1-V-style VLM
-    trainers' `super(GRPOTrainer, self).__init__`) was "not a trainer trl-doctor checks", every rule skipped, exit 0.
+    trainers' `super(GRPOTrainer, self).__init__`: nian1125/Invert4TVG at 10484566, qwen-vl-finetune/qwenvl/train/
+    qwenvl_grpo_trainer.py L160 and L387, cited in the fixture) was "not a trainer trl-doctor checks", every rule
+    skipped, exit 0.
     It is judged as GRPO on what it was given (its reward functions from `self.reward_funcs`), and the report says
     which of the parent's checks its __init__ skipped."""
     code, report = run_json("check", "--no-smoke", "--", "python", "grpo_subclass_own_init.py")
