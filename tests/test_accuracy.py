@@ -32,26 +32,35 @@ CASES = HARNESS.load_cases(OUT)
 # --durations on a 2-core machine: 115 s for cookbook_grpo_lora, about 62 s for each of the others, and 92 s for
 # fareedkhan_r1_grpo in CI, whose machine is about 1.45x slower; verifiers_subclass 57 s and vllm_server_mode 47 s
 # on 2026-11-26, the next slowest): CI runs one of them a run, in rotation by the day, so that `.ci/run` stays within
-# its budget (issue 30 allows a time-bounded rotation). TRL_DOCTOR_ACCURACY_ALL=1 runs all of them;
-# docs/accuracy.md records the whole set's last run.
-ROTATING = ("corpus/cookbook_grpo_lora", "corpus/fareedkhan_r1_grpo", "corpus/open_r1_grpo", "corpus/open_r1_target_h100",
-            "corpus/verifiers_subclass", "corpus/vllm_server_mode")
+# its budget (issue 30 allows a time-bounded rotation). A second rotation takes the next slowest (17-27 s each on
+# 2026-11-26: trl_grpo_cli 27 s, gspo_lora_comma and oxen_rust_grpo 24 s, lanta_slurm_lora and modal_grpo_trl 17 s),
+# one a day beside the first. TRL_DOCTOR_ACCURACY_ALL=1 runs all of them; docs/accuracy.md records the whole set's
+# last run.
+ROTATIONS = (
+    ("corpus/cookbook_grpo_lora", "corpus/fareedkhan_r1_grpo", "corpus/open_r1_grpo", "corpus/open_r1_target_h100",
+     "corpus/verifiers_subclass", "corpus/vllm_server_mode"),
+    ("corpus/trl_grpo_cli", "corpus/gspo_lora_comma", "corpus/oxen_rust_grpo", "corpus/lanta_slurm_lora",
+     "corpus/modal_grpo_trl"),
+)
+ROTATING = tuple(name for rotation in ROTATIONS for name in rotation)
 
 
-def rotation_today() -> str:
+def rotation_today() -> tuple[str, ...]:
+    """Today's case of each rotation."""
     import datetime
 
-    return ROTATING[datetime.date.today().toordinal() % len(ROTATING)]
+    day = datetime.date.today().toordinal()
+    return tuple(rotation[day % len(rotation)] for rotation in ROTATIONS)
 
 
 def out_of_rotation(name: str) -> str | None:
     """Why `name` is not run today (None: it runs)."""
     import os
 
-    if name not in ROTATING or os.environ.get("TRL_DOCTOR_ACCURACY_ALL", "") not in ("", "0") or name == rotation_today():
+    if name not in ROTATING or os.environ.get("TRL_DOCTOR_ACCURACY_ALL", "") not in ("", "0") or name in rotation_today():
         return None
-    return (f"in rotation: today's slow case is {rotation_today()} (each takes minutes on two cores); "
-            "TRL_DOCTOR_ACCURACY_ALL=1 runs all")
+    return (f"in rotation: today's slow cases are {', '.join(rotation_today())} (each takes a minute or more on two "
+            "cores); TRL_DOCTOR_ACCURACY_ALL=1 runs all")
 
 
 # the TRL releases of CI's lanes that run marker pinned_releases (.ci/run: trl017, trl024)
@@ -86,7 +95,8 @@ def test_the_rotation_names_cases_that_exist_and_runs_one_of_them(monkeypatch):
     names = {c.name for c in CASES}
     assert set(ROTATING) <= names, set(ROTATING) - names
     monkeypatch.delenv("TRL_DOCTOR_ACCURACY_ALL", raising=False)
-    assert [n for n in ROTATING if out_of_rotation(n) is None] == [rotation_today()]
+    assert [n for n in ROTATING if out_of_rotation(n) is None] == list(rotation_today())
+    assert len(rotation_today()) == len(ROTATIONS) and len(set(ROTATING)) == len(ROTATING)
     monkeypatch.setenv("TRL_DOCTOR_ACCURACY_ALL", "1")
     assert all(out_of_rotation(n) is None for n in ROTATING)
 
