@@ -15,7 +15,7 @@ Why is this bad?
       following `model_kwargs` are not used by the model: ['token_type_ids']" (trl#4549).
     - `padding_side: right` under PPO's DataCollatorWithPadding: "... right-padding was detected!".
     - `generation_kwargs` over TRL's own `temperature` or `n`; vLLM's top_p/top_k/min_p under
-      importance sampling (vLLM's log-probs truncated, the trainer's not).
+      importance sampling (vLLM's log-probs truncated, the trainer's not: trl#6789).
     - GRPO with `gradient_checkpointing: true` and no vLLM before TRL 0.22 (fixed by PR#3891): no KV
       cache, quadratic in the completion length (transformers 4.53+: "Caching is incompatible with
       gradient checkpointing", trl#3683, docs/coverage.md: H4): a warn.
