@@ -103,3 +103,8 @@ def test_corpus_case(folder, request):
     for words in expected.get("relaxed", []):
         assert any(words in why or words in key for key, why in (report.get("launch") or {}).get("relaxed", {}).items()), \
             report.get("launch")
+    for words in expected.get("notes", []):  # what the launch section says of the capture (its world size...)
+        assert any(words in note for note in (report.get("launch") or {}).get("notes", [])), report.get("launch")
+    for words in expected.get("not_relaxed", []):
+        assert not any(words in why for why in (report.get("launch") or {}).get("relaxed", {}).values()), \
+            report.get("launch")

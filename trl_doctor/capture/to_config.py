@@ -35,7 +35,8 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
     raw: dict[str, Any] = {}
     recipe = _recipe(captured.launched.args, cwd)
     recipe_keys = _recipe_keys(recipe)
-    set_keys, relaxed = _config_keys(rec, args, set(recipe_keys) | _flags(captured.launched.args))
+    set_keys, relaxed = _config_keys(rec, args, set(recipe_keys) | _flags(captured.launched.args),
+                                     captured.launched.world)
     raw.update(set_keys)
 
     model = _first(arguments, _POLICY_KEYWORDS)
@@ -103,7 +104,7 @@ def _first(arguments: dict, names) -> Any:
     return next((arguments[n] for n in names if arguments.get(n) is not None), None)
 
 
-def _config_keys(rec, args, explicit: set[str]) -> tuple[dict[str, Any], dict[str, tuple[Any, str]]]:
+def _config_keys(rec, args, explicit: set[str], world: int = 1) -> tuple[dict[str, Any], dict[str, tuple[Any, str]]]:
     """The keys the script set on TRL's config object: of the keywords its constructor got (TRL's parser passes
     every field), those that differ from the field's default or that the recipe sets; for a config class of the
     script's own, its fields as built. The keys relaxed for this machine are reported, not kept."""
@@ -119,16 +120,20 @@ def _config_keys(rec, args, explicit: set[str]) -> tuple[dict[str, Any], dict[st
         if f.init and f.name in given and (f.name in explicit or _differs(given[f.name], f)):
             keys[f.name] = given[f.name]
     if built:
-        keys = _not_derived(type(args), keys)
+        keys = _not_derived(type(args), keys, world)
     if "use_cpu" in relaxed:
         keys.pop("use_cpu", None)
     return {k: _plain(v) for k, v in keys.items()}, relaxed
 
 
-def _not_derived(cls: type, keys: dict[str, Any]) -> dict[str, Any]:
+def _not_derived(cls: type, keys: dict[str, Any], world: int = 1) -> dict[str, Any]:
     """Of a built config's non-default fields, those its `__post_init__` did not derive from the others (TRL
     fills generation_batch_size, steps_per_generation, bf16...): a field is derived when the config rebuilt
-    without it gets the same value."""
+    without it, at the world size the script built it at (capture/world.py), gets the same value."""
+    if world > 1:
+        from trl_doctor.facts.trl.geometry import probe_class
+
+        cls = probe_class(cls, world)
     out = {}
     for key, value in keys.items():
         try:
