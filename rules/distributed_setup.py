@@ -41,6 +41,7 @@ from trl_doctor.facts.trl.trainer_config import trainer_config
 from trl_doctor.facts.trl.versions import entry_matches_versions, load_table
 
 SPREADING = ("auto", "balanced", "balanced_low_0", "sequential")  # transformers' strategies that place layers itself
+NOT_JUDGED = "not judged"  # how a device_map detail ends when the script's map was seen at world size 1 only
 MIXED_DTYPE_ISSUE = "KI015"
 _Verdict = tuple[str, str, Any]  # (status, message, fix) of one part of the check
 ACCELERATE_ERROR = ("ValueError: You can't train a model that has been loaded with `device_map='auto'` in any "
@@ -73,7 +74,7 @@ def check(ctx):
     for status, message, fix in findings:
         yield (fail if status == "fail" else warn)(message, fix, **details)
     if not findings:
-        unjudged = str(details.get("device_map", "")).endswith("not judged")
+        unjudged = str(details.get("device_map", "")).endswith(NOT_JUDGED)
         what = "PEFT and gradient checkpointing settings fit the launch; the script's device_map is not judged (seen " \
                "at world size 1)" if unjudged else "device_map, PEFT and gradient checkpointing settings fit the launch"
         yield passed(f"{n} training process{'es' if n != 1 else ''}, {shard.words}: {what}", **details)
@@ -121,7 +122,7 @@ def _device_map(ctx, the_launch, shard) -> tuple[_Verdict | None, dict[str, Any]
     if preloaded and (getattr(live, "world", 1) or 1) < n:  # what the script passes at world size N is its code's to say
         details["device_map"] = (f"{shown} seen at world size 1: the script could not run as rank 0 of the launch's {n} "
                                  "processes here (see the launch notes), and code that maps each rank to its own GPU "
-                                 "decides at N: not judged")
+                                 f"decides at N: {NOT_JUDGED}")
         return None, details
     if not preloaded:
         handling = trainer_distributed_handling(ctx.trainer)
