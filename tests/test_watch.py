@@ -244,6 +244,31 @@ def test_follow_reads_a_growing_log_and_stops_at_the_failure(tmp_path):
     assert len(history.logs) == 7  # stopped at the log the failure was decided at
 
 
+def test_follow_names_the_log_a_failure_was_decided_at_when_several_arrive_at_once(tmp_path):
+    """A tracker that writes in batches (trackio every 0.5 s), or a follower that looks late on a loaded machine, gets
+    several logs at one look: each is judged as the history stood at it, so the finding names the log where it was
+    first decided (log 7 here: five logs without spread), not the newest of the batch (log 10), and the follower
+    stops there."""
+    from trl_doctor.watch.judge import watch_rules
+    from trl_doctor.watch.run import Watch, follow
+
+    log = tmp_path / "train.log"
+    zero = dict(ROW, frac_reward_zero_std=1.0, reward_std=0.0)
+    log.write_text(printed([ROW, ROW]))
+    looks = iter(range(10**6))
+
+    def sleep(_):
+        if next(looks) == 0:  # the follower's second look finds eight new logs at once
+            with open(log, "a") as f:
+                f.write(printed([zero] * 8))
+
+    shown: list[str] = []
+    report, history = follow(Watch(log), watch_rules(), shown.append, sleep=sleep, idle_exit=60)
+    failed = [line for line in shown if "TW001 zero-advantage fail" in line]
+    assert not report.ok and failed and failed[0].startswith("log 7:"), shown
+    assert len(history.logs) == 7
+
+
 def test_follow_ends_with_the_job_s_summary(tmp_path):
     from trl_doctor.watch.judge import watch_rules
     from trl_doctor.watch.run import Watch, follow
@@ -359,7 +384,8 @@ def test_follow_lines_fit_the_terminal(tmp_path):
         proc = run_doctor("watch", str(log), "--follow", "--interval", "0.05", "--format", "json",
                           env={"COLUMNS": columns})
         lines = proc.stderr.splitlines()
-        assert lines and lines[0].startswith("log 6: TW001 zero-advantage fail"), proc.stderr  # read at once
+        # read at once, each log judged as the history stood at it: decided at the fifth log without spread
+        assert lines and lines[0].startswith("log 5: TW001 zero-advantage fail"), proc.stderr
         assert all(len(line) <= int(columns) for line in lines), proc.stderr
         assert all(line.startswith(("log ", "    ")) for line in lines), proc.stderr
 

@@ -89,6 +89,16 @@ class History:
         seen._names, seen.args, seen.gpus, seen.run, seen.runs = self._names, self.args, self.gpus, self.run, self.runs
         return seen
 
+    def upto(self, count: int) -> "History":
+        """The history as it stood when its `count`-th log arrived (the whole of it for its own length): what a
+        follower judges for each of several logs that reached it at once, so a finding names the log it was first
+        decided at, not the newest of the batch."""
+        if count >= len(self.logs):
+            return self
+        seen = History(self.source, self.kind, self.logs[:count], self.max_steps, self.logging_steps, False)
+        seen._names, seen.args, seen.gpus, seen.run, seen.runs = self._names, self.args, self.gpus, self.run, self.runs
+        return seen
+
     def column(self, name: str) -> list:
         """The metric's values (trl_doctor.facts.metrics.Point), oldest first: made when a rule first reads it and
         extended with the rows added since, so a rule reads a column in time proportional to what is new."""
