@@ -231,6 +231,22 @@ def pytest_configure(config):
 
     spec = importlib.util.spec_from_file_location("_trl_doctor_net_audit", NET_AUDIT / "sitecustomize.py")
     spec.loader.exec_module(importlib.util.module_from_spec(spec))  # installs the hook once per process
+    if not hasattr(config, "workerinput"):  # the controlling process, before xdist's workers start
+        compile_the_doctor()
+
+
+def compile_the_doctor() -> None:
+    """Byte-compile trl-doctor's own modules where they are imported from (an editable install's tree). Where
+    PYTHONDONTWRITEBYTECODE is set (CI's machines set it) no import writes a .pyc, so every doctor and worker process
+    the tests start would compile its 168 modules again: `trl-doctor rules` took 0.6 s that way and 0.17 s compiled.
+    compileall writes whatever the variable says, skips what is up to date, and replaces each file atomically."""
+    import compileall
+    import importlib.util
+
+    for package in ("trl_doctor", "trl_doctor.rules"):
+        spec = importlib.util.find_spec(package)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            compileall.compile_dir(folder, quiet=1, maxlevels=20)
 
 
 def net_audit_lines() -> list[str]:
