@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
 
-from trl_doctor import fail, InputError, manual, passed, rule, skip, TRAINERS, warn
+from trl_doctor import ASYNC_GRPO, fail, InputError, manual, passed, rule, skip, TRAINERS, warn
 from trl_doctor.facts.inputs.models import resolve_artifact
 
 OTHER_MODELS = (("reward_model_name_or_path", "reward model"), ("reward_model_path", "reward model"),
@@ -48,7 +48,7 @@ OTHER_MODELS = (("reward_model_name_or_path", "reward model"), ("reward_model_pa
     id="TD017",
     slug="model-files",
     title="Every model the trainer loads has its weights, and no weight file is cut short",
-    trainers=TRAINERS,
+    trainers=(*TRAINERS, ASYNC_GRPO),
     fixable="never",
     static_skip="it reads the weights' headers against the model",
 )

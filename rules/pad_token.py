@@ -99,7 +99,7 @@ def _healthy(pad, pad_id, rows) -> str:
     contexts=("full", "static"),
 )
 def check(ctx):
-    if ctx.trainer == "other":
+    if ctx.trainer not in TRAINER_CLASS:  # any other trainer (and an opt-in kind: AsyncGRPO)
         yield from _other_trainer(ctx)
         return
     pad, pad_id, eos, eos_id = specials(ctx)

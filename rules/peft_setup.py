@@ -36,7 +36,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trl_doctor import ALL_TRAINERS, Edit, fail, Fix, InputError, passed, rule, skip, Unavailable, warn
+from trl_doctor import ALL_TRAINERS, ASYNC_GRPO, Edit, fail, Fix, InputError, passed, rule, skip, Unavailable, warn
 
 from trl_doctor.facts.launch.settings import checkpointing_kwargs, config_value
 from trl_doctor.facts.inputs.text import line_of as _line, read_json as _read_json
@@ -132,13 +132,15 @@ def _other_trainer(ctx):
     and input gradients, how the trainer loads the model) depends on the trainer and is said to be unjudged."""
     cls = getattr(ctx.live, "trainer_cls", None)
     name = cls.__qualname__ if cls is not None else "the script's trainer"
+    which = f"{name} is a trainer peft-setup does not model" if ctx.trainer == ASYNC_GRPO else \
+        f"{name} is not a trainer trl-doctor checks"
     if config_value(ctx, "use_peft", False) is not True:
-        yield skip(f"not checked: {name} is not a trainer trl-doctor checks (peft-setup judges the LoRA target names "
-                   "of any trainer, and the script gave this one no peft_config)")
+        yield skip(f"not checked: {which} (peft-setup judges the LoRA target names of any trainer, and the script gave "
+                   "this one no peft_config)")
         return
     verdict, details = _target_modules(ctx)
-    rest = (f"{name} is not a trainer trl-doctor checks: only the LoRA target names are judged for it, as PEFT matches "
-            "them for any trainer (new tokens' rows and gradient checkpointing are not)")
+    rest = (f"{which}: only the LoRA target names are judged for it, as PEFT matches them for any trainer (new tokens' "
+            "rows and gradient checkpointing are not)")
     details["judged"] = rest
     if verdict:
         make, message, fix = verdict

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trl_doctor import fail, manual, passed, rule, warn
+from trl_doctor import ASYNC_GRPO, fail, manual, passed, rule, TRAINERS, warn
 from trl_doctor.facts.launch.launcher import launch
 from trl_doctor.facts.trl.versions import (  # the pure core, testable with injected versions
     WATCHED,
@@ -103,6 +103,7 @@ def _liger(ctx, requires: dict):
     id="TD007",
     slug="version-skew",
     title="Installed versions fit each other's declared ranges and no known breakage applies",
+    trainers=(*TRAINERS, ASYNC_GRPO),
     static_skip="it judges the installed training stack",
 )
 def check(ctx):

@@ -60,6 +60,9 @@ def case_site(case: Path) -> Path | None:
     return case.parent / named if named else None
 
 
+NOT_RUN = "not run"  # expected.yaml's status for a case the installed releases cannot run (`when: "trl<1.10"`)
+
+
 def expected_statuses(expected) -> tuple[list[str], bool]:
     """(allowed statuses, version-conditional?) for one case of expected.yaml."""
     if isinstance(expected, str):
@@ -103,11 +106,13 @@ def _marks(case) -> list:
 @pytest.mark.parametrize("config, rule, expected, fake_gpus, args", [  # the rules that run the trainer are slow
     pytest.param(*c.values, id=c.id, marks=_marks(c)) for c in CASES])
 def test_case_status(built_fixtures, tmp_path, request, config, rule, expected, fake_gpus, args):
+    allowed, conditional = expected_statuses(expected)
+    if allowed == [NOT_RUN]:  # a case the installed releases cannot run at all (a trainer this TRL lacks)
+        pytest.skip(f"{config.parent.name}/{config.name}: not run with the installed releases")
     env = None if fake_gpus is None else fake_gpu_env(fake_gpus, case_site(config))
     # one run gives the status, and the report and diff its snapshot records (tests/case_snapshots.py)
     run = snapshots.run_case(config, rule, args, tmp_path, env)
     code, result = run.code, run.result
-    allowed, conditional = expected_statuses(expected)
     assert result["status"] in allowed, f"{config.name}: {result['status']}: {result['message']}\n{result['details']}"
     assert code == (1 if result["status"] in ("fail", "error") else 0)
     if config.name.startswith("bad_") and not conditional:

@@ -48,13 +48,13 @@ def test_every_public_name_is_the_private_object():
     private = {"fact": _cache, "Context": _context, "InputError": _errors, "Unavailable": _errors,
                "rule": _registry, "Rule": _registry, "CheckContext": _interface, "trainer_config": _trainer_config,
                "config_value": _settings, "one_line": _wording, "shown": _wording, "TRAINERS": _vocabulary,
-               "ALL_TRAINERS": _vocabulary}
+               "ALL_TRAINERS": _vocabulary, "ASYNC_GRPO": _vocabulary}
     assert len(plugin.__all__) == len(set(plugin.__all__))
     for name in plugin.__all__:
         assert getattr(plugin, name) is getattr(private.get(name, _types), name), name
     wanted = {"rule", "fact", "Fix", "Edit", "DELETE", "Location", "Status", "Finding", "Rule", "Context",
               "CheckContext", "InputError", "Unavailable", "fail", "warn", "passed", "skip", "manual", "trainer_config",
-              "config_value", "one_line", "shown", "TRAINERS", "ALL_TRAINERS"}
+              "config_value", "one_line", "shown", "TRAINERS", "ALL_TRAINERS", "ASYNC_GRPO"}
     assert set(plugin.__all__) == wanted
 
 

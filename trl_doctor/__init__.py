@@ -10,7 +10,7 @@ from trl_doctor.options import Options
 from trl_doctor.registry import Rule, rule
 from trl_doctor.types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
 from trl_doctor.version import __version__
-from trl_doctor.vocabulary import ALL_TRAINERS, TRAINERS
+from trl_doctor.vocabulary import ALL_TRAINERS, ASYNC_GRPO, TRAINERS
 
 
 def __getattr__(name: str):
@@ -33,6 +33,6 @@ def __getattr__(name: str):
 
 __all__ = [
     "Context", "Options", "InputError", "Unavailable", "WatchStopped", "Rule", "rule", "DELETE", "Edit", "edited", "Finding", "Fix",
-    "Status", "Location", "fail", "manual", "passed", "skip", "warn", "__version__", "TRAINERS", "ALL_TRAINERS", "check",
+    "Status", "Location", "fail", "manual", "passed", "skip", "warn", "__version__", "TRAINERS", "ALL_TRAINERS", "ASYNC_GRPO", "check",
     "Report", "DoctorCallback",
 ]

@@ -22,6 +22,7 @@ from trl_doctor.errors import InputError, Unavailable
 from trl_doctor.registry import Rule
 from trl_doctor.context.locations import locate
 from trl_doctor.types import Finding, Fix, Location, Result, Status, manual
+from trl_doctor.vocabulary import OPT_IN_TRAINERS, judges
 
 
 def run_rule(rule: Rule, ctx: Context, skipped: str | None = None) -> Result:
@@ -35,7 +36,7 @@ def run_rule(rule: Rule, ctx: Context, skipped: str | None = None) -> Result:
         return Result(rule.id, rule.slug, rule.title, status, message, details or {}, fix,
                       round(time.perf_counter() - start, 3), location)
 
-    if ctx.trainer not in rule.trainers:
+    if not judges(rule.trainers, ctx.trainer):
         return result(Status.SKIP, _not_applicable(rule, ctx))
     if skipped is not None:
         return result(Status.SKIP, skipped)
@@ -103,6 +104,10 @@ def build_need(ctx, need: str) -> None:
 
 
 def _not_applicable(rule: Rule, ctx: Context) -> str:
+    if ctx.trainer in OPT_IN_TRAINERS:
+        from trl_doctor.facts.trl.async_grpo import not_judged
+
+        return not_judged(rule.slug)
     if ctx.trainer != OTHER_TRAINER:
         return f"applies to {', '.join(rule.trainers)}, not {ctx.trainer}"
     cls = getattr(ctx.live, "trainer_cls", None)
@@ -175,7 +180,7 @@ def each_result(rules: Iterable[Rule], ctx: Context, starting: Callable[[Rule], 
     in-process check (a trainer passed to the API, DoctorCallback). An InputError ends it (exit status 2)."""
     rules = list(rules)
     for rule in rules:
-        if rule.prepare is not None and ctx.trainer in rule.trainers:
+        if rule.prepare is not None and judges(rule.trainers, ctx.trainer):
             try:
                 rule.prepare(ctx)
             except Exception:

@@ -53,10 +53,10 @@ from trl_doctor.interface import CheckContext
 from trl_doctor.registry import Rule, rule
 from trl_doctor.wording import one_line, shown
 from trl_doctor.types import DELETE, Edit, Finding, Fix, Location, Status, fail, manual, passed, skip, warn
-from trl_doctor.vocabulary import ALL_TRAINERS, TRAINERS
+from trl_doctor.vocabulary import ALL_TRAINERS, ASYNC_GRPO, TRAINERS
 
 __all__ = [
-    "rule", "Rule", "fact", "Context", "CheckContext", "TRAINERS", "ALL_TRAINERS",
+    "rule", "Rule", "fact", "Context", "CheckContext", "TRAINERS", "ALL_TRAINERS", "ASYNC_GRPO",
     "Finding", "Status", "Location", "passed", "warn", "fail", "skip",
     "Fix", "Edit", "DELETE", "manual",
     "InputError", "Unavailable",

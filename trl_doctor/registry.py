@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator
 from trl_doctor.interface import KINDS
 from trl_doctor.types import Finding
 
-from trl_doctor.vocabulary import OTHER_TRAINER as OTHER, TRAINERS
+from trl_doctor.vocabulary import OPT_IN_TRAINERS, OTHER_TRAINER as OTHER, TRAINERS
 NEEDS = (
     "tokenizer",
     "model_config",
@@ -129,9 +129,10 @@ def _validate(r: Rule) -> None:
         raise RegistryError(f"{where}: rule slug {r.slug!r} must be kebab-case")
     if r.severity not in ("fail", "warn"):
         raise RegistryError(f"{where}: severity must be 'fail' or 'warn', not {r.severity!r}")
-    bad = [t for t in r.trainers if t not in (*TRAINERS, OTHER)]
+    known = (*TRAINERS, OTHER, *OPT_IN_TRAINERS)
+    bad = [t for t in r.trainers if t not in known]
     if bad or not r.trainers:
-        raise RegistryError(f"{where}: trainers must be among {(*TRAINERS, OTHER)}, got {r.trainers}")
+        raise RegistryError(f"{where}: trainers must be among {known}, got {r.trainers}")
     bad = [n for n in r.needs if n not in NEEDS]
     if bad:
         raise RegistryError(f"{where}: unknown needs {bad}; known: {NEEDS}")

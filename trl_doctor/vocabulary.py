@@ -9,6 +9,18 @@ TRAINERS = ("grpo", "rloo", "ppo")
 # any other TRL trainer a launch command builds (SFT, DPO...): only rules that say so judge it (opt-in)
 OTHER_TRAINER = "other"
 ALL_TRAINERS = (*TRAINERS, OTHER_TRAINER)
+# TRL trainers the doctor recognizes but judges only by the rules that name them, and by the rules open to any trainer
+# (`other`): TRL's AsyncGRPOTrainer (trl.experimental.async_grpo, trl >= 1.10), which generates on a `vllm serve` it
+# never starts and trains with FlashAttention-3 kernels; every other rule says why it does not judge it
+# (trl_doctor.facts.trl.async_grpo.NOT_JUDGED)
+ASYNC_GRPO = "async_grpo"
+OPT_IN_TRAINERS = (ASYNC_GRPO,)
+
+
+def judges(trainers: tuple[str, ...], kind: str) -> bool:
+    """Whether a rule declared for `trainers` judges a trainer of `kind`: one it names, or a recognized trainer of
+    an opt-in kind when the rule judges any trainer (`other`)."""
+    return kind in trainers or (kind in OPT_IN_TRAINERS and OTHER_TRAINER in trainers)
 
 # `check` and `watch --format`, and `--output FORMAT=FILE` (trl_doctor/report/formats/: one module each)
 FORMATS = ("table", "json", "junit", "github", "sarif")

@@ -78,6 +78,8 @@ class Recorder:
     # a subclass of a checked trainer whose own __init__ calls transformers' Trainer.__init__ itself: the parent
     # class whose __init__ (and its construction checks) it skipped; None otherwise
     bypassed: str | None = None
+    # TRL's AsyncGRPOTrainer as its __init__ built it (trl_doctor.facts.trl.async_grpo.Built; capture/async_grpo.py)
+    async_grpo: Any = None
 
 
 def _trl_parser_class() -> type | None:
@@ -152,6 +154,36 @@ def _bypassed_arguments(parent: type, trainer: Any, arguments: dict[str, Any]) -
         if name not in out and name in held:
             out[name] = held[name]
     return out
+
+
+def _async_grpo(recorder: Recorder, frame, trainer: Any) -> bool:
+    """Whether `trainer` is TRL's AsyncGRPOTrainer, stopped in transformers' constructor after its own set-up: then
+    it is recorded as one (kind async_grpo), with what its __init__ built and what pickle refuses of it."""
+    from ..facts.trl.async_grpo import is_async_grpo
+    from .async_grpo import construction_locals
+
+    if not is_async_grpo(type(trainer)):
+        return False
+    built = construction_locals(frame, trainer)
+    if built is None:
+        return False
+    record_async_grpo(recorder, trainer, built)
+    return True
+
+
+def record_async_grpo(recorder: Recorder, trainer: Any, built: dict[str, Any],
+                      refused: tuple[str, str] | None = None) -> None:
+    """Record an AsyncGRPOTrainer from its __init__'s locals: stopped at transformers' constructor, or refused by
+    TRL's own checks before it (`refused`: its words and where it raised them)."""
+    from ..facts.trl.async_grpo import Built
+    from ..vocabulary import ASYNC_GRPO
+    from .async_grpo import spawn_pickling
+
+    recorder.trainer_cls = type(trainer)
+    recorder.trainer_kind = ASYNC_GRPO
+    recorder.arguments = {k: v for k, v in built.items() if v is not None}
+    recorder.async_grpo = Built(tuple(spawn_pickling(built)), refused, built.get("weight_transfer") is not None,
+                                built.get("rollout_worker") is not None)
 
 
 def _held_tokenizers(trainer: Any, processing_class: Any) -> dict[str, Any]:
@@ -256,7 +288,7 @@ class Hooks:
                 if parent is not None:  # a GRPOTrainer subclass that calls Trainer.__init__ itself: judged as one
                     recorder.trainer_kind, recorder.bypassed = self._checked[parent], parent.__name__
                     recorder.arguments = _bypassed_arguments(parent, trainer_self, arguments)
-                else:
+                elif not _async_grpo(recorder, sys._getframe(1), trainer_self):
                     recorder.held_tokenizers = _held_tokenizers(trainer_self, arguments.get("processing_class"))
             raise TrainerBuilt()
 

@@ -94,6 +94,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         ref_is_policy=not isinstance(model, str) and _first(arguments, _REF_KEYWORDS) is model,
         aux_models=aux_models,
         peft_config_given=arguments.get("peft_config") is not None,
+        async_grpo=rec.async_grpo,
         model_keys=_model_keys(list(captured.launched.args), recipe,
                                {f.name for f in dataclasses.fields(args)} if dataclasses.is_dataclass(args) else set()),
     )

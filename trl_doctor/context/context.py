@@ -64,6 +64,8 @@ class Live:
     model_keys: dict = field(default_factory=dict)
     # the script passed a peft_config to the trainer (besides a model it may have wrapped with PEFT itself)
     peft_config_given: bool = False
+    # TRL's AsyncGRPOTrainer as its __init__ built it (trl_doctor.facts.trl.async_grpo.Built); None for other trainers
+    async_grpo: Any = None
 
 
 

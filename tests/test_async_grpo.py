@@ -1,0 +1,117 @@
+"""Issue 46, item 3: TRL's AsyncGRPOTrainer (trl.experimental.async_grpo, trl >= 1.10) is a checked trainer.
+
+The script is TRL's own example (examples/scripts/async_grpo.py at f2cd57710, fixtures/launch/async_grpo_example.py),
+run by the installed TRL: AsyncGRPOTrainer's own set-up runs for real (on the meta-device model) up to transformers'
+constructor, where the capture stops it and records it as kind `async_grpo`. async-grpo-setup (TD023) judges what is
+known before launch; the rules written for GRPOTrainer say why they do not judge it; the rules open to any trainer
+(and version-skew, model-files) judge it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_doctor
+
+LAUNCH = Path(__file__).resolve().parent.parent / "fixtures" / "launch"
+SCRIPT = "async_grpo_example.py"
+
+
+def _has_async_grpo() -> bool:
+    from trl_doctor.facts.trl.installed import trl_root
+
+    root = trl_root()
+    return root is not None and (root / "experimental" / "async_grpo" / "async_grpo_trainer.py").is_file()
+
+
+pytestmark = [pytest.mark.usefixtures("built_fixtures"), pytest.mark.trl_pair,
+              pytest.mark.skipif(not _has_async_grpo(), reason="the installed TRL has no AsyncGRPOTrainer (trl >= "
+                                 "1.10)")]
+
+
+def _check(*options: str, launch: tuple[str, ...] = ("python", SCRIPT)) -> tuple[int, dict]:
+    proc = run_doctor("check", "--no-smoke", *options, "--format", "json", "--", *launch, cwd=LAUNCH)
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def _line_of(text: str) -> int:
+    return next(i for i, line in enumerate((LAUNCH / SCRIPT).read_text().splitlines(), 1) if text in line)
+
+
+def _result(report: dict, slug: str) -> dict:
+    return next(r for r in report["results"] if r["rule"] == slug)
+
+
+def test_trls_async_grpo_example_is_checked_as_async_grpo():
+    """TRL's example as its docstring launches it (one process): recognized, judged by async-grpo-setup and the
+    rules that judge any trainer, and every GRPO rule says why it does not judge it. Nothing fails."""
+    code, report = _check()
+    assert code == 0, report
+    assert report["trainer"] == "async_grpo"
+    setup = _result(report, "async-grpo-setup")
+    assert setup["status"] == "pass", setup
+    assert "kernels-community/flash-attn3" in setup["details"]["attention kernel"]
+    for slug in ("version-skew", "model-files", "save-outputs"):
+        assert _result(report, slug)["status"] == "pass", _result(report, slug)
+    for slug in ("smoke-step", "batch-geometry", "logits-contract", "vllm-server", "distributed-setup"):
+        r = _result(report, slug)
+        assert r["status"] == "skip" and r["message"].startswith("not judged for AsyncGRPOTrainer"), r
+    assert "needs its `vllm serve`" in _result(report, "smoke-step")["message"]
+
+
+def test_a_lambda_reward_fails_where_trls_rollout_worker_would_pickle_it():
+    """AsyncRolloutWorker.start() pickles the rewards for its spawned child when training starts; a lambda inside
+    main() cannot be pickled. The finding points at the lambda's line."""
+    code, report = _check("--select", "async-grpo-setup", launch=("python", SCRIPT, "-", "lambda"))
+    setup = _result(report, "async-grpo-setup")
+    assert code == 1 and setup["status"] == "fail", setup
+    assert setup["message"].startswith("reward_funcs[0] (main.<locals>.<lambda>) cannot be pickled"), setup
+    assert "so they must be picklable" in setup["message"]
+    assert setup["location"]["line"] == _line_of("reward = (lambda completions")
+
+
+def test_trls_own_refusal_of_a_lora_on_lm_head_is_a_finding_with_its_words():
+    """AsyncGRPOTrainer.__init__ refuses a LoRA on lm_head before transformers' constructor. The doctor reports TRL's
+    words as async-grpo-setup's fail (not an exit 2); the script itself, run for real on this CPU, raises the same."""
+    code, report = _check("--select", "async-grpo-setup,peft-setup", launch=("python", SCRIPT, "-", "lora_head"))
+    setup = _result(report, "async-grpo-setup")
+    assert code == 1 and setup["status"] == "fail", setup
+    assert "does not support a PEFT adapter on `lm_head`" in setup["message"], setup
+    assert "async_grpo_trainer.py:" in setup["message"]
+    real = subprocess.run([sys.executable, SCRIPT, "-", "lora_head"], cwd=LAUNCH, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "FIXTURE_ON_CPU": "1"})
+    assert real.returncode != 0 and "does not support a PEFT adapter on `lm_head`" in real.stderr, real.stderr[-2000:]
+
+
+def test_fsdp2_on_eight_v100s_without_the_packages():
+    """TRL's fsdp2.yaml (8 processes) on 8 V100s, judged as the launch's environment (--target-env this: vllm and
+    kernels are not installed here): the rollout worker's vllm, the kernels package, FlashAttention-3 on compute
+    capability 7.0, and the multi-rank FSDP2 weight sync (trl#7103) are each a fail."""
+    code, report = _check("--target", "8xV100-32GB", "--target-env", "this", "--select", "async-grpo-setup",
+                          launch=("accelerate", "launch", "--config_file", "fsdp2.yaml", SCRIPT))
+    setup = _result(report, "async-grpo-setup")
+    assert code == 1 and setup["status"] == "fail", setup
+    said = [setup["message"], *setup["details"].get("also", [])]
+    for words in ("vLLM is required to use AsyncRolloutWorker", "`kernels` is not installed",
+                  "Tesla V100-SXM2-32GB is older", "8 processes under FSDP"):
+        assert any(words in s for s in said), (words, said)
+    assert "trl#7103" in said[-1] and "send_weights(self._streaming_iter())" in setup["details"]["weight sync code"]
+
+
+def test_two_fsdp2_processes_with_a_lora_warn_and_name_the_adapter_path():
+    """Two FSDP2 processes with a LoRA: a warn (trl#6797 saw two ranks get through; a server started with
+    --enable-lora takes the adapter as files, without the NCCL sync); the H100s suit the kernel."""
+    code, report = _check("--target", "2xH100-80GB", "--select", "async-grpo-setup",
+                          launch=("accelerate", "launch", "--config_file", "fsdp2.yaml", "--num_processes", "2",
+                                  SCRIPT, "-", "lora"))
+    setup = _result(report, "async-grpo-setup")
+    assert code == 0 and setup["status"] == "warn", setup
+    assert "2 processes under FSDP" in setup["message"] and "--enable-lora" in setup["message"], setup
+    assert setup["details"]["attention"] == "kernels-community/flash-attn3 on NVIDIA H100 80GB HBM3"

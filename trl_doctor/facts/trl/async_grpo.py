@@ -1,0 +1,165 @@
+"""What the installed TRL's AsyncGRPOTrainer (trl.experimental.async_grpo, trl >= 1.10) is and does, read from its
+source without importing it, and why each rule written for GRPOTrainer does or does not judge it.
+
+AsyncGRPOTrainer is no GRPOTrainer: it subclasses TRL's `_BaseTrainer`, takes a model id only, generates on a `vllm
+serve` it never starts (`vllm_server_base_url`), scores rewards in a spawned child process (its reward functions,
+tools and environment factory are pickled there), streams its weights to the server over NCCL with vLLM's
+weight-transfer API, and trains with FlashAttention-3 kernels fetched by the `kernels` package. The capture recognizes
+it by its class (no import of it up front); `rules/async_grpo_setup.py` judges what is known before launch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from trl_doctor.facts.inputs.text import line_of as _line
+from trl_doctor.facts.trl.installed import trl_root
+
+MODULE = "trl.experimental.async_grpo"
+TRAINER_FILE = "experimental/async_grpo/async_grpo_trainer.py"
+CLASS = "AsyncGRPOTrainer"
+# what AsyncRolloutWorker.start() pickles for its spawned child (trl 1.16 async_rollout_worker.py: "reward_funcs,
+# tools, and environment_factory (and anything they close over) must be picklable")
+PICKLED = ("reward_funcs", "tools", "environment_factory")
+
+
+@dataclass(frozen=True)
+class Built:
+    """What an AsyncGRPOTrainer's __init__ built, as the capture read it (capture/async_grpo.py)."""
+
+    unpicklable: tuple = ()  # capture.async_grpo.Unpicklable: what pickle refuses of its rewards, tools, environments
+    refused: tuple[str, str] | None = None  # TRL's own refusal in its __init__: (its words, trl/<file>:<line>)
+    weight_transfer_given: bool = False  # the script gave its own weight_transfer (it owns the sync)
+    rollout_worker_given: bool = False  # the script gave its own rollout_worker (it owns generation and scoring)
+
+
+def is_async_grpo(cls: type | None) -> bool:
+    """Whether `cls` is TRL's AsyncGRPOTrainer or a subclass of it (by its classes' names and modules: nothing
+    imported)."""
+    return cls is not None and any(c.__name__ == CLASS and c.__module__.startswith(MODULE) for c in cls.__mro__)
+
+
+def _text(rel: str) -> str | None:
+    root = trl_root()
+    path = root / rel if root is not None else None
+    return path.read_text(encoding="utf-8") if path is not None and path.is_file() else None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    where: str  # trl/<file>:<line>
+    code: str  # the line, stripped
+
+    def __str__(self) -> str:
+        return f"{self.where}: `{self.code}`"
+
+
+def _find(pattern: str, files: tuple[str, ...]) -> tuple[re.Match, Evidence] | None:
+    for rel in files:
+        text = _text(rel)
+        m = re.search(pattern, text) if text else None
+        if m is not None:
+            line = _line(text, m.start())
+            return m, Evidence(f"trl/{rel}:{line}", text.splitlines()[line - 1].strip())
+    return None
+
+
+_KERNEL_FILES = ("experimental/async_grpo/packing.py", TRAINER_FILE)
+
+
+_KERNEL_RE = re.compile(r"""(?:get_kernel\(|attn_implementation=)\s*["']([\w.-]+/[\w.-]+)["']""")
+
+
+def attention_kernel() -> tuple[str, Evidence] | None:
+    """The Hub kernel the installed AsyncGRPOTrainer trains its attention with on NVIDIA GPUs, and where it says so:
+    `get_kernel("kernels-community/flash-attn3", ...)` (trl 1.16's tree attention, packing.py; ROCm gets
+    `kernels-community/aiter-flash-attn` there) or `attn_implementation="kernels-community/flash-attn3"` (trl
+    1.10-1.15). None when neither is found."""
+    for rel in _KERNEL_FILES:
+        text = _text(rel)
+        for m in _KERNEL_RE.finditer(text or ""):
+            if "aiter" not in m.group(1):  # AMD's (torch.version.hip)
+                line = _line(text, m.start())
+                return m.group(1), Evidence(f"trl/{rel}:{line}", text.splitlines()[line - 1].strip())
+    return None
+
+
+def weight_sync_interleaved() -> Evidence | None:
+    """Where the installed AsyncGRPOTrainer sends its weights to vLLM from rank 0 while the streaming iterator's FSDP2
+    `full_tensor()` all-gathers run on every rank, one parameter at a time (`send_weights(self._streaming_iter())`,
+    the other ranks `for _ in self._streaming_iter(): pass`): the two NCCL groups interleave and the first sync hangs
+    with more than one trainer rank (trl#7103, open; the fix, trl#7131, gathers every shard before the send). None when
+    the source gathers first (or has no such send)."""
+    found = _find(r"send_weights\(\s*self\._streaming_iter\(\)\s*\)", (TRAINER_FILE,))
+    return found[1] if found else None
+
+
+_REQUIRES_RE = re.compile(r"""if not is_(\w+)_available\(\):\s*raise ImportError\(\s*["']([^"']+)["']""")
+
+
+def worker_requirements() -> list[tuple[str, str, Evidence]]:
+    """(package, TRL's words, where) for each package the installed AsyncRolloutWorker refuses to start without (trl
+    1.16: `if not is_vllm_available(): raise ImportError("vLLM is required to use AsyncRolloutWorker...")`, and
+    aiohttp), raised when AsyncGRPOTrainer builds its rollout worker, right after transformers' constructor."""
+    rel = "experimental/async_grpo/async_rollout_worker.py"
+    text = _text(rel) or ""
+    out = []
+    for m in _REQUIRES_RE.finditer(text):
+        line = _line(text, m.start())
+        out.append((m.group(1), m.group(2), Evidence(f"trl/{rel}:{line}", text.splitlines()[line - 1].strip())))
+    return out
+
+
+def fsdp2_only() -> Evidence | None:
+    """Where the installed AsyncGRPOTrainer says it is FSDP2-only (trl 1.16: "AsyncGRPO is FSDP2-only"; TRL's docs:
+    "For distributed training, only FSDP2 is supported (DeepSpeed ZeRO is not)")."""
+    found = _find(r"FSDP2-only", (TRAINER_FILE,))
+    return found[1] if found else None
+
+
+# Why each rule written for GRPOTrainer does not judge AsyncGRPOTrainer (the rules open to any trainer, and
+# async-grpo-setup, do). Read from trl 1.16's trl/experimental/async_grpo.
+NOT_JUDGED = {
+    "vllm-tokenizer-drift": "AsyncGRPOTrainer generates on a `vllm serve` started apart from the job, with the model "
+                            "it was started with: the server's tokenizer is not in the launch to compare",
+    "logits-contract": "AsyncGRPOTrainer scores tokens with its own fused LM head (add_fused_lm_head), not with the "
+                       "model's logits: the contract this rule probes is GRPOTrainer's",
+    "eos-termination": "AsyncGRPOTrainer's completions stop on the vLLM server, at the eos ids its rollout worker "
+                       "sends; this rule's probe runs GRPOTrainer's own generation",
+    "value-model": "PPO's value model: AsyncGRPO has none",
+    "smoke-step": "AsyncGRPOTrainer's step needs its `vllm serve` (weights streamed over NCCL) and FlashAttention-3 "
+                  "kernels on a GPU, so no step is taken here; async-grpo-setup judges what is known before launch",
+    "gpu-capacity": "its memory estimate is GRPOTrainer's (a reference model, colocated vLLM); AsyncGRPOTrainer trains "
+                    "without a reference model beside a server of its own",
+    "trainer-config": "the script built AsyncGRPOConfig itself, so TRL's own __post_init__ has already accepted its "
+                      "keys",
+    "batch-geometry": "AsyncGRPOTrainer has no generation-batch arithmetic to refuse: it trains on the rollouts its "
+                      "queue holds, per_device_train_batch_size of them a micro-batch",
+    "context-length": "AsyncGRPOTrainer's length limit is the vLLM server's --max-model-len, which the launch does "
+                      "not say",
+    "chat-template": "AsyncGRPOTrainer applies the chat template in its rollout worker's child process, a path this "
+                     "rule does not read yet",
+    "dataset-schema": "AsyncGRPOTrainer reads its rows in its rollout worker's child process (and an environment "
+                      "may own the prompts), a path this rule does not read yet",
+    "reward-functions": "AsyncGRPOTrainer calls its rewards in a spawned child process with its own arguments; "
+                        "async-grpo-setup judges whether they can reach that process",
+    "precision-and-attention": "AsyncGRPOTrainer sets its own attention (FlashAttention-3 from the Hub's kernels) "
+                               "whatever the script asks: async-grpo-setup judges that kernel on the launch's GPUs",
+    "vllm-server": "AsyncGRPOTrainer's server (`vllm_server_base_url`) is not probed yet",
+    "distributed-setup": "AsyncGRPOTrainer loads its model itself with device_map=None and shards with FSDP2: "
+                         "async-grpo-setup judges its processes",
+    "vllm-weights": "AsyncGRPOTrainer streams its weights with its own WeightTransferClient (vLLM's weight-transfer "
+                    "API), not GRPOTrainer's sync: async-grpo-setup judges the multi-rank sync",
+    "generation-settings": "AsyncGRPOTrainer's sampling settings go from AsyncGRPOConfig to the server in its rollout "
+                           "worker (temperature, top_p, top_k, min_p, repetition_penalty), a path this rule does not "
+                           "read",
+}
+
+
+def not_judged(slug: str) -> str:
+    """Why rule `slug` says `skip` for an AsyncGRPOTrainer."""
+    why = NOT_JUDGED.get(slug)
+    if why is None:
+        return f"not judged for AsyncGRPOTrainer ({MODULE}): {slug} judges GRPO, RLOO and PPO trainers"
+    return f"not judged for AsyncGRPOTrainer ({MODULE}): {why}"
