@@ -6,8 +6,8 @@ error (the config or its files cannot be read) stops the run: the CLI turns it i
 
 One loop for every context, on a floor of its own below all its users: the check's worker (`worker/main.py`),
 `--static` in the printing process (`static/`) and the in-process check of a built trainer (`front/api.py`,
-DoctorCallback). It imports the context and, lazily, the one fact a rule's `needs` can name (`trainer_config`);
-never a rule.
+DoctorCallback). It imports the context and, lazily, the one fact a rule's `needs` can name (`trainer_config`) and
+the facts' words for why a rule does not judge an opt-in trainer (`facts.trl.async_grpo`); never a rule.
 """
 
 from __future__ import annotations
