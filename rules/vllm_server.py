@@ -1,7 +1,7 @@
 """TD018 vllm-server: in server mode, the vLLM server is up, serves the trained model, has room for it.
 
 What it does
-    Server mode (colocate passes, TRL 0.14-0.15 skips): `GET /health` (or `/health/`), `/v1/models`,
+    Server mode (AsyncGRPO's always; colocate passes, TRL 0.14-0.15 skips): `GET /health`, `/v1/models`,
     `/server_info` (1.11+) or `/get_world_size/`, 2 s each, sent only to this machine (loopback,
     wildcard, own address or name; nothing looked up) or a host of `--allow-host HOST[:PORT]`. A
     server elsewhere: skip, saying what the client will ask, the start command and the --allow-host
@@ -35,28 +35,35 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from trl_doctor import Finding, fail, manual, passed, rule, skip, warn
+from trl_doctor import ASYNC_GRPO, Finding, fail, manual, passed, rule, skip, warn
 from trl_doctor.facts.launch.launcher import launch
 from trl_doctor.facts.launch.settings import config_value, settings, vllm_placement
 from trl_doctor.facts.vllm.server import (
     allow_words, installed_client_endpoints, model_names, probe, reach, same_model, server_target,
 )
+from trl_doctor.facts.trl.async_grpo import SERVE as ASYNC_SERVE
+
+ASYNC_SERVER = ("AsyncGRPOTrainer generates on the `vllm serve` at vllm_server_base_url, always (AsyncGRPOConfig has "
+                "no use_vllm)")
+ASYNC_LENGTH = ("not judged for AsyncGRPOTrainer: its rollout worker asks for max_completion_length new tokens and "
+                "sizes its token budget by the server's max_model_len; what it does with a longer request is not read")
 
 
 @rule(
     id="TD018",
     slug="vllm-server",
     title="The vLLM server of server mode is up, serves the trained model and has room for the longest prompt",
-    trainers=("grpo", "rloo"),
+    trainers=("grpo", "rloo", ASYNC_GRPO),
     fixable="never",
     static_skip="it asks the vLLM server",
 )
 def check(ctx):
     s = settings(ctx)
-    if not config_value(ctx, "use_vllm", False):
+    asynchronous = ctx.trainer == ASYNC_GRPO
+    if not asynchronous and not config_value(ctx, "use_vllm", False):
         yield skip("use_vllm is off: generation runs in the trainer, no vLLM server is involved")
         return
-    mode, why = _mode(ctx)
+    mode, why = ("server", ASYNC_SERVER) if asynchronous else _mode(ctx)
     if mode == "colocate":
         yield passed(why, **{"vLLM mode": "colocate"})
         return
@@ -64,10 +71,10 @@ def check(ctx):
         yield skip(why)
         return
     target = server_target(ctx)
-    endpoints = installed_client_endpoints()
+    endpoints = installed_client_endpoints(ctx.trainer)
     where = reach(ctx, target)
     local = where.here
-    need, need_words = _need(ctx, s)
+    need, need_words = (None, ASYNC_LENGTH) if asynchronous else _need(ctx, s)
     details = {
         "vLLM mode": why,
         "server": f"{target.base_url} (from {target.source})",
@@ -97,7 +104,7 @@ def check(ctx):
     if h.status is None:
         details["health"] = f"GET {got.health_path}: {h.error}"
         consequence = (f"the job would retry for vllm_server_timeout ({timeout} s), after taking its GPUs and loading "
-                       "the model, then stop with \"ConnectionError: The vLLM server can't be reached\"")
+                       f"the model, then stop with \"{_unreached(ctx)}\"")
         if not local:
             text = (f"the vLLM server at {target.base_url} is on another machine and {h.error} from here: ")
             if h.kind == "refused":
@@ -124,12 +131,19 @@ def check(ctx):
             return
         yield fail(f"{target.base_url} answers but is not a healthy vLLM server: GET {got.health_path} gives HTTP "
                    f"{h.status}; the trainer waits for vllm_server_timeout ({timeout} s) and then stops with "
-                   f"ConnectionError; start the server with `{start}`", fix, **details)
+                   f"{_unreached(ctx).split(':')[0]}; start the server with `{start}`", fix, **details)
         return
     details["health"] = f"GET {got.health_path}: HTTP {h.status}"
     found, served = _served(ctx, got, endpoints, target, need, need_words, fix, start)
     details.update(served)
     yield from (replace(f, details=dict(details)) for f in found)
+
+
+def _unreached(ctx) -> str:
+    """How the trainer's client stops when no server answers (TRL's VLLMClient; AsyncGRPO's own, its words)."""
+    if ctx.trainer == ASYNC_GRPO:
+        return "TimeoutError: Timed out after ... waiting for vLLM server at ..."
+    return "ConnectionError: The vLLM server can't be reached"
 
 
 def _server_info(ctx, got, endpoints, target, fix, start) -> list[Finding]:
@@ -139,6 +153,10 @@ def _server_info(ctx, got, endpoints, target, fix, start) -> list[Finding]:
     info = got.server_info
     if info is None or info.status is None:
         return []
+    if info.status == 404 and ctx.trainer == ASYNC_GRPO:
+        return [fail(f"the vLLM server at {target.base_url} has no /server_info: it runs without "
+                     "VLLM_SERVER_DEV_MODE=1, which AsyncGRPOTrainer requires for /server_info, /pause and "
+                     f"/init_weight_transfer_engine ({endpoints.where}): its first weight sync fails; `{start}`", fix)]
     if info.status == 404:
         return [fail(f"the vLLM server at {target.base_url} has no /server_info, which the installed TRL's client "
                      f"({endpoints.where}) asks before the first weight sync: TRL raises \"RuntimeError: The vLLM "
@@ -154,7 +172,12 @@ def _server_info(ctx, got, endpoints, target, fix, start) -> list[Finding]:
                         "weight-transfer engine. Restart it with `--weight-transfer-config '{\"backend\": \"nccl\"}'`\" "
                         f"before the first step (`trl vllm-serve` passes it): `{start}`", fix))
     mode = (data.get("model_config") or {}).get("logprobs_mode") if isinstance(data.get("model_config"), dict) else None
-    if mode and mode != "processed_logprobs" and config_value(ctx, "vllm_importance_sampling_correction", True):
+    if mode and mode != "processed_logprobs" and ctx.trainer == ASYNC_GRPO:
+        out.append(warn(f"the vLLM server at {target.base_url} runs with --logprobs-mode {mode}: AsyncGRPOTrainer "
+                        "takes the rollouts' log-probabilities from the server as the old policy's, and its own are "
+                        "the sampled distribution's (temperature applied); TRL's AsyncGRPO example starts the server "
+                        f"with --logprobs-mode processed_logprobs: `{start}`", fix))
+    elif mode and mode != "processed_logprobs" and config_value(ctx, "vllm_importance_sampling_correction", True):
         out.append(warn(f"the vLLM server at {target.base_url} runs with --logprobs-mode {mode}: TRL only warns "
                         "(\"which biases the importance sampling correction\") and the job trains with the bias; "
                         "restart it with --logprobs-mode processed_logprobs (`trl vllm-serve` passes it), or set "
@@ -201,8 +224,11 @@ def _start_command(ctx, need: int | None) -> str:
     tp = config_value(ctx, "vllm_tensor_parallel_size", 1) or 1
     model = ctx.config.model
     where = model.ref if model.in_cache or not model.path.is_dir() else str(model.path)
-    cmd = (f"CUDA_VISIBLE_DEVICES=<spare GPUs> trl vllm-serve --model {where} "
-           f"--tensor-parallel-size {tp}")
+    if ctx.trainer == ASYNC_GRPO:
+        cmd = "CUDA_VISIBLE_DEVICES=<spare GPUs> " + ASYNC_SERVE.format(model=where)
+    else:
+        cmd = (f"CUDA_VISIBLE_DEVICES=<spare GPUs> trl vllm-serve --model {where} "
+               f"--tensor-parallel-size {tp}")
     if need:
         cmd += f" --max-model-len {need}"
     target_port = server_target(ctx).port

@@ -60,7 +60,7 @@ def test_trls_async_grpo_example_is_checked_as_async_grpo():
     assert "kernels-community/flash-attn3" in setup["details"]["attention kernel"]
     for slug in ("version-skew", "model-files", "save-outputs"):
         assert _result(report, slug)["status"] == "pass", _result(report, slug)
-    for slug in ("smoke-step", "batch-geometry", "logits-contract", "vllm-server", "distributed-setup"):
+    for slug in ("smoke-step", "batch-geometry", "logits-contract", "distributed-setup"):
         r = _result(report, slug)
         assert r["status"] == "skip" and r["message"].startswith("not judged for AsyncGRPOTrainer"), r
     assert "needs its `vllm serve`" in _result(report, "smoke-step")["message"]
@@ -115,3 +115,27 @@ def test_two_fsdp2_processes_with_a_lora_warn_and_name_the_adapter_path():
     assert code == 0 and setup["status"] == "warn", setup
     assert "2 processes under FSDP" in setup["message"] and "--enable-lora" in setup["message"], setup
     assert setup["details"]["attention"] == "kernels-community/flash-attn3 on NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize("info, status, words", [
+    ("healthy", "pass", "is up and serves"),
+    ("plain", "fail", "VLLM_SERVER_DEV_MODE=1"),  # a plain `vllm serve`: no dev mode, no /server_info
+    ("raw", "warn", "--logprobs-mode raw_logprobs"),
+])
+def test_the_vllm_serve_asyncgrpo_generates_on_is_probed(info, status, words):
+    """vllm-server judges AsyncGRPO's server (always server mode: AsyncGRPOConfig has no use_vllm) as its own client
+    asks it (trl/experimental/async_grpo/vllm_client.py: /health, /v1/models, /server_info), on a loopback stand-in
+    that answers as vLLM does; the start command is TRL's AsyncGRPO example's."""
+    from test_vllm_server import MODEL, Server, server_info, vllm_routes
+
+    routes = vllm_routes(str(MODEL), 4096, {"healthy": server_info({"backend": "nccl"}), "plain": {},
+                                            "raw": server_info({"backend": "nccl"}, "raw_logprobs")}[info])
+    with Server(routes) as srv:
+        code, report = _check("--select", "vllm-server", launch=("python", SCRIPT, "-", "function", srv.url))
+        asked = list(srv.asked)
+    result = _result(report, "vllm-server")
+    assert result["status"] == status and words in result["message"], result
+    assert code == (1 if status == "fail" else 0)
+    assert "/health" in asked and "/server_info?config_format=json" in asked, asked
+    if status != "pass":
+        assert "VLLM_SERVER_DEV_MODE=1 vllm serve" in result["message"], result

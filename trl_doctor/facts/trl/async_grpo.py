@@ -118,6 +118,20 @@ def fsdp2_only() -> Evidence | None:
     return found[1] if found else None
 
 
+CLIENT_FILE = "experimental/async_grpo/vllm_client.py"
+# how TRL's own AsyncGRPO example starts its server (examples/scripts/async_grpo.py at f2cd57710, its docstring): dev
+# mode for /server_info, /pause and /init_weight_transfer_engine; NCCL weight transfer; the sampled distribution's
+# log-probabilities, which the trainer's ratio is taken against
+SERVE = ("VLLM_SERVER_DEV_MODE=1 vllm serve {model} --logprobs-mode processed_logprobs "
+         "--weight-transfer-config '{{\"backend\":\"nccl\"}}'")
+
+
+def client_text() -> tuple[str, str] | None:
+    """(trl/<file>, text) of the installed AsyncGRPO's own vLLM client (what it asks the server), or None."""
+    text = _text(CLIENT_FILE)
+    return (f"trl/{CLIENT_FILE}", text) if text else None
+
+
 # Why each rule written for GRPOTrainer does not judge AsyncGRPOTrainer (the rules open to any trainer, and
 # async-grpo-setup, do). Read from trl 1.16's trl/experimental/async_grpo.
 NOT_JUDGED = {
@@ -146,7 +160,6 @@ NOT_JUDGED = {
                         "async-grpo-setup judges whether they can reach that process",
     "precision-and-attention": "AsyncGRPOTrainer sets its own attention (FlashAttention-3 from the Hub's kernels) "
                                "whatever the script asks: async-grpo-setup judges that kernel on the launch's GPUs",
-    "vllm-server": "AsyncGRPOTrainer's server (`vllm_server_base_url`) is not probed yet",
     "distributed-setup": "AsyncGRPOTrainer loads its model itself with device_map=None and shards with FSDP2: "
                          "async-grpo-setup judges its processes",
     "vllm-weights": "AsyncGRPOTrainer streams its weights with its own WeightTransferClient (vLLM's weight-transfer "

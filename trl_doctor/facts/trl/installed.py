@@ -26,11 +26,13 @@ _LOCATIONS = {
     "grpo": [("trl", "GRPOTrainer", "GRPOConfig")],
     "rloo": [("trl", "RLOOTrainer", "RLOOConfig")],
     "ppo": [("trl.experimental.ppo", "PPOTrainer", "PPOConfig"), ("trl", "PPOTrainer", "PPOConfig")],
+    "async_grpo": [("trl.experimental.async_grpo", "AsyncGRPOTrainer", "AsyncGRPOConfig")],  # trl >= 1.10
 }
 _SOURCE_FILES = {
     "grpo": ["trainer/grpo_trainer.py"],
     "rloo": ["trainer/rloo_trainer.py"],
     "ppo": ["experimental/ppo/ppo_trainer.py", "trainer/ppo_trainer.py"],
+    "async_grpo": ["experimental/async_grpo/async_grpo_trainer.py"],
 }
 
 

@@ -106,8 +106,16 @@ def client_endpoints(text: str | None, rel: str = "") -> ClientEndpoints:
                            "/server_info" in text)
 
 
-def installed_client_endpoints() -> ClientEndpoints:
+def installed_client_endpoints(trainer: str = "grpo") -> ClientEndpoints:
+    """What the installed TRL's client for `trainer` asks the server: GRPO and RLOO share TRL's VLLMClient; AsyncGRPO
+    has its own (trl/experimental/async_grpo/vllm_client.py)."""
     from trl_doctor.facts.trl.installed import trl_root
+
+    if trainer == "async_grpo":
+        from trl_doctor.facts.trl.async_grpo import client_text
+
+        found = client_text()
+        return client_endpoints(found[1], found[0]) if found else client_endpoints(None)
 
     root = trl_root()
     for rel in CLIENT_MODULES:
