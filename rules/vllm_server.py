@@ -1,7 +1,7 @@
 """TD018 vllm-server: in server mode, the vLLM server is up, serves the trained model, has room for it.
 
 What it does
-    Server mode (AsyncGRPO's always; colocate passes, TRL 0.14-0.15 skips): `GET /health`, `/v1/models`,
+    Server mode (AsyncGRPO's always; colocate passes, 0.14-0.15 skip): `GET /health`, `/v1/models`,
     `/server_info` (1.11+) or `/get_world_size/`, 2 s each, sent only to this machine (loopback,
     wildcard, own address or name; nothing looked up) or a host of `--allow-host HOST[:PORT]`. A
     server elsewhere: skip, saying what the client will ask, the start command and the --allow-host
