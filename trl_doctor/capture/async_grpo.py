@@ -59,6 +59,37 @@ def refusal(exc: BaseException):
     return frame, words, f"trl/{TRAINER_FILE}:{last.tb_lineno}"
 
 
+def record(recorder, trainer: Any, built: dict[str, Any], refused: tuple[str, str] | None = None) -> None:
+    """Record an AsyncGRPOTrainer in the capture's Recorder from its __init__'s locals: stopped at transformers'
+    constructor, or refused by TRL's own checks before it (`refused`: its words and where it raised them)."""
+    from ..facts.trl.async_grpo import Built
+    from ..vocabulary import ASYNC_GRPO
+
+    recorder.trainer_cls = type(trainer)
+    recorder.trainer_kind = ASYNC_GRPO
+    recorder.arguments = {k: v for k, v in built.items() if v is not None}
+    recorder.async_grpo = Built(tuple(spawn_pickling(built)), refused, built.get("weight_transfer") is not None,
+                                built.get("rollout_worker") is not None)
+
+
+def record_refusal(exc: BaseException, recorder) -> bool:
+    """Whether `exc` is TRL's AsyncGRPOTrainer refusing what the script built in its own __init__ (see `refusal`):
+    then it is recorded with that refusal, from the frame that raised it, as the trainer the script built."""
+    from .hooks import _constructor_line
+
+    found = refusal(exc)
+    if found is None:
+        return False
+    frame, words, where = found
+    trainer = frame.f_locals.get("self")
+    built = construction_locals(frame, trainer)
+    if trainer is None or built is None:
+        return False
+    record(recorder, trainer, built, (words, where))
+    recorder.where = _constructor_line(frame, trainer)
+    return True
+
+
 @dataclass(frozen=True)
 class Unpicklable:
     """One object AsyncRolloutWorker would pickle for its child process, and pickle's refusal."""

@@ -6,6 +6,7 @@
   own `except Exception` cannot swallow it) ends the script before the trainer does any work. Any other
   `transformers.Trainer` (TRL's SFT, DPO or OnlineDPO trainers, a script's own Trainer subclass) is stopped
   the same way in transformers' constructor, recorded with no kind: the doctor names it and checks nothing else.
+  TRL's AsyncGRPOTrainer, stopped there after its own set-up, is recorded as kind async_grpo (capture/async_grpo.py).
 - TRL config constructors: the keyword arguments the script (or TRL's parser) passed are kept, since they are
   what the user set; the defaults and what `__post_init__` derives are not.
 - `TrainingArguments.__post_init__`: settings this machine cannot honour but the launch machine will (bf16
@@ -160,30 +161,15 @@ def _async_grpo(recorder: Recorder, frame, trainer: Any) -> bool:
     """Whether `trainer` is TRL's AsyncGRPOTrainer, stopped in transformers' constructor after its own set-up: then
     it is recorded as one (kind async_grpo), with what its __init__ built and what pickle refuses of it."""
     from ..facts.trl.async_grpo import is_async_grpo
-    from .async_grpo import construction_locals
+    from .async_grpo import construction_locals, record
 
     if not is_async_grpo(type(trainer)):
         return False
     built = construction_locals(frame, trainer)
     if built is None:
         return False
-    record_async_grpo(recorder, trainer, built)
+    record(recorder, trainer, built)
     return True
-
-
-def record_async_grpo(recorder: Recorder, trainer: Any, built: dict[str, Any],
-                      refused: tuple[str, str] | None = None) -> None:
-    """Record an AsyncGRPOTrainer from its __init__'s locals: stopped at transformers' constructor, or refused by
-    TRL's own checks before it (`refused`: its words and where it raised them)."""
-    from ..facts.trl.async_grpo import Built
-    from ..vocabulary import ASYNC_GRPO
-    from .async_grpo import spawn_pickling
-
-    recorder.trainer_cls = type(trainer)
-    recorder.trainer_kind = ASYNC_GRPO
-    recorder.arguments = {k: v for k, v in built.items() if v is not None}
-    recorder.async_grpo = Built(tuple(spawn_pickling(built)), refused, built.get("weight_transfer") is not None,
-                                built.get("rollout_worker") is not None)
 
 
 def _held_tokenizers(trainer: Any, processing_class: Any) -> dict[str, Any]:

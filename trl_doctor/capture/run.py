@@ -105,7 +105,9 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
     except (InputError, world.NeedsOneProcess):
         raise
     except BaseException as exc:
-        if _refused_by_async_grpo(exc, recorder):  # TRL's own verdict on what the script built: a finding
+        from .async_grpo import record_refusal
+
+        if record_refusal(exc, recorder):  # TRL's AsyncGRPOTrainer refused what the script built: a finding
             return Captured(command, seen["launched"], recorder)
         message = f"{_shown(command, seen)} failed before constructing a TRL trainer: {type(exc).__name__}: " \
                   f"{one_line(exc)}{_where(exc)}{_no_gpu_hint(exc, has_cuda)}"
@@ -124,25 +126,6 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
         set_user_roots_to(old_roots)
     raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
                      "(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass)")
-
-
-def _refused_by_async_grpo(exc: BaseException, recorder: Recorder) -> bool:
-    """Whether TRL's AsyncGRPOTrainer refused what the script built in its own __init__ (capture/async_grpo.py): then
-    it is recorded with that refusal, from the frame that raised it."""
-    from .async_grpo import construction_locals, refusal
-    from .hooks import _constructor_line, record_async_grpo
-
-    found = refusal(exc)
-    if found is None:
-        return False
-    frame, words, where = found
-    trainer = frame.f_locals.get("self")
-    built = construction_locals(frame, trainer)
-    if trainer is None or built is None:
-        return False
-    record_async_grpo(recorder, trainer, built, (words, where))
-    recorder.where = _constructor_line(frame, trainer)
-    return True
 
 
 _META = re.compile(r"\bmeta\b")  # the word, not "metadata"
