@@ -8,7 +8,7 @@ from importlib.metadata import version
 
 import pytest
 
-from conftest import real_trl, result_of, run_doctor, run_json
+from conftest import FIXTURES, real_trl, result_of, run_doctor, run_json
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
 
@@ -418,29 +418,40 @@ def _broken_on_this_release(case) -> bool:
     return expected_statuses(expected)[0] == ["fail"]
 
 
+def _healthy_cases(root: Path) -> list[Path]:
+    return [c for c in sorted(root.glob("*/ok_*")) if c.suffix in (".yaml", ".yml", ".json")]
+
+
+# one test per rule folder, so that pytest-xdist spreads the sweep over the cores
+HEALTHY_FOLDERS = sorted({c.parent.name for c in _healthy_cases(FIXTURES)})
+
+
+def test_the_smoke_sweep_covers_every_healthy_case():
+    assert len(_healthy_cases(FIXTURES)) > 30
+    assert {c.parent.name for c in _healthy_cases(FIXTURES)} == set(HEALTHY_FOLDERS)
+
+
 @pytest.mark.sweep
 @pytest.mark.slow
-def test_no_false_alarm_on_healthy_fixtures(built_fixtures):
+@pytest.mark.parametrize("folder", HEALTHY_FOLDERS)
+def test_no_false_alarm_on_healthy_fixtures(built_fixtures, folder):
     """Every healthy case of every rule, checked as users check it (no --sample): the step's result is what it was
     (pass, or the PPO-on-trl>=1.13 gap its own expected.yaml names), and nothing is said about real completions."""
     import json
 
-    checked = 0
-    for case in sorted(built_fixtures.glob("*/ok_*")):
-        if case.suffix not in (".yaml", ".yml", ".json"):
+    for case in _healthy_cases(built_fixtures):
+        if case.parent.name != folder:
             continue
         proc = run_doctor("check", str(case), "--select", "smoke-step", "--format", "json")
         if proc.returncode == 2:  # an input the whole check refuses (e.g. a config-only model without tokenizer)
             assert not proc.stdout and "trl-doctor: error:" in proc.stderr, (case, proc.stderr)
             continue
-        checked += 1
         r = result_of(json.loads(proc.stdout), "smoke-step")
         gap = r["status"] == "fail" and "has no PPO trainer" in r["message"]
         assert r["status"] in ("pass", "skip") or gap or _broken_on_this_release(case), (case, r["message"])
         assert not any("real-model" in a for a in r["details"].get("also", [])), case
         if r["status"] == "pass":
             assert r["details"]["real-model completions"].startswith("not sampled"), case
-    assert checked > 30
 
 
 @pytest.mark.other_trl  # trl 1.13.0 from PyPI, first on PYTHONPATH (it has no PPO trainer: real_trl's probe skips)
