@@ -72,11 +72,10 @@ def record(recorder, trainer: Any, built: dict[str, Any], refused: tuple[str, st
                                 built.get("rollout_worker") is not None)
 
 
-def record_refusal(exc: BaseException, recorder) -> bool:
+def record_refusal(exc: BaseException, recorder, line_of) -> bool:
     """Whether `exc` is TRL's AsyncGRPOTrainer refusing what the script built in its own __init__ (see `refusal`):
-    then it is recorded with that refusal, from the frame that raised it, as the trainer the script built."""
-    from .hooks import _constructor_line
-
+    then it is recorded with that refusal, from the frame that raised it, as the trainer the script built (at the
+    script line `line_of(frame, trainer)` finds: the hooks' own)."""
     found = refusal(exc)
     if found is None:
         return False
@@ -86,7 +85,7 @@ def record_refusal(exc: BaseException, recorder) -> bool:
     if trainer is None or built is None:
         return False
     record(recorder, trainer, built, (words, where))
-    recorder.where = _constructor_line(frame, trainer)
+    recorder.where = line_of(frame, trainer)
     return True
 
 

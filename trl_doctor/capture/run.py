@@ -106,8 +106,9 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
         raise
     except BaseException as exc:
         from .async_grpo import record_refusal
+        from .hooks import _constructor_line
 
-        if record_refusal(exc, recorder):  # TRL's AsyncGRPOTrainer refused what the script built: a finding
+        if record_refusal(exc, recorder, _constructor_line):  # TRL's AsyncGRPOTrainer refused the script's: a finding
             return Captured(command, seen["launched"], recorder)
         message = f"{_shown(command, seen)} failed before constructing a TRL trainer: {type(exc).__name__}: " \
                   f"{one_line(exc)}{_where(exc)}{_no_gpu_hint(exc, has_cuda)}"
