@@ -11,7 +11,8 @@ Why is this bad?
     - Its rollout worker is built at construction: ImportError without vllm or aiohttp.
     - The worker pickles `reward_funcs`, `tools`, `environment_factory` for a spawned child when
       training starts (after the server is reached, the first weights sent): a lambda or a
-      closure stops the job there ("... so they must be picklable").
+      closure stops the job there ("... so they must be picklable"); spawn runs the main module
+      again in the child, so a trainer built outside `if __name__ == "__main__":` is built twice.
     - Attention is FlashAttention-3 from the Hub (`kernels-community/flash-attn3`, via the
       `kernels` package): ImportError without it; compute capability 8.x/9.0 only (no V100, T4).
     - FSDP with more than one process: rank 0 sends to vLLM while the other ranks queue the next
@@ -24,8 +25,8 @@ Example
     -> fail: reward_funcs[0] (main.<locals>.<lambda>) cannot be pickled for AsyncGRPO's rollout ...
 
 Fix safety
-    Manual: what TRL says; pip install vllm aiohttp kernels; a module-level function; an Ampere
-    or newer GPU; one trainer process (or trl#7131's gather-first sync); an FSDP2 config.
+    Manual: what TRL says; pip install vllm aiohttp kernels; a module-level function; the main
+    guard; Ampere or newer GPUs; one trainer process (or trl#7131's sync); an FSDP2 config.
 """
 
 from __future__ import annotations
@@ -115,6 +116,19 @@ def _spawned_child(ctx, details):
     details["rollout process"] = ("each of reward_funcs, tools and environment_factory pickles (AsyncRolloutWorker "
                                   "pickles them for its spawned child when training starts)" if not refused else
                                   "; ".join(f"{u.what}: {u.error}" for u in refused))
+    unguarded = _built(ctx).unguarded
+    if unguarded is not None and not _built(ctx).rollout_worker_given:
+        details["main module"] = (f"{unguarded[0]}:{unguarded[1]} builds the trainer outside "
+                                  "`if __name__ == \"__main__\":`")
+        yield _found(fail, "the script builds AsyncGRPOTrainer at its top level, outside an `if __name__ == "
+                     "\"__main__\":` block: its rollout worker starts a child process with multiprocessing's spawn, "
+                     "which runs the main module again in the child (as __mp_main__) before anything else, so the "
+                     "child loads the model and builds and trains a trainer of its own; the job stops when training "
+                     "starts (\"RuntimeError: AsyncRolloutWorker child exited during init\", or \"... did not signal "
+                     "ready\" after its timeout)",
+                     manual("put the script's training code under `if __name__ == \"__main__\":` (TRL's "
+                            "examples/scripts/async_grpo.py calls main() there)"),
+                     Location(unguarded[0], line=unguarded[1]))
     for u in refused:
         where = Location(u.where[0], line=u.where[1]) if u.where else None
         yield _found(fail, f"{u.what} ({u.name}) cannot be pickled for AsyncGRPO's rollout process: {u.error}. The "

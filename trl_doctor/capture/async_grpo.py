@@ -59,9 +59,10 @@ def refusal(exc: BaseException):
     return frame, words, f"trl/{TRAINER_FILE}:{last.tb_lineno}"
 
 
-def record(recorder, trainer: Any, built: dict[str, Any], refused: tuple[str, str] | None = None) -> None:
-    """Record an AsyncGRPOTrainer in the capture's Recorder from its __init__'s locals: stopped at transformers'
-    constructor, or refused by TRL's own checks before it (`refused`: its words and where it raised them)."""
+def record(recorder, trainer: Any, built: dict[str, Any], frame, refused: tuple[str, str] | None = None) -> None:
+    """Record an AsyncGRPOTrainer in the capture's Recorder from its __init__'s locals (`frame` is that __init__'s):
+    stopped at transformers' constructor, or refused by TRL's own checks before it (`refused`: its words and where
+    it raised them)."""
     from ..facts.trl.async_grpo import Built
     from ..vocabulary import ASYNC_GRPO
 
@@ -69,7 +70,55 @@ def record(recorder, trainer: Any, built: dict[str, Any], refused: tuple[str, st
     recorder.trainer_kind = ASYNC_GRPO
     recorder.arguments = {k: v for k, v in built.items() if v is not None}
     recorder.async_grpo = Built(tuple(spawn_pickling(built)), refused, built.get("weight_transfer") is not None,
-                                built.get("rollout_worker") is not None)
+                                built.get("rollout_worker") is not None, unguarded_main(frame))
+
+
+def unguarded_main(frame) -> tuple[str, int] | None:
+    """(file, line) of the main module's top-level statement that is building the trainer (the script's, or the
+    module `python -m` runs: sys.modules["__main__"] as the capture runs it, as the job will), when that statement is
+    outside an `if __name__ == "__main__":` block; None when it is inside one, or the trainer is built from no
+    main module's top level (a console script's entry function), or the file cannot be read.
+
+    AsyncRolloutWorker starts its child with multiprocessing's spawn, which runs the main module again in the child
+    (as `__mp_main__`) before the child does anything: unguarded, the whole script runs there once more."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    main_globals = getattr(main, "__dict__", None)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is main_globals:
+            file, line = frame.f_code.co_filename, frame.f_lineno
+            guarded = _in_main_guard(file, line)
+            return (file, line) if guarded is False else None
+        frame = frame.f_back
+    return None
+
+
+def _in_main_guard(file: str, line: int) -> bool | None:
+    """Whether `line` of `file` lies in a top-level `if __name__ == "__main__":` block (None: the file does not read
+    or parse)."""
+    import ast
+
+    try:
+        with open(file, "rb") as f:
+            tree = ast.parse(f.read(4 << 20))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_main_test(node.test) and node.lineno <= line <= (node.end_lineno or 0):
+            return True
+    return False
+
+
+def _is_main_test(test) -> bool:
+    import ast
+
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, *test.comparators]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    mains = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(mains) == 1
 
 
 def record_refusal(exc: BaseException, recorder, line_of) -> bool:
@@ -84,7 +133,7 @@ def record_refusal(exc: BaseException, recorder, line_of) -> bool:
     built = construction_locals(frame, trainer)
     if trainer is None or built is None:
         return False
-    record(recorder, trainer, built, (words, where))
+    record(recorder, trainer, built, frame, (words, where))
     recorder.where = line_of(frame, trainer)
     return True
 

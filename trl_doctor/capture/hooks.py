@@ -168,7 +168,7 @@ def _async_grpo(recorder: Recorder, frame, trainer: Any) -> bool:
     built = construction_locals(frame, trainer)
     if built is None:
         return False
-    record(recorder, trainer, built)
+    record(recorder, trainer, built, frame)
     return True
 
 

@@ -32,6 +32,9 @@ class Built:
     refused: tuple[str, str] | None = None  # TRL's own refusal in its __init__: (its words, trl/<file>:<line>)
     weight_transfer_given: bool = False  # the script gave its own weight_transfer (it owns the sync)
     rollout_worker_given: bool = False  # the script gave its own rollout_worker (it owns generation and scoring)
+    # (file, line) of the main module's top-level statement that built the trainer, outside any
+    # `if __name__ == "__main__":` block: the rollout worker's spawned child runs it again (capture/async_grpo.py)
+    unguarded: tuple[str, int] | None = None
 
 
 def is_async_grpo(cls: type | None) -> bool:
