@@ -29,12 +29,15 @@ _LOCALS = ("model", "args", "train_dataset", "processing_class", "callbacks", "o
 PICKLE_LIMIT = 64 << 20  # bytes pickled per object before it is taken as picklable (a captured model, a big table)
 
 
+def _trl_init(code) -> bool:
+    """Whether `code` is AsyncGRPOTrainer.__init__ in the installed TRL's file."""
+    return code.co_name == "__init__" and code.co_filename.replace("\\", "/").endswith(TRAINER_FILE)
+
+
 def construction_locals(frame, trainer: Any) -> dict[str, Any] | None:
     """The locals of the AsyncGRPOTrainer.__init__ frame (above `frame`) building `trainer`, or None."""
     while frame is not None:
-        code = frame.f_code
-        if code.co_name == "__init__" and code.co_filename.replace("\\", "/").endswith(TRAINER_FILE) and \
-                frame.f_locals.get("self") is trainer:
+        if _trl_init(frame.f_code) and frame.f_locals.get("self") is trainer:
             found = frame.f_locals
             return {name: found[name] for name in _LOCALS if name in found}
         frame = frame.f_back
@@ -52,8 +55,7 @@ def refusal(exc: BaseException):
     while tb is not None:
         last, tb = tb, tb.tb_next
     frame = last.tb_frame if last is not None else None
-    if frame is None or frame.f_code.co_name != "__init__" or \
-            not frame.f_code.co_filename.replace("\\", "/").endswith(TRAINER_FILE):
+    if frame is None or not _trl_init(frame.f_code):
         return None
     words = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
     return frame, words, f"trl/{TRAINER_FILE}:{last.tb_lineno}"

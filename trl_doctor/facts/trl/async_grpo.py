@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from trl_doctor.facts.inputs.text import line_of as _line
-from trl_doctor.facts.trl.installed import trl_root
+from trl_doctor.facts.inputs.text import line_of as _line, line_text as _line_text
+from trl_doctor.facts.trl.installed import module_text as _text
 
 MODULE = "trl.experimental.async_grpo"
 TRAINER_FILE = "experimental/async_grpo/async_grpo_trainer.py"
@@ -43,12 +43,6 @@ def is_async_grpo(cls: type | None) -> bool:
     return cls is not None and any(c.__name__ == CLASS and c.__module__.startswith(MODULE) for c in cls.__mro__)
 
 
-def _text(rel: str) -> str | None:
-    root = trl_root()
-    path = root / rel if root is not None else None
-    return path.read_text(encoding="utf-8") if path is not None and path.is_file() else None
-
-
 @dataclass(frozen=True)
 class Evidence:
     where: str  # trl/<file>:<line>
@@ -58,13 +52,16 @@ class Evidence:
         return f"{self.where}: `{self.code}`"
 
 
+def _evidence(rel: str, text: str, pos: int) -> Evidence:
+    return Evidence(f"trl/{rel}:{_line(text, pos)}", _line_text(text, pos))
+
+
 def _find(pattern: str, files: tuple[str, ...]) -> tuple[re.Match, Evidence] | None:
     for rel in files:
         text = _text(rel)
         m = re.search(pattern, text) if text else None
         if m is not None:
-            line = _line(text, m.start())
-            return m, Evidence(f"trl/{rel}:{line}", text.splitlines()[line - 1].strip())
+            return m, _evidence(rel, text, m.start())
     return None
 
 
@@ -83,8 +80,7 @@ def attention_kernel() -> tuple[str, Evidence] | None:
         text = _text(rel)
         for m in _KERNEL_RE.finditer(text or ""):
             if "aiter" not in m.group(1):  # AMD's (torch.version.hip)
-                line = _line(text, m.start())
-                return m.group(1), Evidence(f"trl/{rel}:{line}", text.splitlines()[line - 1].strip())
+                return m.group(1), _evidence(rel, text, m.start())
     return None
 
 
@@ -109,8 +105,7 @@ def worker_requirements() -> list[tuple[str, str, Evidence]]:
     text = _text(rel) or ""
     out = []
     for m in _REQUIRES_RE.finditer(text):
-        line = _line(text, m.start())
-        out.append((m.group(1), m.group(2), Evidence(f"trl/{rel}:{line}", text.splitlines()[line - 1].strip())))
+        out.append((m.group(1), m.group(2), _evidence(rel, text, m.start())))
     return out
 
 

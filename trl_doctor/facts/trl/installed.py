@@ -216,7 +216,7 @@ def pad_ids_zeroed(trainer: str) -> str | None:
     if not ppo_style(trainer):
         return None
     for rel in ("trainer/utils.py", "experimental/ppo/ppo_trainer.py", "experimental/utils.py", "trainer/ppo_trainer.py"):
-        text = _helper_text(rel)
+        text = module_text(rel)
         m = _PAD_TO_ZERO.search(text) if text else None
         if m is not None:
             return f"trl/{rel}:{_line(text, m.start())}: `{m.group(0)}`"
@@ -229,8 +229,8 @@ def trainer_mentions(trainer: str, text: str) -> bool:
     return found is not None and text in found[1]
 
 
-def _helper_text(rel: str) -> str | None:
-    """The text of a TRL module other than a trainer (`trainer/utils.py`), or None."""
+def module_text(rel: str) -> str | None:
+    """The text of an installed TRL module by its path under trl/ (`trainer/utils.py`), or None."""
     root = trl_root()
     path = root / rel if root is not None else None
     return path.read_text(encoding="utf-8") if path is not None and path.is_file() else None
@@ -261,7 +261,7 @@ def generation_without_kv_cache(trainer: str) -> tuple[bool | None, str]:
 def create_model_default_dtype() -> str | None:
     """The dtype TRL's create_model_from_path loads with when no dtype is given ("float32" in TRL 1.x:
     `model_init_kwargs.get("dtype", "float32")` in trl/trainer/utils.py), or None when it has no such default."""
-    utils = _helper_text("trainer/utils.py")
+    utils = module_text("trainer/utils.py")
     if utils and re.search(r"""get\(\s*["']dtype["']\s*,\s*["']float32["']\s*\)""", utils):
         return "float32"
     return None
@@ -274,7 +274,7 @@ def dtype_key(trainer: str) -> str:
     found = trainer_source(trainer)
     if found:
         texts.append(found[1])
-    utils = _helper_text("trainer/utils.py")
+    utils = module_text("trainer/utils.py")
     if utils is not None:
         texts.append(utils)
     text = "\n".join(texts)
@@ -325,7 +325,7 @@ def logits_reading(trainer: str) -> LogitsReading:
     if re.search(r"fused_lm_head\s*=\s*True", src):
         for i, (helper, name) in enumerate((("kernels/chunked_logprob.py", "TOKEN_CHUNK_SIZE"),
                                             ("trainer/utils.py", "_CHUNKED_LOGPROB_CHUNK_SIZE"))):
-            text = _helper_text(helper)
+            text = module_text(helper)
             m = re.search(rf"^{name}\s*=\s*(\d+)", text, re.M) if text is not None else None
             if m:
                 tile[i] = int(m.group(1))
@@ -359,7 +359,7 @@ def vllm_code_mentions(trainer: str, name: str) -> bool:
     """Whether the installed trainer's vLLM code (its own source and trl/generation/vllm_generation.py) names
     `name`, a config field such as vllm_max_model_length: the field then reaches vLLM."""
     found = trainer_source(trainer)
-    generation = _helper_text("generation/vllm_generation.py")
+    generation = module_text("generation/vllm_generation.py")
     return name in (found[1] if found else "") + (generation or "")
 
 
