@@ -33,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT / "fixtures" / "models" / "qwen2-chat"  # built by fixtures/build.py: 320 ids, eos 2, pad 0
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))  # python -P leaves it off
 from _shapes import QWEN25  # noqa: E402  (benchmarks/_shapes.py)
 
 SHAPES = {k: QWEN25[k] for k in ('0.5b', '1.5b', '7b')}
@@ -147,13 +148,18 @@ class NvmlPeak:
         return max(self.peak, self.used())
 
 
+def length_reward(completions, **kwargs) -> list[float]:
+    """The completions' lengths: plain-text prompts give plain-text completions, which trl.rewards'
+    think_format_reward (conversational only) cannot read (the H100 run of 2026-11-26 stopped there on every case)."""
+    return [float(len(c if isinstance(c, str) else c[-1]["content"])) for c in completions]
+
+
 def measure(case: Case, model_dir: str, data: str, out_dir: str, baseline: int) -> dict:
     """One real GRPOTrainer step of the case's config on cuda: the allocator's and NVML's peaks."""
     import torch
     from datasets import load_dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
-    from trl.rewards import think_format_reward
 
     nvml = NvmlPeak()
     keys = case.config(model_dir, data)
@@ -166,7 +172,7 @@ def measure(case: Case, model_dir: str, data: str, out_dir: str, baseline: int) 
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM")  # PEFT's default targets, as TRL's CLI
-    trainer = GRPOTrainer(model=model_dir, reward_funcs=[think_format_reward], args=args,
+    trainer = GRPOTrainer(model=model_dir, reward_funcs=[length_reward], args=args,
                           train_dataset=load_dataset("json", data_files=data, split="train"),
                           processing_class=AutoTokenizer.from_pretrained(str(TOKENIZER)), peft_config=peft_config)
     torch.cuda.synchronize()

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))  # python -P leaves it off
 from _shapes import QWEN25  # noqa: E402  (benchmarks/_shapes.py)
 
 SHAPES = {k: QWEN25[k] for k in ('tiny', '0.5b', '7b')}

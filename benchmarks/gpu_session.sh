@@ -9,8 +9,11 @@
 #            (7B shape, bf16: clone against fingerprints)                                      about 6 min on an H100
 #   memory   bench_gpu_memory for the 0.5B and 1.5B shapes (17 real GRPO steps)              about 6 min
 #   memory7b bench_gpu_memory for the 7B shape (8 cases; those whose estimate exceeds the GPU are not run)  about 6 min
+#   short    the gpu tests, bench_sample 0.5B and bench_gpu_memory 0.5B: one device call of about 8 minutes, for a
+#            session lent 15 minutes of device time
 #   all      the three in a row (over one device call's 10 minutes: run the parts as separate calls there)
 #
+# GPU_TESTS_K=EXPR selects the gpu tests of `short` (pytest -k), for a rerun of the ones that failed.
 # Each part installs the wheels when they are not there yet (a warm machine keeps them between calls).
 set -uo pipefail
 part=${1:-all}
@@ -56,6 +59,21 @@ lane() {
     cat "$OUT/bench_snapshot.txt" | tee -a "$log"
 }
 
+short() {
+    nvidia-smi >>"$log" 2>&1
+    step "fixtures"
+    python3 -P fixtures/build.py >>"$log" 2>&1
+    step "gpu tests"
+    python3 -P -m pytest -p no:cacheprovider -m gpu -v -s ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} tests/test_gpu.py \
+        >"$OUT/gpu_tests.log" 2>&1
+    tail -3 "$OUT/gpu_tests.log" | tee -a "$log"
+    step "bench_sample 0.5b"
+    python3 -P benchmarks/bench_sample.py --shape 0.5b --prompts 2 --generations 8 --tokens 128 --repeat 3 \
+        >"$OUT/bench_sample.txt" 2>>"$log"
+    cat "$OUT/bench_sample.txt" | tee -a "$log"
+    memory 0.5b small
+}
+
 memory() {
     step "bench_gpu_memory $1"
     python3 -P benchmarks/bench_gpu_memory.py --shapes "$1" --timeout 200 --out "$OUT/gpu_memory_$2.md" >>"$log" 2>&1
@@ -65,9 +83,10 @@ memory() {
 install
 case "$part" in
     lane) lane ;;
+    short) short ;;
     memory) memory 0.5b,1.5b small ;;
     memory7b) memory 7b 7b ;;
     all) lane; memory 0.5b,1.5b small; memory 7b 7b ;;
-    *) echo "unknown part $part: lane, memory, memory7b or all"; exit 2 ;;
+    *) echo "unknown part $part: lane, short, memory, memory7b or all"; exit 2 ;;
 esac
 step "done"

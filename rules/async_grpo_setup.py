@@ -36,7 +36,7 @@ from typing import Any
 from trl_doctor import ASYNC_GRPO, fail, Location, manual, passed, rule, warn
 from trl_doctor.facts.launch.launcher import compute_capability, launch, package_version, process_count, sharding
 from trl_doctor.facts.trl.async_grpo import (Built, attention_kernel, fsdp2_only, weight_sync_interleaved,
-                                             worker_requirements)
+                                             construction_requirements)
 
 TRL_WORDS = ("AsyncRolloutWorker forwards reward_funcs / tools / environment_factory to a spawned child process, so "
              "they must be picklable")
@@ -72,19 +72,22 @@ def _built(ctx) -> Built:
 
 
 def _packages(ctx, details):
-    """The packages the installed AsyncRolloutWorker refuses to start without (vllm, aiohttp), read from its source."""
-    if _built(ctx).rollout_worker_given:
+    """The packages AsyncGRPOTrainer's __init__ stops without (vllm, aiohttp), where the installed TRL requires them:
+    its weight-transfer client for a full-weight sync, then its rollout worker (read from their source)."""
+    built = _built(ctx)
+    if built.rollout_worker_given:
         details["rollout worker"] = "the script gives its own rollout_worker"
-        return
     the_launch = launch(ctx)
-    for package, words, evidence in worker_requirements():
+    full_sync = not built.weight_transfer_given and not (ctx.live is not None and ctx.live.peft_config_given)
+    for package, words, evidence in construction_requirements(full_weight_sync=full_sync,
+                                                              rollout_worker=not built.rollout_worker_given):
         have = package_version(package)
-        details[f"{package} (the rollout worker's)"] = "installed" if have else "not installed"
+        details[f"{package} (AsyncGRPO's)"] = "installed" if have else "not installed"
         if have is None and the_launch.software_here:
-            yield _found(fail, f"{package} is not installed, and AsyncGRPOTrainer builds its rollout worker at "
-                         f"construction: \"ImportError: {words}\" ({evidence.where})", manual(f"pip install {package}"))
+            yield _found(fail, f"{package} is not installed, and AsyncGRPOTrainer stops at construction: "
+                         f"\"ImportError: {words}\" ({evidence.where})", manual(f"pip install {package}"))
         elif have is None:
-            details[f"{package} (the rollout worker's)"] = f"not installed here ({the_launch.not_judged})"
+            details[f"{package} (AsyncGRPO's)"] = f"not installed here ({the_launch.not_judged})"
 
 
 def _sharding(ctx, details):

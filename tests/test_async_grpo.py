@@ -92,14 +92,15 @@ def test_trls_own_refusal_of_a_lora_on_lm_head_is_a_finding_with_its_words():
 
 def test_fsdp2_on_eight_v100s_without_the_packages():
     """TRL's fsdp2.yaml (8 processes) on 8 V100s, judged as the launch's environment (--target-env this: vllm and
-    kernels are not installed here): the rollout worker's vllm, the kernels package, FlashAttention-3 on compute
-    capability 7.0, and the multi-rank FSDP2 weight sync (trl#7103) are each a fail."""
+    kernels are not installed here): vllm (at the weight-transfer client TRL builds first for a full-weight sync, as
+    TRL's own run on an H100 stopped), the kernels package, FlashAttention-3 on compute capability 7.0, and the
+    multi-rank FSDP2 weight sync (trl#7103) are each a fail."""
     code, report = _check("--target", "8xV100-32GB", "--target-env", "this", "--select", "async-grpo-setup",
                           launch=("accelerate", "launch", "--config_file", "fsdp2.yaml", SCRIPT))
     setup = _result(report, "async-grpo-setup")
     assert code == 1 and setup["status"] == "fail", setup
     said = [setup["message"], *setup["details"].get("also", [])]
-    for words in ("vLLM is required to use AsyncRolloutWorker", "`kernels` is not installed",
+    for words in ("vLLM is required to use WeightTransferClient", "`kernels` is not installed",
                   "Tesla V100-SXM2-32GB is older", "8 processes under FSDP"):
         assert any(words in s for s in said), (words, said)
     assert "trl#7103" in said[-1] and "send_weights(self._streaming_iter())" in setup["details"]["weight sync code"]
@@ -115,6 +116,12 @@ def test_two_fsdp2_processes_with_a_lora_warn_and_name_the_adapter_path():
     assert code == 0 and setup["status"] == "warn", setup
     assert "2 processes under FSDP" in setup["message"] and "--enable-lora" in setup["message"], setup
     assert setup["details"]["attention"] == "kernels-community/flash-attn3 on NVIDIA H100 80GB HBM3"
+    # judged as the launch's environment: an adapter is no NCCL sync, so vllm is first required by the rollout worker
+    code, report = _check("--target", "2xH100-80GB", "--target-env", "this", "--select", "async-grpo-setup",
+                          launch=("python", SCRIPT, "-", "lora"))
+    setup = _result(report, "async-grpo-setup")
+    said = " ".join([setup["message"], *setup["details"].get("also", [])])
+    assert "vLLM is required to use AsyncRolloutWorker" in said and "WeightTransferClient" not in said, said
 
 
 @pytest.mark.parametrize("info, status, words", [

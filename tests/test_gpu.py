@@ -11,6 +11,7 @@ GPU, through the real command. benchmarks/gpu_session.sh runs them on a GPU mach
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -107,3 +108,46 @@ def test_flash_attention_2_is_judged_as_this_environment_meets_it(tmp_path, real
     else:
         assert r["status"] in ("fail", "warn"), r  # warn: transformers' Hub-kernel fallback through `kernels`
         assert "not installed" in r["message"] or "does not import" in r["message"], r
+
+
+def _imports(module: str) -> bool:
+    return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def test_async_grpo_setup_judges_this_gpu_as_trls_own_run_meets_it(built_fixtures):
+    """Issue 46, item 3, on the launch machine itself: TD023 reads this GPU through NVML (FlashAttention-3 needs
+    compute capability 8.x or 9.0) and this environment's packages, and TRL's own example, run here on the GPU,
+    stops where the doctor says it will (AsyncRolloutWorker's ImportError when vLLM is missing)."""
+    import torch
+
+    from trl_doctor.facts.trl.installed import trl_root
+
+    root = trl_root()
+    if root is None or not (root / "experimental" / "async_grpo" / "async_grpo_trainer.py").is_file():
+        pytest.skip("the installed TRL has no AsyncGRPOTrainer (trl >= 1.10)")
+    launch = FIXTURES / "launch"
+    proc = subprocess.run([sys.executable, "-m", "trl_doctor", "check", "--no-smoke", "--select", "async-grpo-setup",
+                           "--format", "json", "--", "python", "async_grpo_example.py"], cwd=launch,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.stdout, proc.stderr
+    found = [x for x in json.loads(proc.stdout)["results"] if x["rule"] == "async-grpo-setup"]
+    r = found[0]
+    said = " ".join([x["message"] for x in found] + [a for x in found for a in x["details"].get("also", [])])
+    name = torch.cuda.get_device_name(0)
+    major, _ = torch.cuda.get_device_capability(0)
+    has_vllm, has_kernels = _imports("vllm") and _imports("aiohttp"), _imports("kernels")
+    print("TD023 on", name, json.dumps(found, indent=1))
+    if 8 <= major <= 9:
+        assert name in r["details"].get("attention", ""), r["details"]
+    elif major < 8:
+        assert "older" in said, said
+    assert ("vllm is not installed" in said) == (not has_vllm), said
+    assert ("`kernels` is not installed" in said) == (not has_kernels), said
+    # TRL's own run of the same script on this GPU: where the doctor fails it for vLLM, TRL stops at construction
+    truth = subprocess.run([sys.executable, "async_grpo_example.py"], cwd=launch, capture_output=True, text=True,
+                           timeout=600)
+    print("TRL's own run: exit", truth.returncode, truth.stderr[-1500:])
+    if not has_vllm:  # the same cause: the ImportError the doctor quotes is the one TRL's run stops at
+        # (the H100 run of 2026-11-26 found the doctor quoting the rollout worker's, which TRL builds second)
+        quoted = re.search(r'"ImportError: ([^"]+)"', said).group(1)
+        assert truth.returncode != 0 and f"ImportError: {quoted}" in truth.stderr, (quoted, truth.stderr)

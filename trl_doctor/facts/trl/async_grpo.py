@@ -97,15 +97,26 @@ def weight_sync_interleaved() -> Evidence | None:
 _REQUIRES_RE = re.compile(r"""if not is_(\w+)_available\(\):\s*raise ImportError\(\s*["']([^"']+)["']""")
 
 
-def worker_requirements() -> list[tuple[str, str, Evidence]]:
-    """(package, TRL's words, where) for each package the installed AsyncRolloutWorker refuses to start without (trl
-    1.16: `if not is_vllm_available(): raise ImportError("vLLM is required to use AsyncRolloutWorker...")`, and
-    aiohttp), raised when AsyncGRPOTrainer builds its rollout worker, right after transformers' constructor."""
-    rel = "experimental/async_grpo/async_rollout_worker.py"
-    text = _text(rel) or ""
-    out = []
-    for m in _REQUIRES_RE.finditer(text):
-        out.append((m.group(1), m.group(2), _evidence(rel, text, m.start())))
+# What AsyncGRPOTrainer.__init__ builds that refuses to start without a package, in the order it builds them (trl
+# 1.16: the NCCL weight-transfer client at async_grpo_trainer.py:1353, then the rollout worker at :1367)
+_BUILDERS = (("experimental/async_grpo/weight_transfer.py", "WeightTransferClient"),
+             ("experimental/async_grpo/async_rollout_worker.py", "AsyncRolloutWorker"))
+
+
+def construction_requirements(*, full_weight_sync: bool, rollout_worker: bool) -> list[tuple[str, str, Evidence]]:
+    """(package, TRL's words, where) for each package AsyncGRPOTrainer.__init__ stops without, at the first place the
+    installed TRL requires it (`if not is_vllm_available(): raise ImportError(...)`): the WeightTransferClient it builds
+    for a full-weight NCCL sync (no weight_transfer given and no PEFT adapter, which goes to the server as files),
+    then its AsyncRolloutWorker (vllm, aiohttp) unless the script gives its own. Read on an H100 on 2026-11-26: TRL's
+    example without vLLM stops at WeightTransferClient's ImportError, before the rollout worker's."""
+    builds = [b for b, wanted in zip(_BUILDERS, (full_weight_sync, rollout_worker)) if wanted]
+    out, seen = [], set()
+    for rel, _cls in builds:
+        text = _text(rel) or ""
+        for m in _REQUIRES_RE.finditer(text):
+            if m.group(1) not in seen:
+                seen.add(m.group(1))
+                out.append((m.group(1), m.group(2), _evidence(rel, text, m.start())))
     return out
 
 
