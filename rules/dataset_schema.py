@@ -291,7 +291,8 @@ def _diagnose_file(ctx, exc: InputError, extra: dict):
 
 def _reward_columns(ctx, columns) -> tuple[dict[str, Any], list[Finding]]:
     """(the details: the columns each reward function takes, what TRL passes; the findings, without details)."""
-    passed_names, excluded, evidence = _reward_contract(ctx.trainer)
+    passed_names, excluded, evidence = _reward_contract(ctx.trainer,
+                                                        config_value(ctx, "environment_factory") is not None)
     available = set(passed_names) | (set(columns) - set(excluded))
     needs, out, notes = {}, [], {}
     for name in ctx.config.reward_funcs:
@@ -354,15 +355,16 @@ def _environments(ctx, ds, columns) -> tuple[dict[str, Any], list[Finding]]:
         "minutes or hours into the run; add the environment or fix the rows", **{"rows naming no environment": rows[:20]})]
 
 
-def _reward_contract(trainer: str) -> tuple[list[str], list[str], str]:
-    """(keywords the installed trainer always passes reward functions, dataset columns it keeps out, evidence), read
-    from its source by the helper the reward-functions rule and the smoke step share."""
+def _reward_contract(trainer: str, environments: bool) -> tuple[list[str], list[str], str]:
+    """(keywords the installed trainer passes reward functions, dataset columns it keeps out, evidence), read from its
+    source by the helper the reward-functions rule and the smoke step share; `environments`: the job has an
+    environment_factory, whose instances TRL also passes (`environments=`)."""
     from trl_doctor.facts.rewards import reward_call
 
     call = reward_call(trainer)
     if call is None or not call.keywords:
         return list(DEFAULT_PASSED), list(DEFAULT_EXCLUDED), "the trainer's reward call was not found: assumed"
-    return list(call.call_names()), list(call.excluded_columns), call.evidence or call.source
+    return list(call.call_names(environments)), list(call.excluded_columns), call.evidence or call.source
 
 
 def _reward_params(name: str, base_dir: Path):

@@ -42,7 +42,7 @@ from trl_doctor.facts.inputs.models import SCRIPT_OBJECT, scorer_folder, scorer_
 from trl_doctor.facts.trl.installed import TRAINER_CLASS, trainer_mentions
 from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, call_reward, is_async, new_stats,
                                      record_values, reward_call, reward_fence, reward_problem, resolve_reward,
-                                     as_trl_reads)
+                                     as_trl_reads, environments_for)
 from trl_doctor.facts.inputs.text import config_relative
 from trl_doctor.facts.launch.settings import config_value
 from trl_doctor.facts.trl.trainer_config import trainer_config
@@ -248,6 +248,18 @@ def _trainer_state(ctx):
                                     float(config_value(ctx, "num_train_epochs", 3.0) or 3.0))
 
 
+def _has_environments(ctx) -> bool:
+    return config_value(ctx, "environment_factory") is not None
+
+
+def _environment_factory(ctx):
+    """The script's environment_factory as it passed it (a callable, or a dict of them)."""
+    names = config_value(ctx, "environment_factory")
+    if isinstance(names, dict):
+        return {k: resolve_reward(v, ctx.config.base_dir) for k, v in names.items()}
+    return resolve_reward(names, ctx.config.base_dir)
+
+
 def _probe_inputs(ctx, call: RewardCall) -> tuple[dict | None, str]:
     """The keyword arguments of one probe call (2 dataset rows x 2 synthetic completions), or None and why not."""
     try:
@@ -294,6 +306,14 @@ def _probe_inputs(ctx, call: RewardCall) -> tuple[dict | None, str]:
             kwargs[key] = (lambda *a, _k=key, **kw: logged[_k].append(a or kw))
         else:
             kwargs[key] = None
+    if call.environment_extras and _has_environments(ctx):
+        try:
+            envs = environments_for(_environment_factory(ctx), inputs)
+        except Exception as exc:  # the user's factory or reset: its error is the smoke step's to judge, in TRL's run
+            return None, ("functions imported and signatures checked, not called: the environment_factory's "
+                          f"environments could not be built and reset as TRL does ({type(exc).__name__}: "
+                          f"{str(exc)[:160]})")
+        kwargs.update({key: envs for key in call.environment_extras})
     fmt = "conversational: one assistant message each" if conversational else "plain text"
     note = (f"called on the dataset's first {n} row(s) x {len(COMPLETIONS)} synthetic completions ({fmt}), "
             f"{len(prompts)} completions per call")
@@ -313,7 +333,7 @@ def _probe(ctx, name: str, func, call: RewardCall, inputs: dict | None, trl_vers
     if inputs is not None:
         kwargs = inputs["kwargs"]
     else:
-        kwargs = {k: None for k in call.keywords + call.extras}
+        kwargs = {k: None for k in call.call_names(environments=_has_environments(ctx))}
         kwargs.update({c: None for c in _columns_or_empty(ctx) if c not in call.excluded_columns})
     extra: dict[str, Any] = {}
     bound = bind_problem(func, name, signature, (), kwargs)
@@ -343,7 +363,7 @@ def _probe(ctx, name: str, func, call: RewardCall, inputs: dict | None, trl_vers
     if "raised" in outcome:
         stats["raised"] = outcome["raised"]
         message = reward_problem(name, stats, trl_version, short, call)
-        columns = [k for k in kwargs if k not in call.call_names()]
+        columns = [k for k in kwargs if k not in call.call_names(environments=True)]
         message += (f" when called as trl {trl_version} calls it (dataset columns passed: "
                      f"{', '.join(columns) or 'none'}; completions in the dataset's format)")
         return (fail, message), "", None, extra

@@ -687,3 +687,19 @@ def test_a_row_naming_an_environment_the_factory_lacks_fails_before_the_step_tha
     assert schema["details"]["environments"] == ["counter", "echo"]
     if status == "fail":
         assert "'calculator'" in schema["message"] and "first at row 6" in schema["message"], schema
+
+
+@pytest.mark.skipif(not _tools_trl(), reason="the installed TRL's GRPOTrainer takes no environment_factory")
+def test_trls_2048_example_whose_reward_reads_the_environments_is_not_failed():
+    """TRL's examples/scripts/grpo_2048.py (f2cd577, fixtures/launch/grpo_2048_example.py): its reward is
+    `reward_score(environments, **kwargs)`, and TRL passes `environments=` (one instance per completion) to every
+    reward function of a job with an environment_factory. dataset-schema and reward-functions failed it ("takes
+    `environments` without a default, but the dataset has no such column"), a false alarm the accuracy harness found
+    (TRL trains it). Now the reward is called as TRL calls it, with environments built and reset as TRL does."""
+    code, report = run_json("check", "--no-smoke", "--select", "dataset-schema,reward-functions", "--", "python",
+                            "grpo_2048_example.py")
+    schema, rewards = result_of(report, "dataset-schema"), result_of(report, "reward-functions")
+    assert code == 0 and schema["status"] == "pass" and rewards["status"] == "pass", (schema, rewards)
+    assert "environments=" in rewards["details"]["arguments passed"], rewards["details"]
+    assert rewards["details"]["reward __main__.reward_score"] == [0.0, 0.0, 0.0, 0.0]  # each game's score after reset
+    assert "environments" in schema["details"]["TRL passes reward functions"], schema["details"]

@@ -208,6 +208,33 @@ def test_call_contract_of_trl_0152():
     assert call.eos_pad_for_reward_models
 
 
+def test_call_contract_reads_what_is_passed_only_to_a_job_with_environments():
+    """trl 1.16 sets `reward_kwargs["environments"] = self.environments` inside `if self.environments is not None:`:
+    passed with an environment_factory only (TRL's grpo_2048.py's reward takes it); other conditional entries stay
+    out of the contract."""
+    from trl_doctor.facts.rewards import parse_reward_call
+
+    text = """
+        reward_kwargs["trainer_state"] = self.state
+        if self.environments is not None:
+            reward_kwargs["environments"] = self.environments
+        if self.other:
+            reward_kwargs["sometimes"] = 1
+        out = reward_func(prompts=prompts, completions=completions, **reward_kwargs)
+"""
+    call = parse_reward_call("trl/trainer/grpo_trainer.py", text)
+    assert call.extras == ("trainer_state",) and call.environment_extras == ("environments",)
+    assert call.call_names() == ("prompts", "completions", "trainer_state")
+    assert call.call_names(environments=True)[-1] == "environments"
+    if GRPO_CALL is not None and GRPO_CALL.extras:  # the installed TRL, where it has environment_factory
+        import inspect
+
+        from trl import GRPOTrainer
+
+        takes = "environment_factory" in inspect.signature(GRPOTrainer.__init__).parameters
+        assert ("environments" in GRPO_CALL.environment_extras) == takes, GRPO_CALL
+
+
 def test_builtin_reward_names(built_fixtures, tmp_path):
     """`reward_funcs` names from trl.rewards, as `trl grpo` resolves them; a required argument the dataset lacks
     is named as a missing column."""

@@ -233,6 +233,9 @@ class RewardCall:
     takes_reward_funcs: bool  # False for the PPO-style RLOOTrainer (trl < 0.22): a reward model only
     keywords: tuple[str, ...] = ()  # ("prompts", "completions", "completion_ids")
     extras: tuple[str, ...] = ()  # always-set reward_kwargs entries: ("trainer_state", "log_extra", "log_metric")
+    # entries set only for a job with an environment_factory (trl >= 1.x: `if self.environments is not None:
+    # reward_kwargs["environments"] = self.environments`, one instance per completion)
+    environment_extras: tuple[str, ...] = ()
     excluded_columns: tuple[str, ...] = ("prompt", "completion")  # dataset columns not passed by name
     none_allowed: bool = False  # `reward if reward is not None else torch.nan` (trl >= 0.16)
     nan_ignored: bool = False  # rewards summed with nansum: a NaN score counts as "no score"
@@ -241,8 +244,10 @@ class RewardCall:
     eos_pad_for_reward_models: bool = False  # a reward model's tokenizer without pad gets pad = eos
     evidence: str = ""  # file:line of the call
 
-    def call_names(self) -> tuple[str, ...]:
-        return self.keywords + self.extras
+    def call_names(self, environments: bool = False) -> tuple[str, ...]:
+        """What the call passes by name besides the dataset's columns; `environments`: the job has an
+        environment_factory."""
+        return self.keywords + self.extras + (self.environment_extras if environments else ())
 
 
 _CALL_RE = re.compile(r"(?<![\w.])(?:reward_func|func)\(\s*((?:\w+\s*=\s*\w+\s*,\s*)*)\*\*reward_kwargs\s*,?\s*\)")
@@ -269,11 +274,14 @@ def parse_reward_call(rel: str, text: str) -> RewardCall:
     if call is None:
         return RewardCall(source=rel, takes_reward_funcs="reward_funcs" in text)
     keywords = tuple(re.findall(r"(\w+)\s*=", call.group(1)))
-    extras = []
+    extras, environment_extras = [], []
     lines = text.splitlines()
     for m in _EXTRA_RE.finditer(text):
-        if not _conditional(lines, text.count("\n", 0, m.start()), len(m.group(1))):
+        block = _block(lines, text.count("\n", 0, m.start()), len(m.group(1)))
+        if block is None:
             extras.append(m.group(2))
+        elif re.match(r"if self\.environments\b", block):
+            environment_extras.append(m.group(2))
     excluded = _EXCLUDED_RE.search(text)
     columns = tuple(re.findall(r"[\"'](\w+)[\"']", excluded.group(1))) if excluded else ("prompt", "completion")
     line = text.count("\n", 0, call.start()) + 1
@@ -282,6 +290,7 @@ def parse_reward_call(rel: str, text: str) -> RewardCall:
         takes_reward_funcs=True,
         keywords=keywords,
         extras=tuple(dict.fromkeys(extras)),
+        environment_extras=tuple(dict.fromkeys(environment_extras)),
         excluded_columns=columns,
         none_allowed=bool(_NONE_RE.search(text)),
         nan_ignored=".nansum(" in text,
@@ -292,18 +301,35 @@ def parse_reward_call(rel: str, text: str) -> RewardCall:
     )
 
 
-def _conditional(lines: list[str], index: int, indent: int) -> bool:
-    """Whether the statement on line `index` sits in an `if` block (an argument passed only sometimes)."""
+def _block(lines: list[str], index: int, indent: int) -> str | None:
+    """The `if`/`elif`/`else` line whose block holds the statement on line `index` (an argument passed only
+    sometimes), stripped; None where the statement is not inside one."""
     for prev in reversed(lines[:index]):
         stripped = prev.strip()
         if not stripped or stripped.startswith("#"):
             continue
         prev_indent = len(prev) - len(prev.lstrip())
         if prev_indent < indent:
-            return stripped.startswith(("if ", "elif ", "else"))
+            return stripped if stripped.startswith(("if ", "elif ", "else")) else None
         if prev_indent == indent:
             continue  # a sibling statement: keep looking for the block that holds them
-    return False
+    return None
+
+
+def environments_for(factory: Any, rows: list[dict]) -> list[Any]:
+    """One environment per row, as GRPOTrainer builds them for a batch (trl 1.16 `_generate`): the factory called
+    (a dict of factories: the one the row's `environment` names), then `reset(**row)` (the row without its
+    `environment` key for a dict). Raises what the user's factory or reset raises."""
+    envs = []
+    for row in rows:
+        if isinstance(factory, dict):
+            env = factory[row.get("environment")]()
+            env.reset(**{k: v for k, v in row.items() if k != "environment"})
+        else:
+            env = factory()
+            env.reset(**row)
+        envs.append(env)
+    return envs
 
 
 def is_async(func: Callable[..., Any]) -> bool:

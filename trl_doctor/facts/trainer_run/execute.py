@@ -297,8 +297,8 @@ def _score(spec: Spec, plan: dict, completion_ids: list, texts: list) -> tuple[d
     completion as TRL forms it (nansum: None counts as no score), or None when a function failed."""
     import math
 
-    from trl_doctor.facts.rewards import (as_trl_reads, new_stats, raised_info, record_values, resolve_reward,
-                                          reward_call, reward_fence)
+    from trl_doctor.facts.rewards import (as_trl_reads, environments_for, new_stats, raised_info, record_values,
+                                          resolve_reward, reward_call, reward_fence)
 
     groups = plan["num_generations"]
     rows = [row for row in plan["rows"] for _ in range(groups)]
@@ -314,6 +314,14 @@ def _score(spec: Spec, plan: dict, completion_ids: list, texts: list) -> tuple[d
     for column in (rows[0] if rows else {}):
         if column not in excluded:
             kwargs[column] = [r.get(column) for r in rows]
+    factory = _agent_factory(spec)
+    if call is not None and call.environment_extras and factory is not None:
+        try:  # one environment per completion, built and reset as TRL does before it generates
+            envs = environments_for(factory, rows)
+            kwargs.update({key: envs for key in call.environment_extras})
+        except Exception as exc:
+            return {name: {**new_stats(), "raised": raised_info(exc, skip_files=(__file__,))}
+                    for name in spec.reward_funcs}, None
     weights = plan.get("reward_weights") or [1.0] * len(spec.reward_funcs)
     stats: dict = {}
     totals: list | None = [0.0] * len(completions) if spec.reward_funcs else None
@@ -333,6 +341,18 @@ def _score(spec: Spec, plan: dict, completion_ids: list, texts: list) -> tuple[d
             continue
         totals = [t + (weight * v if v is not None and math.isfinite(v) else 0.0) for t, v in zip(totals, scores)]
     return stats, totals
+
+
+def _agent_factory(spec: Spec):
+    """The script's environment_factory, as it passed it (a callable or a dict of them), or None."""
+    from trl_doctor.facts.rewards import resolve_reward
+
+    names = spec.agent.get("environment_factory") if spec.agent else None
+    if names is None:
+        return None
+    if isinstance(names, dict):
+        return {k: resolve_reward(v, spec.user_dir) for k, v in names.items()}
+    return resolve_reward(names, spec.user_dir)
 
 
 def _extra(key: str):
