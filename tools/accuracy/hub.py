@@ -52,10 +52,15 @@ MODELS = {
     "Qwen/Qwen2.5-1.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
     "trl-lib/qwen1.5-1.8b-sft": ("fixture:qwen2-chat", "Qwen2ForCausalLM (Qwen1.5's architecture) with a chat template"),
     "Qwen/Qwen2.5-Math-1.5B-Instruct": ("fixture:qwen2-chat", "Qwen2ForCausalLM with Qwen's chat template"),
-    "Qwen/Qwen3-4B-Instruct-2507": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
+    "Qwen/Qwen3-4B-Instruct-2507": ("qwen3:qwen3_instruct_2507:262144", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, "
+                                    "pad <|endoftext|>) with Qwen3-Instruct-2507's chat template"),
     "meta-llama/Llama-3.2-1B-Instruct": ("fixture:llama3-bos", "LlamaForCausalLM, Llama 3's byte-level tokenizer"),
-    "Qwen/Qwen3-0.6B": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
-    "Qwen/Qwen3-1.7B": ("qwen3", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>)"),
+    "Qwen/Qwen3-0.6B": ("qwen3:qwen3:40960", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>) with "
+                        "Qwen3's chat template (tools, <think>)"),
+    "Qwen/Qwen3-4B": ("qwen3:qwen3:40960", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>) with "
+                      "Qwen3's chat template (tools, <think>)"),
+    "Qwen/Qwen3-1.7B": ("qwen3:qwen3:40960", "Qwen3ForCausalLM, a ChatML tokenizer (eos <|im_end|>, pad <|endoftext|>) with "
+                        "Qwen3's chat template (tools, <think>)"),
     # TRL's sentiment notebooks (examples/notebooks, trl <= 0.24): GPT-2 tuned on IMDB and a DistilBERT classifier
     "lvwerra/gpt2-imdb": ("fixture:gpt2-nopad", "GPT2LMHeadModel, GPT-2's tokenizer (no pad token)"),
     "lvwerra/gpt2-imdb-pos-v2": ("fixture:gpt2-nopad", "GPT2LMHeadModel, GPT-2's tokenizer (no pad token)"),
@@ -177,6 +182,35 @@ def _rlaif_v(i: int) -> dict:
             "rejected": [{"role": "assistant", "content": [{"type": "text", "text": _words(i + 2, 6)}]}]}
 
 
+_GENES = ("JNKK", "MAPKK4", "TP53", "MDM2", "BRCA1", "BARD1", "EGFR", "GRB2", "AKT1", "PDPK1")
+
+
+def _biogrid(i: int) -> dict:
+    """qgallouedec/biogrid: one interaction per row in BioGRID's PSI-MITAB 2.5 export (header names with spaces, which
+    grpo_agent.py turns into underscores before it writes them to SQLite; its prompt names Alt_IDs_Interactor_A/B,
+    Aliases_Interactor_A/B and taxid:9606). The hub's file is not readable here: these are MITAB's columns."""
+    a, b = _GENES[i % len(_GENES)], _GENES[(i * 3 + 1) % len(_GENES)]
+    return {"ID Interactor A": f"entrez gene/locuslink:{1000 + i}", "ID Interactor B": f"entrez gene/locuslink:{2000 + i}",
+            "Alt IDs Interactor A": f"biogrid:{i}|entrez gene/locuslink:{a}",
+            "Alt IDs Interactor B": f"biogrid:{i + 500}|entrez gene/locuslink:{b}",
+            "Aliases Interactor A": f"entrez gene/locuslink:{a}(gene name synonym)",
+            "Aliases Interactor B": f"entrez gene/locuslink:{b}(gene name synonym)",
+            "Interaction Detection Method": 'psi-mi:"MI:0018"(two hybrid)', "Publication 1st Author": "Author (2001)",
+            "Publication Identifiers": f"pubmed:{10000 + i}", "Taxid Interactor A": "taxid:9606",
+            "Taxid Interactor B": "taxid:9606", "Interaction Types": 'psi-mi:"MI:0407"(direct interaction)',
+            "Source Database": 'psi-mi:"MI:0463"(biogrid)', "Interaction Identifiers": f"biogrid:{300000 + i}",
+            "Confidence Values": "-"}
+
+
+def _biogrid_qa(i: int) -> dict:
+    """qgallouedec/biogrid_qa: a question and its Yes/No answer (grpo_agent.py keeps the questions that start with
+    "Does the gene " and passes `answer` to its rewards)."""
+    a, b = _GENES[i % len(_GENES)], _GENES[(i + 3) % len(_GENES)]
+    if i % 4 == 3:
+        return {"question": f"Which genes interact with {a} in humans?", "answer": "No"}
+    return {"question": f"Does the gene {a} interact with {b} in humans?", "answer": "Yes" if i % 2 else "No"}
+
+
 # hub id -> {config: {split: (row maker, rows)}}: the columns and splits of the hub's dataset
 DATASETS = {
     "trl-lib/tldr": {"default": {"train": (_tldr, 64), "validation": (_tldr, 16), "test": (_tldr, 16)}},
@@ -206,6 +240,9 @@ DATASETS = {
     # images / prompt / chosen / rejected, conversational with image parts: dpo_vlm.py's one optimizer step takes 32
     # micro-batches of 2 rows
     "HuggingFaceH4/rlaif-v_formatted": {"default": {"train": (_rlaif_v, 96), "test": (_rlaif_v, 16)}},
+    # grpo_agent.py (trl@f2cd577): the interactions table it writes to SQLite for its tool, and its questions
+    "qgallouedec/biogrid": {"default": {"train": (_biogrid, 200)}},
+    "qgallouedec/biogrid_qa": {"default": {"train": (_biogrid_qa, 64)}},
 }
 
 
@@ -236,22 +273,44 @@ def _pythia(dest: Path, head: str) -> None:
     tok.save_pretrained(dest)
 
 
-def _qwen3(dest: Path) -> None:
-    """Qwen3's architecture over the qwen2-chat fixture's ChatML tokenizer and generation config."""
+def _qwen3(dest: Path, template: str, positions: int) -> None:
+    """Qwen3's architecture over the qwen2-chat fixture's ChatML tokenizer and generation config, with the hub
+    repository's context (max_position_embeddings: 40960 for Qwen3-0.6B and 1.7B, 262144 for Qwen3-4B-Instruct-2507;
+    rotary positions, so a number, not a table) and its own chat template: TRL 1.x keeps an exact copy of each (trl/chat_templates/<template>.jinja, which its
+    tool calling recognizes by identity: "Original Qwen3 chat template"). An older TRL ships none: the fixture's
+    ChatML template then stays (those releases have no tool calling to tell them apart)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     source = FIXTURES / "qwen2-chat"
     for f in source.iterdir():
         if f.is_file() and f.name not in ("config.json", "model.safetensors"):
             shutil.copy2(f, dest / f.name)
+    jinja = _trl_chat_template(template)
+    if jinja is not None:
+        config_path = dest / "tokenizer_config.json"
+        config = json.loads(config_path.read_text())
+        config["chat_template"] = jinja
+        config_path.write_text(json.dumps(config, indent=2))
+        (dest / "chat_template.jinja").write_text(jinja)  # transformers 5 reads this file before the config's key
     old = json.loads((source / "config.json").read_text())
     cfg = Qwen3Config(vocab_size=old["vocab_size"], hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=positions,
                       bos_token_id=old["bos_token_id"], eos_token_id=old["eos_token_id"], tie_word_embeddings=True)
     import torch
 
     torch.manual_seed(0)
     Qwen3ForCausalLM(cfg).save_pretrained(dest, safe_serialization=True)
+
+
+def _trl_chat_template(name: str) -> str | None:
+    """The installed TRL's copy of a model repository's chat template (trl/chat_templates/NAME.jinja), if it has one."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("trl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "chat_templates" / f"{name}.jinja"
+    return path.read_text() if path.is_file() else None
 
 
 def _distilbert(dest: Path) -> None:
@@ -334,8 +393,9 @@ def _model(home: Path, repo: str, how: str) -> None:
         for f in (FIXTURES / how.split(":", 1)[1]).iterdir():
             if f.is_file():
                 shutil.copy2(f, snap / f.name)
-    elif how == "qwen3":
-        _qwen3(snap)
+    elif how.startswith("qwen3:"):
+        _, template, positions = how.split(":")
+        _qwen3(snap, template, int(positions))
     elif how == "distilbert-sentiment":
         _distilbert(snap)
     elif how == "qwen2_5_vl":
