@@ -23,7 +23,7 @@ from bisect import bisect_left, insort
 from statistics import median
 
 from trl_doctor import ALL_TRAINERS, passed, rule, skip, warn
-from trl_doctor.facts.metrics import carried, finite, flagged, fmt, limit, optional, series
+from trl_doctor.facts.metrics import finite, flagged, fmt, kl_term, limit, no_spread, series
 
 SLUG = "grad-spike"
 
@@ -34,9 +34,9 @@ def judge(ctx):
     _, grad = series(ctx, "grad_norm")
     factor, floor = limit(ctx, SLUG, "factor", 10.0), limit(ctx, SLUG, "floor", 1e-3)
     window, count = int(limit(ctx, SLUG, "window", 20)), int(limit(ctx, SLUG, "count", 3))
-    name, frac = optional(ctx, "frac_reward_zero_std")
-    # no policy-gradient signal: the KL term's gradient alone (also at the steps that train on a tied generation)
-    silent = {n for n, v in carried(frac, [p.number for p in grad]).items() if v >= 0.99}
+    # no policy-gradient signal: the KL term's gradient alone, or none (AsyncGRPO's), also at the steps that train on a
+    # tied generation
+    silent = no_spread(ctx, [p.number for p in grad])
     values = [p for p in grad if finite(p.value) and p.number not in silent]
     spikes, ordered = [], []  # `ordered`: the window's values, sorted (a running median)
     for i, p in enumerate(values):
@@ -48,7 +48,8 @@ def judge(ctx):
         if i >= window:
             del ordered[bisect_left(ordered, values[i - window].value)]
     if len(values) <= 5 + count - 1:  # no running median before the 6th log: not one spike could be judged yet
-        why = " (the others had no reward spread: only the KL term's gradient)" if silent else ""
+        only = "only the KL term's gradient" if kl_term(ctx) else "no gradient at all: the trainer has no KL term"
+        why = f" (the others had no reward spread: {only})" if silent else ""
         yield skip(f"{len(values)} grad_norm logs to judge{why}: spikes are measured against the median of the logs "
                    f"before them, from the 6th log on; {5 + count} logs are needed to see {count}")
         return

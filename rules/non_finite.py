@@ -24,7 +24,7 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import ALL_TRAINERS, fail, passed, rule
-from trl_doctor.facts.metrics import by_number, finite, flagged, optional, patience, span, streaks
+from trl_doctor.facts.metrics import by_number, finite, flagged, is_async_grpo, kl_term, optional, patience, span, streaks
 from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "non-finite"
@@ -43,6 +43,12 @@ _CONSEQUENCE = {
           "a sample out",
 }
 
+# AsyncGRPO's _score_group standardizes a group's rewards with their mean and std (async_rollout_worker.py): an inf
+# makes every advantage of its group NaN, and nothing sets them to 0
+_ASYNC_REWARD = ("a reward function returned inf: AsyncGRPO computes the group's advantages from its rewards' mean "
+                 "and std, so every advantage of that group is NaN, and the loss, the gradient and the weights turn "
+                 "NaN with it; make the reward functions return finite numbers, or None to leave a sample out")
+
 
 @rule(id="TW007", slug=SLUG, title="NaN or inf in the loss, gradient norm or KL", trainers=ALL_TRAINERS,
       contexts=("watch",))
@@ -53,7 +59,7 @@ def judge(ctx):
         if points:
             seen.append(key)
         bad = [p for p in points if not finite(p.value)]
-        if bad and key == "kl" and (config_value(ctx, "beta") == 0 or len(bad) == len(points)):
+        if bad and key == "kl" and kl_term(ctx) and (config_value(ctx, "beta") == 0 or len(bad) == len(points)):
             # with beta 0 TRL computes no KL, and some releases log its empty mean: NaN from the first log on
             notes.append("kl NaN in every log: with beta 0 the KL is not computed (TRL logs its empty mean)")
             continue
@@ -61,7 +67,8 @@ def judge(ctx):
             found.append((bad[0].number, key, bad))
     if found:  # the earliest: where it starts
         _, key, bad = min(found, key=lambda f: f[0])
-        yield fail(f"{key} is {bad[0].value} at {bad[0].at}: {_CONSEQUENCE[key in _REWARDS]}", **flagged(bad, metric=key))
+        consequence = _ASYNC_REWARD if key in _REWARDS and is_async_grpo(ctx) else _CONSEQUENCE[key in _REWARDS]
+        yield fail(f"{key} is {bad[0].value} at {bad[0].at}: {consequence}", **flagged(bad, metric=key))
         return
     _, grad = optional(ctx, "grad_norm")
     bad = [p for p in grad if not finite(p.value)]

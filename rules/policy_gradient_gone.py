@@ -23,8 +23,8 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import Unavailable, fail, passed, rule
-from trl_doctor.facts.metrics import (by_number, flagged, fmt, limit, near, ongoing, optional, patience, series, span,
-                                      streaks)
+from trl_doctor.facts.metrics import (by_number, flagged, fmt, kl_term, limit, near, no_spread, ongoing, optional,
+                                      patience, series, span, streaks)
 from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "policy-gradient-gone"
@@ -43,7 +43,7 @@ def judge(ctx):
     _, grad = optional(ctx, "grad_norm")
     grad = by_number(grad)
     rel = limit(ctx, SLUG, "rel", 0.02)
-    beta = config_value(ctx, "beta")
+    beta = config_value(ctx, "beta") if kl_term(ctx) else 0  # AsyncGRPO's loss has no KL term: only 0 says it
     ratios = [p.value / kl[p.number] for p in loss if p.number in no_signal and kl.get(p.number)]
     if beta is None and ratios:
         beta = sorted(ratios)[len(ratios) // 2]  # the job's own loss/kl ratio, where its settings are not known
@@ -75,13 +75,7 @@ def judge(ctx):
 
 def _no_signal(ctx) -> tuple[set[int], set[int]]:
     """The logs where every group's rewards were equal, and those where every completion was clipped."""
-    out: set[int] = set()
-    name, frac = optional(ctx, "frac_reward_zero_std")
-    if name is not None:
-        out |= {p.number for p in frac if p.value >= 0.99}
-    else:
-        _, std = optional(ctx, "reward_std")
-        out |= {p.number for p in std if abs(p.value) <= 1e-8}
+    out = no_spread(ctx)
     _, clipped = optional(ctx, "completions/clipped_ratio")
     if config_value(ctx, "mask_truncated_completions") is not True:
         return out, set()  # unmasked, clipped completions still train (a loss of 0 is then the advantages' sum)

@@ -4,10 +4,11 @@ What it does
   Reads `frac_reward_zero_std` (trl >= 0.18: the share of prompt groups whose rewards have no
   spread) and flags `patience` (5) steps in a row where it is at least `share` (0.99: every group).
   On a release without it (trl <= 0.17) `reward_std` is the mean of the groups' spreads, and 0 says
-  the same. `rewards/<f>/std` is one function's spread over the whole batch, not the group spread:
-  it is not read. PPO (and the PPO-style RLOO of trl <= 0.21) logs only the batch's mean score,
-  `objective/scores`: the same value to 9 digits for `patience` steps in a row says the reward model
-  scores every completion alike (a real model's mean over a new batch never repeats).
+  the same, as in AsyncGRPO's logs (each trained sample's group spread, averaged). `rewards/<f>/std`
+  is one function's spread over the whole batch, not the group spread: it is not read. PPO (and the
+  PPO-style RLOO of trl <= 0.21) logs only the batch's mean score, `objective/scores`: the same
+  value to 9 digits for `patience` steps in a row says the reward model scores every completion
+  alike (a real model's mean over a new batch never repeats).
 Why is this bad?
   GRPO and RLOO learn from each reward relative to its group's: with equal rewards in every group
   the advantage is 0, and the only gradient left is the KL term's (none with beta 0). The job spends
@@ -32,8 +33,8 @@ from __future__ import annotations
 import math
 
 from trl_doctor import ALL_TRAINERS, passed, rule, warn
-from trl_doctor.facts.metrics import (fmt, streak_finding, flagged, limit, logs_for, optional, patience, series, span,
-                                      streaks, too_little, window_mean)
+from trl_doctor.facts.metrics import (fmt, streak_finding, flagged, kl_term, limit, logs_for, optional, patience,
+                                      reward_std_meaning, series, span, streaks, too_little, window_mean)
 
 SLUG = "zero-advantage"
 
@@ -49,7 +50,7 @@ def judge(ctx):
     elif (found := optional(ctx, "reward_std"))[0] is not None:
         name, points = found
         holds = lambda p: abs(p.value) <= 1e-8
-        what = "reward_std 0 (trl <= 0.17 logs the mean of the groups' spreads): no group had any spread"
+        what = f"reward_std 0 ({reward_std_meaning(ctx)}): no group had any spread"
     else:
         yield from _same_score(ctx)
         return
@@ -69,8 +70,9 @@ def judge(ctx):
                      f"{'at most' if name == 'frac_reward_zero_std' else 'at least'} {fmt(worst)} over {len(points)} logs)")
         return
     run = runs[-1]
-    cause = ("every advantage is 0, so the policy learns nothing from its rewards (the only gradient is the KL "
-             "term's); check that the reward functions can tell completions apart, or raise num_generations")
+    only = "the only gradient is the KL term's" if kl_term(ctx) else "the trainer has no KL term: the loss is 0"
+    cause = (f"every advantage is 0, so the policy learns nothing from its rewards ({only}); check that the reward "
+             "functions can tell completions apart, or raise num_generations")
     yield streak_finding(ctx, run, f"{what}, {span(run)}: {cause}",
                          f"{what}, {span(run)}, then the spread came back: those steps learned nothing", metric=name)
 

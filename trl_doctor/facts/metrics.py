@@ -283,3 +283,76 @@ def preflight(ctx, slug: str) -> tuple[str, str] | None:
     """(status, message) of the preflight check's rule `slug` on this job, when the watch has that report."""
     found = (getattr(ctx, "preflight", None) or {}).get(slug)
     return (found["status"], found["message"]) if found else None
+
+
+# -- TRL's AsyncGRPOTrainer (trl.experimental.async_grpo; read in trl 1.16, fixtures/_async_grpo_runs.py ran it) ----
+# Its logs are its own (async_grpo_trainer.py: `_log_metrics` 622-660, `compute_loss` 1588-1612, `_log_step_metrics`
+# 1634-1696, `log` 1698-1721; async_rollout_worker.py: `_score_group` 1026-1124, `_push_rollout_metrics` 829-876),
+# one row every logging_steps (AsyncGRPOConfig's default: 1), each value the window's mean unless its name says
+# `total`, `max` or `min` (`_reduce_metric`, 81-106):
+# - `reward`, `reward_std`, `rewards/<f>`: per trained sample, averaged over the step's samples. `reward_std` is the
+#   population std of the sample's own group (np.std), so the log's value is the mean of the groups' spreads: 0 when
+#   every group trained in the window tied. No `frac_reward_zero_std`. `rewards/<f>` is a function's mean (read as
+#   `rewards/<f>/mean`, as trl <= 0.16 named it).
+# - `completions/mean_length`, `completions/clipped_ratio` (a completion not ending on eos or pad, GRPOTrainer's
+#   definition), `completions/max_length`, `/min_length`: the rollout worker's, over the rollouts it finished since
+#   the previous log (sent through its metrics queue), not the batch trained; a log without a finished rollout lacks
+#   them. A rollout_worker= of the script's own may send none.
+# - `entropy`: the trained tokens' mean entropy at the sampling temperature (the fused LM head's), as GRPOTrainer's.
+# - `clip_ratio/low_mean|high_mean|region_mean` (token shares), `/low_min`, `/high_max`: GRPOTrainer's definitions.
+# - `ratio`, `kl`: the mean of pi/pi_old over the trained tokens and the k3 estimate of KL(pi_old || pi), pi_old the
+#   sampler's log-probabilities (vLLM's). There is no reference model and no beta: this `kl` measures how far the
+#   trained policy is from the one that generated (staleness, sampler/trainer mismatch), not drift from a reference,
+#   and no KL term is in the loss: with every advantage 0 the loss and the gradient are exactly 0 (bar a MoE's
+#   aux_loss).
+# - `loss`, `grad_norm`, `learning_rate`: transformers' Trainer's.
+# - `sample/*`, `batch/*`, `perf/*`, `rollout/*`, `tools/*`: queueing, packing and timing; no rule reads them.
+ASYNC_GRPO_MARKS = ("sample/staleness_mean", "sample/staleness_max", "batch/samples_per_step",
+                    "batch/groups_per_step", "perf/fwd_bwd_s")  # names no other TRL trainer logs
+
+# why a watch rule written for GRPOTrainer's metrics does not judge AsyncGRPO's (the rule says `skip` with it)
+ASYNC_GRPO_NOT_JUDGED = {
+    "kl-blowup": "it has no reference model and no beta: its `kl` is the k3 estimate of KL(sampler || "
+                 "trained policy) over the trained tokens (async_grpo_trainer.py compute_loss), how stale or "
+                 "mismatched the rollouts are, not the policy's drift from a reference this rule's thresholds and "
+                 "advice are for",
+}
+
+
+def is_async_grpo(ctx) -> bool:
+    """Whether the watched job is TRL's AsyncGRPOTrainer (the callback's trainer, or its names in the log)."""
+    from trl_doctor.vocabulary import ASYNC_GRPO
+
+    return getattr(ctx, "trainer", None) == ASYNC_GRPO
+
+
+def judged(ctx, slug: str) -> None:
+    """Unavailable (the rule says `skip`) with why, where watch rule `slug` does not judge this trainer's logs."""
+    if is_async_grpo(ctx) and slug in ASYNC_GRPO_NOT_JUDGED:
+        raise Unavailable(f"not judged for AsyncGRPOTrainer: {ASYNC_GRPO_NOT_JUDGED[slug]}")
+
+
+def kl_term(ctx) -> bool:
+    """Whether the logged `kl` is the policy's KL to a reference, the loss's KL term (GRPO, RLOO, PPO), not
+    AsyncGRPO's sampler/trainer mismatch."""
+    return not is_async_grpo(ctx)
+
+
+def reward_std_meaning(ctx) -> str:
+    """What a logged `reward_std` is, where no `frac_reward_zero_std` is logged beside it."""
+    if is_async_grpo(ctx):
+        return "AsyncGRPO logs the mean of its trained samples' group spreads"
+    return "trl <= 0.17 logs the mean of the groups' spreads"
+
+
+def no_spread(ctx, numbers: Iterable[int] | None = None) -> set[int]:
+    """The logs where no group's rewards had any spread: `frac_reward_zero_std` >= 0.99 where logged, else a
+    `reward_std` of 0 (the mean of the groups' spreads: trl <= 0.17, AsyncGRPO). With `numbers`, each of those logs
+    reads the newest value at or before it (`carried`: a step training on an earlier generation's batch)."""
+    name, points = optional(ctx, "frac_reward_zero_std")
+    holds = lambda v: v >= 0.99
+    if name is None:
+        name, points = optional(ctx, "reward_std")
+        holds = lambda v: abs(v) <= 1e-8
+    values = carried(points, numbers) if numbers is not None else by_number(points)
+    return {n for n, v in values.items() if holds(v)}

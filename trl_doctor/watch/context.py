@@ -78,8 +78,14 @@ class WatchContext(Lacks):
 
 
 def infer_trainer(names: set[str]) -> str:
-    """The trainer whose metric names these are: `ppo` (a value head's), `rloo` (PPO-style objective/* without one,
-    trl <= 0.19), else `grpo` (GRPO and today's RLOO log the same names)."""
+    """The trainer whose metric names these are: `async_grpo` (TRL's AsyncGRPOTrainer: its queue and packing
+    metrics), `ppo` (a value head's), `rloo` (PPO-style objective/* without one, trl <= 0.19), else `grpo` (GRPO and
+    today's RLOO log the same names)."""
+    from trl_doctor.facts.metrics import ASYNC_GRPO_MARKS
+    from trl_doctor.vocabulary import ASYNC_GRPO
+
+    if any(n in names for n in ASYNC_GRPO_MARKS):
+        return ASYNC_GRPO
     if any(n in names for n in _PPO):
         return "ppo"
     if any(n in names for n in _PPO_STYLE):

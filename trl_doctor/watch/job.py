@@ -220,6 +220,11 @@ def _logging_steps(args) -> int | None:
 def _kind(trainer) -> str | None:
     if trainer is None:
         return None
+    from trl_doctor.facts.trl.async_grpo import is_async_grpo
+    from trl_doctor.vocabulary import ASYNC_GRPO
+
+    if is_async_grpo(type(trainer)):  # no GRPOTrainer: its logs are its own (trl_doctor.facts.metrics)
+        return ASYNC_GRPO
     names = [c.__name__ for c in type(trainer).__mro__]
     for kind, classes in (("grpo", ("GRPOTrainer",)), ("rloo", ("RLOOTrainer",)), ("ppo", ("PPOTrainer", "PPOv2Trainer"))):
         if any(cls in names for cls in classes):
