@@ -95,6 +95,7 @@ def load_cases(out: Path) -> list[Case]:
         ref = entry.get("trl_repo")
         cwd = out / "trl-repo" / ref if ref else ROOT / entry.get("cwd", ".")
         cases.append(Case(entry["name"], entry["source"], command, cwd, entry.get("requires") or {},
+                          tuple(str(o) for o in entry.get("options") or ()),
                           hub=_hub(out) if entry.get("hub") else None, trl_repo=ref, notebook=entry.get("notebook"),
                           imports=tuple(entry.get("imports") or ())))
     for path in sorted((ROOT / "corpus").glob("*/case.yaml")):

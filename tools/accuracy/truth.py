@@ -14,6 +14,7 @@ and listed on stderr (`truth: changed ...`):
   dataloader_num_workers=0, deepspeed=None           no worker processes, no DeepSpeed engine
   attn_implementation="sdpa" for FlashAttention     its kernels need a GPU (from_pretrained's keyword)
   model.to("cuda") / model.cuda() -> stays on cpu   a script that moves its model by hand (no CUDA here)
+  get_peak_flops_per_device -> None                 AsyncGRPOTrainer's MFU probe asks CUDA for the device's name
   max_completion_length / response_length <= 16      CPU time (the lengths change no batch arithmetic)
   total_episodes = one batch                         PPO-style trainers (trl < 0.20) stop on episodes, not max_steps
 
@@ -134,6 +135,37 @@ def _patch_cuda_moves() -> None:
         return self
 
     torch.nn.Module.to, torch.nn.Module.cuda = moved, on_cpu
+
+
+def _patch_peak_flops() -> None:
+    """AsyncGRPOTrainer (trl >= 1.10) asks CUDA for the device's name at construction, for its MFU metric
+    (`trl.trainer.utils.get_peak_flops_per_device`): without CUDA that stops at once ("Torch not compiled with CUDA
+    enabled"). Here it answers None, TRL's own answer for a device it does not know (MFU off). Only without CUDA."""
+    import importlib
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    try:
+        utils = importlib.import_module("trl.trainer.utils")
+    except ImportError:
+        return
+    if not hasattr(utils, "get_peak_flops_per_device"):
+        return
+
+    def no_peak(*args, **kwargs):
+        print("truth: changed peak_flops='CUDA device name' -> None (the MFU metric asks CUDA at construction)",
+              file=sys.stderr)
+        return None
+
+    utils.get_peak_flops_per_device = no_peak
+    for name in ("trl.experimental.async_grpo.async_grpo_trainer",):  # bound by `from ... import` at its import
+        try:
+            module = importlib.import_module(name)
+        except Exception:
+            continue
+        if hasattr(module, "get_peak_flops_per_device"):
+            module.get_peak_flops_per_device = no_peak
 
 
 def _patch_push_to_hub() -> None:
@@ -334,6 +366,7 @@ def main(argv: list[str]) -> int:
     _patch_training_arguments()
     _patch_from_pretrained()
     _patch_cuda_moves()
+    _patch_peak_flops()
     _patch_push_to_hub()
     _patch_trainer_init()
     _patch_peft()
@@ -346,6 +379,8 @@ def main(argv: list[str]) -> int:
         return 0 if exc.code in (None, 0) else (exc.code if isinstance(exc.code, int) else 1)
     except BaseException as exc:  # the ground truth is the error itself: its type, message and the script's line
         frames = traceback.extract_tb(exc.__traceback__)
+        if os.environ.get("TRL_DOCTOR_TRUTH_TRACE"):  # the whole traceback, to read where a crash came from
+            traceback.print_exception(exc, file=sys.stderr)
         # on a line of its own: a progress bar may have left the current one open (tqdm ends it with \r, not \n)
         print(f"\ntruth: error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
               f"(at {frames[-1].filename}:{frames[-1].lineno})", file=sys.stderr)
