@@ -41,12 +41,16 @@ from trl_doctor.facts.launch.settings import config_value, settings, vllm_placem
 from trl_doctor.facts.vllm.server import (
     allow_words, installed_client_endpoints, model_names, probe, reach, same_model, server_target,
 )
-from trl_doctor.facts.trl.async_grpo import SERVE as ASYNC_SERVE
+from trl_doctor.facts.trl.async_grpo import SERVE as ASYNC_SERVE, adapter_sync
 
 ASYNC_SERVER = ("AsyncGRPOTrainer generates on the `vllm serve` at vllm_server_base_url, always (AsyncGRPOConfig has "
                 "no use_vllm)")
-ASYNC_LENGTH = ("not judged for AsyncGRPOTrainer: its rollout worker asks for max_completion_length new tokens and "
-                "sizes its token budget by the server's max_model_len; what it does with a longer request is not read")
+# AsyncGRPO's rollout worker posts each prompt with max_tokens=max_completion_length (async_rollout_worker.py
+# `_generate_one_turn`); vLLM answers a request longer than its max_model_len with HTTP 400, which the worker's
+# `_post` retries 3 times (aiohttp.ClientError) and then raises: its generation loop re-raises the task's exception
+# (`raise task.exception()`) and the worker process stops, and the trainer with it
+ASYNC_REJECTED = ("vLLM answers those requests with HTTP 400, AsyncGRPO's rollout worker retries each 3 times and "
+                  "then stops (its generation loop re-raises the error), and the job stops with it")
 
 
 @rule(
@@ -74,7 +78,7 @@ def check(ctx):
     endpoints = installed_client_endpoints(ctx.trainer)
     where = reach(ctx, target)
     local = where.here
-    need, need_words = (None, ASYNC_LENGTH) if asynchronous else _need(ctx, s)
+    need, need_words = _need(ctx, s)
     details = {
         "vLLM mode": why,
         "server": f"{target.base_url} (from {target.source})",
@@ -171,6 +175,8 @@ def _server_info(ctx, got, endpoints, target, fix, start) -> list[Finding]:
                         "weight_transfer_config is null): TRL raises \"RuntimeError: The vLLM server ... has no "
                         "weight-transfer engine. Restart it with `--weight-transfer-config '{\"backend\": \"nccl\"}'`\" "
                         f"before the first step (`trl vllm-serve` passes it): `{start}`", fix))
+    if ctx.trainer == ASYNC_GRPO and config_value(ctx, "use_peft", False):
+        out += _adapter_sync(ctx, data, target, fix)
     mode = (data.get("model_config") or {}).get("logprobs_mode") if isinstance(data.get("model_config"), dict) else None
     if mode and mode != "processed_logprobs" and ctx.trainer == ASYNC_GRPO:
         out.append(warn(f"the vLLM server at {target.base_url} runs with --logprobs-mode {mode}: AsyncGRPOTrainer "
@@ -182,6 +188,24 @@ def _server_info(ctx, got, endpoints, target, fix, start) -> list[Finding]:
                         "(\"which biases the importance sampling correction\") and the job trains with the bias; "
                         "restart it with --logprobs-mode processed_logprobs (`trl vllm-serve` passes it), or set "
                         "vllm_importance_sampling_correction: false", fix))
+    return out
+
+
+def _adapter_sync(ctx, data: dict, target, fix) -> list[Finding]:
+    """A LoRA trained by AsyncGRPOTrainer against this server, as its construction decides the sync (TRL's words)."""
+    ranks = [config_value(ctx, "lora_r", 8) or 8, *(config_value(ctx, "lora_rank_pattern", {}) or {}).values()]
+    decided = adapter_sync(data, int(max(ranks)), int(config_value(ctx, "max_staleness", 4) or 0))
+    if decided is None:
+        return []
+    found, where = decided
+    out = []
+    for level, words in found:
+        if level == "raise":
+            out.append(fail(f"the vLLM server at {target.base_url} cannot hold the LoRA AsyncGRPOTrainer syncs to it: "
+                            f"TRL raises at construction (ValueError, {where.where}): \"{words}\"", fix))
+        else:
+            out.append(warn(f"the vLLM server at {target.base_url}: TRL warns at construction ({where.where}): "
+                            f"\"{words}\"", fix))
     return out
 
 
@@ -269,10 +293,12 @@ def _served(ctx, got, endpoints, target, need, need_words, fix, start) -> tuple[
         problems.append(warn(f"the vLLM server serves {served_path} and the trained model is {ctx.config.model.ref}: "
                              "the same name under another folder; make sure it is the same checkpoint", fix))
     if isinstance(served_len, int) and need is not None and served_len < need:
+        rejected = (ASYNC_REJECTED if ctx.trainer == ASYNC_GRPO else
+                    f"vLLM rejects or cuts those requests (\"The decoder prompt ... is longer than the maximum model "
+                    f"length of {served_len}\")")
         problems.append(fail(f"the vLLM server's max_model_len {served_len} is below the longest prompt + "
-                             f"max_completion_length = {need_words}: vLLM rejects or cuts those "
-                             f"requests (\"The decoder prompt ... is longer than the maximum model length of "
-                             f"{served_len}\"); restart it with --max-model-len {need}: `{start}`", fix))
+                             f"max_completion_length = {need_words}: {rejected}; restart it with --max-model-len "
+                             f"{need}: `{start}`", fix))
     problems += _server_info(ctx, got, endpoints, target, fix, start)
     if endpoints.posts_generate:
         problems.append(fail(f"the server at {target.base_url} is vLLM's own OpenAI server, but the installed TRL's "

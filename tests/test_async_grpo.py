@@ -146,3 +146,58 @@ def test_the_vllm_serve_asyncgrpo_generates_on_is_probed(info, status, words):
     assert "/health" in asked and "/server_info?config_format=json" in asked, asked
     if status != "pass":
         assert "VLLM_SERVER_DEV_MODE=1 vllm serve" in result["message"], result
+
+
+def test_a_server_max_model_len_below_a_prompt_and_its_completion_fails():
+    """TRL's example asks for 1024 new tokens a request (max_completion_length); a `vllm serve` started with a
+    --max-model-len that leaves no room for a prompt and 1024 tokens answers those requests with HTTP 400, and
+    AsyncGRPO's rollout worker retries each 3 times and then stops (async_rollout_worker.py: `_post` retries
+    aiohttp.ClientError, the generation loop re-raises a task's exception)."""
+    from test_vllm_server import MODEL, Server, server_info, vllm_routes
+
+    with Server(vllm_routes(str(MODEL), 1024, server_info({"backend": "nccl"}))) as srv:
+        code, report = _check("--select", "vllm-server", launch=("python", SCRIPT, "-", "function", srv.url))
+    result = _result(report, "vllm-server")
+    assert code == 1 and result["status"] == "fail", result
+    assert "max_model_len 1024 is below the longest prompt + max_completion_length" in result["message"], result
+    assert "retries each 3 times and then stops" in result["message"] and "--max-model-len" in result["message"]
+    assert result["details"]["served max_model_len"] == 1024
+
+
+@pytest.mark.parametrize("lora, status, words", [
+    (None, "warn", "started without `--enable-lora`"),
+    ({"max_lora_rank": 4, "max_loras": 8}, "fail", "The adapter has rank 8"),
+    ({"max_lora_rank": 16, "max_loras": 1}, "fail", "`--max-loras 6`"),
+    ({"max_lora_rank": 16, "max_loras": 6}, "pass", "is up and serves"),
+])
+def test_a_lora_meets_the_server_as_trls_own_adapter_sync_decides(lora, status, words):
+    """A LoRA (r=8) trained by AsyncGRPOTrainer: its construction asks the server's /server_info and decides the sync
+    (trl 1.16 `select_adapter_sync`): a server without --enable-lora means a warning and merged full-weight syncs; a
+    --max-lora-rank below the adapter's rank, or fewer --max-loras than max_staleness + 2, a ValueError. vllm-server
+    says what TRL's own function, called here on the same answer and a real PeftModel, decides."""
+    import warnings
+
+    from test_vllm_server import MODEL, Server, server_info, vllm_routes
+
+    info = dict(server_info({"backend": "nccl"}), lora_config=lora)
+    with Server(vllm_routes(str(MODEL), 4096, info)) as srv:
+        code, report = _check("--select", "vllm-server", launch=("python", SCRIPT, "-", "lora", srv.url))
+    result = _result(report, "vllm-server")
+    assert result["status"] == status and words in result["message"], result
+    # TRL's own decision on the same /server_info answer
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    from trl.experimental.async_grpo.async_grpo_config import AsyncGRPOConfig
+    from trl.experimental.async_grpo.async_grpo_trainer import select_adapter_sync
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(MODEL),
+                           LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        args = AsyncGRPOConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, report_to="none")
+    try:
+        trl_says = "pass" if select_adapter_sync(info, model, args) else "warn"
+    except ValueError as exc:
+        trl_says = "fail"
+        assert str(exc).startswith(words.strip("`")) or words in str(exc), exc
+    assert trl_says == status

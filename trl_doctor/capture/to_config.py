@@ -282,9 +282,9 @@ def _peft_keys(peft_config: Any, model: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"use_peft": True}
     for key, attr in (("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_dropout", "lora_dropout"),
                       ("lora_target_modules", "target_modules"), ("lora_modules_to_save", "modules_to_save"),
-                      ("lora_task_type", "task_type")):
+                      ("lora_task_type", "task_type"), ("lora_rank_pattern", "rank_pattern")):
         value = getattr(peft_config, attr, None)
-        if value is not None:
+        if value is not None and not (key == "lora_rank_pattern" and not value):  # a pattern only where one is set
             out[key] = sorted(value) if isinstance(value, (set, frozenset)) else _plain(value)
     return out
 

@@ -131,6 +131,44 @@ CLIENT_FILE = "experimental/async_grpo/vllm_client.py"
 # how TRL's own AsyncGRPO example starts its server (examples/scripts/async_grpo.py at f2cd57710, its docstring): dev
 # mode for /server_info, /pause and /init_weight_transfer_engine; NCCL weight transfer; the sampled distribution's
 # log-probabilities, which the trainer's ratio is taken against
+_ADAPTER_SYNC_RE = re.compile(r"^def select_adapter_sync\(", re.M)
+
+
+def adapter_sync(server_info: dict, rank: int, max_staleness: int) -> tuple[list[tuple[str, str]], Evidence] | None:
+    """How the installed AsyncGRPOTrainer syncs a LoRA adapter with the server that answered `/server_info`, as its
+    `select_adapter_sync` decides at construction (trl 1.16: a pure function of the server's vllm_config, the
+    adapter and max_staleness): [(level, TRL's words)], "raise" for its ValueErrors (the job stops at construction),
+    "warn" where it falls back to merging the adapter and pushing the full weights every sync. None where the
+    installed TRL has no such function (it then always pushes merged weights)."""
+    rel = "experimental/async_grpo/async_grpo_trainer.py"
+    text = _text(rel) or ""
+    m = _ADAPTER_SYNC_RE.search(text)
+    if m is None:
+        return None
+    where = _evidence(rel, text, m.start())
+    lora = server_info.get("lora_config")
+    if lora is None:
+        return [("warn", "Training a PEFT model against a vLLM server started without `--enable-lora`: every weight "
+                 "sync has to merge the adapter into the base model and push the full weights. Restart the server "
+                 "with `--enable-lora --max-lora-rank <r>` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1` in its "
+                 "environment to push only the adapter instead (~1% of the bytes).")], where
+    if ((server_info.get("parallel_config") or {}).get("data_parallel_size") or 1) > 1:
+        return [("warn", "Falling back to merged-weight vLLM sync: the server runs with `--data-parallel-size > 1`, "
+                 "where a loaded adapter reaches only the replica that received the request.")], where
+    out = []
+    max_rank = lora.get("max_lora_rank")
+    if isinstance(max_rank, int) and max_rank < rank:
+        out.append(("raise", f"The adapter has rank {rank}, but the vLLM server was started with `--max-lora-rank "
+                             f"{max_rank}`."))
+    max_loras, need = lora.get("max_loras"), max_staleness + 2
+    if isinstance(max_loras, int) and max_loras < need:
+        out.append(("raise", f"The vLLM server was started with `--max-loras {max_loras}`, but `max_staleness="
+                             f"{max_staleness}` lets requests still name {need - 1} distinct policy versions, and each "
+                             f"sync loads the next one before unloading the oldest. Restart the server with "
+                             f"`--max-loras {need}`, or lower `max_staleness`."))
+    return out, where
+
+
 SERVE = ("VLLM_SERVER_DEV_MODE=1 vllm serve {model} --logprobs-mode processed_logprobs "
          "--weight-transfer-config '{{\"backend\":\"nccl\"}}'")
 
