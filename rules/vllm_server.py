@@ -5,11 +5,10 @@ What it does
     `/server_info` (1.11+) or `/get_world_size/`, 2 s each, sent only to this machine (loopback,
     wildcard, own address or name; nothing looked up) or a host of `--allow-host HOST[:PORT]`. A
     server elsewhere: skip, saying what the client will ask, the start command and the --allow-host
-    to probe it; --static contacts nothing. Down: fail (off the launch machine:
-    skip; allowed remote refusing: warn). Another served model: fail (same folder name: warn); a
-    `max_model_len` below longest prompt + completion, no `/server_info` (no dev mode) or no
-    weight-transfer engine: fail; raw logprobs under importance sampling: warn. AsyncGRPO with a
-    LoRA: the server's LoRA settings as TRL's select_adapter_sync decides (raise: fail; merge: warn).
+    to probe it; --static contacts nothing. Down: fail (off the launch machine: skip; allowed remote
+    refusing: warn). Another served model: fail (same folder name: warn); a `max_model_len` below
+    longest prompt + completion, no `/server_info` (no dev mode) or no weight-transfer engine: fail;
+    raw logprobs under importance sampling: warn. AsyncGRPO's LoRA: as TRL's select_adapter_sync.
 
 Why is this bad?
     Server mode generates through a `trl vllm-serve` at `vllm_server_base_url` that nothing starts.
