@@ -201,3 +201,30 @@ def test_a_lora_meets_the_server_as_trls_own_adapter_sync_decides(lora, status, 
         trl_says = "fail"
         assert str(exc).startswith(words.strip("`")) or words in str(exc), exc
     assert trl_says == status
+
+
+@pytest.mark.slow
+def test_the_python_api_checks_a_built_async_grpo_trainer(tmp_path):
+    """`trl_doctor.check(trainer)` on an AsyncGRPOTrainer built in this process (TRL's own trainer on the CPU, with a
+    rollout worker and a weight transfer of the script's own: fixtures/_async_grpo_runs.py) judges it as the capture
+    of a launch does (kind async_grpo, async-grpo-setup), where it raised "not a TRL GRPO, RLOO or PPO trainer"."""
+    import sys
+
+    from conftest import FIXTURES
+
+    sys.path.insert(0, str(FIXTURES))
+    import _async_grpo_runs
+
+    import trl_doctor
+
+    trainer = _async_grpo_runs.trainer("healthy", str(tmp_path / "out"), steps=1)
+    report = trl_doctor.check(trainer, smoke=False)
+    assert report.trainer == "async_grpo", report.trainer
+    results = {r.rule: r for r in report.results}
+    setup = results["async-grpo-setup"]
+    assert setup.status.value == "pass", setup
+    assert setup.details["rollout worker"] == "the script gives its own rollout_worker", setup.details
+    assert not any(k.endswith("(AsyncGRPO's)") for k in setup.details), setup.details  # both parts are the script's
+    geometry = results["batch-geometry"]
+    assert geometry.status.value == "skip" and "not judged for AsyncGRPOTrainer" in geometry.message, geometry
+    assert "not a trainer trl-doctor checks" not in " ".join(r.message for r in report.results)

@@ -362,15 +362,15 @@ def _recipe_keys(recipe: Path | None) -> tuple[str, ...]:
 def from_trainer(trainer: Any) -> tuple[DoctorConfig, Live]:
     """The check's config and live objects from a trainer that is already built (`trl_doctor.check(trainer)`,
     `DoctorCallback`): the same reading as a captured construction, from the trainer's own attributes."""
-    import sys
-
-    from .command import LaunchCommand
-    from .hooks import Recorder, trainer_classes
-    from .run import Launched
+    from ..facts.trl.async_grpo import is_async_grpo
+    from .hooks import trainer_classes
 
     kind = next((k for cls, k in trainer_classes().items() if isinstance(trainer, cls)), None)
+    if kind is None and is_async_grpo(type(trainer)):
+        return _from_async_grpo(trainer)
     if kind is None:
-        raise ValueError(f"{type(trainer).__name__} is not a TRL GRPO, RLOO or PPO trainer (nor a subclass of one)")
+        raise ValueError(f"{type(trainer).__name__} is not a TRL GRPO, RLOO, PPO or AsyncGRPO trainer (nor a subclass "
+                         "of one)")
     policy = getattr(trainer, "policy_model", None) or getattr(trainer, "model", None)  # PPO wraps the policy
     arguments = {
         "model": policy, "args": trainer.args, "processing_class": getattr(trainer, "processing_class", None),
@@ -379,12 +379,51 @@ def from_trainer(trainer: Any) -> tuple[DoctorConfig, Live]:
         "ref_model": getattr(trainer, "ref_model", None), "reward_model": getattr(trainer, "reward_model", None),
         "value_model": getattr(trainer, "value_model", None),
     }
+    return _from_built(trainer, kind, arguments)
+
+
+def _from_async_grpo(trainer: Any) -> tuple[DoctorConfig, Live]:
+    """A built AsyncGRPOTrainer: its rewards, tools, environment factory and dataset are what its rollout worker
+    holds for its spawned child (`rollout_worker._loop_kwargs`, trl 1.16), or what the trainer kept; a weight transfer
+    or rollout worker that is not TRL's own was given by the script."""
+    from ..facts.trl.async_grpo import Built
+    from ..vocabulary import ASYNC_GRPO
+    from .async_grpo import spawn_pickling
+
+    worker = getattr(trainer, "rollout_worker", None)
+    held = getattr(worker, "_loop_kwargs", None) or {}
+    arguments = {
+        "model": getattr(trainer, "model", None), "args": trainer.args,
+        "processing_class": getattr(trainer, "processing_class", None),
+        "train_dataset": held.get("dataset", getattr(trainer, "train_dataset", None)),
+        "reward_funcs": held.get("reward_funcs", getattr(trainer, "reward_funcs", None)),
+        "tools": held.get("tools"), "environment_factory": held.get("environment_factory"),
+    }
+    arguments = {k: v for k, v in arguments.items() if v is not None}
+    own_worker = type(worker).__name__ == "AsyncRolloutWorker"
+    transfer = getattr(trainer, "weight_transfer", None)
+    own_transfer = transfer is None or type(transfer).__name__ == "WeightTransferClient"
+    built = Built(tuple(spawn_pickling(arguments)) if own_worker else (), None, not own_transfer, not own_worker, None)
+    return _from_built(trainer, ASYNC_GRPO, arguments, built)
+
+
+def _from_built(trainer: Any, kind: str, arguments: dict, async_grpo=None) -> tuple[DoctorConfig, Live]:
+    """The config and live objects of a built trainer of `kind` from what it was given (`arguments`), as the capture
+    records a construction: the launch is this process's own command line."""
+    import sys
+
+    from .command import LaunchCommand
+    from .hooks import Recorder
+    from .run import Launched
+
     main = sys.modules.get("__main__")
     script = str(Path(getattr(main, "__file__", None) or sys.argv[0] or "script").resolve())
     cwd = os.getcwd()
     command = LaunchCommand(("python", script, *sys.argv[1:]), "python", cwd, script=script,
                             script_args=tuple(sys.argv[1:]))
     recorder = Recorder(trainer_cls=type(trainer), trainer_kind=kind, arguments=arguments)
+    if async_grpo is not None:
+        recorder.async_grpo = async_grpo
     cfg, live = to_config(Captured(command, Launched(script, None, list(sys.argv[1:])), recorder))
     return cfg, dataclasses.replace(live, command=f"{type(trainer).__name__} in {command.text}")
 
