@@ -363,14 +363,9 @@ def _world(launched: Launched, asked: int | None, launch_gpus: int) -> int:
     n = _processes(launched)
     if n > 1:
         return n
-    from ..facts.launch.launcher import _default_accelerate_config, read_accelerate_config
+    from ..facts.launch.launcher import default_accelerate_processes
 
-    default = _default_accelerate_config()
-    if default is not None:
-        counted = read_accelerate_config(default, "accelerate's default config").num_processes
-        if counted:
-            return counted
-    return max(1, launch_gpus)
+    return default_accelerate_processes() or max(1, launch_gpus)
 
 
 def _processes(launched: Launched) -> int:

@@ -292,6 +292,13 @@ def _accelerate_config_path(ref: str, base: Path) -> Path | None:
     return builtin if builtin is not None and builtin.is_file() else None
 
 
+def default_accelerate_processes() -> int | None:
+    """The num_processes of accelerate's default config (`accelerate config`'s file under HF_HOME), or None: what
+    `accelerate launch` starts when neither its flag nor a --config_file says."""
+    default = _default_accelerate_config()
+    return read_accelerate_config(default, "accelerate's default config").num_processes if default else None
+
+
 def _default_accelerate_config() -> Path | None:
     home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
     folder = Path(home).expanduser() / "accelerate"
