@@ -42,7 +42,7 @@ from trl_doctor.facts.inputs.models import SCRIPT_OBJECT, scorer_folder, scorer_
 from trl_doctor.facts.trl.installed import TRAINER_CLASS, trainer_mentions
 from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, call_reward, is_async, new_stats,
                                      record_values, reward_call, reward_fence, reward_problem, resolve_reward,
-                                     as_trl_reads, environments_for)
+                                     as_trl_reads, environments_for, resolve_callables)
 from trl_doctor.facts.inputs.text import config_relative
 from trl_doctor.facts.launch.settings import config_value
 from trl_doctor.facts.trl.trainer_config import trainer_config
@@ -252,14 +252,6 @@ def _has_environments(ctx) -> bool:
     return config_value(ctx, "environment_factory") is not None
 
 
-def _environment_factory(ctx):
-    """The script's environment_factory as it passed it (a callable, or a dict of them)."""
-    names = config_value(ctx, "environment_factory")
-    if isinstance(names, dict):
-        return {k: resolve_reward(v, ctx.config.base_dir) for k, v in names.items()}
-    return resolve_reward(names, ctx.config.base_dir)
-
-
 def _probe_inputs(ctx, call: RewardCall) -> tuple[dict | None, str]:
     """The keyword arguments of one probe call (2 dataset rows x 2 synthetic completions), or None and why not."""
     try:
@@ -308,7 +300,8 @@ def _probe_inputs(ctx, call: RewardCall) -> tuple[dict | None, str]:
             kwargs[key] = None
     if call.environment_extras and _has_environments(ctx):
         try:
-            envs = environments_for(_environment_factory(ctx), inputs)
+            envs = environments_for(resolve_callables(config_value(ctx, "environment_factory"), ctx.config.base_dir),
+                                    inputs)
         except Exception as exc:  # the user's factory or reset: its error is the smoke step's to judge, in TRL's run
             return None, ("functions imported and signatures checked, not called: the environment_factory's "
                           f"environments could not be built and reset as TRL does ({type(exc).__name__}: "

@@ -148,6 +148,16 @@ def _forget_shadowed(top: str, base: Path) -> None:
     importlib.invalidate_caches()
 
 
+def resolve_callables(names: Any, base_dir: str | Path) -> Any:
+    """What a script passed as `tools`, `environment_factory` or `rollout_func`, by the names the capture registered
+    (`resolve_reward` on each): a list, a dict of them, or one."""
+    if isinstance(names, dict):
+        return {key: resolve_reward(value, base_dir) for key, value in names.items()}
+    if isinstance(names, list):
+        return [resolve_reward(name, base_dir) for name in names]
+    return resolve_reward(names, base_dir)
+
+
 # -- calling one reward function ------------------------------------------------------------------------------------
 
 TRAINER_OBJECTS = ("trainer_state", "log_extra", "log_metric")  # passed as they are: the trainer's own objects

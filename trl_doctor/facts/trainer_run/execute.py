@@ -345,14 +345,10 @@ def _score(spec: Spec, plan: dict, completion_ids: list, texts: list) -> tuple[d
 
 def _agent_factory(spec: Spec):
     """The script's environment_factory, as it passed it (a callable or a dict of them), or None."""
-    from trl_doctor.facts.rewards import resolve_reward
+    from trl_doctor.facts.rewards import resolve_callables
 
     names = spec.agent.get("environment_factory") if spec.agent else None
-    if names is None:
-        return None
-    if isinstance(names, dict):
-        return {k: resolve_reward(v, spec.user_dir) for k, v in names.items()}
-    return resolve_reward(names, spec.user_dir)
+    return None if names is None else resolve_callables(names, spec.user_dir)
 
 
 def _extra(key: str):
@@ -442,20 +438,10 @@ def _agent(trainer_cls, spec: Spec) -> dict:
     an async tool or an environment's methods by what they are), for a trainer whose __init__ takes them."""
     import inspect
 
-    from trl_doctor.facts.rewards import resolve_reward
+    from trl_doctor.facts.rewards import resolve_callables
 
     takes = inspect.signature(trainer_cls.__init__).parameters
-    out = {}
-    for key, names in spec.agent.items():
-        if key not in takes:
-            continue
-        if isinstance(names, dict):
-            out[key] = {name: resolve_reward(value, spec.user_dir) for name, value in names.items()}
-        elif isinstance(names, list):
-            out[key] = [resolve_reward(name, spec.user_dir) for name in names]
-        else:
-            out[key] = resolve_reward(names, spec.user_dir)
-    return out
+    return {key: resolve_callables(names, spec.user_dir) for key, names in spec.agent.items() if key in takes}
 
 
 def _build_ppo_style(trainer_cls, args, tokenizer, spec, progress, stage):

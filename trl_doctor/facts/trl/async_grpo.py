@@ -99,8 +99,8 @@ _REQUIRES_RE = re.compile(r"""if not is_(\w+)_available\(\):\s*raise ImportError
 
 # What AsyncGRPOTrainer.__init__ builds that refuses to start without a package, in the order it builds them (trl
 # 1.16: the NCCL weight-transfer client at async_grpo_trainer.py:1353, then the rollout worker at :1367)
-_BUILDERS = (("experimental/async_grpo/weight_transfer.py", "WeightTransferClient"),
-             ("experimental/async_grpo/async_rollout_worker.py", "AsyncRolloutWorker"))
+_WEIGHT_TRANSFER = "experimental/async_grpo/weight_transfer.py"  # WeightTransferClient
+_ROLLOUT_WORKER = "experimental/async_grpo/async_rollout_worker.py"  # AsyncRolloutWorker
 
 
 def construction_requirements(*, full_weight_sync: bool, rollout_worker: bool) -> list[tuple[str, str, Evidence]]:
@@ -109,9 +109,9 @@ def construction_requirements(*, full_weight_sync: bool, rollout_worker: bool) -
     for a full-weight NCCL sync (no weight_transfer given and no PEFT adapter, which goes to the server as files),
     then its AsyncRolloutWorker (vllm, aiohttp) unless the script gives its own. Read on an H100 on 2026-11-26: TRL's
     example without vLLM stops at WeightTransferClient's ImportError, before the rollout worker's."""
-    builds = [b for b, wanted in zip(_BUILDERS, (full_weight_sync, rollout_worker)) if wanted]
+    built = [rel for rel, wanted in ((_WEIGHT_TRANSFER, full_weight_sync), (_ROLLOUT_WORKER, rollout_worker)) if wanted]
     out, seen = [], set()
-    for rel, _cls in builds:
+    for rel in built:
         text = _text(rel) or ""
         for m in _REQUIRES_RE.finditer(text):
             if m.group(1) not in seen:
