@@ -293,8 +293,10 @@ def _named_on_command_line(config, item) -> bool:
 def pytest_collection_modifyitems(config, items):
     """Tests marked `fuzz` (the whole fuzz suite) run only when asked for: `-m fuzz` (or any -m naming fuzz).
     With no `-m` (and no --all-tests) the long tests (LONG_MARKS) are left out too, except those marked `core`.
-    Tests marked `gpu` are skipped where torch sees no CUDA GPU."""
+    Tests marked `gpu` are skipped where torch sees no CUDA GPU; the measured-heavy tests outside today's turn
+    (tests/rotation.py: HEAVY) are skipped saying so."""
     _skip_gpu_tests_without_cuda(items)
+    _skip_heavy_tests_out_of_turn(config, items)
     markexpr = config.getoption("markexpr") or ""
     short = not markexpr and not config.getoption("all_tests")
     dropped, kept = [], []
@@ -311,6 +313,15 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
     config._long_left_out = sum(1 for item in dropped if "fuzz" not in {m.name for m in item.iter_markers()})
+
+
+def _skip_heavy_tests_out_of_turn(config, items) -> None:
+    from rotation import HEAVY
+
+    for item in items:
+        why = HEAVY.why_not(item.nodeid)
+        if why and not _named_on_command_line(config, item):
+            item.add_marker(pytest.mark.skip(reason=why))
 
 
 def _skip_gpu_tests_without_cuda(items) -> None:

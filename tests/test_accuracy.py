@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from rotation import Rotation
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.trl_pair]
 
@@ -37,30 +39,24 @@ CASES = HARNESS.load_cases(OUT)
 # one a day beside the first. TRL_DOCTOR_ACCURACY_ALL=1 runs all of them; docs/accuracy.md records the whole set's
 # last run.
 ROTATIONS = (
-    ("corpus/cookbook_grpo_lora", "corpus/fareedkhan_r1_grpo", "corpus/open_r1_grpo", "corpus/open_r1_target_h100",
-     "corpus/verifiers_subclass", "corpus/vllm_server_mode"),
-    ("corpus/trl_grpo_cli", "corpus/gspo_lora_comma", "corpus/oxen_rust_grpo", "corpus/lanta_slurm_lora",
-     "corpus/modal_grpo_trl"),
+    Rotation.of("slowest corpus cases", ("corpus/cookbook_grpo_lora", "corpus/fareedkhan_r1_grpo", "corpus/open_r1_grpo",
+                                       "corpus/open_r1_target_h100", "corpus/verifiers_subclass",
+                                       "corpus/vllm_server_mode"), "TRL_DOCTOR_ACCURACY_ALL"),
+    Rotation.of("next slowest corpus cases", ("corpus/trl_grpo_cli", "corpus/gspo_lora_comma", "corpus/oxen_rust_grpo",
+                                            "corpus/lanta_slurm_lora", "corpus/modal_grpo_trl"),
+                "TRL_DOCTOR_ACCURACY_ALL"),
 )
-ROTATING = tuple(name for rotation in ROTATIONS for name in rotation)
+ROTATING = tuple(name for rotation in ROTATIONS for turn in rotation.turns for name in turn)
 
 
 def rotation_today() -> tuple[str, ...]:
     """Today's case of each rotation."""
-    import datetime
-
-    day = datetime.date.today().toordinal()
-    return tuple(rotation[day % len(rotation)] for rotation in ROTATIONS)
+    return tuple(name for rotation in ROTATIONS for name in sorted(rotation.today()))
 
 
 def out_of_rotation(name: str) -> str | None:
     """Why `name` is not run today (None: it runs)."""
-    import os
-
-    if name not in ROTATING or os.environ.get("TRL_DOCTOR_ACCURACY_ALL", "") not in ("", "0") or name in rotation_today():
-        return None
-    return (f"in rotation: today's slow cases are {', '.join(rotation_today())} (each takes a minute or more on two "
-            "cores); TRL_DOCTOR_ACCURACY_ALL=1 runs all")
+    return next(filter(None, (rotation.why_not(name) for rotation in ROTATIONS)), None)
 
 
 # the TRL releases of CI's lanes that run marker pinned_releases (.ci/run: trl017, trl024)
@@ -95,7 +91,8 @@ def test_the_rotation_names_cases_that_exist_and_runs_one_of_them(monkeypatch):
     names = {c.name for c in CASES}
     assert set(ROTATING) <= names, set(ROTATING) - names
     monkeypatch.delenv("TRL_DOCTOR_ACCURACY_ALL", raising=False)
-    assert [n for n in ROTATING if out_of_rotation(n) is None] == list(rotation_today())
+    monkeypatch.delenv("TRL_DOCTOR_ROTATION_ALL", raising=False)
+    assert sorted(n for n in ROTATING if out_of_rotation(n) is None) == sorted(rotation_today())
     assert len(rotation_today()) == len(ROTATIONS) and len(set(ROTATING)) == len(ROTATING)
     monkeypatch.setenv("TRL_DOCTOR_ACCURACY_ALL", "1")
     assert all(out_of_rotation(n) is None for n in ROTATING)

@@ -9,7 +9,6 @@ ground truth, 15-30 s a case) takes one case a day in rotation, every case with 
 
 from __future__ import annotations
 
-import datetime
 import importlib.util
 import json
 import os
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, result_of, trl_doctor_exe
+from rotation import Rotation
 
 CASES = FIXTURES / "frameworks"
 ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "CUDA_VISIBLE_DEVICES": "", "DO_NOT_TRACK": "1",
@@ -52,7 +52,7 @@ TABLE: tuple[Case, ...] = (
     ("oumi", "docs_reward_kwargs", ("oumi", "train", "-c", "config.yaml"), 2, frozenset(), 1,
      "reward_function `rubric_reward` was not found in the registry"),
 )
-GROUND_TRUTH_ROTATION = tuple(f"{fw}/{case}" for fw, case, *_ in TABLE)
+GROUND_TRUTH = Rotation.of("frameworks' own runs", [f"{fw}/{case}" for fw, case, *_ in TABLE], "TRL_DOCTOR_FRAMEWORKS_ALL")
 
 
 def _installed(framework: str) -> str | None:
@@ -115,10 +115,6 @@ def test_the_doctor_judges_the_documented_example_as_the_framework_runs_it(tmp_p
         assert "site-packages" not in json.dumps(geometry.get("fix")), geometry.get("fix")
 
 
-def _rotation_today() -> str:
-    return GROUND_TRUTH_ROTATION[datetime.date.today().toordinal() % len(GROUND_TRUTH_ROTATION)]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("framework, case, command, status, fails, truth_status, truth_words", TABLE, ids=_ids(TABLE))
 def test_the_framework_itself_agrees(tmp_path, framework, case, command, status, fails, truth_status, truth_words):
@@ -127,8 +123,7 @@ def test_the_framework_itself_agrees(tmp_path, framework, case, command, status,
     if why:
         pytest.skip(why)
     name = f"{framework}/{case}"
-    if name != _rotation_today() and os.environ.get("TRL_DOCTOR_FRAMEWORKS_ALL", "") in ("", "0"):
-        pytest.skip(f"in rotation: today's framework run is {_rotation_today()}; TRL_DOCTOR_FRAMEWORKS_ALL=1 runs all")
+    GROUND_TRUTH.skip_unless_today(name)
     folder = _case_tree(framework, case, tmp_path)
     proc = subprocess.run(list(command), cwd=folder, env=_env(), capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr

@@ -17,12 +17,14 @@ import json
 import os
 import subprocess
 import time
+import zlib
 from pathlib import Path
 
 import pytest
 
 import badinputs
 from conftest import trl_doctor_exe
+from rotation import Rotation
 
 pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 
@@ -31,15 +33,14 @@ ALL = badinputs.cases()
 FAST = badinputs.sample(seed=13, n=24)
 
 
-def todays_half(name: str) -> bool:
-    """Whether the fuzz case `name` runs today: a stable half of the cases (crc32 of the name) on even days, the
-    other on odd ones; every case with TRL_DOCTOR_FUZZ_ALL=1."""
-    import datetime
-    import zlib
+# a stable half of the cases (crc32 of the name) on even days, the other on odd ones
+HALVES = Rotation.of("fuzz cases", [[n for n in ALL if n not in FAST and zlib.crc32(n.encode()) % 2 == k]
+                                    for k in (0, 1)], "TRL_DOCTOR_FUZZ_ALL")
 
-    if os.environ.get("TRL_DOCTOR_FUZZ_ALL", "") not in ("", "0"):
-        return True
-    return zlib.crc32(name.encode()) % 2 == datetime.date.today().toordinal() % 2
+
+def todays_half(name: str) -> bool:
+    """Whether the fuzz case `name` runs today (every case with TRL_DOCTOR_FUZZ_ALL=1)."""
+    return HALVES.runs(name)
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
@@ -134,22 +135,15 @@ def test_bad_input(built_fixtures, tmp_path, name):
 
 
 def test_the_two_halves_take_turns_and_cover_every_case(monkeypatch):
-    import datetime
-
     rest = [n for n in ALL if n not in FAST]
     monkeypatch.delenv("TRL_DOCTOR_FUZZ_ALL", raising=False)
+    monkeypatch.delenv("TRL_DOCTOR_ROTATION_ALL", raising=False)
     today = {n for n in rest if todays_half(n)}
     assert 0.35 * len(rest) < len(today) < 0.65 * len(rest), (len(today), len(rest))
-    other = {n for n in rest if (zlib_half(n) != datetime.date.today().toordinal() % 2)}
-    assert today.isdisjoint(other) and today | other == set(rest)
+    assert today == HALVES.today() and HALVES.members == set(rest)
+    assert HALVES.turns[0].isdisjoint(HALVES.turns[1])
     monkeypatch.setenv("TRL_DOCTOR_FUZZ_ALL", "1")
     assert all(todays_half(n) for n in rest)
-
-
-def zlib_half(name: str) -> int:
-    import zlib
-
-    return zlib.crc32(name.encode()) % 2
 
 
 def test_the_suite_covers_every_class():

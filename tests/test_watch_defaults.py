@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from conftest import FIXTURES, trl_doctor_exe, with_net_audit
+from rotation import Rotation
 
 pytestmark = [pytest.mark.slow, pytest.mark.trl_pair]
 
@@ -126,7 +127,7 @@ def test_an_induced_failure_is_flagged_by_step_20_inside_the_job_and_from_each_s
     """Each store's follower is started first, on a store that does not exist yet; the job then trains with
     DoctorCallback(watch=True), logging to TensorBoard and trackio (and wandb and MLflow: `every`), no checkpoint for
     500 steps. All flag the failure at the second log, step 20; the callback stops the job there."""
-    _induced_today(name)
+    INDUCED.skip_unless_today(name)
     where, said, seen, codes = followed_job(tmp_path, name, trackers(every))
     for tracker, (stdout, stderr) in seen.items():
         outside = re.match(r"step (\d+): TW\d+ [a-z-]+ (warn|fail)", stderr)
@@ -150,44 +151,28 @@ def test_an_induced_failure_is_flagged_by_step_20_inside_the_job_and_from_each_s
 # 45 minutes); the watch rules each one exercises are judged on every run on recorded logs (tests/test_watch_runs.py,
 # the fixture cases). TRL_DOCTOR_WATCH_ALL=1 runs all of them.
 # the two halves, balanced by their times on 2026-11-26 (about 80 s and 110 s of CPU)
-INDUCED_HALVES = ({"zero_advantage", "diverging", "ppo_never_terminating", "ppo_diverging"},
-                  {"never_terminating", "lr_zero", "rloo_zero_advantage", "ppo_constant_reward", "ppo_lr_zero"})
-
-
-def _induced_today(name: str) -> None:
-    import datetime
-    import os
-
-    today = INDUCED_HALVES[datetime.date.today().toordinal() % 2]
-    if name not in today and os.environ.get("TRL_DOCTOR_WATCH_ALL", "") in ("", "0"):
-        pytest.skip("in rotation: an induced failure runs every other day; TRL_DOCTOR_WATCH_ALL=1 runs all")
+INDUCED = Rotation.of("induced failures at the defaults", (
+    {"zero_advantage", "diverging", "ppo_never_terminating", "ppo_diverging"},
+    {"never_terminating", "lr_zero", "rloo_zero_advantage", "ppo_constant_reward", "ppo_lr_zero"}),
+    "TRL_DOCTOR_WATCH_ALL")
 
 
 def test_the_induced_halves_cover_every_induced_failure():
     grpo = {"zero_advantage", "never_terminating", "lr_zero", "diverging", "rloo_zero_advantage"}
-    assert INDUCED_HALVES[0].isdisjoint(INDUCED_HALVES[1])
-    assert INDUCED_HALVES[0] | INDUCED_HALVES[1] == grpo | set(PPO_FAILURES)
+    assert INDUCED.turns[0].isdisjoint(INDUCED.turns[1])
+    assert INDUCED.members == grpo | set(PPO_FAILURES)
 
 
 # The 200-step healthy runs (one to two minutes each on two cores) take turns, one a day (CI's 45 minutes); the
 # recorded healthy runs of each trainer are judged on every run by the fixture cases (fixtures/*/ok_*healthy*.json,
 # the real 200-step PPO run among them). TRL_DOCTOR_WATCH_ALL=1 runs all three.
-HEALTHY_ROTATION = ("healthy", "rloo_healthy", "ppo_healthy")
-
-
-def _healthy_today(name: str) -> None:
-    import datetime
-    import os
-
-    today = HEALTHY_ROTATION[datetime.date.today().toordinal() % len(HEALTHY_ROTATION)]
-    if name != today and os.environ.get("TRL_DOCTOR_WATCH_ALL", "") in ("", "0"):
-        pytest.skip(f"in rotation: today's 200-step healthy run is {today}; TRL_DOCTOR_WATCH_ALL=1 runs all")
+HEALTHY = Rotation.of("200-step healthy runs", ("healthy", "rloo_healthy", "ppo_healthy"), "TRL_DOCTOR_WATCH_ALL")
 
 
 @needs
 @pytest.mark.parametrize("name, every", [("healthy", True), ("rloo_healthy", False)])
 def test_a_healthy_run_is_never_flagged_over_200_steps_inside_and_from_each_store(tmp_path, name, every):
-    _healthy_today(name)
+    HEALTHY.skip_unless_today(name)
     where, env = stores(tmp_path, trackers(every))
     proc = job(name, tmp_path / "out", 200, env)
     _, said = proc.communicate(timeout=900)
@@ -227,7 +212,7 @@ needs_tensorboard = pytest.mark.skipif(not _tensorboard(), reason="the jobs writ
 @pytest.mark.other_trl
 @pytest.mark.parametrize("name", list(PPO_FAILURES))
 def test_a_ppo_failure_is_flagged_by_step_20_inside_the_job_and_from_each_store(tmp_path, trl_112, name):
-    _induced_today(name)
+    INDUCED.skip_unless_today(name)
     rule, every = PPO_FAILURES[name]
     where, said, seen, _ = followed_job(tmp_path, name, trackers(every), trl_112)
     stopped = json.loads((tmp_path / "out" / "job.json").read_text())
@@ -248,7 +233,7 @@ def test_a_ppo_failure_is_flagged_by_step_20_inside_the_job_and_from_each_store(
 def test_a_healthy_ppo_run_is_never_flagged_over_200_steps_inside_and_from_each_store(tmp_path, trl_112):
     """Its objective/kl, the k1 estimate over a batch of 4, is below 0 in about 4 logs of 10 (kl-blowup once warned at
     step 198 on 3 logs in a row)."""
-    _healthy_today("ppo_healthy")
+    HEALTHY.skip_unless_today("ppo_healthy")
     where, env = stores(tmp_path, trackers(False))  # TensorBoard and trackio: the failures' cases read all four
     proc = job("ppo_healthy", tmp_path / "out", 200, {**env, **trl_112})
     _, said = proc.communicate(timeout=900)

@@ -1,0 +1,79 @@
+"""The rotations that keep CI within its 45 minutes (tests/rotation.py): every member runs within as many days as
+its rotation has turns, the measured-heavy list names tests that exist, its turns are balanced by their measured
+time, and a test out of today's turn is skipped saying why, unless it is named or everything is asked for."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rotation
+from rotation import HEAVY, HEAVY_SECONDS, Rotation, balanced
+
+pytestmark = pytest.mark.release_free  # the test suite's own scheduling
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def no_overrides(monkeypatch):
+    for variable in (rotation.ALL, "TRL_DOCTOR_X_ALL", HEAVY.variable):
+        monkeypatch.delenv(variable, raising=False)
+
+
+def test_each_day_runs_one_turn_and_every_member_runs_within_the_turns(monkeypatch, no_overrides):
+    r = Rotation.of("cases", ["a", {"b", "c"}, ["d"]], "TRL_DOCTOR_X_ALL")
+    seen = []
+    for day in range(700, 706):
+        monkeypatch.setattr(rotation, "day", lambda day=day: day)
+        seen.append({m for m in "abcd" if r.runs(m)})
+        assert r.runs("not a member")
+    assert seen == [{"b", "c"}, {"d"}, {"a"}] * 2  # 700 % 3 == 1
+    monkeypatch.setattr(rotation, "day", lambda: 700)
+    assert "today's turn of the cases is b, c, each one runs within 3 days; TRL_DOCTOR_X_ALL=1" in r.why_not("a")
+    monkeypatch.setenv("TRL_DOCTOR_X_ALL", "1")
+    assert all(r.runs(m) for m in "abcd") and r.why_not("a") is None
+    monkeypatch.delenv("TRL_DOCTOR_X_ALL")
+    monkeypatch.setenv(rotation.ALL, "1")
+    assert all(r.runs(m) for m in "abcd")
+
+
+def test_balanced_turns_split_the_measured_time_evenly_and_the_same_way_everywhere():
+    seconds = {"a": 40, "b": 30, "c": 20, "d": 20, "e": 10, "f": 10}
+    turns = balanced(seconds, 3)
+    assert sorted(sum(seconds[n] for n in t) for t in turns) == [40, 40, 50]
+    assert turns == balanced(dict(reversed(list(seconds.items()))), 3)
+    assert frozenset().union(*turns) == set(seconds)
+
+
+def test_the_heavy_turns_are_balanced_and_cover_the_list():
+    times = [sum(HEAVY_SECONDS[n] for n in turn) for turn in HEAVY.turns]
+    assert len(times) == 3 and max(times) <= 1.05 * min(times), times
+    assert HEAVY.members == set(HEAVY_SECONDS)
+    assert all(a.isdisjoint(b) for i, a in enumerate(HEAVY.turns) for b in HEAVY.turns[i + 1:])
+
+
+def test_every_heavy_node_id_names_a_collected_test():
+    """A renamed test or case would silently leave the rotation (and run every day again): collect the files the
+    list names and find each id among them."""
+    files = sorted({n.split("::")[0] for n in HEAVY_SECONDS})
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--all-tests", "-p",
+                           "no:cacheprovider", *files], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    collected = {line.strip() for line in proc.stdout.splitlines() if "::" in line}
+    assert collected, proc.stdout[-2000:] + proc.stderr[-2000:]
+    missing = sorted(set(HEAVY_SECONDS) - collected)
+    assert not missing, missing
+
+
+def test_a_heavy_test_out_of_turn_is_skipped_saying_why(no_overrides):
+    """Run through pytest itself (-k, so that it is not named on the command line): skipped, with the reason."""
+    name = min(n for n in HEAVY_SECONDS if not HEAVY.runs(n) and "[" not in n)
+    path, test = name.split("::")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "--all-tests", "-p", "no:cacheprovider", path,
+                           "-k", test], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "1 skipped" in proc.stdout and "passed" not in proc.stdout, proc.stdout[-3000:]
+    assert "in rotation (CI's 45 minutes): today's turn of the measured-heavy tests is" in proc.stdout, proc.stdout[-3000:]
+    assert "TRL_DOCTOR_HEAVY_ALL=1 or TRL_DOCTOR_ROTATION_ALL=1 runs all" in proc.stdout
