@@ -280,6 +280,10 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_addoption(parser):
     parser.addoption("--all-tests", action="store_true",
                      help="run the slow, sweep and other_trl tests too, as CI's default lane does (fuzz stays -m fuzz)")
+    parser.addoption("--half-a-day", action="store_true",
+                     help="run today's half of the selected tests (by crc32 of each node id; the other half the next "
+                          "day): CI's release lanes, within its 45 minutes (tests/rotation.py: lane_halves); "
+                          "TRL_DOCTOR_ROTATION_ALL=1 runs both")
     parser.addoption("--snapshot-update", action="store_true",
                      help="write the fixture cases' snapshot files that are missing or differ, and delete those of no "
                           "case (tests/case_snapshots.py; also TRL_DOCTOR_SNAPSHOT_UPDATE=1)")
@@ -313,6 +317,20 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
     config._long_left_out = sum(1 for item in dropped if "fuzz" not in {m.name for m in item.iter_markers()})
+    if config.getoption("half_a_day"):
+        _keep_todays_half(config, items)
+
+
+def _keep_todays_half(config, items) -> None:
+    from rotation import lane_halves
+
+    halves = lane_halves(item.nodeid for item in items)
+    other = [item for item in items if not halves.runs(item.nodeid) and not _named_on_command_line(config, item)]
+    if other:
+        config.hook.pytest_deselected(items=other)
+        left_out = set(other)
+        items[:] = [item for item in items if item not in left_out]
+    config._other_half = len(other)
 
 
 def _skip_heavy_tests_out_of_turn(config, items) -> None:
@@ -336,6 +354,9 @@ def _skip_gpu_tests_without_cuda(items) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if getattr(config, "_other_half", 0):
+        terminalreporter.write_line(f"--half-a-day: the other half of this selection ({config._other_half} tests) runs "
+                                    "the next day (TRL_DOCTOR_ROTATION_ALL=1 runs both)")
     left = getattr(config, "_long_left_out", 0)
     if left:
         terminalreporter.write_line(f"{left} long tests (marked slow, sweep or other_trl) were left out: --all-tests "

@@ -7,7 +7,7 @@ own variable (TRL_DOCTOR_ACCURACY_ALL, ...) or TRL_DOCTOR_ROTATION_ALL=1 runs ev
 
 The rotations: the accuracy harness's slowest corpus cases (tests/test_accuracy.py), the fuzz suite's halves
 (tests/test_fuzz.py), the watch's runs at TRL's defaults (tests/test_watch_defaults.py), the frameworks' own one-step
-runs (tests/test_frameworks.py), and HEAVY below: every other test measured at 8 s or more in a lane of .ci/run,
+runs (tests/test_frameworks.py), the release lanes' halves (lane_halves below: pytest --half-a-day), and HEAVY below: every other test measured at 8 s or more in a lane of .ci/run,
 listed by node id, in three turns balanced by their measured seconds (tests/conftest.py skips those outside today's
 turn; tests/test_rotation.py holds the list to tests that exist). Left out of HEAVY on purpose: the safety tests (the
 fenced worker, remote code, the network, --fix's writes, bad input), the network audit of every lane (issue 42) and
@@ -164,5 +164,16 @@ HEAVY_SECONDS = {
     "tests/test_accuracy_truth.py::test_a_model_moved_to_cuda_by_hand_stays_on_the_cpu": 11.3,
     "tests/test_accuracy_harness.py::test_a_notebook_is_its_code_cells_without_ipython_lines": 11.7,
 }
+
+def lane_halves(node_ids: Iterable[str]) -> Rotation:
+    """CI's release lanes (legacy, trl017, trl024, vLLM: .ci/run's --half-a-day) run half their selection a day, split
+    by crc32 of each node id (the same split on every machine and in every lane): the default lane runs every test
+    every day, and a test a release breaks fails in its lane within two days."""
+    import zlib
+
+    ids = list(node_ids)
+    return Rotation.of("release lane's tests", [[n for n in ids if zlib.crc32(n.encode()) % 2 == k] for k in (0, 1)],
+                       "TRL_DOCTOR_LANE_ALL")
+
 
 HEAVY = Rotation("measured-heavy tests", balanced(HEAVY_SECONDS, 3), "TRL_DOCTOR_HEAVY_ALL")

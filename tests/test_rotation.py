@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import rotation
-from rotation import HEAVY, HEAVY_SECONDS, Rotation, balanced
+from rotation import HEAVY, HEAVY_SECONDS, Rotation, balanced, lane_halves
 
 pytestmark = pytest.mark.release_free  # the test suite's own scheduling
 
@@ -77,3 +77,22 @@ def test_a_heavy_test_out_of_turn_is_skipped_saying_why(no_overrides):
     assert "1 skipped" in proc.stdout and "passed" not in proc.stdout, proc.stdout[-3000:]
     assert "in rotation (CI's 45 minutes): today's turn of the measured-heavy tests is" in proc.stdout, proc.stdout[-3000:]
     assert "TRL_DOCTOR_HEAVY_ALL=1 or TRL_DOCTOR_ROTATION_ALL=1 runs all" in proc.stdout
+
+
+def _collected(*args: str) -> tuple[set[str], str]:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return {line.strip() for line in proc.stdout.splitlines() if "::" in line}, proc.stdout
+
+
+def test_a_release_lane_runs_half_its_selection_a_day_and_the_other_half_the_next(monkeypatch, no_overrides):
+    every, _ = _collected("tests/test_version_skew.py")
+    half, said = _collected("--half-a-day", "tests/test_version_skew.py")
+    assert len(every) >= 20 and 0.3 * len(every) < len(half) < 0.7 * len(every), (len(every), len(half))
+    assert half == lane_halves(every).today(), said[-2000:]
+    assert f"the other half of this selection ({len(every) - len(half)} tests) runs the next day" in said
+    halves = lane_halves(sorted(every))
+    assert halves.turns[0].isdisjoint(halves.turns[1]) and halves.members == every
+    monkeypatch.setenv(rotation.ALL, "1")
+    both, _ = _collected("--half-a-day", "tests/test_version_skew.py")
+    assert both == every
