@@ -322,10 +322,13 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _keep_todays_half(config, items) -> None:
-    from rotation import lane_halves
+    from rotation import HEAVY, lane_halves
 
-    halves = lane_halves(item.nodeid for item in items)
-    other = [item for item in items if not halves.runs(item.nodeid) and not _named_on_command_line(config, item)]
+    # a test that takes turns already (HEAVY, or marked `rotates`: one of its cases a day) is left to its own rotation:
+    # split again it would run on the days both agree on, or never
+    split = [item for item in items if item.nodeid not in HEAVY.members and item.get_closest_marker("rotates") is None]
+    halves = lane_halves(item.nodeid for item in split)
+    other = [item for item in split if not halves.runs(item.nodeid) and not _named_on_command_line(config, item)]
     if other:
         config.hook.pytest_deselected(items=other)
         left_out = set(other)

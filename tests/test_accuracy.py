@@ -73,6 +73,7 @@ def _param(case):
     return pytest.param(case, id=case.name, marks=[pytest.mark.pinned_releases] if pinned else [])
 
 
+@pytest.mark.rotates  # ROTATIONS above
 @pytest.mark.parametrize("case", [_param(c) for c in CASES])
 def test_the_doctor_agrees_with_trl(case, built_fixtures, request):
     why = (HARNESS.unmet(case.requires) or HARNESS.repo_missing(case) or HARNESS.import_missing(case)

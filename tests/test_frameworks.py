@@ -116,6 +116,7 @@ def test_the_doctor_judges_the_documented_example_as_the_framework_runs_it(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.rotates  # GROUND_TRUTH
 @pytest.mark.parametrize("framework, case, command, status, fails, truth_status, truth_words", TABLE, ids=_ids(TABLE))
 def test_the_framework_itself_agrees(tmp_path, framework, case, command, status, fails, truth_status, truth_words):
     """The ground truth: the framework's own documented command, one step on this CPU."""

@@ -7,8 +7,8 @@ the real `trl-doctor check` command in a process of its own. For every one:
 - no input file changed (hashes before and after), no process of the check outlives it (in its session, or anywhere
   with the case's tag in its environment: `setsid`, double forks), and the check's TMPDIR is empty again.
 
-A seeded sample of 24 runs in the default test run; the rest is marked `fuzz` (`pytest -m fuzz`), of which one half
-runs a day, in turn (each case every other day: CI's budget; TRL_DOCTOR_FUZZ_ALL=1 runs every case)."""
+A seeded sample of 24 runs in the default test run; the rest is marked `fuzz` (`pytest -m fuzz`), of which a third
+runs a day, in turn (each case every third day: CI's budget; TRL_DOCTOR_FUZZ_ALL=1 runs every case)."""
 
 from __future__ import annotations
 
@@ -33,14 +33,14 @@ ALL = badinputs.cases()
 FAST = badinputs.sample(seed=13, n=24)
 
 
-# a stable half of the cases (crc32 of the name) on even days, the other on odd ones
-HALVES = Rotation.of("fuzz cases", [[n for n in ALL if n not in FAST and zlib.crc32(n.encode()) % 2 == k]
-                                    for k in (0, 1)], "TRL_DOCTOR_FUZZ_ALL")
+# a stable third of the cases (crc32 of the name) a day, in turn
+THIRDS = Rotation.of("fuzz cases", [[n for n in ALL if n not in FAST and zlib.crc32(n.encode()) % 3 == k]
+                                    for k in (0, 1, 2)], "TRL_DOCTOR_FUZZ_ALL")
 
 
-def todays_half(name: str) -> bool:
+def todays_third(name: str) -> bool:
     """Whether the fuzz case `name` runs today (every case with TRL_DOCTOR_FUZZ_ALL=1)."""
-    return HALVES.runs(name)
+    return THIRDS.runs(name)
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
@@ -129,21 +129,21 @@ def test_bad_input_fast(built_fixtures, tmp_path, name):
 
 
 @pytest.mark.fuzz
-@pytest.mark.parametrize("name", [n for n in ALL if n not in FAST and todays_half(n)])
+@pytest.mark.parametrize("name", [n for n in ALL if n not in FAST and todays_third(n)])
 def test_bad_input(built_fixtures, tmp_path, name):
     run_case(name, tmp_path)
 
 
-def test_the_two_halves_take_turns_and_cover_every_case(monkeypatch):
+def test_the_three_thirds_take_turns_and_cover_every_case(monkeypatch):
     rest = [n for n in ALL if n not in FAST]
     monkeypatch.delenv("TRL_DOCTOR_FUZZ_ALL", raising=False)
     monkeypatch.delenv("TRL_DOCTOR_ROTATION_ALL", raising=False)
-    today = {n for n in rest if todays_half(n)}
-    assert 0.35 * len(rest) < len(today) < 0.65 * len(rest), (len(today), len(rest))
-    assert today == HALVES.today() and HALVES.members == set(rest)
-    assert HALVES.turns[0].isdisjoint(HALVES.turns[1])
+    today = {n for n in rest if todays_third(n)}
+    assert 0.2 * len(rest) < len(today) < 0.45 * len(rest), (len(today), len(rest))
+    assert today == THIRDS.today() and THIRDS.members == set(rest)
+    assert all(a.isdisjoint(b) for i, a in enumerate(THIRDS.turns) for b in THIRDS.turns[i + 1:])
     monkeypatch.setenv("TRL_DOCTOR_FUZZ_ALL", "1")
-    assert all(todays_half(n) for n in rest)
+    assert all(todays_third(n) for n in rest)
 
 
 def test_the_suite_covers_every_class():

@@ -96,3 +96,15 @@ def test_a_release_lane_runs_half_its_selection_a_day_and_the_other_half_the_nex
     monkeypatch.setenv(rotation.ALL, "1")
     both, _ = _collected("--half-a-day", "tests/test_version_skew.py")
     assert both == every
+
+
+def test_a_test_with_turns_of_its_own_is_left_to_them(no_overrides):
+    """Split again by --half-a-day, a case of a rotation would run only on the days both agree on (or never: the
+    accuracy harness's six-day rotation and the halves both follow the day's parity): marked `rotates`, or in HEAVY,
+    it is not split."""
+    every, _ = _collected("--all-tests", "tests/test_accuracy.py", "tests/test_value_model.py")
+    half, _ = _collected("--all-tests", "--half-a-day", "tests/test_accuracy.py", "tests/test_value_model.py")
+    cases = {n for n in every if "::test_the_doctor_agrees_with_trl[" in n}
+    heavy = {n for n in every if n in HEAVY.members}
+    assert len(cases) > 50 and len(heavy) >= 4 and cases | heavy <= half
+    assert half < every  # the rest of the two files is split
