@@ -357,9 +357,10 @@ def _skip_gpu_tests_without_cuda(items) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if getattr(config, "_other_half", 0):
-        terminalreporter.write_line(f"--half-a-day: the other half of this selection ({config._other_half} tests) runs "
-                                    "the next day (TRL_DOCTOR_ROTATION_ALL=1 runs both)")
+    if config.getoption("half_a_day"):  # under xdist the workers collect: the count is theirs
+        count = f" ({config._other_half} tests)" if getattr(config, "_other_half", 0) else ""
+        terminalreporter.write_line(f"--half-a-day: the other half of this selection{count} runs the next day "
+                                    "(TRL_DOCTOR_ROTATION_ALL=1 runs both)")
     left = getattr(config, "_long_left_out", 0)
     if left:
         terminalreporter.write_line(f"{left} long tests (marked slow, sweep or other_trl) were left out: --all-tests "
