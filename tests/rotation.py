@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import datetime
 import os
+import zlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Mapping
 
 ALL = "TRL_DOCTOR_ROTATION_ALL"
@@ -42,7 +44,14 @@ class Rotation:
         """Turns given as names (one member a turn) or as collections of names."""
         return cls(what, tuple(frozenset([t] if isinstance(t, str) else t) for t in turns), variable)
 
-    @property
+    @classmethod
+    def by_hash(cls, what: str, names: Iterable[str], turns: int, variable: str) -> "Rotation":
+        """`turns` turns split by crc32 of each name: the same split on every machine, whatever else is listed."""
+        names = list(names)
+        return cls.of(what, [[n for n in names if zlib.crc32(n.encode()) % turns == k] for k in range(turns)],
+                      variable)
+
+    @cached_property  # asked once per collected test by conftest
     def members(self) -> frozenset[str]:
         return frozenset().union(*self.turns)
 
@@ -166,14 +175,11 @@ HEAVY_SECONDS = {
 }
 
 def lane_halves(node_ids: Iterable[str]) -> Rotation:
-    """CI's release lanes (legacy, trl017, trl024, vLLM: .ci/run's --half-a-day) run half their selection a day, split
-    by crc32 of each node id (the same split on every machine and in every lane): the default lane runs every test
-    every day, and a test a release breaks fails in its lane within two days."""
-    import zlib
-
-    ids = list(node_ids)
-    return Rotation.of("release lane's tests", [[n for n in ids if zlib.crc32(n.encode()) % 2 == k] for k in (0, 1)],
-                       "TRL_DOCTOR_LANE_ALL")
+    """CI's release lanes (legacy, trl017, trl024, vLLM) and the default lane's long selection (.ci/run's
+    --half-a-day) run half their selection a day, split by crc32 of each node id (the same split on every machine and
+    in every lane): the README's command runs its whole selection, and a test a release breaks fails in its lane
+    within two days."""
+    return Rotation.by_hash("release lane's tests", node_ids, 2, "TRL_DOCTOR_LANE_ALL")
 
 
 HEAVY = Rotation("measured-heavy tests", balanced(HEAVY_SECONDS, 3), "TRL_DOCTOR_HEAVY_ALL")

@@ -60,10 +60,8 @@ def test_every_heavy_node_id_names_a_collected_test():
     """A renamed test or case would silently leave the rotation (and run every day again): collect the files the
     list names and find each id among them."""
     files = sorted({n.split("::")[0] for n in HEAVY_SECONDS})
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--all-tests", "-p",
-                           "no:cacheprovider", *files], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    collected = {line.strip() for line in proc.stdout.splitlines() if "::" in line}
-    assert collected, proc.stdout[-2000:] + proc.stderr[-2000:]
+    collected, said = _collected("--all-tests", *files)
+    assert collected, said[-2000:]
     missing = sorted(set(HEAVY_SECONDS) - collected)
     assert not missing, missing
 
