@@ -8,7 +8,8 @@ What it does
     to probe it; --static contacts nothing. Down: fail (off the launch machine: skip; allowed remote
     refusing: warn). Another served model: fail (same folder name: warn); a `max_model_len` below
     longest prompt + completion, no `/server_info` (no dev mode) or no weight-transfer engine: fail;
-    raw logprobs under importance sampling: warn. AsyncGRPO's LoRA: as TRL's select_adapter_sync.
+    raw logprobs under importance sampling: warn. AsyncGRPO's LoRA: TRL's own select_adapter_sync
+    called on the answer with the script's PEFT model and config (its warnings warn, its ValueError fails).
 
 Why is this bad?
     Server mode generates through a `trl vllm-serve` at `vllm_server_base_url` that nothing starts.
@@ -150,7 +151,7 @@ def _unreached(ctx) -> str:
     return "ConnectionError: The vLLM server can't be reached"
 
 
-def _server_info(ctx, got, endpoints, target, fix, start) -> list[Finding]:
+def _server_info(ctx, got, endpoints, target, fix, start, details: dict) -> list[Finding]:
     """What TRL 1.11+'s client reads from `/server_info` (trl/generation/vllm_client.py, grpo_trainer.py): vLLM serves
     it only in dev mode; a server without a weight-transfer engine cannot take the trainer's weights; importance
     sampling needs the processed logprobs."""
@@ -176,7 +177,7 @@ def _server_info(ctx, got, endpoints, target, fix, start) -> list[Finding]:
                         "weight-transfer engine. Restart it with `--weight-transfer-config '{\"backend\": \"nccl\"}'`\" "
                         f"before the first step (`trl vllm-serve` passes it): `{start}`", fix))
     if ctx.trainer == ASYNC_GRPO and config_value(ctx, "use_peft", False):
-        out += _adapter_sync(ctx, data, target, fix)
+        out += _adapter_sync(ctx, data, target, fix, details)
     mode = (data.get("model_config") or {}).get("logprobs_mode") if isinstance(data.get("model_config"), dict) else None
     if mode and mode != "processed_logprobs" and ctx.trainer == ASYNC_GRPO:
         out.append(warn(f"the vLLM server at {target.base_url} runs with --logprobs-mode {mode}: AsyncGRPOTrainer "
@@ -191,21 +192,27 @@ def _server_info(ctx, got, endpoints, target, fix, start) -> list[Finding]:
     return out
 
 
-def _adapter_sync(ctx, data: dict, target, fix) -> list[Finding]:
-    """A LoRA trained by AsyncGRPOTrainer against this server, as its construction decides the sync (TRL's words)."""
-    ranks = [config_value(ctx, "lora_r", 8) or 8, *(config_value(ctx, "lora_rank_pattern", {}) or {}).values()]
-    decided = adapter_sync(data, int(max(ranks)), int(config_value(ctx, "max_staleness", 4) or 0))
+def _adapter_sync(ctx, data: dict, target, fix, details: dict) -> list[Finding]:
+    """A LoRA trained by AsyncGRPOTrainer against this server, as TRL's own select_adapter_sync decides at
+    construction on the same /server_info answer (its words, its verdict; `details` gets the verdict)."""
+    live = ctx.live
+    decided = adapter_sync(data, getattr(live, "model", None), getattr(live, "args", None))
     if decided is None:
+        details["adapter sync"] = "merged full weights (the installed TRL has no adapter-only sync)"
         return []
-    found, where = decided
+    if decided.unknown:
+        details["adapter sync"] = f"not judged: {decided.unknown}"
+        return []
+    details["adapter sync"] = (f"{'the adapter alone' if decided.adapter_only else 'merged full weights'} "
+                               f"(TRL's select_adapter_sync, {decided.where.where})")
     out = []
-    for level, words in found:
+    for level, words in decided.said:
         if level == "raise":
-            out.append(fail(f"the vLLM server at {target.base_url} cannot hold the LoRA AsyncGRPOTrainer syncs to it: "
-                            f"TRL raises at construction (ValueError, {where.where}): \"{words}\"", fix))
+            out.append(fail(f"the vLLM server at {target.base_url} cannot take the LoRA AsyncGRPOTrainer syncs to "
+                            f"it: TRL raises at construction (ValueError, {decided.where.where}): \"{words}\"", fix))
         else:
-            out.append(warn(f"the vLLM server at {target.base_url}: TRL warns at construction ({where.where}): "
-                            f"\"{words}\"", fix))
+            out.append(warn(f"the vLLM server at {target.base_url}: TRL warns at construction "
+                            f"({decided.where.where}): \"{words}\"", fix))
     return out
 
 
@@ -299,7 +306,7 @@ def _served(ctx, got, endpoints, target, need, need_words, fix, start) -> tuple[
         problems.append(fail(f"the vLLM server's max_model_len {served_len} is below the longest prompt + "
                              f"max_completion_length = {need_words}: {rejected}; restart it with --max-model-len "
                              f"{need}: `{start}`", fix))
-    problems += _server_info(ctx, got, endpoints, target, fix, start)
+    problems += _server_info(ctx, got, endpoints, target, fix, start, details)
     if endpoints.posts_generate:
         problems.append(fail(f"the server at {target.base_url} is vLLM's own OpenAI server, but the installed TRL's "
                              f"client ({endpoints.where}) posts /generate/, which only TRL's `trl vllm-serve` serves; "

@@ -134,39 +134,57 @@ CLIENT_FILE = "experimental/async_grpo/vllm_client.py"
 _ADAPTER_SYNC_RE = re.compile(r"^def select_adapter_sync\(", re.M)
 
 
-def adapter_sync(server_info: dict, rank: int, max_staleness: int) -> tuple[list[tuple[str, str]], Evidence] | None:
-    """How the installed AsyncGRPOTrainer syncs a LoRA adapter with the server that answered `/server_info`, as its
-    `select_adapter_sync` decides at construction (trl 1.16: a pure function of the server's vllm_config, the
-    adapter and max_staleness): [(level, TRL's words)], "raise" for its ValueErrors (the job stops at construction),
-    "warn" where it falls back to merging the adapter and pushing the full weights every sync. None where the
-    installed TRL has no such function (it then always pushes merged weights)."""
-    rel = "experimental/async_grpo/async_grpo_trainer.py"
-    text = _text(rel) or ""
+@dataclass(frozen=True)
+class AdapterSync:
+    """What TRL's own `select_adapter_sync` said of the script's LoRA against one `/server_info` answer."""
+
+    said: tuple[tuple[str, str], ...] = ()  # (level, TRL's words): "raise" for its ValueError, "warn" per warning
+    adapter_only: bool | None = None  # its verdict: syncs push the adapter alone (True) or merged weights (False)
+    where: Evidence | None = None  # the function in the installed TRL
+    unknown: str | None = None  # why it was not asked (then `said` is empty)
+
+
+def adapter_sync(server_info: dict, model, args) -> AdapterSync | None:
+    """How the installed AsyncGRPOTrainer syncs the script's LoRA with the server that answered `/server_info`:
+    TRL's own `select_adapter_sync` (trl 1.16, async_grpo_trainer.py: "a pure function of what the server reported
+    and what is about to be trained, so it can be tested with the dict `/server_info` returns rather than with a
+    server"), called on that answer with the PEFT model and the config the script built, from the module the script
+    itself imported (nothing of async_grpo is imported here). Its warnings (it falls back to merging the adapter into
+    the base weights and pushing them all every sync: no `--enable-lora`, data parallel, or an adapter vLLM cannot
+    serve: DoRA, modules_to_save, biases, lm_head...) and its ValueError (a `--max-lora-rank` or `--max-loras` too
+    small: the job stops at construction) are its words. None where the installed TRL has no such function (it then
+    always pushes merged weights)."""
+    import logging
+    import sys
+
+    text = _text(TRAINER_FILE) or ""
     m = _ADAPTER_SYNC_RE.search(text)
     if m is None:
         return None
-    where = _evidence(rel, text, m.start())
-    lora = server_info.get("lora_config")
-    if lora is None:
-        return [("warn", "Training a PEFT model against a vLLM server started without `--enable-lora`: every weight "
-                 "sync has to merge the adapter into the base model and push the full weights. Restart the server "
-                 "with `--enable-lora --max-lora-rank <r>` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1` in its "
-                 "environment to push only the adapter instead (~1% of the bytes).")], where
-    if ((server_info.get("parallel_config") or {}).get("data_parallel_size") or 1) > 1:
-        return [("warn", "Falling back to merged-weight vLLM sync: the server runs with `--data-parallel-size > 1`, "
-                 "where a loaded adapter reaches only the replica that received the request.")], where
-    out = []
-    max_rank = lora.get("max_lora_rank")
-    if isinstance(max_rank, int) and max_rank < rank:
-        out.append(("raise", f"The adapter has rank {rank}, but the vLLM server was started with `--max-lora-rank "
-                             f"{max_rank}`."))
-    max_loras, need = lora.get("max_loras"), max_staleness + 2
-    if isinstance(max_loras, int) and max_loras < need:
-        out.append(("raise", f"The vLLM server was started with `--max-loras {max_loras}`, but `max_staleness="
-                             f"{max_staleness}` lets requests still name {need - 1} distinct policy versions, and each "
-                             f"sync loads the next one before unloading the oldest. Restart the server with "
-                             f"`--max-loras {need}`, or lower `max_staleness`."))
-    return out, where
+    where = _evidence(TRAINER_FILE, text, m.start())
+    module = sys.modules.get(f"{MODULE}.async_grpo_trainer")
+    decide = getattr(module, "select_adapter_sync", None)
+    if decide is None or model is None or args is None or not hasattr(model, "peft_config"):
+        return AdapterSync(where=where, unknown="the script's PEFT model or TRL's module is not in this process")
+    said: list[tuple[str, str]] = []
+
+    class _Heard(logging.Handler):
+        def emit(self, record):
+            if record.levelno >= logging.WARNING:
+                words = " ".join(record.getMessage().split())
+                said.append(("warn", re.sub(r"^\[RANK \d+\] ", "", words)))  # accelerate's MultiProcessAdapter's
+
+    heard, logger = _Heard(), logging.getLogger(module.__name__)
+    logger.addHandler(heard)
+    try:
+        adapter_only = bool(decide(dict(server_info), model, args))
+    except ValueError as exc:
+        return AdapterSync((*said, ("raise", " ".join(str(exc).split()))), False, where)
+    except Exception as exc:  # an answer it cannot read (a key missing), accelerate's logging state: not its verdict
+        return AdapterSync(where=where, unknown=f"TRL's select_adapter_sync raised {type(exc).__name__}: {exc}")
+    finally:
+        logger.removeHandler(heard)
+    return AdapterSync(tuple(said), adapter_only, where)
 
 
 SERVE = ("VLLM_SERVER_DEV_MODE=1 vllm serve {model} --logprobs-mode processed_logprobs "
