@@ -39,19 +39,8 @@ from typing import Any
 from trl_doctor import ASYNC_GRPO, Finding, fail, manual, passed, rule, skip, warn
 from trl_doctor.facts.launch.launcher import launch
 from trl_doctor.facts.launch.settings import config_value, settings, vllm_placement
-from trl_doctor.facts.vllm.server import (
-    allow_words, installed_client_endpoints, model_names, probe, reach, same_model, server_target,
-)
-from trl_doctor.facts.trl.async_grpo import SERVE as ASYNC_SERVE, adapter_sync
-
-ASYNC_SERVER = ("AsyncGRPOTrainer generates on the `vllm serve` at vllm_server_base_url, always (AsyncGRPOConfig has "
-                "no use_vllm)")
-# AsyncGRPO's rollout worker posts each prompt with max_tokens=max_completion_length (async_rollout_worker.py
-# `_generate_one_turn`); vLLM answers a request longer than its max_model_len with HTTP 400, which the worker's
-# `_post` retries 3 times (aiohttp.ClientError) and then raises: its generation loop re-raises the task's exception
-# (`raise task.exception()`) and the worker process stops, and the trainer with it
-ASYNC_REJECTED = ("vLLM answers those requests with HTTP 400, AsyncGRPO's rollout worker retries each 3 times and "
-                  "then stops (its generation loop re-raises the error), and the job stops with it")
+from trl_doctor.facts.vllm.server import allow_words, client, model_names, probe, reach, same_model, server_target
+from trl_doctor.facts.trl.async_grpo import adapter_sync
 
 
 @rule(
@@ -64,11 +53,11 @@ ASYNC_REJECTED = ("vLLM answers those requests with HTTP 400, AsyncGRPO's rollou
 )
 def check(ctx):
     s = settings(ctx)
-    asynchronous = ctx.trainer == ASYNC_GRPO
-    if not asynchronous and not config_value(ctx, "use_vllm", False):
+    its = client(ctx.trainer)
+    if not its.always_server and not config_value(ctx, "use_vllm", False):
         yield skip("use_vllm is off: generation runs in the trainer, no vLLM server is involved")
         return
-    mode, why = ("server", ASYNC_SERVER) if asynchronous else _mode(ctx)
+    mode, why = ("server", its.always_server) if its.always_server else _mode(ctx)
     if mode == "colocate":
         yield passed(why, **{"vLLM mode": "colocate"})
         return
@@ -76,7 +65,7 @@ def check(ctx):
         yield skip(why)
         return
     target = server_target(ctx)
-    endpoints = installed_client_endpoints(ctx.trainer)
+    endpoints = its.endpoints
     where = reach(ctx, target)
     local = where.here
     need, need_words = _need(ctx, s)
@@ -90,7 +79,7 @@ def check(ctx):
                   + (", posts /generate/" if endpoints.posts_generate else ""),
         "max-model-len needed": need_words,
     }
-    start = _start_command(ctx, need)
+    start = _start_command(ctx, its, need)
     colocate = "vllm_mode" in s.fields
     fix = manual(f"start the server first: `{start}`" + (" (on the server machine)" if not local else "")
                  + (", or set `vllm_mode: colocate` to run vLLM inside the training processes" if colocate else ""))
@@ -109,7 +98,7 @@ def check(ctx):
     if h.status is None:
         details["health"] = f"GET {got.health_path}: {h.error}"
         consequence = (f"the job would retry for vllm_server_timeout ({timeout} s), after taking its GPUs and loading "
-                       f"the model, then stop with \"{_unreached(ctx)}\"")
+                       f"the model, then stop with \"{its.unreached}\"")
         if not local:
             text = (f"the vLLM server at {target.base_url} is on another machine and {h.error} from here: ")
             if h.kind == "refused":
@@ -136,37 +125,24 @@ def check(ctx):
             return
         yield fail(f"{target.base_url} answers but is not a healthy vLLM server: GET {got.health_path} gives HTTP "
                    f"{h.status}; the trainer waits for vllm_server_timeout ({timeout} s) and then stops with "
-                   f"{_unreached(ctx).split(':')[0]}; start the server with `{start}`", fix, **details)
+                   f"{its.unreached.split(':')[0]}; start the server with `{start}`", fix, **details)
         return
     details["health"] = f"GET {got.health_path}: HTTP {h.status}"
-    found, served = _served(ctx, got, endpoints, target, need, need_words, fix, start)
+    found, served = _served(ctx, got, its, target, need, need_words, fix, start)
     details.update(served)
     yield from (replace(f, details=dict(details)) for f in found)
 
 
-def _unreached(ctx) -> str:
-    """How the trainer's client stops when no server answers (TRL's VLLMClient; AsyncGRPO's own, its words)."""
-    if ctx.trainer == ASYNC_GRPO:
-        return "TimeoutError: Timed out after ... waiting for vLLM server at ..."
-    return "ConnectionError: The vLLM server can't be reached"
-
-
-def _server_info(ctx, got, endpoints, target, fix, start, details: dict) -> list[Finding]:
+def _server_info(ctx, got, its, target, fix, start, details: dict) -> list[Finding]:
     """What TRL 1.11+'s client reads from `/server_info` (trl/generation/vllm_client.py, grpo_trainer.py): vLLM serves
     it only in dev mode; a server without a weight-transfer engine cannot take the trainer's weights; importance
     sampling needs the processed logprobs."""
     info = got.server_info
     if info is None or info.status is None:
         return []
-    if info.status == 404 and ctx.trainer == ASYNC_GRPO:
-        return [fail(f"the vLLM server at {target.base_url} has no /server_info: it runs without "
-                     "VLLM_SERVER_DEV_MODE=1, which AsyncGRPOTrainer requires for /server_info, /pause and "
-                     f"/init_weight_transfer_engine ({endpoints.where}): its first weight sync fails; `{start}`", fix)]
     if info.status == 404:
-        return [fail(f"the vLLM server at {target.base_url} has no /server_info, which the installed TRL's client "
-                     f"({endpoints.where}) asks before the first weight sync: TRL raises \"RuntimeError: The vLLM "
-                     "server ... does not expose its development endpoints ... Restart it with `VLLM_SERVER_DEV_MODE=1` "
-                     f"in its environment\" (a plain `vllm serve`; `trl vllm-serve` sets it): `{start}`", fix)]
+        return [fail(f"the vLLM server at {target.base_url} "
+                     f"{its.no_server_info.format(where=its.endpoints.where)}: `{start}`", fix)]
     data = info.data if info.status == 200 and isinstance(info.data, dict) else None
     if data is None:
         return []
@@ -176,19 +152,13 @@ def _server_info(ctx, got, endpoints, target, fix, start, details: dict) -> list
                         "weight_transfer_config is null): TRL raises \"RuntimeError: The vLLM server ... has no "
                         "weight-transfer engine. Restart it with `--weight-transfer-config '{\"backend\": \"nccl\"}'`\" "
                         f"before the first step (`trl vllm-serve` passes it): `{start}`", fix))
-    if ctx.trainer == ASYNC_GRPO and config_value(ctx, "use_peft", False):
+    if its.adapter_sync and config_value(ctx, "use_peft", False):
         out += _adapter_sync(ctx, data, target, fix, details)
     mode = (data.get("model_config") or {}).get("logprobs_mode") if isinstance(data.get("model_config"), dict) else None
-    if mode and mode != "processed_logprobs" and ctx.trainer == ASYNC_GRPO:
-        out.append(warn(f"the vLLM server at {target.base_url} runs with --logprobs-mode {mode}: AsyncGRPOTrainer "
-                        "takes the rollouts' log-probabilities from the server as the old policy's, and its own are "
-                        "the sampled distribution's (temperature applied); TRL's AsyncGRPO example starts the server "
-                        f"with --logprobs-mode processed_logprobs: `{start}`", fix))
-    elif mode and mode != "processed_logprobs" and config_value(ctx, "vllm_importance_sampling_correction", True):
-        out.append(warn(f"the vLLM server at {target.base_url} runs with --logprobs-mode {mode}: TRL only warns "
-                        "(\"which biases the importance sampling correction\") and the job trains with the bias; "
-                        "restart it with --logprobs-mode processed_logprobs (`trl vllm-serve` passes it), or set "
-                        "vllm_importance_sampling_correction: false", fix))
+    judged = its.logprobs_always or config_value(ctx, "vllm_importance_sampling_correction", True)
+    if mode and mode != "processed_logprobs" and judged:
+        out.append(warn(f"the vLLM server at {target.base_url} runs with --logprobs-mode {mode}: {its.logprobs}: "
+                        f"`{start}`", fix))
     return out
 
 
@@ -251,15 +221,11 @@ def _need(ctx, s) -> tuple[int | None, str]:
     return eff + completion, f"{eff + completion} (longest prompt {eff} tokens{cut} + max_completion_length {completion})"
 
 
-def _start_command(ctx, need: int | None) -> str:
+def _start_command(ctx, its, need: int | None) -> str:
     tp = config_value(ctx, "vllm_tensor_parallel_size", 1) or 1
     model = ctx.config.model
     where = model.ref if model.in_cache or not model.path.is_dir() else str(model.path)
-    if ctx.trainer == ASYNC_GRPO:
-        cmd = "CUDA_VISIBLE_DEVICES=<spare GPUs> " + ASYNC_SERVE.format(model=where)
-    else:
-        cmd = (f"CUDA_VISIBLE_DEVICES=<spare GPUs> trl vllm-serve --model {where} "
-               f"--tensor-parallel-size {tp}")
+    cmd = "CUDA_VISIBLE_DEVICES=<spare GPUs> " + its.serve.format(model=where, tp=tp)
     if need:
         cmd += f" --max-model-len {need}"
     target_port = server_target(ctx).port
@@ -268,9 +234,10 @@ def _start_command(ctx, need: int | None) -> str:
     return cmd
 
 
-def _served(ctx, got, endpoints, target, need, need_words, fix, start) -> tuple[list[Finding], dict[str, Any]]:
+def _served(ctx, got, its, target, need, need_words, fix, start) -> tuple[list[Finding], dict[str, Any]]:
     """What the running server serves: (the findings, without details; the details: what it answered)."""
     details: dict[str, Any] = {}
+    endpoints = its.endpoints
     if not got.served:
         models = got.models
         details["/v1/models"] = (f"HTTP {models.status}" if models and models.status is not None
@@ -300,14 +267,14 @@ def _served(ctx, got, endpoints, target, need, need_words, fix, start) -> tuple[
         problems.append(warn(f"the vLLM server serves {served_path} and the trained model is {ctx.config.model.ref}: "
                              "the same name under another folder; make sure it is the same checkpoint", fix))
     if isinstance(served_len, int) and need is not None and served_len < need:
-        rejected = (ASYNC_REJECTED if ctx.trainer == ASYNC_GRPO else
+        rejected = (its.too_long or
                     f"vLLM rejects or cuts those requests (\"The decoder prompt ... is longer than the maximum model "
                     f"length of {served_len}\")")
         problems.append(fail(f"the vLLM server's max_model_len {served_len} is below the longest prompt + "
                              f"max_completion_length = {need_words}: {rejected}; restart it with --max-model-len "
                              f"{need}: `{start}`", fix))
-    problems += _server_info(ctx, got, endpoints, target, fix, start, details)
-    if endpoints.posts_generate:
+    problems += _server_info(ctx, got, its, target, fix, start, details)
+    if its.endpoints.posts_generate:
         problems.append(fail(f"the server at {target.base_url} is vLLM's own OpenAI server, but the installed TRL's "
                              f"client ({endpoints.where}) posts /generate/, which only TRL's `trl vllm-serve` serves; "
                              f"start it with `{start}`", fix))

@@ -190,6 +190,22 @@ def adapter_sync(server_info: dict, model, args) -> AdapterSync | None:
 SERVE = ("VLLM_SERVER_DEV_MODE=1 vllm serve {model} --logprobs-mode processed_logprobs "
          "--weight-transfer-config '{{\"backend\":\"nccl\"}}'")
 
+# What AsyncGRPO's own vLLM client meets (facts/vllm/server.py: Client; trl 1.16 experimental/async_grpo)
+ALWAYS_SERVER = ("AsyncGRPOTrainer generates on the `vllm serve` at vllm_server_base_url, always (AsyncGRPOConfig has "
+                 "no use_vllm)")
+UNREACHED = "TimeoutError: Timed out after ... waiting for vLLM server at ..."
+NO_SERVER_INFO = ("has no /server_info: it runs without VLLM_SERVER_DEV_MODE=1, which AsyncGRPOTrainer requires for "
+                  "/server_info, /pause and /init_weight_transfer_engine ({where}): its first weight sync fails")
+# its rollout worker posts each prompt with max_tokens=max_completion_length (async_rollout_worker.py
+# `_generate_one_turn`); vLLM answers a request longer than its max_model_len with HTTP 400, which the worker's `_post`
+# retries 3 times (aiohttp.ClientError) and then raises: its generation loop re-raises the task's exception (`raise
+# task.exception()`) and the worker process stops, and the trainer with it
+TOO_LONG = ("vLLM answers those requests with HTTP 400, AsyncGRPO's rollout worker retries each 3 times and then "
+            "stops (its generation loop re-raises the error), and the job stops with it")
+LOGPROBS = ("AsyncGRPOTrainer takes the rollouts' log-probabilities from the server as the old policy's, and its own "
+            "are the sampled distribution's (temperature applied); TRL's AsyncGRPO example starts the server with "
+            "--logprobs-mode processed_logprobs")
+
 
 def client_text() -> tuple[str, str] | None:
     """(trl/<file>, text) of the installed AsyncGRPO's own vLLM client (what it asks the server), or None."""

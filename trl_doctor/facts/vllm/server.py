@@ -125,6 +125,50 @@ def installed_client_endpoints(trainer: str = "grpo") -> ClientEndpoints:
     return client_endpoints(None)
 
 
+@dataclass(frozen=True)
+class Client:
+    """The trainer's vLLM client as the installed TRL writes it: what it asks the server and how it stops. GRPO and
+    RLOO share TRL's VLLMClient; AsyncGRPOTrainer has its own (facts/trl/async_grpo.py holds its words)."""
+
+    endpoints: ClientEndpoints
+    always_server: str | None  # why the trainer always generates on a server (AsyncGRPO), or None: its vllm_mode says
+    unreached: str  # how it stops when no server answers
+    no_server_info: str  # what a server without /server_info (no dev mode) does to it, `{where}` its client's file
+    too_long: str | None  # how it meets a request longer than the server's max_model_len (None: vLLM's own words)
+    serve: str  # the start command after `CUDA_VISIBLE_DEVICES=<spare GPUs> `, `{model}` and `{tp}` to fill
+    logprobs: str  # what a --logprobs-mode other than processed_logprobs does to it
+    logprobs_always: bool  # it takes the server's log-probabilities whatever its config (else: importance sampling on)
+    adapter_sync: bool  # its construction decides a LoRA's sync from /server_info (TRL's select_adapter_sync)
+
+
+_VLLM_CLIENT = dict(
+    always_server=None,
+    unreached="ConnectionError: The vLLM server can't be reached",
+    no_server_info=("has no /server_info, which the installed TRL's client ({where}) asks before the first weight "
+                    "sync: TRL raises \"RuntimeError: The vLLM server ... does not expose its development endpoints "
+                    "... Restart it with `VLLM_SERVER_DEV_MODE=1` in its environment\" (a plain `vllm serve`; `trl "
+                    "vllm-serve` sets it)"),
+    too_long=None,
+    serve="trl vllm-serve --model {model} --tensor-parallel-size {tp}",
+    logprobs=("TRL only warns (\"which biases the importance sampling correction\") and the job trains with the bias; "
+              "restart it with --logprobs-mode processed_logprobs (`trl vllm-serve` passes it), or set "
+              "vllm_importance_sampling_correction: false"),
+    logprobs_always=False,
+    adapter_sync=False,
+)
+
+
+def client(trainer: str = "grpo") -> Client:
+    """The client profile of `trainer` ("grpo", "rloo", "async_grpo") in the installed TRL."""
+    endpoints = installed_client_endpoints(trainer)
+    if trainer != "async_grpo":
+        return Client(endpoints, **_VLLM_CLIENT)
+    from trl_doctor.facts.trl import async_grpo
+
+    return Client(endpoints, async_grpo.ALWAYS_SERVER, async_grpo.UNREACHED, async_grpo.NO_SERVER_INFO,
+                  async_grpo.TOO_LONG, async_grpo.SERVE, async_grpo.LOGPROBS, True, True)
+
+
 @dataclass
 class Answer:
     """One request's outcome: status (None when no HTTP answer), parsed JSON (or None) and the error in words."""
