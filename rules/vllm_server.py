@@ -40,7 +40,7 @@ from trl_doctor import ASYNC_GRPO, Finding, fail, manual, passed, rule, skip, wa
 from trl_doctor.facts.launch.launcher import launch
 from trl_doctor.facts.launch.settings import config_value, settings, vllm_placement
 from trl_doctor.facts.vllm.server import allow_words, client, model_names, probe, reach, same_model, server_target
-from trl_doctor.facts.trl.async_grpo import adapter_sync
+from trl_doctor.facts.trl.async_grpo import adapter_serve, adapter_sync
 
 
 @rule(
@@ -128,6 +128,8 @@ def check(ctx):
                    f"{its.unreached.split(':')[0]}; start the server with `{start}`", fix, **details)
         return
     details["health"] = f"GET {got.health_path}: HTTP {h.status}"
+    # it runs: what it serves, or how, is what to change
+    fix = manual(f"restart the server as the job needs it: `{start}`" + (" (on the server machine)" if not local else ""))
     found, served = _served(ctx, got, its, target, need, need_words, fix, start)
     details.update(served)
     yield from (replace(f, details=dict(details)) for f in found)
@@ -225,7 +227,12 @@ def _start_command(ctx, its, need: int | None) -> str:
     tp = config_value(ctx, "vllm_tensor_parallel_size", 1) or 1
     model = ctx.config.model
     where = model.ref if model.in_cache or not model.path.is_dir() else str(model.path)
-    cmd = "CUDA_VISIBLE_DEVICES=<spare GPUs> " + its.serve.format(model=where, tp=tp)
+    cmd = its.serve.format(model=where, tp=tp)
+    lora = (adapter_serve(getattr(ctx.live, "model", None), getattr(ctx.live, "args", None))
+            if its.adapter_sync and config_value(ctx, "use_peft", False) else None)
+    if lora is not None:  # the adapter alone goes to the server at each sync (~1% of the bytes)
+        cmd = f"{lora[0]} {cmd} {lora[1]}"
+    cmd = "CUDA_VISIBLE_DEVICES=<spare GPUs> " + cmd
     if need:
         cmd += f" --max-model-len {need}"
     target_port = server_target(ctx).port

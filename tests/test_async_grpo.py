@@ -191,6 +191,12 @@ def test_a_lora_meets_the_server_as_trls_own_adapter_sync_decides(variant, lora,
     assert code == (1 if status == "fail" else 0)
     sync = result["details"]["adapter sync"]
     assert sync.startswith("the adapter alone" if status == "pass" else "merged full weights"), sync
+    if variant == "lora" and status != "pass":  # the fix starts the server that takes this adapter (r=8, staleness 4)
+        assert result["fix"]["description"].startswith("restart the server as the job needs it"), result["fix"]
+        assert ("VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 VLLM_SERVER_DEV_MODE=1 vllm serve" in result["fix"]["description"]
+                and "--enable-lora --max-lora-rank 8 --max-loras 6" in result["fix"]["description"]), result["fix"]
+    elif status != "pass":  # a DoRA is never an adapter on the server: no LoRA flags to start it with
+        assert "--enable-lora" not in result["fix"]["description"], result["fix"]
     assert "select_adapter_sync, trl/experimental/async_grpo/async_grpo_trainer.py:" in sync, sync
     # TRL's own decision on the same /server_info answer
     from peft import LoraConfig, get_peft_model

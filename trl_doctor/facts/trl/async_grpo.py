@@ -187,6 +187,27 @@ def adapter_sync(server_info: dict, model, args) -> AdapterSync | None:
     return AdapterSync(tuple(said), adapter_only, where)
 
 
+def adapter_serve(model, args) -> tuple[str, str] | None:
+    """(environment, flags) a `vllm serve` needs to take the script's LoRA as an adapter, as TRL's own words for the
+    server name them (select_adapter_sync's warning and ValueErrors: `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`,
+    `--enable-lora --max-lora-rank <round_lora_rank(rank)>`, `--max-loras <max_staleness + 2>`), read with TRL's own
+    functions from the module the script imported; None where the installed TRL syncs no adapter alone, or this
+    adapter cannot be one (TRL syncs merged weights whatever the server's flags)."""
+    import sys
+
+    module = sys.modules.get(f"{MODULE}.async_grpo_trainer")
+    validate, round_rank = (getattr(module, name, None) for name in ("validate_lora_for_vllm_sync", "round_lora_rank"))
+    if validate is None or round_rank is None or not hasattr(model, "peft_config"):
+        return None
+    try:
+        config = validate(model)
+        rank = round_rank(max([config.r, *config.rank_pattern.values()]))
+        staleness = int(getattr(args, "max_staleness", 0) or 0)
+    except Exception:  # ValueError: an adapter vLLM cannot serve; anything else: not TRL's verdict to restate
+        return None
+    return "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1", f"--enable-lora --max-lora-rank {rank} --max-loras {staleness + 2}"
+
+
 SERVE = ("VLLM_SERVER_DEV_MODE=1 vllm serve {model} --logprobs-mode processed_logprobs "
          "--weight-transfer-config '{{\"backend\":\"nccl\"}}'")
 
