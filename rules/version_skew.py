@@ -6,9 +6,8 @@ What it does
     declares on another (markers for this interpreter; 2.13.0+cpu satisfies torch==2.13.0; an extra
     such as `trl[vllm]` counts once vllm is installed); then each matching entry of
     trl_doctor/data/known_issues.yaml (one another rule's probe decides is only explained).
-    `use_liger_kernel` / `use_liger_loss` (trl 0.17-0.2x; docs/coverage.md: A9) need liger-kernel
-    on the launch machine (fail) within TRL's `liger` extra (0.15.2: ==0.5.3; 1.16: >=0.8.2,
-    PR#5690; outside: warn). `trl-doctor env` prints the same.
+    Liger (A9): liger-kernel on the launch machine (fail), within TRL's `liger` extra (else warn);
+    an MoE policy whose load-balancing loss the Liger loss drops (trl 1.9-1.13, its source): warn.
 
 Why is this bad?
     pip enforces requirements only at install and only warns when a later install
@@ -99,6 +98,34 @@ def _liger(ctx, requires: dict):
                  **details)
 
 
+def _liger_moe(ctx):
+    """Liger kernels on a Mixture-of-Experts policy (docs/coverage.md: A9): where the installed TRL's Liger loss adds no
+    load-balancing loss while its own loss adds one (trl 1.9-1.13, read from its source), the router trains without
+    the auxiliary loss router_aux_loss_coef asks for, and nothing says so (trl#7009)."""
+    from trl_doctor.facts.inputs.models import text_config_json
+    from trl_doctor.facts.launch.settings import config_value
+    from trl_doctor.facts.trl.installed import liger_loss_without_aux_loss
+
+    try:
+        if config_value(ctx, "use_liger_kernel", False) is not True:
+            return
+        coef = config_value(ctx, "router_aux_loss_coef", None)
+    except Exception:  # a value TRL's parser refuses: trainer-config reports it
+        return
+    where = liger_loss_without_aux_loss(ctx.trainer)
+    model = text_config_json(ctx)
+    if where is None or not coef or model.get("output_router_logits") is None:  # TRL's own test of an MoE model
+        return
+    trl_version = ctx.version("trl")
+    pin = 'pip install "trl>=1.14"'
+    yield warn(f"use_liger_kernel: true on a Mixture-of-Experts policy ({model.get('model_type')}): trl {trl_version} "
+               f"computes the loss with Liger's fused GRPO loss ({where}: compute_loss calls compute_liger_loss), which "
+               f"adds no load-balancing loss: the router trains without the auxiliary loss router_aux_loss_coef "
+               f"({coef}) asks for, and nothing says so (trl#7009; trl 1.14 adds it); {pin}, or use_liger_kernel: false",
+               manual(f"{pin}, or set use_liger_kernel: false"),
+               liger=f"Liger loss: {where}; router_aux_loss_coef {coef}; the model's config has output_router_logits")
+
+
 @rule(
     id="TD007",
     slug="version-skew",
@@ -127,7 +154,7 @@ def check(ctx):
             for f in explained
         ]
     found = False
-    for finding in _liger(ctx, requires):
+    for finding in [*_liger(ctx, requires), *_liger_moe(ctx)]:
         if finding.status.value == "pass":  # a note beside the main message, which stays the ranges' summary
             common["liger-kernel"] = finding.message
             continue

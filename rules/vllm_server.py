@@ -8,8 +8,7 @@ What it does
     to probe it; --static contacts nothing. Down: fail (off the launch machine: skip; allowed remote
     refusing: warn). Another served model: fail (same folder name: warn); a `max_model_len` below
     longest prompt + completion, no `/server_info` (no dev mode) or no weight-transfer engine: fail;
-    raw logprobs under importance sampling: warn. AsyncGRPO's LoRA: TRL's own select_adapter_sync
-    called on the answer with the script's PEFT model and config (its warnings warn, its ValueError fails).
+    raw logprobs under importance sampling: warn. AsyncGRPO's LoRA: as TRL's select_adapter_sync.
 
 Why is this bad?
     Server mode generates through a `trl vllm-serve` at `vllm_server_base_url` that nothing starts.

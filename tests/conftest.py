@@ -172,13 +172,14 @@ def rule_in_this_process(config, slug: str) -> tuple[int, dict]:
     return exit_status([result]), result_dict(result)
 
 
-def real_trl(release: str) -> dict:
+def real_trl(release: str, trainer: str = "ppo") -> dict:
     """The real trl `release` from PyPI, installed without dependencies into a cache folder (kept between runs),
-    put first on PYTHONPATH so that the doctor reads and imports it instead of the installed TRL."""
+    put first on PYTHONPATH so that the doctor reads and imports it instead of the installed TRL (skipped where its
+    `trainer` does not import with the installed transformers)."""
     cache = Path(os.environ.get("TRL_DOCTOR_TRL_CACHE", Path.home() / ".cache" / "trl-doctor-ci")) / f"trl-{release}"
     with exclusive(cache.parent / f".trl-{release}.lock"):
         _install_trl(cache, release)
-    return _importable_trl(cache, release)
+    return _importable_trl(cache, release, trainer)
 
 
 def _install_trl(cache: Path, release: str) -> None:
@@ -189,14 +190,14 @@ def _install_trl(cache: Path, release: str) -> None:
             pytest.skip(f"trl=={release} cannot be installed here: {proc.stderr.strip().splitlines()[-1:]}")
 
 
-def _importable_trl(cache: Path, release: str) -> dict:
-    # the doctor imports the release's PPOTrainer: that must work with the installed transformers (trl 1.12.0
-    # needs >= 4.56.2, so the legacy lane cannot run it)
+def _importable_trl(cache: Path, release: str, trainer: str = "ppo") -> dict:
+    # the doctor imports the release's trainer: that must work with the installed transformers (trl 1.12.0
+    # needs >= 4.56.2, so the legacy lane cannot run it; trl 1.13 and later have no PPOTrainer)
     probe = subprocess.run([sys.executable, "-c",
-                            "from trl_doctor.facts.trl.installed import trainer_class; assert trainer_class('ppo')"],
+                            f"from trl_doctor.facts.trl.installed import trainer_class; assert trainer_class({trainer!r})"],
                            env={**os.environ, "PYTHONPATH": str(cache)}, capture_output=True, text=True)
     if probe.returncode != 0:
-        pytest.skip(f"trl {release}'s PPOTrainer does not import with transformers {version('transformers')}: "
+        pytest.skip(f"trl {release}'s {trainer} trainer does not import with transformers {version('transformers')}: "
                     f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
     return {"PYTHONPATH": str(cache)}
 

@@ -472,3 +472,31 @@ def test_liger_range_is_read_from_an_extra_named_after_no_package():
     assert _skew.extra_requirement(lines[1:], "liger", "liger-kernel") == ("==0.5.3" if sys.platform != "win32" else None)
     assert _skew.extra_requirement(lines[1:3], "liger", "liger-kernel") is None
 
+
+
+@pytest.mark.other_trl
+@pytest.mark.parametrize("release, status", [("1.12.0", "warn"), ("1.14.2", "pass")])
+def test_liger_on_an_moe_policy_against_real_trl_releases(built_fixtures, release, status):
+    """docs/coverage.md A9, trl#7009: GRPO with use_liger_kernel on a Mixture-of-Experts policy. trl 1.9-1.13's
+    GRPOTrainer.compute_loss sends Liger's fused loss down compute_liger_loss, which adds no load-balancing loss, while
+    its own loss adds router_aux_loss_coef x aux_loss (GRPOConfig's default 0.001): the router trains without it and
+    nothing says so. trl 1.14 computes the aux loss on its full-logits path. Read from each real release's source, as
+    installed from PyPI; the installed TRL (1.16) is the fixture's own case (fixtures/version-skew/expected.yaml)."""
+    from conftest import real_trl
+
+    config = built_fixtures / "version-skew" / "bad_liger_moe_aux_loss.yaml"
+    env = real_trl(release, "grpo")
+    code, report = run_json("check", str(config), "--select", "version-skew", "--no-smoke", env=env)
+    r = result_of(report, "TD007")
+    assert r["status"] == status, r
+    if status == "warn":
+        assert code == 0
+        assert r["message"].startswith("use_liger_kernel: true on a Mixture-of-Experts policy (qwen2_moe): trl 1.12.0 "
+                                       "computes the loss with Liger's fused GRPO loss (trl/trainer/grpo_trainer.py:"), r
+        assert "router_aux_loss_coef (0.001)" in r["message"] and 'pip install "trl>=1.14"' in r["message"], r
+        # a dense policy with the same settings on the same release: nothing to drop
+        dense = built_fixtures / "version-skew" / "bad_liger_kernel_missing.yaml"
+        _, report = run_json("check", str(dense), "--select", "version-skew", "--no-smoke", env=env)
+        assert "Mixture-of-Experts" not in json.dumps(result_of(report, "TD007"))
+    else:
+        assert "Mixture-of-Experts" not in json.dumps(r), r

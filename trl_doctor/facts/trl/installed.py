@@ -603,3 +603,26 @@ def stream_support(trainer: str) -> StreamSupport | None:
     if m is not None:
         return StreamSupport("len", f"{rel}:{_line(text, m.start())}: `{m.group(0)}`")
     return StreamSupport("none", f"{rel} neither refuses nor repeats an IterableDataset")
+
+
+def liger_loss_without_aux_loss(trainer: str) -> str | None:
+    """Where the installed trainer, asked for Liger kernels (`use_liger_kernel`), computes its loss with a fused Liger
+    loss that adds no Mixture-of-Experts load-balancing loss, while its own loss adds one (`aux_loss_enabled`:
+    router_aux_loss_coef x aux_loss): trl 1.9-1.13 GRPOTrainer.compute_loss sends `use_liger_kernel` to
+    `compute_liger_loss`, which never reads an aux loss (trl#7009; trl 1.14 computes the aux loss on its full-logits
+    path). "trl/<file>:<line>" of that call in compute_loss, or None (no such path, or one that adds it)."""
+    import ast
+
+    found = trainer_tree(trainer)
+    if found is None or trainer not in TRAINER_CLASS:
+        return None
+    rel, text, tree = found
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == TRAINER_CLASS[trainer]), None)
+    methods = {n.name: n for n in (cls.body if cls is not None else ()) if isinstance(n, ast.FunctionDef)}
+    liger, compute = methods.get("compute_liger_loss"), methods.get("compute_loss")
+    if liger is None or compute is None or "aux_loss_enabled" not in text:
+        return None
+    if "aux_loss" in (ast.get_source_segment(text, liger) or ""):
+        return None
+    call = next((n for n in ast.walk(compute) if isinstance(n, ast.Attribute) and n.attr == "compute_liger_loss"), None)
+    return f"{rel}:{call.lineno}" if call is not None else None
