@@ -36,7 +36,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from trl_doctor import fail, Finding, Location, manual, passed, rule, skip, TRAINERS, warn
+from trl_doctor import fail, Finding, Location, manual, passed, rule, skip, TRAINERS, Unavailable, warn
 
 from trl_doctor.facts.trainer_run import MAX_COMPLETION, trainer_gap, trainer_run
 from trl_doctor.facts.trainer_run.heard import known_warning
@@ -53,7 +53,7 @@ from trl_doctor.facts.inputs.text import config_relative
 )
 def check(ctx):
     if not ctx.options.smoke:
-        yield skip("disabled with --no-smoke")
+        yield from _built_without_step(ctx)
         return
     gap = trainer_gap(ctx)
     if gap:
@@ -84,6 +84,29 @@ def check(ctx):
                            run.result.get("sample")))
     yield with_heard(findings[:1], run.result.get("heard"))
     yield from findings[1:]
+
+
+# the trainer's own construction (trl_doctor.facts.trainer_run.protocol.STAGES): what fails before it (the reward
+# functions, the models, the dataset) other rules judge
+_CONSTRUCTION = ("trainer init with Liger on", "trainer init")
+
+
+def _built_without_step(ctx):
+    """--no-smoke takes no step, but the probes still build the trainer (logits-contract, eos-termination): where that
+    construction fails (TRL's own refusal of the launch's settings), the job fails there too, and this rule says why
+    (logits-contract sends the reader here)."""
+    try:
+        run = None if trainer_gap(ctx) else trainer_run(ctx)
+    except Unavailable:
+        run = None
+    if run is None or run.outcome != "failed" or run.last_stage not in _CONSTRUCTION:
+        yield skip("disabled with --no-smoke")
+        return
+    error = run.error
+    message, extra = explain_failure(error, run.spec.to_json(), ctx)
+    yield with_heard([fail(f"{message} (--no-smoke: no step was taken; the trainer the probes build could not be "
+                           "built)", **dict(run.details), **extra, traceback=error.get("traceback", ""))],
+                     error.get("heard"))
 
 
 def with_heard(verdict: list, heard: list | None) -> Finding:
@@ -123,6 +146,10 @@ def explain_failure(error: dict, spec: dict, ctx) -> tuple[str, dict]:
     dtype = _dtype_problem(error, spec)
     if dtype:
         return dtype, {"failed at stage": stage, "error": text}
+    if stage == "trainer init with Liger on":  # the step runs without Liger; TRL's checks of it ran on a build with it
+        return (f"{spec.get('trainer', '').upper()}Trainer refuses the launch's Liger settings at "
+                f"construction ({text}): the job stops before its first step (the step itself runs without Liger, "
+                "which needs a GPU and liger-kernel)", {"failed at stage": stage})
     return f"the {stage} stage failed: {text}", {"failed at stage": stage}
 
 

@@ -473,3 +473,64 @@ def test_an_async_callable_class_reward_fails_as_trl_1_13_calls_it(built_fixture
 
     smoke = result_of(json.loads(proc.stdout), "smoke-step")
     assert smoke["status"] == "fail" and "'coroutine' object is not iterable" in smoke["message"], smoke["message"]
+
+
+def _liger_lora(variant: str, *options: str, env: dict | None = None) -> tuple[int, dict]:
+    import json
+
+    proc = run_doctor("check", "--select", "smoke-step", *options, "--format", "json", "--", "python",
+                      "grpo_liger_lora.py", variant, cwd=FIXTURES / "launch", env=env)
+    assert proc.stdout, proc.stderr
+    return proc.returncode, result_of(json.loads(proc.stdout), "smoke-step")
+
+
+@pytest.mark.slow
+@pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
+def test_trls_liger_checks_run_though_the_step_runs_without_liger(built_fixtures):
+    """docs/coverage.md A9: the step turns Liger off on a machine without a GPU or liger-kernel (launch_only), so
+    TRL's own checks of what may go with it never ran: trl 1.9-1.14 refuse a LoRA on lm_head beside use_liger_kernel in
+    GRPOTrainer.__init__, and the doctor passed that job. The trainer is now built once with the launch's Liger keys on
+    first: TRL's refusal fails the step with its words (also under --no-smoke, where the probes build it), and its
+    ImportError for liger-kernel, which follows its checks, lets the step go on. TRL's own verdict: the script itself,
+    run on this CPU with trl 1.12.0, stops with the same ValueError."""
+    import os
+    import subprocess
+    import sys
+
+    env = real_trl("1.12.0", "grpo")
+    words = "`use_liger_kernel=True` is incompatible with applying a PEFT adapter to `lm_head`"
+    truth = subprocess.run([sys.executable, "grpo_liger_lora.py", "lm_head"], cwd=FIXTURES / "launch", timeout=300,
+                           env={**os.environ, **env, "FIXTURE_ON_CPU": "1"}, capture_output=True, text=True)
+    assert truth.returncode != 0 and f"ValueError: {words}" in truth.stderr, truth.stderr[-2000:]
+    for options in ((), ("--no-smoke",)):
+        code, r = _liger_lora("lm_head", *options, env=env)
+        assert code == 1 and r["status"] == "fail", r
+        assert r["message"].startswith(f"GRPOTrainer refuses the launch's Liger settings at construction (ValueError: "
+                                       f"{words}"), r["message"]
+        assert r["details"]["failed at stage"] == "trainer init with Liger on", r["details"]
+    code, r = _liger_lora("projections", env=env)  # TRL's notebook's LoRA: its checks pass, the step runs
+    assert code == 0 and r["status"] == "pass", r
+    assert any(n.startswith("use_liger_kernel: off") for n in r["details"]["left out of the step (the launch machine's)"])
+
+
+@pytest.mark.slow
+def test_a_trainer_built_with_liger_is_let_go_and_the_step_runs_without_it(built_fixtures):
+    """Where the installed TRL builds its trainer with use_liger_kernel on without liger-kernel (trl 1.15+: Liger's
+    layer kernels are applied when training starts), that trainer is let go and the step runs without Liger; what TRL
+    said while building it is heard (trl 1.16: use_liger_kernel is deprecated for the Hub's kernels). A release whose
+    checks refuse or import liger-kernel at construction is the test above."""
+    from trl_doctor.facts.trl.installed import trl_root
+
+    text = (trl_root() / "trainer" / "grpo_trainer.py").read_text(encoding="utf-8")
+    if "is incompatible with applying a PEFT adapter to `lm_head`" in text or "Liger is required" in text:
+        pytest.skip(f"trl {version('trl')} refuses or asks for liger-kernel at construction")
+    code, r = _liger_lora("projections")
+    assert code == 0 and r["status"] in ("pass", "warn"), r
+    assert r["details"]["updated tensors"], r["details"]
+    if "deprecated" in text:
+        assert any("use_liger_kernel=True` is deprecated" in w for w in r["details"].get("library warnings", [])), r
+    # a release that refuses a LoRA on lm_head whatever Liger says (trl 1.15+): the refusal is not laid on Liger
+    code, r = _liger_lora("lm_head")
+    if "Applying a PEFT adapter to `lm_head` is not supported" in text:
+        assert code == 1 and r["status"] == "fail", r
+        assert r["details"]["failed at stage"] == "trainer init" and "Liger" not in r["message"], r

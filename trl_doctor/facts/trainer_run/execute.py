@@ -119,6 +119,7 @@ def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started:
 
     stage("config")
     args = config_cls(**_config_kwargs(config_cls, spec))
+    liger = _liger_left_out(config_cls, spec)
 
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_path, local_files_only=True)
@@ -126,7 +127,7 @@ def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started:
         trainer, policy, model = _build_ppo_style(trainer_cls, args, tokenizer, spec, progress, stage)
     else:
         processing = _processor(spec, tokenizer, processor) if spec.processor_path else tokenizer
-        trainer, policy, model = _build_grpo_style(trainer_cls, args, processing, spec, progress, stage)
+        trainer, policy, model = _build_grpo_style(trainer_cls, args, processing, spec, progress, stage, liger)
     probes = progress.probes
     if hasattr(trainer, LOGPS_METHODS[0]) or hasattr(trainer, LOGPS_METHODS[1]):
         stage("logits probe")
@@ -408,7 +409,7 @@ def _peft_config(spec: dict):
     return trl.get_peft_config(model_args)
 
 
-def _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage):
+def _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage, liger_args=None):
     from trl_doctor.facts.rewards import resolve_reward, reward_call
 
     stage("reward functions")
@@ -417,20 +418,59 @@ def _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage):
     funcs = [_recorded(resolve_reward(name, spec.user_dir), name, calls, call) for name in spec.reward_funcs]
     reward_models = [_aux_model_path(path, spec) for path in spec.reward_models or []]
 
-    stage("trainer init")
     kwargs = _agent(trainer_cls, spec)
     peft_config = _peft_config(spec)
     if peft_config is not None:
         kwargs["peft_config"] = peft_config
-    trainer = trainer_cls(
-        model=spec.model_path,
-        reward_funcs=funcs + reward_models,
-        args=args,
-        train_dataset=_dataset(spec),
-        processing_class=tokenizer,
-        **kwargs,
-    )
+    inputs = {"model": spec.model_path, "reward_funcs": funcs + reward_models, "train_dataset": _dataset(spec),
+              "processing_class": tokenizer, **kwargs}
+    refused = None
+    if liger_args is not None:
+        stage("trainer init with Liger on")
+        refused = _liger_refusal(trainer_cls, liger_args, inputs)
+    stage("trainer init")
+    trainer = trainer_cls(args=args, **inputs)  # a refusal of something else than Liger's fails here, in its stage
+    if refused is not None:  # built without Liger, refused with it: the launch's Liger settings are the cause
+        progress.stage = "trainer init with Liger on"
+        raise refused
     return trainer, trainer.model, trainer.model
+
+
+def _liger_left_out(config_cls, spec: Spec):
+    """The config with the launch's Liger keys on, where the step turns them off (launch_only: no GPU or no
+    liger-kernel here), else None."""
+    keys = {k: True for k in ("use_liger_kernel", "use_liger_loss") if spec.raw.get(k) and spec.overrides.get(k) is False}
+    if not keys:
+        return None
+    try:
+        return config_cls(**{**_config_kwargs(config_cls, spec), **keys})
+    except ImportError:  # a config class that asks for liger-kernel itself: its checks cannot be heard here
+        return None
+
+
+def _liger_refusal(trainer_cls, liger_args, inputs: dict) -> BaseException | None:
+    """TRL's own checks of what may go with Liger, run by building the trainer once with the launch's Liger keys on:
+    trl 0.17-1.14 refuse in GRPOTrainer.__init__ a LoRA on lm_head, prompt-learning PEFT, off-policy masking, an
+    entropy mask or bonus, a loss type or importance-sampling level the Liger loss lacks (docs/coverage.md A9), before
+    they ask for liger-kernel. The step itself runs without Liger, where those checks never run. TRL's ImportError
+    for liger-kernel (or transformers') means they all passed (version-skew judges the package); a trainer built
+    (trl 1.15+ applies Liger at training) is let go; any other error is returned: the refusal, Liger's only if the
+    trainer then builds without Liger."""
+    import gc
+
+    try:
+        trainer = trainer_cls(args=liger_args, **inputs)
+    except ImportError as exc:
+        return None if "liger" in str(exc).lower() else exc
+    except Exception as exc:
+        return exc
+    del trainer
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():  # the real model on a GPU: its first copy's memory goes back before the second
+        torch.cuda.empty_cache()
+    return None
 
 
 def _agent(trainer_cls, spec: Spec) -> dict:

@@ -14,8 +14,8 @@ from typing import Any
 VERSION = 1
 
 # The stages a run goes through, in order; a failure names the one it happened in.
-STAGES = ("import", "config", "reward functions", "models", "dataset", "trainer init", "logits probe", "train",
-          "inspect", "sample")
+STAGES = ("import", "config", "reward functions", "models", "dataset", "trainer init with Liger on", "trainer init",
+          "logits probe", "train", "inspect", "sample")
 OUTCOMES = ("ok", "failed", "timeout", "crashed")
 
 
