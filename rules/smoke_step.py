@@ -104,24 +104,10 @@ def _built_without_step(ctx):
         return
     error = run.error
     message, extra = explain_failure(error, run.spec.to_json(), ctx)
-    raised = _raised_at(error.get("traceback") or "")
+    raised = error.get("raised_at")
     yield with_heard([fail(f"{message} (--no-smoke: no step was taken; the trainer the probes build could not be "
                            "built)", **dict(run.details), **extra, **({"raised at": raised} if raised else {}))],
                      error.get("heard"))
-
-
-def _raised_at(traceback: str) -> str | None:
-    """The library file and line a trainer's construction raised at (`trl/trainer/grpo_trainer.py:569`), from the
-    run's traceback text, for a report that carries no traceback (--no-smoke: a config the probes cannot build is
-    bad input too, whose report is one line of cause)."""
-    import re
-
-    frames = re.findall(r'File "([^"]+)", line (\d+)', traceback)
-    if not frames:
-        return None
-    path, line = frames[-1]
-    m = re.search(r"(?:site-packages|dist-packages)/(.+)$", path)
-    return f"{m.group(1) if m else path}:{line}"
 
 
 def with_heard(verdict: list, heard: list | None) -> Finding:

@@ -44,6 +44,7 @@ def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None, tokeniz
             "error_type": type(exc).__name__,
             "error": " ".join(str(exc).split())[:2000],
             "traceback": _trim(traceback.format_exception(type(exc), exc, exc.__traceback__), spec.user_dir),
+            "raised_at": _raised_at(exc),
             "stage": progress.stage,
             "rewards": progress.calls,
             "probes": progress.probes,  # probes that finished before the failure
@@ -51,6 +52,14 @@ def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None, tokeniz
         }
     finally:
         os.chdir(here)
+
+
+def _raised_at(exc: BaseException) -> str | None:
+    """`trl/trainer/grpo_trainer.py:569`: the file and line that raised `exc` (a library's as heard.place names it)."""
+    from trl_doctor.facts.trainer_run.heard import place
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{place(frames[-1].filename)}:{frames[-1].lineno}" if frames else None
 
 
 def _trim(frames: list[str], user_dir: str | None) -> str:

@@ -37,6 +37,13 @@ def _place(path: str, library: str) -> str:
     return path
 
 
+def place(path: str) -> str:
+    """`trl/trainer/grpo_trainer.py` for a file of one of the libraries, else the path as it is."""
+    parts = path.replace("\\", "/").split("/")
+    found = [name for name in LIBRARIES if name in parts]
+    return _place(path, found[0]) if found else path
+
+
 class _Heard:
     def __init__(self) -> None:
         self.items: list[dict] = []

@@ -154,37 +154,32 @@ def adapter_sync(server_info: dict, model, args) -> AdapterSync | None:
     serve: DoRA, modules_to_save, biases, lm_head...) and its ValueError (a `--max-lora-rank` or `--max-loras` too
     small: the job stops at construction) are its words. None where the installed TRL has no such function (it then
     always pushes merged weights)."""
-    import logging
-    import sys
+    from trl_doctor.facts.trainer_run.heard import hearing
 
     text = _text(TRAINER_FILE) or ""
     m = _ADAPTER_SYNC_RE.search(text)
     if m is None:
         return None
     where = _evidence(TRAINER_FILE, text, m.start())
-    module = sys.modules.get(f"{MODULE}.async_grpo_trainer")
-    decide = getattr(module, "select_adapter_sync", None)
+    decide = getattr(_script_module(), "select_adapter_sync", None)
     if decide is None or model is None or args is None or not hasattr(model, "peft_config"):
         return AdapterSync(where=where, unknown="the script's PEFT model or TRL's module is not in this process")
-    said: list[tuple[str, str]] = []
+    with hearing() as heard:  # TRL's warnings, as the smoke step hears them
+        try:
+            adapter_only, refused = bool(decide(dict(server_info), model, args)), None
+        except ValueError as exc:
+            adapter_only, refused = False, " ".join(str(exc).split())
+        except Exception as exc:  # an answer it cannot read (a key missing), accelerate's logging state: not its verdict
+            return AdapterSync(where=where, unknown=f"TRL's select_adapter_sync raised {type(exc).__name__}: {exc}")
+    said = tuple(("warn", h["message"]) for h in heard if h["library"] == "trl")
+    return AdapterSync(said + ((("raise", refused),) if refused else ()), adapter_only, where)
 
-    class _Heard(logging.Handler):
-        def emit(self, record):
-            if record.levelno >= logging.WARNING:
-                words = " ".join(record.getMessage().split())
-                said.append(("warn", re.sub(r"^\[RANK \d+\] ", "", words)))  # accelerate's MultiProcessAdapter's
 
-    heard, logger = _Heard(), logging.getLogger(module.__name__)
-    logger.addHandler(heard)
-    try:
-        adapter_only = bool(decide(dict(server_info), model, args))
-    except ValueError as exc:
-        return AdapterSync((*said, ("raise", " ".join(str(exc).split()))), False, where)
-    except Exception as exc:  # an answer it cannot read (a key missing), accelerate's logging state: not its verdict
-        return AdapterSync(where=where, unknown=f"TRL's select_adapter_sync raised {type(exc).__name__}: {exc}")
-    finally:
-        logger.removeHandler(heard)
-    return AdapterSync(tuple(said), adapter_only, where)
+def _script_module():
+    """TRL's async_grpo_trainer module as the script imported it (None where it did not: nothing is imported here)."""
+    import sys
+
+    return sys.modules.get(f"{MODULE}.async_grpo_trainer")
 
 
 def adapter_serve(model, args) -> tuple[str, str] | None:
@@ -193,9 +188,7 @@ def adapter_serve(model, args) -> tuple[str, str] | None:
     `--enable-lora --max-lora-rank <round_lora_rank(rank)>`, `--max-loras <max_staleness + 2>`), read with TRL's own
     functions from the module the script imported; None where the installed TRL syncs no adapter alone, or this
     adapter cannot be one (TRL syncs merged weights whatever the server's flags)."""
-    import sys
-
-    module = sys.modules.get(f"{MODULE}.async_grpo_trainer")
+    module = _script_module()
     validate, round_rank = (getattr(module, name, None) for name in ("validate_lora_for_vllm_sync", "round_lora_rank"))
     if validate is None or round_rank is None or not hasattr(model, "peft_config"):
         return None
