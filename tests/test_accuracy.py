@@ -5,7 +5,9 @@ a wrong cause or a rule `error` fails the test. A miss is allowed (docs/accuracy
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +30,7 @@ def _harness():
 
 HARNESS = _harness()
 OUT = Path(tempfile.mkdtemp(prefix="trl-doctor-accuracy-"))
+atexit.register(shutil.rmtree, OUT, ignore_errors=True)  # made at collection, by every xdist worker: gone with it
 CASES = HARNESS.load_cases(OUT)
 
 # The cases whose ground truth and check take longest (once 4 to 8 minutes each; measured again on 2026-11-25 with
