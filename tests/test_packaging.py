@@ -30,7 +30,9 @@ def test_wheel_layout(wheel):
     in_repo = sorted(p.name for p in (ROOT / "rules").glob("*.py"))
     assert shipped == in_repo
     data = sorted(n for n in names if n.startswith("trl_doctor/data/"))
-    assert data == sorted(f"trl_doctor/data/{p.name}" for p in (ROOT / "trl_doctor" / "data").iterdir() if p.is_file())
+    assert data == sorted(f"trl_doctor/{p.relative_to(ROOT / 'trl_doctor').as_posix()}"
+                          for p in (ROOT / "trl_doctor" / "data").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    assert "trl_doctor/data/boot/sitecustomize.py" in data  # the scout every process of a launch starts with
     assert "trl_doctor/data/known_issues.yaml" in data  # the version-skew rule's table
     assert any(n.endswith("entry_points.txt") for n in names)
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()

@@ -121,6 +121,10 @@ def console_script(word: str) -> str | None:
     return found[0].value if found else None
 
 
+# launchers run as modules (ms-swift starts `python -m torch.distributed.run ...`): the launcher's command they are
+_LAUNCHER_MODULES = {"torch.distributed.run": ("torchrun",), "accelerate.commands.launch": ("accelerate", "launch")}
+
+
 def _python(argv: tuple[str, ...], cwd: str) -> LaunchCommand:
     i = 1
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "-m":
@@ -132,6 +136,9 @@ def _python(argv: tuple[str, ...], cwd: str) -> LaunchCommand:
     if argv[i] == "-m":
         if i + 1 >= len(argv):
             raise InputError(f"{' '.join(argv)}: -m names no module")
+        launcher = _LAUNCHER_MODULES.get(argv[i + 1])
+        if launcher is not None:  # `python -m torch.distributed.run ...` is torchrun, as its own parser reads it
+            return parse_command((*launcher, *argv[i + 2:]), cwd)
         return LaunchCommand(argv, "python", cwd, module=argv[i + 1], script_args=argv[i + 2:])
     return LaunchCommand(argv, "python", cwd, script=str(check_script(argv[i], cwd)), script_args=argv[i + 1:])
 

@@ -29,7 +29,7 @@ from trl_doctor.vocabulary import TRAINERS
 
 from .machine import (MachinePatches, attention_asked, build_relaxing_attention, relax_deepspeed, relax_trackers,
                       set_attention)
-from .user_files import DOCTOR_ROOT, is_user_file
+from .user_files import DOCTOR_ROOT, is_user_file, user_frame
 
 
 # from_pretrained keywords that decide how weights load, not what the config says
@@ -42,6 +42,11 @@ _LOADER_KEYS = ("dtype", "torch_dtype", "attn_implementation", "device_map", "qu
 
 class TrainerBuilt(BaseException):
     """Raised inside the trainer's constructor once its arguments are recorded: the script stops there."""
+
+
+class StepReached(BaseException):
+    """Raised before an optimizer step the script takes without a trainer (a training loop of its own): the capture
+    never trains. Its text names the optimizer and the script line."""
 
 
 @dataclass
@@ -221,7 +226,23 @@ class Hooks:
             self._patch(PreTrainedModel, "from_pretrained", classmethod(self._from_pretrained(original)))
         moves = MachinePatches(self.recorder.machine, self.has_cuda).__enter__()
         self._undo.append(lambda: moves.__exit__(None, None, None))
+        self._stop_steps()
         return self
+
+    def _stop_steps(self) -> None:
+        """No optimizer step while the script runs to its trainer (torch's global step pre-hook, torch >= 2.0)."""
+        try:
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+        except ImportError:
+            return
+
+        def stop(optimizer: Any, args: Any, kwargs: Any) -> None:
+            where = user_frame(sys._getframe(1))
+            at = f" at {where[0]}:{where[1]}" if where else ""
+            raise StepReached(f"{type(optimizer).__name__}.step(){at}")
+
+        handle = register_optimizer_step_pre_hook(stop)
+        self._undo.append(handle.remove)
 
     def __exit__(self, *exc: Any) -> None:
         while self._undo:

@@ -26,9 +26,9 @@ MAX_HOPS = 4  # a launcher that re-launches itself more often than this is going
 class Relaunch(BaseException):
     """A launch the script started as a child process, carried back to the capture (never started)."""
 
-    def __init__(self, command: LaunchCommand, env: dict | None):
+    def __init__(self, command: LaunchCommand, env: dict | None, note: str | None = None):
         super().__init__(command.text)
-        self.command, self.env = command, env
+        self.command, self.env, self.note = command, env, note  # note: the report's words for the hop
 
 
 def _argv(args: Any, shell: bool) -> list[str] | None:

@@ -21,8 +21,9 @@ from typing import Any, Callable
 
 from trl_doctor.errors import InputError
 from . import relaunch, world
-from .command import LaunchCommand, check_script
-from .hooks import Hooks, Recorder, TrainerBuilt
+from .children import Children, ScoutStopped
+from .command import LaunchCommand, check_script, parse_command
+from .hooks import Hooks, Recorder, StepReached, TrainerBuilt
 from .user_files import is_user_file, set_user_roots, set_user_roots_to, user_frame
 from trl_doctor.wording import one_line
 
@@ -86,22 +87,30 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
     old_cwd, old_argv, old_path = os.getcwd(), sys.argv[:], sys.path[:]
     old_roots = set_user_roots([command.cwd])
     os.chdir(command.cwd)
+    children = Children(load_weights=load_weights, has_cuda=has_cuda, trust_remote_code=trust_remote_code)
+    seen["children"] = children
     try:
-        with hooks, _stderr_to(tail), watchdog, relaunch.followed(lambda: _own_package(seen)):
+        with hooks, _stderr_to(tail), watchdog, relaunch.followed(lambda: _own_package(seen)), children:
             _launch_following(command, run_script, seen)
     except TrainerBuilt:
         launched = seen["launched"]
         if seen.get("relaunched"):
-            launched.notes.append(f"{_shown(command, {})} re-launched itself as `{seen['relaunched'][-1]}`; that "
-                                  "launch was followed to the process that built the trainer")
+            launched.notes.append(seen.get("relaunch_note") or (
+                f"{_shown(command, {})} re-launched itself as `{seen['relaunched'][-1]}`; that launch was followed to "
+                "the process that built the trainer"))
         return Captured(command, launched, recorder)
+    except StepReached as exc:
+        raise InputError(f"{_shown(command, seen)} reached an optimizer step ({exc}) without constructing a TRL "
+                         "trainer: stopped before it (trl-doctor checks launches that build GRPOTrainer, RLOOTrainer, "
+                         "PPOTrainer or a subclass, and never trains)") from None
     except SystemExit as exc:
         code = exc.code
         if code in (None, 0):
             raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
-                             "(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass)") from None
+                             f"(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass){_child_failed(children)}") from None
+        said = _child_failed(children) or _said(exc, tail)
         raise InputError(f"{_shown(command, seen)} exited with status {code} before constructing a TRL trainer"
-                         f"{_where(exc)}{_said(exc, tail)}{_no_gpu_hint(exc, has_cuda)}") from None
+                         f"{_where(exc)}{said}{_no_gpu_hint(exc, has_cuda)}") from None
     except (InputError, world.NeedsOneProcess):
         raise
     except BaseException as exc:
@@ -111,7 +120,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
         if record_refusal(exc, recorder, _constructor_line):  # TRL's AsyncGRPOTrainer refused the script's: a finding
             return Captured(command, seen["launched"], recorder)
         message = f"{_shown(command, seen)} failed before constructing a TRL trainer: {type(exc).__name__}: " \
-                  f"{one_line(exc)}{_where(exc)}{_no_gpu_hint(exc, has_cuda)}"
+                  f"{one_line(exc)}{_where(exc)}{_child_failed(children)}{_no_gpu_hint(exc, has_cuda)}"
         if not load_weights and _meta_weights(exc):
             message = (f"{_shown(command, seen)} computed with its model's weights before constructing a TRL trainer "
                        f"({type(exc).__name__}: {one_line(exc)}{_where(exc)}): the capture builds models without "
@@ -126,7 +135,17 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
         sys.path[:] = old_path
         set_user_roots_to(old_roots)
     raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
-                     "(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass)")
+                     f"(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass){_child_failed(children)}")
+
+
+def _child_failed(children: Children) -> str:
+    """`: its child process `python x.py` (pid 12) failed: ImportError: ... (at x.py:3)`: the exception a process
+    the launch started died of (the first, where several did: a launcher's own failure follows its rank's)."""
+    report = children.failure()
+    if report is None:
+        return ""
+    return f": its child process `{one_line(report.command, 200)}` (pid {report.pid}) failed: " \
+           f"{one_line(report.error_words(), 700)}"
 
 
 _META = re.compile(r"\bmeta\b")  # the word, not "metadata"
@@ -186,19 +205,67 @@ def _launch_following(command: LaunchCommand, run_script: Callable[[Launched], N
     """Run the launch; where it re-launches itself (a framework's command starting `accelerate launch -m ...`),
     run that child launch in its place, up to relaunch.MAX_HOPS times."""
     hops: list[str] = []
+    children: Children = seen["children"]
     while True:
         try:
-            _launch(command, run_script)
-            return
-        except relaunch.Relaunch as child:
-            hops.append(child.command.text)
-            if len(hops) > relaunch.MAX_HOPS:
-                raise InputError(f"{_shown(command, seen)} re-launched itself {len(hops)} times ({' -> '.join(hops[:3])} "
-                                 "...): no trainer was constructed") from None
-            relaunch.apply_env(child.env)
-            seen["relaunched"] = hops[:]
-            command = child.command
-            os.chdir(command.cwd)
+            try:
+                _launch(command, run_script)
+            except (TrainerBuilt, relaunch.Relaunch, InputError, world.NeedsOneProcess, StepReached):
+                raise
+            except BaseException:
+                taken = _taken_over(children, command, seen)
+                if taken is None:
+                    raise
+                raise taken from None
+            taken = _taken_over(children, command, seen)
+            if taken is None:
+                return
+            raise taken
+        except ScoutStopped as stopped:
+            child = _scout_relaunch(stopped.report, command, seen)
+        except relaunch.Relaunch as caught:
+            child = caught
+        hops.append(child.command.text)
+        if len(hops) > relaunch.MAX_HOPS:
+            raise InputError(f"{_shown(command, seen)} re-launched itself {len(hops)} times ({' -> '.join(hops[:3])} "
+                             "...): no trainer was constructed") from None
+        relaunch.apply_env(child.env)
+        children.reassert()
+        seen["relaunched"] = hops[:]
+        seen["relaunch_note"] = child.note
+        command = child.command
+        os.chdir(command.cwd)
+
+
+def _taken_over(children: Children, command: LaunchCommand, seen: dict) -> relaunch.Relaunch | None:
+    """The launch's own code has ended (or stopped on a scout it waited for): the process a scout found building
+    the trainer, to run here in its place; None when no scout reached a trainer or a step."""
+    report = children.built() or children.stepped()
+    return _scout_relaunch(report, command, seen) if report is not None else None
+
+
+def _scout_relaunch(report, command: LaunchCommand, seen: dict) -> relaunch.Relaunch:
+    """A scout's report as the launch to run in its place; InputError for a step reached without a trainer, or a
+    process the capture cannot run (`python -c`)."""
+    outer = _shown(command, seen)
+    local, machines = report.world()
+    ranks = f", rank {report.rank} of {local * machines}" if local * machines > 1 else ""
+    started = f"`{one_line(report.command, 200)}` (pid {report.pid}{ranks}), a process {outer} started,"
+    where = f" at {report.where[0]}:{report.where[1]}" if report.where else ""
+    if report.event == "step":
+        raise InputError(f"{started} reached an optimizer step ({report.optimizer}{where}) without constructing a "
+                         "TRL trainer: it was stopped before the step (trl-doctor checks launches that build "
+                         "GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass, and never trains)")
+    argv = report.launch_argv()
+    try:
+        launch = parse_command(tuple(argv), report.cwd)
+    except InputError as exc:
+        raise InputError(f"{started} built {report.trainer}{where}, but cannot be run in the doctor's place: "
+                         f"{exc}") from None
+    run_as = "" if argv[1:] == list(report.argv[1:]) else f" (as `{one_line(' '.join(argv), 200)}`)"
+    note = (f"{started} reached {report.trainer}'s constructor{where}: it was stopped there, before any "
+            f"training, and run here in its place{run_as}")
+    return relaunch.Relaunch(launch, report.launch_env(), note=note)
 
 
 def _launch(command: LaunchCommand, run_script: Callable[[Launched], None]) -> None:

@@ -69,9 +69,9 @@ def start_time(pid: int) -> int | None:
         return None
 
 
-def tagged(tag: str) -> list[int]:
-    """Live processes (not this one) whose environment carries TAG_ENV=tag."""
-    needle = f"{TAG_ENV}={tag}".encode()
+def tagged(tag: str, key: str = TAG_ENV) -> list[int]:
+    """Live processes (not this one) whose environment carries KEY=tag (TAG_ENV by default)."""
+    needle = f"{key}={tag}".encode()
     me = os.getpid()
     out = []
     for pid in _pids():
@@ -181,7 +181,7 @@ def _kill(pid: int) -> None:
         pass
 
 
-def end(group: int | None, tag: str | None) -> list[int]:
+def end(group: int | None, tag: str | None, key: str = TAG_ENV) -> list[int]:
     """Kill the process group `group` and every live process tagged `tag` (repeatedly, as a dying process may have
     forked meanwhile); the pids killed by tag. Children of this process among them are reaped."""
     if group is not None and group > 1:
@@ -193,7 +193,7 @@ def end(group: int | None, tag: str | None) -> list[int]:
     if not tag:
         return killed
     for _ in range(END_ROUNDS):
-        found = tagged(tag)
+        found = tagged(tag, key)
         if not found:
             break
         for pid in found:

@@ -1,0 +1,188 @@
+"""Every process of the launch (issue 58, class 1): while `check -- LAUNCH` runs a launch, each Python process it
+starts is a scout (trl_doctor/capture/children.py, child.py) that stops at the first trainer constructor or optimizer
+step it reaches, whatever started it; the process that built the trainer is run in the doctor's place.
+
+The framework-shaped CLIs are fixtures/launch/framework/site/minifw (an installed console script, as ms-swift's
+`swift` is): `minifw rlhf` starts `python <package>/rlhf.py CONFIG` (ms-swift's swift/cli/main.py at v3.8.0), with
+NPROC_PER_NODE `python -m torch.distributed.run ...`; `minifw sh` a shell script step whose `python`, or `torchrun`
+with NPROC_PER_NODE, trains. Run for real (tested below) the child trains and writes checkpoints into the user's
+folder; under the doctor nothing is trained or written. The mechanism itself is tested in this process first."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import result_of, run_doctor
+from trl_doctor.capture.children import Children, ScoutStopped
+from trl_doctor.capture.command import parse_command
+
+FRAMEWORK = Path(__file__).resolve().parent.parent / "fixtures" / "launch" / "framework"
+OUT = FRAMEWORK / "out_rlhf"  # grpo_rlhf.yaml's output_dir
+
+
+def _scouts(**kw) -> Children:
+    return Children(load_weights=False, has_cuda=False, trust_remote_code=False, **kw)
+
+
+LOOP = textwrap.dedent("""
+    import sys, torch
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(2)).sum().backward()
+    optimizer.step()
+    open(sys.argv[1], "w").write("stepped")
+""")
+
+
+@pytest.mark.parametrize("env", [None, "own"], ids=["inherited", "given"])
+def test_a_child_that_steps_an_optimizer_is_stopped_before_the_step(tmp_path, env):
+    """A child's own training loop (torch only, no trainer) stops at its first optimizer step, whether it inherits the
+    environment or is given one of its own; the wait for it ends the script there (ScoutStopped)."""
+    script, marker = tmp_path / "loop.py", tmp_path / "STEPPED"
+    script.write_text(LOOP)
+    given = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path)} if env else None
+    with _scouts() as children, pytest.raises(ScoutStopped) as stopped:
+        subprocess.run([sys.executable, str(script), str(marker)], env=given, check=False)
+    report = stopped.value.report
+    assert report.event == "step" and report.optimizer == "SGD"
+    assert report.where == (str(script), 6)
+    assert not marker.exists()
+    assert children.stepped() == report and children.channel is not None and not children.channel.exists()
+
+
+def test_a_child_that_fails_says_why(tmp_path):
+    script = tmp_path / "broken.py"
+    script.write_text("import json\n\ndef load(path):\n    return json.load(open(path))\n\nload('missing.json')\n")
+    with _scouts() as children:
+        code = subprocess.run([sys.executable, str(script)], capture_output=True).returncode
+    assert code == 1
+    failure = children.failure()
+    assert failure is not None and failure.error["type"] == "FileNotFoundError"
+    assert failure.error_words().startswith("FileNotFoundError: [Errno 2] No such file or directory: 'missing.json'")
+    assert f"at {script}:4" in failure.error_words()
+
+
+def test_a_child_that_does_not_train_runs_as_it_would(tmp_path):
+    """A data-preparation step (no trainer, no step) runs to its end and its output is its own."""
+    with _scouts() as children:
+        out = subprocess.run([sys.executable, "-c", "import json; print(json.dumps({'rows': 3}))"],
+                             capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == {"rows": 3} and children.reports() == []
+
+
+def test_the_environment_is_the_scripts_again_afterwards():
+    before = dict(os.environ)
+    with _scouts():
+        assert os.environ["PYTHONPATH"].split(os.pathsep)[0].endswith(os.path.join("data", "boot"))
+    assert dict(os.environ) == before
+
+
+def test_launchers_run_as_modules_are_the_launchers_themselves():
+    """ms-swift starts `python -m torch.distributed.run ...`: torchrun, parsed by torchrun's own parser."""
+    command = parse_command(("python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "x.py"), "/tmp")
+    assert command.launcher == "torchrun" and command.argv[0] == "torchrun"
+    command = parse_command(("python3", "-m", "accelerate.commands.launch", "train.py"), "/tmp")
+    assert command.launcher == "accelerate" and command.argv[:2] == ("accelerate", "launch")
+
+
+# -- the real command, on framework-shaped CLIs ------------------------------------------------------------------
+
+def _framework(*args: str, nproc: str | None = None):
+    env = {"PYTHONPATH": str(FRAMEWORK / "site"), "HF_HUB_OFFLINE": "1"}
+    if nproc:
+        env["NPROC_PER_NODE"] = nproc
+    return run_doctor("check", "--no-smoke", "--select", "batch-geometry,reward-functions", "--format", "json",
+                      "--", "minifw", *args, cwd=FRAMEWORK, env=env)
+
+
+def _processes_naming(word: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if word in cmd:
+            found.append(cmd)
+    return found
+
+
+@pytest.fixture
+def case(request):
+    """grpo_rlhf.yaml as a config of this test's own (its own output folder: the cases run side by side), removed
+    afterwards; then nothing was written into the output folder and no process of the launch is left."""
+    import shutil
+
+    name = f"_case_{request.node.name.translate(str.maketrans('[]-/', '____'))}"
+    config, out = FRAMEWORK / f"{name}.yaml", FRAMEWORK / f"out{name}"
+    config.write_text((FRAMEWORK / "grpo_rlhf.yaml").read_text().replace("output_dir: out_rlhf", f"output_dir: {out.name}"))
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        yield config
+        assert not out.exists(), sorted(p.name for p in out.iterdir())
+        assert _processes_naming(config.name) == []
+    finally:
+        config.unlink()
+        shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.usefixtures("built_fixtures")
+@pytest.mark.parametrize("shape, nproc, ranks", [("rlhf", None, 1), ("sh", None, 1), ("sh", "2", 2)],
+                         ids=["python-package-file", "shell-step", "shell-step-torchrun"])
+def test_a_framework_child_that_would_train_is_captured_and_never_trains(case, shape, nproc, ranks):
+    """Run as its user runs it, `minifw rlhf|sh grpo_rlhf.yaml` trains and writes out_rlhf/checkpoint-*; under the
+    doctor the process that builds GRPOTrainer (a package file, a shell step's python, each torchrun rank) stops at
+    the trainer's constructor and is run in the doctor's place, at the launch's process count."""
+    proc = _framework(shape, case.name, nproc=nproc)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["trainer"] == "grpo" and report["launch"]["constructed_at"].endswith("minifw/train.py:32")
+    (note,) = [n for n in report["launch"]["notes"] if "a process minifw started" in n]
+    assert f"rlhf.py {case.name}" in note and "stopped there, before any training, and run here in its place" in note
+    assert result_of(report, "batch-geometry")["status"] == "pass"
+    assert f"at {ranks} process" in result_of(report, "batch-geometry")["message"]
+
+
+@pytest.mark.usefixtures("built_fixtures")
+def test_a_launcher_run_as_a_module_in_a_child_is_followed_as_that_launcher(case):
+    proc = _framework("rlhf", case.name, nproc="2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert any("re-launched itself as `torchrun --nproc_per_node 2" in n for n in report["launch"]["notes"])
+    assert "at 2 processes" in result_of(report, "batch-geometry")["message"]
+
+
+@pytest.mark.usefixtures("built_fixtures")
+@pytest.mark.parametrize("shape", ["rlhf", "sh"])
+def test_a_child_that_dies_before_its_trainer_is_named_with_its_exception(case, shape):
+    case.write_text(case.read_text().replace("qwen2-chat", "no-such-model"))
+    proc = _framework(shape, case.name)
+    assert proc.returncode == 2
+    assert "minifw exited with status 1 before constructing a TRL trainer: its child process" in proc.stderr
+    assert f"minifw/rlhf.py {case.name}" in proc.stderr and "no-such-model" in proc.stderr
+    assert "minifw/train.py:33" in proc.stderr
+
+
+@pytest.mark.usefixtures("built_fixtures")
+def test_the_child_trains_when_run_as_its_user_runs_it(tmp_path):
+    """The ground truth of the cases above: without the doctor, `minifw rlhf` trains and writes its checkpoints."""
+    import shutil
+
+    shutil.rmtree(OUT, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": str(FRAMEWORK / "site"), "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp_path)}
+    try:
+        proc = subprocess.run([sys.executable, "-c", "import sys; from minifw.cli import main; sys.exit(main())",
+                               "rlhf", "grpo_rlhf.yaml"], cwd=FRAMEWORK, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads((OUT / "TRAINED").read_text())["global_step"] == 2
+        assert (OUT / "checkpoint-1").is_dir()
+    finally:
+        shutil.rmtree(OUT, ignore_errors=True)

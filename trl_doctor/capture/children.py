@@ -1,0 +1,304 @@
+"""Every process the launch starts, whatever starts it: while the capture runs a launch, each Python process it (or
+any of its children, a shell step, a launcher the capture does not know) starts is a scout (capture/child.py), through
+the interpreter's own start-up: this folder's `sitecustomize` is first on PYTHONPATH in the environment every child
+inherits, and in any environment a child is given explicitly.
+
+A scout never trains. It stops at the entry of the first trainer constructor it reaches, or at an optimizer step, or
+reports the exception that ended it. The capture then runs the process that built a trainer in its own place
+(`Relaunch`, with that process's command, folder and environment), as it runs a launcher it knows, so that the
+trainer is built here, under the full hooks; the other scouts are ended. Where the launch ends without a trainer, the
+scout's exception is the cause, not its parent's exit status.
+
+Linux: the scouts are found by their environment in /proc (runtime/tree.py) and ended; elsewhere they end themselves.
+This module is light: no torch, transformers or TRL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trl_doctor.runtime import tree as _tree
+
+from . import child
+
+BOOT = Path(__file__).resolve().parent.parent / "data" / "boot"
+ROOT = str(Path(__file__).resolve().parent.parent.parent)  # the folder `import trl_doctor` finds this package in
+# what a distributed launcher gives each rank: the in-place run sets its own (capture/world.py)
+_RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+             "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+             "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
+             "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS")
+
+
+class ScoutStopped(BaseException):
+    """Raised in the script when a process it waited for turns out to have been stopped at a trainer or a step: the
+    launch's own code has nothing more to do (a BaseException, so the script's `except Exception` cannot swallow it)."""
+
+    def __init__(self, report: "Report"):
+        super().__init__(report.command)
+        self.report = report
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one scout said (child.py writes it): `trainer`, `step` or `failed`."""
+
+    event: str
+    pid: int
+    ppid: int
+    time: float
+    argv: tuple[str, ...]
+    cwd: str
+    env: dict = field(default_factory=dict)
+    trainer: str | None = None
+    where: tuple[str, int] | None = None
+    error: dict | None = None
+    optimizer: str | None = None
+
+    @classmethod
+    def read(cls, path: Path) -> "Report | None":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            where = data.get("where")
+            return cls(str(data["event"]), int(data["pid"]), int(data.get("ppid") or 0), float(data["time"]),
+                       tuple(str(a) for a in data.get("argv") or ()), str(data.get("cwd") or ""),
+                       {str(k): str(v) for k, v in (data.get("env") or {}).items()},
+                       data.get("trainer"), (str(where[0]), int(where[1])) if where else None,
+                       data.get("error") if isinstance(data.get("error"), dict) else None, data.get("optimizer"))
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return None
+
+    @property
+    def command(self) -> str:
+        import shlex
+
+        argv = list(self.argv)
+        if argv:
+            argv[0] = os.path.basename(argv[0])
+        return " ".join(shlex.quote(a) for a in argv)
+
+    @property
+    def rank(self) -> int:
+        try:
+            return int(self.env.get("RANK") or self.env.get("LOCAL_RANK") or 0)
+        except ValueError:
+            return 0
+
+    def world(self) -> tuple[int, int]:
+        """(processes on this machine, machines) of the launch that started this process: (1, 1) outside one."""
+        try:
+            world = int(self.env.get("WORLD_SIZE") or 1)
+            local = int(self.env.get("LOCAL_WORLD_SIZE") or world)
+        except ValueError:
+            return 1, 1
+        local = max(1, min(local, world))
+        return local, max(1, world // local)
+
+    def launch_argv(self) -> list[str]:
+        """The command that runs this process in the capture's place: `python ARGS` as it was started, or, for a rank
+        of a distributed launch, torchrun at the launch's process count."""
+        args = list(self.argv[1:])
+        while args and args[0].startswith("-") and args[0] != "-m":  # python's own options (-u, -X dev ...)
+            args = args[1 + (args[0] in ("-W", "-X")):]
+        local, machines = self.world()
+        if local * machines > 1:
+            return ["torchrun", "--nproc_per_node", str(local), "--nnodes", str(machines), *args]
+        return ["python", *args]
+
+    def launch_env(self) -> dict[str, str]:
+        return {k: v for k, v in self.env.items() if k not in _RANK_ENV}
+
+    def error_words(self) -> str:
+        error = self.error or {}
+        text = f"{error.get('type', 'error')}: {error.get('message', '')}".rstrip(": ")
+        where, raised = error.get("where"), error.get("raised")
+        places = []
+        if where:
+            places.append(f"at {where[0]}:{where[1]}")
+        if raised and raised != where:
+            places.append(f"raised at {raised[0]}:{raised[1]}")
+        return text + (f" ({', '.join(places)})" if places else "")
+
+
+class Children:
+    """`with Children(options) as children:` while the launch runs. `built()` is the scout that reached a trainer
+    (the lowest rank's, else the first), `stepped()` one that reached an optimizer step, `failure()` the first
+    exception a scout died of."""
+
+    def __init__(self, *, load_weights: bool, has_cuda: bool, trust_remote_code: bool):
+        self.options = {"load_weights": load_weights, "has_cuda": has_cuda, "trust_remote_code": trust_remote_code}
+        self.channel: Path | None = None
+        self._saved: dict[str, str | None] = {}
+        self._undo: list = []
+        self._stop = threading.Event()
+        self._kept: list[Report] | None = None
+
+    # -- the environment every child inherits, and any a child is given ----------------------------------------
+    def _env(self) -> dict[str, str]:
+        return {child.CHANNEL_ENV: str(self.channel), child.OPTIONS_ENV: json.dumps(self.options),
+                child.BOOT_ENV: str(BOOT), child.ROOT_ENV: ROOT}
+
+    def _into(self, env: Any) -> Any:
+        """A copy of an environment a child is given, made a scout's."""
+        if env is None:
+            return None
+        try:
+            out = dict(env)
+        except (TypeError, ValueError):
+            return env
+        bytes_keys = any(isinstance(k, bytes) for k in out)
+        own = self._env()
+        path = out.get(b"PYTHONPATH" if bytes_keys else "PYTHONPATH")
+        path = os.fsdecode(path) if path else ""
+        own["PYTHONPATH"] = os.pathsep.join([str(BOOT), *[p for p in path.split(os.pathsep) if p and p != str(BOOT)]])
+        for key, value in own.items():
+            out[os.fsencode(key) if bytes_keys else key] = os.fsencode(value) if bytes_keys else value
+        return out
+
+    def __enter__(self) -> "Children":
+        self.channel = Path(tempfile.mkdtemp(prefix="trl-doctor-children-"))
+        own = self._into(dict(os.environ))
+        for key in (*child.OWN_ENV, "PYTHONPATH"):
+            self._saved[key] = os.environ.get(key)
+            os.environ[key] = own[key]
+        self._patch_spawns()
+        threading.Thread(target=self._watch, daemon=True, name="trl-doctor-children").start()
+        return self
+
+    def reassert(self) -> None:
+        """After the environment of a launch run in place was applied: its children are scouts too."""
+        own = self._into(dict(os.environ))
+        for key in (*child.OWN_ENV, "PYTHONPATH"):
+            os.environ[key] = own[key]
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        while self._undo:
+            self._undo.pop()()
+        for key, value in self._saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self.end_scouts()
+        self._kept = self.reports()  # what they said outlives their folder
+        if self.channel is not None:
+            shutil.rmtree(self.channel, ignore_errors=True)
+
+    def _patch_spawns(self) -> None:
+        """A child given an environment of its own (Popen(env=...), os.execve, os.posix_spawn) gets the scout's
+        keys in it too."""
+        into = self._into
+        original_init = subprocess.Popen.__init__
+
+        def popen_init(popen, args, *rest, **kwargs):
+            if kwargs.get("env") is not None:
+                kwargs["env"] = into(kwargs["env"])
+            return original_init(popen, args, *rest, **kwargs)
+
+        subprocess.Popen.__init__ = popen_init
+        self._undo.append(lambda: setattr(subprocess.Popen, "__init__", original_init))
+        self._after_waits()
+        for name, at in (("execve", 2), ("execvpe", 2), ("spawnve", 3), ("spawnvpe", 3)):
+            self._wrap_env_arg(name, at)
+        for name in ("posix_spawn", "posix_spawnp"):
+            original = getattr(os, name, None)
+            if original is None:
+                continue
+
+            def spawn(path, argv, env, *rest, __original=original, **kwargs):
+                return __original(path, argv, into(env), *rest, **kwargs)
+
+            setattr(os, name, spawn)
+            self._undo.append(lambda name=name, original=original: setattr(os, name, original))
+
+    def _after_waits(self) -> None:
+        """When a wait for a child returns (Popen.wait, which run/call/communicate use; os.waitpid; os.system) and a
+        scout has reached a trainer or a step, the script is stopped there (ScoutStopped)."""
+        decided = self._decided_report
+        original_wait = subprocess.Popen.wait
+
+        def wait(popen, *args, **kwargs):
+            out = original_wait(popen, *args, **kwargs)
+            report = decided()
+            if report is not None:
+                raise ScoutStopped(report)
+            return out
+
+        subprocess.Popen.wait = wait
+        self._undo.append(lambda: setattr(subprocess.Popen, "wait", original_wait))
+        for name in ("waitpid", "system", "wait", "wait4"):
+            original = getattr(os, name, None)
+            if original is None:
+                continue
+
+            def call(*args, __original=original, **kwargs):
+                out = __original(*args, **kwargs)
+                report = decided()
+                if report is not None:
+                    raise ScoutStopped(report)
+                return out
+
+            setattr(os, name, call)
+            self._undo.append(lambda name=name, original=original: setattr(os, name, original))
+
+    def _decided_report(self) -> "Report | None":
+        return self.built() or self.stepped()
+
+    def _wrap_env_arg(self, name: str, at: int) -> None:
+        original = getattr(os, name, None)
+        if original is None:
+            return
+        into = self._into
+
+        def call(*args):
+            args = list(args)
+            if len(args) > at:
+                args[at] = into(args[at])
+            return original(*args)
+
+        setattr(os, name, call)
+        self._undo.append(lambda: setattr(os, name, original))
+
+    # -- what the scouts said ------------------------------------------------------------------------------------
+    def reports(self) -> list[Report]:
+        if self._kept is not None:
+            return self._kept
+        if self.channel is None:
+            return []
+        found = [Report.read(p) for p in sorted(self.channel.glob("*.json"))]
+        return sorted((r for r in found if r is not None), key=lambda r: r.time)
+
+    def built(self) -> Report | None:
+        trainers = [r for r in self.reports() if r.event == "trainer"]
+        return min(trainers, key=lambda r: (r.rank, r.time)) if trainers else None
+
+    def stepped(self) -> Report | None:
+        return next((r for r in self.reports() if r.event == "step"), None)
+
+    def failure(self) -> Report | None:
+        return next((r for r in self.reports() if r.event == "failed"), None)
+
+    def decided(self) -> bool:
+        """Whether a scout reached a trainer or a step: the launch's processes have nothing more to do."""
+        return any(r.event in ("trainer", "step") for r in self.reports())
+
+    def _watch(self) -> None:
+        """Once a scout has reached a trainer or a step, end the others (a launcher waiting on its ranks, a parent
+        script waiting on its child), so that the capture takes over at once."""
+        while not self._stop.wait(0.1):
+            if self.decided():
+                self.end_scouts()
+
+    def end_scouts(self) -> list[int]:
+        if self.channel is None:
+            return []
+        return _tree.end(None, str(self.channel), key=child.CHANNEL_ENV)
