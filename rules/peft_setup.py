@@ -115,12 +115,13 @@ def check(ctx):
             found.append(verdict)
     unchecked = [f"{what} {details[what][len(_UNCHECKED):]}" for what in ("target modules", "new tokens")
                  if str(details.get(what, "")).startswith(_UNCHECKED)]
+    adapter = _adapter_kind(raw)
     if not found and unchecked:  # a LoRA target that matches nothing stops get_peft_model: not a pass unread
-        yield skip(f"LoRA on the base model {cfg.model.ref} not judged: " + "; ".join(unchecked), **details)
+        yield skip(f"{adapter} on the base model {cfg.model.ref} not judged: " + "; ".join(unchecked), **details)
         return
     if not found:
         parts = [details.get("target modules"), details.get("new tokens"), details.get("gradient checkpointing")]
-        yield passed(f"LoRA on the base model {cfg.model.ref}: " + "; ".join(str(p) for p in parts if p), **details)
+        yield passed(f"{adapter} on the base model {cfg.model.ref}: " + "; ".join(str(p) for p in parts if p), **details)
         return
     for make, message, fix in found:
         yield make(message, fix, **details)
@@ -214,6 +215,15 @@ def _peft_model_and_config(ctx, cls: str) -> tuple[str, dict[str, Any]] | None:
 
 
 # -- target modules --------------------------------------------------------------------------------------------------
+
+def _adapter_kind(raw) -> str:
+    """The adapter the script's PEFT config builds, in words: LoRA (the lora_* keys' kind), DoRA, or PEFT's own name
+    for another kind (a PromptTuningConfig: 'a PROMPT_TUNING adapter')."""
+    kind = raw.get("peft_type")
+    if kind in (None, "LORA"):
+        return "DoRA" if raw.get("use_dora") else "LoRA"
+    return f"a {kind} adapter"
+
 
 def _target_modules(ctx) -> tuple[tuple | None, dict[str, Any]]:
     """LoRA's `target_modules`, as TRL hands them to PEFT, against the meta-device model's module names, matched as

@@ -265,3 +265,16 @@ def test_target_modules_from_a_launch_command_line(built_fixtures, argv, status)
                                        "matches no module of Qwen2ForCausalLM"), r["message"]
         assert "has a trailing comma: on a command line write `--lora_target_modules q_proj v_proj`" in r["message"]
         assert r.get("fix") is None  # the command line is the user's to edit
+
+
+def test_a_peft_config_of_another_kind_keeps_its_kind():
+    """Issue 58, class 5: a script's PromptTuningConfig or DoRA was flattened into LoRA keys (lora_r...), so the step
+    trained a LoRA and peft-setup judged one. Its kind is kept beside the keys; a LoRA's are as before."""
+    from peft import LoraConfig, PromptTuningConfig
+
+    from trl_doctor.capture.to_config import _peft_keys
+
+    keys = _peft_keys(PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=8), None)
+    assert keys == {"use_peft": True, "peft_type": "PROMPT_TUNING", "lora_task_type": "CAUSAL_LM"}
+    dora = _peft_keys(LoraConfig(r=4, target_modules=["q_proj"], use_dora=True), None)
+    assert dora["peft_type"] == "LORA" and dora["use_dora"] is True and dora["lora_r"] == 4

@@ -508,6 +508,14 @@ def test_trls_liger_checks_run_though_the_step_runs_without_liger(built_fixtures
         assert r["message"].startswith(f"GRPOTrainer refuses the launch's Liger settings at construction (ValueError: "
                                        f"{words}"), r["message"]
         assert r["details"]["failed at stage"] == "trainer init with Liger on", r["details"]
+    # issue 58, class 5: a PromptTuningConfig reached the step as LoRA keys, so TRL's refusal of prompt learning
+    # beside Liger never ran and the doctor passed; the step now gets the script's own config object
+    words = "`use_liger_kernel=True` is incompatible with prompt-learning PEFT methods"
+    truth = subprocess.run([sys.executable, "grpo_liger_lora.py", "prompt_tuning"], cwd=FIXTURES / "launch",
+                           timeout=300, env={**os.environ, **env, "FIXTURE_ON_CPU": "1"}, capture_output=True, text=True)
+    assert truth.returncode != 0 and f"ValueError: {words}" in truth.stderr, truth.stderr[-2000:]
+    code, r = _liger_lora("prompt_tuning", "--no-smoke", env=env)
+    assert code == 1 and r["status"] == "fail" and words in r["message"], r
     code, r = _liger_lora("projections", env=env)  # TRL's notebook's LoRA: its checks pass, the step runs
     assert code == 0 and r["status"] == "pass", r
     assert any(n.startswith("use_liger_kernel: off") for n in r["details"]["left out of the step (the launch machine's)"])

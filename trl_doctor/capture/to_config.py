@@ -68,6 +68,11 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
             if key != "sft_model_path" and not isinstance(given, (str, os.PathLike)):
                 aux_models[key] = _aux_model(given)
     raw.update(_peft_keys(arguments.get("peft_config"), model))
+    peft_given = arguments.get("peft_config")
+    if peft_given is not None and hasattr(peft_given, "peft_type"):  # the step gets the script's own config object
+        from ..facts.rewards import register_live
+
+        raw["peft_config"] = register_live(peft_given)
     if captured.launched.accelerate_config:
         raw["accelerate_config"] = captured.launched.accelerate_config
 
@@ -273,13 +278,28 @@ def _agent_parts(arguments: dict) -> dict[str, Any]:
     return out
 
 
+_LORA_KINDS = ("LORA",)  # PEFT kinds TRL's lora_* keys describe (ModelConfig builds a LoraConfig from them)
+
+
 def _peft_keys(peft_config: Any, model: Any) -> dict[str, Any]:
-    """A LoraConfig (given, or already applied to the model) as TRL's `use_peft` / `lora_*` keys."""
+    """A PEFT config (given, or already applied to the model) as TRL's `use_peft` / `lora_*` keys, with its kind
+    (`peft_type`: LORA, PROMPT_TUNING, ...): the keys describe a LoRA; another kind has only its kind and task."""
     if peft_config is None and hasattr(model, "peft_config"):
         peft_config = next(iter(model.peft_config.values()), None)
     if peft_config is None:
         return {}
+    kind = getattr(peft_config, "peft_type", None)
+    kind = str(getattr(kind, "value", kind)) if kind is not None else None
     out: dict[str, Any] = {"use_peft": True}
+    if kind:
+        out["peft_type"] = kind
+    if kind and kind not in _LORA_KINDS:
+        task = getattr(peft_config, "task_type", None)
+        if task is not None:
+            out["lora_task_type"] = str(getattr(task, "value", task))
+        return out
+    if getattr(peft_config, "use_dora", False):
+        out["use_dora"] = True
     for key, attr in (("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_dropout", "lora_dropout"),
                       ("lora_target_modules", "target_modules"), ("lora_modules_to_save", "modules_to_save"),
                       ("lora_task_type", "task_type"), ("lora_rank_pattern", "rank_pattern")):

@@ -404,10 +404,19 @@ def _ppo_style(trainer_cls) -> bool:
 
 
 def _peft_config(spec: dict):
-    """The PEFT config `trl <trainer> --config` builds from the ModelConfig keys (use_peft, lora_r, ...)."""
+    """The PEFT config the script passed (a copy of its own object, whatever its kind), else the one `trl <trainer>
+    --config` builds from the ModelConfig keys (use_peft, lora_r, ...)."""
+    import copy
     import dataclasses
 
     import trl
+
+    if spec.peft:
+        from trl_doctor.facts.rewards import live_reward
+
+        given = live_reward(spec.peft)
+        if given is not None:
+            return copy.deepcopy(given)
 
     model_config_cls = getattr(trl, "ModelConfig", None)
     raw = spec.raw

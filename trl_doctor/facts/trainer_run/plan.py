@@ -194,6 +194,7 @@ def build_spec(ctx) -> Spec:
         "columns": list(ctx.dataset.column_names),
         "reward_funcs": list(ctx.config.reward_funcs),
         "agent": {k: raw[k] for k in AGENT_KEYS if raw.get(k)},
+        "peft": raw["peft_config"] if isinstance(raw.get("peft_config"), str) else None,
         "reward_models": reward_models,
         "reward_model_path": _path(ctx, raw["reward_model_path"]) if raw.get("reward_model_path") else None,
         "value_model_path": _path(ctx, raw["value_model_path"]) if raw.get("value_model_path") else None,

@@ -46,6 +46,9 @@ class Spec:
     # GRPOTrainer's tools, environment_factory (a name, or {environment: name}) and rollout_func, by the names
     # trl_doctor.facts.rewards resolves (a script's live callables): the trainer is built as the script built it
     agent: dict = field(default_factory=dict)
+    # the PEFT config the script passed, by the name trl_doctor.facts.rewards registered it under (its own class:
+    # a PromptTuningConfig stays one); None: the config's use_peft / lora_* keys, as `trl <trainer>` builds them
+    peft: str | None = None
     reward_models: list = field(default_factory=list)
     reward_model_path: str | None = None
     value_model_path: str | None = None
