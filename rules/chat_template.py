@@ -36,6 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from trl_doctor import Finding, fail, passed, rule, skip, warn
+from trl_doctor.facts.trl.subclass import own_data_path
 
 from trl_doctor.facts.launch.settings import config_value
 from trl_doctor.facts.inputs.chat import _MARK, prompt_lengths, prompt_rendering, render_template, special_ids
@@ -49,6 +50,10 @@ from trl_doctor.facts.inputs.chat import _MARK, prompt_lengths, prompt_rendering
     static_skip="it tokenizes every prompt through the template",
 )
 def check(ctx):
+    own = own_data_path(ctx)
+    if own:  # a framework's trainer reads its rows its own way
+        yield skip(f"{own}; the prompts are that code's to render, not judged by TRL's contract")
+        return
     facts = prompt_lengths(ctx)
     if not facts["column"]:
         yield skip("the dataset has no `prompt` column to render (see dataset-schema)")

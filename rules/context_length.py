@@ -36,6 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from trl_doctor import Edit, Finding, Fix, Unavailable, fail, passed, rule, skip, warn
+from trl_doctor.facts.trl.subclass import own_data_path
 from trl_doctor.facts.inputs.chat import prompt_lengths, prompt_rendering
 from trl_doctor.facts.inputs.models import config_json, text_config_json
 from trl_doctor.facts.launch.settings import config_fields, config_value, settings
@@ -55,6 +56,10 @@ LEARNED_POSITIONS = ("gpt2", "opt", "gpt_neo", "gptj", "bloom", "codegen", "biog
     contexts=("full", "static"),
 )
 def check(ctx):
+    own = own_data_path(ctx)
+    if own:  # a framework's trainer reads its rows its own way
+        yield skip(f"{own}; the prompt lengths are that code's to render, not judged by TRL's contract")
+        return
     try:
         facts = prompt_lengths(ctx)
     except Unavailable as why:  # no prompts measured here (--static): what the lengths set in the config decide

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from trl_doctor import Finding, InputError, Unavailable, fail, passed, rule, skip, warn
+from trl_doctor.facts.trl.subclass import own_data_path
 
 from trl_doctor.facts.inputs.chat import prompt_format, sample_indices
 from trl_doctor.facts.launch.settings import config_value
@@ -84,6 +85,10 @@ def no_prompt_column(columns: list[str], reader: str) -> str:
     contexts=("full", "static"),
 )
 def check(ctx):
+    own = own_data_path(ctx)
+    if own:  # a framework's trainer reads its rows its own way
+        yield skip(f"{own}; the dataset's columns are read by that code, not judged by TRL's contract")
+        return
     stream_problems, stream = _streaming(ctx)
     findings: list = []
     try:

@@ -358,7 +358,9 @@ def test_a_grpo_subclass_that_skips_its_parents_init_is_judged_as_grpo():
     assert result_of(report, "batch-geometry")["status"] == "fail"
     assert "__main__.format_reward" in result_of(report, "reward-functions")["message"]
     (note,) = [n for n in report["launch"]["notes"] if "Trainer.__init__ itself" in n]
-    assert note.startswith("VisionGRPOTrainer subclasses GRPOTrainer") and "GRPOTrainer.__init__" in note
+    assert note.startswith("__main__.VisionGRPOTrainer subclasses TRL's GRPOTrainer") and "GRPOTrainer.__init__" in note
+    # issue 58, class 2: its construction runs to its end and the script stops at train(), with the trainer as built
+    assert "its construction ran to its end and the script was stopped at train()" in note
 
 
 # -- issue 45, class 1: any launcher that is a Python program, followed to the process that builds the trainer ------

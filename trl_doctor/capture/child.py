@@ -39,6 +39,11 @@ def install() -> None:
     """Make this process a scout (called by the boot folder's sitecustomize when CHANNEL_ENV is set)."""
     if not os.environ.get(CHANNEL_ENV):
         return
+    allowed = _options().get("allow_hosts")
+    if allowed is not None:  # the worker's network guard, in this process too (runtime/network.py)
+        from trl_doctor.runtime import network
+
+        network.guard(network.parse_hosts(allowed))
     sys.meta_path.insert(0, _AfterImport({
         "torch": _on_torch,
         "torch.optim.optimizer": _on_optimizer,

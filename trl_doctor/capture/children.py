@@ -134,7 +134,13 @@ class Children:
     exception a scout died of."""
 
     def __init__(self, *, load_weights: bool, has_cuda: bool, trust_remote_code: bool):
-        self.options = {"load_weights": load_weights, "has_cuda": has_cuda, "trust_remote_code": trust_remote_code}
+        from trl_doctor.runtime import network
+
+        # the hosts the worker's network guard lets through (none unless --allow-host): each scout guards the same
+        allowed = [f"[{a.host}]:{a.port}" if ":" in a.host and a.port else f"{a.host}:{a.port}" if a.port else a.host
+                   for a in network._state["allowed"]] if network._state["installed"] else None
+        self.options = {"load_weights": load_weights, "has_cuda": has_cuda, "trust_remote_code": trust_remote_code,
+                        "allow_hosts": allowed}
         self.channel: Path | None = None
         self._saved: dict[str, str | None] = {}
         self._undo: list = []
@@ -251,7 +257,21 @@ class Children:
             self._undo.append(lambda name=name, original=original: setattr(os, name, original))
 
     def _decided_report(self) -> "Report | None":
+        """The scout that ends the script's wait, seen from the main thread only (a pool's helper thread polling its
+        workers is not the script's own wait)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
         return self.built() or self.stepped()
+
+    def consume(self) -> None:
+        """The scouts' reports have been acted on (their process is run in the capture's place): forget them, so that
+        the launch run in place starts with none."""
+        if self.channel is not None:
+            for path in self.channel.glob("*.json"):
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
 
     def _wrap_env_arg(self, name: str, at: int) -> None:
         original = getattr(os, name, None)

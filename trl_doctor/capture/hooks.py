@@ -44,6 +44,10 @@ class TrainerBuilt(BaseException):
     """Raised inside the trainer's constructor once its arguments are recorded: the script stops there."""
 
 
+class _GoOn(BaseException):
+    """Inside the hooks only: transformers' constructor has run for a trainer recorded at `train()` instead."""
+
+
 class StepReached(BaseException):
     """Raised before an optimizer step the script takes without a trainer (a training loop of its own): the capture
     never trains. Its text names the optimizer and the script line."""
@@ -86,6 +90,40 @@ class Recorder:
     bypassed: str | None = None
     # TRL's AsyncGRPOTrainer as its __init__ built it (trl_doctor.facts.trl.async_grpo.Built; capture/async_grpo.py)
     async_grpo: Any = None
+    # a bypassing subclass (`bypassed`) let finish its construction: "constructing" until it does, "train" once the
+    # script reached train() with the trainer as built, or the error its construction raised here
+    built: str | None = None
+
+
+class _OutputAside:
+    """A trainer config's output folders (output_dir, logging_dir) pointed into a temporary folder of the check's while
+    a trainer is constructed for real (transformers' constructor makes output_dir; a framework's writes its logs
+    there), and put back as the script wrote them before anything reads them."""
+
+    KEYS = ("output_dir", "logging_dir")
+
+    def __init__(self, config: Any):
+        import tempfile
+
+        self.config, self.saved = config, {}
+        if config is None:
+            return
+        folder = tempfile.mkdtemp(prefix="trl-doctor-construct-")
+        for key in self.KEYS:
+            if isinstance(getattr(config, key, None), str):
+                self.saved[key] = getattr(config, key)
+                try:
+                    setattr(config, key, os.path.join(folder, key))
+                except Exception:  # a frozen config: left as it is
+                    self.saved.pop(key)
+
+    def restore(self) -> None:
+        for key, value in self.saved.items():
+            try:
+                setattr(self.config, key, value)
+            except Exception:
+                pass
+        self.saved = {}
 
 
 def _trl_parser_class() -> type | None:
@@ -146,18 +184,28 @@ def config_classes() -> list[type]:
     return out
 
 
-def _bypassed_arguments(parent: type, trainer: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+# what TRL's RL trainers keep of their constructor's arguments under the same names (ms-swift deletes
+# GRPOTrainer.__init__, whose signature would otherwise name them)
+_TRAINER_HOLDS = ("model", "ref_model", "reward_funcs", "reward_model", "value_model", "args", "train_dataset",
+                  "eval_dataset", "processing_class", "reward_processing_classes", "peft_config", "tools",
+                  "environment_factory", "rollout_func")
+
+
+def _bypassed_arguments(parent: type, trainer: Any, arguments: dict[str, Any], built: bool = False) -> dict[str, Any]:
     """What a subclass that skipped `parent.__init__` gave its trainer: transformers' Trainer.__init__ arguments, and
     for the parent's own parameters Trainer does not take (reward_funcs, ref_model...), what the subclass's __init__
-    set on the trainer before it called Trainer.__init__ (`self.reward_funcs = ...`, as TRL's own __init__ does)."""
+    set on the trainer (`self.reward_funcs = ...`, as TRL's own __init__ does). With `built` (its construction is
+    done), what the trainer holds wins over what it was given: reward functions named in the call are the callables
+    it resolved them to, its datasets are the ones it prepared."""
     out = dict(arguments)
     try:
-        params = inspect.signature(parent.__init__).parameters
+        params = [p for p in inspect.signature(parent.__init__).parameters if p != "self"]
     except (TypeError, ValueError):
-        return out
+        params = []
+    params = list(dict.fromkeys([*params, *_TRAINER_HOLDS]))  # a framework may have deleted the parent's __init__
     held = vars(trainer) if hasattr(trainer, "__dict__") else {}
     for name in params:
-        if name not in out and name in held:
+        if name in held and (name not in out or (built and held[name] is not None)):
             out[name] = held[name]
     return out
 
@@ -280,6 +328,12 @@ class Hooks:
         signature = inspect.signature(original)
 
         def __init__(trainer_self, *args: Any, **kwargs: Any) -> None:
+            try:
+                _record(trainer_self, *args, **kwargs)
+            except _GoOn:  # transformers' constructor ran (a subclass that bypassed its TRL parent's): go on
+                return
+
+        def _record(trainer_self, *args: Any, **kwargs: Any) -> None:
             bound = signature.bind_partial(trainer_self, *args, **kwargs)
             arguments = dict(bound.arguments)
             arguments.pop(next(iter(signature.parameters)), None)  # self
@@ -295,12 +349,48 @@ class Hooks:
                 if parent is not None:  # a GRPOTrainer subclass that calls Trainer.__init__ itself: judged as one
                     recorder.trainer_kind, recorder.bypassed = self._checked[parent], parent.__name__
                     recorder.arguments = _bypassed_arguments(parent, trainer_self, arguments)
+                    self._build_to_train(original, trainer_self, parent, args, kwargs)
                 elif not _async_grpo(recorder, sys._getframe(1), trainer_self):
                     recorder.held_tokenizers = _held_tokenizers(trainer_self, arguments.get("processing_class"))
             raise TrainerBuilt()
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]
         return __init__
+
+    def _build_to_train(self, init: Callable, trainer: Any, parent: type, args: tuple, kwargs: dict) -> None:
+        """A trainer whose own __init__ replaces its TRL parent's (ms-swift deletes GRPOTrainer.__init__, R1-V-style
+        trainers call Trainer.__init__ themselves) holds what the job trains with only once its construction is done
+        (reward functions resolved from names, its own datasets and templates). So transformers' constructor runs, the
+        rest of the subclass's __init__ with it, and the script stops where the job begins: `train()` (or any other
+        entry into the loop), where the trainer as built is recorded. Returns normally to let construction go on; a
+        construction that fails here keeps what was given (the model is on the meta device) and says why."""
+        recorder = self.recorder
+        from transformers import Trainer
+
+        config = kwargs.get("args", args[1] if len(args) > 1 else None)
+        aside = _OutputAside(config)  # its construction writes into the check's folder, never the user's output_dir
+
+        def stop(trainer_self: Any, *rest: Any, **more: Any) -> None:
+            aside.restore()
+            if trainer_self is trainer:
+                recorder.arguments = _bypassed_arguments(parent, trainer_self, recorder.arguments, built=True)
+                recorder.built = "train"
+            raise TrainerBuilt()
+
+        for owner in dict.fromkeys((type(trainer), Trainer)):  # its own train() too (a framework's mixin overrides it)
+            for name in ("train", "evaluate", "predict"):
+                self._patch(owner, name, stop)
+        recorder.built = "constructing"
+        self._undo.append(aside.restore)
+        try:
+            init(trainer, *args, **kwargs)
+        except TrainerBuilt:
+            raise
+        except Exception as exc:  # on the meta-device model, or the job's own error: judged on what it was given
+            aside.restore()
+            recorder.built = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            raise TrainerBuilt() from None
+        raise _GoOn()
 
     # -- TRL's config classes --------------------------------------------------------------------------------
     def _config_init(self, original: Callable) -> Callable:

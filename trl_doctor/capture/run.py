@@ -94,6 +94,10 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
             _launch_following(command, run_script, seen)
     except TrainerBuilt:
         launched = seen["launched"]
+        if recorder.built not in (None, "train"):
+            launched.notes.append(f"{recorder.trainer_cls.__qualname__}'s construction raised {recorder.built} here "
+                                  "(its model is on the meta device unless --load-weights): it is judged on what it "
+                                  "was given")
         if seen.get("relaunched"):
             launched.notes.append(seen.get("relaunch_note") or (
                 f"{_shown(command, {})} re-launched itself as `{seen['relaunched'][-1]}`; that launch was followed to "
@@ -119,7 +123,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
 
         if record_refusal(exc, recorder, _constructor_line):  # TRL's AsyncGRPOTrainer refused the script's: a finding
             return Captured(command, seen["launched"], recorder)
-        message = f"{_shown(command, seen)} failed before constructing a TRL trainer: {type(exc).__name__}: " \
+        message = f"{_shown(command, seen)} failed {_when(exc, recorder)}: {type(exc).__name__}: " \
                   f"{one_line(exc)}{_where(exc)}{_child_failed(children)}{_no_gpu_hint(exc, has_cuda)}"
         if not load_weights and _meta_weights(exc):
             message = (f"{_shown(command, seen)} computed with its model's weights before constructing a TRL trainer "
@@ -136,6 +140,21 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
         set_user_roots_to(old_roots)
     raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
                      f"(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass){_child_failed(children)}")
+
+
+def _when(exc: BaseException, recorder: Recorder) -> str:
+    """`before constructing a TRL trainer`, or, for a trainer whose own __init__ replaces TRL's and ran on past
+    transformers' constructor (capture/hooks.py: _build_to_train), whether it failed in that __init__ or after it."""
+    if recorder.built != "constructing" or recorder.trainer_cls is None:
+        return "before constructing a TRL trainer"
+    cls = f"{recorder.trainer_cls.__module__}.{recorder.trainer_cls.__qualname__}"
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "__init__" and isinstance(frame.f_locals.get("self"), recorder.trainer_cls):
+            return f"while constructing its trainer, {cls} (in its own __init__, which replaces TRL's)"
+        tb = tb.tb_next
+    return f"after constructing its trainer, {cls}, before train()"
 
 
 def _child_failed(children: Children) -> str:
@@ -229,6 +248,8 @@ def _launch_following(command: LaunchCommand, run_script: Callable[[Launched], N
         if len(hops) > relaunch.MAX_HOPS:
             raise InputError(f"{_shown(command, seen)} re-launched itself {len(hops)} times ({' -> '.join(hops[:3])} "
                              "...): no trainer was constructed") from None
+        children.end_scouts()
+        children.consume()
         relaunch.apply_env(child.env)
         children.reassert()
         seen["relaunched"] = hops[:]

@@ -99,7 +99,7 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
         ref_is_policy=not isinstance(model, str) and _first(arguments, _REF_KEYWORDS) is model,
         aux_models=aux_models,
         peft_config_given=arguments.get("peft_config") is not None,
-        async_grpo=rec.async_grpo,
+        async_grpo=rec.async_grpo, bypassed=rec.bypassed, built=rec.built,
         model_keys=_model_keys(list(captured.launched.args), recipe,
                                {f.name for f in dataclasses.fields(args)} if dataclasses.is_dataclass(args) else set()),
     )
@@ -452,10 +452,14 @@ def _bypassed(rec) -> tuple[str, ...]:
     """What the report says of a subclass of a checked trainer whose own __init__ skipped its parent's."""
     if rec.bypassed is None or rec.trainer_cls is None:
         return ()
-    return (f"{rec.trainer_cls.__qualname__} subclasses {rec.bypassed} but its __init__ calls transformers' "
-            f"Trainer.__init__ itself: {rec.bypassed}.__init__ and its construction checks (batch geometry, the "
-            "reward functions and their tokenizers, the reference model) did not run; the rules judge the config and "
-            "arguments the subclass gave, as the installed TRL's own construction would",)
+    cls = f"{rec.trainer_cls.__module__}.{rec.trainer_cls.__qualname__}"
+    judged = ("its construction ran to its end and the script was stopped at train(): the rules judge the trainer as "
+              "it was built (the reward functions, datasets and tokenizer it holds)" if rec.built == "train" else
+              "the rules judge the config and arguments the subclass gave")
+    return (f"{cls} subclasses TRL's {rec.bypassed} but its __init__ replaces {rec.bypassed}.__init__ (it calls "
+            f"transformers' Trainer.__init__ itself), so TRL's construction checks (batch geometry, the reward "
+            f"functions and their tokenizers, the reference model) did not run; {judged}, as the installed TRL's own "
+            "construction would",)
 
 
 def _unchecked(rec) -> tuple[str, ...]:

@@ -66,6 +66,10 @@ class Live:
     peft_config_given: bool = False
     # TRL's AsyncGRPOTrainer as its __init__ built it (trl_doctor.facts.trl.async_grpo.Built); None for other trainers
     async_grpo: Any = None
+    # the TRL parent whose __init__ the captured subclass replaced (its name), and how far its own construction ran:
+    # "train" (stopped at train(), the trainer as built), or the error it raised here (trl_doctor.capture.hooks)
+    bypassed: str | None = None
+    built: str | None = None
 
 
 

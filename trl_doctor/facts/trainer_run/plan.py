@@ -71,6 +71,11 @@ def trainer_run(ctx) -> RunResult:
     handed = ctx.options.trainer_run
     if handed is not None:  # a previous worker's run hung or died: its outcome, from the supervisor
         return RunResult.from_json(handed)
+    from trl_doctor.facts.trl.subclass import own_data_path
+
+    own = own_data_path(ctx)
+    if own:  # one step of TRL's own trainer would not be the framework's step
+        raise Unavailable(f"{own}; run the framework's own one-step training to see its first step")
     gap = trainer_gap(ctx)
     if gap:
         raise Unavailable(gap)
