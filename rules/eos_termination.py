@@ -32,12 +32,12 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, warn
+from trl_doctor import Edit, Fix, Unavailable, fail, manual, passed, rule, skip, warn
 
 from trl_doctor.facts.inputs.chat import terminator
 from trl_doctor.facts.inputs.models import config_json, generation_json
 from trl_doctor.facts.launch.settings import config_value
-from trl_doctor.facts.trl.behaviour import completion_mask, ppo_style
+from trl_doctor.facts.trl.behaviour import completion_mask, ppo_style, ppo_v1
 from trl_doctor.facts.trl.installed import TRAINER_CLASS
 from trl_doctor.facts.inputs.tokens import as_id_list, eos_token, token_names
 from trl_doctor.facts.trainer_run import FORCE_AFTER, MAX_COMPLETION, trainer_run
@@ -91,6 +91,12 @@ def _in_stop_set(term: dict, how: str = "") -> str:
     contexts=("full", "static"),
 )
 def check(ctx):
+    v1 = ppo_v1(ctx)
+    if v1:  # the caller's generate keywords decide where responses end, not the config
+        yield skip(f"{v1} generates with the caller's own keywords (`ppo_trainer.generate(query, **generation_kwargs)`, "
+                   "or the framework's own generate): its config has no stop_token, and where responses end is "
+                   "the caller's eos_token_id, which the trainer never sees")
+        return
     if ppo_style(ctx):  # PPO, and RLOO before trl 0.22: responses end at the config's stop token
         yield from _ppo(ctx)
         return

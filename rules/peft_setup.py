@@ -100,7 +100,8 @@ def check(ctx):
                    "PEFT library installed'); `pip install peft`", **details)
         return
     takes = trainer_takes_peft(ctx.trainer)
-    if takes is False:
+    on_model = ctx.live is not None and not ctx.live.peft_config_given  # the script wrapped its model itself
+    if takes is False and not on_model:
         which = " (the PPO-style RLOOTrainer of trl < 0.22)" if ctx.trainer == "rloo" else ""
         pin = "; pin trl>=0.22 for LoRA with RLOO" if ctx.trainer == "rloo" else ""
         yield warn(f"trl {trl_version}'s {cls} takes no peft_config{which}: use_peft and the lora keys are ignored "

@@ -41,6 +41,7 @@ from trl_doctor.facts.inputs.models import (SCRIPT_OBJECT, ScoreHead, score_rows
 from trl_doctor.facts.trl.installed import (ppo_trains_value_model, ppo_without_value_model, trainer_class,
                                             trainer_source)
 from trl_doctor.facts.inputs.text import load_error
+from trl_doctor.facts.trl.behaviour import ppo_v1
 
 LAST_PPO_RELEASE = "1.12.0"
 PPO_REMOVED_IN = "1.13.0"
@@ -64,6 +65,10 @@ KEPT_DIFFS = 10
     static_skip="it loads the value and reward models",
 )
 def check(ctx):
+    v1 = ppo_v1(ctx)
+    if v1:  # its own contract: the policy carries the value head
+        yield _value_head_on_policy(ctx, v1)
+        return
     cfg = ctx.config
     trl_version = ctx.version("trl") or "not installed"
     ppo = _installed_ppo(trl_version)
@@ -419,3 +424,20 @@ def _same_reference(ctx):
                "pass ref_model=None"),
         command=ctx.live.command,
     )
+
+
+def _value_head_on_policy(ctx, v1: str):
+    """trl < 0.12's PPOTrainer estimates values with a head on the policy (AutoModelForCausalLMWithValueHead's
+    `v_head`) and refuses any other model at construction ("model must be a PreTrainedModelWrapper")."""
+    model = ctx.live.model if ctx.live is not None else None
+    head = getattr(model, "v_head", None)
+    name = type(model).__name__ if model is not None else "no model object"
+    details = {"PPOTrainer": v1, "policy": name}
+    if head is not None:
+        summary = getattr(head, "summary", head)
+        details["v_head"] = str(summary)[:200]
+        return passed(f"{v1}: the value head is on the policy ({name}.v_head), so the job needs no value model; "
+                      "value_model_path is a later API's", **details)
+    return fail(f"{v1} needs the policy with a value head (AutoModelForCausalLMWithValueHead.from_pretrained(...)): "
+                f"{name} has none, and the trainer refuses it at construction (\"model must be a "
+                "PreTrainedModelWrapper\")", **details)

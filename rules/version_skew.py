@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trl_doctor.facts.trl.behaviour import ppo_v1
 from trl_doctor import ASYNC_GRPO, fail, manual, passed, rule, TRAINERS, warn
 from trl_doctor.facts.launch.launcher import launch
 from trl_doctor.facts.trl.versions import (  # the pure core, testable with injected versions
@@ -50,6 +51,7 @@ def config_facts(ctx) -> dict[str, Any]:
     """What the table's config conditions look at: the trainer and the config's own keys."""
     facts = dict(ctx.config.raw)
     facts["trainer"] = ctx.trainer
+    facts["ppo_first_api"] = ppo_v1(ctx)  # a job built on trl < 0.12's own PPOTrainer uses the API it has
     return facts
 
 

@@ -23,8 +23,10 @@ from conftest import FIXTURES, result_of, trl_doctor_exe
 from rotation import Rotation
 
 CASES = FIXTURES / "frameworks"
-ENV = {"HF_HUB_OFFLINE": "1", "MODELSCOPE_OFFLINE": "1", "WANDB_MODE": "disabled", "CUDA_VISIBLE_DEVICES": "", "DO_NOT_TRACK": "1",
-       "AXOLOTL_DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "CUDA_VISIBLE_DEVICES": "", "DO_NOT_TRACK": "1",
+       "AXOLOTL_DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false",
+       # ms-swift's hub, LLaMA-Factory's version check and the analytics of the gradio it imports: nothing leaves
+       "MODELSCOPE_OFFLINE": "1", "DISABLE_VERSION_CHECK": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
 MODELS = ("qwen2-chat", "qwen2-chat-32k")  # what the cases' configs name (../../../models/...)
 
 # (framework, case, the documented command, the doctor's exit status, the rules that fail, what the framework's own
@@ -56,6 +58,12 @@ TABLE: tuple[Case, ...] = (
     ("swift", "grpo_transformers", ("swift", "rlhf", "config.yaml"), 0, frozenset(), 0, "checkpoint-1"),
     ("swift", "grpo_plugin_reward_unloaded", ("swift", "rlhf", "config.yaml"), 2, frozenset(), 1,
      "reward_function external_math_acc is not implemented in swift.rewards"),
+    # issue 58: LLaMA-Factory's PPO on trl 0.9.6, the PPOTrainer of TRL's first API (a value head on the policy,
+    # generate with LLaMA-Factory's own eos ids), judged by that API's contract
+    ("llamafactory", "ppo_lora", ("llamafactory-cli", "train", "config.yaml"), 0, frozenset(), 0,
+     "value_head.safetensors"),
+    ("llamafactory", "ppo_no_reward_model", ("llamafactory-cli", "train", "config.yaml"), 2, frozenset(), 1,
+     "`reward_model` is necessary for PPO training."),
 )
 GROUND_TRUTH = Rotation.of("frameworks' own runs", [f"{fw}/{case}" for fw, case, *_ in TABLE], "TRL_DOCTOR_FRAMEWORKS_ALL")
 
@@ -205,3 +213,25 @@ def test_swift_s_distributed_launch_is_followed_as_torchrun_and_never_trains(tmp
     assert result_of(report, "batch-geometry")["message"].startswith("at 2 processes")
     written = [p.name for p in folder.rglob("*") if p.name.startswith("checkpoint") or p.name == "completions.jsonl"]
     assert written == []
+
+
+def test_llamafactory_s_forced_torchrun_is_followed_and_judged_by_its_ppo_api(tmp_path):
+    """`FORCE_TORCHRUN=1 llamafactory-cli train` starts `torchrun ... <site-packages>/llamafactory/launcher.py
+    config.yaml`: followed in place, and trl 0.9.6's PPOTrainer is judged by its own contract (no value model, no
+    stop_token: value-model passes, eos-termination skips), not by TRL >= 0.12's."""
+    why = _installed("llamafactory")
+    if why:
+        pytest.skip(why)
+    folder = _case_tree("llamafactory", "ppo_lora", tmp_path)
+    proc = subprocess.run([trl_doctor_exe(), "check", "--no-smoke", "--format", "json", "--", "llamafactory-cli",
+                           "train", "config.yaml"], cwd=folder,
+                          env={**_env(), "FORCE_TORCHRUN": "1", "NPROC_PER_NODE": "2"}, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert any("re-launched itself as `torchrun" in n for n in report["launch"]["notes"]), report["launch"]["notes"]
+    value = result_of(report, "value-model")
+    assert value["status"] == "pass" and "the value head is on the policy" in value["message"], value
+    eos = result_of(report, "eos-termination")
+    assert eos["status"] == "skip" and "generates with the caller's own keywords" in eos["message"], eos
+    assert not list(folder.rglob("value_head.safetensors"))

@@ -284,8 +284,9 @@ _LORA_KINDS = ("LORA",)  # PEFT kinds TRL's lora_* keys describe (ModelConfig bu
 def _peft_keys(peft_config: Any, model: Any) -> dict[str, Any]:
     """A PEFT config (given, or already applied to the model) as TRL's `use_peft` / `lora_*` keys, with its kind
     (`peft_type`: LORA, PROMPT_TUNING, ...): the keys describe a LoRA; another kind has only its kind and task."""
-    if peft_config is None and hasattr(model, "peft_config"):
-        peft_config = next(iter(model.peft_config.values()), None)
+    for holder in (model, getattr(model, "pretrained_model", None)):  # a value-head model wraps the PEFT one
+        if peft_config is None and hasattr(holder, "peft_config") and isinstance(holder.peft_config, dict):
+            peft_config = next(iter(holder.peft_config.values()), None)
     if peft_config is None:
         return {}
     kind = getattr(peft_config, "peft_type", None)

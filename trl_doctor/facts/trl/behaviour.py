@@ -135,3 +135,27 @@ def built_config_class(ctx):
     from trl_doctor.facts.trl.installed import config_class
 
     return config_class(ctx.trainer)
+
+
+def ppo_v1(ctx) -> str | None:
+    """The PPOTrainer of TRL's first API (trl before 0.12 under the name PPOTrainer: `PPOTrainer(config=PPOConfig(
+    model_name=...), model=AutoModelForCausalLMWithValueHead, ref_model, tokenizer, dataset)`, LLaMA-Factory's
+    CustomPPOTrainer on trl 0.9.6) as the job built it, in words; None for every other trainer. Its contract is its
+    own: the value head sits on the policy (no value model), and responses end where the caller's `generate` keywords
+    say (no stop_token in its config). Read from the captured class: the TRL class it derives from takes `config`,
+    not `args`."""
+    import inspect
+
+    live = getattr(ctx, "live", None)
+    if ctx.trainer != "ppo" or live is None or not isinstance(live.trainer_cls, type):
+        return None
+    own = next((c for c in live.trainer_cls.__mro__ if (c.__module__ or "").split(".")[0] == "trl"), None)
+    if own is None:
+        return None
+    try:
+        params = inspect.signature(own.__init__).parameters
+    except (TypeError, ValueError):
+        return None
+    if "config" not in params or "args" in params:
+        return None
+    return f"trl {ctx.version('trl')}'s {own.__name__} (its first API: PPOConfig(model_name=...), a value head on the policy)"

@@ -276,8 +276,8 @@ def entry_matches_config(entry: Mapping[str, Any], facts: Mapping[str, Any] | No
     conditions = entry.get("config") or {}
     if not conditions:
         return True
-    if facts is None:
-        return set(conditions) <= {"trainer"}
+    if facts is None:  # the trainer alone, and keys that must be unset, hold for any config of that trainer
+        return {k for k, want in conditions.items() if want is not None} <= {"trainer"}
     for key, want in conditions.items():
         got = facts.get(key)
         if want == ANY_VALUE:
