@@ -186,3 +186,15 @@ def test_the_child_trains_when_run_as_its_user_runs_it(tmp_path):
         assert (OUT / "checkpoint-1").is_dir()
     finally:
         shutil.rmtree(OUT, ignore_errors=True)
+
+
+def test_a_script_s_own_training_loop_is_stopped_before_its_first_step(tmp_path):
+    """In the worker too: a launch whose script steps an optimizer without any trainer (a loop of its own) is stopped
+    before the step, in one line that names the optimizer and the line, and nothing it writes after the step exists."""
+    script, marker = tmp_path / "loop.py", tmp_path / "STEPPED"
+    script.write_text(LOOP)
+    proc = run_doctor("check", "--", "python", str(script), str(marker))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"loop.py reached an optimizer step (SGD.step() at {script}:6) without constructing a TRL trainer" \
+        in proc.stderr, proc.stderr
+    assert not marker.exists()

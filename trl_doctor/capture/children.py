@@ -116,6 +116,35 @@ class Report:
     def launch_env(self) -> dict[str, str]:
         return {k: v for k, v in self.env.items() if k not in _RANK_ENV}
 
+    def relaunch(self, outer: str) -> Any:
+        """This scout's process as the launch the capture runs in its place (capture/relaunch.Relaunch), with the
+        report's words for the hand-over; InputError for a step reached without a trainer, or a process the capture
+        cannot run (`python -c`). `outer` names the launch as the report does."""
+        from trl_doctor.errors import InputError
+        from trl_doctor.wording import one_line
+
+        from .command import parse_command
+        from .relaunch import Relaunch
+
+        local, machines = self.world()
+        ranks = f", rank {self.rank} of {local * machines}" if local * machines > 1 else ""
+        started = f"`{one_line(self.command, 200)}` (pid {self.pid}{ranks}), a process {outer} started,"
+        where = f" at {self.where[0]}:{self.where[1]}" if self.where else ""
+        if self.event == "step":
+            raise InputError(f"{started} reached an optimizer step ({self.optimizer}{where}) without constructing a "
+                             "TRL trainer: it was stopped before the step (trl-doctor checks launches that build "
+                             "GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass, and never trains)")
+        argv = self.launch_argv()
+        try:
+            launch = parse_command(tuple(argv), self.cwd)
+        except InputError as exc:
+            raise InputError(f"{started} built {self.trainer}{where}, but cannot be run in the doctor's place: "
+                             f"{exc}") from None
+        run_as = "" if argv[1:] == list(self.argv[1:]) else f" (as `{one_line(' '.join(argv), 200)}`)"
+        note = (f"{started} reached {self.trainer}'s constructor{where}: it was stopped there, before any "
+                f"training, and run here in its place{run_as}")
+        return Relaunch(launch, self.launch_env(), note=note)
+
     def error_words(self) -> str:
         error = self.error or {}
         text = f"{error.get('type', 'error')}: {error.get('message', '')}".rstrip(": ")
@@ -306,6 +335,24 @@ class Children:
 
     def failure(self) -> Report | None:
         return next((r for r in self.reports() if r.event == "failed"), None)
+
+    def failure_words(self) -> str:
+        """`: its child process `python x.py` (pid 12) failed: ImportError: ... (at x.py:3)`: the exception a process
+        the launch started died of (the first, where several did: a launcher's own failure follows its rank's)."""
+        from trl_doctor.wording import one_line
+
+        report = self.failure()
+        if report is None:
+            return ""
+        return f": its child process `{one_line(report.command, 200)}` (pid {report.pid}) failed: " \
+               f"{one_line(report.error_words(), 700)}"
+
+    def taken_over(self, outer: str) -> Any:
+        """The launch's own code has ended (or stopped on a scout it waited for): the process a scout found building
+        the trainer, as the launch to run in its place (Report.relaunch); None when no scout reached a trainer or a
+        step."""
+        report = self.built() or self.stepped()
+        return report.relaunch(outer) if report is not None else None
 
     def decided(self) -> bool:
         """Whether a scout reached a trainer or a step: the launch's processes have nothing more to do."""

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from trl_doctor.errors import InputError
 from . import relaunch, world
 from .children import Children, ScoutStopped
-from .command import LaunchCommand, check_script, parse_command
+from .command import LaunchCommand, check_script
 from .hooks import Hooks, Recorder, StepReached, TrainerBuilt
 from .user_files import is_user_file, set_user_roots, set_user_roots_to, user_frame
 from trl_doctor.wording import one_line
@@ -111,8 +111,8 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
         code = exc.code
         if code in (None, 0):
             raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
-                             f"(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass){_child_failed(children)}") from None
-        said = _child_failed(children) or _said(exc, tail)
+                             f"(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass){children.failure_words()}") from None
+        said = children.failure_words() or _said(exc, tail)
         raise InputError(f"{_shown(command, seen)} exited with status {code} before constructing a TRL trainer"
                          f"{_where(exc)}{said}{_no_gpu_hint(exc, has_cuda)}") from None
     except (InputError, world.NeedsOneProcess):
@@ -124,7 +124,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
         if record_refusal(exc, recorder, _constructor_line):  # TRL's AsyncGRPOTrainer refused the script's: a finding
             return Captured(command, seen["launched"], recorder)
         message = f"{_shown(command, seen)} failed {_when(exc, recorder)}: {type(exc).__name__}: " \
-                  f"{one_line(exc)}{_where(exc)}{_child_failed(children)}{_no_gpu_hint(exc, has_cuda)}"
+                  f"{one_line(exc)}{_where(exc)}{children.failure_words()}{_no_gpu_hint(exc, has_cuda)}"
         if not load_weights and _meta_weights(exc):
             message = (f"{_shown(command, seen)} computed with its model's weights before constructing a TRL trainer "
                        f"({type(exc).__name__}: {one_line(exc)}{_where(exc)}): the capture builds models without "
@@ -139,7 +139,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
         sys.path[:] = old_path
         set_user_roots_to(old_roots)
     raise InputError(f"{_shown(command, seen)} finished without constructing a TRL trainer "
-                     f"(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass){_child_failed(children)}")
+                     f"(GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass){children.failure_words()}")
 
 
 def _when(exc: BaseException, recorder: Recorder) -> str:
@@ -155,16 +155,6 @@ def _when(exc: BaseException, recorder: Recorder) -> str:
             return f"while constructing its trainer, {cls} (in its own __init__, which replaces TRL's)"
         tb = tb.tb_next
     return f"after constructing its trainer, {cls}, before train()"
-
-
-def _child_failed(children: Children) -> str:
-    """`: its child process `python x.py` (pid 12) failed: ImportError: ... (at x.py:3)`: the exception a process
-    the launch started died of (the first, where several did: a launcher's own failure follows its rank's)."""
-    report = children.failure()
-    if report is None:
-        return ""
-    return f": its child process `{one_line(report.command, 200)}` (pid {report.pid}) failed: " \
-           f"{one_line(report.error_words(), 700)}"
 
 
 _META = re.compile(r"\bmeta\b")  # the word, not "metadata"
@@ -232,16 +222,16 @@ def _launch_following(command: LaunchCommand, run_script: Callable[[Launched], N
             except (TrainerBuilt, relaunch.Relaunch, InputError, world.NeedsOneProcess, StepReached):
                 raise
             except BaseException:
-                taken = _taken_over(children, command, seen)
+                taken = children.taken_over(_shown(command, seen))
                 if taken is None:
                     raise
                 raise taken from None
-            taken = _taken_over(children, command, seen)
+            taken = children.taken_over(_shown(command, seen))
             if taken is None:
                 return
             raise taken
         except ScoutStopped as stopped:
-            child = _scout_relaunch(stopped.report, command, seen)
+            child = stopped.report.relaunch(_shown(command, seen))
         except relaunch.Relaunch as caught:
             child = caught
         hops.append(child.command.text)
@@ -256,37 +246,6 @@ def _launch_following(command: LaunchCommand, run_script: Callable[[Launched], N
         seen["relaunch_note"] = child.note
         command = child.command
         os.chdir(command.cwd)
-
-
-def _taken_over(children: Children, command: LaunchCommand, seen: dict) -> relaunch.Relaunch | None:
-    """The launch's own code has ended (or stopped on a scout it waited for): the process a scout found building
-    the trainer, to run here in its place; None when no scout reached a trainer or a step."""
-    report = children.built() or children.stepped()
-    return _scout_relaunch(report, command, seen) if report is not None else None
-
-
-def _scout_relaunch(report, command: LaunchCommand, seen: dict) -> relaunch.Relaunch:
-    """A scout's report as the launch to run in its place; InputError for a step reached without a trainer, or a
-    process the capture cannot run (`python -c`)."""
-    outer = _shown(command, seen)
-    local, machines = report.world()
-    ranks = f", rank {report.rank} of {local * machines}" if local * machines > 1 else ""
-    started = f"`{one_line(report.command, 200)}` (pid {report.pid}{ranks}), a process {outer} started,"
-    where = f" at {report.where[0]}:{report.where[1]}" if report.where else ""
-    if report.event == "step":
-        raise InputError(f"{started} reached an optimizer step ({report.optimizer}{where}) without constructing a "
-                         "TRL trainer: it was stopped before the step (trl-doctor checks launches that build "
-                         "GRPOTrainer, RLOOTrainer, PPOTrainer or a subclass, and never trains)")
-    argv = report.launch_argv()
-    try:
-        launch = parse_command(tuple(argv), report.cwd)
-    except InputError as exc:
-        raise InputError(f"{started} built {report.trainer}{where}, but cannot be run in the doctor's place: "
-                         f"{exc}") from None
-    run_as = "" if argv[1:] == list(report.argv[1:]) else f" (as `{one_line(' '.join(argv), 200)}`)"
-    note = (f"{started} reached {report.trainer}'s constructor{where}: it was stopped there, before any "
-            f"training, and run here in its place{run_as}")
-    return relaunch.Relaunch(launch, report.launch_env(), note=note)
 
 
 def _launch(command: LaunchCommand, run_script: Callable[[Launched], None]) -> None:
