@@ -223,7 +223,9 @@ class Children:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        self.end_scouts()
+        # a scout still running now was started by the launch that built the trainer (a reward server, a data
+        # worker): it stays for the rules, as any process the script starts does, and ends with the check's tree;
+        # the scouts of a launch handed over were ended at the hand-over (capture/run.py)
         self._kept = self.reports()  # what they said outlives their folder
         if self.channel is not None:
             shutil.rmtree(self.channel, ignore_errors=True)
