@@ -3,7 +3,7 @@ starts is a scout (trl_doctor/capture/children.py, child.py) that stops at the f
 step it reaches, whatever started it; the process that built the trainer is run in the doctor's place.
 
 The framework-shaped CLIs are fixtures/launch/framework/site/minifw (an installed console script, as ms-swift's
-`swift` is): `minifw rlhf` starts `python <package>/rlhf.py CONFIG` (ms-swift's swift/cli/main.py at v3.8.0), with
+`swift` is): `minifw rlhf` starts `python <package>/rlhf.py CONFIG` (ms-swift 4.6.0's swift/cli/main.py, cli_main), with
 NPROC_PER_NODE `python -m torch.distributed.run ...`; `minifw sh` a shell script step whose `python`, or `torchrun`
 with NPROC_PER_NODE, trains. Run for real (tested below) the child trains and writes checkpoints into the user's
 folder; under the doctor nothing is trained or written. The mechanism itself is tested in this process first."""
