@@ -137,14 +137,16 @@ def test_the_profiling_rows_are_in_the_store(stores):
 
 
 def test_the_store_is_not_written_by_reading_it(stores):
+    """Not a byte changed, and no file made beside it: a finished trackio database in WAL mode got `-wal` and `-shm`
+    files from a `mode=ro` reader (issue 59); it is now opened immutable."""
     for tracker, store in stores.items():
-        # every file but SQLite's -shm, the shared-memory index each reader of a WAL database updates (no data)
-        files = [store] if store.is_file() else [p for p in store.rglob("*") if p.is_file() and
-                                                 not p.name.endswith("-shm")]
+        files = [store] if store.is_file() else [p for p in store.rglob("*") if p.is_file()]
+        names = sorted(str(p) for p in (store.parent if store.is_file() else store).rglob("*"))
         before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in files}
         assert run_doctor("watch", str(store), "--run", "bad", "--format", "json").returncode == 1
         after = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in files}
         assert before == after, tracker
+        assert sorted(str(p) for p in (store.parent if store.is_file() else store).rglob("*")) == names, tracker
         if store.is_file():
             assert sorted(p.name for p in store.parent.iterdir()) == sorted(
                 p.name for p in store.parent.iterdir() if p.name.startswith(store.name)), tracker
@@ -249,3 +251,35 @@ def test_a_runs_name_reaches_the_terminal_harmless(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "::error" not in proc.stdout and "evil\\x1b[31m" in proc.stdout, proc.stdout
     assert len(proc.stdout.strip().splitlines()) == 2
+
+
+def _wal_database(path: Path, keep_open: bool):
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA wal_autocheckpoint=0")  # the frames stay in the -wal file, as a running writer's do
+    db.execute("CREATE TABLE metrics (step INTEGER)")
+    db.executemany("INSERT INTO metrics VALUES (?)", [(i,) for i in range(5)])
+    db.commit()
+    if not keep_open:
+        db.close()
+        return None
+    return db
+
+
+@pytest.mark.parametrize("writer", ["finished", "running"])
+def test_a_wal_database_is_read_whole_without_a_file_made_or_touched_beside_it(tmp_path, writer):
+    """issue 59: `mode=ro` made `-wal` and `-shm` beside a finished WAL database and updated a running one's `-shm`.
+    A finished one is opened immutable; a running one's pending frames are read from a copy (every row is seen)."""
+    from trl_doctor.watch.stores import readonly
+
+    path = tmp_path / "trackio.db"
+    writer_db = _wal_database(path, keep_open=writer == "running")
+    before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
+    assert (writer == "running") == ("trackio.db-wal" in before)
+    with readonly(path) as db:
+        assert db.execute("SELECT COUNT(*) FROM metrics").fetchone() == (5,)
+    assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.iterdir()} == before
+    if writer_db is not None:
+        writer_db.close()

@@ -108,20 +108,57 @@ def sqlite_tables(path: Path) -> dict[str, set[str]] | None:
 
 
 class readonly:
-    """A read-only connection to a SQLite file (`mode=ro`: the store is never written, not even its journal)."""
+    """A read-only connection to a SQLite file that leaves no trace beside it (issue 59). `mode=ro` alone makes a WAL
+    database's `-wal` and `-shm` files when they are missing, and updates `-shm` when they are there. So a database
+    with no write-ahead log pending is opened `immutable` (no lock, no side file); one whose `-wal` holds frames (a
+    running job's, or one a tracker left un-checkpointed) is read from a copy of the two files in a folder of the
+    check's own, which SQLite reads up to the last whole commit. A database past COPY_LIMIT bytes is read in place
+    (`mode=ro`) rather than copied."""
+
+    COPY_LIMIT = 2 << 30
 
     def __init__(self, path: Path):
         self.path = path
+        self.copy_dir: str | None = None
 
     def __enter__(self):
         import sqlite3
         from urllib.parse import quote
 
-        self.db = sqlite3.connect(f"file:{quote(str(Path(self.path).resolve()))}?mode=ro", uri=True, timeout=10)
+        real = Path(self.path).resolve()
+        wal = Path(f"{real}-wal")
+        target, flags = real, "mode=ro&immutable=1"
+        try:
+            pending = wal.is_file() and wal.stat().st_size > 0
+            size = real.stat().st_size + (wal.stat().st_size if pending else 0)
+        except OSError:
+            pending, size = False, 0
+        if pending and size > self.COPY_LIMIT:
+            flags = "mode=ro"
+        elif pending:
+            try:
+                target, flags = self._copied(real, wal), "mode=ro"
+            except OSError:  # no room for the copy: read in place
+                flags = "mode=ro"
+        self.db = sqlite3.connect(f"file:{quote(str(target))}?{flags}", uri=True, timeout=10)
         return self.db
+
+    def _copied(self, real: Path, wal: Path) -> Path:
+        import shutil
+        import tempfile
+
+        self.copy_dir = tempfile.mkdtemp(prefix="trl-doctor-sqlite-")
+        target = Path(self.copy_dir) / real.name
+        shutil.copyfile(real, target)
+        shutil.copyfile(wal, Path(f"{target}-wal"))
+        return target
 
     def __exit__(self, *exc):
         self.db.close()
+        if self.copy_dir is not None:
+            import shutil
+
+            shutil.rmtree(self.copy_dir, ignore_errors=True)
 
 
 def snapshot(path: Path, folder: Path) -> Path:
