@@ -8,6 +8,7 @@ doctor it is another machine, and nothing leaves the namespace."""
 
 from __future__ import annotations
 
+import re
 import json
 import shutil
 import subprocess
@@ -47,6 +48,12 @@ def test_allowed_hosts_parse_as_the_command_line_takes_them():
     assert str(parse("http://10.0.0.2:8000/v1")) == "10.0.0.2:8000"
     for bad in ("", "a b", "node:port", "x/y", "user@host"):
         with pytest.raises(ValueError):
+            parse(bad)
+    # issue 59: urlsplit drops a newline or a tab, so 'a\nb' was taken as 'ab'; a right-to-left override or a
+    # zero-width space hides what the host is: each is refused, named by its code point
+    for bad, code in (("a\nb", "U+000A"), ("a\tb:80", "U+0009"), ("evil\u202e.localhost", "U+202E"),
+                      ("node\u200b-5", "U+200B")):
+        with pytest.raises(ValueError, match=re.escape(code)):
             parse(bad)
     allowed = network.parse_hosts(["gpu-node-5", "10.0.0.2:8000", "10.0.0.2:8000"])
     assert len(allowed) == 2

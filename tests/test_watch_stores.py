@@ -246,10 +246,13 @@ def test_a_runs_name_reaches_the_terminal_harmless(tmp_path):
                      "step INTEGER, metrics TEXT)")
         conn.execute("CREATE TABLE configs (id INTEGER PRIMARY KEY, run_id TEXT, run_name TEXT, config TEXT)")
         conn.execute("INSERT INTO metrics VALUES (1, 'r1', '2026-01-01T00:00:00', ?, 1, ?)",
-                     ("evil\x1b[31m\n::error::pwned", json.dumps({"train/loss": 0.1, "train/global_step": 1})))
+                     ("evil\x1b[31m\n::error::pwned\u202egpj.exe\u200b", json.dumps({"train/loss": 0.1,
+                                                                                  "train/global_step": 1})))
     proc = run_doctor("watch", str(db), "--list-runs")
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "::error" not in proc.stdout and "evil\\x1b[31m" in proc.stdout, proc.stdout
+    # issue 59: a right-to-left override and a zero-width space reached the terminal raw
+    assert "\u202e" not in proc.stdout and "\u200b" not in proc.stdout and "\\u202egpj.exe\\u200b" in proc.stdout
     assert len(proc.stdout.strip().splitlines()) == 2
 
 

@@ -26,6 +26,7 @@ import ipaddress
 import os
 import socket
 import sys
+import unicodedata
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -54,6 +55,9 @@ def parse_host(text: str) -> HostPort:
     raw = str(text).strip()
     if not raw:
         raise ValueError("an empty host")
+    hidden = next((c for c in raw if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")), None)
+    if hidden is not None:  # urlsplit would drop a newline or tab unseen ('a\nb' taken as 'ab'); a bidi override hides
+        raise ValueError(f"{text!r} holds the control or format character U+{ord(hidden):04X}: not a host name")
     if "://" not in raw:
         if raw.count(":") > 1 and not raw.startswith("["):  # a bare IPv6 address: no port
             return HostPort(_norm(raw), None)

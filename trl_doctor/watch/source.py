@@ -47,11 +47,15 @@ def list_runs(target: str | Path) -> str:
             raise InputError(f"{target}: no tracker's store here (trackio, wandb, MLflow) and no TensorBoard runs")
         runs = [tensorboard.runs_of(next(f.glob(tensorboard.EVENTS + "*")))[0] for f in found]
         kind, location = "tensorboard", str(folder)
-    lines = [f"{len(runs)} run{'s' if len(runs) != 1 else ''} in the {kind} store {location} (oldest first; "
-             "--run NAME judges one, the newest by default):"]
+    from trl_doctor.report.formats._safe import for_terminal
+
+    # a run's name and the store's path are the tracker's text (anyone's): no control, bidi or invisible character
+    # and no workflow command reaches the terminal as itself
+    lines = [f"{len(runs)} run{'s' if len(runs) != 1 else ''} in the {kind} store "
+             f"{for_terminal(str(location), one_line=True)} (oldest first; --run NAME judges one, the newest by default):"]
     for run in runs:
         started = datetime.fromtimestamp(run.started, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") \
             if run.started else "start unknown"
         state = {True: "ended", False: "running or stopped", None: ""}[run.ended]
-        lines.append(f"  {run.label()}  {started}  {state}".rstrip())
+        lines.append(f"  {for_terminal(run.label(), one_line=True)}  {started}  {state}".rstrip())
     return "\n".join(lines)

@@ -7,7 +7,8 @@ at a line's start, after leading spaces; the older `##[cmd]` anywhere in a line,
 `::` and no `##[` of theirs survives anywhere in a line, in any format. Every format goes through one of these:
 
 - `visible`: C0/C1 control characters (ESC included, so no ANSI sequence survives) become their `\\xNN` escape,
-  a lone surrogate its `\\uXXXX`; newline and tab stay unless `one_line`;
+  a lone surrogate, a bidirectional override or isolate and an invisible format character its `\\uXXXX`; newline
+  and tab stay unless `one_line`;
 - `no_commands`: every `::` becomes `:\\:` and every `##[` `#\\#[` (the text stays readable);
 - `xml_text`: what XML 1.0 cannot hold (controls, lone surrogates, U+FFFE/U+FFFF) becomes its escape;
 - `clean_report`: a Report with every string of it passed through one of them (the formats render that).
@@ -24,8 +25,13 @@ from trl_doctor.types import Edit
 
 # C0/C1 controls, and lone surrogates (a log's metric name read with surrogateescape, a JSON "\\ud800"): no terminal or file
 # encoding can write one, so each becomes its `\\uXXXX` escape
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-_CONTROL_ONE_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+# bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069: a right-to-left override shows a file name or
+# a run name reversed, "Trojan Source"), the marks (U+061C, U+200E, U+200F) and the invisible format characters
+# (zero-width space, joiners, word joiner, invisible operators, U+FEFF): escaped too, so what a reader sees is what
+# is there
+_INVISIBLE = "\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff"
+_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_INVISIBLE}]")
+_CONTROL_ONE_LINE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_INVISIBLE}]")
 _NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 # a workflow command's marker, anywhere in a line: the second character of `::` and of `##[` is the one replaced
 # (each colon after a colon, so that `:::` keeps none either)
@@ -63,7 +69,7 @@ def xml_document(text: str) -> str:
     return _COMMAND.sub(lambda m: "&#58;" if m.group() == ":" else "&#35;", text)
 
 
-_JSON_RAW = re.compile(r"[\x7f-\x9f\ud800-\udfff]")
+_JSON_RAW = re.compile(f"[\\x7f-\\x9f\\ud800-\\udfff{_INVISIBLE}]")
 
 
 def json_escapes(text: str) -> str:
