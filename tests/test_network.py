@@ -8,8 +8,8 @@ doctor it is another machine, and nothing leaves the namespace."""
 
 from __future__ import annotations
 
-import re
 import json
+import re
 import shutil
 import subprocess
 import sys
