@@ -42,7 +42,7 @@ from trl_doctor.facts.inputs.models import SCRIPT_OBJECT, scorer_folder, scorer_
 from trl_doctor.facts.trl.installed import TRAINER_CLASS, trainer_mentions
 from trl_doctor.facts.rewards import (RewardCall, RewardImportError, bind_problem, call_reward, is_async, new_stats,
                                      record_values, reward_call, reward_fence, reward_problem, resolve_reward,
-                                     as_trl_reads, environments_for, resolve_callables)
+                                     as_trl_reads, EnvironmentFailed, fenced_environments, resolve_callables)
 from trl_doctor.facts.inputs.text import config_relative
 from trl_doctor.facts.launch.settings import config_value
 from trl_doctor.facts.trl.trainer_config import trainer_config
@@ -300,12 +300,12 @@ def _probe_inputs(ctx, call: RewardCall) -> tuple[dict | None, str]:
             kwargs[key] = None
     if call.environment_extras and _has_environments(ctx):
         try:
-            envs = environments_for(resolve_callables(config_value(ctx, "environment_factory"), ctx.config.base_dir),
-                                    inputs)
-        except Exception as exc:  # the user's factory or reset: its error is the smoke step's to judge, in TRL's run
+            factory = resolve_callables(config_value(ctx, "environment_factory"), ctx.config.base_dir)
+            envs = fenced_environments(factory, inputs, ctx.config.base_dir, ctx.options.user_code_timeout)
+        except Exception as exc:  # the user's factory or reset: its error is the smoke step's to judge
+            said = str(exc) if isinstance(exc, EnvironmentFailed) else f"{type(exc).__name__}: {exc}"
             return None, ("functions imported and signatures checked, not called: the environment_factory's "
-                          f"environments could not be built and reset as TRL does ({type(exc).__name__}: "
-                          f"{str(exc)[:160]})")
+                          f"environments could not be built and reset as TRL does ({said[:200]})")
         kwargs.update({key: envs for key in call.environment_extras})
     fmt = "conversational: one assistant message each" if conversational else "plain text"
     note = (f"called on the dataset's first {n} row(s) x {len(COMPLETIONS)} synthetic completions ({fmt}), "

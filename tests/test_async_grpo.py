@@ -243,3 +243,24 @@ def test_the_python_api_checks_a_built_async_grpo_trainer(tmp_path):
     geometry = results["batch-geometry"]
     assert geometry.status.value == "skip" and "not judged for AsyncGRPOTrainer" in geometry.message, geometry
     assert "not a trainer trl-doctor checks" not in " ".join(r.message for r in report.results)
+
+
+class _Interrupts:
+    def __reduce__(self):
+        raise KeyboardInterrupt("pickling this reward interrupts")
+
+
+class _Exits:
+    def __reduce__(self):
+        raise SystemExit(4)
+
+
+def test_a_reward_whose_pickling_raises_a_base_exception_is_pickles_refusal():
+    """issue 59: a BaseException from a user object's __reduce__ escaped the pickling probe into the script's
+    constructor line ('failed before constructing a TRL trainer', where the trainer was built). It is pickle's refusal
+    of that object, as TRL's rollout worker meets it at train()."""
+    from trl_doctor.capture.async_grpo import _pickle_error
+
+    assert _pickle_error(_Interrupts()) == "KeyboardInterrupt: pickling this reward interrupts"
+    assert _pickle_error(_Exits()) == "SystemExit: 4"
+    assert _pickle_error(len) is None

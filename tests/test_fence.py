@@ -327,3 +327,51 @@ def _state(pid: str) -> str:
         return Path("/proc", pid, "stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+# -- issue 59: an environment's construction and reset are user code too ------------------------------------------
+
+ENV_SCRIPT = FIXTURES / "launch" / "grpo_env_hostile.py"
+
+
+def _env_check(mode: str) -> tuple[int, dict, float]:
+    import time
+
+    started = time.monotonic()
+    proc = run_doctor("check", "--no-smoke", "--select", "reward-functions", "--user-code-timeout", "5",
+                      "--format", "json", "--", "python", str(ENV_SCRIPT), mode, cwd=ENV_SCRIPT.parent)
+    assert proc.stdout, proc.stderr[-2000:]
+    return proc.returncode, json.loads(proc.stdout)["results"][0], time.monotonic() - started
+
+
+@pytest.mark.parametrize("mode, status, words", [
+    ("hang", "fail", "__main__.CounterEnv (building and resetting the environments) did not finish within 5 s "
+                     "(--user-code-timeout): stopped"),
+    ("exit", "fail", "__main__.CounterEnv (building and resetting the environments) ended the check's worker: "
+                     "exit status 3"),
+    ("interrupt", "pass", None),
+])
+def test_an_environment_that_hangs_exits_or_interrupts_is_named_and_the_check_goes_on(built_fixtures, mode, status,
+                                                                                       words):
+    """Before, reward-functions built and reset the environments outside the fence: a reset that never returned hung
+    the check past every timeout (still running at 185 s), and a KeyboardInterrupt or os._exit killed the worker
+    ('the check's worker process died', naming neither). Now each is the code's own finding, within the limit."""
+    code, result, took = _env_check(mode)
+    assert result["status"] == status, result
+    if words:
+        assert words in result["message"], result["message"]
+        assert took < 60, took
+    else:  # the reward is not called; the reason is the environment's own words
+        assert "KeyboardInterrupt: the environment's reset was interrupted" in result["details"]["probe"]
+
+
+def test_files_an_environment_writes_are_named(built_fixtures):
+    written = ENV_SCRIPT.parent / "ENV_WROTE.txt"
+    written.unlink(missing_ok=True)
+    try:
+        code, result, _ = _env_check("writes")
+        assert code == 0 and result["status"] == "pass", result
+        (line,) = result["details"]["files created by user code (left in place)"]
+        assert line == f"__main__.CounterEnv (building and resetting the environments): created {written}"
+    finally:
+        written.unlink(missing_ok=True)

@@ -196,9 +196,11 @@ def _pickle_error(value: Any) -> str | None:
         return None
     except RecursionError:
         return "RecursionError: too deeply nested to pickle"
-    except Exception as exc:  # pickle.PicklingError, AttributeError, TypeError: what TRL's start() turns into TypeError
+    except BaseException as exc:  # noqa: BLE001 - pickle.PicklingError, AttributeError, TypeError (what TRL's start()
+        # turns into TypeError), and whatever a user object's __reduce__ raises, a KeyboardInterrupt or SystemExit
+        # included (issue 59): the job stops there at train(), the capture records it
         words = re.sub(r" at 0x[0-9a-fA-F]+", "", " ".join(str(exc).split()))
-        return f"{type(exc).__name__}: {words[:300]}"
+        return f"{type(exc).__name__}: {words[:300] or 'no message'}"
     return None
 
 

@@ -326,6 +326,30 @@ def _block(lines: list[str], index: int, indent: int) -> str | None:
     return None
 
 
+class EnvironmentFailed(RuntimeError):
+    """The script's environment factory or an environment's reset raised (any BaseException: a SystemExit, a
+    KeyboardInterrupt), or ended an earlier worker of the check: its words."""
+
+
+def fenced_environments(factory: Any, rows: list[dict], base_dir: str | Path, limit: float) -> list[Any]:
+    """`environments_for` as user code (issue 59): inside the fence, so a reset that never returns is stopped at
+    `limit` by the supervisor (the next worker is told, and this raises without running it again), one that ends the
+    worker is named as the code that did, and whatever it raises is an EnvironmentFailed."""
+    base = str(Path(base_dir).resolve())
+    named = factory if not isinstance(factory, dict) else next(iter(factory.values()), None)
+    name = f"{getattr(named, '__module__', '?')}.{getattr(named, '__qualname__', type(named).__name__)}"
+    key = f"environment:{base}:{name}"
+    try:
+        _fence.check_failed(key)
+    except _fence.UserCodeFailed as exc:
+        raise EnvironmentFailed(str(exc)) from None
+    try:
+        with _fence.user_code(f"{name} (building and resetting the environments)", limit, key=key):
+            return environments_for(factory, rows)
+    except BaseException as exc:  # noqa: BLE001 - the user's code: a SystemExit or KeyboardInterrupt is its failure too
+        raise EnvironmentFailed(f"{type(exc).__name__}: {' '.join(str(exc).split())[:300] or 'no message'}") from None
+
+
 def environments_for(factory: Any, rows: list[dict]) -> list[Any]:
     """One environment per row, as GRPOTrainer builds them for a batch (trl 1.16 `_generate`): the factory called
     (a dict of factories: the one the row's `environment` names), then `reset(**row)` (the row without its
