@@ -3,10 +3,12 @@ log's metrics at `step=state.global_step`; the run's summary, train_runtime, at 
 (the file store), its SQLite database (`sqlite:///mlflow.db`, MLflow 3's default), or a tracking server the command
 line names (`http://127.0.0.1:5000`: a team's shared store).
 
-Read with MLflow's own client (mlflow.tracking.MlflowClient: search_experiments, search_runs, get_metric_history).
-Its stores write to what they open (the SQLite store creates tables and a default experiment, the file store its
-.trash folder), so a local store is read from a snapshot in a temporary folder: SQLite's backup of the database, or
-the file store's metadata and metrics (its artifacts are not copied). A server is asked over HTTP, nothing else.
+The runs and their params are read with MLflow's own client (mlflow.tracking.MlflowClient: search_experiments,
+search_runs). Its stores write to what they open (the SQLite store creates tables and a default experiment, the file
+store its .trash folder), so a local store is listed from a snapshot in a temporary folder: SQLite's backup of the
+database, or the file store's metadata, params and tags (its metrics and artifacts are not copied). A run's metrics
+of a local store are read in one pass from the store itself, read-only (the metrics table; the metric files); a
+server is asked over HTTP for each key's history, nothing else.
 MLflow's telemetry is switched off for the watch's process (MLFLOW_DISABLE_TELEMETRY).
 """
 
@@ -137,27 +139,80 @@ class MlflowStore(Store):
             return {}
 
     def rows(self, run: Run):
-        client = self.client()
+        """The run's metrics, step by step. A local store is read in one pass (issue 59: one history request per key
+        took minutes for a run of 20,000 keys): the SQLite store's metrics table in one query, the file store's metric
+        files themselves (each within MAX_METRIC_BYTES); a server is asked for each key's history."""
         try:
-            keys = sorted(client.get_run(run.id).data.metrics)
-            by_step: dict[int, dict] = {}
-            summary: dict = {}
-            for key in keys:
-                if key.startswith(("profiling/", "system/")):
-                    continue
-                # the first value at a step: the log's. The job's summary logs epoch again at the last step, often
-                # in the same millisecond and stored out of order: of two values then, the log's epoch is the smaller
-                for metric in sorted(client.get_metric_history(run.id, key), key=lambda m: (m.timestamp, m.value)):
-                    if key in SUMMARY:
-                        summary[key] = metric.value
-                    else:
-                        by_step.setdefault(int(metric.step), {}).setdefault(key, metric.value)
+            if self.sqlite is not None:
+                points = _sqlite_points(self.sqlite, run.id)
+            elif self.files is not None:
+                points = _file_points(self.files, run.id)
+            else:
+                points = self._server_points(run.id)
+        except InputError:
+            raise
         except Exception as exc:
             raise InputError(f"{self.location}: MLflow could not read run {run.name!r} ({_first_line(exc)})") from None
+        by_step: dict[int, dict] = {}
+        summary: dict = {}
+        # the first value at a step: the log's. The job's summary logs epoch again at the last step, often in the
+        # same millisecond and stored out of order: of two values then, the log's epoch is the smaller
+        for key, timestamp, value, step in sorted(points, key=lambda p: (p[0], p[1], p[2])):
+            if key.startswith(("profiling/", "system/")):
+                continue
+            if key in SUMMARY:
+                summary[key] = value
+            else:
+                by_step.setdefault(int(step), {}).setdefault(key, value)
         for step in sorted(by_step):
             yield {**by_step[step], "step": step}
         if summary:
             yield summary
+
+    def _server_points(self, run_id: str) -> list[tuple[str, int, float, int]]:
+        client = self.client()
+        keys = sorted(k for k in client.get_run(run_id).data.metrics if not k.startswith(("profiling/", "system/")))
+        return [(key, m.timestamp, m.value, m.step) for key in keys for m in client.get_metric_history(run_id, key)]
+
+
+def _sqlite_points(path: Path, run_id: str) -> list[tuple[str, int, float, int]]:
+    """(key, timestamp, value, step) of every metric point of a run, from MLflow's SQLite store in one query (a NaN
+    is stored as is_nan with a 0 value)."""
+    with readonly(path) as db:
+        columns = {r[1] for r in db.execute('PRAGMA table_info("metrics")')}
+        nan = "is_nan" if "is_nan" in columns else "0"
+        rows = db.execute(f"SELECT key, timestamp, value, step, {nan} FROM metrics WHERE run_uuid = ?", (run_id,))
+        return [(k, int(t or 0), float("nan") if n else float(v), int(st or 0)) for k, t, v, st, n in rows]
+
+
+MAX_METRIC_BYTES = 256 << 20  # one metric file past this is no training log's (a store planted to fill the disk)
+
+
+def _file_points(root: Path, run_id: str) -> list[tuple[str, int, float, int]]:
+    """(key, timestamp, value, step) of every metric point of a run, read from the file store's own metric files
+    (`<experiment>/<run>/metrics/<key>`: a line `timestamp value step` each), without a copy."""
+    runs = [r for r in root.glob(f"*/{run_id}") if (r / "meta.yaml").is_file() and not r.is_symlink()]
+    if not runs:
+        return []
+    folder = runs[0] / "metrics"
+    out: list[tuple[str, int, float, int]] = []
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
+        if not path.is_file() or path.is_symlink():
+            continue
+        if path.stat().st_size > MAX_METRIC_BYTES:
+            raise InputError(f"{path}: {path.stat().st_size} bytes, past what a metric file of a training run holds "
+                             f"({MAX_METRIC_BYTES >> 20} MiB): not read")
+        key = path.relative_to(folder).as_posix()
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 2:
+                    continue
+                try:
+                    out.append((key, int(parts[0]), float(parts[1]), int(parts[2]) if len(parts) > 2 else 0))
+                except ValueError:
+                    continue
+    return out
 
 
 def _first_line(exc: Exception) -> str:
@@ -180,7 +235,9 @@ def _copy_metadata(source: Path, target: Path) -> Path:
             shutil.copyfile(run / "meta.yaml", target / experiment.name / run.name / "meta.yaml")
             for part in ("metrics", "params", "tags", "artifacts"):  # each there, empty or not, as MLflow expects
                 (target / experiment.name / run.name / part).mkdir()
-                for path in () if part == "artifacts" else (run / part).rglob("*") if (run / part).is_dir() else ():
+                # metrics are read from the store itself (_file_points): their files, of any size, are not copied
+                copied_parts = () if part in ("artifacts", "metrics") else (run / part).rglob("*")
+                for path in copied_parts if (run / part).is_dir() else ():
                     copied += 1
                     if copied > MAX_FILES:
                         raise InputError(f"{source}: more files than any MLflow store of training runs holds")
