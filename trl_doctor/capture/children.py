@@ -166,10 +166,9 @@ class Children:
         from trl_doctor.runtime import network
 
         # the hosts the worker's network guard lets through (none unless --allow-host): each scout guards the same
-        allowed = [f"[{a.host}]:{a.port}" if ":" in a.host and a.port else f"{a.host}:{a.port}" if a.port else a.host
-                   for a in network._state["allowed"]] if network._state["installed"] else None
+        allowed = network.guarded()
         self.options = {"load_weights": load_weights, "has_cuda": has_cuda, "trust_remote_code": trust_remote_code,
-                        "allow_hosts": allowed}
+                        "allow_hosts": list(allowed) if allowed is not None else None}
         self.channel: Path | None = None
         self._saved: dict[str, str | None] = {}
         self._undo: list = []

@@ -233,6 +233,12 @@ def _resolve_pending() -> None:
     _state["addresses"] = frozenset(addresses)
 
 
+def guarded() -> tuple[str, ...] | None:
+    """The hosts this process's guard lets through, as `--allow-host` takes them (for a child process to guard the
+    same: capture/children.py); None where no guard is installed."""
+    return tuple(str(a) for a in _state["allowed"]) if _state["installed"] else None
+
+
 def take_refused() -> list[Refusal]:
     """The refusals since the last call (the worker adds them to the result of the rule that ran then)."""
     out, _state["refused"] = _state["refused"], []
