@@ -229,69 +229,59 @@ class Children:
         if self.channel is not None:
             shutil.rmtree(self.channel, ignore_errors=True)
 
+    def _patch(self, owner: Any, name: str, value: Any) -> None:
+        original = getattr(owner, name)
+        setattr(owner, name, value)
+        self._undo.append(lambda: setattr(owner, name, original))
+
     def _patch_spawns(self) -> None:
-        """A child given an environment of its own (Popen(env=...), os.execve, os.posix_spawn) gets the scout's
-        keys in it too."""
-        into = self._into
-        original_init = subprocess.Popen.__init__
+        """A child given an environment of its own (Popen(env=...), os.execve/spawnve/posix_spawn) gets the scout's
+        keys in it too; a wait for a child that returns once a scout has reached a trainer or a step (Popen.wait,
+        which run/call/communicate use; os.waitpid, os.wait, os.wait4, os.system) stops the script there
+        (ScoutStopped)."""
+        into, decided = self._into, self._decided_report
+        original_init, original_wait = subprocess.Popen.__init__, subprocess.Popen.wait
 
         def popen_init(popen, args, *rest, **kwargs):
             if kwargs.get("env") is not None:
                 kwargs["env"] = into(kwargs["env"])
             return original_init(popen, args, *rest, **kwargs)
 
-        subprocess.Popen.__init__ = popen_init
-        self._undo.append(lambda: setattr(subprocess.Popen, "__init__", original_init))
-        self._after_waits()
-        for name, at in (("execve", 2), ("execvpe", 2), ("spawnve", 3), ("spawnvpe", 3)):
-            self._wrap_env_arg(name, at)
-        for name in ("posix_spawn", "posix_spawnp"):
-            original = getattr(os, name, None)
-            if original is None:
-                continue
+        def with_env_at(original, at: int):
+            def call(*args, **kwargs):
+                args = list(args)
+                if len(args) > at:
+                    args[at] = into(args[at])
+                elif "env" in kwargs:
+                    kwargs["env"] = into(kwargs["env"])
+                return original(*args, **kwargs)
+            return call
 
-            def spawn(path, argv, env, *rest, __original=original, **kwargs):
-                return __original(path, argv, into(env), *rest, **kwargs)
-
-            setattr(os, name, spawn)
-            self._undo.append(lambda name=name, original=original: setattr(os, name, original))
-
-    def _after_waits(self) -> None:
-        """When a wait for a child returns (Popen.wait, which run/call/communicate use; os.waitpid; os.system) and a
-        scout has reached a trainer or a step, the script is stopped there (ScoutStopped)."""
-        decided = self._decided_report
-        original_wait = subprocess.Popen.wait
-
-        def wait(popen, *args, **kwargs):
-            out = original_wait(popen, *args, **kwargs)
-            report = decided()
-            if report is not None:
-                raise ScoutStopped(report)
-            return out
-
-        subprocess.Popen.wait = wait
-        self._undo.append(lambda: setattr(subprocess.Popen, "wait", original_wait))
-        for name in ("waitpid", "system", "wait", "wait4"):
-            original = getattr(os, name, None)
-            if original is None:
-                continue
-
-            def call(*args, __original=original, **kwargs):
-                out = __original(*args, **kwargs)
+        def stopping(original):
+            def call(*args, **kwargs):
+                out = original(*args, **kwargs)
                 report = decided()
                 if report is not None:
                     raise ScoutStopped(report)
                 return out
+            return call
 
-            setattr(os, name, call)
-            self._undo.append(lambda name=name, original=original: setattr(os, name, original))
+        self._patch(subprocess.Popen, "__init__", popen_init)
+        self._patch(subprocess.Popen, "wait", stopping(original_wait))
+        for name, at in (("execve", 2), ("execvpe", 2), ("spawnve", 3), ("spawnvpe", 3), ("posix_spawn", 2),
+                         ("posix_spawnp", 2)):
+            if hasattr(os, name):
+                self._patch(os, name, with_env_at(getattr(os, name), at))
+        for name in ("waitpid", "system", "wait", "wait4"):
+            if hasattr(os, name):
+                self._patch(os, name, stopping(getattr(os, name)))
 
     def _decided_report(self) -> "Report | None":
         """The scout that ends the script's wait, seen from the main thread only (a pool's helper thread polling its
         workers is not the script's own wait)."""
         if threading.current_thread() is not threading.main_thread():
             return None
-        return self.built() or self.stepped()
+        return self.decided()
 
     def consume(self) -> None:
         """The scouts' reports have been acted on (their process is run in the capture's place): forget them, so that
@@ -302,21 +292,6 @@ class Children:
                     path.unlink()
                 except OSError:
                     pass
-
-    def _wrap_env_arg(self, name: str, at: int) -> None:
-        original = getattr(os, name, None)
-        if original is None:
-            return
-        into = self._into
-
-        def call(*args):
-            args = list(args)
-            if len(args) > at:
-                args[at] = into(args[at])
-            return original(*args)
-
-        setattr(os, name, call)
-        self._undo.append(lambda: setattr(os, name, original))
 
     # -- what the scouts said ------------------------------------------------------------------------------------
     def reports(self) -> list[Report]:
@@ -352,12 +327,13 @@ class Children:
         """The launch's own code has ended (or stopped on a scout it waited for): the process a scout found building
         the trainer, as the launch to run in its place (Report.relaunch); None when no scout reached a trainer or a
         step."""
-        report = self.built() or self.stepped()
+        report = self.decided()
         return report.relaunch(outer) if report is not None else None
 
-    def decided(self) -> bool:
-        """Whether a scout reached a trainer or a step: the launch's processes have nothing more to do."""
-        return any(r.event in ("trainer", "step") for r in self.reports())
+    def decided(self) -> Report | None:
+        """The scout that reached a trainer (the lowest rank's) or else a step, if any: then the launch's processes
+        have nothing more to do."""
+        return self.built() or self.stepped()
 
     def _watch(self) -> None:
         """Once a scout has reached a trainer or a step, end the others (a launcher waiting on its ranks, a parent

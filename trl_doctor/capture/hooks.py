@@ -44,10 +44,6 @@ class TrainerBuilt(BaseException):
     """Raised inside the trainer's constructor once its arguments are recorded: the script stops there."""
 
 
-class _GoOn(BaseException):
-    """Inside the hooks only: transformers' constructor has run for a trainer recorded at `train()` instead."""
-
-
 class StepReached(BaseException):
     """Raised before an optimizer step the script takes without a trainer (a training loop of its own): the capture
     never trains. Its text names the optimizer and the script line."""
@@ -328,12 +324,6 @@ class Hooks:
         signature = inspect.signature(original)
 
         def __init__(trainer_self, *args: Any, **kwargs: Any) -> None:
-            try:
-                _record(trainer_self, *args, **kwargs)
-            except _GoOn:  # transformers' constructor ran (a subclass that bypassed its TRL parent's): go on
-                return
-
-        def _record(trainer_self, *args: Any, **kwargs: Any) -> None:
             bound = signature.bind_partial(trainer_self, *args, **kwargs)
             arguments = dict(bound.arguments)
             arguments.pop(next(iter(signature.parameters)), None)  # self
@@ -350,6 +340,7 @@ class Hooks:
                     recorder.trainer_kind, recorder.bypassed = self._checked[parent], parent.__name__
                     recorder.arguments = _bypassed_arguments(parent, trainer_self, arguments)
                     self._build_to_train(original, trainer_self, parent, args, kwargs)
+                    return  # transformers' constructor ran: the subclass's __init__ goes on, to train()
                 elif not _async_grpo(recorder, sys._getframe(1), trainer_self):
                     recorder.held_tokenizers = _held_tokenizers(trainer_self, arguments.get("processing_class"))
             raise TrainerBuilt()
@@ -390,7 +381,6 @@ class Hooks:
             aside.restore()
             recorder.built = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             raise TrainerBuilt() from None
-        raise _GoOn()
 
     # -- TRL's config classes --------------------------------------------------------------------------------
     def _config_init(self, original: Callable) -> Callable:

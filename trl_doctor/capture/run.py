@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from trl_doctor.errors import InputError
 from . import relaunch, world
-from .children import Children, ScoutStopped
+from .children import Children
 from .command import LaunchCommand, check_script
 from .hooks import Hooks, Recorder, StepReached, TrainerBuilt
 from .user_files import is_user_file, set_user_roots, set_user_roots_to, user_frame
@@ -217,23 +217,18 @@ def _launch_following(command: LaunchCommand, run_script: Callable[[Launched], N
     children: Children = seen["children"]
     while True:
         try:
-            try:
-                _launch(command, run_script)
-            except (TrainerBuilt, relaunch.Relaunch, InputError, world.NeedsOneProcess, StepReached):
-                raise
-            except BaseException:
-                taken = children.taken_over(_shown(command, seen))
-                if taken is None:
-                    raise
-                raise taken from None
-            taken = children.taken_over(_shown(command, seen))
-            if taken is None:
-                return
-            raise taken
-        except ScoutStopped as stopped:
-            child = stopped.report.relaunch(_shown(command, seen))
+            _launch(command, run_script)
+            child = children.taken_over(_shown(command, seen))  # a scout of the launch reached the trainer: its process next
         except relaunch.Relaunch as caught:
             child = caught
+        except (TrainerBuilt, InputError, world.NeedsOneProcess, StepReached):
+            raise
+        except BaseException:  # the launch's code ended on an error, or stopped on a scout it waited for
+            child = children.taken_over(_shown(command, seen))
+            if child is None:
+                raise
+        if child is None:
+            return
         hops.append(child.command.text)
         if len(hops) > relaunch.MAX_HOPS:
             raise InputError(f"{_shown(command, seen)} re-launched itself {len(hops)} times ({' -> '.join(hops[:3])} "
