@@ -77,6 +77,23 @@ def test_a_child_that_does_not_train_runs_as_it_would(tmp_path):
     assert json.loads(out) == {"rows": 3} and children.reports() == []
 
 
+def test_ending_the_scouts_reaps_them_without_stopping_the_doctor():
+    """Once a scout has reached a trainer, the doctor ends the others and reaps those that are its own children
+    (os.waitpid, hooked while the launch runs): its own wait must not stop like the launch's (CI at 46b1cd5: the
+    hand-over failed with "ScoutStopped" when a launcher scout was the doctor's direct child)."""
+    with _scouts() as children:
+        assert children.channel is not None
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        (children.channel / "trainer-1-1.json").write_text(json.dumps({
+            "version": 1, "event": "trainer", "pid": 1, "ppid": 0, "time": 0.0, "argv": ["python", "x.py"],
+            "cwd": "/", "env": {}, "trainer": "trl.GRPOTrainer"}))
+        assert children.decided() is not None
+        ended = children.end_scouts()
+        assert sleeper.pid in ended
+        with pytest.raises(ScoutStopped):  # the launch's own wait still stops there
+            sleeper.wait(timeout=10)
+
+
 def test_the_environment_is_the_scripts_again_afterwards():
     before = dict(os.environ)
     with _scouts():

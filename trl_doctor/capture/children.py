@@ -174,6 +174,7 @@ class Children:
         self._undo: list = []
         self._stop = threading.Event()
         self._kept: list[Report] | None = None
+        self._own = threading.local()  # set while the doctor's own code waits (ending scouts reaps them)
 
     # -- the environment every child inherits, and any a child is given ----------------------------------------
     def _env(self) -> dict[str, str]:
@@ -279,7 +280,7 @@ class Children:
     def _decided_report(self) -> "Report | None":
         """The scout that ends the script's wait, seen from the main thread only (a pool's helper thread polling its
         workers is not the script's own wait)."""
-        if threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread() or getattr(self._own, "waiting", False):
             return None
         return self.decided()
 
@@ -343,6 +344,12 @@ class Children:
                 self.end_scouts()
 
     def end_scouts(self) -> list[int]:
+        """End every scout; those that are this process's children are reaped, through the unhooked waits (the
+        doctor's own wait is not the launch's: it must not stop on a decided scout)."""
         if self.channel is None:
             return []
-        return _tree.end(None, str(self.channel), key=child.CHANNEL_ENV)
+        self._own.waiting = True
+        try:
+            return _tree.end(None, str(self.channel), key=child.CHANNEL_ENV)
+        finally:
+            self._own.waiting = False
