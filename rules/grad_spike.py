@@ -1,9 +1,10 @@
 """TW008 grad-spike: the gradient norm spikes far above its running level, again and again
 
 What it does
-  Marks a spike where `grad_norm` is at least `factor` (10) times the median of the `window` (20)
-  logs before it (after 5 logs, and above `floor`, 1e-3), and warns when the log has `count` (3)
-  spikes or more. Logs with no reward spread (and the steps that train on their batch) are left
+  Marks a spike where `grad_norm` is at least `factor` (10) times the median of the norms above
+  `floor` (1e-3) among the `window` (20) logs before it (once 5 such logs are there: a level of 0,
+  where most steps had no gradient, is no scale to spike over), and warns when the log has `count`
+  (3) spikes or more. Logs with no reward spread (and the steps that train on their batch) are left
   out: their gradient is the KL term's alone, far below a policy-gradient step's. One spike is
   common in healthy runs (and max_grad_norm clips it): it is listed, not flagged.
 Why is this bad?
@@ -38,20 +39,23 @@ def judge(ctx):
     # tied generation
     silent = no_spread(ctx, [p.number for p in grad])
     values = [p for p in grad if finite(p.value) and p.number not in silent]
-    spikes, ordered = [], []  # `ordered`: the window's values, sorted (a running median)
+    spikes, ordered = [], []  # `ordered`: the window's values above the floor, sorted (a running median)
     for i, p in enumerate(values):
-        if i >= 5:
+        if len(ordered) >= 5:  # a level needs a scale: the median of the window's non-zero norms, never 0
             level = median(ordered)
             if p.value >= factor * level and p.value > floor:
                 spikes.append((p, level))
-        insort(ordered, p.value)
-        if i >= window:
+        if p.value > floor:
+            insort(ordered, p.value)
+        if i >= window and values[i - window].value > floor:
             del ordered[bisect_left(ordered, values[i - window].value)]
-    if len(values) <= 5 + count - 1:  # no running median before the 6th log: not one spike could be judged yet
+    scaled = sum(1 for p in values if p.value > floor)
+    if scaled <= 5 + count - 1:  # no running median before the 6th non-zero log: not one spike could be judged yet
         only = "only the KL term's gradient" if kl_term(ctx) else "no gradient at all: the trainer has no KL term"
         why = f" (the others had no reward spread: {only})" if silent else ""
-        yield skip(f"{len(values)} grad_norm logs to judge{why}: spikes are measured against the median of the logs "
-                   f"before them, from the 6th log on; {5 + count} logs are needed to see {count}")
+        zeros = f", {len(values) - scaled} of them {fmt(floor)} or less" if scaled < len(values) else ""
+        yield skip(f"{len(values)} grad_norm logs to judge{zeros}{why}: spikes are measured against the median of "
+                   f"the non-zero norms before them, from the 6th on; {5 + count} are needed to see {count}")
         return
     if len(spikes) < count:
         listed = f"; {len(spikes)} spike(s): " + ", ".join(f"{fmt(p.value)} at {p.at}" for p, _ in spikes) if spikes else ""

@@ -4,7 +4,9 @@ What it does
   Flags `patience` (5) steps in a row where `completions/clipped_ratio` is at least `share`
   (0.99) or `completions/mean_terminated_length` is 0 (trl >= 0.17), PPO's `val/num_eos_tokens` 0,
   or, on trl <= 0.16, where `completion_length` equals the job's max_completion_length (known in the
-  job, or from --config). It names the preflight's eos-termination verdict when the job has one.
+  job, or from --config; without either, a mean that sits at one whole number, the highest it
+  reaches, log after log, is that limit: only completions all cut there average a whole number
+  again and again). It names the preflight's eos-termination verdict when the job has one.
 Why is this bad?
   A completion that never emits its end-of-turn token is cut at max_completion_length: each costs
   the whole budget, format rewards never match, and the policy learns from truncated text. The usual
@@ -19,7 +21,8 @@ Example
 Fix safety
   Nothing to rewrite from the log: `trl-doctor check` (eos-termination, generation-settings) finds
   and fixes the stop tokens; or mask_truncated_completions / a larger max_completion_length.
-  Averaging `mostly` (0.95) over `window` (100) steps without such a streak: a warn.
+  Averaging `mostly` (0.9) over `window` (100) steps (a quarter of a shorter log) without such a
+  streak: a warn.
   Thresholds: [tool.trl-doctor.watch.never-terminating] share, patience; mostly, window.
 """
 
@@ -29,7 +32,7 @@ import math
 
 from trl_doctor import ALL_TRAINERS, passed, rule, warn
 from trl_doctor.facts.metrics import (range_of, streak_finding, fmt, limit, optional, patience, preflight, series, span,
-                                      streaks, too_little, flagged, logs_for, window_mean)
+                                      streaks, too_little, flagged, window_logs, window_mean)
 from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "never-terminating"
@@ -48,19 +51,23 @@ def judge(ctx):
         holds, what = (lambda p: p.value <= 0), "val/num_eos_tokens 0: no response held an eos token"
     else:
         name, points = series(ctx, "completions/mean_length")
+        inferred = "" if longest else _pinned_limit(ctx, points)
+        if inferred:
+            longest, inferred = inferred
         if not longest:
             from trl_doctor import Unavailable
 
-            raise Unavailable("this release logs only the mean completion length: give the recipe (--config) so "
-                              "that its max_completion_length is known")
-        holds, what = (lambda p: p.value >= longest - 1e-6), f"every completion {longest} tokens long"
+            raise Unavailable("this release logs only the mean completion length, and it never sits at one whole "
+                              "number as a limit does: give the recipe (--config) so that its max_completion_length "
+                              "is known")
+        holds, what = (lambda p: p.value >= longest - 1e-6), f"every completion {longest} tokens long{inferred}"
     needed = patience(ctx, SLUG, 5)
     runs = streaks(points, holds, needed)
+    if not runs and name == "completions/clipped_ratio" and (mostly := _mostly(ctx, points, longest, needed)):
+        yield warn(mostly[0], **mostly[1])  # most of a stretch cut at the limit: a pending run at the end is no less
+        return
     if not runs and (early := too_little(ctx, points, holds, needed, what)):
         yield early
-        return
-    if not runs and name == "completions/clipped_ratio" and (mostly := _mostly(ctx, points, longest)):
-        yield warn(mostly[0], **mostly[1])
         return
     if not runs:
         yield passed(f"completions end before the limit ({name} {range_of(points)})")
@@ -82,11 +89,12 @@ def judge(ctx):
                          metric=name)
 
 
-def _mostly(ctx, points, longest):
-    """(message, details) where the share of completions cut at the limit averaged `mostly` (0.95) over `window` (100)
-    steps: nearly every completion ran to the limit, though no streak of logs reached `share` (a few ended in each)."""
-    window, mostly = logs_for(ctx, limit(ctx, SLUG, "window", 100)), limit(ctx, SLUG, "mostly", 0.95)
-    found = window_mean([p for p in points if math.isfinite(p.value)], window, mostly)
+def _mostly(ctx, points, longest, needed: int):
+    """(message, details) where the share of completions cut at the limit averaged `mostly` (0.9) over `window` (100)
+    steps' logs (a quarter of a shorter log): nearly every completion ran to the limit, though no streak of logs
+    reached `share` (a few ended in each)."""
+    window = window_logs(ctx, limit(ctx, SLUG, "window", 100), points, needed)
+    found = window_mean([p for p in points if math.isfinite(p.value)], window, limit(ctx, SLUG, "mostly", 0.9))
     if found is None:
         return None
     chunk, share = found
@@ -94,3 +102,20 @@ def _mostly(ctx, points, longest):
     return (f"completions/clipped_ratio averaged {fmt(share)} {span(chunk)}: nearly every completion ran to the length "
             f"limit{limit_words} and was cut; check the stop tokens (`trl-doctor check`: eos-termination) or raise "
             "max_completion_length", flagged(chunk, metric="completions/clipped_ratio"))
+
+
+def _pinned_limit(ctx, points) -> tuple[int, str] | None:
+    """(the limit, words) where trl <= 0.16's mean completion length sits at one whole number, the highest it ever
+    reaches, for `patience` logs: a mean over a batch's completions is a whole number again and again only when every
+    completion has that length, the limit they were cut at (`completion_length` 128.0 at 99 logs of 100)."""
+    values = [p.value for p in points if math.isfinite(p.value)]
+    if not values:
+        return None
+    top = max(values)
+    if top < 1 or top != int(top):
+        return None
+    at = [p for p in points if p.value == top]
+    if len(at) < max(3, patience(ctx, SLUG, 5)):
+        return None
+    return int(top), (f" (the mean length is exactly {int(top)} at {len(at)} of {len(points)} logs and never more: "
+                      "the limit every completion was cut at)")

@@ -5,7 +5,8 @@ What it does
   0.17), it compares `loss` with beta x `kl` (beta from the job's settings; without them, the job's
   own loss/kl ratio): equal within `rel` (2%) for `patience` (5) steps in a row, the policy-gradient
   term is gone. A loss and grad_norm of exactly 0 there, or where every completion is clipped and
-  the job masks truncated completions (`mask_truncated_completions`, in its settings), too.
+  the job masks truncated completions (`mask_truncated_completions`, in its settings), too. Ties at
+  the run's best reward (a saturation: zero-advantage) are a warn that says so.
 Why is this bad?
   GRPO's loss is -advantage x ratio + beta x KL. A healthy job logs loss close to beta x kl too (the
   advantages of a group sum to 0, so the first term's value is about 0): that alone is never
@@ -22,9 +23,9 @@ Fix safety
 
 from __future__ import annotations
 
-from trl_doctor import Unavailable, fail, passed, rule
-from trl_doctor.facts.metrics import (by_number, flagged, fmt, kl_term, limit, near, no_spread, ongoing, optional,
-                                      patience, series, span, streaks)
+from trl_doctor import Unavailable, fail, passed, rule, warn
+from trl_doctor.facts.metrics import (by_number, collapsed_entropy, flagged, fmt, kl_term, limit, near, no_spread, ongoing,
+                                      optional, patience, reward_level, series, span, streaks)
 from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "policy-gradient-gone"
@@ -64,7 +65,11 @@ def judge(ctx):
     if not ongoing(ctx, run, "loss"):
         raise Unavailable(f"the loss had no policy-gradient term {span(run)}, then the signal came back "
                           "(zero-advantage and never-terminating say why)")
-    if run[0].value == 0:
+    if reward_level(ctx, run) == "top" and not collapsed_entropy(ctx, run):
+        yield warn(f"the loss is the KL term alone {span(run)}: saturated, the groups tie at the run's best reward, "
+                   "so those batches give no policy-gradient signal; the task is too easy for the model now (harder "
+                   "prompts, or more generations per prompt)", **flagged(run, metric="loss", saturated=True))
+    elif run[0].value == 0:
         yield fail(f"the loss and grad_norm are 0 {span(run)}, with no reward spread or every completion clipped and "
                    "masked: the policy-gradient term is gone and nothing is updated", **flagged(run, metric="loss"))
     else:

@@ -1,27 +1,22 @@
 """TW001 zero-advantage: every group's rewards are equal: every advantage is 0, nothing is learned
 
 What it does
-  Reads `frac_reward_zero_std` (trl >= 0.18: the share of prompt groups whose rewards have no
-  spread) and flags `patience` (5) steps in a row where it is at least `share` (0.99: every group).
-  On a release without it (trl <= 0.17) `reward_std` is the mean of the groups' spreads, and 0 says
-  the same, as in AsyncGRPO's logs (each trained sample's group spread, averaged). `rewards/<f>/std`
-  is one function's spread over the whole batch, not the group spread: it is not read. PPO (and the
-  PPO-style RLOO of trl <= 0.21) logs only the batch's mean score, `objective/scores`: the same
-  value to 9 digits for `patience` steps in a row says the reward model scores every completion
-  alike (a real model's mean over a new batch never repeats).
+  Flags `patience` (5) steps in a row where `frac_reward_zero_std` (trl >= 0.18) is at least `share`
+  (0.99), or `reward_std` is 0 (trl <= 0.17, AsyncGRPO: the mean of the groups' spreads); PPO's
+  mean score `objective/scores` repeating to 9 digits. A share averaging `mostly` (0.9) over
+  `window` (10) steps (a quarter of a shorter log) is a warn, even where a few groups keep a
+  spread. Where the ties sit at the run's best reward, with the entropy intact, the task is
+  saturated: a warn that says so; at its worst, nothing is rewarded: a fail. Fewer logs than the
+  patience, each with loss 0 and grad_norm 0 too: every signal agrees, a warn.
 Why is this bad?
   GRPO and RLOO learn from each reward relative to its group's: with equal rewards in every group
-  the advantage is 0, and the only gradient left is the KL term's (none with beta 0). The job spends
-  its budget generating and learns nothing. Causes: a reward that always returns the same value (a
-  format it never matches, a parser that fails), prompts too hard or too easy for the policy,
-  num_generations 1-2. Users write their own abort callbacks for this ("10 steps of zero reward
-  spread"); 5 steps (2 logs at logging_steps 10) is the default: a job with no rewarded completion
-  in 5 steps rarely recovers.
+  the advantage is 0 and only the KL term's gradient is left (none with beta 0). Causes: a reward
+  that always returns the same value (a format never matched, a failing parser), prompts too hard
+  for the policy, num_generations 1-2. Ties at the top reward mean every completion is right: the
+  batch teaches little and the task is too easy for the model now.
 Example
   {'loss': 0.0, 'reward': 0.0, 'reward_std': 0.0, 'frac_reward_zero_std': 1.0, ...} log after log.
-  A phase that ended (the spread came back) is a warn; one that lasts to the newest log is a fail. A
-  share averaging `mostly` (0.9) over `window` (10) logs is a warn: most of each batch taught
-  nothing.
+  A phase that ended (the spread came back) is a warn; one that lasts to the newest log a fail.
 Fix safety
   Nothing to rewrite: run the reward functions on a few completions (`trl-doctor check` calls them),
   raise num_generations or temperature, or train on prompts the policy solves sometimes.
@@ -33,8 +28,9 @@ from __future__ import annotations
 import math
 
 from trl_doctor import ALL_TRAINERS, passed, rule, warn
-from trl_doctor.facts.metrics import (fmt, streak_finding, flagged, kl_term, limit, logs_for, optional, patience,
-                                      reward_std_meaning, series, span, streaks, too_little, window_mean)
+from trl_doctor.facts.metrics import (by_number, carried, collapsed_entropy, fmt, streak_finding, flagged, kl_term, limit, optional,
+                                      patience, pending, reward_level, reward_std_meaning, series, span, streaks,
+                                      too_little, window_logs, window_mean)
 
 SLUG = "zero-advantage"
 
@@ -56,25 +52,72 @@ def judge(ctx):
         return
     needed = patience(ctx, SLUG, 5)
     runs = streaks(points, holds, needed)
+    mostly = _mostly(ctx, points, needed) if not runs and name == "frac_reward_zero_std" else None
+    if mostly:  # most of a stretch tied, a few groups keeping a spread: evidence a pending run at the end cannot undo
+        yield _finding(ctx, mostly[1], mostly[0], warn_only=True)
+        return
+    if not runs and (agreed := _every_signal(ctx, points, holds, needed, what)):
+        yield agreed
+        return
     if not runs and (early := too_little(ctx, points, holds, needed, what)):
         yield early
         return
-    if not runs and name == "frac_reward_zero_std":
-        mostly = _mostly(ctx, points)
-        if mostly:
-            yield warn(mostly[0], **mostly[1])
-            return
     if not runs:
         worst = max(p.value for p in points) if name == "frac_reward_zero_std" else min(p.value for p in points)
         yield passed(f"the rewards of some groups differ in every stretch of the log ({name}: "
                      f"{'at most' if name == 'frac_reward_zero_std' else 'at least'} {fmt(worst)} over {len(points)} logs)")
         return
-    run = runs[-1]
+    yield _finding(ctx, runs[-1], f"{what}, {span(runs[-1])}")
+
+
+def _finding(ctx, run, what: str, warn_only: bool = False):
+    """The finding for a stretch whose groups tied: saturation (tied at the log's best reward: the task is too easy,
+    a warn) told apart from failure (tied at its worst, or where the log cannot tell: nothing is learned)."""
     only = "the only gradient is the KL term's" if kl_term(ctx) else "the trainer has no KL term: the loss is 0"
+    level = reward_level(ctx, run)
+    if level == "top" and not collapsed_entropy(ctx, run):
+        message = (f"{what}: saturated, the groups tie at the run's best reward (mean reward {_reward(ctx, run)}): "
+                   f"every completion of a group earns the same top reward, so those batches teach little "
+                   f"({only}); the task is too easy for the model now: train on harder prompts, or raise "
+                   "num_generations so that a group holds a wrong answer")
+        return warn(message, **flagged(run, metric=run_metric(run, ctx), saturated=True))
+    at = f" at the run's lowest reward (mean reward {_reward(ctx, run)}): no completion is rewarded" \
+        if level == "bottom" else ""
     cause = (f"every advantage is 0, so the policy learns nothing from its rewards ({only}); check that the reward "
              "functions can tell completions apart, or raise num_generations")
-    yield streak_finding(ctx, run, f"{what}, {span(run)}: {cause}",
-                         f"{what}, {span(run)}, then the spread came back: those steps learned nothing", metric=name)
+    if warn_only:
+        return warn(f"{what}{at}: most of each batch taught nothing ({only}); raise num_generations or check the "
+                    "rewards", **flagged(run, metric=run_metric(run, ctx)))
+    return streak_finding(ctx, run, f"{what}{at}: {cause}",
+                          f"{what}{at}, then the spread came back: those steps learned nothing",
+                          metric=run_metric(run, ctx))
+
+
+def run_metric(run, ctx) -> str:
+    name, _ = optional(ctx, "frac_reward_zero_std")
+    return name or "reward_std"
+
+
+def _reward(ctx, run) -> str:
+    _, rewards = optional(ctx, "reward", "objective/rlhf_reward")
+    at = [v for v in carried(rewards, [p.number for p in run]).values() if math.isfinite(v)]
+    return fmt(sum(at) / len(at)) if at else "not logged"
+
+
+def _every_signal(ctx, points, holds, needed: int, what: str):
+    """A warn where the newest logs tie every group for fewer than `needed` logs but every signal agrees at each of
+    them: no group's rewards had a spread, the loss is 0 and the gradient norm is 0 (no KL term either): those steps
+    changed nothing, a single log is evidence enough to say so (not yet a fail: the next logs decide whether it
+    lasts)."""
+    run = pending(points, holds, needed)
+    if not run:
+        return None
+    loss, grad = by_number(optional(ctx, "loss")[1]), by_number(optional(ctx, "grad_norm")[1])
+    if not all(loss.get(p.number) == 0 and grad.get(p.number) == 0 for p in run):
+        return None
+    return warn(f"{what} {span(run)}, with loss 0 and grad_norm 0 at each: every signal agrees that those steps "
+                "changed nothing (every advantage 0, no KL term); the next logs decide whether it lasts: check that "
+                "the reward functions can tell completions apart", **flagged(run, metric=run_metric(run, ctx)))
 
 
 def _same_score(ctx):
@@ -98,14 +141,13 @@ def _equal(a: float, b: float) -> bool:
     return a == b or abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
 
 
-def _mostly(ctx, points):
-    """(message, details) where the share of groups without spread averaged `mostly` (0.9) or more over `window`
-    (10) logs in a row: most of the batch carried no signal, though never all of it for `patience` logs."""
-    window, mostly = logs_for(ctx, limit(ctx, SLUG, "window", 10)), limit(ctx, SLUG, "mostly", 0.9)
-    found = window_mean([p for p in points if math.isfinite(p.value)], window, mostly)
+def _mostly(ctx, points, needed: int):
+    """(words, the window's points) where the share of groups without spread averaged `mostly` (0.9) or more over
+    `window` (10) steps' logs in a row (a quarter of a shorter log): most of the batch carried no signal, though never
+    all of it for `patience` logs."""
+    window = window_logs(ctx, limit(ctx, SLUG, "window", 10), points, needed)
+    found = window_mean([p for p in points if math.isfinite(p.value)], window, limit(ctx, SLUG, "mostly", 0.9))
     if found is None:
         return None
     chunk, share = found
-    return (f"frac_reward_zero_std averaged {fmt(share)} {span(chunk)}: most groups' rewards had no spread, so "
-            "most of each batch taught nothing; raise num_generations or check the rewards",
-            flagged(chunk, metric="frac_reward_zero_std"))
+    return f"frac_reward_zero_std averaged {fmt(share)} {span(chunk)}: most groups' rewards had no spread", chunk

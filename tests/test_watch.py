@@ -74,7 +74,13 @@ def test_an_output_folder_a_checkpoint_and_the_state_file_read_the_same(tmp_path
     _, file, _ = watch_json(str(ZERO))
     assert folder["zero-advantage"]["message"] == checkpoint["zero-advantage"]["message"] == file["zero-advantage"]["message"]
     _, early, _ = watch_json(str(tmp_path / "run/checkpoint-4"))
-    # 3 logs with no spread: not yet the 5 needed, and not a pass either (issue 43: a pass whose words contradicted them)
+    # 3 logs with no spread: not yet the 5 needed for a fail, and not a pass either (issue 43); with loss 0 and
+    # grad_norm 0 at each (this run has no KL term) every signal agrees those steps changed nothing: a warn (issue 61)
+    assert early["zero-advantage"]["status"] == "warn", early["zero-advantage"]
+    assert "every signal agrees" in early["zero-advantage"]["message"]
+    shortest = dict(state, log_history=[dict(r, grad_norm=0.02) for r in state["log_history"][:3]])
+    (tmp_path / "run/checkpoint-4/trainer_state.json").write_text(json.dumps(shortest))
+    _, early, _ = watch_json(str(tmp_path / "run/checkpoint-4"))  # a gradient left (a KL term): too little evidence
     assert early["zero-advantage"]["status"] == "skip", early["zero-advantage"]
     assert "too little evidence yet, 5 logs in a row are needed" in early["zero-advantage"]["message"]
 
@@ -123,8 +129,13 @@ def test_old_release_names_are_read_as_today_s(tmp_path):
     assert code == 1
     assert "reward_std 0" in results["zero-advantage"]["message"]
     assert "256 tokens long" in results["never-terminating"]["message"]
-    # without the recipe, the length limit is unknown: a skip that says what to give
+    # without the recipe, a mean pinned at one whole number, the most it reaches, is the limit itself (issue 61)
     _, results, _ = watch_json(str(state_file(tmp_path, old)))
+    assert results["never-terminating"]["status"] == "fail", results["never-terminating"]
+    assert "exactly 256 at 6 of 6 logs" in results["never-terminating"]["message"]
+    # a mean that moves says nothing of the limit: a skip that says what to give
+    moving = [dict(r, completion_length=200.0 + 7.25 * i) for i, r in enumerate(old)]
+    _, results, _ = watch_json(str(state_file(tmp_path, moving)))
     assert results["never-terminating"]["status"] == "skip" and "--config" in results["never-terminating"]["message"]
 
 
@@ -149,8 +160,9 @@ def test_the_project_config_changes_a_threshold(tmp_path):
     (folder / "trainer_state.json").write_text(ZERO.read_text())
     (tmp_path / ".trl-doctor.toml").write_text("[watch.zero-advantage]\npatience = 20\n")
     code, results, _ = watch_json(str(folder))
-    assert results["zero-advantage"]["status"] == "skip"  # 8 logs: not the 20 needed, yet no spread in any
-    assert "20 logs in a row are needed" in results["zero-advantage"]["message"]
+    # 8 logs: not the 20 needed for a fail; loss and grad_norm 0 at each (no KL term): a warn that every signal agrees
+    assert results["zero-advantage"]["status"] == "warn", results["zero-advantage"]
+    assert "every signal agrees" in results["zero-advantage"]["message"]
     code, results, _ = watch_json(str(folder), "--isolated")
     assert results["zero-advantage"]["status"] == "fail"
     (tmp_path / ".trl-doctor.toml").write_text("[watch]\nzero-advantage = 3\n")
@@ -353,7 +365,8 @@ def test_completions_mostly_cut_at_the_limit_for_100_steps_is_a_warn(tmp_path):
     code, results, _ = watch_json(str(state_file(tmp_path, rows, logging_steps=1)))
     found = results["never-terminating"]
     assert found["status"] == "warn", found
-    assert found["message"].startswith("completions/clipped_ratio averaged 0.96 from step 1 to step 100 (100 logs)")
+    # 120 logs: the 100-step window is wider than a quarter of the log, which is judged instead (issue 61)
+    assert found["message"].startswith("completions/clipped_ratio averaged 0.96 from step 1 to step 30 (30 logs)")
     rows = [dict(ROW, **{"completions/clipped_ratio": s / 2}) for s in shares]
     code, results, _ = watch_json(str(state_file(tmp_path, rows, logging_steps=1)))
     assert results["never-terminating"]["status"] == "pass", results["never-terminating"]
@@ -361,7 +374,7 @@ def test_completions_mostly_cut_at_the_limit_for_100_steps_is_a_warn(tmp_path):
     rows = [dict(ROW, **{"completions/clipped_ratio": s}) for s in [1.0, 0.93] * 6]
     path = state_file(tmp_path, rows, logging_steps=10)
     code, results, _ = watch_json(str(path))
-    assert results["never-terminating"]["status"] == "warn" and "(10 logs)" in results["never-terminating"]["message"]
+    assert results["never-terminating"]["status"] == "warn" and "(3 logs)" in results["never-terminating"]["message"]
 
 
 def test_no_update_is_flagged_while_about_half_the_groups_still_have_spread(tmp_path):
@@ -423,7 +436,7 @@ def test_the_watch_takes_the_project_config_through_checks_own_request(tmp_path)
     source = f"{tmp_path / 'pyproject.toml'} [tool.trl-doctor]"
     assert {"setting": "target", "value": "4xH100-80GB", "source": source} in report["settings"]
     assert not [s for s in report["settings"] if s["setting"] == "select"]  # TD001 narrows check, not the watch
-    assert len(results) == 11  # every watch rule
+    assert len(results) == 12  # every watch rule
     assert "(~36 min, 2.4 GPU-hours on 4 GPUs)" in results["zero-advantage"]["details"]["cost"]
     (tmp_path / "pyproject.toml").write_text('[tool.trl-doctor]\ntarget = "4xNOSUCHGPU"\n')
     proc = run_doctor("watch", str(folder))

@@ -88,11 +88,18 @@ def test_every_group_tied_fails_zero_advantage_from_step_1_and_nothing_else_is_f
 
 @pytest.mark.release_free
 def test_a_tie_shorter_than_the_patience_is_not_yet_a_verdict(tmp_path):
-    """4 tied steps (logs 7-10) of 5 needed: a skip that says so, not a pass and not a fail."""
+    """4 tied steps (logs 7-10) of 5 needed: not a pass and not a fail. AsyncGRPO has no KL term: with loss and
+    grad_norm 0 at each tied step every signal agrees those steps changed nothing (a warn, issue 61); with a gradient
+    left a skip that says how much is needed."""
     state = json.loads(CONSTANT.read_text())
     healthy = json.loads(HEALTHY.read_text())["log_history"]
     state["log_history"] = healthy[:6] + state["log_history"][6:]
     path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps(state))
+    _, results, _ = watch_json(str(path))
+    assert results["zero-advantage"]["status"] == "warn", results["zero-advantage"]
+    assert "every signal agrees" in results["zero-advantage"]["message"]
+    state["log_history"] = [dict(r, grad_norm=0.5) if "loss" in r else r for r in state["log_history"]]
     path.write_text(json.dumps(state))
     _, results, _ = watch_json(str(path))
     assert results["zero-advantage"]["status"] == "skip", results["zero-advantage"]

@@ -156,7 +156,8 @@ def test_a_printed_log_takes_its_interval_from_the_recipe(tmp_path):
     rows = [{k: v for k, v in dict(r, frac_reward_zero_std=1.0).items() if k != "step"} for r in ROWS[:2]]
     (tmp_path / "train.log").write_text(printed(rows))  # as transformers prints them: no step
     code, results, _ = watch_json(tmp_path / "train.log")
-    assert results["zero-advantage"]["status"] == "skip"  # 2 logs of unknown length: too little evidence
+    # 2 logs of unknown length: too little evidence for a fail (a warn where loss and grad_norm are 0 too)
+    assert results["zero-advantage"]["status"] == ("warn" if rows[-1]["grad_norm"] == 0 else "skip"), results
     (tmp_path / "recipe.yaml").write_text("logging_steps: 10\n")
     code, results, _ = watch_json(tmp_path / "train.log", "--config", str(tmp_path / "recipe.yaml"))
     assert code == 1 and results["zero-advantage"]["status"] == "fail", results["zero-advantage"]

@@ -356,3 +356,74 @@ def no_spread(ctx, numbers: Iterable[int] | None = None) -> set[int]:
         holds = lambda v: abs(v) <= 1e-8
     values = carried(points, numbers) if numbers is not None else by_number(points)
     return {n for n, v in values.items() if holds(v)}
+
+
+# -- where the run's reward sits (saturation or failure) ------------------------------------------------------------
+def reward_level(ctx, run: list[Point]) -> str | None:
+    """Where the mean reward over `run`'s logs sits in the whole log's range: "top" (the run's best, reached by
+    learning: the log's first quarter sat in the lower half of the range; every completion now earns what the rewards
+    pay most, the task is too easy), "bottom" (its worst: nothing is rewarded), or None where the log cannot tell (no
+    `reward` logged; between; a best the run sat at from its start, which may be no more than a format reward every
+    completion earns). A reward flat over the whole log is "bottom" at 0 or below (no completion ever rewarded)."""
+    from statistics import median
+
+    name, rewards = optional(ctx, "reward", "objective/rlhf_reward")
+    values = [p.value for p in rewards if math.isfinite(p.value)]
+    if name is None or not values:
+        return None
+    at = carried(rewards, [p.number for p in run])
+    inside = [v for v in at.values() if math.isfinite(v)]
+    if not inside:
+        return None
+    level, lo, hi = sum(inside) / len(inside), min(values), max(values)
+    if hi - lo <= 1e-6 * max(1.0, abs(hi)):
+        return "bottom" if hi <= 0 else None
+    where = (level - lo) / (hi - lo)
+    if where <= 0.2:
+        return "bottom"
+    early = (median(values[:max(1, len(values) // 4)]) - lo) / (hi - lo)
+    return "top" if where >= 0.8 and early <= 0.5 else None
+
+
+def window_logs(ctx, steps: float, points: list[Point], needed: int) -> int:
+    """The logs a windowed share is averaged over: those that cover `steps` optimizer steps, or, in a log shorter than
+    four such windows, a quarter of its logs (at least `needed`): a 40-log run is judged on its last 10, not never."""
+    logs = logs_for(ctx, steps)
+    return max(1, min(logs, max(needed, len(points) // 4)))
+
+
+def start_level(points: list[Point], first: int = 3) -> float:
+    """A metric's level at the run's start, that a collapse falls from: its first finite log, or the median of its
+    first `first` where that is higher (a low first log, a warm-up step's, does not set it; a fall within the first
+    logs still counts from the first)."""
+    from statistics import median
+
+    values = [p.value for p in points[:first * 2] if math.isfinite(p.value)][:first]
+    return max(values[0], median(values)) if values else math.nan
+
+
+def collapsed_entropy(ctx, run: list[Point], fraction: float = 0.1) -> bool:
+    """Whether the policy's entropy over `run`'s logs is below `fraction` of its start: identical completions tie
+    every group whatever the reward (a collapse, not a saturation)."""
+    name, entropy = optional(ctx, "entropy", "policy/entropy_avg")
+    if name is None:
+        return False
+    start = start_level(entropy)
+    at = [v for v in carried(entropy, [p.number for p in run]).values() if math.isfinite(v)]
+    return bool(at) and math.isfinite(start) and start > 0 and sum(at) / len(at) < fraction * start
+
+
+def onset(points: list[Point], run: list[Point], began: Callable[[Point], bool]) -> Point:
+    """Where a condition that `run` shows began: the earliest log of the unbroken stretch before the run whose logs
+    hold `began` (a milder form of the condition: an entropy below half its start, before it fell below a tenth),
+    bridging one log's dip as `streaks` does; the run's first log when the stretch is empty."""
+    at = next(i for i, p in enumerate(points) if p.number == run[0].number)
+    first, dips = at, 0
+    for i in range(at - 1, -1, -1):
+        if began(points[i]):
+            first, dips = i, 0
+        else:
+            dips += 1
+            if dips > 1:
+                break
+    return points[first]

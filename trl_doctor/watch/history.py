@@ -475,11 +475,29 @@ def read_lines(history: History, lines: Iterable[str]) -> str:
     for line in lines:
         for match in _DICT.finditer(line):
             row = parse_row(match.group(0))
-            if row is not None:
+            if row is not None and _logged_row(row):
                 if match.group(0).startswith('{"'):
                     kind = "jsonl"
                 history.add(row)
     return kind
+
+
+# what a trainer's log row holds (transformers' Trainer.log adds `epoch` to every row it logs in training; TRL's
+# trainers and their subclasses log these names): a dict printed among the logs that holds none of them is the job's
+# other output, a warning's or a tokenizer's ("Updated tokens: {'<think>': 151665}"), not a log
+_LOG_KEYS = frozenset(("loss", "grad_norm", "learning_rate", "epoch", "reward", "reward_std", "kl", "entropy",
+                       "num_tokens", "frac_reward_zero_std", "completions/mean_length", "step", "global_step"))
+_LOG_PREFIXES = ("rewards/", "completions/", "clip_ratio", "objective/", "policy/", "val/", "loss/", "train/",
+                 "eval_", "eval/", "train_")
+
+
+def _logged_row(row: dict) -> bool:
+    """Whether a dict found in a printed log is one of the trainer's log rows (a training, evaluation or summary
+    row), by its keys."""
+    for key in row:
+        if isinstance(key, str) and (canonical(key) in _LOG_KEYS or key.startswith(_LOG_PREFIXES)):
+            return True
+    return False
 
 
 def parse_row(text: str) -> dict | None:
