@@ -105,7 +105,7 @@ RULE = {"zero-advantage": "zero-advantage", "never-terminating": "never-terminat
         "no-update": "no-update", "entropy-collapse": "entropy-collapse", "kl-blowup": "kl-blowup",
         "non-finite": "non-finite", "grad-spike": "grad-spike", "lr-zero": "learning-rate-zero",
         "reward-hacking": "reward-hacking", "ppo-no-eos": "never-terminating", "ppo-negative-kl": "kl-blowup",
-        "ratio-clipping": "ratio-clipping"}
+        "ratio-clipping": "ratio-clipping", "length-collapse": "length-collapse"}
 # the kind each alias stands for when scoring
 CANON = {"ppo-no-eos": "never-terminating", "ppo-negative-kl": "kl-blowup"}
 SLUG_TO_KIND = {slug: kind for kind, slug in RULE.items() if kind not in CANON}

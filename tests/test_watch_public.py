@@ -22,7 +22,7 @@ RULE = {"zero-advantage": "zero-advantage", "never-terminating": "never-terminat
         "no-update": "no-update", "entropy-collapse": "entropy-collapse", "kl-blowup": "kl-blowup",
         "non-finite": "non-finite", "grad-spike": "grad-spike", "lr-zero": "learning-rate-zero",
         "reward-hacking": "reward-hacking", "ppo-no-eos": "never-terminating", "ppo-negative-kl": "kl-blowup",
-        "ratio-clipping": "ratio-clipping"}
+        "ratio-clipping": "ratio-clipping", "length-collapse": "length-collapse"}
 
 
 def test_every_case_is_cited_and_its_file_exists():
@@ -42,7 +42,14 @@ def test_the_corpus_holds_long_healthy_runs():
     assert len(long_healthy) >= 4, long_healthy
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
+def _param(case: dict):
+    """A case the watch is known to get wrong (`known_miss` in cases.yaml, saying how) runs as a strict expected
+    failure: it is counted, and a change that fixes it fails until the mark is removed."""
+    marks = [pytest.mark.xfail(strict=True, reason=case["known_miss"])] if case.get("known_miss") else []
+    return pytest.param(case, marks=marks, id=case["file"])
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
 def test_a_public_log_is_judged_as_its_author_describes_it(case, tmp_path):
     """A log whose lines carry no step is given its job's logging interval as its user would: --config RECIPE."""
     recipe = []
