@@ -7,7 +7,8 @@ What it does
   `window` (10) steps (a quarter of a shorter log) is a warn, even where a few groups keep a
   spread. Where the ties sit at the run's best reward, with the entropy intact, the task is
   saturated: a warn that says so; at its worst, nothing is rewarded: a fail. Fewer logs than the
-  patience, each with loss 0 and grad_norm 0 too: every signal agrees, a warn.
+  patience, each with loss 0 and grad_norm 0 too: every signal agrees, a warn. A stretch the run's
+  own tie rate before it makes likely by chance (one prompt group a step ties often) is no failure.
 Why is this bad?
   GRPO and RLOO learn from each reward relative to its group's: with equal rewards in every group
   the advantage is 0 and only the KL term's gradient is left (none with beta 0). Causes: a reward
@@ -28,7 +29,7 @@ from __future__ import annotations
 import math
 
 from trl_doctor import ALL_TRAINERS, passed, rule, warn
-from trl_doctor.facts.metrics import (by_number, carried, collapsed_entropy, fmt, streak_finding, flagged, kl_term, limit, optional,
+from trl_doctor.facts.metrics import (CHANCE, by_chance, by_number, carried, collapsed_entropy, fmt, streak_finding, flagged, kl_term, limit, optional,
                                       patience, pending, reward_level, reward_std_meaning, series, span, streaks,
                                       too_little, window_logs, window_mean)
 
@@ -52,6 +53,8 @@ def judge(ctx):
         return
     needed = patience(ctx, SLUG, 5)
     runs = streaks(points, holds, needed)
+    chance = [r for r in runs if (expected := by_chance(points, r, holds)) is not None and expected >= CHANCE]
+    runs = [r for r in runs if r not in chance]  # ties the run's own rate makes likely: one prompt a step, 2 gens
     mostly = _mostly(ctx, points, needed) if not runs and name == "frac_reward_zero_std" else None
     if mostly:  # most of a stretch tied, a few groups keeping a spread: evidence a pending run at the end cannot undo
         yield _finding(ctx, mostly[1], mostly[0], warn_only=True)
@@ -61,6 +64,11 @@ def judge(ctx):
         return
     if not runs and (early := too_little(ctx, points, holds, needed, what)):
         yield early
+        return
+    if not runs and chance:
+        rate = sum(1 for p in points if holds(p)) / len(points)
+        yield passed(f"{what} in {fmt(100 * rate)}% of the logs, {span(chance[-1])} the longest stretch: as often as "
+                     "ties this common come by chance (a step of few prompt groups ties often), not a failure")
         return
     if not runs:
         worst = max(p.value for p in points) if name == "frac_reward_zero_std" else min(p.value for p in points)
@@ -81,8 +89,9 @@ def _finding(ctx, run, what: str, warn_only: bool = False):
                    f"({only}); the task is too easy for the model now: train on harder prompts, or raise "
                    "num_generations so that a group holds a wrong answer")
         return warn(message, **flagged(run, metric=run_metric(run, ctx), saturated=True))
-    at = f" at the run's lowest reward (mean reward {_reward(ctx, run)}): no completion is rewarded" \
-        if level == "bottom" else ""
+    mean = _reward(ctx, run)
+    at = "" if level != "bottom" else f" at the run's lowest reward (mean reward {mean})" + (
+        ": no completion is rewarded" if mean in ("0", "not logged") or mean.startswith("-") else "")
     cause = (f"every advantage is 0, so the policy learns nothing from its rewards ({only}); check that the reward "
              "functions can tell completions apart, or raise num_generations")
     if warn_only:

@@ -436,7 +436,7 @@ def test_the_watch_takes_the_project_config_through_checks_own_request(tmp_path)
     source = f"{tmp_path / 'pyproject.toml'} [tool.trl-doctor]"
     assert {"setting": "target", "value": "4xH100-80GB", "source": source} in report["settings"]
     assert not [s for s in report["settings"] if s["setting"] == "select"]  # TD001 narrows check, not the watch
-    assert len(results) == 12  # every watch rule
+    assert len(results) == 13  # every watch rule
     assert "(~36 min, 2.4 GPU-hours on 4 GPUs)" in results["zero-advantage"]["details"]["cost"]
     (tmp_path / "pyproject.toml").write_text('[tool.trl-doctor]\ntarget = "4xNOSUCHGPU"\n')
     proc = run_doctor("watch", str(folder))

@@ -427,3 +427,18 @@ def onset(points: list[Point], run: list[Point], began: Callable[[Point], bool])
             if dips > 1:
                 break
     return points[first]
+
+
+CHANCE = 0.05  # a streak expected this often or more from the run's own rate is chance, not a failure
+
+
+def by_chance(points: list[Point], run: list[Point], holds: Callable[[Point], bool]) -> float | None:
+    """How many streaks as long as `run` the log's length would hold by chance, at the rate the condition held in
+    the logs before the run (where each log is one small draw, as a step of one prompt group is: a tie of 8 binary
+    rewards is common); None where fewer than 10 logs come before it (no rate to judge from). A condition that held
+    in 31% of logs gives a 5-log streak in 250 about once by chance; 10 logs, once in 30,000 runs."""
+    before = [p for p in points if p.number < run[0].number]
+    if len(before) < 10:
+        return None
+    rate = sum(1 for p in before if holds(p)) / len(before)
+    return len(points) * rate ** len(run) * (1 - rate)

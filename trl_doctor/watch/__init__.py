@@ -1,5 +1,5 @@
 """The watch: judging a job's logged metrics while it trains (DoctorCallback(watch=True)) or from the outside
-(`trl-doctor watch PATH`), with the watch rules (TW001-TW012, rules/). The context they read is `context.py`, the
+(`trl-doctor watch PATH`), with the watch rules (TW001-TW013, rules/). The context they read is `context.py`, the
 logs `history.py`; the facts they share are trl_doctor.facts.metrics."""
 
 from __future__ import annotations

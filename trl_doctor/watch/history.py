@@ -59,6 +59,10 @@ class History:
     gpus: int | None = None  # the GPUs the job trains on (the callback's world size on CUDA, watch --target)
     run: Any = None  # the run judged, where the log is one of several (trl_doctor.watch.stores.Run)
     runs: list = field(default_factory=list)  # every run of the store or folder, oldest first
+    # the job's completions where at hand (trl_doctor.watch.completions): its first batches and its newest
+    completions: list = field(default_factory=list)
+    media: Path | None = None  # where a tracker keeps the files its logged tables point to (wandb's run files)
+    _tables: set = field(default_factory=set)  # the tables taken, by (step, hash or path)
     _columns: dict[str, list] = field(default_factory=dict)  # name -> its Points, made when first read
     _names: set[str] = field(default_factory=set)
 
@@ -87,6 +91,7 @@ class History:
         seen = History(self.source, self.kind, self.logs[:first] + self.logs[-last:], self.max_steps,
                        self.logging_steps, self.ended)
         seen._names, seen.args, seen.gpus, seen.run, seen.runs = self._names, self.args, self.gpus, self.run, self.runs
+        seen.completions = self.completions
         return seen
 
     def upto(self, count: int) -> "History":
@@ -97,6 +102,8 @@ class History:
             return self
         seen = History(self.source, self.kind, self.logs[:count], self.max_steps, self.logging_steps, False)
         seen._names, seen.args, seen.gpus, seen.run, seen.runs = self._names, self.args, self.gpus, self.run, self.runs
+        last = self.logs[count - 1].step if count else None  # the completions logged by then
+        seen.completions = [c for c in self.completions if last is None or c.step is None or c.step <= last]
         return seen
 
     def column(self, name: str) -> list:
@@ -160,7 +167,10 @@ class History:
         return log
 
     def add(self, raw: dict[str, Any], step: int | None = None) -> Log | None:
-        """Append one logged dict (a training row; an eval or summary row is not one): None when it is not."""
+        """Append one logged dict (a training row; an eval or summary row is not one): None when it is not. A
+        tracker's row holding TRL's `completions` table adds them to `completions`."""
+        if isinstance(raw, dict) and (isinstance(raw.get("completions"), dict) or "completions/_type" in raw):
+            self._take_table(raw)
         values = training_values(raw)
         if values is None:
             if isinstance(raw, dict) and ("train_runtime" in raw or self.logs and _summary_left(raw)):
@@ -175,6 +185,30 @@ class History:
         self.logs.append(log)
         self._names.update(values)
         return log
+
+
+    def _take_table(self, raw: dict) -> None:
+        from trl_doctor.watch.completions import from_table_value, keep
+
+        at = _step(raw.get("train/global_step", raw.get("global_step", raw.get("step", raw.get("_step")))))
+        table = raw.get("completions")
+        if not isinstance(table, dict):  # wandb's record of it, flattened: completions/_type, completions/path, ...
+            table = {k[len("completions/"):]: v for k, v in raw.items() if isinstance(k, str) and k.startswith("completions/")}
+        mark = table.get("sha256") or table.get("path")
+        if mark is not None:  # the same table logged twice (TRL's last log, and the summary's)
+            if (at, mark) in self._tables:
+                return
+            self._tables.add((at, mark))
+        found = from_table_value(table, at, self.media)
+        if found:
+            self.completions = keep(self.completions + found)
+
+    def take_completions(self, found: list) -> None:
+        """Completions read beside the log (TRL's parquet files) or from the live trainer."""
+        from trl_doctor.watch.completions import keep
+
+        if found:
+            self.completions = keep(self.completions + list(found))
 
 
 def _step(value: Any) -> int | None:
@@ -364,6 +398,16 @@ def read(path: str | Path, run: str | None = None) -> History:
         history = tensorboard.read_into(History(path, "tensorboard"), path, MAX_BYTES)
         history.run, history.runs = tensorboard.runs_of(path)
         return history
+    history = _read_file(path)
+    from trl_doctor.watch.completions import completions_folder, parquet_folder
+
+    folder = completions_folder(path.parent)
+    if folder is not None:
+        history.take_completions(parquet_folder(folder))
+    return history
+
+
+def _read_file(path: Path) -> History:
     text = _text(path)
     stripped = text.lstrip()
     if stripped.startswith("{") and '"log_history"' in stripped[:2_000_000]:

@@ -50,6 +50,7 @@ class Watcher:
         self.loop: str | None = None  # the trainer's class, where its own loop ignores should_training_stop
         self.stopped_for = ""
         self.troubles: set[str] = set()  # the watch's own troubles said in the job's log (each once)
+        self.trainer: Any = None  # the live trainer: its newest generation batch is read at each log
 
     def begin(self, args, trainer, preflight_report=None) -> None:
         from trl_doctor.watch.history import History
@@ -62,6 +63,7 @@ class Watcher:
         self.release = package_version("trl")
         self.settings = _settings(args)
         self.trainer_kind = _kind(trainer)
+        self.trainer = trainer
         self.loop = None if trainer is None or _honours_stop(type(trainer)) else type(trainer).__name__
         if preflight_report is not None:
             self.preflight = {r.rule: {"status": r.status.value, "message": r.message} for r in preflight_report.results}
@@ -75,6 +77,10 @@ class Watcher:
         stop, lines, levels = False, [], {}
         try:
             log = self.history.add(dict(logs or {}), step=state.global_step) if logs else None
+            if log is not None and state.is_world_process_zero and self.trainer is not None:
+                from trl_doctor.watch.completions import from_trainer
+
+                self.history.take_completions(from_trainer(self.trainer, state.global_step))
             if log is not None and state.is_world_process_zero:
                 stop, lines, levels = self._judge(state)
         except Exception as exc:  # the watch's own trouble (a log it cannot read, its bug): a line, never the job's end

@@ -201,6 +201,8 @@ def read_run(store: Store, run: Run, runs: list[Run]):
 
     history = History(where(store), store.kind)
     history.take_args(store.args(run))
+    media = getattr(store, "media", None)  # where the store keeps the files a logged table points to (wandb's)
+    history.media = media(run) if media is not None else None
     for row in store.rows(run):
         history.add(row)
     history.run, history.runs = run, runs

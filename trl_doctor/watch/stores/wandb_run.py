@@ -104,6 +104,10 @@ class WandbStore(Store):
                 break
         return config
 
+    def media(self, run: Run) -> Path:
+        """The run's files folder: a logged table's rows are its media/table/*.table.json (TRL's `completions`)."""
+        return self._files[run.id].parent / "files"
+
     def rows(self, run: Run):
         path = self._files[run.id]
         for record in _records(path, kinds=("history",)):
