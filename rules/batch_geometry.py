@@ -236,7 +236,7 @@ def _plan_fixes(state: Evaluator, base: dict, problems: list[Problem], cls, user
         target = todo[0]
         before = {p.site for p in current}
         best, alt, spent = None, None, 0
-        for cost, key, value in _candidates(cls, values, keys):
+        for _cost, key, value in _candidates(cls, values, keys):
             if state.trials >= MAX_TRIALS or (best is not None and spent >= ALT_TRIALS):
                 break
             if best is not None:

@@ -139,7 +139,7 @@ def _sampling(ctx) -> tuple[tuple | None, dict[str, Any]]:
         parts.append(f"{key} {used!r} (generation_config.json) instead of {shown} ({whose})")
     details["sampling"] = parts
     fields, extra = [], []
-    for key, (used, plain) in sorted(effective.changed.items()):
+    for key, (_used, plain) in sorted(effective.changed.items()):
         value = NEUTRAL.get(key, plain) if plain is None else plain
         source = built.sources.get(key, "")
         if source.startswith(cls + ".") and source != f"{cls}.generation_kwargs":

@@ -33,7 +33,6 @@ Fix safety
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from trl_doctor import fail, passed, rule, skip, warn
 from trl_doctor.facts.launch.launcher import launch, sharding, torch_cuda_version

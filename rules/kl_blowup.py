@@ -43,7 +43,7 @@ def judge(ctx):
     top, high = limit(ctx, SLUG, "max", 10.0), limit(ctx, SLUG, "high", 1.0)
     per_token = _per_token(ctx, name)
     for bound, verdict, words in ((top, fail, "exploded"), (high, warn, "is high")):
-        runs = streaks(points, lambda p: per_token(p) > bound, n)
+        runs = streaks(points, lambda p, bound=bound: per_token(p) > bound, n)
         if runs:
             run = runs[0]
             yield verdict(f"{name} {words}: {fmt(run[0].value)} {span(run)} (above {fmt(bound)} nats a token): the "

@@ -21,7 +21,7 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import ALL_TRAINERS, fail, passed, rule
-from trl_doctor.facts.metrics import range_of, flagged, fmt, history, patience, series, span, streaks, too_little
+from trl_doctor.facts.metrics import range_of, flagged, history, patience, series, span, streaks, too_little
 
 SLUG = "learning-rate-zero"
 

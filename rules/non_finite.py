@@ -24,7 +24,7 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import ALL_TRAINERS, fail, passed, rule
-from trl_doctor.facts.metrics import by_number, finite, flagged, is_async_grpo, kl_term, optional, patience, span, streaks
+from trl_doctor.facts.metrics import finite, flagged, is_async_grpo, kl_term, optional, patience, span, streaks
 from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "non-finite"

@@ -298,7 +298,7 @@ def _collator_pad(collator, tokenizer) -> tuple[bool | None, str]:
         return False, (f"no collator, and {type(tokenizer).__name__} is no tokenizer: transformers' Trainer collates "
                        "without padding (default_data_collator)")
     if "pad_token_id" in vars(collator) or hasattr(type(collator), "pad_token_id"):
-        pad_id = getattr(collator, "pad_token_id")
+        pad_id = collator.pad_token_id
         if pad_id is None:
             return True, f"its collator {kind} pads with pad_token_id None"
         return False, f"its collator {kind} pads with id {pad_id}"

@@ -36,7 +36,7 @@ def judge(ctx):
     if approx is not None:
         checks.append((approx, approx_points, limit(ctx, SLUG, "max_approxkl", 0.1), "approximate KL between updates"))
     for metric, values, bound, words in checks:
-        runs = streaks(values, lambda p: p.value > bound, n)
+        runs = streaks(values, lambda p, bound=bound: p.value > bound, n)
         if runs:
             run = runs[0]
             yield warn(f"{metric} {fmt(run[0].value)} {span(run)} (above {fmt(bound)}: {words}): the updates are too "

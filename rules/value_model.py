@@ -226,7 +226,7 @@ def _import_error() -> str:
     for module in ("trl.experimental.ppo", "trl"):
         try:
             with warnings.catch_warnings(record=True):
-                getattr(importlib.import_module(module), "PPOTrainer")
+                _ = importlib.import_module(module).PPOTrainer  # raises what importing it raises
         except Exception as exc:  # the reason is what the user needs
             last = f"{type(exc).__name__}: {load_error(exc)}"
         else:

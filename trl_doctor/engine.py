@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterable, Iterator
 
-from trl_doctor.context.config import OTHER_TRAINER
+from trl_doctor.vocabulary import OTHER_TRAINER
 from trl_doctor.context.context import Context
 from trl_doctor.errors import InputError, Unavailable
 from trl_doctor.registry import Rule

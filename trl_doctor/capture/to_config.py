@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trl_doctor.context.config import OTHER_TRAINER, DoctorConfig, local_path, resolve_artifact
+from trl_doctor.context.config import DoctorConfig, local_path, resolve_artifact
+from trl_doctor.vocabulary import OTHER_TRAINER
 from trl_doctor.context.context import Live
 from trl_doctor.errors import InputError
 from .run import Captured

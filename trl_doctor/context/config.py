@@ -14,7 +14,6 @@ from typing import Any
 
 from trl_doctor.errors import InputError
 from trl_doctor.context.hubcache import in_hub_cache
-from trl_doctor.vocabulary import OTHER_TRAINER
 
 PPO_ONLY_KEYS = ("reward_model_path", "sft_model_path", "value_model_path", "response_length", "stop_token", "stop_token_id")
 DOCTOR_KEYS = (

@@ -72,9 +72,9 @@ def gpus() -> tuple[list[dict[str, Any]], str | None]:
                     "compute_capability": f"{major}.{minor}",
                     "driver": driver,
                     "driver_cuda": f"{cuda // 1000}.{(cuda % 1000) // 10}",
-                    "uuid": _optional(lambda: _text(pynvml.nvmlDeviceGetUUID(h))),
+                    "uuid": _optional(lambda h=h: _text(pynvml.nvmlDeviceGetUUID(h))),
                     # compute processes on the GPU (None when NVML may not list them, as in some containers)
-                    "processes": _optional(lambda: len(pynvml.nvmlDeviceGetComputeRunningProcesses(h))),
+                    "processes": _optional(lambda h=h: len(pynvml.nvmlDeviceGetComputeRunningProcesses(h))),
                 }
             )
         return out, None

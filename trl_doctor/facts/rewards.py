@@ -126,7 +126,7 @@ def reward_fence(name: str, func: Callable[..., Any], base_dir: str | Path, limi
     """The fence around calls of reward function `name`. Yields its label (`rewards.py (calling rewards.f)`) and how
     long the caller's own wait may last: `limit` in-process, longer where a supervisor stops the call at `limit`."""
     base = str(Path(base_dir).resolve())
-    code = getattr(func, "__code__", None) or getattr(getattr(func, "__call__", None), "__code__", None)
+    code = getattr(func, "__code__", None) or getattr(getattr(func, "__call__", None), "__code__", None)  # noqa: B004 (its code object: a callable instance's method)
     where = code.co_filename if code is not None else None
     label = f"{(os.path.relpath(where, base) if where and where.startswith(base) else where) or name} (calling {name})"
     with _fence.user_code(label, limit, key=_call_key(name, base)):
@@ -373,7 +373,7 @@ def is_async(func: Callable[..., Any]) -> bool:
 
     while isinstance(func, functools.partial):
         func = func.func
-    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))  # noqa: B004 (an async __call__)
 
 
 # -- one call: the checks and the message ----------------------------------------------------------------------------

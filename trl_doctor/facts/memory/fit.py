@@ -214,7 +214,7 @@ def colocate_kv_room(ctx, plan, training: list[dict]) -> tuple[str, str, dict[st
         what = (f"at most {gib(room)} GiB is left for the KV cache (less once vLLM profiles its activations), "
                 f"below the {gib(needed)} GiB one sequence of max_model_len {model_len:,} needs")
     fitting = int(room / kv_per_token) if room > 0 else 0
-    fix = (f"set vllm_max_model_length to the longest prompt + max_completion_length" +
+    fix = ("set vllm_max_model_length to the longest prompt + max_completion_length" +
            (f" (at most ~{fitting:,} fits)" if fitting else "") + ", or raise vllm_gpu_memory_utilization")
     return "fail", (f"vLLM colocated cannot start: {what}; vLLM stops at start-up (\"To serve at least one request "
                     f"with the models's max seq len ({model_len}) ... KV cache is needed, which is larger than the "

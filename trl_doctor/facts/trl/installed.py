@@ -509,7 +509,7 @@ def trainer_takes_peft(trainer: str) -> bool | None:
 def _functions(text: str):
     """(name, body, line) of every top-level function of a module's source."""
     starts = [m for m in re.finditer(r"^def (\w+)\(", text, re.M)]
-    for i, m in enumerate(starts):
+    for m in starts:
         end = re.compile(r"^[^\s)#]", re.M).search(text, m.end())  # the next top-level statement
         stop = end.start() if end else len(text)
         yield m.group(1), text[m.start():stop], _line(text, m.start())

@@ -16,7 +16,7 @@ import json
 import xml.etree.ElementTree as ET
 
 from trl_doctor.report.formats import guard, render
-from trl_doctor.report.formats._safe import for_terminal, visible, xml_text
+from trl_doctor.report.formats._safe import for_terminal, xml_text
 
 STATUSES = ("pass", "warn", "fail", "skip", "error")
 

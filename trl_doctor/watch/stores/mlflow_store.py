@@ -157,7 +157,7 @@ class MlflowStore(Store):
         summary: dict = {}
         # the first value at a step: the log's. The job's summary logs epoch again at the last step, often in the
         # same millisecond and stored out of order: of two values then, the log's epoch is the smaller
-        for key, timestamp, value, step in sorted(points, key=lambda p: (p[0], p[1], p[2])):
+        for key, _timestamp, value, step in sorted(points, key=lambda p: (p[0], p[1], p[2])):
             if key.startswith(("profiling/", "system/")):
                 continue
             if key in SUMMARY:
