@@ -31,4 +31,4 @@ def test_the_readme_links_every_page_of_the_manual_and_stays_short():
     linked = {link.split("#")[0] for link in _links(readme)}
     pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
     assert pages <= linked, pages - linked
-    assert len(readme.read_text().splitlines()) <= 400
+    assert len(readme.read_text().splitlines()) <= 250  # issue 62: the rules one line each, the rest in docs/
