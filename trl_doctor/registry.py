@@ -187,10 +187,42 @@ def _declares_watch(paths, name: str) -> bool:
     return True  # not a plain source file: import it and see
 
 
+def _any_plugin() -> bool:
+    """Whether any installed distribution declares the rules' entry point group: its entry_points.txt read as text
+    (importlib.metadata parses every distribution's: 70 ms of a 0.3 s `--static` with a few hundred installed)."""
+    import os
+    import sys
+
+    marker = f"[{ENTRY_POINT_GROUP}]".encode()
+    for folder in sys.path:
+        if os.path.isfile(folder):  # a zipped egg or wheel on the path: importlib.metadata reads it
+            return True
+        try:
+            entries = list(os.scandir(folder or "."))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith((".dist-info", ".egg-info")):
+                path = os.path.join(entry.path, "entry_points.txt")
+            elif entry.name.endswith(".egg"):
+                path = os.path.join(entry.path, "EGG-INFO", "entry_points.txt")
+            else:
+                continue
+            try:
+                with open(path, "rb") as f:
+                    if marker in f.read():
+                        return True
+            except OSError:
+                continue
+    return False
+
+
 def plugin_rules() -> list[Rule]:
+    found: list[Rule] = []
+    if not _any_plugin():
+        return found
     from importlib.metadata import entry_points
 
-    found: list[Rule] = []
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         dist = getattr(getattr(ep, "dist", None), "name", None) or ep.value
         try:
