@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import signal
 import threading
+from types import FrameType
+from typing import Any, Callable
 
 SIGNAL = getattr(signal, "SIGUSR2", None)
 RESEND_S = 1.0  # how often an ignored interruption is repeated
@@ -50,7 +52,7 @@ class deadline:
         self._armed = False
         self._done = threading.Event()
         self._watchdog: threading.Thread | None = None
-        self._previous = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
 
     def __enter__(self) -> "deadline":
         if SIGNAL is None or not on_main_thread() or self.seconds <= 0:
@@ -68,6 +70,7 @@ class deadline:
         self._armed = False
         self._done.set()
         self._watchdog.join()
+        assert SIGNAL is not None  # a watchdog starts only with a signal to send
         # the watchdog has ended, so every signal it sent is already delivered: `_handler` (a no-op now) takes it
         # before the user's handler is back
         if signal.getsignal(SIGNAL) == self._handler:  # a handler the block installed itself is the block's to keep
@@ -86,6 +89,7 @@ class deadline:
             return
         self.expired = True
         main = threading.main_thread().ident
+        assert main is not None and SIGNAL is not None  # the main thread runs; a watchdog starts only with a signal
         while self._armed:
             signal.pthread_kill(main, SIGNAL)
             if self._done.wait(RESEND_S):

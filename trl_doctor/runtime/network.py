@@ -28,6 +28,7 @@ import socket
 import sys
 import unicodedata
 from dataclasses import dataclass
+from types import FrameType
 from urllib.parse import urlsplit
 
 WILDCARDS = ("", "0.0.0.0", "::")  # a client given these connects to this machine
@@ -307,7 +308,7 @@ def _caller() -> str:
     import sysconfig
 
     skip = tuple(p for p in {sysconfig.get_paths().get("stdlib"), os.path.dirname(__file__)} if p)
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
         if not path.startswith(skip) and not path.startswith("<"):

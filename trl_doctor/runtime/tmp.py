@@ -69,7 +69,7 @@ def sweep(root: Path | None = None) -> list[Path]:
     """Remove the `trl-doctor-*` folders of checks whose process is gone (their tagged processes ended first); the
     folders removed."""
     root = Path(root or tempfile.gettempdir())
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = [p for p in root.iterdir() if p.name.startswith(PREFIX)]
     except OSError:

@@ -25,7 +25,7 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ENV = "TRL_DOCTOR_FORKSERVER"
 PRELOAD = ("torch", "transformers", "trl", "datasets")
@@ -103,7 +103,8 @@ class _Handle:
             except socket.timeout:
                 import subprocess
 
-                raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout) from None
+                # socket.timeout comes only with a timeout set
+                raise subprocess.TimeoutExpired(f"forked worker {self.pid}", cast(float, timeout)) from None
             finally:
                 self._settle()
         return self.returncode if self.returncode is not None else -9

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 GUARD_POLL_S = 0.05
 JOB_CONTROL = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
@@ -55,7 +55,7 @@ while os.getppid() == pid:
         os.kill(pid, signal.SIGCONT)
 """
 
-_state = {"stops": 0, "paused": False, "guard": None, "resumed_at": 0.0}
+_state: dict[str, Any] = {"stops": 0, "paused": False, "guard": None, "resumed_at": 0.0}
 
 
 def stops() -> int:
@@ -84,6 +84,7 @@ def _on_continue(signum, frame) -> None:
 def _tell(guard: subprocess.Popen | None, what: bytes) -> None:
     try:
         if guard is not None:
+            assert guard.stdin is not None  # started with stdin=PIPE
             guard.stdin.write(what)
             guard.stdin.flush()
     except OSError:
@@ -128,6 +129,7 @@ def guarded() -> Iterator[None]:
         guard = subprocess.Popen([sys.executable, "-S", "-c", _GUARD, str(os.getpid()), str(GUARD_POLL_S)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                  start_new_session=True, close_fds=True)
+        assert guard.stdout is not None  # stdout=PIPE
         os.set_blocking(guard.stdout.fileno(), False)
     except OSError:
         guard = None
@@ -137,6 +139,7 @@ def guarded() -> Iterator[None]:
     finally:
         _state["guard"] = None
         if guard is not None:
+            assert guard.stdin is not None and guard.stdout is not None  # both PIPE
             try:
                 guard.stdin.close()  # end of file: it exits
             except OSError:

@@ -191,7 +191,7 @@ def start_worker(request: Request, log_path: Path, folder: "_tmp.CheckFolder | N
     env = worker_environment(folder)
     try:
         with open(log_path, "ab") as log:
-            proc = _forkserver.spawn(request, write_end, log.fileno(), env)
+            proc: Any = _forkserver.spawn(request, write_end, log.fileno(), env)  # a Popen, or the handle (see Worker)
             if proc is None:
                 env.update({CHANNEL_ENV: str(write_end), "PYTHONUNBUFFERED": "1"})
                 proc = subprocess.Popen(safe_python("trl_doctor.worker.main"), stdin=subprocess.PIPE, stdout=log,
@@ -534,7 +534,7 @@ def _stopped_run(run: _Run, code: int, worker: Worker) -> dict:
 def _fenced(rule, fence: _Fence, cause: str, worker: Worker) -> Result:
     """The rule's result when the user's code it ran ended the worker (or was stopped at its limit)."""
     tail = _tail(worker.log_path, fence.log_offset, FENCE_TAIL_LINES).splitlines()  # a crash's Python stack too
-    details = {"user code": fence.what, "log_tail": "\n".join(x for x in tail if not x.startswith("Extension modules:")),
+    details: dict[str, Any] = {"user code": fence.what, "log_tail": "\n".join(x for x in tail if not x.startswith("Extension modules:")),
                "next": "the rules after this one ran in a fresh worker, which does not run this code again"}
     if worker.ended:
         details["processes ended with the worker"] = worker.ended
@@ -543,7 +543,7 @@ def _fenced(rule, fence: _Fence, cause: str, worker: Worker) -> Result:
 
 
 def _died(rule, code: int | None, worker: Worker | None, message: str) -> Result:
-    details = {"log_tail": _tail(worker.log_path, 0)} if worker is not None else {}
+    details: dict[str, Any] = {"log_tail": _tail(worker.log_path, 0)} if worker is not None else {}
     if worker is not None and worker.ended:
         details["processes ended with the worker"] = worker.ended
     return Result(rule.id, rule.slug, rule.title, Status.ERROR, message, details, None, 0.0)
