@@ -57,6 +57,7 @@ def refusal(exc: BaseException):
     frame = last.tb_frame if last is not None else None
     if frame is None or not _trl_init(frame.f_code):
         return None
+    assert last is not None  # the frame is its
     words = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
     return frame, words, f"trl/{TRAINER_FILE}:{last.tb_lineno}"
 

@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+from types import FrameType
 
 CHANNEL_ENV = "TRL_DOCTOR_CHILD_CHANNEL"  # the folder reports go to; the scout is on while it is set
 OPTIONS_ENV = "TRL_DOCTOR_CHILD_OPTIONS"  # {"load_weights", "has_cuda", "trust_remote_code"}
@@ -118,7 +119,7 @@ def _library(path: str) -> bool:
 
 def _caller(skip: int = 2) -> list | None:
     """The innermost frame outside the libraries (the line that built the trainer, or stepped)."""
-    frame = sys._getframe(skip)
+    frame: FrameType | None = sys._getframe(skip)
     first = None
     while frame is not None:
         name = frame.f_code.co_filename

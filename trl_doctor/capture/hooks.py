@@ -195,7 +195,7 @@ def _bypassed_arguments(parent: type, trainer: Any, arguments: dict[str, Any], b
     it resolved them to, its datasets are the ones it prepared."""
     out = dict(arguments)
     try:
-        params = [p for p in inspect.signature(parent.__init__).parameters if p != "self"]
+        params = [p for p in inspect.signature(parent.__init__).parameters if p != "self"]  # type: ignore[misc]  # the class's own
     except (TypeError, ValueError):
         params = []
     params = list(dict.fromkeys([*params, *_TRAINER_HOLDS]))  # a framework may have deleted the parent's __init__
@@ -253,16 +253,16 @@ class Hooks:
     def __enter__(self) -> "Hooks":
         self._checked = trainer_classes()
         for cls, kind in self._checked.items():
-            self._patch(cls, "__init__", self._trainer_init(cls.__init__, kind))
+            self._patch(cls, "__init__", self._trainer_init(cls.__init__, kind))  # type: ignore[misc]  # patching TRL's
         for cls in config_classes():
-            self._patch(cls, "__init__", self._config_init(cls.__init__))
+            self._patch(cls, "__init__", self._config_init(cls.__init__))  # type: ignore[misc]  # patching TRL's
         from transformers import PreTrainedModel, Trainer, TrainingArguments
 
         # any other trainer (TRL's SFT or OnlineDPO, a Trainer subclass of the script's own that copies GRPO) reaches
         # transformers' constructor: the script stops there too, never in its training loop (kind None: unchecked)
         self._patch(Trainer, "__init__", self._trainer_init(Trainer.__init__, None))
         self._patch(TrainingArguments, "__post_init__", self._post_init(TrainingArguments.__post_init__))
-        parser = _trl_parser_class()
+        parser: Any = _trl_parser_class()  # TRL's TrlParser, read by name
         if parser is not None and "parse_args_and_config" in vars(parser):
             self._patch(parser, "parse_args_and_config", self._parse_args_and_config(parser.parse_args_and_config))
         if not self.load_weights:
@@ -308,7 +308,7 @@ class Hooks:
         def parse_args_and_config(parser_self, *args: Any, **kwargs: Any) -> Any:
             try:
                 keeps_rest = bool(signature.bind(parser_self, *args, **kwargs).arguments.get("return_remaining_strings"))
-                types = [t for t in getattr(parser_self, "dataclass_types", ()) if dataclasses.is_dataclass(t)]
+                types: list[Any] = [t for t in getattr(parser_self, "dataclass_types", ()) if dataclasses.is_dataclass(t)]
             except TypeError:
                 keeps_rest, types = True, []
             if types and not keeps_rest:

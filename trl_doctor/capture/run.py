@@ -17,7 +17,7 @@ import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from trl_doctor.errors import InputError
 from . import relaunch, world
@@ -67,7 +67,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
     `asked_processes` is --num-processes; `launch_gpus` the launch machine's GPUs (--target's, else this machine's):
     with them the script runs as rank 0 of the launch's processes (see world.py)."""
     recorder = Recorder()
-    seen: dict[str, Launched] = {}
+    seen: dict[str, Any] = {}  # "launched": Launched, "children": Children, "relaunched": list[str], ...
 
     hooks = Hooks(recorder, load_weights=load_weights, has_cuda=has_cuda, trust_remote_code=trust_remote_code)
 
@@ -95,6 +95,7 @@ def capture(command: LaunchCommand, *, timeout: float, load_weights: bool, has_c
     except TrainerBuilt:
         launched = seen["launched"]
         if recorder.built not in (None, "train"):
+            assert recorder.trainer_cls is not None  # recorded before its construction ran
             launched.notes.append(f"{recorder.trainer_cls.__qualname__}'s construction raised {recorder.built} here "
                                   "(its model is on the meta device unless --load-weights): it is judged on what it "
                                   "was given")
@@ -160,7 +161,7 @@ def _when(exc: BaseException, recorder: Recorder) -> str:
 _META = re.compile(r"\bmeta\b")  # the word, not "metadata"
 
 
-def _meta_weights(exc: BaseException) -> bool:
+def _meta_weights(exc: BaseException | None) -> bool:
     """Whether an error is the capture's own making: a script that runs its model (generate, a pipeline) before any
     trainer meets weights the capture left on the meta device. torch says so in words ("Cannot copy out of meta
     tensor; no data!"), or not (transformers 4.48's generate under autocast: "unsupported scalarType"); then a frame
@@ -371,7 +372,7 @@ def _at_world(launched: Launched, n: int, why_not: str | None) -> None:
 _NO_GPU = re.compile(r"accelerator device|cuda|nccl|no gpu|gpus? (are|is) (not )?available", re.I)
 
 
-def _lacks_gpu(exc: BaseException) -> str | None:
+def _lacks_gpu(exc: BaseException | None) -> str | None:
     """The error (or the one a CLI caught before exiting) when it is this machine's missing GPU, in words."""
     seen = 0
     while exc is not None and seen < 6:
@@ -451,7 +452,7 @@ def _run_script(launched: Launched) -> None:
         import importlib
 
         sys.argv[:] = [launched.command_name, *launched.args]
-        target = importlib.import_module(launched.module)
+        target: Any = importlib.import_module(cast(str, launched.module))  # a console script's module, then its function
         for part in (launched.entry or "").split(".") if launched.entry else ():
             target = getattr(target, part)
         if launched.entry:

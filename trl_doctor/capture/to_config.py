@@ -63,9 +63,9 @@ def to_config(captured: Captured) -> tuple[DoctorConfig, Live]:
     for key, names in (("reward_model_path", ("reward_model",)), ("value_model_path", ("value_model",)),
                        ("sft_model_path", _REF_KEYWORDS)):
         given = _first(arguments, names)
-        path = _model_path(given)
-        if path is not None:
-            raw[key] = local_path(path, cwd)
+        given_path = _model_path(given)
+        if given_path is not None:
+            raw[key] = local_path(given_path, cwd)
             if key != "sft_model_path" and not isinstance(given, (str, os.PathLike)):
                 aux_models[key] = _aux_model(given)
     raw.update(_peft_keys(arguments.get("peft_config"), model))
@@ -156,8 +156,8 @@ def _not_derived(cls: type, keys: dict[str, Any], world: int = 1) -> dict[str, A
 def _differs(value: Any, f: dataclasses.Field) -> bool:
     if f.default is not dataclasses.MISSING:
         default = f.default
-    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        default = f.default_factory()  # type: ignore[misc]
+    elif f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
     else:
         return True
     try:
@@ -285,6 +285,7 @@ _LORA_KINDS = ("LORA",)  # PEFT kinds TRL's lora_* keys describe (ModelConfig bu
 def _peft_keys(peft_config: Any, model: Any) -> dict[str, Any]:
     """A PEFT config (given, or already applied to the model) as TRL's `use_peft` / `lora_*` keys, with its kind
     (`peft_type`: LORA, PROMPT_TUNING, ...): the keys describe a LoRA; another kind has only its kind and task."""
+    holder: Any
     for holder in (model, getattr(model, "pretrained_model", None)):  # a value-head model wraps the PEFT one
         if peft_config is None and hasattr(holder, "peft_config") and isinstance(holder.peft_config, dict):
             peft_config = next(iter(holder.peft_config.values()), None)
@@ -347,7 +348,7 @@ MODEL_LOAD_KEYS = ("attn_implementation", "dtype", "torch_dtype", "load_in_4bit"
 def _model_keys(args: list[str], recipe: Path | None, config_fields: set[str]) -> dict[str, tuple[Any, str]]:
     """The model-loading keys the launch sets for TRL's ModelConfig (not fields of the trainer's config): {key:
     (value, where)}, the command line over the recipe, as TRL's parser takes them."""
-    found: dict[str, tuple[Any, str]] = {}
+    found: dict[str, tuple[Any, str] | None] = {}
     if recipe is not None:
         from trl_doctor.context.config import load_raw
 

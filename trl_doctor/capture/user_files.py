@@ -15,6 +15,7 @@ import re
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any, cast
 
 def _library_roots() -> tuple[str, ...]:
     """Where installed packages live: this interpreter's stdlib and site-packages, the user's site-packages, and any
@@ -128,9 +129,10 @@ def _finder_mapping(path: str) -> list[str]:
         return []
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) and node.targets else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and target.id == "MAPPING" and node.value is not None:
+        node_ = cast(Any, node)  # read like `target` above: an Assign's, AnnAssign's or AugAssign's value
+        if isinstance(target, ast.Name) and target.id == "MAPPING" and node_.value is not None:
             try:
-                mapping = ast.literal_eval(node.value)
+                mapping = ast.literal_eval(node_.value)
             except ValueError:
                 return []
             return [str(v) for v in mapping.values()] if isinstance(mapping, dict) else []
