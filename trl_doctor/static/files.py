@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -73,10 +74,46 @@ class Tokenizer:
 
     @cached_property
     def tokenizer_json(self) -> dict | None:
+        """tokenizer.json parsed whole: only where a token is not found in its head and its vocabulary's text."""
         value = self._json("tokenizer.json")
         if value is not None:
             _shaped(self.folder / "tokenizer.json", value, {"model": dict, "added_tokens": list})
         return value
+
+    @cached_property
+    def _parts(self) -> tuple[dict, bytes, int] | None:
+        """(tokenizer.json's keys before `model`, parsed; the file's bytes; where `model`'s object starts in them), or
+        None without the file: a real vocabulary's model is megabytes of JSON (Qwen's: 7 MB, 0.3 s to parse) of which
+        --static needs a token or two, found in its bytes. A file not laid out as the tokenizers library writes it (an
+        object whose last key is `model`, an object) is parsed whole."""
+        path = self.folder / "tokenizer.json"
+        if self.confine is not None:
+            self.confine.check(path)
+        if not path.is_file() and not os.path.lexists(path):
+            return None
+        from trl_doctor.context.inputs import read_bounded
+
+        data = read_bounded(path, "tokenizer", MAX_JSON_BYTES, UNDER_STATIC)
+        found = _split_model(data)
+        if found is None:  # the whole file, with its errors named as a parse names them
+            whole = self.tokenizer_json
+            return ({k: v for k, v in whole.items() if k != "model"}, b"", 0) if whole is not None else None
+        head, at = found
+        _shaped(path, head, {"added_tokens": list})
+        return head, data, at
+
+    @cached_property
+    def _vocab_span(self) -> tuple[int, int] | None:
+        """Where tokenizer.json's model.vocab object (a BPE or WordPiece dict) lies in its bytes, or None."""
+        parts = self._parts
+        if parts is None or not parts[1]:
+            return None
+        _, data, at = parts
+        start = _VOCAB.search(data, at)
+        if start is None:
+            return None
+        end = _MERGES.search(data, start.end())
+        return start.end(), end.start() if end else len(data)
 
     def token(self, role: str) -> str | None:
         """`pad_token`, `eos_token`, ...: tokenizer_config.json's, else special_tokens_map.json's."""
@@ -87,7 +124,8 @@ class Tokenizer:
         """Added tokens: content -> (id, special), from tokenizer.json and tokenizer_config.json."""
         out: dict[str, tuple[int, bool]] = {}
         _shaped(self.folder / "tokenizer_config.json", self.config, {"added_tokens_decoder": dict})
-        for entry in (self.tokenizer_json or {}).get("added_tokens") or []:
+        head = self._parts[0] if self._parts is not None else {}
+        for entry in head.get("added_tokens") or []:
             if isinstance(entry, dict) and isinstance(entry.get("content"), str) and isinstance(entry.get("id"), int):
                 out[entry["content"]] = (entry["id"], bool(entry.get("special")))
         for tid, entry in (self.config.get("added_tokens_decoder") or {}).items():
@@ -109,19 +147,31 @@ class Tokenizer:
     @property
     def readable(self) -> bool:
         """Whether token ids can be read from the files (tokenizer.json, or added tokens in tokenizer_config.json)."""
-        return self.vocab is not None or bool(self.added)
+        return self._vocab_span is not None or bool(self.added) or self.vocab is not None
 
     def id_of(self, token: str | None) -> int | None:
         if token is None:
             return None
         if token in self.added:
             return self.added[token][0]
+        span = self._vocab_span
+        if span is not None and self._parts is not None:  # `"token": id` in the vocabulary's bytes, as written
+            key = re.escape(json.dumps(token, ensure_ascii=False).encode("utf-8"))
+            found = re.compile(key + rb"\s*:\s*(\d+)\s*[,}]").search(self._parts[1], *span)
+            if found:
+                return int(found.group(1))
         return (self.vocab or {}).get(token)
 
     def name_of(self, token_id: int) -> str | None:
         for name, (tid, _) in self.added.items():
             if tid == token_id:
                 return name
+        span = self._vocab_span
+        if span is not None and self._parts is not None:
+            number = str(int(token_id)).encode()
+            found = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*' + number + rb"\s*[,}]").search(self._parts[1], *span)
+            if found:
+                return json.loads(b'"' + found.group(1) + b'"')
         return next((name for name, tid in (self.vocab or {}).items() if tid == token_id), None)
 
     @cached_property
@@ -147,6 +197,67 @@ class Tokenizer:
             if value is not None:
                 return value, str(self.folder / name)
         return None, None
+
+
+_VOCAB = re.compile(rb'"vocab"\s*:\s*\{')
+_MERGES = re.compile(rb'"merges"\s*:')
+_SPACE = b" \t\r\n"
+
+
+def _split_model(data: bytes) -> tuple[dict, int] | None:
+    """(the top-level keys before `model`, parsed; where `model`'s object starts in `data`), where tokenizer.json is
+    laid out as the tokenizers library writes it (an object whose last key is `model`, an object, to the file's end);
+    None otherwise, or where the part before `model` is not valid JSON (the whole file's parse then names the fault).
+    Only the part before `model` is decoded."""
+    end = len(data.rstrip(_SPACE))
+    if data[end - 1:end] != b"}":
+        return None
+    at = data.find(b'"model"')
+    while at >= 0:  # the first `"model"` that is the top-level key (a token's text may hold the word)
+        try:
+            head = _split_head(data[:at].decode("utf-8") + '"model":')
+        except UnicodeDecodeError:
+            return None
+        if head is not None:
+            start = data.find(b":", at + 7) + 1
+            while start < len(data) and data[start] in _SPACE:
+                start += 1
+            return (head, start) if data.startswith(b"{", start) else None
+        at = data.find(b'"model"', at + 1)
+    return None
+
+
+def _split_head(text: str) -> dict | None:
+    """The keys of a JSON object's text that ends at its `"model":` key, or None where it does not parse so."""
+    decoder = json.JSONDecoder()
+    pos = _skip(text, 0)
+    if not text.startswith("{", pos):
+        return None
+    pos, head = _skip(text, pos + 1), {}
+    try:
+        while text.startswith('"', pos):
+            key, pos = decoder.raw_decode(text, pos)
+            pos = _skip(text, pos)
+            if not text.startswith(":", pos):
+                return None
+            pos = _skip(text, pos + 1)
+            if key == "model":
+                return head if pos == len(text) else None
+            head[key], pos = decoder.raw_decode(text, pos)
+            pos = _skip(text, pos)
+            if text.startswith(",", pos):
+                pos = _skip(text, pos + 1)
+            elif not text.startswith('"', pos):
+                return None
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
 
 
 def _default_template(path: Path, value: Any) -> str | None:
