@@ -402,11 +402,13 @@ def raised_info(exc: BaseException, skip_files: tuple[str, ...] = ()) -> dict[st
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename not in skip_files]
     where = frames[-1] if frames else None
     error = f"{type(exc).__name__}: {exc}"
-    chain, seen = [], set()  # the messages it was raised from too: what the doctor's own calling caused shows there
-    while exc is not None and id(exc) not in seen and len(chain) < 5:
-        seen.add(id(exc))
-        chain.append(str(exc))
-        exc = exc.__cause__ or exc.__context__
+    chain: list[str] = []  # the messages it was raised from too: what the doctor's own calling caused shows there
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen and len(chain) < 5:
+        seen.add(id(link))
+        chain.append(str(link))
+        link = link.__cause__ or link.__context__
     return {
         "error": error,
         "where": f"{where.filename}:{where.lineno}" if where else "?",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from trl_doctor.runtime import fence as _fence
 from trl_doctor.cache import fact
@@ -221,12 +221,13 @@ def _exact_rows(texts: list[str | None]) -> set[int]:
     """Rows to tokenize: all of them within CHAR_BUDGET; else the LONGEST_EXACT longest by characters and evenly
     spaced others up to the budget."""
     present = [i for i, t in enumerate(texts) if t is not None]
-    if sum(len(texts[i]) for i in present) <= CHAR_BUDGET:
+    text = cast("list[str]", texts)  # read at the present rows only
+    if sum(len(text[i]) for i in present) <= CHAR_BUDGET:
         return set(present)
-    longest = sorted(present, key=lambda i: -len(texts[i]))[:LONGEST_EXACT]
-    keep, used = set(longest), sum(len(texts[i]) for i in longest)
+    longest = sorted(present, key=lambda i: -len(text[i]))[:LONGEST_EXACT]
+    keep, used = set(longest), sum(len(text[i]) for i in longest)
     rest = [i for i in present if i not in keep]
-    room = max(0, CHAR_BUDGET - used) * len(rest) // max(1, sum(len(texts[i]) for i in rest))
+    room = max(0, CHAR_BUDGET - used) * len(rest) // max(1, sum(len(text[i]) for i in rest))
     keep.update(rest[j] for j in sample_indices(len(rest), room))
     return keep
 
@@ -322,10 +323,11 @@ def prompt_lengths(ctx) -> dict[str, Any]:
                 lengths[i], heads[i] = len(ids), list(ids[:2])
         rest = [i for i in group if i not in exact]
         if rest:  # over the budget: tokens from characters at the ratio of the tokenized rows, first ids from a prefix
-            ratio = sum(lengths[i] for i in pick) / max(1, sum(len(texts[i]) for i in pick))
-            encoded = tok([texts[i][:HEAD_CHARS] for i in rest], add_special_tokens=special)["input_ids"]
+            text = cast("list[str]", texts)  # the group's rows have text; `pick`'s have lengths
+            ratio = sum(cast(int, lengths[i]) for i in pick) / max(1, sum(len(text[i]) for i in pick))
+            encoded = tok([text[i][:HEAD_CHARS] for i in rest], add_special_tokens=special)["input_ids"]
             for i, ids in zip(rest, encoded):
-                lengths[i], heads[i] = max(len(ids), round(len(texts[i]) * ratio)), list(ids[:2])
+                lengths[i], heads[i] = max(len(ids), round(len(text[i]) * ratio)), list(ids[:2])
             out["estimated"] = out.get("estimated", 0) + len(rest)
     _add_image_tokens(ctx, indices, lengths, out)
     label = measured_label(total, len(indices))

@@ -141,6 +141,8 @@ def scorer_folder(ctx, path: Path) -> ScorerFolder:
         error = None
     except Exception as exc:  # unreadable or remote code: what config.json says as a file
         mcfg, error = None, load_error(exc)
+    n: int | None
+    data: dict | None
     if mcfg is not None:
         archs = list(getattr(mcfg, "architectures", None) or [])
         labels = {str(k): v for k, v in (getattr(mcfg, "id2label", None) or {}).items()}

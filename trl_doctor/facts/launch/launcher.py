@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trl_doctor.cache import fact
 from trl_doctor.context.env import gpus, package_version, torch_cuda_version
@@ -175,6 +175,7 @@ def _machines(ctx, accelerate: AccelerateSettings | None) -> tuple[int, str | No
     if live is not None and (getattr(live, "machines", None) or 1) > 1:
         return live.machines, live.machines_from
     if accelerate is not None and (accelerate.num_machines or 1) > 1:
+        assert accelerate.num_machines is not None  # more than 1
         return accelerate.num_machines, f"num_machines {accelerate.num_machines} in {accelerate.named_by}"
     n = _positive_int(ctx.config.raw.get("num_machines"))
     if n and n > 1:
@@ -354,7 +355,7 @@ def _deepspeed(block: Any, path: Path, base: Path | None) -> DeepSpeedSettings |
         data, why = _load_mapping(found)
         if data is None:
             return DeepSpeedSettings(None, None, None, str(found), why)
-        zero = data.get("zero_optimization") if isinstance(data.get("zero_optimization"), dict) else {}
+        zero = cast(dict, data.get("zero_optimization")) if isinstance(data.get("zero_optimization"), dict) else {}
         return DeepSpeedSettings(zero.get("stage"), _device(zero.get("offload_optimizer")), _device(zero.get("offload_param")),
                                  str(found))
     return DeepSpeedSettings(block.get("zero_stage"), _text(block.get("offload_optimizer_device")),
@@ -450,7 +451,7 @@ def sharding(ctx) -> Sharding:
         else:
             return Sharding("deepspeed", where, unknown=f"deepspeed is {str(ds)[:80]!r}, neither a file nor a mapping",
                             unreadable=True)
-        zero = data.get("zero_optimization") if isinstance(data.get("zero_optimization"), dict) else {}
+        zero = cast(dict, data.get("zero_optimization")) if isinstance(data.get("zero_optimization"), dict) else {}
         return _zero(where, zero.get("stage", 0), _device(zero.get("offload_optimizer")), _device(zero.get("offload_param")))
     fsdp = raw.get("fsdp")
     if fsdp:

@@ -128,6 +128,7 @@ def judge_memory(plan, training: list[dict], shard, processes: int,
         margin = free - est.total_bytes
         if worst is None or margin < worst[0]:
             worst = (margin, g, est, free, split)
+    assert worst is not None  # `training` is never empty: both callers check
     margin, g, est, free, split = worst
     details = estimate_details(plan, est)
     details["free memory per GPU"] = {f"GPU {x['index']}": f"{gib(x.get('memory_free_bytes', x['memory_free_mib'] * 2**20))} GiB"

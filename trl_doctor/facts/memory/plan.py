@@ -6,7 +6,7 @@ here."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from trl_doctor.facts.memory.estimate import (  # noqa: F401
     CUDA_CONTEXT_BYTES, DEFAULT_PROMPT_LENGTH, GiB, MiB, QUANT_BYTES, Component, Estimate, Plan, estimate,
@@ -88,6 +88,7 @@ def quantization(ctx) -> tuple[str, str] | None:
     """("4bit" or "8bit", where it was read) when the policy loads quantized: TRL's `load_in_4bit` / `load_in_8bit`
     keys, a `quantization_config` in `model_init_kwargs` (a recipe's, or what the script passed to from_pretrained or
     to the trainer), or the checkpoint's own config.json `quantization_config` (a pre-quantized model); else None."""
+    kind: str | None
     for key, kind in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
         if config_value(ctx, key, False):
             return kind, f"{key}: true"
@@ -183,6 +184,7 @@ def logits_path(ctx, model) -> dict:
         return {"fused": True, "keeps": True, "tile": tile,
                 "words": f"{reading.source} scores completions through TRL's fused LM head, in {tile[0]} × {tile[1]} tiles"}
     kwarg = reading.keep_kwarg
+    accepted: Mapping[str, Any]
     try:
         accepted = inspect.signature(type(model).forward).parameters
     except (TypeError, ValueError):
@@ -359,9 +361,9 @@ def _vision_tower(ctx, mcfg, use_peft: bool, notes: list, labels: list) -> dict:
         notes.append("vision tower: frozen under LoRA, so it keeps no activations for backward")
         return {}
     merge = int(getattr(vision, "spatial_merge_size", 1) or 1)
-    width = getattr(vision, "embed_dim", None) or getattr(vision, "hidden_size", 0)
-    layers = getattr(vision, "depth", None) or getattr(vision, "num_hidden_layers", 0)
-    inner = getattr(vision, "intermediate_size", None) or int(width * float(getattr(vision, "mlp_ratio", 4) or 4))
+    width: Any = getattr(vision, "embed_dim", None) or getattr(vision, "hidden_size", 0)
+    layers: Any = getattr(vision, "depth", None) or getattr(vision, "num_hidden_layers", 0)
+    inner: Any = getattr(vision, "intermediate_size", None) or int(width * float(getattr(vision, "mlp_ratio", 4) or 4))
     patches = int(images["max_per_row"]) * merge * merge
     labels.append(("image patches per sequence", f"{patches:,} (the measured rows' most image tokens, "
                                                   f"{images['max_per_row']:,}, × {merge}² merged patches each)"))
@@ -391,6 +393,7 @@ def sharded(est: Estimate, plan: Plan, sharding, processes: int, gather_for_gene
     s = sharding
     comps = []
     opt_label = _optimizer_label_of(est)
+    new: float
     for c in est.components:
         new, how = c.bytes, c.how
         if c.name == opt_label and s.backend == "deepspeed" and plan.param_bytes == 2 and not plan.peft_params \

@@ -17,7 +17,7 @@ import os
 import time
 import traceback
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from trl_doctor.facts.trainer_run.protocol import Progress, Spec, Stage
 
@@ -271,8 +271,8 @@ def load_real_model(plan: dict, device: str):
     from transformers import AutoModelForCausalLM
 
     # safetensors only: from_pretrained refuses the pickle files (.bin) rather than falling back to them
-    model = AutoModelForCausalLM.from_pretrained(plan["model_path"], local_files_only=True, use_safetensors=True,
-                                                 **(plan.get("model_kwargs") or {}))
+    model: Any = AutoModelForCausalLM.from_pretrained(plan["model_path"], local_files_only=True, use_safetensors=True,
+                                                      **(plan.get("model_kwargs") or {}))
     if device == "cpu":
         model = model.float()
     return model.to(device).eval()
@@ -383,7 +383,7 @@ def _is_zero(std: float) -> bool:
     return abs(std) <= 1e-8  # TRL's frac_reward_zero_std: torch.isclose(std, 0), absolute tolerance 1e-8
 
 
-def _config_kwargs(config_cls, spec: dict) -> dict:
+def _config_kwargs(config_cls, spec: Spec) -> dict:
     import dataclasses
 
     fields = {f.name for f in dataclasses.fields(config_cls) if f.init}
@@ -403,7 +403,7 @@ def _ppo_style(trainer_cls) -> bool:
     return "reward_funcs" not in inspect.signature(trainer_cls.__init__).parameters
 
 
-def _peft_config(spec: dict):
+def _peft_config(spec: Spec):
     """The PEFT config the script passed (a copy of its own object, whatever its kind), else the one `trl <trainer>
     --config` builds from the ModelConfig keys (use_peft, lora_r, ...)."""
     import copy
@@ -579,7 +579,7 @@ def _prompt_ids(tokenizer, row: dict) -> list[int]:
     return tokenizer(prompt, padding=False)["input_ids"]
 
 
-def _aux_model_path(path: str, spec: dict) -> str:
+def _aux_model_path(path: str, spec: Spec) -> str:
     """A reward or value model for the step: the checkpoint itself with the real model, or its miniature
     twin (same class, vocabulary, score-head rows and special ids) saved beside the policy's twin."""
     if not spec.twin_aux:
@@ -628,7 +628,7 @@ def _aux_twin(small, path: str):
     return AutoModelForSequenceClassification.from_config(small)
 
 
-def _model_info(policy, spec: dict) -> dict:
+def _model_info(policy, spec: Spec) -> dict:
     total = sum(p.numel() for p in policy.parameters())
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     dtype = str(next(policy.parameters()).dtype).replace("torch.", "")
@@ -695,7 +695,7 @@ def probe_logits(trainer, model, tokenizer) -> dict:
     device = next(model.parameters()).device
     input_ids = input_ids.to(device)
     attention_mask = torch.ones_like(input_ids)
-    seen = {"call_kwargs": None, "vocab_positions": []}
+    seen: dict[str, Any] = {"call_kwargs": None, "vocab_positions": []}
 
     def pre_hook(module, args, kwargs):
         if seen["call_kwargs"] is None:
@@ -835,7 +835,7 @@ def _recorded_object(obj, before, raised, after):
         async def __call__(self, *args, **kwargs):
             return await coro(*args, **kwargs)
     else:
-        def __call__(self, *args, **kwargs):
+        def __call__(self, *args, **kwargs):  # type: ignore[misc]  # async exactly where the user's is
             return sync(*args, **kwargs)
     __call__.__signature__ = _signature_of(obj)
     cls = type(type(obj).__name__, (), {"__call__": __call__, "__module__": type(obj).__module__,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from trl_doctor.cache import fact
 from trl_doctor.protocol import TrainerRun, TrainerRunEnd, TrainerStage
@@ -450,7 +451,7 @@ def _sample_plan(ctx, n: int, why: str) -> dict:
     generation.update({k: getattr(cfg, k) for k in GENERATION_KEYS if hasattr(cfg, k)})
     generation.update(getattr(cfg, "generation_kwargs", None) or {})
     raw = ctx.config.raw
-    model_kwargs = {}
+    model_kwargs: dict[str, Any] = {}
     if ctx.device == "cuda":  # as the job loads it; on the CPU in fp32 (bf16 matmuls there are slow or missing)
         model_kwargs = raw.get("model_init_kwargs") or {k: raw[k] for k in ("dtype", "torch_dtype", "attn_implementation")
                                                            if raw.get(k) is not None}

@@ -61,6 +61,7 @@ def _find(pattern: str, files: tuple[str, ...]) -> tuple[re.Match, Evidence] | N
         text = _text(rel)
         m = re.search(pattern, text) if text else None
         if m is not None:
+            assert text is not None  # searched
             return m, _evidence(rel, text, m.start())
     return None
 
@@ -80,6 +81,7 @@ def attention_kernel() -> tuple[str, Evidence] | None:
         text = _text(rel)
         for m in _KERNEL_RE.finditer(text or ""):
             if "aiter" not in m.group(1):  # AMD's (torch.version.hip)
+                assert text is not None  # a match was found in it
                 return m.group(1), _evidence(rel, text, m.start())
     return None
 

@@ -153,7 +153,7 @@ def ppo_v1(ctx) -> str | None:
     if own is None:
         return None
     try:
-        params = inspect.signature(own.__init__).parameters
+        params = inspect.signature(own.__init__).parameters  # type: ignore[misc]  # the TRL class's own, read
     except (TypeError, ValueError):
         return None
     if "config" not in params or "args" in params:

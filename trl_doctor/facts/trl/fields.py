@@ -14,7 +14,7 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 OUT = Path(__file__).resolve().parents[2] / "data" / "trl_fields.json"
 TRAINER_CONFIG = {"grpo": "GRPOConfig", "rloo": "RLOOConfig", "ppo": "PPOConfig"}
@@ -76,7 +76,7 @@ def _default(value: ast.expr | None) -> dict:
         return {"required": True}
     if isinstance(value, ast.Call) and _base_name(value.func) == "field":
         kw = {k.arg: k.value for k in value.keywords}
-        extra = {"init": False} if isinstance(kw.get("init"), ast.Constant) and kw["init"].value is False else {}
+        extra = {"init": False} if isinstance(kw.get("init"), ast.Constant) and cast(ast.Constant, kw["init"]).value is False else {}
         if "default" in kw:
             return {**_literal(kw["default"]), **extra}
         if "default_factory" in kw:

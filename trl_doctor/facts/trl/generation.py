@@ -112,7 +112,7 @@ def trainer_generation_config(trainer: str, cfg, tok) -> TrainerGenerationConfig
         break
     else:
         return None
-    exprs: dict[str, ast.AST] = {}
+    exprs: dict[str, ast.expr] = {}
     update_from_config = False
     for kw in call.keywords:
         if kw.arg is not None:
@@ -204,7 +204,7 @@ def effective_generation(ctx, trainer_kwargs: dict, use_override: bool) -> Effec
     prepare = getattr(model, "_prepare_generation_config", None)
     if prepare is None:
         return None
-    override = None
+    override: Any = None
     if use_override:
         try:
             from trl.models.utils import _override_model_generation_config as override

@@ -19,7 +19,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 from trl_doctor.cache import fact
 from trl_doctor.facts.trl.installed import TRAINER_CLASS, config_class, trainer_tree, trl_root
@@ -135,7 +135,7 @@ def _config_units(cls) -> Unit | None:
     """The `__post_init__` of the TRL classes in the config class's MRO, each with its parent for super()."""
     import inspect
 
-    found = []
+    found: list[tuple[ast.FunctionDef, str, int]] = []
     for klass in cls.__mro__:
         if "__post_init__" not in vars(klass) or not klass.__module__.startswith("trl"):
             continue
@@ -146,7 +146,7 @@ def _config_units(cls) -> Unit | None:
             file = _rel(inspect.getsourcefile(fn) or "")
         except (OSError, TypeError, SyntaxError):
             continue
-        found.append((tree.body[0], file, start - 1))
+        found.append((cast(ast.FunctionDef, tree.body[0]), file, start - 1))  # the source of a function
     unit = None
     for func, file, offset in reversed(found):  # innermost parent first
         unit = Unit("config", f"{file}:{offset + 1}", _prune(func.body), file, offset, (unit,) if unit else ())
@@ -222,7 +222,7 @@ class Evaluator:
         problems: list[Problem] = []
         for unit in self.reading.units:
             if unit.kind == "config":
-                env = {"self": args}
+                env: dict[str, Any] = {"self": args}
             else:
                 env = {"self": SimpleNamespace(args=args, accelerator=accelerator), "args": args,
                        "accelerator": accelerator}
@@ -364,9 +364,9 @@ def config_values(cls, raw: dict) -> dict:
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
             values[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        elif f.default_factory is not dataclasses.MISSING:
             try:
-                values[f.name] = f.default_factory()  # type: ignore[misc]
+                values[f.name] = f.default_factory()
             except Exception:
                 values[f.name] = None
         else:

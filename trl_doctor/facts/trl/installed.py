@@ -117,8 +117,8 @@ def field_default(cls, key: str, missing=None):
         if f.name == key:
             if f.default is not dataclasses.MISSING:
                 return f.default
-            if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                return f.default_factory()  # type: ignore[misc]
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
     return missing
 
 
@@ -219,6 +219,7 @@ def pad_ids_zeroed(trainer: str) -> str | None:
         text = module_text(rel)
         m = _PAD_TO_ZERO.search(text) if text else None
         if m is not None:
+            assert text is not None  # searched
             return f"trl/{rel}:{_line(text, m.start())}: `{m.group(0)}`"
     return None
 

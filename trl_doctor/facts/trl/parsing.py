@@ -43,7 +43,7 @@ def trl_parser(trainer: str):
         import trl
 
         types = [c for c in (getattr(trl, "ScriptArguments", None), cls, getattr(trl, "ModelConfig", None)) if c]
-        parser_cls = getattr(trl, "TrlParser", None)
+        parser_cls: Any = getattr(trl, "TrlParser", None)
         if parser_cls is None:
             from transformers import HfArgumentParser as parser_cls
         return parser_cls(tuple(types)), f"{parser_cls.__name__}({', '.join(t.__name__ for t in types)})"
@@ -145,7 +145,7 @@ def _takes_none(parser, key: str) -> bool:
 def _scalar_kind(action: argparse.Action) -> type | None:
     """int, float or bool when the argument converts to that scalar (its type may be wrapped, e.g. to accept
     "None"): asked by converting sample strings, as argparse would; None for anything else."""
-    convert = action.type
+    convert: Any = action.type  # a callable, as argparse calls it
     if convert in (int, float):
         return convert
     if convert is None or action.choices:

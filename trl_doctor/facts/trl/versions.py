@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 from trl_doctor.wording import one_line
 
 WATCHED = ("trl", "transformers", "accelerate", "torch", "vllm", "peft", "deepspeed", "datasets")
@@ -394,9 +394,9 @@ def extra_requirement(requires: Iterable[str], extra: str, target: str) -> str |
     from packaging.markers import default_environment
     from packaging.requirements import InvalidRequirement, Requirement
 
-    env = default_environment()
+    env = cast("dict[str, str]", default_environment())  # a TypedDict of str values
     for line in requires:
-        if normalize(_NAME_RE.match(line).group(1) if _NAME_RE.match(line) else "") != normalize(target):
+        if normalize(m.group(1) if (m := _NAME_RE.match(line)) else "") != normalize(target):
             continue
         try:
             req = Requirement(line)

@@ -203,6 +203,7 @@ def prompt_paths(text: str, rel: str) -> tuple[set[str], list[str]]:
     (vLLM renders the chat template and tokenizes)."""
     found: set[str] = set()
     evidence = []
+    m: re.Match[str] | None
     for pattern, kind in (
         (r"[\"']prompt_token_ids[\"']\s*:", "ids"),
         (r"\bvllm_client\.generate\(\s*prompts\s*=\s*\w*prompt_ids\b", "ids"),
@@ -338,12 +339,12 @@ def load_as_vllm(path: Path, trust_remote_code: bool) -> VllmTokenizer:
         # vLLM logs to stdout by default: keep it off the report (json on stdout must stay parseable).
         with contextlib.redirect_stdout(sys.stderr):
             try:
-                from vllm.tokenizers import get_tokenizer as get  # vLLM >= 0.11
+                from vllm.tokenizers import get_tokenizer as get  # type: ignore[no-redef]  # its home in vLLM >= 0.11
 
                 name, new_api = f"vllm.tokenizers.get_tokenizer (vllm {version})", True
             except Exception:
                 try:
-                    from vllm.transformers_utils.tokenizer import get_tokenizer as get  # older vLLM
+                    from vllm.transformers_utils.tokenizer import get_tokenizer as get  # type: ignore[no-redef]  # its home in older vLLM
 
                     name, new_api = f"vllm.transformers_utils.tokenizer.get_tokenizer (vllm {version})", False
                 except Exception as exc:

@@ -21,6 +21,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from trl_doctor.facts.launch.settings import config_value
@@ -141,7 +142,7 @@ class Client:
     adapter_sync: bool  # its construction decides a LoRA's sync from /server_info (TRL's select_adapter_sync)
 
 
-_VLLM_CLIENT = dict(
+_VLLM_CLIENT: dict[str, Any] = dict(
     always_server=None,
     unreached="ConnectionError: The vLLM server can't be reached",
     no_server_info=("has no /server_info, which the installed TRL's client ({where}) asks before the first weight "
@@ -241,6 +242,7 @@ def probe(target: Target, endpoints: ClientEndpoints, timeout: float = REQUEST_T
         health, used = get(target, path, timeout), path
         if health.status != 404:
             break
+    assert health is not None  # paths is never empty
     out = Probe(health, used)
     if health.status is None or health.status >= 400:
         out.elapsed = time.monotonic() - start

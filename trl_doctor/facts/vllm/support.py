@@ -49,6 +49,7 @@ def quantization(raw: dict, model_init_kwargs: Any, model_path: Path | None) -> 
     `load_in_8bit`, which the `trl` scripts turn into a BitsAndBytesConfig), `model_init_kwargs` (its
     `load_in_*` keys or a `quantization_config` mapping), or a checkpoint saved quantized (config.json's
     `quantization_config`)."""
+    kind: str | None
     for key, kind in (("load_in_4bit", "4bit"), ("load_in_8bit", "8bit")):
         if _truthy(raw.get(key)):
             return Quantization(kind, f"`{key}: true`")
@@ -170,12 +171,13 @@ def registry_architectures(text: str) -> frozenset[str]:
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
             node.target if isinstance(node, ast.AnnAssign) else None)
-        if not isinstance(target, ast.Name) or not isinstance(getattr(node, "value", None), ast.Dict):
+        value = getattr(node, "value", None)
+        if not isinstance(target, ast.Name) or not isinstance(value, ast.Dict):
             continue
         if target.id == "_VLLM_MODELS":
-            merged = [v.id for k, v in zip(node.value.keys, node.value.values) if k is None and isinstance(v, ast.Name)]
+            merged = [v.id for k, v in zip(value.keys, value.values) if k is None and isinstance(v, ast.Name)]
         elif target.id.endswith("_MODELS"):
-            dicts[target.id] = node.value
+            dicts[target.id] = value
 
     def keys(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
         node = dicts.get(name)
