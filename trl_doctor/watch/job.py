@@ -93,7 +93,7 @@ class Watcher:
 
             for line in lines:  # wrapped to the terminal (COLUMNS; 80 in a log file), as --follow's lines are
                 print(fitted(line), file=self.stream or sys.stderr, flush=True)
-            if lines or (stop and self.report is not None):
+            if self.report is not None and (lines or stop):  # a trouble before the first report has none to write
                 self._write(args)
         if stop and self.on_fail == "stop" and self.stopped_at is None:
             self.stopped_at = state.global_step
