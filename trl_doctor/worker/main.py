@@ -17,6 +17,7 @@ subreaper of what it starts (trl_doctor.runtime.tree); when it is done it ends e
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Callable
@@ -30,11 +31,16 @@ from trl_doctor.capture.world import NeedsOneProcess
 
 CHANNEL_ENV = "TRL_DOCTOR_CHANNEL_FD"
 CHANNEL_MIN_FD = 10  # the channel's descriptor is moved at least this high: user code that dup2()s onto 3.. misses it
+USER_TRACKER_ENV = "TRL_DOCTOR_USER_TRACKER_ENV"  # the trackers' settings as the user had them (run-phases reads)
+TRACKER_KEYS = ("WANDB_DISABLED", "WANDB_MODE")
 
 
 def quiet(env: dict) -> dict:
     """`env` as a worker runs with it: nothing may be fetched, no tracker may start, and library chatter must
-    not bury the report."""
+    not bury the report. The trackers' own settings it overrides are kept, as the user had them, in
+    USER_TRACKER_ENV (the first quieting records them; a later one keeps that record)."""
+    if USER_TRACKER_ENV not in env:
+        env[USER_TRACKER_ENV] = json.dumps({key: env.get(key) for key in TRACKER_KEYS})
     for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
         env[key] = "1"
     env.update({"WANDB_DISABLED": "true", "WANDB_MODE": "disabled"})
