@@ -200,6 +200,11 @@ def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started:
     }
     if torch.cuda.is_available() and spec.device == "cuda":
         result["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    if spec.rehearse:
+        stage("rehearsal")
+        from trl_doctor.facts.trainer_run.rehearsal import rehearse
+
+        result["rehearsal"] = rehearse(trainer, spec)
     return {**info, "train": result}
 
 

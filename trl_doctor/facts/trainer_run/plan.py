@@ -104,6 +104,19 @@ def trainer_run(ctx) -> RunResult:
 
 
 PRECISION_KEYS = ("bf16", "fp16")
+REHEARSED = ("eval_strategy", "metric_for_best_model", "greater_is_better", "load_best_model_at_end", "save_strategy",
+             "save_only_model", "save_total_limit")
+
+
+def _rehearsal_settings(cfg) -> dict:
+    """The job's own settings for its later phases (facts/trainer_run/rehearsal.py), as plain values."""
+    out = {}
+    for key in REHEARSED:
+        value = getattr(cfg, key, None)
+        value = getattr(value, "value", value)  # transformers' IntervalStrategy / SaveStrategy
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            out[key] = value
+    return out
 
 
 def build_spec(ctx) -> Spec:
@@ -206,6 +219,7 @@ def build_spec(ctx) -> Spec:
         "value_model_path": _path(ctx, raw["value_model_path"]) if raw.get("value_model_path") else None,
         "user_dir": str(ctx.config.base_dir),
         "train": bool(ctx.options.smoke),
+        "rehearse": _rehearsal_settings(cfg) if ctx.options.smoke else {},
         "force_token_id": stop["id"],
         "force_token": stop["token"],
         "force_reason": stop["why"],

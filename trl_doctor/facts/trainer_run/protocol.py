@@ -53,6 +53,9 @@ class Spec:
     reward_model_path: str | None = None
     value_model_path: str | None = None
     train: bool = True  # False: build the trainer and run the probes only (--no-smoke)
+    # after the step, the job's later phases in miniature (facts/trainer_run/rehearsal.py): the job's own settings
+    # for them ({"eval_strategy", "metric_for_best_model", "save_only_model", ...}); {}: none rehearsed
+    rehearse: dict = field(default_factory=dict)
     force_token_id: int | None = None
     force_token: str | None = None
     force_reason: str | None = None
