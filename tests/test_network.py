@@ -318,3 +318,28 @@ def test_an_allowed_name_is_looked_up_only_when_needed_and_only_its_port_is_let_
     before, after = (json.loads(line) for line in proc.stdout.splitlines())
     assert before == [False, False, True, False]  # the name at its port; its address not yet (not looked up)
     assert after == [True, False]
+
+
+def test_names_of_this_machine_are_answered_without_the_system_resolver(tmp_path):
+    """`*.localhost` is loopback (RFC 6761) and this machine's name is its own: the guard answers both itself, so
+    the system resolver never sends them to DNS (`secret.localhost` as a query: data out) and an /etc/hosts entry or
+    a DNS answer cannot point them at another machine. Run in a mount namespace of the test's own whose /etc/hosts
+    maps evil.localhost to 10.254.0.5 (`unshare -rm`, a bind mount): without the guard the resolver says 10.254.0.5,
+    with it 127.0.0.1."""
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("unprivileged mount namespaces are not allowed here")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n10.254.0.5 evil.localhost\n")
+    probe = tmp_path / "probe.py"
+    probe.write_text(textwrap.dedent("""
+        import socket, sys
+        from trl_doctor.runtime import network
+        before = socket.gethostbyname("evil.localhost")
+        network.guard(())
+        after = {info[4][0] for info in socket.getaddrinfo("evil.localhost", 80, socket.AF_INET)}
+        print(before, sorted(after), socket.gethostbyname("secret.localhost"))
+    """))
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount --bind {hosts} /etc/hosts && exec {sys.executable} "
+                           f"{probe}"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["10.254.0.5", "['127.0.0.1']", "127.0.0.1"], proc.stdout

@@ -217,8 +217,78 @@ def guard(allowed=()) -> None:
     pending = tuple(a for a in allowed if _ip(a.host) is None and not this_machine(a.host))
     _state.update(allowed=allowed, addresses=frozenset(), pending=pending, refused=[])
     if not _state["installed"]:
+        _answer_own_names()
         sys.addaudithook(_hook)
         _state["installed"] = True
+
+
+def _own_address_of(name: str, family: int) -> list[str]:
+    """The addresses a name the guard takes for this machine stands for, answered here, never by the system resolver
+    (which sends a name it does not find in /etc/hosts to DNS: `secret.localhost` would leave as a query, and a DNS
+    server's answer for this machine's name could point anywhere): `localhost` and `*.localhost` are loopback (RFC
+    6761); this machine's names are its /etc/hosts addresses of its own, else its interfaces', else loopback."""
+    h = _norm(name)
+    v4 = family in (socket.AF_UNSPEC, socket.AF_INET)
+    v6 = family in (socket.AF_UNSPEC, socket.AF_INET6)
+    if h == "localhost" or h.endswith(".localhost"):
+        return (["127.0.0.1"] if v4 else []) + (["::1"] if v6 else [])
+    listed = _hosts_file().get(h, [])
+    own = [a for a in listed if (ip := _ip(a)) is not None and (ip.is_loopback or str(ip) in own_addresses())]
+    found = own or sorted(a for a in own_addresses() if not _ip(a).is_loopback) or ["127.0.0.1", "::1"]
+    return [a for a in found if (":" in a and v6) or (":" not in a and v4)]
+
+
+@functools.lru_cache(maxsize=1)
+def _hosts_file() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    try:
+        with open("/etc/hosts", encoding="utf-8", errors="replace") as f:
+            lines = f.read(1 << 20).splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        fields = line.split("#", 1)[0].split()
+        for name in fields[1:]:
+            out.setdefault(name.lower().rstrip("."), []).append(_norm(fields[0]))
+    return out
+
+
+def _by_name(host) -> bool:
+    """Whether a host is a name (not an address) the guard takes for this machine."""
+    if not isinstance(host, (str, bytes)) or host is None:
+        return False
+    h = _norm(host)
+    return _ip(h) is None and h not in WILDCARDS and this_machine(h)
+
+
+def _answer_own_names() -> None:
+    """socket.getaddrinfo / gethostbyname(_ex) answer this machine's names themselves (`_own_address_of`)."""
+    real_getaddrinfo, real_byname, real_byname_ex = socket.getaddrinfo, socket.gethostbyname, socket.gethostbyname_ex
+
+    def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+        if not _by_name(host):
+            return real_getaddrinfo(host, port, family, type, proto, flags)
+        out = []
+        for address in _own_address_of(os.fsdecode(host) if isinstance(host, bytes) else host, family):
+            try:
+                out += real_getaddrinfo(address, port, family, type, proto, flags | socket.AI_NUMERICHOST)
+            except socket.gaierror:
+                continue
+        if not out:
+            raise socket.gaierror(socket.EAI_NONAME, f"{host}: no address of this machine for it")
+        return out
+
+    def gethostbyname(host):
+        if not _by_name(host):
+            return real_byname(host)
+        return next(iter(_own_address_of(host, socket.AF_INET)), "127.0.0.1")
+
+    def gethostbyname_ex(host):
+        if not _by_name(host):
+            return real_byname_ex(host)
+        return host, [], _own_address_of(host, socket.AF_INET) or ["127.0.0.1"]
+
+    socket.getaddrinfo, socket.gethostbyname, socket.gethostbyname_ex = getaddrinfo, gethostbyname, gethostbyname_ex
 
 
 def _resolve_pending() -> None:
