@@ -63,7 +63,8 @@ def from_rows(rows: list[dict], step: int | None) -> list[Completion]:
         rewards = {str(k): float(v) for k, v in row.items()
                    if k not in ("step", "prompt", "completion", "advantage", "image") and _number(v)}
         at = row.get("step", step)
-        out.append(Completion(int(at) if _number(at) else step, _cut(text_of(row.get("prompt", ""))),
+        out.append(Completion(int(at) if isinstance(at, (int, float)) and _number(at) else step,
+                              _cut(text_of(row.get("prompt", ""))),
                               _cut(text_of(row["completion"])), rewards))
     return out
 

@@ -21,8 +21,11 @@ def metric_patterns(trainer_cls) -> list[re.Pattern]:
     for cls in type.mro(trainer_cls):
         if cls.__module__.startswith(("transformers.", "builtins")):
             continue
+        module = inspect.getmodule(cls)
+        if module is None:
+            continue
         try:
-            source = inspect.getsource(inspect.getmodule(cls))
+            source = inspect.getsource(module)
         except (OSError, TypeError):
             continue
         for fstring, _, key in _KEY.findall(source):
