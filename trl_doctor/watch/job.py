@@ -14,9 +14,13 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trl_doctor.types import Status, fails
+
+if TYPE_CHECKING:
+    from trl_doctor.report.formats import Report
+    from trl_doctor.watch.history import History
 
 REPORT = "trl-doctor-watch.json"
 FIRST, LAST = 20, 1000  # the logs a job's watch judges each log: the run's start (a baseline) and its newest
@@ -38,9 +42,9 @@ class Watcher:
         self.fail_on, self.on_fail = fail_on, on_fail
         self.thresholds = thresholds or {}
         self.stream = stream
-        self.history = None
+        self.history: History | None = None
         self.said: dict[str, str] = {}
-        self.report = None
+        self.report: Report | None = None
         self.stopped_at: int | None = None
         self.seconds = 0.0  # what judging has cost the job, in all
         self.settings: dict[str, Any] = {}
@@ -71,9 +75,12 @@ class Watcher:
     def on_log(self, args, state, control, logs: dict | None) -> None:
         if self.history is None:
             self.begin(args, None)
+        assert self.history is not None  # begun
         if self.stopped_at is not None and state.global_step > self.stopped_at and self.on_fail == "stop":
             self._raise("the trainer went on past the step it was told to stop at")
         start = time.perf_counter()
+        lines: list[str]
+        levels: dict[str, int]
         stop, lines, levels = False, [], {}
         try:
             log = self.history.add(dict(logs or {}), step=state.global_step) if logs else None
@@ -107,6 +114,7 @@ class Watcher:
         from trl_doctor.watch.context import WatchContext
         from trl_doctor.watch.judge import judge, report
 
+        assert self.history is not None  # on_log began it
         ctx = WatchContext(self.history.view(FIRST, LAST), self.trainer_kind, self.settings, thresholds=self.thresholds,
                            preflight=self.preflight, release=self.release, running=True)
         results = judge(ctx, self.rules)
@@ -155,6 +163,7 @@ class Watcher:
     def _write(self, args) -> None:
         from trl_doctor.watch import write_atomic
 
+        assert self.report is not None  # both callers check
         folder = Path(getattr(args, "output_dir", None) or ".")
         try:
             folder.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 from trl_doctor.errors import InputError
 from trl_doctor.types import Status, exit_status
@@ -101,7 +101,7 @@ def follow(asked: Watch, rules: list, show: Callable[[str], None], interval: flo
     source = _first_log(asked.path, clock, sleep, interval, idle_exit, asked.run)
     tail = _StoreTail(source, asked.run) if not isinstance(source, Path) else _Tail(source)
     history = tail.history()
-    last: dict[str, str] = {}
+    last: dict[str, Status] = {}
     judged = 0  # the logs judged so far
     quiet_since = clock()
     report = None
@@ -214,7 +214,7 @@ class _Tail:
         if tensorboard.is_event_file(path):
             self._history = hist.History(path, "tensorboard")
             self._events = tensorboard.reader(self._history, path)
-        self._file = None  # the file being read (held open: after a rename it is still the old one)
+        self._file: IO[bytes] | None = None  # the file being read (held open: after a rename it is still the old one)
         self._id: tuple | None = None  # its (device, inode)
         self._partial = ""
         self._dropping = False  # inside a line longer than MAX_LINE, up to its newline
@@ -242,6 +242,7 @@ class _Tail:
             self._close()
         if self._file is None and not self._open():
             return news
+        assert self._file is not None  # open
         if st.st_size < self._file.tell():  # truncated in place: what is there now is new
             self._file.seek(0)
             self._partial, self._dropping = "", False
@@ -275,6 +276,7 @@ class _Tail:
     def _drain(self) -> bool:
         """Read what the open file holds past where it was read to, a chunk at a time; whether a log (or the job's
         end) arrived."""
+        assert self._file is not None  # its callers hold it open
         news = False
         while True:
             try:

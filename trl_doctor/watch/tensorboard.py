@@ -107,6 +107,7 @@ class EventReader:
         buffer = self._buffer + data if self._buffer else data
         unpack, parse = struct.unpack_from, Event.FromString
         pos, size, changed = 0, len(buffer), False
+        row: dict[str, float]
         step, row = None, {}  # the step being read and its values (torch writes one scalar an event)
         tags, fast_tags, to_float = self._tags, self._fast, _FLOAT
         last_raw, event_step = None, None

@@ -15,7 +15,7 @@ in one line naming it (InputError, exit 2). `open_store` answers None for what i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from trl_doctor.errors import InputError
 from trl_doctor.watch.runinfo import Run
@@ -65,6 +65,7 @@ def open_store(target: str | Path) -> Store | None:
     if text.startswith(("http://", "https://")):
         return mlflow_store.server(text)
     path = Path(text)
+    find: Callable[..., Any]
     if path.is_dir():
         for find in (wandb_run.find, mlflow_store.find, trackio_db.find):
             store = find(path)

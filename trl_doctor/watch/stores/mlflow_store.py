@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import weakref
 from pathlib import Path
+from typing import Any
 
 from trl_doctor.errors import InputError
 from trl_doctor.watch.stores import Run, Store, readonly, snapshot, sqlite_tables
@@ -65,7 +66,7 @@ class MlflowStore(Store):
     def __init__(self, location: str, sqlite: Path | None = None, files: Path | None = None, url: str | None = None):
         super().__init__(location)
         self.sqlite, self.files, self.url = sqlite, files, url
-        self._client = None
+        self._client: Any = None  # mlflow's MlflowClient, made when first read
         self._temp: str | None = None
 
     def stamp(self) -> object:
@@ -114,6 +115,7 @@ class MlflowStore(Store):
             if self.sqlite is not None:
                 uri = "sqlite:///" + str(snapshot(self.sqlite, Path(self._temp)))
             else:
+                assert self.files is not None  # every store is made with one of sqlite, files, url
                 uri = Path(_copy_metadata(self.files, Path(self._temp) / "mlruns")).as_uri()
         self._client = MlflowClient(tracking_uri=uri)
         return self._client

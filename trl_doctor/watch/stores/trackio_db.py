@@ -68,7 +68,7 @@ class TrackioStore(Store):
         self._where: dict[str, tuple[Path, str, str]] = {}  # Run.id -> (database, column, value)
 
     def stamp(self) -> object:
-        stamps = []
+        stamps: list[tuple[int, int] | None] = []
         for db in self.databases:
             for p in (db, db.with_name(db.name + "-wal")):
                 try:

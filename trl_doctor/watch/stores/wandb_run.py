@@ -62,7 +62,7 @@ class WandbStore(Store):
         return files[-1]
 
     def stamp(self) -> object:
-        stamps = []
+        stamps: list[tuple[int, int] | None] = []
         for folder in self.folders:
             try:
                 st = self._file(folder).stat()
@@ -132,7 +132,7 @@ def _mtime(path: Path) -> float:
 def _records(path: Path, kinds: tuple[str, ...]):
     """The file's whole records of these kinds, as wandb's protobuf Records."""
     try:
-        from wandb.proto.wandb_internal_pb2 import Record
+        from wandb.proto.wandb_internal_pb2 import Record  # type: ignore[attr-defined]  # protobuf makes it at import
     except ImportError:
         raise InputError(f"{path}: a wandb run; reading it needs wandb (pip install \"trl-doctor[watch]\", or wandb "
                          "itself)") from None
