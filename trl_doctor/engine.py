@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from trl_doctor.vocabulary import OTHER_TRAINER
 from trl_doctor.context.context import Context
@@ -24,8 +24,11 @@ from trl_doctor.context.locations import locate
 from trl_doctor.types import Finding, Fix, Location, Result, Status, manual
 from trl_doctor.vocabulary import OPT_IN_TRAINERS, judges
 
+if TYPE_CHECKING:
+    from trl_doctor.interface import CheckContext
 
-def run_rule(rule: Rule, ctx: Context, skipped: str | None = None) -> Result:
+
+def run_rule(rule: Rule, ctx: CheckContext, skipped: str | None = None) -> Result:
     """The rule's one judgment over `ctx` as a Result: `skip` where it does not apply (another trainer; `skipped`
     says why the context cannot hold it), the findings folded, a crash as `error`. The full context first builds
     what the rule `needs`; an InputError (the user's input is bad) ends the check."""
@@ -103,7 +106,7 @@ def build_need(ctx, need: str) -> None:
     ctx.need(need)
 
 
-def _not_applicable(rule: Rule, ctx: Context) -> str:
+def _not_applicable(rule: Rule, ctx: CheckContext) -> str:
     if ctx.trainer in OPT_IN_TRAINERS:
         from trl_doctor.facts.trl.async_grpo import not_judged
 

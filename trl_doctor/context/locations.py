@@ -16,7 +16,7 @@ from trl_doctor.types import Finding, Location
 
 # Locating a key is a courtesy: files larger than this (weights, a huge tokenizer.json) are not parsed for it.
 MAX_BYTES = 16 * 1024 * 1024
-_WS = json.decoder.WHITESPACE  # the JSON whitespace the stdlib skips between tokens
+_WS = json.decoder.WHITESPACE  # type: ignore[attr-defined]  # the JSON whitespace the stdlib skips between tokens (not in typeshed)
 
 
 def key_position(path: str | os.PathLike, key: str) -> tuple[int, int] | None:
@@ -65,7 +65,7 @@ def _json_key(text: str, key: str) -> tuple[int, int] | None:
     while i < len(text) and text[i] != "}":
         if text[i] != '"':
             return None
-        name, end = json.decoder.scanstring(text, i + 1)
+        name, end = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]  # the stdlib's, not in typeshed
         if name == key:
             found = i
         i = _WS.match(text, end).end()

@@ -126,7 +126,7 @@ def _fit_mrope(lm: Any) -> None:
     hidden = getattr(lm, "hidden_size", None)
     head_dim = getattr(lm, "head_dim", None) or (hidden // heads if heads and hidden else None)
     for attr in ("rope_parameters", "rope_scaling"):
-        rope = getattr(lm, attr, None)
+        rope: Any = getattr(lm, attr, None)
         sections = rope.get("mrope_section") if isinstance(rope, dict) else None
         if not head_dim or not isinstance(sections, list) or not sections or sum(sections) == head_dim // 2:
             continue

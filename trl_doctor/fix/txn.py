@@ -78,7 +78,8 @@ def transact(folders, replan: Callable[[], Sequence]) -> list[tuple[Path, Path |
 
 
 def _lock(folders) -> list[int]:
-    fds, seen = [], set()
+    fds: list[int] = []
+    seen: set[tuple[int, int]] = set()
     for folder in sorted(folders):
         try:
             fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

@@ -14,11 +14,15 @@ training at that step on every process; `on_fail="warn"` only says so.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
 from trl_doctor.types import fails
+
+if TYPE_CHECKING:
+    from trl_doctor.report.formats import Report
 
 
 class DoctorStop(RuntimeError):
@@ -42,7 +46,7 @@ class DoctorCallback(TrainerCallback):
         self.trainer = trainer  # found on the stack at on_train_begin when not given
         self.stream = stream
         self.options = options
-        self.report = None
+        self.report: Report | None = None
         self.seconds: float | None = None  # what the check cost at on_train_begin
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -108,7 +112,7 @@ def _first(trainer, callback) -> None:
 
 def _calling_trainer(callback: DoctorCallback):
     """The transformers Trainer whose callback handler is calling `callback`: found up the stack."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         candidate = frame.f_locals.get("self")
         handler = getattr(candidate, "callback_handler", None)

@@ -170,7 +170,7 @@ def _allowed_hosts(groups) -> list[tuple[str, str]]:
 
 
 def _in_force(asked: Asked, select, ignore, fail_on, hosts=()) -> tuple[dict, ...]:
-    out = []
+    out: list[dict[str, Any]] = []
     if asked.isolated:
         out.append({"setting": "isolated", "value": "project config and inline suppressions not read",
                     "source": COMMAND_LINE})

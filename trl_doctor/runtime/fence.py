@@ -56,7 +56,7 @@ class UserCodeFailed(RuntimeError):
 
 def configure(send: Callable[[Message], None] | None = None, limit: float = DEFAULT_LIMIT,
               failed: dict[str, str] | None = None, inputs: tuple[Path, ...] = (),
-              folders: tuple[Path, ...] = ()) -> None:
+              folders: tuple[str | Path | None, ...] = ()) -> None:
     """Set up the worker's fence (`serve` calls it); `configure()` puts it back to in-process use. `folders`: where
     what user code creates is noticed (the working directory, the config's folder)."""
     global _send, _limit, _failed, _inputs, _folders

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import cast
 
 from trl_doctor.errors import Unavailable
 from trl_doctor.interface import Lacks
@@ -105,7 +106,7 @@ class StaticContext(Lacks):
     @property
     def vocab_rows(self) -> int | None:
         """The model's embedding rows as config.json names them (a vision-language model's text_config), or None."""
-        text = self.model_json.get("text_config") if isinstance(self.model_json.get("text_config"), dict) \
+        text = cast(dict, self.model_json.get("text_config")) if isinstance(self.model_json.get("text_config"), dict) \
             else self.model_json
         size = text.get("vocab_size", self.model_json.get("vocab_size"))
         return size if isinstance(size, int) and not isinstance(size, bool) else None

@@ -180,8 +180,8 @@ class Tokenizer:
         out = {name: tid for name, (tid, special) in self.added.items() if special}
         for role in ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"):
             name = self.token(role)
-            if name is not None and self.id_of(name) is not None:
-                out.setdefault(name, self.id_of(name))
+            if name is not None and (found := self.id_of(name)) is not None:
+                out.setdefault(name, found)
         return out
 
     @cached_property
@@ -233,6 +233,7 @@ def _split_head(text: str) -> dict | None:
     pos = _skip(text, 0)
     if not text.startswith("{", pos):
         return None
+    head: dict[str, Any]
     pos, head = _skip(text, pos + 1), {}
     try:
         while text.startswith('"', pos):
@@ -285,7 +286,8 @@ def _shaped(path: Path, value: dict, kinds: dict[str, type]) -> None:
     for key, kind in kinds.items():
         found = value.get(key)
         if found is not None and not isinstance(found, kind):
-            words = {dict: "an object", list: "a list"}[kind]
+            names: dict[type, str] = {dict: "an object", list: "a list"}
+            words = names[kind]
             raise InputError(f"{path}: `{key}` must be {words}, not {type(found).__name__}")
 
 

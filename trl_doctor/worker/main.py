@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Callable
+from typing import Callable, MutableMapping, TypeVar
 
 from trl_doctor.runtime import fence as _fence
 from trl_doctor.runtime import network as _network
@@ -33,9 +33,10 @@ CHANNEL_ENV = "TRL_DOCTOR_CHANNEL_FD"
 CHANNEL_MIN_FD = 10  # the channel's descriptor is moved at least this high: user code that dup2()s onto 3.. misses it
 USER_TRACKER_ENV = "TRL_DOCTOR_USER_TRACKER_ENV"  # the trackers' settings as the user had them (run-phases reads)
 TRACKER_KEYS = ("WANDB_DISABLED", "WANDB_MODE")
+_Env = TypeVar("_Env", bound=MutableMapping[str, str])  # a dict, or os.environ itself
 
 
-def quiet(env: dict) -> dict:
+def quiet(env: _Env) -> _Env:
     """`env` as a worker runs with it: nothing may be fetched, no tracker may start, and library chatter must
     not bury the report. The trackers' own settings it overrides are kept, as the user had them, in
     USER_TRACKER_ENV (the first quieting records them; a later one keeps that record)."""

@@ -15,6 +15,7 @@ def _scout() -> None:
     root = os.environ.get("TRL_DOCTOR_CHILD_ROOT")
     added = bool(root) and root not in sys.path
     if added:
+        assert root is not None  # added only when set
         sys.path.append(root)
     try:
         from trl_doctor.capture import child

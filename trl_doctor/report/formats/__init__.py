@@ -7,7 +7,7 @@ import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from trl_doctor.types import Fix, Location, Result, exit_status, plain, summarize
 from trl_doctor.report.formats import _safe
@@ -38,7 +38,8 @@ class Report:
 
     @classmethod
     def made(cls, subject: str, trainer: str, results: list[Result], *, applied: list | None = None,
-             launch: dict[str, Any] | None = None, settings: list | None = None, fail_on: str = "fail") -> "Report":
+             launch: dict[str, Any] | None = None, settings: Sequence[dict] | None = None,
+             fail_on: str = "fail") -> "Report":
         """The report of one check, with this package's version, this environment and the results' summary: how
         the command line and the API both make theirs."""
         from trl_doctor.context.env import environment
@@ -95,7 +96,7 @@ def guard(fmt: str, text: str) -> str:
 
 
 # the github format's own annotations are written after its strings are cleaned: `::` in their data is the user's
-_CLEANERS = {"table": _safe.visible, "junit": _safe.xml_text, "github": _safe.for_terminal, "json": str, "sarif": str}
+_CLEANERS: dict[str, Callable[[str], str]] = {"table": _safe.visible, "junit": _safe.xml_text, "github": _safe.for_terminal, "json": str, "sarif": str}
 
 
 def result_dict(r: Result) -> dict[str, Any]:

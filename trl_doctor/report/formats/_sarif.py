@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from urllib.parse import quote
+from typing import Any
 
 from trl_doctor.types import Location, Result, Status
 from trl_doctor.report.formats import Report, fix_note, workspace, workspace_relative
@@ -36,7 +37,7 @@ def _location(r: Result, config: str) -> dict:
     region = {"startLine": loc.line or 1}
     if loc.line and loc.column:
         region["startColumn"] = loc.column
-    location = {"physicalLocation": {"artifactLocation": _artifact(loc.file), "region": region}}
+    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": _artifact(loc.file), "region": region}}
     if loc.key:
         location["logicalLocations"] = [{"name": loc.key, "kind": "property"}]  # SARIF's kind for a JSON/YAML key
     return location
@@ -84,7 +85,7 @@ def merge_runs(runs: list[dict], errors: list[str]) -> dict:
     for run in runs:
         for rule in run["tool"]["driver"]["rules"]:
             rules.setdefault(rule["id"], rule)
-    merged = {
+    merged: dict[str, Any] = {
         "tool": {"driver": {"name": "trl-doctor", "version": runs[0]["tool"]["driver"]["version"] if runs else "",
                             "rules": list(rules.values())}},
         "originalUriBaseIds": {BASE: {"uri": workspace().as_uri() + "/"}},
