@@ -48,12 +48,13 @@ def test_another_trainer_is_stopped_at_its_construction_and_named(script, cls, b
     name = cls.rsplit(".", 1)[-1]
     assert any(n.startswith(f"{name} (") and "is not a trainer trl-doctor checks" in n and "transformers.trainer.Trainer"
                in n for n in launch["notes"]), launch["notes"]
-    # every rule skips but those that judge any trainer: save-outputs (saving is transformers' code) and pad-token
-    # (the padding of the collator the trainer was given; these tokenizers have a pad token)
-    judged = ("save-outputs", "pad-token")
+    # every rule skips but those that judge any trainer: save-outputs (saving is transformers' code), pad-token
+    # (the padding of the collator the trainer was given; these tokenizers have a pad token) and run-phases (resume,
+    # evaluation, trackers and the first checkpoint are transformers' Trainer's)
+    judged = ("save-outputs", "pad-token", "run-phases")
     assert {r["status"] for r in report["results"] if r["rule"] not in judged} == {"skip"}, report["results"]
     assert {r["rule"]: r["status"] for r in report["results"] if r["rule"] in judged} == \
-        {"save-outputs": "pass", "pad-token": "pass"}, report["results"]
+        {"save-outputs": "pass", "pad-token": "pass", "run-phases": "pass"}, report["results"]
     for r in report["results"]:
         if r["rule"] not in judged:
             assert r["message"].startswith(f"not checked: {name} is not a trainer trl-doctor checks ("), r["message"]
@@ -96,7 +97,7 @@ def test_lora_target_names_are_judged_for_any_trainer():
     assert "`q_proj,` matches no module of Qwen2ForCausalLM" in peft["message"], peft["message"]
     assert "base_layer" not in peft["message"] and "default" not in peft["message"], peft["message"]
     assert "only the LoRA target names are judged" in peft["details"]["judged"]
-    others = {r["status"] for r in report["results"] if r["rule"] not in ("peft-setup", "save-outputs", "pad-token")}
+    others = {r["status"] for r in report["results"] if r["rule"] not in ("peft-setup", "save-outputs", "pad-token", "run-phases")}
     assert others == {"skip"}, report["results"]
     code, report, stderr = _check("sft_lora_targets.py", args=("--healthy",))
     peft = next(r for r in report["results"] if r["rule"] == "peft-setup")

@@ -13,6 +13,7 @@ run as `timeout` or `crashed` and hands that outcome to a fresh worker for the r
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 import traceback
@@ -192,7 +193,7 @@ def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started:
         "trainable_names": _name_kinds(trainable),
         "updated_tensors": len(updated),
         "frozen_changed": frozen_changed[:10],
-        "rewards": progress.calls,
+        "rewards": copy.deepcopy(progress.calls),  # the step's calls: the rehearsal's resume step calls them again
         "reward_model_score": logs.get("objective/scores"),
         "peak_host_mb": round(host_peak_mb, 1),
         "global_steps": trainer.state.global_step,
