@@ -40,7 +40,7 @@ def check(ctx):
     if not phases:
         yield skip("no later phase rehearsed (this trainer's run has none, or an older worker ran it)")
         return
-    times = {p["phase"]: f"{p['s']} s" for p in phases}
+    times = {p["phase"]: f"{p['s']}s" for p in phases}
     failed = [p for p in phases if not p["ok"]]
     details = {"phases": times, **{f"{p['phase']} metrics": p["metrics"] for p in phases if p.get("metrics")}}
     if failed:
