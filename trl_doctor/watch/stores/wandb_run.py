@@ -132,7 +132,7 @@ def _mtime(path: Path) -> float:
 def _records(path: Path, kinds: tuple[str, ...]):
     """The file's whole records of these kinds, as wandb's protobuf Records."""
     try:
-        from wandb.proto.wandb_internal_pb2 import Record  # type: ignore[attr-defined]  # protobuf makes it at import
+        from wandb.proto.wandb_internal_pb2 import Record  # type: ignore[attr-defined, unused-ignore]  # protobuf makes it at import (a wandb with stubs has it)
     except ImportError:
         raise InputError(f"{path}: a wandb run; reading it needs wandb (pip install \"trl-doctor[watch]\", or wandb "
                          "itself)") from None
