@@ -225,3 +225,30 @@ def test_follow_memory_stays_bounded_on_a_line_without_end_and_a_fast_log(tmp_pa
     assert words[words.index("logs") + 1] == "4" and words[words.index("ended") + 1] == "True", proc.stdout
     grew_kib = int(words[words.index("grew_kib") + 1])
     assert grew_kib < 64 * 1024, grew_kib  # read whole, the endless line alone is 192 MiB of bytes and as much of str
+
+
+def test_the_watch_s_own_trouble_at_the_first_log_never_ends_the_job(tmp_path, monkeypatch):
+    """The watch's own trouble at a log (here: its history cannot take the row) is one line in the job's log and the
+    job goes on, also at the first log, before any report exists (mypy found the report read as None there: the
+    AttributeError escaped the callback and ended the training job)."""
+    import io
+    from types import SimpleNamespace
+
+    from trl_doctor.watch.history import History
+    from trl_doctor.watch.job import Watcher
+
+    stream = io.StringIO()
+    watcher = Watcher(stream=stream)
+    args = SimpleNamespace(output_dir=str(tmp_path), logging_steps=1)
+    watcher.begin(args, None)
+
+    def broken(self, raw, step=None):
+        raise ValueError("a row the watch cannot read")
+
+    monkeypatch.setattr(History, "add", broken)
+    state = SimpleNamespace(global_step=1, is_world_process_zero=True)
+    control = SimpleNamespace(should_save=False, should_training_stop=False)
+    watcher.on_log(args, state, control, {"loss": 0.1})
+    said = " ".join(stream.getvalue().split())  # the line is wrapped to the terminal
+    assert "the watch could not judge this log (ValueError: a row the watch cannot read); the job goes on" in said
+    assert not control.should_training_stop
