@@ -368,7 +368,8 @@ class Hooks:
                 recorder.built = "train"
             raise TrainerBuilt()
 
-        for owner in dict.fromkeys((type(trainer), Trainer)):  # its own train() too (a framework's mixin overrides it)
+        owners: dict[type, None] = dict.fromkeys((type(trainer), Trainer))
+        for owner in owners:  # its own train() too (a framework's mixin overrides it)
             for name in ("train", "evaluate", "predict"):
                 self._patch(owner, name, stop)
         recorder.built = "constructing"

@@ -140,7 +140,7 @@ class MachinePatches:
             return mod
 
         to.__wrapped__, cuda.__wrapped__ = original_to, original_cuda  # type: ignore[attr-defined]
-        module.to, module.cuda = to, cuda  # type: ignore[method-assign, assignment]  # patching torch's Module
+        module.to, module.cuda = to, cuda  # patching torch's Module
         self._undo.append(lambda: setattr(module, "to", original_to))
         self._undo.append(lambda: setattr(module, "cuda", original_cuda))
         if not has_cuda:  # a rank picking its GPU (`torch.cuda.set_device(LOCAL_RANK)`, before its process group)

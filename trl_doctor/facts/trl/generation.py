@@ -207,8 +207,10 @@ def effective_generation(ctx, trainer_kwargs: dict, use_override: bool) -> Effec
     override: Any = None
     if use_override:
         try:
-            from trl.models.utils import _override_model_generation_config as override
-        except ImportError:
+            import trl.models.utils as trl_utils
+
+            override = trl_utils._override_model_generation_config
+        except (ImportError, AttributeError):
             override = None
 
     def merged(base):

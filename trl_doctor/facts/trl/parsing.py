@@ -45,7 +45,9 @@ def trl_parser(trainer: str):
         types = [c for c in (getattr(trl, "ScriptArguments", None), cls, getattr(trl, "ModelConfig", None)) if c]
         parser_cls: Any = getattr(trl, "TrlParser", None)
         if parser_cls is None:
-            from transformers import HfArgumentParser as parser_cls
+            import transformers
+
+            parser_cls = transformers.HfArgumentParser
         return parser_cls(tuple(types)), f"{parser_cls.__name__}({', '.join(t.__name__ for t in types)})"
     except Exception as exc:
         return None, f"cannot build TRL's parser: {type(exc).__name__}: {exc}"
