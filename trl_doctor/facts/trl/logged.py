@@ -11,13 +11,16 @@ import re
 from trl_doctor.errors import Unavailable
 
 _KEY = re.compile(r"""_metrics\[mode\]\[(f?)(["'])(.+?)\2\]""")
+_TRAIN_ONLY = re.compile(r"""_metrics\[f?["']""")  # trl <= 0.15: one store, filled in training only
 TRANSFORMERS_EVAL = ("loss", "runtime", "samples_per_second", "steps_per_second")
 
 
-def metric_patterns(trainer_cls) -> list[re.Pattern]:
-    """Patterns of the names the trainer logs (an f-string's placeholders match any name); [] where its source
-    logs none this way (PPO's trainer, a trainer not written on TRL's metric store)."""
-    patterns = []
+def metric_patterns(trainer_cls) -> list[re.Pattern] | None:
+    """Patterns of the names the trainer logs in an evaluation (an f-string's placeholders match any name); [] where
+    its source keeps one store filled in training only (trl <= 0.15: an evaluation logs transformers' own metrics
+    alone); None where its source logs none through TRL's metric store (PPO's trainer)."""
+    patterns: list[re.Pattern] = []
+    train_only = False
     for cls in type.mro(trainer_cls):
         if cls.__module__.startswith(("transformers.", "builtins")):
             continue
@@ -28,13 +31,14 @@ def metric_patterns(trainer_cls) -> list[re.Pattern]:
             source = inspect.getsource(module)
         except (OSError, TypeError):
             continue
+        train_only = train_only or bool(_TRAIN_ONLY.search(source))
         for fstring, _, key in _KEY.findall(source):
             if fstring:
                 parts = re.split(r"\{[^}]*\}", key)
                 patterns.append(re.compile("^" + "[^/]+".join(re.escape(p) for p in parts) + "$"))
             else:
                 patterns.append(re.compile("^" + re.escape(key) + "$"))
-    return patterns
+    return patterns if patterns or train_only else None
 
 
 def eval_metrics(ctx) -> list[re.Pattern]:
@@ -47,7 +51,7 @@ def eval_metrics(ctx) -> list[re.Pattern]:
     except Exception as exc:  # the trainer class cannot be imported: trainer-config and version-skew say why
         raise Unavailable(f"the installed {ctx.trainer} trainer cannot be read: {type(exc).__name__}") from None
     found = metric_patterns(cls)
-    if not found:
+    if found is None:
         raise Unavailable(f"{cls.__name__}'s source logs no metric through TRL's metric store")
     return found + [re.compile(f"^{name}$") for name in TRANSFORMERS_EVAL]
 
