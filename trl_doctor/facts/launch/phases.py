@@ -61,6 +61,10 @@ def launch_dir(ctx) -> Path:
     return Path(folder) if folder else Path.cwd()
 
 
+def _judged_from(ctx) -> str:
+    return "the launch's folder" if getattr(ctx, "live", None) is not None else "the folder the check runs in"
+
+
 def _here(path: Path) -> bool:
     """Whether a path is this machine's to judge: relative, or absolute with an existing parent here."""
     return not path.is_absolute() or any(p.exists() for p in path.parents if p != Path(p.anchor))
@@ -78,26 +82,28 @@ def resume(ctx) -> Phase | None:
             return None
         found = _last_checkpoint(folder)
         if found is None:
-            return Phase("resume", "fail", f"resume_from_checkpoint is True but {folder} holds no checkpoint-* folder "
-                         "with a trainer_state.json: transformers stops train() with \"No valid checkpoint found in "
-                         "output directory\" after the model has loaded", "unset resume_from_checkpoint for a first "
-                         "run, or point it at a checkpoint folder", {"output_dir": str(folder)})
+            return Phase("resume", "fail", f"resume_from_checkpoint is True but output_dir {output_dir} holds no "
+                         "checkpoint-* folder with a trainer_state.json: transformers stops train() with \"No valid "
+                         "checkpoint found in output directory\" after the model has loaded", "unset "
+                         "resume_from_checkpoint for a first run, or point it at a checkpoint folder",
+                         {"output_dir": str(output_dir)})
         return None
     path = Path(str(value))
     where = path if path.is_absolute() else base / path
     if not _here(path):
         raise Unavailable(f"resume_from_checkpoint {value} is another machine's path (its parent folders are not "
                           "here): the launch machine's folder is not judged")
+    seen_from = "" if path.is_absolute() else f" (a relative path, judged from {_judged_from(ctx)})"
     if not where.is_dir():
-        return Phase("resume", "fail", f"resume_from_checkpoint {value} does not exist ({where}): TRL's scripts pass it "
-                     "to trainer.train(), which stops with \"Can't find a valid checkpoint at ...\" after the model has "
-                     "loaded", "point resume_from_checkpoint at a checkpoint-N folder, or unset it",
-                     {"resume_from_checkpoint": str(where)})
+        return Phase("resume", "fail", f"resume_from_checkpoint {value} does not exist{seen_from}: TRL's scripts pass "
+                     "it to trainer.train(), which stops with \"Can't find a valid checkpoint at ...\" after the model "
+                     "has loaded", "point resume_from_checkpoint at a checkpoint-N folder, or unset it",
+                     {"resume_from_checkpoint": str(value)})
     if not _holds_weights(where):
-        return Phase("resume", "fail", f"resume_from_checkpoint {value} holds no weights transformers can resume "
-                     f"from ({', '.join(WEIGHTS[:3])}, an adapter, FSDP shards): train() stops with \"Can't find a "
-                     "valid checkpoint at ...\"", "point it at a checkpoint-N folder the Trainer wrote",
-                     {"resume_from_checkpoint": str(where), "holds": sorted(p.name for p in where.iterdir())[:10]})
+        return Phase("resume", "fail", f"resume_from_checkpoint {value}{seen_from} holds no weights transformers can "
+                     f"resume from ({', '.join(WEIGHTS[:3])}, an adapter, FSDP shards): train() stops with \"Can't "
+                     "find a valid checkpoint at ...\"", "point it at a checkpoint-N folder the Trainer wrote",
+                     {"resume_from_checkpoint": str(value), "holds": sorted(p.name for p in where.iterdir())[:10]})
     return None
 
 
