@@ -4,7 +4,8 @@ What it does
   Reads the completions where they are at hand (inside the job the trainer's newest batch; TRL's
   log_completions files and the trackio and wandb tables) and compares the newest two steps with
   the run's first: most completions ending in a repeated chunk (`loop_share`, 0.5) or every group's
-  completions identical (`identical_share`, 0.9) fail over two steps (one step: a warn); a switch
+  completions identical (`identical_share`, 0.9) fail over `patience` (5) steps, two logs at least
+  (fewer: a warn); a switch
   to another script (`switch_share`, 0.5, where the first steps were in the prompts' script), a
   format marker the first steps carried (a tag, \\boxed{, ####) dropped, and a collapse to 3 words
   or fewer are warns.
@@ -19,7 +20,7 @@ Fix safety
   Nothing to rewrite: lower the learning rate, raise the KL coefficient (beta) or the temperature;
   set repetition_penalty; check the reward functions against the completions shown.
   Thresholds: [tool.trl-doctor.watch.degenerate-completions] loop_share, identical_share,
-  switch_share.
+  switch_share, patience.
 """
 
 from __future__ import annotations
@@ -38,22 +39,46 @@ SLUG = "degenerate-completions"
       trainers=ALL_TRAINERS, contexts=("watch",))
 def judge(ctx):
     steps = batches(completions(ctx))
-    recent = steps[-2:]
+    needed = limit(ctx, SLUG, "patience", 5)
+    run = _severe_run(ctx, steps)  # the newest steps whose completions loop or copy, oldest first
+    recent = run or steps[-2:]
     first = [b for b in steps[:2] if b not in recent]
-    severe, mild = [], []
-    (severe if len(recent) >= 2 else mild).extend(_loops(ctx, recent) + _copies(ctx, recent))
-    if first:
-        mild.extend(_switch(ctx, first, recent) + _format(first, recent) + _shrunk(first, recent))
-    if severe:
+    severe = _loops(ctx, recent) + _copies(ctx, recent) if run else []
+    mild = _switch(ctx, first, recent) + _format(first, recent) + _shrunk(first, recent) if first else []
+    if severe and _covers(run, needed):
         yield fail(f"{'; '.join(severe + mild)}: lower the learning rate, or raise beta or the temperature",
                    since_step=recent[0].step, metric="completions")
-    elif mild:
-        yield warn(f"{'; '.join(mild)} ({_steps(recent)}){'' if len(recent) >= 2 else '; one step of them so far'}",
-                   since_step=recent[-1].step, metric="completions")
+    elif severe or mild:
+        so_far = f"; {_span_steps(run)} of the {needed:g} steps a fail needs so far" if severe else ""
+        yield warn(f"{'; '.join(severe + mild)} ({_steps(recent)}){so_far}", since_step=recent[0].step,
+                   metric="completions")
     else:
         total = sum(len(b.items) for b in steps)
         yield passed(f"{total} completions over {len(steps)} steps read: no loops, no groups of copies, the first "
                      "steps' script and format kept")
+
+
+def _severe_run(ctx, steps) -> list:
+    """The newest steps, back from the last one, whose completions mostly loop or whose groups are all copies."""
+    run: list = []
+    for batch in reversed(steps):
+        if not (_loops(ctx, [batch]) or _copies(ctx, [batch])):
+            break
+        run.insert(0, batch)
+    return run
+
+
+def _covers(run, needed: float) -> bool:
+    """Whether the steps of `run` cover `needed` optimizer steps (`patience`, 5, as the metric rules count it: a
+    batch is a log's, so at logging_steps 10 two batches are 20 steps), and are two batches at least."""
+    return len(run) >= 2 and _span_steps(run) >= needed
+
+
+def _span_steps(run) -> int:
+    """The optimizer steps a run of batches covers: their count times the steps between two of them."""
+    known = [b.step for b in run if b.step is not None]
+    spacing = min((b - a for a, b in zip(known, known[1:]) if b > a), default=1)
+    return len(run) * spacing
 
 
 def _steps(recent) -> str:

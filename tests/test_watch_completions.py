@@ -7,9 +7,9 @@ shows the rule inside the job and from each store."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -108,46 +108,51 @@ def test_the_facts_read_loops_scripts_and_formats():
     assert markers("<think>x</think> \\boxed{4} #### 4") == {"<think>", "</think>", "\\boxed{", "####"}
 
 
+JOB = """
+import io, json, sys
+sys.path.insert(0, sys.argv[1])
+import _watch_runs
+from trl import GRPOConfig
+from trl_doctor import DoctorCallback
+
+stream = io.StringIO()
+callback = DoctorCallback(preflight=False, watch=True, stream=stream)
+default = GRPOConfig.__dataclass_fields__["logging_steps"].default
+trainer = _watch_runs.trainer("diverging", sys.argv[2], 30, callbacks=[callback], logging_steps=default,
+                              log_completions=True, report_to=["trackio", "wandb"])
+trainer.train()
+import wandb
+
+wandb.finish()  # as the job's process ending does (TRL's TrackioCallback finishes trackio's run itself)
+json.dump({"default": default, "step": trainer.state.global_step, "said": stream.getvalue(),
+           "stopped_for": callback.watcher.stopped_for}, open(sys.argv[3], "w"))
+"""
+
+
 @pytest.mark.slow
-def test_a_real_job_s_completions_are_judged_inside_it_and_from_its_trackers(tmp_path, monkeypatch):
+def test_a_real_job_s_completions_are_judged_inside_it_and_from_its_trackers(tmp_path):
     """TRL's GRPOTrainer on the CPU at its default logging_steps (10), log_completions on, trackio and wandb (offline)
     as report_to: at lr 5 the policy collapses and every group's completions are the same text from step 10. The job
     is stopped at step 20 with TW013 among the failures; trackio's database, wandb's run folder and the output
-    folder's parquet files (beside checkpoint-20) give the same verdict from the outside."""
+    folder's parquet files (beside checkpoint-20) give the same verdict from the outside. The job runs in a process
+    of its own: the trackers read their folders from the environment when they are imported."""
+    pytest.importorskip("trackio")
+    pytest.importorskip("wandb")
     from importlib.metadata import version
 
     from packaging.version import Version
     if Version(version("trl")) < Version("1.10"):
         pytest.skip("TRL writes the completions' parquet files from 1.10")
-    sys.path.insert(0, str(FIXTURES))
-    import _watch_runs
-    from trl import GRPOConfig
-
-    from trl_doctor import DoctorCallback
-
-    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_PROJECT", "degenerate")
-    if "trackio" in sys.modules:  # trackio reads TRACKIO_DIR when it is imported
-        pytest.skip("trackio was imported before this test could point it at its folder")
-    pytest.importorskip("trackio")
-    pytest.importorskip("wandb")
-    stream = io.StringIO()
-    callback = DoctorCallback(preflight=False, watch=True, stream=stream)
-    default = GRPOConfig.__dataclass_fields__["logging_steps"].default
-    trainer = _watch_runs.trainer("diverging", str(tmp_path / "out"), 30, callbacks=[callback], logging_steps=default,
-                                  log_completions=True, report_to=["trackio", "wandb"])
-    trainer.train()
-    import wandb
-
-    wandb.finish()  # as the job's process ending does: the trackers flush what they hold (TRL's TrackioCallback
-    # finishes trackio's run at the end of train())
-    said = stream.getvalue()
-    assert default == 10 and trainer.state.global_step == 20, said
-    assert "step 20: TW013 degenerate-completions fail: copies" in said, said
-    assert "TW013 degenerate-completions" in callback.watcher.stopped_for
+    (tmp_path / "job.py").write_text(JOB)
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path),
+           "WANDB_SILENT": "true", "WANDB_PROJECT": "degenerate", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(tmp_path / "job.py"), str(FIXTURES), str(tmp_path / "out"),
+                           str(tmp_path / "job.json")], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job = json.loads((tmp_path / "job.json").read_text())
+    assert job["default"] == 10 and job["step"] == 20, job
+    assert "step 20: TW013 degenerate-completions fail: copies" in job["said"], job["said"]
+    assert "TW013 degenerate-completions" in job["stopped_for"]
     for store in (tmp_path / "trackio", tmp_path / "wandb", tmp_path / "out" / "checkpoint-20"):
         found = verdict(str(store))
         assert found["status"] == "fail" and "copies" in found["message"], (store, found)
