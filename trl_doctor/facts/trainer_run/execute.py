@@ -201,7 +201,7 @@ def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started:
     }
     if torch.cuda.is_available() and spec.device == "cuda":
         result["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-    if spec.rehearse:
+    if spec.rehearse and not _ppo_style(trainer_cls):  # PPO's own loop (and the PPO-style RLOO's) takes no resume
         stage("rehearsal")
         from trl_doctor.facts.trainer_run.rehearsal import rehearse
 
