@@ -298,6 +298,8 @@ def checkpoint_bytes(ctx) -> int | None:
         plan = plan_from_context(ctx)
     except Unavailable:
         return None
+    except (ValueError, TypeError, OverflowError):  # a size the plan cannot use (.nan): trainer-config reports it
+        return None
     trained = plan.peft_params or plan.policy_params
     weights = plan.peft_params * 4.0 if plan.peft_params else plan.policy_params * plan.param_bytes
     weights += plan.value_params * plan.param_bytes
