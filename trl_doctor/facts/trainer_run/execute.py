@@ -205,7 +205,12 @@ def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started:
         stage("rehearsal")
         from trl_doctor.facts.trainer_run.rehearsal import rehearse
 
+        said = len(progress.heard)
         result["rehearsal"] = rehearse(trainer, spec)
+        # what the libraries say during the rehearsal (a resume's "missing keys" of the twin's tied weights) is the
+        # rehearsal's, not the step's: the smoke step judges what was said up to the step
+        result["rehearsal_heard"] = progress.heard[said:]
+        del progress.heard[said:]
     return {**info, "train": result}
 
 
