@@ -88,7 +88,7 @@ def _finding(ctx, run, what: str, warn_only: bool = False):
                    f"every completion of a group earns the same top reward, so those batches teach little "
                    f"({only}); the task is too easy for the model now: train on harder prompts, or raise "
                    "num_generations so that a group holds a wrong answer")
-        return warn(message, **flagged(run, metric=run_metric(run, ctx), saturated=True))
+        return warn(message, **flagged(run, metric=_spread_metric(ctx), saturated=True))
     mean = _reward(ctx, run)
     at = "" if level != "bottom" else f" at the run's lowest reward (mean reward {mean})" + (
         ": no completion is rewarded" if mean in ("0", "not logged") or mean.startswith("-") else "")
@@ -96,13 +96,13 @@ def _finding(ctx, run, what: str, warn_only: bool = False):
              "functions can tell completions apart, or raise num_generations")
     if warn_only:
         return warn(f"{what}{at}: most of each batch taught nothing ({only}); raise num_generations or check the "
-                    "rewards", **flagged(run, metric=run_metric(run, ctx)))
+                    "rewards", **flagged(run, metric=_spread_metric(ctx)))
     return streak_finding(ctx, run, f"{what}{at}: {cause}",
                           f"{what}{at}, then the spread came back: those steps learned nothing",
-                          metric=run_metric(run, ctx))
+                          metric=_spread_metric(ctx))
 
 
-def run_metric(run, ctx) -> str:
+def _spread_metric(ctx) -> str:
     name, _ = optional(ctx, "frac_reward_zero_std")
     return name or "reward_std"
 
@@ -126,7 +126,7 @@ def _every_signal(ctx, points, holds, needed: int, what: str):
         return None
     return warn(f"{what} {span(run)}, with loss 0 and grad_norm 0 at each: every signal agrees that those steps "
                 "changed nothing (every advantage 0, no KL term); the next logs decide whether it lasts: check that "
-                "the reward functions can tell completions apart", **flagged(run, metric=run_metric(run, ctx)))
+                "the reward functions can tell completions apart", **flagged(run, metric=_spread_metric(ctx)))
 
 
 def _same_score(ctx):

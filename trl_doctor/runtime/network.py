@@ -255,7 +255,7 @@ def _hosts_file() -> dict[str, list[str]]:
 
 def _by_name(host) -> bool:
     """Whether a host is a name (not an address) the guard takes for this machine."""
-    if not isinstance(host, (str, bytes)) or host is None:
+    if not isinstance(host, (str, bytes)):
         return False
     h = _norm(host)
     return _ip(h) is None and h not in WILDCARDS and this_machine(h)
