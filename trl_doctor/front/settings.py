@@ -101,8 +101,8 @@ def resolve(asked: Asked, config: Path | None) -> Settings:
                          "`trl-doctor watch PATH` (or DoctorCallback(watch=True))")
     smoke = asked.smoke if asked.smoke is not None else (project.smoke if project.smoke is not None else True)
     hosts = _allowed_hosts([(asked.allow_hosts, COMMAND_LINE), (project.allow_hosts, source)])
-    return Settings(rules, fail_on[0], smoke, target, asked.isolated,
-                    _in_force(asked, select, ignore, fail_on, hosts), asked.static, gpus,
+    in_force = _in_force(asked, select, ignore, fail_on, hosts) + ((() if asked.static else _network(hosts)))
+    return Settings(rules, fail_on[0], smoke, target, asked.isolated, in_force, asked.static, gpus,
                     tuple(dict.fromkeys(host for host, _ in hosts)))
 
 
@@ -167,6 +167,21 @@ def _allowed_hosts(groups) -> list[tuple[str, str]]:
                 option = "--allow-host" if where == COMMAND_LINE else f"{where}: allow-hosts"
                 raise InputError(f"{option}: {exc}") from None
     return out
+
+
+def _network(hosts) -> tuple[dict, ...]:
+    """The network guard in force for the check's processes where the system cannot hold them in a network namespace
+    of their own (trl_doctor.runtime.netns); nothing where it can (the default, said in docs/safety.md)."""
+    from trl_doctor.runtime import netns
+    from trl_doctor.runtime.network import parse_hosts, this_machine
+
+    isolation = netns.probe(parse_hosts(host for host, _ in hosts))
+    if isolation.namespace:
+        return ()
+    source = {"environment": "environment", "system": "this system"}.get(isolation.cause)
+    if source is None:  # allow-host: where the first host of another machine was allowed
+        source = next((where for host, where in hosts if not this_machine(parse_hosts([host])[0].host)), COMMAND_LINE)
+    return ({"setting": "network", "value": isolation.words(), "source": source},)
 
 
 def _in_force(asked: Asked, select, ignore, fail_on, hosts=()) -> tuple[dict, ...]:

@@ -288,7 +288,9 @@ def _child(header: dict, channel_fd: int, log_fd: int) -> None:
         from trl_doctor.protocol import Request
 
         send = _worker.open_channel(channel_fd)
-        _worker.serve(Request.from_json(header["request"]), send)
+        request = Request.from_json(header["request"])
+        _worker.isolate(request)
+        _worker.serve(request, send)
         code = 0
     except BaseException:
         import traceback

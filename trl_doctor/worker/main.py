@@ -6,7 +6,7 @@ known. The trainer run happens here too, after the static rules, so the heavy st
 What the user's code prints (reward functions, the trainer) goes to the worker's log, never the report. The user's
 code runs inside the fence (trl_doctor.runtime.fence), set up here: its messages go on the channel, its limit is
 --user-code-timeout, and a result whose rule ran user code that changed an input file becomes a fail. The network
-guard (trl_doctor.runtime.network) is set up here too: the worker connects to this machine and the --allow-host
+namespace (trl_doctor.runtime.netns, `isolate`) and guard (trl_doctor.runtime.network) are set up here too: the worker connects to this machine and the --allow-host
 hosts only, and what the user's code tried to reach beyond them is said in the result (or the launch's notes).
 
 Run as `python -P -m trl_doctor.worker.main` with the Request on stdin and the channel's file descriptor in
@@ -326,11 +326,28 @@ def end_own_tree() -> None:
             pass
 
 
+def isolate(request: Request) -> None:
+    """Move the worker into a network namespace of its own before anything of the user's runs (trl_doctor.runtime.netns:
+    no process of the check has a route to another machine; this machine's servers stay reachable). Where the
+    system does not allow it the in-process guard alone holds, as the report's settings say."""
+    from trl_doctor.runtime import netns as _netns
+
+    try:
+        allowed = _network.parse_hosts(request.options.allow_hosts)
+    except ValueError:
+        return  # serve says so, as one line
+    try:
+        _netns.isolate(allowed)
+    except Exception as exc:  # a system this code has not met: the guard alone, and the log says why
+        print(f"trl-doctor: no network namespace: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
 def main() -> int:
     _die_with_parent()
     own_tree()
     send = open_channel(int(os.environ.pop(CHANNEL_ENV)))
     request = Request.from_json(sys.stdin.read())
+    isolate(request)
     try:
         serve(request, send)
     finally:
