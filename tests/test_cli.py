@@ -161,8 +161,8 @@ def test_check_help(flag):
 
 
 REMOTE_CONFIG = '''
-import pathlib
-pathlib.Path(__file__).with_name("CODE_RAN").write_text("yes")
+import os, pathlib
+pathlib.Path(os.environ.get("EVIL_MARK") or pathlib.Path(__file__).with_name("CODE_RAN")).write_text("yes")
 from transformers import PretrainedConfig
 
 
@@ -171,8 +171,12 @@ class EvilConfig(PretrainedConfig):
 '''
 
 
-def test_remote_code_never_runs_without_the_flag(built_fixtures, tmp_path):
+def test_remote_code_never_runs_without_the_flag(built_fixtures, tmp_path, tmp_path_factory):
+    """The mark the remote code writes lies outside the config's folder, which the check holds (runtime/hold.py:
+    what is written there would not be seen here)."""
     import json
+
+    mark = tmp_path_factory.mktemp("outside") / "CODE_RAN"
 
     model = tmp_path / "evil-model"
     model.mkdir()
@@ -181,11 +185,12 @@ def test_remote_code_never_runs_without_the_flag(built_fixtures, tmp_path):
                                                    "vocab_size": 320}))
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"model_name_or_path: evil-model\ntokenizer_name_or_path: {built_fixtures / 'models' / 'qwen2-chat'}\n")
-    proc = run_doctor("check", str(cfg), "--select", "pad-token", env={"HF_MODULES_CACHE": str(tmp_path / "modules")})
+    env = {"HF_MODULES_CACHE": str(tmp_path / "modules"), "EVIL_MARK": str(mark)}
+    proc = run_doctor("check", str(cfg), "--select", "pad-token", env=env)
     _input_error(proc, "config.json", "--trust-remote-code")
-    assert not (model / "CODE_RAN").exists() and not list((tmp_path / "modules").rglob("CODE_RAN"))
-    proc = run_doctor("check", str(cfg), "--select", "pad-token", "--trust-remote-code", env={"HF_MODULES_CACHE": str(tmp_path / "modules")})
-    assert list((tmp_path / "modules").rglob("CODE_RAN")) or (model / "CODE_RAN").exists(), proc.stderr
+    assert not mark.exists()
+    proc = run_doctor("check", str(cfg), "--select", "pad-token", "--trust-remote-code", env=env)
+    assert mark.exists(), proc.stderr
 
 
 def test_progress_names_each_config_only_when_asked(built_fixtures):

@@ -93,6 +93,23 @@ def _case_tree(framework: str, case: str, tmp_path: Path) -> Path:
     return root / "frameworks" / framework / case
 
 
+def _listing(folder: Path) -> list[str]:
+    """Every path in the case's folder (symlinks not followed), to hold the check to writing none of them."""
+    out = []
+    for root, dirs, files in os.walk(folder):
+        out += [os.path.relpath(os.path.join(root, n), folder) for n in dirs + files]
+    return sorted(out)
+
+
+def _unwritten(folder: Path, before: list[str]) -> None:
+    """Where the check holds the working directory (trl_doctor/runtime/hold.py; a user namespace here), nothing the
+    framework wrote before its trainer (swift's args.json, axolotl's prepared dataset) reached the user's folder."""
+    from trl_doctor.runtime import netns
+
+    if netns.probe().namespace:
+        assert _listing(folder) == before, sorted(set(_listing(folder)) - set(before))
+
+
 def _env() -> dict:
     bin_dir = os.path.dirname(sys.executable)  # the framework's console scripts, beside this Python
     return {**os.environ, **ENV, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
@@ -109,8 +126,10 @@ def test_the_doctor_judges_the_documented_example_as_the_framework_runs_it(tmp_p
     if why:
         pytest.skip(why)
     folder = _case_tree(framework, case, tmp_path)
+    before = _listing(folder)
     proc = subprocess.run([trl_doctor_exe(), "check", "--format", "json", "--", *command], cwd=folder, env=_env(),
                           capture_output=True, text=True, timeout=600)
+    _unwritten(folder, before)
     if status == 2:  # the framework stops before its trainer is built: one line, naming what it raised and where
         assert proc.returncode == 2 and truth_words in proc.stderr, proc.stderr
         assert framework != "oumi" or "after catching" in proc.stderr, proc.stderr  # oumi's CLI catches and exits 1
@@ -202,9 +221,11 @@ def test_swift_s_distributed_launch_is_followed_as_torchrun_and_never_trains(tmp
     if why:
         pytest.skip(why)
     folder = _case_tree("swift", "grpo_transformers", tmp_path)
+    before = _listing(folder)
     proc = subprocess.run([trl_doctor_exe(), "check", "--no-smoke", "--format", "json", "--", "swift", "rlhf",
                            "config.yaml"], cwd=folder, env={**_env(), "NPROC_PER_NODE": "2"}, capture_output=True,
                           text=True, timeout=600)
+    _unwritten(folder, before)  # swift writes output/v0-*/args.json before its trainer: held
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert any("re-launched itself as `torchrun --nproc_per_node 2" in n for n in report["launch"]["notes"])

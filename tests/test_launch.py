@@ -612,9 +612,13 @@ def test_torchrun_over_nodes_counts_every_node():
     capacity = result_of(report, "gpu-capacity")
     assert capacity["details"]["machines"].startswith("2 (torchrun --nnodes 2): 16 training processes in all"), capacity
 
-def test_what_the_script_creates_in_the_working_directory_is_a_note(tmp_path):
-    """Issue 30, class 9: the script the capture runs writes a log of its prompts into the working directory; the
-    report says so (left in place, as what rewards create is), and names nothing that was there before."""
+def test_what_the_script_creates_in_the_working_directory_is_held_and_said(tmp_path):
+    """Issue 30, class 9, and issue 58: the script the capture runs writes a log of its prompts into the working
+    directory. The report says so and names nothing that was there before; where the system allows a mount namespace
+    the folder is held (trl_doctor/runtime/hold.py) and the log never reaches it. TRL_DOCTOR_HOLD=0 is the control:
+    the log is written and left in place."""
+    from trl_doctor.runtime import netns
+
     source = (LAUNCH / "grpo_quickstart.py").read_text()
     source = source.replace('"../models/qwen2-chat"', repr(str(LAUNCH.parent / "models" / "qwen2-chat")))
     source = source.replace('"../data/chat_many.jsonl"', repr(str(LAUNCH.parent / "data" / "chat_many.jsonl")))
@@ -622,12 +626,17 @@ def test_what_the_script_creates_in_the_working_directory_is_a_note(tmp_path):
                             "open('prompt_logs/prompts.txt', 'w').write(str(dataset[0]))\n\n\ndef reward_len")
     (tmp_path / "train.py").write_text(source)
     (tmp_path / "notes.txt").write_text("here before the check\n")
-    proc = run_doctor("check", "--no-smoke", "--select", "pad-token", "--format", "json", "--", "python", "train.py",
-                      cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    notes = json.loads(proc.stdout)["launch"]["notes"]
-    created = [note for note in notes if "created" in note]
-    assert created == [f"the launch command's script created {tmp_path / 'prompt_logs'}/ (left in place)"], notes
+    check = ("check", "--no-smoke", "--select", "pad-token", "--format", "json", "--", "python", "train.py")
+    held = netns.probe().namespace  # the same user namespace makes the mount namespace
+    for env, where in (({}, "held in the check's own layer, gone with it: not written into your folder"
+                        if held else "left in place"), ({"TRL_DOCTOR_HOLD": "0"}, "left in place")):
+        proc = run_doctor(*check, cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        notes = json.loads(proc.stdout)["launch"]["notes"]
+        created = [note for note in notes if "created" in note]
+        assert created == [f"the launch command's script created {tmp_path / 'prompt_logs'}/ ({where})"], notes
+        assert (tmp_path / "prompt_logs" / "prompts.txt").exists() == (where == "left in place")
+    assert (tmp_path / "notes.txt").read_text() == "here before the check\n"
 
 
 def test_a_helper_script_the_job_runs_as_a_child_is_not_taken_for_the_job(tmp_path):

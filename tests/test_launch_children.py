@@ -151,6 +151,36 @@ def case(request):
 
 
 @pytest.mark.usefixtures("built_fixtures")
+def test_what_a_framework_writes_before_its_trainer_is_held_away_from_the_users_folder(tmp_path):
+    """minifw, as ms-swift does, writes its run's arguments (out/args.json) before it builds the trainer. Under the
+    doctor the working directory is held (trl_doctor/runtime/hold.py): the framework's child writes into the check's
+    own layer, the note says so, and the user's folder has no output folder afterwards; with TRL_DOCTOR_HOLD=0 (the
+    control) the same run leaves out/args.json behind, as the note then says."""
+    import shutil
+
+    from trl_doctor.runtime import netns
+
+    if not netns.probe().namespace:
+        pytest.skip("no user namespace here, so no folder is held (the report says 'left in place')")
+    work = tmp_path / "fw"
+    shutil.copytree(FRAMEWORK, work, ignore=shutil.ignore_patterns("out*", "_case_*"))
+    config = (work / "grpo_rlhf.yaml")
+    config.write_text(config.read_text().replace("base_model: ../../", f"base_model: {FRAMEWORK.parent.parent}/")
+                      .replace("datasets: ../../", f"datasets: {FRAMEWORK.parent.parent}/"))
+    env = {"PYTHONPATH": str(work / "site"), "HF_HUB_OFFLINE": "1"}
+    check = ("check", "--no-smoke", "--select", "batch-geometry", "--format", "json", "--", "minifw", "rlhf",
+             "grpo_rlhf.yaml")
+    for extra, held in (({}, True), ({"TRL_DOCTOR_HOLD": "0"}, False)):
+        proc = run_doctor(*check, cwd=work, env={**env, **extra})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        notes = json.loads(proc.stdout)["launch"]["notes"]
+        (created,) = [n for n in notes if "created" in n]
+        assert f"{work / 'out_rlhf'}/" in created, notes
+        assert ("held in the check's own layer" in created) == held and ("left in place" in created) != held
+        assert (work / "out_rlhf" / "args.json").exists() != held
+
+
+@pytest.mark.usefixtures("built_fixtures")
 @pytest.mark.parametrize("shape, nproc, ranks", [("rlhf", None, 1), ("sh", None, 1), ("sh", "2", 2)],
                          ids=["python-package-file", "shell-step", "shell-step-torchrun"])
 def test_a_framework_child_that_would_train_is_captured_and_never_trains(case, shape, nproc, ranks):
@@ -160,7 +190,7 @@ def test_a_framework_child_that_would_train_is_captured_and_never_trains(case, s
     proc = _framework(shape, case.name, nproc=nproc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
-    assert report["trainer"] == "grpo" and report["launch"]["constructed_at"].endswith("minifw/train.py:32")
+    assert report["trainer"] == "grpo" and report["launch"]["constructed_at"].endswith("minifw/train.py:35")
     (note,) = [n for n in report["launch"]["notes"] if "a process minifw started" in n]
     assert f"rlhf.py {case.name}" in note and "stopped there, before any training, and run here in its place" in note
     assert result_of(report, "batch-geometry")["status"] == "pass"
@@ -184,7 +214,7 @@ def test_a_child_that_dies_before_its_trainer_is_named_with_its_exception(case, 
     assert proc.returncode == 2
     assert "minifw exited with status 1 before constructing a TRL trainer: its child process" in proc.stderr
     assert f"minifw/rlhf.py {case.name}" in proc.stderr and "no-such-model" in proc.stderr
-    assert "minifw/train.py:33" in proc.stderr
+    assert "minifw/train.py:36" in proc.stderr
 
 
 @pytest.mark.usefixtures("built_fixtures")

@@ -456,8 +456,13 @@ def test_files_a_reward_writes_in_the_working_directory_are_reported(built_fixtu
     code, out, err = case.run("--select", "reward-functions")
     result = report_of(out)["reward-functions"]
     assert code == 0 and result["status"] == "pass", err[-2000:]
-    created = result["details"]["files created by user code (left in place)"]
+    from trl_doctor.runtime import netns
+
+    held = netns.probe().namespace  # the working directory is held where a user namespace can be made
+    where = "held in the check's own layer, gone with it: not written into your folder" if held else "left in place"
+    created = result["details"][f"files created by user code ({where})"]
     assert any(entry.endswith(f"created {case.setup / 'completion_samples'}/") for entry in created), created
+    assert (case.setup / "completion_samples").exists() != held
     assert all(entry.startswith("rewards.py (") for entry in created), created
     case.assert_clean()
 

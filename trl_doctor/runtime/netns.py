@@ -34,6 +34,7 @@ import threading
 from dataclasses import dataclass
 
 ENV = "TRL_DOCTOR_NETWORK_NAMESPACE"  # "0": the in-process guard only
+HOLD_ENV = "TRL_DOCTOR_HOLD"  # "0": the user's folders are not held (what the check writes there stays)
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _SIOCSIFADDR, _IFF_UP = 0x8913, 0x8914, 0x8916, 0x1
 _PR_SET_PDEATHSIG = 1
@@ -51,6 +52,8 @@ class Isolation:
     why: str = ""
     cause: str = "system"  # what decided it: "system", "environment" (ENV) or "allow-host"
     forwarded: tuple[tuple[str, int], ...] = ()  # (address, port) of this machine's servers reachable from inside
+    held: tuple[str, ...] = ()  # folders whose writes land in the check's own layer (trl_doctor.runtime.hold)
+    not_held: tuple[tuple[str, str], ...] = ()  # (folder, why not) of the folders asked for
 
     def words(self) -> str:
         if self.namespace:
@@ -121,34 +124,49 @@ def _reason(exc: OSError) -> str:
 
 # -- the move ------------------------------------------------------------------------------------------------------
 
-def isolate(allowed=()) -> Isolation:
+def isolate(allowed=(), hold=(), layer=None) -> Isolation:
     """Move this process (single-threaded, before any user code) into a network namespace of its own, with this
-    machine's listening servers carried in; the Isolation in force either way. Once per process."""
+    machine's listening servers carried in, and hold the folders `hold` (trl_doctor.runtime.hold: their writes land in
+    upper layers under `layer`); the Isolation in force either way. Once per process."""
     if _state["isolation"] is not None:
         return _state["isolation"]
+    from trl_doctor.runtime import hold as _hold
     from trl_doctor.runtime.network import own_addresses, own_names
 
     own_addresses(), own_names()  # this machine's, read before the move (the guard's answers stay this machine's)
     refused = _refusal(allowed)
-    if refused is not None:
+    holding = bool(hold) and layer is not None and os.environ.get(HOLD_ENV, "").strip() != "0"
+    if refused is not None and not holding:
         return _settle(refused)
-    own_v4 = sorted(a for a in own_addresses() if ":" not in a and not ipaddress.ip_address(a).is_loopback)
-    listening = _listening(set(own_v4))
-    inside, outside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    door = _start_door(outside, inside, {port for _, port, _ in listening}, set(own_v4))
-    outside.close()
+    inside = door = None
+    own_v4: list[str] = []
+    listening: list[tuple[str, int, int]] = []
+    if refused is None:
+        own_v4 = sorted(a for a in own_addresses() if ":" not in a and not ipaddress.ip_address(a).is_loopback)
+        listening = _listening(set(own_v4))
+        inside, outside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        door = _start_door(outside, inside, {port for _, port, _ in listening}, set(own_v4))
+        outside.close()
     try:
-        _unshare()
-        _loopback_up()
+        _user_namespace()
+        if refused is None:
+            _network_namespace()
     except OSError as exc:
-        _stop_door(door, inside)
-        return _settle(Isolation(False, _reason(exc)))
+        if door is not None and inside is not None:
+            _stop_door(door, inside)
+        why = _reason(exc)
+        return _settle(Isolation(False, why, not_held=tuple((f, why) for f in _hold.outermost(hold))))
+    not_held = _hold.mount(hold, layer) if holding else {}
+    held = tuple(_hold.held())
+    if refused is not None:
+        return _settle(Isolation(False, refused.why, refused.cause, held=held, not_held=tuple(not_held.items())))
     for index, address in enumerate(own_v4):
         _add_address(f"lo:{index % 1000}", address)
     listeners = _listen(listening)
     _state["door"] = door
     threading.Thread(target=_forward, args=(listeners, inside), name="trl-doctor-netns", daemon=True).start()
-    return _settle(Isolation(True, forwarded=tuple(sorted({(a, p) for a, p, _ in listeners}))))
+    return _settle(Isolation(True, forwarded=tuple(sorted({(a, p) for a, p, _ in listeners})), held=held,
+                             not_held=tuple(not_held.items())))
 
 
 def _settle(isolation: Isolation) -> Isolation:
@@ -161,7 +179,20 @@ def _libc():
 
 
 def _unshare() -> None:
-    """A user namespace mapping this user to itself, then a network namespace it owns."""
+    """A user namespace mapping this user to itself, then a network namespace it owns (the probe's)."""
+    _user_namespace()
+    _network_namespace()
+
+
+def _network_namespace() -> None:
+    """A network namespace of this process's own user namespace, its loopback up."""
+    if _libc().unshare(CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    _loopback_up()
+
+
+def _user_namespace() -> None:
+    """A user namespace mapping this user (and group) to itself: files and getuid() stay the user's."""
     uid, gid = os.getuid(), os.getgid()
     libc = _libc()
     if libc.unshare(CLONE_NEWUSER) != 0:
@@ -173,8 +204,6 @@ def _unshare() -> None:
                 f.write(text)
         except FileNotFoundError:
             continue  # setgroups: kernels before 3.19
-    if libc.unshare(CLONE_NEWNET) != 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
 
 
 def _loopback_up() -> None:
@@ -359,7 +388,6 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
 if __name__ == "__main__":  # the probe: `python -I -S netns.py --probe` prints "ok" or why not
     try:
         _unshare()
-        _loopback_up()
         print("ok")
     except OSError as _exc:
         print(_reason(_exc))

@@ -51,7 +51,31 @@ def new_folder(parent: Path | None = None, tag: str | None = None) -> CheckFolde
 
 
 def remove(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    """Remove the folder and everything in it: a folder inside without write or search permission (a held folder's
+    layer keeps the modes the user's code gave, 0o555; the overlay's own work folder is 0o000) is opened up first."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except OSError:
+        _opened_up(path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _opened_up(path: Path) -> None:
+    """Every folder under `path` (itself included) given its owner's rwx, top-down, so the walk can enter it."""
+    try:
+        os.chmod(path, 0o700)
+    except OSError:
+        pass
+    for root, dirs, _ in os.walk(path):  # top-down: a folder's mode is set before the walk lists it
+        for name in dirs:
+            folder = os.path.join(root, name)
+            if not os.path.islink(folder):
+                try:
+                    os.chmod(folder, 0o700)
+                except OSError:
+                    pass
 
 
 @contextmanager

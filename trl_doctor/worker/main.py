@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Callable, MutableMapping, TypeVar
 
 from trl_doctor.runtime import fence as _fence
@@ -166,13 +167,25 @@ def _processes_left(result, left: list[str]):
 
 
 def _files_created(result, created: list[str]):
-    """`result` with what its rule's user code created in the check's folders named in its details: left in place (the
-    job's own run of that code will write it too), said so that a check is never silent about what it wrote."""
+    """`result` with what its rule's user code created in the check's folders named in its details: held in the
+    check's own layer where the folder is held (trl_doctor.runtime.hold), else left in place (the job's own run of that
+    code will write it too); said either way, so that a check is never silent about what it wrote."""
     if not created:
         return result
     import dataclasses
 
-    return dataclasses.replace(result, details=dict(result.details, **{"files created by user code (left in place)": created}))
+    where = _placement([c.rsplit(": created ", 1)[-1] for c in created])
+    return dataclasses.replace(result, details=dict(result.details, **{f"files created by user code ({where})": created}))
+
+
+def _placement(paths: list[str]) -> str:
+    """Where what the check's processes wrote at `paths` went, in words: "held: ..." where every path lies in a held
+    folder, else "left in place"."""
+    from trl_doctor.runtime import hold as _hold
+
+    if paths and all(_hold.holder(p) is not None for p in paths):
+        return "held in the check's own layer, gone with it: not written into your folder"
+    return "left in place"
 
 
 def _connections_refused(result, refused: list):
@@ -248,12 +261,12 @@ def _with_refused(message, refused: list):
 
 def _with_created(message, created: list[str]):
     """The `captured` message with what the script created in the working directory as a note (issue 30, class 9):
-    left in place, as what rewards create is, and said, so that a check is never silent about what it wrote."""
+    held or left in place, as what rewards create is, and said, so that a check is never silent about what it wrote."""
     if not created:
         return message
     import dataclasses
 
-    note = f"the launch command's script created {', '.join(created)} (left in place)"
+    note = f"the launch command's script created {', '.join(created)} ({_placement(created)})"
     return dataclasses.replace(message, notes=(*message.notes, note))
 
 
@@ -327,19 +340,24 @@ def end_own_tree() -> None:
 
 
 def isolate(request: Request) -> None:
-    """Move the worker into a network namespace of its own before anything of the user's runs (trl_doctor.runtime.netns:
-    no process of the check has a route to another machine; this machine's servers stay reachable). Where the
-    system does not allow it the in-process guard alone holds, as the report's settings say."""
+    """Move the worker into namespaces of its own before anything of the user's runs (trl_doctor.runtime.netns): a
+    network namespace (no process of the check has a route to another machine; this machine's servers stay
+    reachable) and a mount namespace holding the working directory and the config's folder (trl_doctor.runtime.hold:
+    what the check's processes write there lands in a layer inside the check's folder). Where the system does not
+    allow it the in-process guard alone holds, as the report's settings say, and what is written is left in place."""
     from trl_doctor.runtime import netns as _netns
+    from trl_doctor.runtime import tmp as _tmp
 
     try:
         allowed = _network.parse_hosts(request.options.allow_hosts)
     except ValueError:
         return  # serve says so, as one line
+    check_dir = os.environ.get(_tmp.DIR_ENV)
+    folders = [os.getcwd()] + ([os.path.dirname(os.path.abspath(request.config))] if request.config else [])
     try:
-        _netns.isolate(allowed)
+        _netns.isolate(allowed, folders, Path(check_dir) / "held" if check_dir else None)
     except Exception as exc:  # a system this code has not met: the guard alone, and the log says why
-        print(f"trl-doctor: no network namespace: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"trl-doctor: no namespaces: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def main() -> int:

@@ -18,12 +18,12 @@ its resume or its trackers' start, read before launch. Each function returns a `
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trl_doctor.errors import Unavailable
+from trl_doctor.runtime import hold as _hold
 from trl_doctor.facts.launch.settings import config_value
 
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
@@ -275,7 +275,7 @@ def disk(ctx, checkpoint_bytes: int | None) -> Phase | None:
     existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
     if existing is None:
         return None
-    free = shutil.disk_usage(existing).free
+    free = _hold.disk_usage(existing).free  # a held folder's own disk, not its overlay's (runtime/hold.py)
     details = {"output_dir": str(folder), "free": _gib(free), "first checkpoint": _gib(checkpoint_bytes)}
     if free < checkpoint_bytes:
         return Phase("checkpoint", "fail", f"the first checkpoint needs about {_gib(checkpoint_bytes)} and {existing} "

@@ -1,0 +1,136 @@
+"""The user's folders held: what the check's processes write there lands in a layer of the check's own.
+
+A launch's framework writes before it builds its trainer (ms-swift's `output/v0-*/args.json`, a logging set-up's
+files), a reward writes its samples, a script saves a config: in the check these would be files left in the user's
+folders. So the worker, once in a user namespace of its own (trl_doctor.runtime.netns), takes a mount namespace too
+and mounts an overlay over each folder it holds (the working directory, the config's folder): reads see the folder
+as it is; every write, new file, change or removal lands in the upper layer, inside the check's own temporary folder,
+which goes when the check ends. Every process of the check sees the same (the namespace is inherited); no other
+process of the machine sees anything.
+
+A folder is not held, and the report's notes say "left in place" as before, where: the kernel refuses an overlay in
+a user namespace (before Linux 5.11), the folder holds mounts of its own (an overlay would hide them), it holds the
+check's own folder, its file system is read-only (an overlay would make it look writable to the rules that ask,
+save-outputs among them; nothing can be written there anyway), or its path holds `,` `:` or `\\` (the overlay's
+option separators).
+
+The free space of a held folder is the one measured before the mount (`disk_usage`): the overlay itself reports its
+upper layer's file system.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+from pathlib import Path
+
+CLONE_NEWNS = 0x00020000
+_MS_REC, _MS_PRIVATE = 0x4000, 0x40000
+
+_state: dict = {"held": {}, "usage": {}}  # {folder: upper layer}, {folder: shutil.disk_usage before the mount}
+
+
+def held() -> dict[str, str]:
+    """{folder held: its upper layer} in this process."""
+    return dict(_state["held"])
+
+
+def holder(path) -> str | None:
+    """The held folder `path` lies in (itself included), or None."""
+    p = os.path.abspath(os.fspath(path))
+    return next((f for f in _state["held"] if p == f or p.startswith(f.rstrip("/") + "/")), None)
+
+
+def disk_usage(path):
+    """shutil.disk_usage of `path`, as its folder's file system has it: for a held folder, what was measured before
+    the overlay (whose own figure is the check's temporary folder's)."""
+    folder = holder(path)
+    if folder is not None and folder in _state["usage"]:
+        return _state["usage"][folder]
+    return shutil.disk_usage(path)
+
+
+def outermost(folders) -> list[str]:
+    """The folders as real paths, each once, a folder inside another left out (the outer overlay holds it)."""
+    real = sorted({os.path.realpath(os.fspath(f)) for f in folders if f}, key=len)
+    out: list[str] = []
+    for f in real:
+        if not any(f == o or f.startswith(o.rstrip("/") + "/") for o in out):
+            out.append(f)
+    return out
+
+
+def mount(folders, layer: Path) -> dict[str, str]:
+    """In a mount namespace of this process's own (it must already own a user namespace), an overlay over each
+    folder, its upper layer under `layer`; {folder: why not} for those not held. The working directory is entered
+    again, so it is the held view."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        err = ctypes.get_errno()
+        return {f: f"no mount namespace ({os.strerror(err)})" for f in outermost(folders)}
+    cwd = os.getcwd()
+    mounts = _mount_points()
+    layer = Path(os.path.realpath(layer))
+    refused: dict[str, str] = {}
+    for index, folder in enumerate(outermost(folders)):
+        why = _why_not(folder, layer, mounts)
+        if why:
+            refused[folder] = why
+            continue
+        upper, work = layer / f"{index}" / "upper", layer / f"{index}" / "work"
+        upper.mkdir(parents=True)
+        work.mkdir(parents=True)
+        usage = shutil.disk_usage(folder)
+        options = f"lowerdir={folder},upperdir={upper},workdir={work}"
+        err = 0
+        for extra in ("", ",userxattr"):
+            if libc.mount(b"overlay", os.fsencode(folder), b"overlay", 0, (options + extra).encode()) == 0:
+                err = 0
+                break
+            err = ctypes.get_errno()
+        if err:
+            refused[folder] = f"the kernel refused an overlay here ({os.strerror(err)})"
+            continue
+        _state["held"][folder] = str(upper)
+        _state["usage"][folder] = usage
+    try:
+        os.chdir(cwd)
+    except OSError:
+        pass
+    return refused
+
+
+def _why_not(folder: str, layer: Path, mounts: list[str]) -> str:
+    if not os.path.isdir(folder):
+        return "not a folder"
+    if any(c in folder for c in ",:\\") or any(c in str(layer) for c in ",:\\"):
+        return "its path holds `,` `:` or `\\`"
+    inside = folder.rstrip("/") + "/"
+    if str(layer).startswith(inside):
+        return "it holds the check's own temporary folder"
+    if any(m.startswith(inside) for m in mounts):
+        return "it holds mounts of its own, which an overlay would hide"
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:  # an overlay would make it look writable to the rules
+            return "its file system is read-only: nothing is written there anyway"
+    except OSError:
+        return "its file system cannot be asked"
+    return ""
+
+
+def _mount_points() -> list[str]:
+    """Every mount point of this mount namespace (/proc/self/mountinfo's fifth field, octal escapes decoded)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:
+            out.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return out
