@@ -2,10 +2,11 @@
 
 "Another machine" is an address of the test's own network namespace (`unshare -rmn`; `ip route add local
 10.254.0.0/24 dev lo`): a server at 10.254.0.7 and a DNS server at 10.254.0.53 (the namespace's /etc/resolv.conf,
-bind-mounted, names it). The user's reward function reaches for them three ways the audit hook never sees: a child
-process, a C-level connect (libc's own socket and connect through ctypes) and the system resolver (`getent`). The same
-check with TRL_DOCTOR_NETWORK_NAMESPACE=0 is the control: there the guard alone is in force and all three get through,
-so the test fails if the namespace is not made.
+bind-mounted, names it; it answers judge.example with 10.254.0.7). The user's reward function reaches for them three
+ways the audit hook never sees: a child process (by the name judge.example), a C-level connect (libc's own socket and
+connect through ctypes) and the system resolver (`getent`). The same check with `--allow-host judge.example:PORT`
+carries that one host in; with TRL_DOCTOR_NETWORK_NAMESPACE=0 (the control) the guard alone is in force and all
+three get through, so the test fails if the namespace is not made.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ REWARDS = textwrap.dedent('''
     import ctypes, os, shutil, socket, subprocess, sys
 
     REMOTE, LOCAL = ("10.254.0.7", int(os.environ["NS_REMOTE_PORT"])), ("127.0.0.1", int(os.environ["NS_LOCAL_PORT"]))
+    JUDGE = "judge.example"  # the test's DNS server answers 10.254.0.7
     CHILD = "import socket, sys\\ntry:\\n socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).sendall(b'child')\\nexcept OSError as e: print(e)"
 
     def _c_level(host, port, data):
@@ -38,7 +40,7 @@ REWARDS = textwrap.dedent('''
         return "sent" if ok else f"errno {ctypes.get_errno()}"
 
     def reach_out(completions, **kwargs):
-        said = [subprocess.run([sys.executable, "-c", CHILD, REMOTE[0], str(REMOTE[1])], capture_output=True,
+        said = [subprocess.run([sys.executable, "-c", CHILD, JUDGE, str(REMOTE[1])], capture_output=True,
                                text=True, timeout=20).stdout.strip()]
         said.append(_c_level(*REMOTE, b"c-level"))
         lookup = [shutil.which("getent") or "", "hosts", "model-store.example"]
@@ -78,18 +80,31 @@ NAMESPACE = textwrap.dedent('''
         return s.getsockname()[1]
 
     def dns():
+        """A DNS server of another machine: judge.example is 10.254.0.7, any other name is NXDOMAIN."""
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("10.254.0.53", 53))
         while True:
-            data, _ = u.recvfrom(4096); seen["dns"].append(len(data))
+            data, peer = u.recvfrom(4096)
+            i, labels = 12, []
+            while data[i]:
+                labels.append(data[i + 1:i + 1 + data[i]].decode()); i += 1 + data[i]
+            name, qtype = ".".join(labels), int.from_bytes(data[i + 1:i + 3], "big")
+            seen["dns"].append(name)
+            question, found = data[12:i + 5], name == "judge.example" and qtype == 1
+            header = data[:2] + (b"\\x81\\x80" if found else b"\\x81\\x83") + b"\\x00\\x01" + \
+                (b"\\x00\\x01" if found else b"\\x00\\x00") + b"\\x00\\x00\\x00\\x00"
+            answer = b"\\xc0\\x0c\\x00\\x01\\x00\\x01\\x00\\x00\\x00\\x3c\\x00\\x04" + socket.inet_aton("10.254.0.7") if found else b""
+            u.sendto(header + question + answer, peer)
 
     threading.Thread(target=dns, daemon=True).start()
     env = {**os.environ, "NS_REMOTE_PORT": str(tcp("10.254.0.7", "remote")),
            "NS_LOCAL_PORT": str(tcp("127.0.0.1", "local")), "TRL_DOCTOR_FORKSERVER": ""}
     out = {}
-    for name, extra in (("namespace", {}), ("guard only", {"TRL_DOCTOR_NETWORK_NAMESPACE": "0"})):
+    allow = ["--allow-host", "judge.example:" + env["NS_REMOTE_PORT"]]
+    for name, extra, more in (("namespace", {}, []), ("allowed", {}, allow),
+                              ("guard only", {"TRL_DOCTOR_NETWORK_NAMESPACE": "0"}, [])):
         for v in seen.values():
             v.clear()
-        proc = subprocess.run(sys.argv[1:], capture_output=True, text=True, env={**env, **extra}, cwd=here)
+        proc = subprocess.run(sys.argv[1:] + more, capture_output=True, text=True, env={**env, **extra}, cwd=here)
         time.sleep(0.5)
         out[name] = {"code": proc.returncode, "report": json.loads(proc.stdout) if proc.stdout else None,
                      "stderr": proc.stderr[-2000:], "seen": {k: list(v) for k, v in seen.items()}}
@@ -116,7 +131,7 @@ def test_children_c_code_and_dns_reach_no_other_machine_yet_this_machines_server
                       f"dataset_path: {FIXTURES / 'data' / 'chat.jsonl'}\nreward_funcs: [rewards.reach_out]\n"
                       "num_generations: 2\nper_device_train_batch_size: 2\nmax_completion_length: 16\n")
     command = [trl_doctor_exe(), "check", "--no-smoke", "--select", "reward-functions", "--format", "json", str(config)]
-    env = {**os.environ, "TRL_DOCTOR_TEST_NET_ALLOW": "10.254.0.7"}  # the session's network audit: the test's reach
+    env = {**os.environ, "TRL_DOCTOR_TEST_NET_ALLOW": "10.254.0.7,judge.example,model-store.example"}  # the audit
     proc = subprocess.run(["unshare", "-rmn", sys.executable, str(tmp_path / "ns.py"), *command], capture_output=True,
                           text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -129,9 +144,17 @@ def test_children_c_code_and_dns_reach_no_other_machine_yet_this_machines_server
     assert "errno 101" in held["seen"]["local"][0]  # the C-level connect: ENETUNREACH, no route
     assert not any(s["setting"] == "network" for s in held["report"]["settings"]), held["report"]["settings"]
 
+    # an allowed host is carried in by the door, for every process: looked up once, outside, before the move; the
+    # names it answers are in the namespace's /etc/hosts, and a name not allowed still reaches no DNS server
+    allowed = runs["allowed"]
+    assert allowed["code"] == 0 and allowed["report"]["results"][0]["status"] == "pass", allowed
+    assert sorted(allowed["seen"]["remote"]) == ["c-level", "child"], allowed["seen"]
+    assert set(allowed["seen"]["dns"]) == {"judge.example"}, allowed["seen"]
+    assert not any(s["setting"] == "network" for s in allowed["report"]["settings"]), allowed["report"]["settings"]
+
     # the control: the guard alone lets all three through, and the report says what it does not cover
     assert sorted(control["seen"]["remote"]) == ["c-level", "child"], control["seen"]
-    assert control["seen"]["dns"], control["seen"]
+    assert "model-store.example" in control["seen"]["dns"], control["seen"]
     network = [s for s in control["report"]["settings"] if s["setting"] == "network"]
     assert network and network[0]["value"].startswith("in-process guard only (TRL_DOCTOR_NETWORK_NAMESPACE=0)")
     assert "processes the user's code starts" in network[0]["value"] and network[0]["source"] == "environment"
@@ -196,13 +219,15 @@ def test_the_listening_ports_are_read_as_the_kernel_lists_them():
 
 def test_the_guard_alone_is_said_with_its_reason():
     """Where no namespace is made, the Isolation says why and what the guard leaves open; an allowed host of another
-    machine (reached only from this machine's network) is one reason, the environment's switch another."""
+    machine named without a port (or by an IPv6 address) is one reason, the environment's switch another."""
     from trl_doctor.runtime import netns
     from trl_doctor.runtime.network import parse_hosts
 
-    remote = netns.probe(parse_hosts(["10.0.0.2:8000"]))
-    assert not remote.namespace and remote.cause == "allow-host" and "10.0.0.2:8000" in remote.why
+    remote = netns.probe(parse_hosts(["10.0.0.2"]))  # no port: which ones to carry in cannot be known
+    assert not remote.namespace and remote.cause == "allow-host" and "10.0.0.2 names no port" in remote.why
     assert "C libraries' own connections" in remote.words()
+    assert netns.probe(parse_hosts(["[2001:db8::7]:8000"])).cause == "allow-host"
+    assert netns.probe(parse_hosts(["10.0.0.2:8000"])).cause != "allow-host"  # carried in by the door
     assert netns.probe(parse_hosts(["localhost:8000"])).cause != "allow-host"  # this machine: no reason to give up
     os.environ[netns.ENV] = "0"
     try:

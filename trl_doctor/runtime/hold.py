@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 
 CLONE_NEWNS = 0x00020000
-_MS_REC, _MS_PRIVATE = 0x4000, 0x40000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 
 _state: dict = {"held": {}, "usage": {}}  # {folder: upper layer}, {folder: shutil.disk_usage before the mount}
 
@@ -64,14 +64,48 @@ def outermost(folders) -> list[str]:
     return out
 
 
+def own_mount_namespace() -> None:
+    """A mount namespace of this process's own, its mounts private (this process must own a user namespace); once."""
+    if _state.get("namespace"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    _state["namespace"] = True
+
+
+def hosts_file_with(names: dict[str, str], folder: Path) -> None:
+    """/etc/hosts, as this process and its children see it, with `names` answered by their addresses (the allowed
+    hosts carried into the network namespace, looked up outside it): a copy in `folder` bind-mounted over it, so the
+    system resolver of every process answers them without DNS. Left as it is where no mount can be made."""
+    try:
+        own_mount_namespace()
+        target = os.path.realpath("/etc/hosts")
+        try:
+            text = Path(target).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        lines = "".join(f"{address} {name}\n" for name, address in sorted(names.items()))
+        folder.mkdir(parents=True, exist_ok=True)
+        copy = folder / "hosts"
+        copy.write_text(text.rstrip("\n") + "\n# trl-doctor: the allowed hosts, carried into the check's network "
+                        "namespace\n" + lines)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mount(os.fsencode(copy), os.fsencode(target), None, _MS_BIND, None)
+    except OSError:
+        pass
+
+
 def mount(folders, layer: Path) -> dict[str, str]:
     """In a mount namespace of this process's own (it must already own a user namespace), an overlay over each
     folder, its upper layer under `layer`; {folder: why not} for those not held. The working directory is entered
     again, so it is the held view."""
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-        err = ctypes.get_errno()
-        return {f: f"no mount namespace ({os.strerror(err)})" for f in outermost(folders)}
+    try:
+        own_mount_namespace()
+    except OSError as exc:
+        return {f: f"no mount namespace ({exc.strerror})" for f in outermost(folders)}
     cwd = os.getcwd()
     mounts = _mount_points()
     layer = Path(os.path.realpath(layer))

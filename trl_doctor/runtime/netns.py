@@ -32,6 +32,7 @@ import socket
 import struct
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 ENV = "TRL_DOCTOR_NETWORK_NAMESPACE"  # "0": the in-process guard only
 HOLD_ENV = "TRL_DOCTOR_HOLD"  # "0": the user's folders are not held (what the check writes there stays)
@@ -84,11 +85,37 @@ def _refusal(allowed) -> Isolation | None:
         return Isolation(False, f"{ENV}=0", "environment")
     if not os.path.exists("/proc/self/ns/net"):
         return Isolation(False, "this system has no network namespaces")
-    remote = [str(a) for a in allowed or () if not this_machine(a.host)]
-    if remote:
-        return Isolation(False, f"allowed host {remote[0]} is another machine, reached only from this machine's "
-                                "network", "allow-host")
+    for entry in allowed or ():
+        if this_machine(entry.host):
+            continue
+        if entry.port is None:
+            return Isolation(False, f"allowed host {entry} names no port: only HOST:PORT is carried into the check's "
+                                    "network namespace", "allow-host")
+        if ":" in entry.host:
+            return Isolation(False, f"allowed host {entry} is an IPv6 address: only IPv4 hosts are carried into the "
+                                    "check's network namespace", "allow-host")
     return None
+
+
+def _carried(allowed) -> dict[tuple[str, int], set[str]]:
+    """{(IPv4 address, port): the allowed names that resolve to it} of the allowed hosts of another machine, which the
+    door connects to for the inside; a name is looked up here, before the move (it is allowed), once."""
+    from trl_doctor.runtime.network import _ip, this_machine
+
+    out: dict[tuple[str, int], set[str]] = {}
+    for entry in allowed or ():
+        if this_machine(entry.host) or entry.port is None:
+            continue
+        if _ip(entry.host) is not None:
+            out.setdefault((entry.host, entry.port), set())
+            continue
+        try:
+            infos = socket.getaddrinfo(entry.host, entry.port, socket.AF_INET, socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            continue  # it does not resolve here: inside, as outside, the connect fails
+        for info in infos:
+            out.setdefault((str(info[4][0]), entry.port), set()).add(entry.host)
+    return out
 
 
 def probe(allowed=()) -> Isolation:
@@ -141,11 +168,13 @@ def isolate(allowed=(), hold=(), layer=None) -> Isolation:
     inside = door = None
     own_v4: list[str] = []
     listening: list[tuple[str, int, int]] = []
+    carried: dict[tuple[str, int], set[str]] = {}
     if refused is None:
         own_v4 = sorted(a for a in own_addresses() if ":" not in a and not ipaddress.ip_address(a).is_loopback)
         listening = _listening(set(own_v4))
+        carried = _carried(allowed)
         inside, outside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        door = _start_door(outside, inside, {port for _, port, _ in listening}, set(own_v4))
+        door = _start_door(outside, inside, {port for _, port, _ in listening}, set(own_v4), frozenset(carried))
         outside.close()
     try:
         _user_namespace()
@@ -160,9 +189,12 @@ def isolate(allowed=(), hold=(), layer=None) -> Isolation:
     held = tuple(_hold.held())
     if refused is not None:
         return _settle(Isolation(False, refused.why, refused.cause, held=held, not_held=tuple(not_held.items())))
-    for index, address in enumerate(own_v4):
+    for index, address in enumerate(own_v4 + sorted({ip for ip, _ in carried} - set(own_v4))):
         _add_address(f"lo:{index % 1000}", address)
-    listeners = _listen(listening)
+    names = {name: ip for (ip, _), named in carried.items() for name in named}
+    if names and layer is not None:
+        _hold.hosts_file_with(names, Path(layer))
+    listeners = _listen(sorted(set(listening) | {(ip, port, socket.AF_INET) for ip, port in carried}))
     _state["door"] = door
     threading.Thread(target=_forward, args=(listeners, inside), name="trl-doctor-netns", daemon=True).start()
     return _settle(Isolation(True, forwarded=tuple(sorted({(a, p) for a, p, _ in listeners})), held=held,
@@ -282,7 +314,8 @@ def _listen(listening) -> list[tuple[str, int, socket.socket]]:
 
 # -- the door: one process outside, connecting for the inside ------------------------------------------------------
 
-def _start_door(outside: socket.socket, inside: socket.socket, ports: set[int], own_v4: set[str]) -> int:
+def _start_door(outside: socket.socket, inside: socket.socket, ports: set[int], own_v4: set[str],
+                carried: frozenset[tuple[str, int]] = frozenset()) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -291,13 +324,15 @@ def _start_door(outside: socket.socket, inside: socket.socket, ports: set[int], 
         os.closerange(3, keep)
         os.closerange(keep + 1, 1 << 16)
         _libc().prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
-        _door(outside, ports, own_v4)
+        _door(outside, ports, own_v4, carried)
     finally:
         os._exit(0)
 
 
-def _door(conn: socket.socket, ports: set[int], own_v4: set[str]) -> None:  # pragma: no cover - the door's process
-    """Serve `ADDRESS PORT\\n` requests: a connected socket passed back (SCM_RIGHTS), or `E why`."""
+def _door(conn: socket.socket, ports: set[int], own_v4: set[str],
+          carried: frozenset[tuple[str, int]]) -> None:  # pragma: no cover - the door's process
+    """Serve `ADDRESS PORT\\n` requests: a connected socket passed back (SCM_RIGHTS), or `E why`. It connects to this
+    machine's servers listed at the start and to the allowed hosts' (address, port) pairs, nothing else."""
     buffered = b""
     while True:
         while b"\n" not in buffered:
@@ -312,8 +347,9 @@ def _door(conn: socket.socket, ports: set[int], own_v4: set[str]) -> None:  # pr
             ip = ipaddress.ip_address(host)
             mapped = getattr(ip, "ipv4_mapped", None)
             ip = mapped or ip
-            if port not in ports or not (ip.is_loopback or ip.is_unspecified or str(ip) in own_v4):
-                raise PermissionError(f"{host}:{port} is not one of this machine's servers")
+            mine = port in ports and (ip.is_loopback or ip.is_unspecified or str(ip) in own_v4)
+            if not mine and (str(ip), port) not in carried:
+                raise PermissionError(f"{host}:{port} is neither one of this machine's servers nor an allowed host")
             out = socket.create_connection((str(ip), port), timeout=_DOOR_TIMEOUT)
             out.settimeout(None)  # a timeout is O_NONBLOCK on the descriptor, which travels with it
         except (OSError, ValueError) as exc:
