@@ -9,6 +9,7 @@ import os
 import subprocess
 import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -21,35 +22,39 @@ NOT_RUN = "not run: --fail-fast"
 # context-length fails statically (5 prompts of ~1300 tokens do not fit 512 positions), yet the trainer builds and
 # its step runs; the reward writes a mark each time it is called (reward-functions calls it, and so does the step)
 MARKING_REWARD = '''
+import os
 from pathlib import Path
 
 
 def length_reward(prompts, completions, **kwargs):
-    with open(Path(__file__).with_name("reward-called"), "a") as fh:
+    # the mark goes outside the config's folder, which the check holds (trl_doctor/runtime/hold.py)
+    with open(Path(os.environ["MARK_DIR"]) / (Path(__file__).parent.name + "-reward-called"), "a") as fh:
         fh.write("called\\n")
     return [0.0 for _ in completions]
 '''
 
 
-def _timed(*args: str) -> tuple[subprocess.CompletedProcess, float]:
+def _timed(*args: str, marks: Path | None = None) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
-    proc = run_doctor(*args, env={"TRL_DOCTOR_FORKSERVER": os.environ.get("TRL_DOCTOR_FORKSERVER", "")})
+    env = {"TRL_DOCTOR_FORKSERVER": os.environ.get("TRL_DOCTOR_FORKSERVER", "")}
+    proc = run_doctor(*args, env={**env, "MARK_DIR": str(marks)} if marks else env)
     return proc, time.monotonic() - start
 
 
 @pytest.mark.slow
-def test_fail_fast_stops_before_the_trainer_run_and_reports_every_format(built_fixtures, tmp_path):
+def test_fail_fast_stops_before_the_trainer_run_and_reports_every_format(built_fixtures, tmp_path, tmp_path_factory):
+    marks = tmp_path_factory.mktemp("marks")
     cfg = long_prompts_config(tmp_path / "full", MARKING_REWARD)
-    full, full_s = _timed("check", str(cfg), "--format", "json")
+    full, full_s = _timed("check", str(cfg), "--format", "json", marks=marks)
     assert full.returncode == 1, full.stderr
     by_id = {r["rule"]: r for r in json.loads(full.stdout)["results"]}
     assert by_id["context-length"]["status"] == "fail" and by_id["smoke-step"]["status"] == "pass", by_id["smoke-step"]
-    assert (cfg.parent / "reward-called").exists()  # without --fail-fast the reward ran (and the step with it)
+    assert (marks / "full-reward-called").exists()  # without --fail-fast the reward ran (and the step with it)
 
     cfg = long_prompts_config(tmp_path / "fast", MARKING_REWARD)
     out = {fmt: tmp_path / f"report.{fmt}" for fmt in ("sarif", "junit", "github")}
     fast, fast_s = _timed("check", str(cfg), "--fail-fast", "--format", "json",
-                          *(a for fmt, path in out.items() for a in ("--report", f"{fmt}={path}")))
+                          *(a for fmt, path in out.items() for a in ("--report", f"{fmt}={path}")), marks=marks)
     assert fast.returncode == 1, fast.stderr
     report = json.loads(fast.stdout)
     by_id = {r["rule"]: r for r in report["results"]}
@@ -60,7 +65,7 @@ def test_fail_fast_stops_before_the_trainer_run_and_reports_every_format(built_f
     assert all(by_id[slug]["status"] == "skip" for slug in not_run)
     assert all(r["message"] != NOT_RUN for r in report["results"] if r["id"] < "TD011" and r["rule"] not in
                ("logits-contract", "eos-termination", "smoke-step"))
-    assert not (cfg.parent / "reward-called").exists()  # no reward call, no trainer step
+    assert not (marks / "fast-reward-called").exists()  # no reward call, no trainer step
     assert report["summary"]["skip"] >= len(not_run) and report["summary"]["fail"] == 1
     assert fast_s < full_s, (fast_s, full_s)
 

@@ -119,8 +119,12 @@ def test_a_reward_module_that_deletes_the_dataset_fails_naming_the_file(built_fi
     config = tmp_path / "case.yaml"
     config.write_text(f"model_name_or_path: {FIXTURES / 'models' / 'qwen2-chat'}\ndataset_path: chat.jsonl\n"
                       "reward_funcs: [import_deletes.format_reward]\nnum_generations: 4\nper_device_train_batch_size: 4\n")
+    from trl_doctor.runtime import netns
+
     code, report, _ = doctor(config, "--no-smoke")
-    assert not (tmp_path / "chat.jsonl").exists()
+    # the config's folder is held where a user namespace can be made (runtime/hold.py): the removal stays in the
+    # check's layer and the dataset is still there; the rule fails naming it either way
+    assert (tmp_path / "chat.jsonl").exists() == netns.probe().namespace
     rewards = rule(report, "reward-functions")
     assert code == 1 and rewards["status"] == "fail"
     assert rewards["message"].startswith(f"import_deletes.py (importing import_deletes.format_reward) removed "
@@ -282,13 +286,13 @@ def test_the_memory_limit_is_none_with_cuda_and_at_least_4_gib():
 
 
 @pytest.mark.slow
-def test_a_check_killed_from_outside_leaves_no_worker_behind(built_fixtures, tmp_path):
+def test_a_check_killed_from_outside_leaves_no_worker_behind(built_fixtures, tmp_path, tmp_path_factory):
     """SIGKILL to the CLI (a CI job's timeout) cannot be handled, so the worker asks the kernel to kill it with its
     parent (PR_SET_PDEATHSIG): a worker hung in user code, which never writes to its closed channel, does not
     outlive the check."""
     from conftest import trl_doctor_exe
 
-    marker = tmp_path / "sleeping"
+    marker = tmp_path_factory.mktemp("outside") / "sleeping"  # outside the config's folder, which the check holds
     shutil.copy(FIXTURES / "data" / "chat.jsonl", tmp_path / "prompts.jsonl")
     (tmp_path / "sleepy.py").write_text(f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(600)\n")
     config = tmp_path / "c.yaml"
