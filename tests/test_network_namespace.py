@@ -131,7 +131,8 @@ def test_children_c_code_and_dns_reach_no_other_machine_yet_this_machines_server
                       f"dataset_path: {FIXTURES / 'data' / 'chat.jsonl'}\nreward_funcs: [rewards.reach_out]\n"
                       "num_generations: 2\nper_device_train_batch_size: 2\nmax_completion_length: 16\n")
     command = [trl_doctor_exe(), "check", "--no-smoke", "--select", "reward-functions", "--format", "json", str(config)]
-    env = {**os.environ, "TRL_DOCTOR_TEST_NET_ALLOW": "10.254.0.7,judge.example,model-store.example"}  # the audit
+    reach = "10.254.0.7,10.254.0.53,judge.example,model-store.example"  # the session's network audit: the test's own
+    env = {**os.environ, "TRL_DOCTOR_TEST_NET_ALLOW": reach}
     proc = subprocess.run(["unshare", "-rmn", sys.executable, str(tmp_path / "ns.py"), *command], capture_output=True,
                           text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
