@@ -147,3 +147,18 @@ def test_the_check_s_own_folder_is_never_held_under_itself(tmp_path):
     assert "`,` `:`" in hold._why_not(str(tmp_path / "a,b"), tmp_path / "elsewhere", [])
     assert hold.outermost([tmp_path / "a", tmp_path, tmp_path / "a" / "b"]) == [str(tmp_path)]
     assert not stat.S_ISLNK(os.lstat(tmp_path).st_mode)
+
+
+def test_the_folders_a_command_line_names_are_its_paths_nearest_folders(tmp_path):
+    """`--output_dir /data/run1` (not made yet) names /data; a recipe's file names its folder; the root, the system's
+    folders, the Python installation (a framework's child `<site-packages>/pkg/cli/rlhf.py`) and URLs name none."""
+    import sys
+    import sysconfig
+
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "grpo.yaml").write_text("lr: 1e-5\n")
+    site = sysconfig.get_paths()["purelib"]
+    argv = ["python", f"{site}/swift/cli/rlhf.py", "--output_dir", str(tmp_path / "runs" / "run1"),
+            "--config=recipes/grpo.yaml", "/usr/lib/x.py", "/nonexistent-root-folder/out", "--url",
+            "http://10.0.0.2:8000/v1", sys.executable, "plain-word"]
+    assert hold.named_folders(argv, str(tmp_path)) == [str(tmp_path.resolve()), str((tmp_path / "recipes").resolve())]

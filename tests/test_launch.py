@@ -195,9 +195,9 @@ def test_torchrun_processes_per_node():
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX paths")
-def test_models_load_on_the_meta_device_unless_load_weights(tmp_path):
+def test_models_load_on_the_meta_device_unless_load_weights(tmp_path, tmp_path_factory):
     script = tmp_path / "probe_device.py"
-    out = tmp_path / "device.txt"
+    out = tmp_path_factory.mktemp("outside") / "device.txt"  # outside the script's folder, which the check holds
     script.write_text(
         "from datasets import load_dataset\n"
         "from transformers import AutoModelForCausalLM\n"
@@ -304,19 +304,25 @@ def test_a_script_that_ends_its_process_before_its_trainer_is_one_line_exit_2(tm
 
 
 def test_a_report_path_the_script_makes_a_link_is_never_written_through(tmp_path):
-    """The script puts a link at the --report path (to a file of the user's) and then builds its trainer: the report
-    is written in the link's place, the file it pointed to is untouched."""
+    """The script puts a link at the --report path (to a file of the user's) and then builds its trainer: where the
+    script's folder is held (trl_doctor/runtime/hold.py) the link never reaches it; with TRL_DOCTOR_HOLD=0 it does,
+    and the report is written in the link's place. Either way the file it pointed to is untouched."""
+    from trl_doctor.runtime import netns
+
     victim, report = tmp_path / "victim.txt", tmp_path / "report.json"
     victim.write_text("precious\n")
     script = tmp_path / "linker.py"
     script.write_text(f"import os, runpy, sys\nos.symlink({str(victim)!r}, {str(report)!r})\n"
                       f"sys.argv = ['grpo_quickstart.py']\n"
                       f"runpy.run_path({str(LAUNCH / 'grpo_quickstart.py')!r}, run_name='__main__')\n")
-    proc = run_doctor("check", "--no-smoke", "--report", f"json={report}", "--", "python", str(script))
-    assert proc.returncode in (0, 1), proc.stderr
-    assert victim.read_text() == "precious\n"
-    assert not report.is_symlink() and json.loads(report.read_text())["results"]
-    assert "became a link while the check ran" in proc.stderr
+    held = netns.probe().namespace
+    for env, linked in (({}, not held), ({"TRL_DOCTOR_HOLD": "0"}, True)):
+        report.unlink(missing_ok=True)
+        proc = run_doctor("check", "--no-smoke", "--report", f"json={report}", "--", "python", str(script), env=env)
+        assert proc.returncode in (0, 1), proc.stderr
+        assert victim.read_text() == "precious\n"
+        assert not report.is_symlink() and json.loads(report.read_text())["results"]
+        assert ("became a link while the check ran" in proc.stderr) == linked, proc.stderr
 
 
 # -- issue 45, class 4: the cause is always named, never the doctor's own wrapper ------------------------------------
@@ -612,21 +618,27 @@ def test_torchrun_over_nodes_counts_every_node():
     capacity = result_of(report, "gpu-capacity")
     assert capacity["details"]["machines"].startswith("2 (torchrun --nnodes 2): 16 training processes in all"), capacity
 
-def test_what_the_script_creates_in_the_working_directory_is_held_and_said(tmp_path):
+def test_what_the_script_creates_in_the_working_directory_is_held_and_said(tmp_path, tmp_path_factory):
     """Issue 30, class 9, and issue 58: the script the capture runs writes a log of its prompts into the working
-    directory. The report says so and names nothing that was there before; where the system allows a mount namespace
-    the folder is held (trl_doctor/runtime/hold.py) and the log never reaches it. TRL_DOCTOR_HOLD=0 is the control:
-    the log is written and left in place."""
+    directory, and its arguments into the --output_dir its command line names, elsewhere, before it builds its
+    trainer. The report names both and nothing that was there before; where the system allows a mount namespace both
+    folders are held (trl_doctor/runtime/hold.py) and neither write reaches them. TRL_DOCTOR_HOLD=0 is the control:
+    the files are written and left in place."""
     from trl_doctor.runtime import netns
 
+    runs = tmp_path_factory.mktemp("runs")
     source = (LAUNCH / "grpo_quickstart.py").read_text()
     source = source.replace('"../models/qwen2-chat"', repr(str(LAUNCH.parent / "models" / "qwen2-chat")))
     source = source.replace('"../data/chat_many.jsonl"', repr(str(LAUNCH.parent / "data" / "chat_many.jsonl")))
-    source = source.replace("\n\ndef reward_len", "\nimport os\nos.makedirs('prompt_logs', exist_ok=True)\n"
-                            "open('prompt_logs/prompts.txt', 'w').write(str(dataset[0]))\n\n\ndef reward_len")
+    source = source.replace("\n\ndef reward_len", "\nimport os, sys\nos.makedirs('prompt_logs', exist_ok=True)\n"
+                            "open('prompt_logs/prompts.txt', 'w').write(str(dataset[0]))\n"
+                            "out = sys.argv[sys.argv.index('--output_dir') + 1]\nos.makedirs(out, exist_ok=True)\n"
+                            "open(os.path.join(out, 'args.json'), 'w').write('{}')\n\n\ndef reward_len")
     (tmp_path / "train.py").write_text(source)
     (tmp_path / "notes.txt").write_text("here before the check\n")
-    check = ("check", "--no-smoke", "--select", "pad-token", "--format", "json", "--", "python", "train.py")
+    model = str(LAUNCH.parent / "models" / "qwen2-chat")  # the quickstart's first argument
+    check = ("check", "--no-smoke", "--select", "pad-token", "--format", "json", "--", "python", "train.py", model,
+             "--output_dir", str(runs / "run1"))
     held = netns.probe().namespace  # the same user namespace makes the mount namespace
     for env, where in (({}, "held in the check's own layer, gone with it: not written into your folder"
                         if held else "left in place"), ({"TRL_DOCTOR_HOLD": "0"}, "left in place")):
@@ -634,8 +646,10 @@ def test_what_the_script_creates_in_the_working_directory_is_held_and_said(tmp_p
         assert proc.returncode == 0, proc.stderr[-2000:]
         notes = json.loads(proc.stdout)["launch"]["notes"]
         created = [note for note in notes if "created" in note]
-        assert created == [f"the launch command's script created {tmp_path / 'prompt_logs'}/ ({where})"], notes
+        here = [f"{tmp_path / 'prompt_logs'}/"] + ([f"{runs / 'run1'}/"] if where != "left in place" else [])
+        assert created == [f"the launch command's script created {', '.join(here)} ({where})"], notes
         assert (tmp_path / "prompt_logs" / "prompts.txt").exists() == (where == "left in place")
+        assert (runs / "run1" / "args.json").exists() == (where == "left in place")
     assert (tmp_path / "notes.txt").read_text() == "here before the check\n"
 
 

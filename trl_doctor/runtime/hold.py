@@ -45,6 +45,20 @@ def holder(path) -> str | None:
     return next((f for f in _state["held"] if p == f or p.startswith(f.rstrip("/") + "/")), None)
 
 
+def written() -> list[str]:
+    """What the check's processes have written so far into each held folder, as paths there (its upper layer's
+    entries, a folder with a trailing '/'; a removal's whiteout included, as the path it removed)."""
+    out = []
+    for folder, upper in _state["held"].items():
+        try:
+            with os.scandir(upper) as entries:
+                out += [os.path.join(folder, e.name) + ("/" if e.is_dir(follow_symlinks=False) else "")
+                        for e in entries]
+        except OSError:
+            continue
+    return sorted(out)
+
+
 def disk_usage(path):
     """shutil.disk_usage of `path`, as its folder's file system has it: for a held folder, what was measured before
     the overlay (whose own figure is the check's temporary folder's)."""
@@ -52,6 +66,40 @@ def disk_usage(path):
     if folder is not None and folder in _state["usage"]:
         return _state["usage"][folder]
     return shutil.disk_usage(path)
+
+
+_SYSTEM = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/sys",
+           "/usr", "/var/lib", "/var/run", "/snap")
+MAX_NAMED = 16  # folders a command line may add to the held ones
+
+
+def named_folders(argv, cwd: str) -> list[str]:
+    """The folders a launch's command line names (`--output_dir /data/run1`, `--config recipes/grpo.yaml`,
+    `output_dir=out`): for each word that reads as a path, the nearest folder of it that exists, so what the job
+    writes there, made or not yet, is held too. Left out: the root, the system's folders, the Python installation
+    (a framework's `<site-packages>/swift/cli/rlhf.py`) and the doctor's own; at most MAX_NAMED."""
+    import sys
+    import sysconfig
+
+    own = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(__file__) + "/..",
+                                         *(sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib"))) if p}
+    out: list[str] = []
+    for word in argv or ():
+        word = str(word)
+        value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word.split("=", 1)[-1]
+        if "/" not in value or "\0" in value or len(value) > 4096 or "://" in value:
+            continue
+        path = os.path.normpath(os.path.join(cwd, os.path.expanduser(value)))
+        while path != "/" and not os.path.isdir(path):
+            path = os.path.dirname(path)
+        real = os.path.realpath(path)
+        if real == "/" or any(real == s or real.startswith(s + "/") for s in _SYSTEM):
+            continue
+        if any(real == o or real.startswith(o.rstrip("/") + "/") for o in own):
+            continue
+        if real not in out:
+            out.append(real)
+    return out[:MAX_NAMED]
 
 
 def outermost(folders) -> list[str]:

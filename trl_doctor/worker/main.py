@@ -230,7 +230,9 @@ def _capture(options, send: Callable[[Message], None]):
                        asked_processes=options.num_processes, launch_gpus=_launch_gpus(options),
                        one_process_why=options.one_process_why)
     cfg, live = to_config(captured)
-    send(_with_refused(_with_created(describe(cfg, live), _fence.created_since(folder)), _network.take_refused()))
+    created = _fence.created_since(folder)
+    created += [p for p in _held_writes() if p not in created]
+    send(_with_refused(_with_created(describe(cfg, live), created), _network.take_refused()))
     return cfg, live
 
 
@@ -257,6 +259,15 @@ def _with_refused(message, refused: list):
     note = (f"the launch command's script asked for {', '.join(_refused_words(refused))}: not contacted (another machine; trl-doctor contacts one "
             f"only when {_network.ALLOW_OPTION} names it)")
     return dataclasses.replace(message, notes=(*message.notes, note))
+
+
+def _held_writes() -> list[str]:
+    """What the launch wrote into the held folders beyond the working directory (an --output_dir elsewhere): the
+    upper layers' entries there (the working directory's own are the fence's, above)."""
+    from trl_doctor.runtime import hold as _hold
+
+    cwd = os.getcwd().rstrip("/") + "/"
+    return [p for p in _hold.written() if not p.startswith(cwd)]
 
 
 def _with_created(message, created: list[str]):
@@ -342,9 +353,11 @@ def end_own_tree() -> None:
 def isolate(request: Request) -> None:
     """Move the worker into namespaces of its own before anything of the user's runs (trl_doctor.runtime.netns): a
     network namespace (no process of the check has a route to another machine; this machine's servers stay
-    reachable) and a mount namespace holding the working directory and the config's folder (trl_doctor.runtime.hold:
-    what the check's processes write there lands in a layer inside the check's folder). Where the system does not
-    allow it the in-process guard alone holds, as the report's settings say, and what is written is left in place."""
+    reachable) and a mount namespace holding the working directory, the config's folder and the folders a launch's
+    command line names (trl_doctor.runtime.hold: what the check's processes write there lands in a layer inside the
+    check's folder). Where the system does not allow it the in-process guard alone holds, as the report's settings
+    say, and what is written is left in place."""
+    from trl_doctor.runtime import hold as _hold
     from trl_doctor.runtime import netns as _netns
     from trl_doctor.runtime import tmp as _tmp
 
@@ -354,6 +367,8 @@ def isolate(request: Request) -> None:
         return  # serve says so, as one line
     check_dir = os.environ.get(_tmp.DIR_ENV)
     folders = [os.getcwd()] + ([os.path.dirname(os.path.abspath(request.config))] if request.config else [])
+    if request.options.launch:  # the folders its command line names: an --output_dir elsewhere, a recipe's folder
+        folders += _hold.named_folders(request.options.launch.get("argv") or (), os.getcwd())
     try:
         _netns.isolate(allowed, folders, Path(check_dir) / "held" if check_dir else None)
     except Exception as exc:  # a system this code has not met: the guard alone, and the log says why
