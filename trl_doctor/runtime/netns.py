@@ -162,6 +162,8 @@ def isolate(allowed=(), hold=(), layer=None) -> Isolation:
 
     own_addresses(), own_names()  # this machine's, read before the move (the guard's answers stay this machine's)
     refused = _refusal(allowed)
+    if not os.path.exists("/proc/self/ns/user"):  # not Linux (or a kernel without them): neither can be made
+        return _settle(refused or Isolation(False, "this system has no user namespaces"))
     holding = bool(hold) and layer is not None and os.environ.get(HOLD_ENV, "").strip() != "0"
     if refused is not None and not holding:
         return _settle(refused)
