@@ -34,6 +34,11 @@ _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 _state: dict = {"held": {}, "usage": {}}  # {folder: upper layer}, {folder: shutil.disk_usage before the mount}
 
 
+def libc():
+    """The C library, its errno kept (ctypes.get_errno): unshare, mount, prctl."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def held() -> dict[str, str]:
     """{folder held: its upper layer} in this process."""
     return dict(_state["held"])
@@ -116,8 +121,8 @@ def own_mount_namespace() -> None:
     """A mount namespace of this process's own, its mounts private (this process must own a user namespace); once."""
     if _state.get("namespace"):
         return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+    c = libc()
+    if c.unshare(CLONE_NEWNS) != 0 or c.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     _state["namespace"] = True
@@ -139,8 +144,7 @@ def hosts_file_with(names: dict[str, str], folder: Path) -> None:
         copy = folder / "hosts"
         copy.write_text(text.rstrip("\n") + "\n# trl-doctor: the allowed hosts, carried into the check's network "
                         "namespace\n" + lines)
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mount(os.fsencode(copy), os.fsencode(target), None, _MS_BIND, None)
+        libc().mount(os.fsencode(copy), os.fsencode(target), None, _MS_BIND, None)
     except OSError:
         pass
 
@@ -149,7 +153,7 @@ def mount(folders, layer: Path) -> dict[str, str]:
     """In a mount namespace of this process's own (it must already own a user namespace), an overlay over each
     folder, its upper layer under `layer`; {folder: why not} for those not held. The working directory is entered
     again, so it is the held view."""
-    libc = ctypes.CDLL(None, use_errno=True)
+    c = libc()
     try:
         own_mount_namespace()
     except OSError as exc:
@@ -170,7 +174,7 @@ def mount(folders, layer: Path) -> dict[str, str]:
         options = f"lowerdir={folder},upperdir={upper},workdir={work}"
         err = 0
         for extra in ("", ",userxattr"):
-            if libc.mount(b"overlay", os.fsencode(folder), b"overlay", 0, (options + extra).encode()) == 0:
+            if c.mount(b"overlay", os.fsencode(folder), b"overlay", 0, (options + extra).encode()) == 0:
                 err = 0
                 break
             err = ctypes.get_errno()

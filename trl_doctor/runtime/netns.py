@@ -63,16 +63,7 @@ class Isolation:
         return f"in-process guard only ({self.why}): {NOT_COVERED}"
 
 
-_state: dict = {"isolation": None, "door": None}
-
-
-def current() -> Isolation | None:
-    """This process's isolation, once `isolate` ran here."""
-    return _state["isolation"]
-
-
-def door_pid() -> int | None:
-    return _state["door"]
+_state: dict = {"isolation": None}  # this process's, once `isolate` ran; "probe": the probe's answer, once asked
 
 
 # -- whether it can be made ----------------------------------------------------------------------------------------
@@ -197,7 +188,6 @@ def isolate(allowed=(), hold=(), layer=None) -> Isolation:
     if names and layer is not None:
         _hold.hosts_file_with(names, Path(layer))
     listeners = _listen(sorted(set(listening) | {(ip, port, socket.AF_INET) for ip, port in carried}))
-    _state["door"] = door
     threading.Thread(target=_forward, args=(listeners, inside), name="trl-doctor-netns", daemon=True).start()
     return _settle(Isolation(True, forwarded=tuple(sorted({(a, p) for a, p, _ in listeners})), held=held,
                              not_held=tuple(not_held.items())))
@@ -209,6 +199,7 @@ def _settle(isolation: Isolation) -> Isolation:
 
 
 def _libc():
+    """The C library, errno kept (this module also runs alone as the probe: no import of the package here)."""
     return ctypes.CDLL(None, use_errno=True)
 
 
