@@ -162,3 +162,21 @@ def test_the_folders_a_command_line_names_are_its_paths_nearest_folders(tmp_path
             "--config=recipes/grpo.yaml", "/usr/lib/x.py", "/nonexistent-root-folder/out", "--url",
             "http://10.0.0.2:8000/v1", sys.executable, "plain-word"]
     assert hold.named_folders(argv, str(tmp_path)) == [str(tmp_path.resolve()), str((tmp_path / "recipes").resolve())]
+
+
+def test_a_recipe_the_command_line_names_adds_the_folders_it_names(tmp_path):
+    """`--config recipe.yaml` whose `output_dir: /data/runs/grpo` is the only mention of that folder: its nearest
+    existing folder is held too (issue 58); URLs, relative paths (the working directory, held already), system
+    folders and a recipe that cannot be read add none."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "home").mkdir()
+    (tmp_path / "recipe.yaml").write_text(
+        f"output_dir: {tmp_path / 'data' / 'runs' / 'grpo'}\n"
+        "vllm_server: http://10.0.0.2:8000/v1/models\nrel: saves/ppo\nlib: /usr/lib/x.so\n"
+        f'datasets: [{{path: "{tmp_path / "home" / "x.jsonl"}"}}]\n')
+    (tmp_path / "broken.json").mkdir()  # a folder named like a recipe: read as nothing
+    argv = ["axolotl", "train", "recipe.yaml", "--extra=broken.json"]
+    assert hold.named_folders(argv, str(tmp_path)) == [str((tmp_path / "data").resolve()),
+                                                       str((tmp_path / "home").resolve())]
+    assert hold.recipe_paths(tmp_path / "recipe.yaml")[:2] == [str(tmp_path / "data" / "runs" / "grpo"),
+                                                               "/usr/lib/x.so"]

@@ -620,9 +620,9 @@ def test_torchrun_over_nodes_counts_every_node():
 
 def test_what_the_script_creates_in_the_working_directory_is_held_and_said(tmp_path, tmp_path_factory):
     """Issue 30, class 9, and issue 58: the script the capture runs writes a log of its prompts into the working
-    directory, and its arguments into the --output_dir its command line names, elsewhere, before it builds its
-    trainer. The report names both and nothing that was there before; where the system allows a mount namespace both
-    folders are held (trl_doctor/runtime/hold.py) and neither write reaches them. TRL_DOCTOR_HOLD=0 is the control:
+    directory, its arguments into the --output_dir its command line names, elsewhere, and an event file into the
+    logging_dir its recipe names (a third folder, named only inside the YAML), before it builds its trainer. The report names both and nothing that was there before; where the system allows a mount namespace both
+    folders are held (trl_doctor/runtime/hold.py) and no write reaches them. TRL_DOCTOR_HOLD=0 is the control:
     the files are written and left in place."""
     from trl_doctor.runtime import netns
 
@@ -633,12 +633,17 @@ def test_what_the_script_creates_in_the_working_directory_is_held_and_said(tmp_p
     source = source.replace("\n\ndef reward_len", "\nimport os, sys\nos.makedirs('prompt_logs', exist_ok=True)\n"
                             "open('prompt_logs/prompts.txt', 'w').write(str(dataset[0]))\n"
                             "out = sys.argv[sys.argv.index('--output_dir') + 1]\nos.makedirs(out, exist_ok=True)\n"
-                            "open(os.path.join(out, 'args.json'), 'w').write('{}')\n\n\ndef reward_len")
+                            "open(os.path.join(out, 'args.json'), 'w').write('{}')\n"
+                            "import yaml\nlogs = yaml.safe_load(open(sys.argv[sys.argv.index('--config') + 1]))"
+                            "['logging_dir']\nos.makedirs(logs, exist_ok=True)\n"
+                            "open(os.path.join(logs, 'events.out'), 'w').write('')\n\n\ndef reward_len")
     (tmp_path / "train.py").write_text(source)
+    logs = tmp_path_factory.mktemp("logs")  # named only inside the recipe
+    (tmp_path / "recipe.yaml").write_text(f"logging_dir: {logs / 'tb'}\nreport_to: none\n")
     (tmp_path / "notes.txt").write_text("here before the check\n")
     model = str(LAUNCH.parent / "models" / "qwen2-chat")  # the quickstart's first argument
     check = ("check", "--no-smoke", "--select", "pad-token", "--format", "json", "--", "python", "train.py", model,
-             "--output_dir", str(runs / "run1"))
+             "--output_dir", str(runs / "run1"), "--config", "recipe.yaml")
     held = netns.probe().namespace  # the same user namespace makes the mount namespace
     for env, where in (({}, "held in the check's own layer, gone with it: not written into your folder"
                         if held else "left in place"), ({"TRL_DOCTOR_HOLD": "0"}, "left in place")):
@@ -646,10 +651,12 @@ def test_what_the_script_creates_in_the_working_directory_is_held_and_said(tmp_p
         assert proc.returncode == 0, proc.stderr[-2000:]
         notes = json.loads(proc.stdout)["launch"]["notes"]
         created = [note for note in notes if "created" in note]
-        here = [f"{tmp_path / 'prompt_logs'}/"] + ([f"{runs / 'run1'}/"] if where != "left in place" else [])
+        here = [f"{tmp_path / 'prompt_logs'}/"] + (sorted([f"{runs / 'run1'}/", f"{logs / 'tb'}/"])
+                                                    if where != "left in place" else [])
         assert created == [f"the launch command's script created {', '.join(here)} ({where})"], notes
         assert (tmp_path / "prompt_logs" / "prompts.txt").exists() == (where == "left in place")
         assert (runs / "run1" / "args.json").exists() == (where == "left in place")
+        assert (logs / "tb" / "events.out").exists() == (where == "left in place")
     assert (tmp_path / "notes.txt").read_text() == "here before the check\n"
 
 

@@ -78,33 +78,74 @@ _SYSTEM = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32
 MAX_NAMED = 16  # folders a command line may add to the held ones
 
 
+RECIPE_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
+RECIPE_BYTES = 1 << 20  # what is read of a recipe file for the paths it names
+# a path a recipe names: absolute or in the home folder, not inside a URL (`http://host/x`) or a longer word
+_RECIPE_PATH = re.compile(r"""(?<![\w.:/~-])(~?/[^\s"'`,;#\]})]+)""")
+
+
 def named_folders(argv, cwd: str) -> list[str]:
     """The folders a launch's command line names (`--output_dir /data/run1`, `--config recipes/grpo.yaml`,
-    `output_dir=out`): for each word that reads as a path, the nearest folder of it that exists, so what the job
-    writes there, made or not yet, is held too. Left out: the root, the system's folders, the Python installation
-    (a framework's `<site-packages>/swift/cli/rlhf.py`) and the doctor's own; at most MAX_NAMED."""
-    import sys
-    import sysconfig
-
-    own = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(__file__) + "/..",
-                                         *(sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib"))) if p}
+    `output_dir=out`), and those its recipe files name (`output_dir: /data/runs/grpo` in the YAML, JSON or TOML a
+    word names): for each path, the nearest folder of it that exists, so what the job writes there, made or not yet,
+    is held too. Left out: the root, the system's folders, the Python installation (a framework's
+    `<site-packages>/swift/cli/rlhf.py`) and the doctor's own; at most MAX_NAMED."""
+    own = _own_folders()
     out: list[str] = []
+    recipes: list[str] = []
     for word in argv or ():
         word = str(word)
         value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word.split("=", 1)[-1]
-        if "/" not in value or "\0" in value or len(value) > 4096 or "://" in value:
+        if "/" not in value and not value.endswith(RECIPE_SUFFIXES):
             continue
-        path = os.path.normpath(os.path.join(cwd, os.path.expanduser(value)))
-        while path != "/" and not os.path.isdir(path):
-            path = os.path.dirname(path)
-        real = os.path.realpath(path)
-        if real == "/" or any(real == s or real.startswith(s + "/") for s in _SYSTEM):
-            continue
-        if any(real == o or real.startswith(o.rstrip("/") + "/") for o in own):
-            continue
-        if real not in out:
-            out.append(real)
+        _add(_nearest_folder(value, cwd, own), out)
+        path = os.path.join(cwd, os.path.expanduser(value))
+        if value.endswith(RECIPE_SUFFIXES) and os.path.isfile(path):
+            recipes.append(path)
+    for recipe in recipes:  # relative paths inside resolve from the working directory, held already
+        for value in recipe_paths(recipe):
+            _add(_nearest_folder(value, cwd, own), out)
     return out[:MAX_NAMED]
+
+
+def recipe_paths(path) -> list[str]:
+    """The absolute (or home) paths a recipe file's text names, in order, each once ([] where it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(RECIPE_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return []
+    return list(dict.fromkeys(m.group(1).rstrip(".") for m in _RECIPE_PATH.finditer(text)))
+
+
+def _own_folders() -> set[str]:
+    import sys
+    import sysconfig
+
+    return {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                          os.path.dirname(__file__) + "/..",
+                                          *(sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib"))) if p}
+
+
+def _nearest_folder(value: str, cwd: str, own: set[str]) -> str | None:
+    """The nearest existing folder of the path `value` (relative to `cwd`) as a real path, or None where it names
+    none worth holding (not a path, a URL, the root, a system or Python installation folder)."""
+    if "/" not in value or "\0" in value or len(value) > 4096 or "://" in value:
+        return None
+    path = os.path.normpath(os.path.join(cwd, os.path.expanduser(value)))
+    while path != "/" and not os.path.isdir(path):
+        path = os.path.dirname(path)
+    real = os.path.realpath(path)
+    if real == "/" or any(real == s or real.startswith(s + "/") for s in _SYSTEM):
+        return None
+    if any(real == o or real.startswith(o.rstrip("/") + "/") for o in own):
+        return None
+    return real
+
+
+def _add(folder: str | None, out: list[str]) -> None:
+    if folder is not None and folder not in out:
+        out.append(folder)
 
 
 def outermost(folders) -> list[str]:

@@ -353,8 +353,8 @@ def end_own_tree() -> None:
 def isolate(request: Request) -> None:
     """Move the worker into namespaces of its own before anything of the user's runs (trl_doctor.runtime.netns): a
     network namespace (no process of the check has a route to another machine; this machine's servers stay
-    reachable) and a mount namespace holding the working directory, the config's folder and the folders a launch's
-    command line names (trl_doctor.runtime.hold: what the check's processes write there lands in a layer inside the
+    reachable) and a mount namespace holding the working directory, the config's folder and the folders the config
+    and a launch's command line name (trl_doctor.runtime.hold: what the check's processes write there lands in a layer inside the
     check's folder). Where the system does not allow it the in-process guard alone holds, as the report's settings
     say, and what is written is left in place."""
     from trl_doctor.runtime import hold as _hold
@@ -367,8 +367,10 @@ def isolate(request: Request) -> None:
         return  # serve says so, as one line
     check_dir = os.environ.get(_tmp.DIR_ENV)
     folders = [os.getcwd()] + ([os.path.dirname(os.path.abspath(request.config))] if request.config else [])
-    if request.options.launch:  # the folders its command line names: an --output_dir elsewhere, a recipe's folder
-        folders += _hold.named_folders(request.options.launch.get("argv") or (), os.getcwd())
+    # the folders the config and a launch's command line name: an --output_dir elsewhere, a recipe's folder and
+    # the paths inside it
+    named = ([request.config] if request.config else []) + list((request.options.launch or {}).get("argv") or ())
+    folders += _hold.named_folders(named, os.getcwd())
     try:
         _netns.isolate(allowed, folders, Path(check_dir) / "held" if check_dir else None)
     except Exception as exc:  # a system this code has not met: the guard alone, and the log says why
