@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, result_of, run_json, trl_doctor_exe
+from conftest import FIXTURES, result_of, run_doctor, run_json, trl_doctor_exe
 
 pytestmark = pytest.mark.release_free
 
@@ -69,3 +69,65 @@ def test_a_first_checkpoint_larger_than_the_free_disk_fails(tmp_path):
     found = result_of(json.loads(proc.stdout), "run-phases")
     assert found["status"] == "fail" and "the first checkpoint needs about" in found["message"], found
     assert "free" in found["details"]["checkpoint"], found
+
+
+def _launch_machine() -> dict:
+    """The environment of a check that sees GPUs (tests/fake_nvml), as the launch machine would: its trackers' and
+    the hub's credentials and packages are then judged."""
+    from test_fixture_cases import fake_gpu_env
+
+    return fake_gpu_env(FIXTURES / "run-phases" / "gpus" / "4x-a100-80g.json")
+
+
+def test_a_tracker_not_installed_is_found_in_the_words_the_trainer_stops_with(tmp_path):
+    """Ground truth: TRL's GRPOTrainer built with report_to clearml (not installed in any lane) raises when it is
+    constructed; run-phases names the same words. Without a GPU here the same recipe is said as not judged."""
+    from datasets import load_dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    recipe = _recipe(tmp_path, report_to=["clearml"])
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, num_generations=4,
+                      per_device_train_batch_size=4, max_completion_length=8, report_to=["clearml"])
+    with pytest.raises(RuntimeError) as trl_says:
+        GRPOTrainer(model=str(FIXTURES / "models" / "qwen2-chat"), args=args,
+                    reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                    train_dataset=load_dataset("json", data_files=str(FIXTURES / "data" / "chat.jsonl"), split="train"))
+    _, report = run_json("check", recipe, "--select", "run-phases", "--no-smoke", env=_launch_machine())
+    found = result_of(report, "run-phases")
+    assert found["status"] == "fail" and str(trl_says.value) in found["message"], (found, trl_says.value)
+    _, here = run_json("check", recipe, "--select", "run-phases", "--no-smoke")
+    found = result_of(here, "run-phases")
+    assert found["status"] == "pass" and "clearml: the launch machine's credentials and packages, not judged here" \
+        in found["message"], found
+
+
+def test_push_to_hub_with_the_hub_switched_off_fails_where_the_trainer_would(tmp_path):
+    """HF_HUB_OFFLINE=1 in the user's environment (the worker sets it for itself, keeping the user's value aside):
+    transformers' Trainer creates the hub repository when constructed and stops with OfflineModeIsEnabled. With a
+    token at hand and the hub on, nothing is said; the token is never sent anywhere."""
+    recipe = _recipe(tmp_path, push_to_hub=True)
+    _, report = run_json("check", recipe, "--select", "run-phases", "--no-smoke",
+                         env={**_launch_machine(), "HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_test"})
+    found = result_of(report, "run-phases")
+    assert found["status"] == "fail" and "push_to_hub with HF_HUB_OFFLINE=1" in found["message"], found
+    _, report = run_json("check", recipe, "--select", "run-phases", "--no-smoke",
+                         env={**_launch_machine(), "HF_TOKEN": "hf_test", "HF_HUB_OFFLINE": ""})
+    assert result_of(report, "run-phases")["status"] == "pass"
+
+
+def test_a_launch_scripts_trackers_are_judged_though_the_capture_turns_them_off(tmp_path):
+    """A script passing report_to="wandb": the capture turns it off in what its trainer is given (nothing logs from
+    the check), and run-phases still judges the wandb the job will start; what will run names it."""
+    source = (FIXTURES / "launch" / "grpo_quickstart.py").read_text()
+    source = source.replace('"../models/qwen2-chat"', repr(str(FIXTURES / "models" / "qwen2-chat")))
+    source = source.replace('"../data/chat_many.jsonl"', repr(str(FIXTURES / "data" / "chat_many.jsonl")))
+    assert 'report_to="none"' in source
+    (tmp_path / "train.py").write_text(source.replace('report_to="none"', 'report_to="wandb"'))
+    proc = run_doctor("check", "--no-smoke", "--select", "run-phases", "--format", "json", "--", "python",
+                      str(tmp_path / "train.py"), env={**_launch_machine(), "WANDB_API_KEY": "", "WANDB_MODE": "",
+                                                       "WANDB_DISABLED": ""})
+    report = json.loads(proc.stdout)
+    found = result_of(report, "run-phases")
+    assert found["status"] == "fail" and "report_to wandb: no wandb API key here" in found["message"], found
+    assert report["will_run"]["lines"]["logging"] == "every step to wandb"
+    assert "report_to" in report["launch"]["relaxed"]

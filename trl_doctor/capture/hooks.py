@@ -432,7 +432,9 @@ class Hooks:
             original(config_self)
             if deepspeed is not None:  # the rules read the value the script set
                 config_self.deepspeed = deepspeed
-            relax_trackers(config_self, relaxed)
+            trackers = relax_trackers(config_self, relaxed)
+            if trackers:  # what the job will start, kept for run-phases (TrainingArguments resolved "all")
+                recorder.machine["report_to"] = (trackers, relaxed["report_to"][1])
             if relaxed:
                 recorder.relaxed[id(config_self)] = relaxed
 

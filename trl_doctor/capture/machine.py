@@ -186,20 +186,22 @@ def relax_deepspeed(config_self: Any, relaxed: dict[str, tuple[Any, str]]) -> An
 _NO_TRACKER = {"none", "None", "", None}
 
 
-def relax_trackers(config_self: Any, relaxed: dict[str, tuple[Any, str]]) -> None:
+def relax_trackers(config_self: Any, relaxed: dict[str, tuple[Any, str]]) -> list[str] | None:
     """Trackers are the launch machine's business: a `report_to` naming one (wandb, tensorboard, mlflow...) would make
     any Trainer built here start it, or refuse where it is not installed ("WandbCallback requires wandb to be
-    installed"). After TrainingArguments has read it, it is turned off in what the trainer is given, and listed."""
+    installed"). After TrainingArguments has read it, it is turned off in what the trainer is given, and listed.
+    The trackers asked for, for run-phases to judge as the job would start them (None when none)."""
     asked = getattr(config_self, "report_to", None)
     names = [asked] if isinstance(asked, str) else list(asked or [])
     trackers = [n for n in names if n not in _NO_TRACKER]
     if not trackers:
-        return
+        return None
     config_self.report_to = []
     missing = [n for n in trackers if package_version(_TRACKER_PACKAGES.get(n, n)) is None]
     here = f" ({', '.join(missing)} not installed here)" if missing else ""
     relaxed["report_to"] = ("none", f"{', '.join(trackers)} turned off in what the trainer is given: trackers are the "
                                     f"launch machine's{here}; nothing is logged from the check")
+    return trackers
 
 
 # report_to names whose package is named otherwise

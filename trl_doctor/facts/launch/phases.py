@@ -199,16 +199,117 @@ def best_model(ctx) -> Phase | None:
                  {"metric_for_best_model": metric, "logged (eval_*)": known[:24]})
 
 
+def report_to(ctx) -> list[str]:
+    """The trackers the job will start: the config's report_to, or for a launch the trackers its script asked for
+    (the capture turns them off in what the trainer is given: trl_doctor.capture.machine.relax_trackers)."""
+    live = getattr(ctx, "live", None)
+    asked = (getattr(live, "machine_relaxed", None) or {}).get("report_to") if live is not None else None
+    value = asked[0] if asked else _value(ctx, "report_to")
+    names = [value] if isinstance(value, str) else list(value or [])
+    return [_text(n) for n in names if _text(n) not in ("none", "all", "")]
+
+
+def credentials_elsewhere(ctx) -> str | None:
+    """Why the trackers' and the hub's credentials and packages are not judged here (None: they are): they are the
+    launch machine's, and this is not it (no GPU here, or --target names another environment)."""
+    from trl_doctor.facts.launch.launcher import launch
+
+    the_launch = launch(ctx)
+    if the_launch.software_here:
+        return None
+    asked = report_to(ctx) + (["push_to_hub"] if _value(ctx, "push_to_hub") is True else [])
+    return f"{', '.join(asked)}: the launch machine's credentials and packages, not judged here ({the_launch.not_judged})" \
+        if asked else None
+
+
 def trackers(ctx) -> list[Phase]:
-    report_to = _value(ctx, "report_to")
-    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    names = [_text(n) for n in names if _text(n) not in ("none", "all", "")]
+    """report_to trackers without credentials on the launch machine (judged where the launch's environment is this
+    one: credentials_elsewhere)."""
+    from trl_doctor.facts.launch.launcher import launch
+
+    names = report_to(ctx) if launch(ctx).software_here else []
     out = []
     for name in names:
         check = _CREDENTIALS.get(name)
         if check is not None and (problem := check()):
             out.append(Phase("trackers", "fail", f"report_to {name}: {problem}", _FIXES[name], {"report_to": name}))
     return out
+
+
+def trackers_missing(ctx) -> list[Phase]:
+    """report_to trackers not installed in the launch's Python: transformers' Trainer makes each tracker's callback
+    when it is constructed, and a callback whose package is missing raises there, after the model has loaded
+    (its words, asked of the callback itself). Judged only where the launch's environment is this one."""
+    from trl_doctor.facts.launch.launcher import launch
+
+    names = report_to(ctx)
+    if not names or not launch(ctx).software_here:
+        return []
+    try:
+        from transformers.integrations import integration_utils as integrations
+    except Exception:  # a transformers without them: nothing to ask
+        return []
+    known = getattr(integrations, "INTEGRATION_TO_CALLBACK", {})
+    available = set(integrations.get_available_reporting_integrations())
+    out = []
+    for name in names:
+        if name in available or name not in known:  # an unknown name is trainer-config's to judge
+            continue
+        words = _callback_refusal(known[name])
+        if words is None:
+            continue
+        out.append(Phase("trackers", "fail", f"report_to {name}: not installed in this Python; the trainer stops when "
+                         f"it is constructed, after the model has loaded: \"{words}\"",
+                         f"install it in the launch's environment, or take {name} out of report_to",
+                         {"report_to": name, "installed trackers": sorted(available)}))
+    return out
+
+
+def _callback_refusal(callback) -> str | None:
+    """What a tracker callback says when made without its package (it raises before doing anything), or None."""
+    try:
+        callback()
+    except Exception as exc:
+        return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    return None
+
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def hub(ctx) -> Phase | None:
+    """push_to_hub: transformers' Trainer creates the job's hub repository when it is constructed (`init_hf_repo`,
+    on the main process), before any step: a token must be at hand (hub_token, HF_TOKEN, the token file `hf auth
+    login` writes) and the hub not switched off. Read without contacting anyone."""
+    from trl_doctor.facts.launch.launcher import launch
+
+    if _value(ctx, "push_to_hub") is not True or not launch(ctx).software_here:
+        return None
+    offline = next((k for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if user_env(k).lower() in _TRUE), None)
+    if offline == "HF_HUB_OFFLINE":
+        return Phase("hub", "fail", "push_to_hub with HF_HUB_OFFLINE=1: the trainer creates its hub repository when "
+                     "it is constructed and stops there, after the model has loaded (OfflineModeIsEnabled: \"Cannot "
+                     "reach https://huggingface.co/api/repos/create: offline mode is enabled\")",
+                     "unset HF_HUB_OFFLINE for the job, or set push_to_hub: false", {"push_to_hub": True})
+    if _value(ctx, "hub_token") or _hub_token():
+        return None
+    return Phase("hub", "fail", "push_to_hub with no Hugging Face token here (no hub_token, HF_TOKEN unset, no token "
+                 "file from `hf auth login`): creating the hub repository when the trainer is constructed stops the "
+                 "job (401 Unauthorized), after the model has loaded",
+                 "`hf auth login` (or export HF_TOKEN) on the launch machine, or set push_to_hub: false",
+                 {"push_to_hub": True})
+
+
+def _hub_token() -> bool:
+    """Whether huggingface_hub finds a token here (the environment, then its token file); no request is made."""
+    try:
+        from huggingface_hub import get_token
+    except Exception:
+        return bool(os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"))
+    try:
+        return bool(get_token())
+    except Exception:
+        return False
 
 
 def user_env(key: str) -> str:
