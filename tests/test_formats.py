@@ -212,8 +212,11 @@ def test_table_is_plain_when_not_a_terminal(mixed_config):
     lines = proc.stdout.splitlines()
     assert lines[1].startswith("setting in force: select ") and lines[1].endswith("(from command line)")
     # rows stream at fixed widths; the message wraps in its column with where it points at its end
-    assert lines[3].split() == ["id", "rule", "status", "message", "(location)"]
-    rows = lines[3:lines.index("", 4)]
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["id", "rule"])
+    assert lines[2].startswith("what will run (") and lines[head - 1] == ""  # the job as TRL will run it, first
+    assert max(len(line) for line in lines[2:head]) <= 80
+    assert lines[head].split() == ["id", "rule", "status", "message", "(location)"]
+    rows = lines[head:lines.index("", head + 1)]
     assert max(len(line) for line in rows) <= 80  # the terminal's width, 80 when unknown: wrapped, not cut
     assert "…" not in "\n".join(rows)
     assert re.search(r"^TD009\s+trainer-config\s+fail\s+trl ", proc.stdout, re.M)  # no location: an empty cell

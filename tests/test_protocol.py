@@ -13,7 +13,8 @@ import pytest
 from trl_doctor import DELETE, Edit, Fix, Location, Status, manual
 from trl_doctor.options import DEFAULTS, Options
 from trl_doctor.protocol import (MESSAGES, VERSION, BadInput, CaptureAgain, Captured, Done, ProtocolError, Request, RuleResult,
-                                 RuleStart, TrainerRun, TrainerRunEnd, TrainerStage, UserCode, UserCodeEnd, read_message)
+                                 RuleStart, TrainerRun, TrainerRunEnd, TrainerStage, UserCode, UserCodeEnd, WillRun,
+                                 read_message)
 from trl_doctor.types import Result
 from trl_doctor.facts.trainer_run import protocol as run_protocol
 
@@ -58,6 +59,7 @@ EVERY_KIND = [
     UserCodeEnd("rewards.f"),
     BadInput("config.yaml: no such file"),
     CaptureAgain(4, "train.py's set-up for 4 ranks needs a GPU this machine lacks (RuntimeError: ...)"),
+    WillRun("trl 1.16.0's GRPOConfig, as it resolves this config", {"processes": "8 processes", "loss": "dapo"}),
     Done(),
 ]
 

@@ -21,6 +21,8 @@ def test_streamed_table_equals_the_table_written_at_once(built_fixtures):
     whole = run_doctor(*args, env={"TRL_DOCTOR_STREAM": "0", "TRL_DOCTOR_FORKSERVER": os.environ.get("TRL_DOCTOR_FORKSERVER", "")})
     assert streamed.returncode == whole.returncode, streamed.stderr
     assert streamed.stdout == whole.stdout
+    head = whole.stdout.split("\nid ")[0]  # what will run, stated before the first row (the worker says it first)
+    assert "what will run (trl " in head and "\n  loss " in head and "\n  checkpoints " in head, head
     rows = [line.split()[0] for line in whole.stdout.splitlines() if line.startswith("TD0")]
     # run order: the static group by id, then the trainer-run group
     assert rows == ["TD001", "TD009", "TD010", "TD004"]

@@ -2,7 +2,8 @@
 
 The printing process sends one `Request` (the worker's stdin, JSON); the worker answers with one JSON object per
 line on its channel, each line one `Message` (a frozen dataclass per kind, written by `to_line`, read back by
-`read_message`): `captured` (a launch command's script built its trainer: what was captured), `rule-start`,
+`read_message`): `captured` (a launch command's script built its trainer: what was captured), `will-run` (the
+job as the installed TRL will run it, for the report's head), `rule-start`,
 `result` (a Result, as `encode_result` writes it), the trainer run's `trainer-run`, `trainer-stage` and
 `trainer-run-end`, the fence's `user-code` and `user-code-end` (the user's code runs: `what`, `key`, `limit`; see
 trl_doctor.runtime.fence), `input-error` (the check cannot go on: exit 2), and `done`. Each line carries the
@@ -205,12 +206,26 @@ class CaptureAgain(Message):
 
 
 @dataclass(frozen=True)
+class WillRun(Message):
+    """What will run: the job as the installed TRL will run it (trl_doctor.facts.launch.will_run), sent before the
+    first rule's result so that the report's head states it; not sent where the context cannot say."""
+
+    kind: ClassVar[str] = "will-run"
+    title: str
+    lines: dict[str, str]  # {what: text}, in the order shown
+
+    def as_dict(self) -> dict[str, Any]:
+        """What the reports show under `will_run`."""
+        return {"title": self.title, "lines": dict(self.lines)}
+
+
+@dataclass(frozen=True)
 class Done(Message):
     kind: ClassVar[str] = "done"
 
 
 MESSAGES: dict[str, type[Message]] = {cls.kind: cls for cls in (
-    Captured, RuleStart, RuleResult, TrainerRun, TrainerStage, TrainerRunEnd, UserCode, UserCodeEnd, BadInput, CaptureAgain, Done)}
+    Captured, RuleStart, RuleResult, TrainerRun, TrainerStage, TrainerRunEnd, UserCode, UserCodeEnd, BadInput, CaptureAgain, WillRun, Done)}
 
 
 def read_message(line: str) -> Message:

@@ -300,24 +300,39 @@ def sample_asked(sample: int | None, fmt: str) -> int | None:
     return sample
 
 class _Stream:
-    """The table on a terminal: the header at once, each rule's row as its result arrives (in run order), then
-    the details and the summary. The lines are the ones the table format writes at once, neutralised the same
-    way (trl_doctor.report.formats.render)."""
+    """The table on a terminal: the header as soon as what will run is known (the worker says it before the first
+    result; the first row or the end prints it where it never comes), each rule's row as its result arrives (in run
+    order), then the details and the summary. The lines are the ones the table format writes at once, neutralised
+    the same way (trl_doctor.report.formats.render)."""
 
     def __init__(self, rules, color: bool, progress):
         self.slugs = [r.slug for r in rules]
         self.color = color
         self.progress = progress
+        self.pending: tuple | None = None  # (cfg, settings) of a header not printed yet
 
     def start(self, cfg, settings: list[dict]) -> None:
-        from trl_doctor.report.formats import _table
+        self.pending = (cfg, settings)
 
-        self._echo(_table.header(__version__, _shown(cfg), cfg.trainer, self.slugs, _launch_of(cfg), settings))
+    def will_run(self, plan: dict) -> None:
+        self._header(plan)
+
+    def _header(self, plan: dict | None = None) -> None:
+        from trl_doctor.report.formats import _table
+        from trl_doctor.report.formats._safe import clean, visible
+
+        if self.pending is None:
+            return
+        (cfg, settings), self.pending = self.pending, None
+        _clear(self.progress)
+        self._echo(_table.header(__version__, _shown(cfg), cfg.trainer, self.slugs, _launch_of(cfg), settings,
+                                 clean(plan, visible) if plan else None))
 
     def row(self, result) -> None:
         from trl_doctor.report.formats import _table
         from trl_doctor.report.formats._safe import clean, visible
 
+        self._header()
         _clear(self.progress)
         self._echo([_table.row(clean(result, visible), self.slugs, self.color)])
 
@@ -325,6 +340,7 @@ class _Stream:
         from trl_doctor.report.formats import _table
         from trl_doctor.report.formats._safe import clean_report, visible
 
+        self._header()
         self._echo(_table.tail(clean_report(report, visible), self.color))
 
     @staticmethod

@@ -70,13 +70,15 @@ class Outcome:
     listed: list
     applied: list = field(default_factory=list)
     stream: Any = None  # what saw the check run (make_stream's), to be finished with the report
+    will_run: dict | None = None  # what will run, as the worker read it (trl_doctor.facts.launch.will_run)
 
     def report(self):
         from trl_doctor.report.formats import Report
 
         launch = self.subject.launch if isinstance(self.subject, Subject) else None
         return Report.made(str(self.subject.path), self.subject.trainer, self.results, applied=self.applied,
-                           launch=launch, settings=self.listed, fail_on=self.settings.fail_on)
+                           launch=launch, settings=self.listed, fail_on=self.settings.fail_on,
+                           will_run=self.will_run)
 
 
 def run(request: Request, config: Path | None, launch: Any = None, *,
@@ -96,17 +98,26 @@ def run(request: Request, config: Path | None, launch: Any = None, *,
 
         on_result = stop_at_first_failure(on_result, settings.fail_on)
 
+    heard: dict = {}
+
+    def will_run(plan: dict) -> None:  # the last run's word (after --fix, the fixed job's)
+        heard["will_run"] = plan
+        show = getattr(stream, "will_run", None)
+        if show is not None:
+            show(plan)
+
     def once() -> tuple:
-        return _run_once(request, settings, options, config, launch, stream, on_result, on_progress)
+        return _run_once(request, settings, options, config, launch, stream, on_result, on_progress, will_run)
 
     subject, results, listed = once()
     applied: list = []
     if request.fix:
         subject, results, listed, applied = fix_and_recheck(subject, results, listed, request.unsafe_fixes, once)
-    return Outcome(settings, subject, results, listed, applied, stream)
+    return Outcome(settings, subject, results, listed, applied, stream, heard.get("will_run"))
 
 
-def _run_once(request: Request, settings: Settings, options, config, launch, stream, on_result, on_progress):
+def _run_once(request: Request, settings: Settings, options, config, launch, stream, on_result, on_progress,
+              on_will_run=None):
     """(what was checked, results, the settings in force) of one run: a launch command's script in the worker,
     --static in this process against the request's TRL release, or a config file in the worker."""
     from trl_doctor.front.settings import require_stack, run_config
@@ -126,7 +137,7 @@ def _run_once(request: Request, settings: Settings, options, config, launch, str
                 stream.start(subject, list(settings.in_force))
 
         results = run_check(None, settings.rules, options, on_result=on_result, on_progress=on_progress,
-                            on_capture=captured)
+                            on_capture=captured, on_will_run=on_will_run)
         return subject, results, list(settings.in_force)
     if settings.static:
         from trl_doctor.static.front import check_config_static
@@ -142,5 +153,6 @@ def _run_once(request: Request, settings: Settings, options, config, launch, str
     cfg = load_config(config)  # light: a bad config is exit 2 before any worker starts
     if stream is not None:
         stream.start(cfg, settings.listed(settings.suppressor(cfg.path)))
-    results, listed = run_config(cfg.path, settings, options, on_result=on_result, on_progress=on_progress)
+    results, listed = run_config(cfg.path, settings, options, on_result=on_result, on_progress=on_progress,
+                                 on_will_run=on_will_run)
     return cfg, results, listed

@@ -223,14 +223,14 @@ def require_stack() -> None:
 
 
 def run_config(path: Path, settings: Settings, options, on_result: Callable | None = None,
-               on_progress: Callable | None = None) -> tuple[list, list[dict]]:
+               on_progress: Callable | None = None, on_will_run: Callable | None = None) -> tuple[list, list[dict]]:
     """(results with the inline suppressions applied, the settings in force) of checking the config at `path`."""
     from trl_doctor.supervisor.session import run_check
 
     require_stack()
     suppress = settings.suppressor(path)
     results = run_check(path, settings.rules, options, on_progress=on_progress,
-                        on_result=(lambda r: on_result(suppress(r))) if on_result else None)
+                        on_result=(lambda r: on_result(suppress(r))) if on_result else None, on_will_run=on_will_run)
     return [suppress(r) for r in results], settings.listed(suppress)
 
 

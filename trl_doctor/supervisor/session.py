@@ -35,7 +35,7 @@ from trl_doctor.runtime import tmp as _tmp
 from trl_doctor.runtime import tree as _tree
 from trl_doctor.errors import InputError
 from trl_doctor.protocol import (CHANNEL_LOST, BadInput, CaptureAgain, Captured, Done, Message, Request, RuleResult, RuleStart,
-                                 TrainerRun, TrainerRunEnd, TrainerStage, UserCode, UserCodeEnd, read_message)
+                                 TrainerRun, TrainerRunEnd, TrainerStage, UserCode, UserCodeEnd, WillRun, read_message)
 from trl_doctor.types import Result, Status
 from trl_doctor.options import Options
 
@@ -90,6 +90,7 @@ class _Watch:
     captured: Captured | None = None  # a launch command's script built its trainer
     capture_again: CaptureAgain | None = None  # the script is to be captured again at world size 1 (a fresh worker)
     on_capture: Callable[[dict], None] | None = None
+    on_will_run: Callable[[dict], None] | None = None
     buffer: bytes = b""
     results: list[Result] = field(default_factory=list)
     broken: str | None = None  # a channel line that is not the protocol's: what it was and why it was refused
@@ -217,13 +218,15 @@ def safe_python(module: str) -> list[str]:
 
 def run_check(config: Path | None, rules: list, options: Options, on_result: Callable[[Result], None] | None = None,
               on_progress: Callable[[str], None] | None = None,
-              on_capture: Callable[[dict], None] | None = None) -> list[Result]:
+              on_capture: Callable[[dict], None] | None = None,
+              on_will_run: Callable[[dict], None] | None = None) -> list[Result]:
     """Every rule's Result, in run order; `on_result` sees each as soon as it is known. Raises InputError, and
     KeyboardInterrupt (trl_doctor.supervisor.interrupt.Stopped for SIGTERM/SIGHUP) after ending the worker's processes and
     removing the check's folder.
 
     With `options.launch` (a launch command) there is no config file: the worker runs the command until its script
-    builds the trainer, and `on_capture` sees what was captured (once, before any result).
+    builds the trainer, and `on_capture` sees what was captured (once, before any result). `on_will_run` sees what
+    will run (trl_doctor.facts.launch.will_run), once, before any result, where the worker can say.
 
     `on_result` may raise trl_doctor.supervisor.failfast.Stopped (--fail-fast): the worker is stopped at once, wherever it is,
     and every rule not reported yet is a `skip` "not run: --fail-fast"."""
@@ -231,7 +234,7 @@ def run_check(config: Path | None, rules: list, options: Options, on_result: Cal
 
     from trl_doctor.supervisor import failfast as _failfast
 
-    check = _Check(run_order(rules), options, on_result, on_progress, on_capture)
+    check = _Check(run_order(rules), options, on_result, on_progress, on_capture, on_will_run)
     with _interrupt.stop_on_signals(), _guard.guarded(), _tmp.check_folder() as folder:
         try:
             for attempt in range(MAX_WORKERS):
@@ -249,13 +252,14 @@ def run_check(config: Path | None, rules: list, options: Options, on_result: Cal
 class _Check:
     """One check's progress across its workers: the results so far, and what the next worker is told."""
 
-    def __init__(self, ordered: list, options: Options, on_result, on_progress, on_capture):
+    def __init__(self, ordered: list, options: Options, on_result, on_progress, on_capture, on_will_run=None):
         self.ordered, self.options = ordered, options
         self.by_id = {r.id: r for r in ordered}
         self.results: dict[str, Result] = {}
         self.handed: dict | None = None  # a trainer run that hung or died, for the next worker
         self.failed: dict[str, str] = {}  # user code that ended a worker: {fence key: cause}, for the next workers
         self.on_result, self.on_progress, self.on_capture = on_result, on_progress, on_capture
+        self.on_will_run = on_will_run
 
     def accept(self, r: Result) -> None:
         self.results[r.id] = r
@@ -264,6 +268,12 @@ class _Check:
 
     def ordered_results(self) -> list[Result]:
         return [self.results[r.id] for r in self.ordered if r.id in self.results]
+
+    def _will_run(self, plan: dict) -> None:
+        """The first worker's word on what will run; a later worker's (a resumed check) is not repeated."""
+        seen, self.on_will_run = self.on_will_run, None
+        if seen is not None:
+            seen(plan)
 
     def missing(self, message: str, worker: "Worker | None" = None, code: int | None = None) -> None:
         """Every rule not reported yet is an `error` saying why: a report with rules missing is never a pass."""
@@ -280,7 +290,7 @@ class _Check:
         request = Request(str(Path(config).resolve()) if config is not None else "", tuple(r.id for r in self.ordered),
                           opts, done=tuple(self.results), failed=dict(self.failed))
         worker = start_worker(request, folder.path / f"worker-{attempt}.log", folder)
-        watch = _Watch(on_capture=self.on_capture)
+        watch = _Watch(on_capture=self.on_capture, on_will_run=self._will_run)
         try:
             _supervise(worker, watch, self.accept, self.on_progress, self.by_id, _capture_limit(self.options))
         finally:
@@ -516,6 +526,9 @@ def _handle(msg: Message, watch: _Watch, worker: Worker, accept, on_progress, by
             raise InputError(text)
         case CaptureAgain():
             watch.capture_again = msg
+        case WillRun():
+            if watch.on_will_run is not None:
+                watch.on_will_run(msg.as_dict())
         case Done():
             watch.done = True
 

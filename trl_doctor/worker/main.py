@@ -26,7 +26,8 @@ from typing import Callable, MutableMapping, TypeVar
 from trl_doctor.runtime import fence as _fence
 from trl_doctor.runtime import network as _network
 from trl_doctor.runtime import tree as _tree
-from trl_doctor.protocol import CHANNEL_LOST, BadInput, CaptureAgain, Done, Message, Request, RuleResult, RuleStart
+from trl_doctor.protocol import (CHANNEL_LOST, BadInput, CaptureAgain, Done, Message, Request, RuleResult, RuleStart,
+                                 WillRun)
 from trl_doctor.capture.report import adapt
 from trl_doctor.capture.world import NeedsOneProcess
 
@@ -120,6 +121,8 @@ def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable
     todo = [r for r in rules if r.id not in request.done]
     with Context(cfg, options, live) as ctx:
         ctx.events = send
+        if not request.done:  # a resumed check's first worker said it already
+            _send_will_run(ctx, send)
         try:
             for result in each_result(todo, ctx, starting=lambda r: send(RuleStart(r.id))):
                 if live is not None:
@@ -131,6 +134,20 @@ def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable
             send(BadInput(str(exc)))
             return
     send(Done())
+
+
+def _send_will_run(ctx, send: Callable[[Message], None]) -> None:
+    """What will run, for the report's head (trl_doctor.facts.launch.will_run): read from the facts the rules read
+    anyway (cached for them); never a reason for the check to stop."""
+    from trl_doctor.facts.launch.will_run import what_will_run
+
+    try:
+        plan = what_will_run(ctx)
+    except Exception as exc:  # a shape of config this code has not met: the rules still run and say what they find
+        print(f"trl-doctor: what will run: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    if plan is not None and plan.lines:
+        send(WillRun(plan.title, dict(plan.lines)))
 
 
 def _input_files(cfg) -> tuple:

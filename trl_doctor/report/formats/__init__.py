@@ -35,18 +35,20 @@ class Report:
     launch: dict[str, Any] | None = None  # a launch command's capture (trl_doctor.capture.report.describe)
     settings: list[dict[str, Any]] = field(default_factory=list)  # what narrows or silences the check, and from where
     fail_on: str = "fail"  # the lowest status that is not ok
+    # what will run, as the installed TRL will run the job ({"title", "lines": {what: text}}; None where not known)
+    will_run: dict[str, Any] | None = None
 
     @classmethod
     def made(cls, subject: str, trainer: str, results: list[Result], *, applied: list | None = None,
              launch: dict[str, Any] | None = None, settings: Sequence[dict] | None = None,
-             fail_on: str = "fail") -> "Report":
+             fail_on: str = "fail", will_run: dict[str, Any] | None = None) -> "Report":
         """The report of one check, with this package's version, this environment and the results' summary: how
         the command line and the API both make theirs."""
         from trl_doctor.context.env import environment
         from trl_doctor.version import __version__
 
         return cls(__version__, subject, trainer, environment(), results, summarize(results), list(applied or ()),
-                   launch, list(settings or ()), fail_on)
+                   launch, list(settings or ()), fail_on, will_run)
 
     @property
     def ok(self) -> bool:

@@ -20,6 +20,8 @@ def render(report: Report, color: bool = False) -> str:
     }
     if report.launch is not None:
         doc["launch"] = report.launch
+    if report.will_run is not None:  # what will run, as the installed TRL will run the job (the table's head)
+        doc["will_run"] = report.will_run
     static = next((e for e in report.settings if e.get("setting") == "static"), None)
     if static is not None:  # --static: the release judged against, the rules judged (the others are skips)
         doc["static"] = {k: v for k, v in static.items() if k not in ("setting", "source", "value")}

@@ -74,7 +74,8 @@ def run_for(report: Report) -> dict:
         "results": [_result(r, report) for r in report.results if r.status in LEVEL],
         "properties": {"trainer": report.trainer, "summary": report.summary, "settings": report.settings,
                        "configs": [{"config": report.config, "trainer": report.trainer, "summary": report.summary,
-                                    "settings": report.settings}]},
+                                    "settings": report.settings,
+                                    **({"will_run": report.will_run} if report.will_run else {})}]},
     }
 
 

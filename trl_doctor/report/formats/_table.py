@@ -46,13 +46,31 @@ def widths(slugs, width: int | None = None) -> tuple[int, int, int]:
 
 
 def header(version: str, config: str, trainer: str, slugs, launch: dict | None = None,
-           settings: list[dict] | None = None) -> list[str]:
+           settings: list[dict] | None = None, will_run: dict | None = None) -> list[str]:
     w_id, w_rule, w_message = widths(slugs)
     cols = ["id".ljust(w_id), "rule".ljust(w_rule), "status".ljust(STATUS_WIDTH), "message (location)"]
     shown = visible(launch["command"] if launch else config, one_line=True)
     return [f"trl-doctor {version}: {shown} (trainer: {visible(trainer, one_line=True)})",
-            *launch_lines(launch), *settings_lines(settings), "", "  ".join(cols),
+            *launch_lines(launch), *settings_lines(settings), *will_run_lines(will_run), "", "  ".join(cols),
             "  ".join("-" * len(c) for c in cols[:3]) + "  " + "-" * w_message]
+
+
+def will_run_lines(will_run: dict | None, width: int | None = None) -> list[str]:
+    """What will run (trl_doctor.facts.launch.will_run): its title, then each line under its label, wrapped."""
+    import textwrap
+
+    if not will_run or not will_run.get("lines"):
+        return []
+    lines = will_run["lines"]
+    label = max(len(k) for k in lines) + 2
+    wrap = max(MIN_MESSAGE_WIDTH, (width or terminal_width()) - label - 2)
+    title = f"what will run ({visible(will_run.get('title', ''), one_line=True)}):"
+    out = textwrap.wrap(title, max(MIN_MESSAGE_WIDTH, width or terminal_width()), subsequent_indent="  ") or [title]
+    for what, text in lines.items():
+        chunk = textwrap.wrap(visible(text, one_line=True), wrap, break_on_hyphens=False) or [""]
+        out.append(f"  {visible(what, one_line=True).ljust(label)}{chunk[0]}")
+        out += [" " * (label + 2) + more for more in chunk[1:]]
+    return out
 
 
 def settings_lines(settings: list[dict] | None) -> list[str]:
@@ -134,7 +152,8 @@ def _has_tail(r) -> bool:
 def render(report: Report, color: bool = False) -> str:
     """The whole table at once: the same lines the terminal shows as rows stream in."""
     slugs = [r.rule for r in report.results]
-    lines = header(report.version, report.config, report.trainer, slugs, report.launch, report.settings)
+    lines = header(report.version, report.config, report.trainer, slugs, report.launch, report.settings,
+                   report.will_run)
     lines.extend(row(r, slugs, color) for r in report.results)
     lines.extend(tail(report, color))
     return "\n".join(lines) + "\n"
