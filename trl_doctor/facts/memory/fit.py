@@ -186,8 +186,9 @@ def colocate_kv_room(ctx, plan, training: list[dict]) -> tuple[str, str, dict[st
     GPU's total memory) holds the policy's weights and the KV cache of one sequence of the engine's max_model_len,
     which vLLM checks at start-up ("To serve at least one request with the models's max seq len (N), (X GiB KV cache
     is needed, which is larger than the available KV cache memory (Y GiB)"). TRL passes `vllm_max_model_length` as
-    max_model_len; unset, vLLM takes the model's max_position_embeddings (131,072 for Llama 3.1). The weights are the
-    only other use counted (vLLM's profiling activations and CUDA graphs take more): a fail is certain, never a guess.
+    max_model_len; unset, vLLM takes the model's max_position_embeddings (131,072 for Llama 3.1). Counted beside it:
+    the weights and the floor of vLLM's profiling pass (`_profiling_floor`); its non-torch memory and CUDA graphs take
+    more, so a fail is certain, never a guess.
     ('fail', message, details), or None when it holds (or cannot be judged)."""
     share = plan.vllm_gpu_memory_utilization
     if not share or not training or not plan.num_layers or not plan.kv_dim or "vllm_mode" not in settings(ctx).fields:
@@ -200,26 +201,49 @@ def colocate_kv_room(ctx, plan, training: list[dict]) -> tuple[str, str, dict[st
     kv_per_token = 2 * plan.num_layers * plan.kv_dim * weight_bytes / tp
     weights = plan.policy_params * weight_bytes / tp
     total = min(g.get("memory_total_bytes", g["memory_total_mib"] * 2**20) for g in training)
-    room = share * total - weights
+    profiling, profiling_how = _profiling_floor(ctx, plan, weight_bytes, tp)
+    room = share * total - weights - profiling
     needed = model_len * kv_per_token
     details = {"vLLM colocate KV cache": (
         f"{share:g} x {gib(total)} GiB = {gib(share * total)} GiB for vLLM; the weights take {gib(weights)} GiB "
-        f"({plan.policy_params:,} parameters x {weight_bytes} bytes / tensor parallel {tp}); one sequence of "
-        f"max_model_len {model_len:,} ({whence}) needs {gib(needed)} GiB of KV cache ({plan.num_layers} layers x 2 x "
-        f"{plan.kv_dim} x {weight_bytes} bytes / {tp} a token)")}
+        f"({plan.policy_params:,} parameters x {weight_bytes} bytes / tensor parallel {tp}){profiling_how}; one "
+        f"sequence of max_model_len {model_len:,} ({whence}) needs {gib(needed)} GiB of KV cache ({plan.num_layers} "
+        f"layers x 2 x {plan.kv_dim} x {weight_bytes} bytes / {tp} a token)")}
     if room >= needed:
         return None
-    if room <= 0:
+    if share * total <= weights:
         what = f"its share ({gib(share * total)} GiB) does not even hold the weights ({gib(weights)} GiB)"
+    elif room <= 0:
+        what = (f"its share ({gib(share * total)} GiB) holds the weights ({gib(weights)} GiB) but not also the "
+                f"activations of vLLM's profiling pass (at least {gib(profiling)} GiB)")
     else:
-        what = (f"at most {gib(room)} GiB is left for the KV cache (less once vLLM profiles its activations), "
-                f"below the {gib(needed)} GiB one sequence of max_model_len {model_len:,} needs")
+        what = (f"at most {gib(room)} GiB is left for the KV cache once the weights and vLLM's profiling pass are "
+                f"counted (less still: its non-torch memory and CUDA graphs), below the {gib(needed)} GiB one "
+                f"sequence of max_model_len {model_len:,} needs")
     fitting = int(room / kv_per_token) if room > 0 else 0
     fix = ("set vllm_max_model_length to the longest prompt + max_completion_length" +
            (f" (at most ~{fitting:,} fits)" if fitting else "") + ", or raise vllm_gpu_memory_utilization")
     return "fail", (f"vLLM colocated cannot start: {what}; vLLM stops at start-up (\"To serve at least one request "
                     f"with the models's max seq len ({model_len}) ... KV cache is needed, which is larger than the "
                     f"available KV cache memory\"); {fix}"), details
+
+
+def _profiling_floor(ctx, plan, act_bytes: int, tp: int) -> tuple[float, str]:
+    """(bytes, words) of the least vLLM's start-up profiling pass holds beside the weights before it sizes the KV
+    cache: a forward of max_num_batched_tokens dummy tokens (the value the installed TRL passes its colocated engine,
+    read from its source), whose MLP holds two intermediate-sized activations of every token at once (a gated MLP's
+    gate and up projections; a plain one's input and output of the activation). Attention, logits, the sampler, the
+    allocator's slack and non-torch memory come on top: this is a floor, so a fail stays certain. (0, "") where the
+    release passes no literal or the model's MLP width is not known."""
+    from trl_doctor.facts.trl.installed import vllm_code_int
+
+    tokens = vllm_code_int(ctx.trainer, "max_num_batched_tokens")
+    if not tokens or not plan.intermediate_size:
+        return 0.0, ""
+    floor = tokens * 2 * plan.intermediate_size * act_bytes / tp
+    return floor, (f"; its profiling pass at least {gib(floor)} GiB ({tokens:,} batched tokens, as the installed TRL "
+                   f"passes max_num_batched_tokens, x 2 x intermediate {plan.intermediate_size:,} x {act_bytes} bytes "
+                   f"/ {tp})")
 
 
 def _engine_length(ctx) -> tuple[int | None, str]:

@@ -364,6 +364,15 @@ def vllm_code_mentions(trainer: str, name: str) -> bool:
     return name in (found[1] if found else "") + (generation or "")
 
 
+def vllm_code_int(trainer: str, name: str) -> int | None:
+    """The integer the installed trainer's vLLM code passes for keyword `name` (`max_num_batched_tokens=4096` in its
+    colocated engine's LLM(...) call), or None where it passes none as a literal."""
+    found = trainer_source(trainer)
+    text = (found[1] if found else "") + (module_text("generation/vllm_generation.py") or "")
+    m = re.search(rf"\b{re.escape(name)}\s*=\s*(\d+)\b", text)
+    return int(m.group(1)) if m else None
+
+
 # the policy tokenizer's call on plain-text prompts: `self.processing_class(text=prompts ...)` (1.x),
 # `self.processing_class(text=prompts_text, ..., add_special_tokens=False)` (0.16-0.24), positional in 0.14-0.15
 _PLAIN_CALL = re.compile(r"self\.processing_class\(\s*(?:text=)?prompts(?:_text)?\b")
