@@ -4,7 +4,8 @@ What it does
   Reads the KL the job logs: GRPO's `kl` (per token), PPO's and the PPO-style RLOO's `objective/kl`
   (per sequence, summed over its tokens); AsyncGRPO's `kl` is no KL to a reference (it has none):
   `skip`. It fails where the per-token KL stays above `max` (10 nats) for `patience` (3) steps,
-  warns above `high` (1 nat); `objective/kl` is divided by the response length (the mean logged,
+  warns above `high` (1 nat), unless that was a brief past phase (under a tenth of the run, five
+  times as many logs after it: noted in a pass); `objective/kl` is divided by the response length (the mean logged,
   else response_length: 53 when unknown, PPOConfig's default), so a token's KL is never overstated.
   A negative `objective/kl` is a warn: KL(pi || pi_ref) is never negative, its estimate is when the
   rollout was sampled from another distribution than the one scored. The estimate (a mean of
@@ -27,8 +28,8 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import ALL_TRAINERS, fail, passed, rule, warn
-from trl_doctor.facts.metrics import (by_number, flagged, fmt, judged, limit, logs_for, optional, patience, range_of,
-                                      series, span, streaks, too_little)
+from trl_doctor.facts.metrics import (brief_past, by_number, flagged, fmt, judged, limit, logs_for, optional, patience,
+                                      range_of, series, span, streaks, too_little)
 from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "kl-blowup"
@@ -46,9 +47,13 @@ def judge(ctx):
         runs = streaks(points, lambda p, bound=bound: per_token(p) > bound, n)
         if runs:
             run = runs[0]
-            yield verdict(f"{name} {words}: {fmt(run[0].value)} {span(run)} (above {fmt(bound)} nats a token): the "
-                          "policy has left its reference far behind; lower the learning rate or raise beta",
-                          **flagged(run, metric=name))
+            said = (f"{name} {words}: {fmt(run[0].value)} {span(run)} (above {fmt(bound)} nats a token): the policy "
+                    "has left its reference far behind; lower the learning rate or raise beta")
+            blip = brief_past(ctx, run, name) if verdict is warn and len(runs) == 1 else None  # high once: a blip?
+            if blip is not None:
+                yield passed(f"a brief past phase, over since: {said} ({blip})", **flagged(run, metric=name))
+                return
+            yield verdict(said, **flagged(run, metric=name))
             return
     if name == "objective/kl":
         below = limit(ctx, SLUG, "negative", 0.01)

@@ -99,6 +99,7 @@ def _finding(ctx, run, what: str, warn_only: bool = False):
                     "rewards", **flagged(run, metric=_spread_metric(ctx)))
     return streak_finding(ctx, run, f"{what}{at}: {cause}",
                           f"{what}{at}, then the spread came back: those steps learned nothing",
+                          brief_ok=level != "bottom",  # nothing rewarded (a cold start) is never a blip
                           metric=_spread_metric(ctx))
 
 

@@ -260,14 +260,38 @@ def flagged(run: list[Point], **more) -> dict:
             **more}
 
 
-def streak_finding(ctx, run: list[Point], now: str, past: str, **details):
-    """A streak's finding: a fail saying `now` while it lasts to the newest log, a warn saying `past` when later logs
-    ended it (a past phase: those steps are lost, the job is not failing now)."""
-    from trl_doctor.types import fail, warn
+BRIEF_SHARE = 0.1  # a past phase shorter than this share of the metric's logs, ...
+RECOVERED_TIMES = 5  # ... followed by at least this many times as many logs ...
+RECOVERED_SHARE = 0.25  # ... and at least this share of them, is a blip the run got over: noted
 
-    if ongoing(ctx, run, details.get("metric")):
+
+def streak_finding(ctx, run: list[Point], now: str, past: str, brief_ok: bool = True, **details):
+    """A streak's finding: a fail saying `now` while it lasts to the newest log, a warn saying `past` when later logs
+    ended it (a past phase: those steps are lost, the job is not failing now), and a pass that still says `past`
+    where that phase was a blip the run got over (`brief_ok`, the rule's word that this kind can be one): under
+    BRIEF_SHARE of the logs of its metric, followed by RECOVERED_TIMES as many logs and at least RECOVERED_SHARE of
+    them. Healthy public runs hold such blips (a few logs of tied groups or of cut completions in 200, then 150 logs
+    of learning); a phase late in a run that then ends is no blip."""
+    from trl_doctor.types import fail, passed, warn
+
+    metric = details.get("metric")
+    if ongoing(ctx, run, metric):
         return fail(now, **flagged(run, **details))
+    blip = brief_past(ctx, run, metric) if brief_ok else None
+    if blip is not None:
+        return passed(f"a brief past phase, over since: {past} ({blip})", **flagged(run, **details))
     return warn(past, **flagged(run, **details))
+
+
+def brief_past(ctx, run: list[Point], metric: str | None) -> str | None:
+    """Where `run` is a blip the run got over (see streak_finding), how much of the run it was and came after, in
+    words; None where it is not (it lasts to the newest log, it was long, or too little came after it)."""
+    column = history(ctx).column(metric) if metric else history(ctx).logs
+    after = sum(1 for p in column if p.number > run[-1].number)
+    if column and len(run) < BRIEF_SHARE * len(column) and after >= RECOVERED_TIMES * len(run) \
+            and after >= RECOVERED_SHARE * len(column):
+        return f"{len(run)} of {len(column)} logs, and {after} logs since"
+    return None
 
 
 def marked(details) -> set[int]:
