@@ -7,10 +7,7 @@ What it does
     the log-prob head as the installed trainer runs it (whole-sequence logits where `logits_to_keep`
     is ignored, trl#2770), the KV cache, vLLM colocate's share, 0.5 GiB of CUDA context, divided by
     ZeRO or FSDP sharding. Over a GPU's free memory fails (warns where the sharding cannot be read),
-    within 10% warns; a local vLLM server takes a GPU; no GPU fails with use_vllm, else skips. vLLM
-    colocated fails where its share cannot hold the weights, its start-up profiling pass (at least
-    the installed TRL's max_num_batched_tokens x 2 MLP-width activations) and one max_model_len
-    sequence's KV cache.
+    within 10% warns; a local vLLM server takes a GPU; no GPU fails with use_vllm, else skips.
 
 Why is this bad?
     A config written for one machine dies on another at start-up or the first step: a driver older

@@ -1,18 +1,18 @@
 """TW006 kl-blowup: the KL to the reference exploded, or PPO's KL went negative
 
 What it does
-  Reads the KL the job logs: GRPO's `kl` (per token), PPO's and the PPO-style RLOO's `objective/kl`
-  (per sequence, summed over its tokens); AsyncGRPO's `kl` is no KL to a reference (it has none):
-  `skip`. It fails where the per-token KL stays above `max` (10 nats) for `patience` (3) steps,
-  warns above `high` (1 nat), unless that was a brief past phase (under a tenth of the run, five
-  times as many logs after it: noted in a pass); `objective/kl` is divided by the response length (the mean logged,
-  else response_length: 53 when unknown, PPOConfig's default), so a token's KL is never overstated.
-  A negative `objective/kl` is a warn: KL(pi || pi_ref) is never negative, its estimate is when the
-  rollout was sampled from another distribution than the one scored. The estimate (a mean of
-  log-ratios over a batch's sampled tokens) is noisy: it must average below -`negative` (0.01) nats
-  a token over `window` (10) steps, 80% of its logs below 0 (a real PPO run at learning rate 0
-  logged -0.0003 a sequence; a healthy one, 4 completions a batch, 38% of its 200 logs below 0, 3 in
-  a row at -0.02 a token).
+  Reads the KL the job logs: GRPO's `kl` (per token), PPO's and the PPO-style RLOO's
+  `objective/kl` (per sequence, summed over its tokens); AsyncGRPO's `kl` is no KL to a reference
+  (it has none): `skip`. It fails where the per-token KL stays above `max` (10 nats) for
+  `patience` (3) steps, warns above `high` (1 nat), unless that was a brief past phase (under a
+  tenth of the run, five times as many logs after it: noted in a pass); `objective/kl` is divided
+  by the response length (the mean logged, else response_length: 53 when unknown, PPOConfig's
+  default), so a token's KL is never overstated. A negative `objective/kl` is a warn: KL(pi ||
+  pi_ref) is never negative, its estimate is when the rollout was sampled from another
+  distribution than the one scored. The estimate (a mean of log-ratios over a batch's sampled
+  tokens) is noisy: it must average below -`negative` (0.01) nats a token over `window` (10)
+  steps, 80% of its logs below 0 (a real PPO run at learning rate 0 logged -0.0003 a sequence; a
+  healthy one, 4 completions a batch, 38% of its 200 logs below 0, 3 in a row at -0.02 a token).
 Why is this bad?
   A KL that explodes means the policy left the reference far behind: its text degenerates and the KL
   penalty dominates the reward (a learning rate too high, a reward being hacked). TRL's docs read a

@@ -8,8 +8,9 @@ What it does
   trainer's loss (a warn), or on a metric the installed trainer never logs (read from its source);
   a `report_to` tracker with no credentials and not offline (wandb, comet_ml, neptune), or not
   installed in the launch's Python; `push_to_hub` with no hub token or with HF_HUB_OFFLINE (these
-  on the launch machine only: where no GPU is here, said as not judged); the first checkpoint (weights and, unless `save_only_model`, optimizer states) larger than the free
-  space at `output_dir`. Paths of another machine are not judged.
+  on the launch machine only: where no GPU is here, said as not judged); the first checkpoint
+  (weights and, unless `save_only_model`, optimizer states) larger than the free space at
+  `output_dir`. Paths of another machine are not judged.
 Why is this bad?
   Each stops the job after its model loaded, or hours in: "Can't find a valid checkpoint at ...",
   KeyError at the first evaluation, wandb's "api_key not configured (no-tty)" at train(), a

@@ -131,8 +131,14 @@ def run_doctor(*args: str, cwd: Path | None = None, env: dict | None = None, tim
         return _run_in_process(list(args))
     full_env = dict(os.environ)
     full_env.pop("NO_COLOR", None)
-    # the record an in-process check made of this session's trackers and hub settings is not the user's
-    full_env.pop("TRL_DOCTOR_USER_TRACKER_ENV", None)
+    # an in-process check quieted this session's own environment (WANDB_MODE=disabled, HF_HUB_OFFLINE=1...) and
+    # recorded the values it had before: a fresh command gets those back, as a user's shell has them
+    recorded = full_env.pop("TRL_DOCTOR_USER_TRACKER_ENV", None)
+    for key, value in (json.loads(recorded) if recorded else {}).items():
+        if value is None:
+            full_env.pop(key, None)
+        else:
+            full_env[key] = value
     full_env.update(with_net_audit(env or {}))
     return subprocess.run([trl_doctor_exe(), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
