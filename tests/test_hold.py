@@ -180,3 +180,30 @@ def test_a_recipe_the_command_line_names_adds_the_folders_it_names(tmp_path):
                                                        str((tmp_path / "home").resolve())]
     assert hold.recipe_paths(tmp_path / "recipe.yaml")[:2] == [str(tmp_path / "data" / "runs" / "grpo"),
                                                                "/usr/lib/x.so"]
+
+
+@pytest.mark.usefixtures("user_namespaces")
+def test_the_scouts_pth_lands_in_the_checks_layer_only_and_is_not_the_launchs_write(shared_tmp, monkeypatch):
+    """seed_site (a child started with -I or -E reads site-packages' .pth files, not PYTHONPATH): a site-packages
+    inside a held folder (a project's .venv) gets the file in that folder's layer; one outside is overlaid first. The
+    real folders never get it, and written() (the launch's notes) names neither, only what the launch itself wrote."""
+    import site
+
+    project, elsewhere, layer = shared_tmp / "project", shared_tmp / "python", shared_tmp / "check" / "held"
+    inner = project / ".venv" / "lib" / "site-packages"
+    outer = elsewhere / "lib" / "site-packages"
+    inner.mkdir(parents=True)
+    outer.mkdir(parents=True)
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(inner), str(outer)])
+
+    def child():
+        netns._user_namespace()
+        hold.mount([project], layer)
+        seeded = hold.seed_site("import os\n", layer.parent / "held-site")
+        (project / "out").mkdir()  # the launch's own write
+        return {"seeded": seeded, "written": hold.written(), "seen": [os.path.exists(p) for p in seeded]}
+
+    said = _in_child(child)
+    assert said["seeded"] == [str(inner / hold.SCOUT_PTH), str(outer / hold.SCOUT_PTH)] and all(said["seen"]), said
+    assert said["written"] == [f"{project / 'out'}/"], said
+    assert not (inner / hold.SCOUT_PTH).exists() and not (outer / hold.SCOUT_PTH).exists()

@@ -111,10 +111,12 @@ def test_launchers_run_as_modules_are_the_launchers_themselves():
 
 # -- the real command, on framework-shaped CLIs ------------------------------------------------------------------
 
-def _framework(*args: str, nproc: str | None = None):
+def _framework(*args: str, nproc: str | None = None, flags: str | None = None):
     env = {"PYTHONPATH": str(FRAMEWORK / "site"), "HF_HUB_OFFLINE": "1"}
     if nproc:
         env["NPROC_PER_NODE"] = nproc
+    if flags:
+        env["MINIFW_PYTHON_FLAGS"] = flags
     return run_doctor("check", "--no-smoke", "--select", "batch-geometry,reward-functions", "--format", "json",
                       "--", "minifw", *args, cwd=FRAMEWORK, env=env)
 
@@ -148,6 +150,25 @@ def case(request):
     finally:
         config.unlink()
         shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.usefixtures("built_fixtures")
+@pytest.mark.parametrize("flags", ["-I", "-E"])
+def test_a_child_started_isolated_is_a_scout_too(case, flags):
+    """`python -I <package>/rlhf.py` (or -E) ignores PYTHONPATH, so the boot folder there: the .pth the worker puts
+    in its own layer over site-packages (trl_doctor/runtime/hold.py: seed_site) makes it a scout all the same. It
+    stops at the trainer's constructor and is run in the doctor's place; the .pth is named nowhere as the launch's."""
+    from trl_doctor.runtime import netns
+
+    if not netns.probe().namespace:
+        pytest.skip("no user namespace here: site-packages cannot be held, an isolated child is not scouted")
+    proc = _framework("rlhf", case.name, flags=flags)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["launch"]["constructed_at"].endswith("minifw/train.py:35"), report["launch"]
+    (note,) = [n for n in report["launch"]["notes"] if "a process minifw started" in n]
+    assert "stopped there, before any training, and run here in its place" in note
+    assert not any("trl-doctor-scout" in n for n in report["launch"]["notes"]), report["launch"]["notes"]
 
 
 @pytest.mark.usefixtures("built_fixtures")

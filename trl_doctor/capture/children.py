@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -36,6 +37,30 @@ _RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK
              "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
              "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
              "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS")
+
+
+# A child started with -I or -E ignores PYTHONPATH, and so the boot folder: site-packages' .pth files still run. This
+# one line, in the check's own layer over this Python's site-packages (runtime/hold.py: seed_site), runs the boot
+# file's scout in such a child while the capture runs (its channel variable set); any other process reads it as
+# nothing. A child with -S (no site at all) or another Python installation reads neither: it is not scouted.
+SCOUT_PTH_TEXT = (
+    'import os, sys; (sys.flags.ignore_environment and os.environ.get("TRL_DOCTOR_CHILD_CHANNEL") and '
+    'os.environ.get("TRL_DOCTOR_CHILD_BOOT") and __import__("runpy").run_path(os.path.join('
+    'os.environ["TRL_DOCTOR_CHILD_BOOT"], "sitecustomize.py"), run_name="trl_doctor_boot"))\n')
+
+
+def _seed_site() -> None:
+    """The .pth above, where the worker holds folders in a mount namespace of its own (Linux); else nothing."""
+    from trl_doctor.runtime import hold as _hold
+    from trl_doctor.runtime import tmp as _tmp
+
+    check = os.environ.get(_tmp.DIR_ENV)
+    if not check or not sys.platform.startswith("linux") or os.environ.get("TRL_DOCTOR_HOLD") == "0":
+        return
+    try:
+        _hold.seed_site(SCOUT_PTH_TEXT, Path(check) / "held-site")
+    except Exception:  # noqa: BLE001 - a system this has not met: the PYTHONPATH boot alone, as before
+        pass
 
 
 class ScoutStopped(BaseException):
@@ -199,6 +224,7 @@ class Children:
         return out
 
     def __enter__(self) -> "Children":
+        _seed_site()
         self.channel = Path(tempfile.mkdtemp(prefix="trl-doctor-children-"))
         own = self._into(dict(os.environ))
         for key in (*child.OWN_ENV, "PYTHONPATH"):

@@ -52,16 +52,66 @@ def holder(path) -> str | None:
 
 def written() -> list[str]:
     """What the check's processes have written so far into each held folder, as paths there (its upper layer's
-    entries, a folder with a trailing '/'; a removal's whiteout included, as the path it removed)."""
+    entries, a folder with a trailing '/'; a removal's whiteout included, as the path it removed). The doctor's own
+    files (`seed_site`'s) are not the processes' and are left out, with a folder that holds nothing else."""
+    own = {os.path.realpath(p) for p in _state.get("own", ())}
     out = []
     for folder, upper in _state["held"].items():
         try:
             with os.scandir(upper) as entries:
                 out += [os.path.join(folder, e.name) + ("/" if e.is_dir(follow_symlinks=False) else "")
-                        for e in entries]
+                        for e in entries if not _only_own(e.path, os.path.join(folder, e.name), own)]
         except OSError:
             continue
     return sorted(out)
+
+
+def _only_own(upper_path: str, held_path: str, own: set[str]) -> bool:
+    """Whether an upper layer's entry holds only the doctor's own files (the copied-up folders above one included)."""
+    if not own:
+        return False
+    if not os.path.isdir(upper_path) or os.path.islink(upper_path):
+        return os.path.realpath(held_path) in own
+    found = False
+    for root, _, files in os.walk(upper_path):
+        rel = os.path.relpath(root, upper_path)
+        for name in files:
+            if os.path.realpath(os.path.normpath(os.path.join(held_path, rel, name))) not in own:
+                return False
+            found = True
+    return found  # an empty folder is the launch's own
+
+
+SCOUT_PTH = "zz-trl-doctor-scout.pth"
+
+
+def seed_site(text: str, layer: Path) -> list[str]:
+    """A `.pth` file of `text` in each site-packages folder of this Python, in the check's own layer only: where the
+    folder is held already (a virtualenv inside the working directory) it is written there, else an overlay of its
+    own is mounted over it first; where neither can be, nothing is written (the folder itself is never changed).
+    Every Python process of the check started from this installation reads it at start-up, even with -I or -E
+    (which ignore PYTHONPATH). The paths written."""
+    import site
+
+    out: list[str] = []
+    try:
+        folders = [os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p)]
+    except AttributeError:  # a Python whose site module lacks it (an embedded one)
+        return out
+    for index, folder in enumerate(dict.fromkeys(folders)):
+        if holder(folder) is None:
+            mount([folder], layer / f"site-{index}")
+        if holder(folder) is None:  # not held: never written
+            continue
+        path = os.path.join(folder, SCOUT_PTH)
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError:
+            continue
+        _state.setdefault("own", set()).add(path)
+        out.append(path)
+    return out
 
 
 def disk_usage(path):

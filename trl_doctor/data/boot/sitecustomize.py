@@ -1,6 +1,7 @@
 """trl-doctor's scout, at the start of every Python process a launch starts while `trl-doctor check -- LAUNCH` runs it
-(trl_doctor/capture/children.py puts this folder first on the launch's PYTHONPATH; trl_doctor/capture/child.py says
-what a scout does). Then the sitecustomize this one hides, if any, runs as it would have.
+(trl_doctor/capture/children.py puts this folder first on the launch's PYTHONPATH, and for a child started with -I or
+-E, which ignore PYTHONPATH, a .pth in the check's own layer over site-packages runs this file; trl_doctor/capture/
+child.py says what a scout does). Then the sitecustomize this one hides, if any, runs as it would have.
 
 A process that cannot be made a scout (an interpreter that cannot import trl-doctor) does not run: it reports why and
 ends, since run unguarded it could be the job."""
@@ -63,4 +64,5 @@ def _next() -> None:
 
 
 _scout()
-_next()
+if __name__ == "sitecustomize":  # not when the site-packages .pth runs this file (a child started with -I or -E)
+    _next()
