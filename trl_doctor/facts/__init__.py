@@ -25,7 +25,9 @@ By subject:
 - `launch/`: `launcher` (`launch(ctx)` -> `Launch`: the training processes and where their number comes from, the
   visible GPUs, the accelerate / DeepSpeed / FSDP settings as written; `nvml_gpus(ctx)`) and `settings`
   (`settings(ctx)` -> `Settings`: precision, the policy dtype and where it comes from, lengths, batch numbers, vLLM;
-  `config_value(ctx, key)` for any other key);
+  `config_value(ctx, key)` for any other key), `phases` (what stops a job after its first step: resume, evaluation,
+  best model, trackers, the hub, the disk) and `will_run` (`what_will_run(ctx)`: the job as the installed TRL will
+  run it, for the report's head; the worker sends it before the first rule);
 - `vllm/`: how the installed TRL hands over to vLLM and what vLLM would load (`handover`), the trainer's vLLM server
   (`server`), what the weights go through on their way to vLLM (`support`);
 - `rewards`: reward functions: resolving them, calling them as TRL does, judging what they return;
