@@ -2,9 +2,9 @@
 
 huggingface/trl#3384 (trl 0.16.1): `metric_for_best_model: eval_reward` stops GRPO at its first evaluation with
 transformers' KeyError, because GRPOTrainer.log() rebuilt its logs before the best-model check saw them; trl#5811
-(1.5.0) updates them in place and the job trains. fixtures/rehearsal/best_eval_reward.yaml is that job; here TRL's
-own train() (one step, an evaluation and a checkpoint) is the ground truth on trl 1.4.0 (the bug) and on the
-installed release (fixed), each in a process of its own beside the doctor's check of the same recipe."""
+(1.5.0) updates them in place and the job trains. fixtures/rehearsal/bad_best_eval_reward_before_trl15.yaml is that
+job; here TRL's own train() (one step, an evaluation and a checkpoint) is the ground truth on trl 1.4.0 (the bug) and
+on the installed release (fixed), each in a process of its own beside the doctor's check of the same recipe."""
 
 from __future__ import annotations
 
@@ -43,10 +43,10 @@ except Exception as exc:
 
 
 def _recipe(tmp_path):
-    text = (FIXTURES / "rehearsal" / "best_eval_reward.yaml").read_text()
+    text = (FIXTURES / "rehearsal" / "bad_best_eval_reward_before_trl15.yaml").read_text()
     text = text.replace("../models/", f"{FIXTURES}/models/").replace("../data/", f"{FIXTURES}/data/")
     (tmp_path / "rewards.py").write_text((FIXTURES / "rehearsal" / "rewards.py").read_text())
-    path = tmp_path / "best_eval_reward.yaml"
+    path = tmp_path / "bad_best_eval_reward_before_trl15.yaml"
     path.write_text(text)
     return path
 

@@ -36,10 +36,15 @@ _lock = threading.Lock()
 _reported: list[str] = []
 
 
+_installed: list[bool] = []
+
+
 def install() -> None:
-    """Make this process a scout (called by the boot folder's sitecustomize when CHANNEL_ENV is set)."""
-    if not os.environ.get(CHANNEL_ENV):
+    """Make this process a scout (called by the boot folder's sitecustomize when CHANNEL_ENV is set); once: a .pth
+    that site reads twice (a virtualenv's lib64 -> lib link names one site-packages twice) installs nothing more."""
+    if not os.environ.get(CHANNEL_ENV) or _installed:
         return
+    _installed.append(True)
     allowed = _options().get("allow_hosts")
     if allowed is not None:  # the worker's network guard, in this process too (runtime/network.py)
         from trl_doctor.runtime import network
