@@ -44,9 +44,10 @@ def test_meta_model_counts_real_sizes_without_memory(tmp_path, built_fixtures, c
 
 
 @pytest.mark.parametrize("name", ["gpt2-nopad", "qwen2-chat", "llama3-nopad"])
-def test_twin_keeps_architecture_vocab_and_special_ids(built_fixtures, name):
-    cfg = built_fixtures / "pad-token" / "_twin.yaml"
-    cfg.write_text(f"model_name_or_path: ../models/{name}\n")
+def test_twin_keeps_architecture_vocab_and_special_ids(built_fixtures, tmp_path, name):
+    # a config of the test's own (not in the shared fixture tree, which other workers copy while this one runs)
+    cfg = tmp_path / "_twin.yaml"
+    cfg.write_text(f"model_name_or_path: {built_fixtures / 'models' / name}\n")
     try:
         with Context(load_config(cfg), Options(device="cpu")) as ctx:
             real, twin = ctx.model_config, ctx.twin
