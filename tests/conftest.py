@@ -113,7 +113,9 @@ def built_fixtures() -> Path:
 def fixture_copy(built_fixtures, tmp_path) -> Path:
     """A private copy of the fixture tree, for tests that let --fix rewrite files."""
     dest = tmp_path / "fixtures"
-    shutil.copytree(built_fixtures, dest, ignore=shutil.ignore_patterns("__pycache__", "*.trl-doctor.bak*"))
+    # (not the per-test files other workers make and remove there meanwhile: test_launch_children's cases)
+    shutil.copytree(built_fixtures, dest, ignore=shutil.ignore_patterns("__pycache__", "*.trl-doctor.bak*", "_case_*",
+                                                                        "out_case_*"))
     return dest
 
 
