@@ -54,7 +54,7 @@ def written() -> list[str]:
     """What the check's processes have written so far into each held folder, as paths there (its upper layer's
     entries, a folder with a trailing '/'; a removal's whiteout included, as the path it removed). The doctor's own
     files (`seed_site`'s) are not the processes' and are left out, with a folder that holds nothing else."""
-    own = {os.path.realpath(p) for p in _state.get("own", ())}
+    own = set(_state.get("own", ()))  # real paths, as the held folders are
     out = []
     for folder, upper in _state["held"].items():
         try:
@@ -71,12 +71,12 @@ def _only_own(upper_path: str, held_path: str, own: set[str]) -> bool:
     if not own:
         return False
     if not os.path.isdir(upper_path) or os.path.islink(upper_path):
-        return os.path.realpath(held_path) in own
+        return held_path in own
     found = False
     for root, _, files in os.walk(upper_path):
         rel = os.path.relpath(root, upper_path)
         for name in files:
-            if os.path.realpath(os.path.normpath(os.path.join(held_path, rel, name))) not in own:
+            if os.path.normpath(os.path.join(held_path, rel, name)) not in own:
                 return False
             found = True
     return found  # an empty folder is the launch's own

@@ -34,7 +34,7 @@ from trl_doctor.capture.world import NeedsOneProcess
 CHANNEL_ENV = "TRL_DOCTOR_CHANNEL_FD"
 CHANNEL_MIN_FD = 10  # the channel's descriptor is moved at least this high: user code that dup2()s onto 3.. misses it
 USER_TRACKER_ENV = "TRL_DOCTOR_USER_TRACKER_ENV"  # the trackers' settings as the user had them (run-phases reads)
-TRACKER_KEYS = ("WANDB_DISABLED", "WANDB_MODE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")  # kept as the user had them
+TRACKER_KEYS = ("WANDB_DISABLED", "WANDB_MODE", "HF_HUB_OFFLINE")  # kept as the user had them
 _Env = TypeVar("_Env", bound=MutableMapping[str, str])  # a dict, or os.environ itself
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from trl_doctor.errors import Unavailable
 from trl_doctor.runtime import hold as _hold
+from trl_doctor.facts.launch.launcher import launch
 from trl_doctor.facts.launch.settings import config_value
 
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
@@ -212,8 +213,6 @@ def report_to(ctx) -> list[str]:
 def credentials_elsewhere(ctx) -> str | None:
     """Why the trackers' and the hub's credentials and packages are not judged here (None: they are): they are the
     launch machine's, and this is not it (no GPU here, or --target names another environment)."""
-    from trl_doctor.facts.launch.launcher import launch
-
     the_launch = launch(ctx)
     if the_launch.software_here:
         return None
@@ -225,8 +224,6 @@ def credentials_elsewhere(ctx) -> str | None:
 def trackers(ctx) -> list[Phase]:
     """report_to trackers without credentials on the launch machine (judged where the launch's environment is this
     one: credentials_elsewhere)."""
-    from trl_doctor.facts.launch.launcher import launch
-
     names = report_to(ctx) if launch(ctx).software_here else []
     out = []
     for name in names:
@@ -240,8 +237,6 @@ def trackers_missing(ctx) -> list[Phase]:
     """report_to trackers not installed in the launch's Python: transformers' Trainer makes each tracker's callback
     when it is constructed, and a callback whose package is missing raises there, after the model has loaded
     (its words, asked of the callback itself). Judged only where the launch's environment is this one."""
-    from trl_doctor.facts.launch.launcher import launch
-
     names = report_to(ctx)
     if not names or not launch(ctx).software_here:
         return []
@@ -281,12 +276,9 @@ def hub(ctx) -> Phase | None:
     """push_to_hub: transformers' Trainer creates the job's hub repository when it is constructed (`init_hf_repo`,
     on the main process), before any step: a token must be at hand (hub_token, HF_TOKEN, the token file `hf auth
     login` writes) and the hub not switched off. Read without contacting anyone."""
-    from trl_doctor.facts.launch.launcher import launch
-
     if _value(ctx, "push_to_hub") is not True or not launch(ctx).software_here:
         return None
-    offline = next((k for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if user_env(k).lower() in _TRUE), None)
-    if offline == "HF_HUB_OFFLINE":
+    if user_env("HF_HUB_OFFLINE").lower() in _TRUE:
         return Phase("hub", "fail", "push_to_hub with HF_HUB_OFFLINE=1: the trainer creates its hub repository when "
                      "it is constructed and stops there, after the model has loaded (OfflineModeIsEnabled: \"Cannot "
                      "reach https://huggingface.co/api/repos/create: offline mode is enabled\")",

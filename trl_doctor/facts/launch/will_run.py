@@ -18,7 +18,9 @@ from typing import Any, Callable
 
 from trl_doctor.errors import InputError, Unavailable
 from trl_doctor.facts.launch.launcher import launch, process_count
-from trl_doctor.facts.launch.settings import config_value, vllm_placement
+from trl_doctor.facts.launch.phases import report_to
+from trl_doctor.facts.launch.settings import config_fields, config_value, vllm_placement
+from trl_doctor.facts.trl.installed import ppo_style, trainer_mentions
 
 _ABSENT = object()
 
@@ -32,8 +34,6 @@ class WillRun:
 def what_will_run(ctx) -> WillRun | None:
     """The job as the installed TRL will run it (see the module's doc), or None without the installed TRL's config
     class (a context that cannot say)."""
-    from trl_doctor.facts.launch.settings import config_fields
-
     try:
         config_class, _ = config_fields(ctx)
     except (Unavailable, InputError):
@@ -172,8 +172,6 @@ def _scale_words(scale: Any) -> str:
 
 def _beta_words(ctx, beta: float, use_peft: bool) -> str:
     if beta == 0.0:
-        from trl_doctor.facts.trl.installed import trainer_mentions
-
         if trainer_mentions(ctx.trainer, "self.beta == 0.0"):  # trl >= 0.16 skips the reference at beta 0
             return "beta 0: no KL term, no reference model loads"
         return "beta 0: no KL term (this release still loads a reference model)"
@@ -188,14 +186,12 @@ def _peft_given(ctx) -> bool:
 
 
 def _steps(ctx, value) -> str | None:
-    from trl_doctor.facts.trl.installed import ppo_style
-
     if ppo_style(ctx.trainer):
         return _rollout_steps(ctx, value)
     parts = []
     per, acc = value("per_device_train_batch_size"), value("gradient_accumulation_steps")
     spg, iters = value("steps_per_generation"), value("num_iterations")
-    if ctx.trainer != "ppo" and _given(acc) and int(acc) > 0:
+    if _given(acc) and int(acc) > 0:
         # micro-batches a generated batch feeds: steps_per_generation (trl >= 0.18; before it, each micro-batch was
         # generated for), each num_iterations times
         feeds = (spg if _given(spg) else 1) * (iters if _given(iters) else 1)
@@ -206,9 +202,9 @@ def _steps(ctx, value) -> str | None:
                       f"one generation per {every:g} optimizer steps" if every > 1 else
                       f"{1 / every:g} generations per optimizer step") + f" ({bits})")
     if _given(per) and _given(acc):
-        per_step = per * launch(ctx).processes * acc
-        parts.append(f"{per_step} completions an optimizer step ({per} per device x "
-                     f"{process_count(launch(ctx).processes)} x {acc} accumulated)")
+        procs = launch(ctx).processes
+        parts.append(f"{per * procs * acc} completions an optimizer step ({per} per device x "
+                     f"{process_count(procs)} x {acc} accumulated)")
     total = optimizer_steps(ctx, value)
     if total is not None:
         parts.append(total[1])
@@ -246,8 +242,6 @@ def optimizer_steps(ctx, value) -> tuple[int, str] | None:
     """(the optimizer steps the job takes, in words): max_steps where set, else the epochs over the training rows as
     a GRPO-style trainer counts them (every prompt `num_generations` times, `num_iterations` passes), None where it
     cannot be told (PPO's episodes, no dataset at hand)."""
-    from trl_doctor.facts.trl.installed import ppo_style
-
     if ppo_style(ctx.trainer):  # its own loop: _rollout_steps; transformers' save and eval steps count rollouts
         return None
     max_steps = value("max_steps")
@@ -303,11 +297,13 @@ def _checkpoints(ctx, value) -> str | None:
 
 
 def _checks_own(path: str) -> bool:
-    """Whether `path` is inside a check's own temporary folder (where a capture sends a script's output_dir)."""
+    """Whether `path` is inside this check's own folder (where a capture sends a script's output_dir)."""
     import os
-    import tempfile
 
-    return os.path.abspath(path).startswith(os.path.join(tempfile.gettempdir(), "trl-doctor-"))
+    from trl_doctor.runtime.tmp import DIR_ENV
+
+    own = os.environ.get(DIR_ENV)
+    return own is not None and os.path.abspath(path).startswith(os.path.abspath(own).rstrip("/") + "/")
 
 
 def _evaluation(ctx, value) -> str | None:
@@ -329,8 +325,6 @@ def _evaluation(ctx, value) -> str | None:
 def _logging(ctx, value) -> str | None:
     every = value("logging_steps")
     text = _every(every) if _given(every) else ""
-    from trl_doctor.facts.launch.phases import report_to
-
     if value("report_to") is _ABSENT:
         return text or None
     trackers = report_to(ctx)  # for a launch, the trackers its script asked for (the capture turns them off)
