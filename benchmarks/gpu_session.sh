@@ -11,6 +11,11 @@
 #   memory7b bench_gpu_memory for the 7B shape (8 cases; those whose estimate exceeds the GPU are not run)  about 6 min
 #   short    the gpu tests, bench_sample 0.5B and bench_gpu_memory 0.5B: one device call of about 8 minutes, for a
 #            session lent 15 minutes of device time
+#   verdicts the doctor's verdicts against real launches (issue 63: benchmarks/gpu_verdicts.py): each launch's
+#            `trl-doctor check`, then the launch's first steps, into $OUT/gpu-verdicts.json; the legacy launches
+#            (trl 0.15.2 + transformers 4.48.3) from gpu_wheels/legacy/ in a folder first on their path. About 8
+#            minutes on an H100; VERDICTS_BUDGET (seconds, default 380) is when no further launch starts,
+#            VERDICTS_ONLY=NAME,... reruns some, VERDICTS_ARGS passes gpu_verdicts.py's other options
 #   all      the three in a row (over one device call's 10 minutes: run the parts as separate calls there)
 #
 # GPU_TESTS_K=EXPR selects the gpu tests of `short` (pytest -k), for a rerun of the ones that failed.
@@ -80,13 +85,28 @@ memory() {
     cat "$OUT/gpu_memory_$2.md" | tee -a "$log"
 }
 
+verdicts() {
+    nvidia-smi >>"$log" 2>&1
+    legacy=/tmp/trl-doctor-legacy-site
+    if [ ! -f "$legacy/.installed" ]; then
+        step "install legacy $(ls "$wheels/legacy" | tr '\n' ' ')"
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$legacy" \
+            "$wheels"/legacy/*.whl >>"$log" 2>&1 || { echo "legacy wheel install failed (see $log)"; exit 1; }
+        touch "$legacy/.installed"
+    fi
+    step "gpu verdicts"
+    python3 -P benchmarks/gpu_verdicts.py --out "$OUT" --work /tmp/gpu-verdicts --budget "${VERDICTS_BUDGET:-380}" \
+        --legacy-pythonpath "$legacy" ${VERDICTS_ONLY:+--only "$VERDICTS_ONLY"} ${VERDICTS_ARGS:-} 2>&1 | tee -a "$log"
+}
+
 install
 case "$part" in
+    verdicts) verdicts ;;
     lane) lane ;;
     short) short ;;
     memory) memory 0.5b,1.5b small ;;
     memory7b) memory 7b 7b ;;
     all) lane; memory 0.5b,1.5b small; memory 7b 7b ;;
-    *) echo "unknown part $part: lane, short, memory, memory7b or all"; exit 2 ;;
+    *) echo "unknown part $part: lane, short, memory, memory7b, verdicts or all"; exit 2 ;;
 esac
 step "done"

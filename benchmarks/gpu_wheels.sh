@@ -26,5 +26,14 @@ echo "downloading: $pins"
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform any -d "$out" $pins
 "$py" -m pip wheel --no-deps --no-build-isolation -w "$out" . >/dev/null
+# The legacy release pair of the GPU verdicts (benchmarks/gpu_verdicts.py, issue 63): trl 0.15.2 with transformers
+# 4.48.3 and the versions the legacy CI lane pins beside them, installed into a folder of their own that goes first on
+# the path (the image's torch stays); .ci/run's legacy lane names the same pins.
+legacy="trl==0.15.2 transformers==4.48.3 tokenizers==0.21.4 huggingface_hub==0.36.2 accelerate==1.3.0 peft==0.14.0
+datasets==3.3.2 dill==0.3.8 multiprocess==0.70.16 fsspec==2024.12.0"
+mkdir -p "$out/legacy"
+"$py" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform any -d "$out/legacy" $legacy
 ls -la "$out"
 du -sh "$out"

@@ -117,8 +117,10 @@ def qwen_tokenizer_object():
     return tok
 
 
-def build_qwen25(name: str, instruct: bool, tok_object, reward: bool = False, models: Path = MODELS) -> Path:
-    """One stand-in, into `models / name` (fixtures/_build_bench.py builds its real-vocabulary model here too)."""
+def build_qwen25(name: str, instruct: bool, tok_object, reward: bool = False, models: Path = MODELS,
+                 shape: dict | None = None, device: str = "cpu") -> Path:
+    """One stand-in, into `models / name` (fixtures/_build_bench.py builds its real-vocabulary model here too;
+    benchmarks/gpu_verdicts.py its real-size ones: `shape` overrides the tiny sizes, built on `device`)."""
     import torch
     from transformers import (GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM,
                               Qwen2ForSequenceClassification)
@@ -131,9 +133,10 @@ def build_qwen25(name: str, instruct: bool, tok_object, reward: bool = False, mo
                                         model_max_length=131072 if instruct else 32768, clean_up_tokenization_spaces=False,
                                         split_special_tokens=False, errors="replace")
     tokenizer.chat_template = CHAT_TEMPLATE
-    config = Qwen2Config(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
-                         max_window_layers=2, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+    sizes = {**dict(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_window_layers=2, tie_word_embeddings=True),
+             **(shape or {})}
+    config = Qwen2Config(**sizes, max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
                          bos_token_id=FIRST_SPECIAL, eos_token_id=FIRST_SPECIAL + (2 if instruct else 0),
                          sliding_window=None, use_sliding_window=False, architectures=["Qwen2ForCausalLM"])
     torch.manual_seed(0)
@@ -145,7 +148,8 @@ def build_qwen25(name: str, instruct: bool, tok_object, reward: bool = False, mo
         tokenizer.save_pretrained(out)
         _set_json(out / "tokenizer_config.json", QWEN_TOKENIZER_CONFIG)
         return out
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     if instruct:
         model.generation_config = GenerationConfig(bos_token_id=FIRST_SPECIAL, pad_token_id=FIRST_SPECIAL,
                                                    do_sample=True, eos_token_id=[FIRST_SPECIAL + 2, FIRST_SPECIAL],
