@@ -5,7 +5,7 @@ What it does
     one process's peak memory (facts/memory/estimate.py): weights, gradients and AdamW states of
     what trains, a reference copy (beta != 0 without PEFT), reward and value models, activations,
     the log-prob head as the installed trainer runs it (whole-sequence logits where `logits_to_keep`
-    is ignored, trl#2770), the KV cache, vLLM colocate's share, 0.5 GiB of CUDA context, divided by
+    is ignored, trl#2770), the KV cache, vLLM colocate's share, 1.25 GiB of CUDA context, divided by
     ZeRO or FSDP sharding. Over a GPU's free memory fails (warns where the sharding cannot be read),
     within 10% warns; a local vLLM server takes a GPU; no GPU fails with use_vllm, else skips.
 

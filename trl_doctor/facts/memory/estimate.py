@@ -29,7 +29,11 @@ from typing import Any
 
 GiB = 2**30
 MiB = 2**20
-CUDA_CONTEXT_BYTES = 512 * MiB  # CUDA context + cuBLAS workspace of one process, measured 0.3-0.6 GiB
+# CUDA context, cuBLAS workspace and loaded kernels of one training process: what NVML counts for the process beyond
+# torch's reserved memory. docs/gpu-verdicts.json (H100, torch 2.11+cu130, 2026-11-27): 1.27 GiB in each process that
+# generated and took an optimizer step with TRL 1.16 (0.5B and 1.5B full fine-tunes), 0.5-0.76 GiB in processes
+# that stopped earlier or ran transformers 4.48; it was 0.5 GiB here, from older drivers' 0.3-0.6 GiB
+CUDA_CONTEXT_BYTES = 1280 * MiB
 ADAPTER_BYTES = 4  # PEFT casts LoRA adapters to fp32 (autocast_adapter_dtype=True) whatever the base dtype
 DEFAULT_PROMPT_LENGTH = 512  # TRL <0.28's max_prompt_length default; later TRLs do not truncate prompts
 QUANT_BYTES = {
@@ -265,7 +269,7 @@ def training_peak(comps, gradients_overlap: bool) -> int:
     (zero_grad(set_to_none=True)) before the next forward: so the peak is the larger of the activations + logits
     (the start of backward: no gradient yet) and the whole gradients (the optimizer step: activations freed), not
     their sum. Summing them overcounted a 0.5B full fine-tune by its activations (issue 22: 8.5 GiB estimated
-    against 7.45 measured, of which 0.5 GiB is the CUDA context the allocator's peak does not see). With gradient
+    against 7.45 measured, a CUDA context beside it that the allocator's peak does not see). With gradient
     accumulation (or a sharding backend's persistent gradient buffers) the gradients outlive the step: the sum."""
     grads = sum(c.bytes for c in comps if c.phase == "training" and c.name == "gradients")
     rest = sum(c.bytes for c in comps if c.phase == "training" and c.name != "gradients")
