@@ -44,6 +44,8 @@ def check(ctx):
     times = {p["phase"]: f"{p['s']}s" for p in phases}
     failed = [p for p in phases if not p["ok"]]
     details = {"phases": times, **{f"{p['phase']} metrics": p["metrics"] for p in phases if p.get("metrics")}}
+    if any("gpu_peak_mb" in p for p in phases):  # the real model on a GPU: what each phase took there
+        details["peak GPU MB per phase"] = {p["phase"]: p["gpu_peak_mb"] for p in phases if "gpu_peak_mb" in p}
     if failed:
         yield fail("; ".join(f"{p['phase']}: {p['error']}" for p in failed)
                    + f" (the job reaches it after its steps; {run.result['trainer']} rehearsed it on "

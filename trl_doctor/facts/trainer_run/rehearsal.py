@@ -7,10 +7,13 @@ miniature, with the job's own settings for them and the twin's sizes, in the che
   is the job's at its first evaluation);
 - checkpoint (where the job saves): `trainer._save_checkpoint` with the job's `save_only_model` and
   `save_total_limit`, into the check's folder;
-- resume: one more step from that checkpoint (`trainer.train(resume_from_checkpoint=...)`), as a restarted job does;
+- resume: one more step from that checkpoint (`trainer.train(resume_from_checkpoint=...)`), as a restarted job does:
+  the optimizer's live states are dropped first, as a restarted process has none (loading the checkpoint's beside
+  them held both copies: two sets of AdamW states on the GPU with the real model, more than the job ever holds);
 - final save: `trainer.save_model()`.
 
-Each phase's outcome is data ({"phase", "ok", "s", "error", ...}): a phase that raises is the job's failure at that
+Each phase's outcome is data ({"phase", "ok", "s", "error", "gpu_peak_mb" on a GPU, ...}): a phase that raises is
+the job's failure at that
 phase, in the trainer's own words; the next phases still run where they do not depend on it. Nothing reaches the
 user's folders (the trainer's output_dir is the check's), no tracker starts (report_to none), nothing is pushed.
 """
@@ -47,23 +50,56 @@ def rehearse(trainer: Any, spec: Any) -> list[dict]:
     if checkpoint is not None:
         def resume() -> None:
             trainer.args.max_steps = trainer.state.global_step + 1
+            drop_optimizer_state(trainer)
             trainer.train(resume_from_checkpoint=checkpoint)
         _phase(out, "resume", resume)
     _phase(out, "final save", lambda: trainer.save_model(os.path.join(trainer.args.output_dir, "final")))
     return out
 
 
+def drop_optimizer_state(trainer: Any) -> None:
+    """Empty the optimizer's per-parameter states (AdamW's moments), as a restarted process starts with none, and
+    give their memory back: the resume then loads the checkpoint's into the same optimizer, one copy at a time."""
+    import gc
+
+    optimizer = getattr(trainer, "optimizer", None)
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps the torch one
+    state = getattr(inner, "state", None)
+    if hasattr(state, "clear"):
+        state.clear()
+    gc.collect()
+    torch = _cuda_torch()
+    if torch is not None:
+        torch.cuda.empty_cache()
+
+
+def _cuda_torch():
+    """torch, where it is imported and has a GPU (the real model's rehearsal), else None."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+
 def _phase(out: list[dict], name: str, call) -> Any:
     """Run one phase; its record appended to `out`; its value, or None when it raised."""
     start = time.perf_counter()
+    torch = _cuda_torch()
+    if torch is not None:
+        torch.cuda.reset_peak_memory_stats()
     try:
         value = call()
     except Exception as exc:  # the phase's failure is the finding: the trainer's own words
         out.append({"phase": name, "ok": False, "s": round(time.perf_counter() - start, 2),
                     "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}"})
-        return None
-    out.append({"phase": name, "ok": True, "s": round(time.perf_counter() - start, 2)})
-    return value if value is not None else True
+        value = None
+    else:
+        out.append({"phase": name, "ok": True, "s": round(time.perf_counter() - start, 2)})
+    if torch is not None:  # what the phase took on the GPU, for the doctor's own cost (docs/gpu-verdicts.json)
+        out[-1]["gpu_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    if out[-1]["ok"]:
+        return value if value is not None else True
+    return None
 
 
 def _newest_checkpoint(folder: str) -> str | None:
