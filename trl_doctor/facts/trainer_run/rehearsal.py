@@ -64,8 +64,8 @@ def drop_optimizer_state(trainer: Any) -> None:
 
     optimizer = getattr(trainer, "optimizer", None)
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps the torch one
-    state = getattr(inner, "state", None)
-    if hasattr(state, "clear"):
+    state: Any = getattr(inner, "state", None)
+    if state is not None and hasattr(state, "clear"):
         state.clear()
     gc.collect()
     torch = _cuda_torch()
