@@ -735,3 +735,22 @@ def test_trls_2048_example_whose_reward_reads_the_environments_is_not_failed():
     assert "environments=" in rewards["details"]["arguments passed"], rewards["details"]
     assert rewards["details"]["reward __main__.reward_score"] == [0.0, 0.0, 0.0, 0.0]  # each game's score after reset
     assert "environments" in schema["details"]["TRL passes reward functions"], schema["details"]
+
+
+def test_trl_grpos_dtype_reaches_the_model_where_trl_refuses_the_batch(built_fixtures, tmp_path):
+    """The GPU verdicts' `num_generations: 3` launch (docs/gpu-verdicts.json): TRL's `trl grpo` sets the config's
+    model_init_kwargs from ModelConfig after building it, and the doctor read them from the config it rebuilds, which
+    TRL refuses for the batch: it warned that `dtype: bfloat16` never reaches the model. The script's own config
+    object holds them."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"model_name_or_path: {LAUNCH.parent / 'models' / 'qwen2-chat'}\n"
+                      f"datasets: [{{path: json, data_files: {LAUNCH.parent / 'data' / 'chat.jsonl'}, split: train}}]\n"
+                      "reward_funcs: [think_format_reward]\nnum_generations: 3\nper_device_train_batch_size: 8\n"
+                      "max_completion_length: 16\ndtype: bfloat16\nreport_to: none\noutput_dir: out\n")
+    proc = run_doctor("check", "--no-smoke", "--select", "precision-and-attention,batch-geometry", "--format", "json",
+                      "--", "trl", "grpo", "--config", str(recipe), cwd=tmp_path)
+    report = json.loads(proc.stdout)
+    assert result_of(report, "batch-geometry")["status"] == "fail"
+    precision = result_of(report, "precision-and-attention")
+    assert precision["status"] == "pass", precision["message"]
+    assert "ModelConfig keys that do not reach the model" not in precision["details"], precision["details"]

@@ -225,7 +225,14 @@ def model_init_kwargs(ctx) -> dict:
     """The keywords the policy is loaded with. For a script that passed a model object, TRL's config leaves
     model_init_kwargs unset and the capture records the script's own `from_pretrained` keywords in the raw config."""
     value = config_value(ctx, "model_init_kwargs", None)
-    if not value and getattr(ctx, "live", None) is not None and isinstance(ctx.config.raw.get("model_init_kwargs"), dict):
+    live = getattr(ctx, "live", None)
+    held = getattr(getattr(live, "args", None), "model_init_kwargs", None)
+    if not value and isinstance(held, dict) and held:
+        # the script's own config object, as it handed it to the trainer: what it set after building it (TRL's
+        # `trl grpo` sets model_init_kwargs from ModelConfig then), also where TRL refuses the job's batch geometry
+        # and the config cannot be rebuilt here (the GPU verdicts' `num_generations: 3` launch: docs/gpu-verdicts.json)
+        value = held
+    if not value and live is not None and isinstance(ctx.config.raw.get("model_init_kwargs"), dict):
         value = ctx.config.raw["model_init_kwargs"]
     out = as_mapping(value)
     quant = out.get("quantization_config")
