@@ -14,7 +14,9 @@ Why is this bad?
     hours it trained. TRL's examples/scripts/online_dpo.py (at 1.10) passes its model's keyword
     arguments, `dtype` included, to `AutoTokenizer.from_pretrained`; transformers 5 keeps them in
     the tokenizer's init kwargs, and the final save stops with "TypeError: Object of type dtype is
-    not JSON serializable". An `output_dir` that is a file stops the first checkpoint.
+    not JSON serializable". An `output_dir` that is a file stops the first checkpoint. LoRA under
+    FSDP2 with FULL_STATE_DICT on accelerate < 1.15 saves only rank 0's shard of each adapter
+    tensor (accelerate#4206): a resume silently resets the others' to their initial values.
 
 Example
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left", dtype=torch.bfloat16)
@@ -34,6 +36,7 @@ from pathlib import Path
 from trl_doctor import ALL_TRAINERS, fail, manual, passed, rule, Unavailable, warn
 from trl_doctor.facts.inputs.saving import (config_save_error, output_dir_problem, tokenizer_save_error,
                                            unsaveable_kwargs)
+from trl_doctor.facts.launch.fsdp_adapter import adapter_save_loses_shards
 from trl_doctor.facts.launch.settings import config_value
 
 
@@ -71,6 +74,11 @@ def check(ctx):
     if error:
         problems.append(f"the model's config.json cannot be written: {error}")
     details["model config"] = "not read" if config is None else ("saves" if not error else "does not save")
+    shards = adapter_save_loses_shards(ctx)
+    if shards is not None:
+        problems.append(shards.message)
+        fixes.append(shards.fix)
+        details["adapter under FSDP2"] = "rank 0's shard only (accelerate < 1.15.0, FULL_STATE_DICT)"
     if problems:
         fix = manual("; ".join(fixes)) if fixes else None
         strategy = _save_strategy(ctx)

@@ -66,6 +66,7 @@ class FsdpSettings:
     sharding_strategy: str | None  # FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD (FSDP1's name for it)
     reshard_after_forward: Any  # FSDP2's bool, or FSDP1's strategy name under accelerate's newer key
     offload_params: bool | None
+    state_dict_type: str | None = None  # FULL_STATE_DICT, SHARDED_STATE_DICT: how checkpoints gather the weights
 
 
 @dataclass(frozen=True)
@@ -377,7 +378,7 @@ def _fsdp(block: Any) -> FsdpSettings | None:
     version = block.get("fsdp_version")
     offload = block.get("fsdp_offload_params")
     return FsdpSettings(version if isinstance(version, int) else None, _text(strategy), reshard,
-                        offload if isinstance(offload, bool) else None)
+                        offload if isinstance(offload, bool) else None, _text(block.get("fsdp_state_dict_type")))
 
 
 def _text(value: Any) -> str | None:
