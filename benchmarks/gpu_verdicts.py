@@ -455,6 +455,7 @@ def check_one(launch: Launch, args, work: Path, models: dict, cuda: bool) -> dic
               "gpu_peak_gib": check["gpu_tree_peak_gib"], "rss_peak_gib": check["rss_peak_gib"]}
     if not report:
         doctor["stderr"] = check["stderr"][-1500:]
+    doctor["report"] = report  # the whole report (each rule's details: the step's and each phase's GPU peak)
     return doctor
 
 
@@ -564,8 +565,11 @@ def main() -> int:
     lock = threading.Lock()
 
     def save() -> None:
-        with lock:
-            (out / "gpu-verdicts.json").write_text(json.dumps(list(entries.values()), indent=1) + "\n")
+        with lock:  # the verdicts, and beside them the checks' whole reports (for the doctor's own cost)
+            rows = [{**e, "doctor": {k: v for k, v in e["doctor"].items() if k != "report"}} for e in entries.values()]
+            (out / "gpu-verdicts.json").write_text(json.dumps(rows, indent=1) + "\n")
+            reports = {e["name"]: e["doctor"].get("report") for e in entries.values()}
+            (out / "gpu-verdicts-reports.json").write_text(json.dumps(reports) + "\n")
 
     save()
 
