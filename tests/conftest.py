@@ -186,18 +186,21 @@ def real_trl(release: str, trainer: str = "ppo") -> dict:
     """The real trl `release` from PyPI, installed without dependencies into a cache folder (kept between runs),
     put first on PYTHONPATH so that the doctor reads and imports it instead of the installed TRL (skipped where its
     `trainer` does not import with the installed transformers)."""
-    cache = Path(os.environ.get("TRL_DOCTOR_TRL_CACHE", Path.home() / ".cache" / "trl-doctor-ci")) / f"trl-{release}"
-    with exclusive(cache.parent / f".trl-{release}.lock"):
-        _install_trl(cache, release)
-    return _importable_trl(cache, release, trainer)
+    env = pypi_release("trl", release)
+    return _importable_trl(Path(env["PYTHONPATH"]), release, trainer)
 
 
-def _install_trl(cache: Path, release: str) -> None:
-    if not (cache / "trl").is_dir():
-        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache), f"trl=={release}"],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            pytest.skip(f"trl=={release} cannot be installed here: {proc.stderr.strip().splitlines()[-1:]}")
+def pypi_release(package: str, release: str, module: str | None = None) -> dict:
+    """`package==release` from PyPI without its dependencies, in a cache folder kept between runs (one install at a
+    time): the PYTHONPATH that puts it first. Skipped where it cannot be installed."""
+    cache = Path(os.environ.get("TRL_DOCTOR_TRL_CACHE", Path.home() / ".cache" / "trl-doctor-ci")) / f"{package}-{release}"
+    with exclusive(cache.parent / f".{package}-{release}.lock"):
+        if not (cache / (module or package)).is_dir():
+            proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache),
+                                   f"{package}=={release}"], capture_output=True, text=True)
+            if proc.returncode != 0:
+                pytest.skip(f"{package}=={release} cannot be installed here: {proc.stderr.strip().splitlines()[-1:]}")
+    return {"PYTHONPATH": str(cache)}
 
 
 def _importable_trl(cache: Path, release: str, trainer: str = "ppo") -> dict:

@@ -12,11 +12,10 @@ import os
 import subprocess
 import sys
 from importlib.metadata import version
-from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, exclusive, result_of, run_doctor
+from conftest import FIXTURES, pypi_release, result_of, run_doctor
 
 pytestmark = pytest.mark.slow
 
@@ -51,17 +50,6 @@ dist.destroy_process_group()
 """
 
 
-def _accelerate(release: str) -> dict:
-    cache = Path(os.environ.get("TRL_DOCTOR_TRL_CACHE", Path.home() / ".cache" / "trl-doctor-ci")) / f"accelerate-{release}"
-    with exclusive(cache.parent / f".accelerate-{release}.lock"):
-        if not (cache / "accelerate").is_dir():
-            proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache),
-                                   f"accelerate=={release}"], capture_output=True, text=True)
-            if proc.returncode != 0:
-                pytest.skip(f"accelerate=={release} cannot be installed here: {proc.stderr.strip()[-300:]}")
-    return {"PYTHONPATH": str(cache)}
-
-
 def _ground_truth(tmp_path, env: dict) -> dict:
     script = tmp_path / "state_dict.py"
     script.write_text(STATE_DICT)
@@ -87,7 +75,7 @@ def _check(tmp_path, env: dict | None) -> dict:
 
 
 def test_accelerate_before_1_15_saves_rank_0s_shard_and_the_doctor_says_so(built_fixtures, tmp_path):
-    old = _accelerate(OLD)
+    old = pypi_release("accelerate", OLD)
     truth = _ground_truth(tmp_path, old)
     assert truth["accelerate"] == OLD
     assert truth["saved_rows"] == truth["rows"] // 2, truth  # rank 0's half of lora_A: the other rank's is lost

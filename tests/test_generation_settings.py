@@ -125,18 +125,9 @@ def test_ppo_script_with_a_right_padding_tokenizer_fails_and_the_fix_pads_left(f
 
 def _trl_release(release: str) -> dict:
     """The real trl `release` from PyPI (no dependencies) first on PYTHONPATH: its source is what is read."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from conftest import pypi_release
 
-    cache = Path(os.environ.get("TRL_DOCTOR_TRL_CACHE", Path.home() / ".cache" / "trl-doctor-ci")) / f"trl-{release}"
-    if not (cache / "trl").is_dir():
-        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache),
-                               f"trl=={release}"], capture_output=True, text=True)
-        if proc.returncode != 0:
-            pytest.skip(f"trl=={release} cannot be installed here")
-    return {"PYTHONPATH": str(cache)}
+    return pypi_release("trl", release)
 
 
 @pytest.mark.skipif(Version(version("transformers")) < Version("4.55"), reason="trl 0.21 and 0.22 need transformers>=4.55")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -460,15 +461,11 @@ def test_an_async_callable_class_reward_fails_as_trl_1_13_calls_it(built_fixture
     __call__ is async: the job calls it without awaiting and dies at its first step. The smoke step records the
     reward through an object of the same kind (never an async function wrapper, which that TRL would await), so it
     fails there as the job does; on the installed TRL (>= 1.14 awaits it) the same case passes."""
-    from pathlib import Path
+    from conftest import FIXTURES, pypi_release
 
-    from conftest import FIXTURES, _install_trl
-
-    cache = Path.home() / ".cache" / "trl-doctor-ci" / "trl-1.13.0"
-    _install_trl(cache, "1.13.0")
     case = FIXTURES / "smoke-step" / "bad_reward_async_callable_class.yaml"
     proc = run_doctor("check", str(case), "--select", "smoke-step", "--format", "json",
-                      env={"PYTHONPATH": str(cache)})
+                      env=pypi_release("trl", "1.13.0"))
     import json
 
     smoke = result_of(json.loads(proc.stdout), "smoke-step")
