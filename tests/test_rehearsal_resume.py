@@ -6,6 +6,10 @@ checkpoint's (the step count goes on from it)."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -48,3 +52,41 @@ def test_the_resume_restores_the_checkpoints_states_after_dropping_the_live_ones
     steps = {float(s["step"]) for s in inner.state.values()}
     # the checkpoint's step 1, then the resume's own step: 2 (a fresh optimizer with nothing loaded would say 1)
     assert steps == {2.0}, steps
+
+
+FULL_DISK = r"""
+import json, sys
+from types import SimpleNamespace
+from datasets import load_dataset
+from trl import GRPOConfig, GRPOTrainer
+from trl_doctor.facts.trainer_run.rehearsal import rehearse
+
+model, data, out = sys.argv[1:4]
+args = GRPOConfig(output_dir=out, use_cpu=True, bf16=False, report_to=[], max_steps=1, per_device_train_batch_size=4,
+                  num_generations=4, max_completion_length=8, save_strategy="no")  # the rehearsal saves, not the step
+trainer = GRPOTrainer(model=model, args=args, train_dataset=load_dataset("json", data_files=data, split="train"),
+                      reward_funcs=lambda completions, **kw: [float(len(str(c))) for c in completions])
+trainer.train()
+print(json.dumps(rehearse(trainer, SimpleNamespace(rehearse={"save_strategy": "steps"}))))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("unshare") or sys.platform != "linux", reason="needs util-linux's unshare")
+def test_a_full_scratch_folder_is_no_verdict_on_the_jobs_checkpoints(built_fixtures, tmp_path):
+    """The real model's checkpoint on a GPU machine can fill a small /tmp, where the check's folder is: that is the
+    doctor's disk, not the job's (run-phases judges output_dir's). The trainer's output_dir on a 64 KiB tmpfs (a mount
+    namespace of the test's own): the checkpoint and final save are 'not rehearsed', with why, never a failure."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("user namespaces are not allowed here")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = tmp_path / "full.py"
+    script.write_text(FULL_DISK)
+    run = (f"mount -t tmpfs -o size=64k tmpfs {disk} && exec {sys.executable} {script} "
+           f"{FIXTURES / 'models' / 'qwen2-chat'} {FIXTURES / 'data' / 'chat.jsonl'} {disk / 'out'}")
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", run], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    phases = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [(p["phase"], p["ok"]) for p in phases] == [("checkpoint", None), ("final save", None)], phases
+    assert all("ran out of space" in p["why"] for p in phases), phases

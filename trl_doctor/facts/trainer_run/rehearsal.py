@@ -12,14 +12,15 @@ miniature, with the job's own settings for them and the twin's sizes, in the che
   them held both copies: two sets of AdamW states on the GPU with the real model, more than the job ever holds);
 - final save: `trainer.save_model()`.
 
-Each phase's outcome is data ({"phase", "ok", "s", "error", "gpu_peak_mb" on a GPU, ...}): a phase that raises is
-the job's failure at that
-phase, in the trainer's own words; the next phases still run where they do not depend on it. Nothing reaches the
-user's folders (the trainer's output_dir is the check's), no tracker starts (report_to none), nothing is pushed.
+Each phase's outcome is data ({"phase", "ok", "s", "error", "gpu_peak_mb" on a GPU, ...}; "ok" None with a "why" where
+the check's own folder ran out of space, which says nothing of the job's): a phase that raises is the job's failure
+at that phase, in the trainer's own words; the next phases still run where they do not depend on it. Nothing reaches
+the user's folders (the trainer's output_dir is the check's), no tracker starts (report_to none), nothing is pushed.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from typing import Any
@@ -89,9 +90,16 @@ def _phase(out: list[dict], name: str, call) -> Any:
         torch.cuda.reset_peak_memory_stats()
     try:
         value = call()
-    except Exception as exc:  # the phase's failure is the finding: the trainer's own words
-        out.append({"phase": name, "ok": False, "s": round(time.perf_counter() - start, 2),
-                    "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}"})
+    except Exception as exc:
+        if _disk_full(exc):  # the check's own folder is full (a real model's checkpoint on a small /tmp): the
+            # doctor's disk, not the job's, which run-phases judges at output_dir; not rehearsed, and said why
+            out.append({"phase": name, "ok": None, "s": round(time.perf_counter() - start, 2),
+                        "why": "not rehearsed: the check's own folder ran out of space "
+                               f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                               "run-phases judges the job's disk at output_dir"})
+        else:  # the phase's failure is the finding: the trainer's own words
+            out.append({"phase": name, "ok": False, "s": round(time.perf_counter() - start, 2),
+                        "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}"})
         value = None
     else:
         out.append({"phase": name, "ok": True, "s": round(time.perf_counter() - start, 2)})
@@ -100,6 +108,24 @@ def _phase(out: list[dict], name: str, call) -> Any:
     if out[-1]["ok"]:
         return value if value is not None else True
     return None
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_FULL_WORDS = ("No space left on device", "Disk quota exceeded", f"os error {errno.ENOSPC})",
+               f"os error {errno.EDQUOT})")
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """A full disk, said as an OSError or in another library's words (safetensors' SafetensorError: "I/O error: No
+    space left on device (os error 28)"), anywhere in the exception's chain."""
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        seen.add(id(at))
+        if isinstance(at, OSError) and at.errno in _FULL or any(w in str(at) for w in _FULL_WORDS):
+            return True
+        at = at.__cause__ or at.__context__
+    return False
 
 
 def _newest_checkpoint(folder: str) -> str | None:
