@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_verdicts  # noqa: E402
 
+pytestmark = pytest.mark.release_free  # the recorded run and the bench's own code: no installed release changes them
+
 RECORDED = json.loads((ROOT / "docs" / "gpu-verdicts.json").read_text())
 
 
