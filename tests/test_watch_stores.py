@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -306,3 +307,32 @@ def test_a_local_mlflow_runs_metrics_are_read_in_one_pass(stores, tracker, monke
     monkeypatch.setattr(MlflowClient, "get_metric_history", per_key)
     history = read(stores[tracker], "bad")
     assert [log.step for log in history.logs][:2] == [10, 20] and history.ended
+
+
+def test_a_rollback_journal_database_is_read_whole_while_a_job_writes_it(tmp_path):
+    """MLflow's SQLite store keeps SQLite's rollback journal. Opened immutable (no lock), a read during a running
+    job's write met the half-written pages a large transaction spills into the file: CI of 2026-11-27 stopped
+    `watch --follow` with "a damaged SQLite database (database disk image is malformed)". Now it is read with its
+    locks (`mode=ro`: no file made beside it): the reader waits for the writer's commit and sees a whole database."""
+    import threading
+
+    from trl_doctor.watch.stores import readonly
+
+    path = tmp_path / "mlflow.db"
+    writer = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    writer.execute("CREATE TABLE metrics (k TEXT, v BLOB)")
+    writer.execute("BEGIN")
+    writer.executemany("INSERT INTO metrics VALUES (?, ?)", [(f"k{i}", b"x" * 2000) for i in range(500)])
+    writer.execute("COMMIT")
+    assert path.read_bytes()[18:20] == b"\x01\x01"  # a rollback journal, as MLflow's
+    writer.execute("PRAGMA cache_size = 1")  # the next transaction spills its pages into the file before its commit
+    writer.execute("BEGIN")
+    writer.execute("DELETE FROM metrics")
+    writer.executemany("INSERT INTO metrics VALUES (?, ?)", [(f"n{i}", b"y" * 3000) for i in range(700)])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    threading.Timer(0.5, lambda: writer.execute("COMMIT")).start()
+    with readonly(path) as db:
+        rows = db.execute("SELECT COUNT(*), MIN(k) FROM metrics").fetchone()
+    assert rows == (700, "n0"), rows  # the committed state, whole
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [n for n in before if not n.endswith("-journal")]

@@ -104,17 +104,23 @@ def sqlite_tables(path: Path) -> dict[str, set[str]] | None:
         with readonly(path) as db:
             names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
             return {n: {r[1] for r in db.execute(f'PRAGMA table_info("{n}")')} for n in names if '"' not in n}
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):  # a writer's transaction outlasted the reader's wait: read it again later
+            raise Pending(f"{path}: a tracker is writing it ({exc})") from None
+        raise InputError(f"{path}: a damaged SQLite database ({exc})") from None
     except sqlite3.Error as exc:
         raise InputError(f"{path}: a damaged SQLite database ({exc})") from None
 
 
 class readonly:
     """A read-only connection to a SQLite file that leaves no trace beside it (issue 59). `mode=ro` alone makes a WAL
-    database's `-wal` and `-shm` files when they are missing, and updates `-shm` when they are there. So a database
-    with no write-ahead log pending is opened `immutable` (no lock, no side file); one whose `-wal` holds frames (a
-    running job's, or one a tracker left un-checkpointed) is read from a copy of the two files in a folder of the
-    check's own, which SQLite reads up to the last whole commit. A database past COPY_LIMIT bytes is read in place
-    (`mode=ro`) rather than copied."""
+    database's `-wal` and `-shm` files when they are missing, and updates `-shm` when they are there. So a WAL
+    database with no write-ahead log pending is opened `immutable` (no lock, no side file); one whose `-wal` holds
+    frames (a running job's, or one a tracker left un-checkpointed) is read from a copy of the two files in a folder
+    of the check's own, which SQLite reads up to the last whole commit. A database past COPY_LIMIT bytes is read in
+    place (`mode=ro`) rather than copied. A rollback-journal database (MLflow's: SQLAlchemy keeps SQLite's default)
+    is opened `mode=ro`, which makes no file beside it and waits for a writer's transaction: opened immutable, a read
+    during a running job's write met half-written pages ("database disk image is malformed", CI 2026-11-27)."""
 
     COPY_LIMIT = 2 << 30
 
@@ -128,7 +134,7 @@ class readonly:
 
         real = Path(self.path).resolve()
         wal = Path(f"{real}-wal")
-        target, flags = real, "mode=ro&immutable=1"
+        target, flags = real, "mode=ro&immutable=1" if _wal_mode(real) else "mode=ro"
         try:
             pending = wal.is_file() and wal.stat().st_size > 0
             size = real.stat().st_size + (wal.stat().st_size if pending else 0)
@@ -160,6 +166,17 @@ class readonly:
             import shutil
 
             shutil.rmtree(self.copy_dir, ignore_errors=True)
+
+
+def _wal_mode(path: Path) -> bool:
+    """Whether the database is in WAL mode: its header's format versions (bytes 18 and 19) are 2, where a rollback
+    journal's are 1. Unreadable: taken as WAL (the immutable open, as before)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return True
+    return len(head) < 20 or head[18] == 2 or head[19] == 2
 
 
 def snapshot(path: Path, folder: Path) -> Path:
