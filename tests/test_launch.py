@@ -742,6 +742,13 @@ def test_trl_grpos_dtype_reaches_the_model_where_trl_refuses_the_batch(built_fix
     model_init_kwargs from ModelConfig after building it, and the doctor read them from the config it rebuilds, which
     TRL refuses for the batch: it warned that `dtype: bfloat16` never reaches the model. The script's own config
     object holds them."""
+    from trl_doctor.facts.trl.installed import trl_root
+
+    script = (trl_root() or Path()) / "scripts" / "grpo.py"
+    source = script.read_text() if script.is_file() else ""
+    if not all(w in source for w in ("training_args.model_init_kwargs", "reward_funcs", "get_dataset")):
+        pytest.skip("the installed TRL's `trl grpo` takes no reward_funcs or dataset mixture, or does not set "
+                    "model_init_kwargs itself (trl < 0.2x)")
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"model_name_or_path: {LAUNCH.parent / 'models' / 'qwen2-chat'}\n"
                       f"datasets: [{{path: json, data_files: {LAUNCH.parent / 'data' / 'chat.jsonl'}, split: train}}]\n"
