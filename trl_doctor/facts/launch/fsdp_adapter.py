@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FIXED_IN = (1, 15, 0)
+FIXED_IN = "1.15.0"
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ def adapter_save_loses_shards(ctx) -> AdapterShards | None:
 
     from trl_doctor.facts.launch.launcher import launch
     from trl_doctor.facts.launch.settings import settings
+    from trl_doctor.facts.trl.versions import version_in
 
     lau = launch(ctx)
     acc = lau.accelerate
@@ -45,20 +46,13 @@ def adapter_save_loses_shards(ctx) -> AdapterShards | None:
         installed = version("accelerate")
     except PackageNotFoundError:
         return None
-    if _release(installed) >= FIXED_IN:
+    if not version_in(installed, f"<{FIXED_IN}"):
         return None
     n = lau.processes
     return AdapterShards(
         f"every checkpoint will keep only rank 0's slice of each LoRA tensor: accelerate {installed} saves an FSDP2 "
         f"model's adapter with FULL_STATE_DICT ({acc.named_by}) without gathering its {n} shards "
-        f"(huggingface/accelerate#4206, fixed in 1.15.0), so a resume puts {n - 1}/{n} of the adapter back to its "
+        f"(huggingface/accelerate#4206, fixed in {FIXED_IN}), so a resume puts {n - 1}/{n} of the adapter back to its "
         "initial values (lora_B to zero) and the saved adapter is not the one trained",
-        "upgrade accelerate to >= 1.15.0, or set fsdp_state_dict_type: SHARDED_STATE_DICT in the accelerate config")
+        f"upgrade accelerate to >= {FIXED_IN}, or set fsdp_state_dict_type: SHARDED_STATE_DICT in the accelerate config")
 
-
-def _release(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("+")[0].split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
