@@ -429,8 +429,8 @@ def launch_outcome(records: list[dict], run: dict, launch: Launch) -> tuple[str 
     return symptom, did
 
 
-def prepare(launch: Launch, args, work: Path, models: dict, cuda: bool) -> tuple[Path, list[str], dict]:
-    """The launch's folder, its files and its command, as a user has them."""
+def prepare(launch: Launch, args, work: Path, models: dict, cuda: bool) -> tuple[Path, list[str], str, dict]:
+    """The launch's folder, its files and its command, as a user has them; the Python and environment it runs in."""
     python, env = environment(launch.env, args)
     folder = work / launch.name
     if folder.exists():
@@ -441,13 +441,12 @@ def prepare(launch: Launch, args, work: Path, models: dict, cuda: bool) -> tuple
               "prompts": str(ROOT / "fixtures" / "data" / "prompts.jsonl")}
     write_files(folder, launch.files, values, cuda)
     command = [values["model"] if c == "{model}" else python if c == "python" else c for c in launch.command]
-    return folder, command, env
+    return folder, command, python, env
 
 
 def check_one(launch: Launch, args, work: Path, models: dict, cuda: bool) -> dict:
     """`trl-doctor check -- COMMAND` in the launch's folder: the doctor's verdict and its own cost."""
-    folder, command, env = prepare(launch, args, work, models, cuda)
-    python = environment(launch.env, args)[0]
+    folder, command, python, env = prepare(launch, args, work, models, cuda)
     check = timed([python, "-m", "trl_doctor", "check", "--format", "json", "-o", "check.json", "--no-progress",
                    "--", *command], folder, env, args.check_timeout)
     report = json.loads((folder / "check.json").read_text()) if (folder / "check.json").is_file() else {}
@@ -461,7 +460,7 @@ def check_one(launch: Launch, args, work: Path, models: dict, cuda: bool) -> dic
 
 def launch_one(launch: Launch, args, work: Path, models: dict, cuda: bool) -> dict:
     """COMMAND itself, its first steps, with the hook recording what it did."""
-    folder, command, env = prepare(launch, args, work, models, cuda)
+    folder, command, _, env = prepare(launch, args, work, models, cuda)
     record = folder / "records"
     record.mkdir()
     env = dict(env, GPU_VERDICTS_RECORD=str(record), GPU_VERDICTS_STEPS="2",
