@@ -200,14 +200,16 @@ def best_model(ctx) -> Phase | None:
                  {"metric_for_best_model": metric, "logged (eval_*)": known[:24]})
 
 
-def report_to(ctx) -> list[str]:
+def report_to(ctx, keep_all: bool = False) -> list[str]:
     """The trackers the job will start: the config's report_to, or for a launch the trackers its script asked for
-    (the capture turns them off in what the trainer is given: trl_doctor.capture.machine.relax_trackers)."""
+    (the capture turns them off in what the trainer is given: trl_doctor.capture.machine.relax_trackers). "all"
+    (every tracker installed where the job runs) is left out, or kept as it is with `keep_all`."""
     live = getattr(ctx, "live", None)
     asked = (getattr(live, "machine_relaxed", None) or {}).get("report_to") if live is not None else None
     value = asked[0] if asked else _value(ctx, "report_to")
     names = [value] if isinstance(value, str) else list(value or [])
-    return [_text(n) for n in names if _text(n) not in ("none", "all", "")]
+    dropped = ("none", "") if keep_all else ("none", "all", "")
+    return [_text(n) for n in names if _text(n) not in dropped]
 
 
 def credentials_elsewhere(ctx) -> str | None:

@@ -108,9 +108,19 @@ REHEARSED = ("eval_strategy", "metric_for_best_model", "greater_is_better", "loa
              "save_only_model", "save_total_limit")
 
 
-def _rehearsal_settings(cfg) -> dict:
-    """The job's own settings for its later phases (facts/trainer_run/rehearsal.py), as plain values."""
-    out = {}
+def _rehearsal_settings(ctx, cfg) -> dict:
+    """The job's own settings for its later phases (facts/trainer_run/rehearsal.py), as plain values, and the
+    trackers it reports to (a launch's, though the capture turned them off in what its trainer was given)."""
+    from trl_doctor.facts.launch.phases import report_to
+    from trl_doctor.facts.rewards import register_live
+
+    out: dict[str, Any] = {"report_to": report_to(ctx, keep_all=True)}
+    live = getattr(ctx, "live", None)
+    job_args = getattr(live, "args", None) if live is not None else None
+    if out["report_to"] and (job_args is not None or cfg is not None):
+        # the job's arguments as its trackers get them at train(): the script's own object where a launch built
+        # one (a torch.dtype in model_init_kwargs stays one), else the config as TRL builds it from the file
+        out["job_args"] = register_live(job_args if job_args is not None else cfg)
     for key in REHEARSED:
         value = getattr(cfg, key, None)
         value = getattr(value, "value", value)  # transformers' IntervalStrategy / SaveStrategy
@@ -219,7 +229,7 @@ def build_spec(ctx) -> Spec:
         "value_model_path": _path(ctx, raw["value_model_path"]) if raw.get("value_model_path") else None,
         "user_dir": str(ctx.config.base_dir),
         "train": bool(ctx.options.smoke),
-        "rehearse": _rehearsal_settings(cfg) if ctx.options.smoke else {},
+        "rehearse": _rehearsal_settings(ctx, cfg) if ctx.options.smoke else {},
         "force_token_id": stop["id"],
         "force_token": stop["token"],
         "force_reason": stop["why"],

@@ -1,6 +1,8 @@
 """The dress rehearsal (issue 60): after the smoke step, the trainer it built runs the job's later phases in
 miniature, with the job's own settings for them and the twin's sizes, in the check's own folder:
 
+- trackers (where the job reports to any): each starts offline as `train()` starts it, with the job's arguments, and
+  takes one log of the step's metrics; it stays attached through the later phases, as in the job;
 - evaluation (where the job evaluates: `eval_strategy` not "no"): `trainer.evaluate()` on the step's rows (the eval
   split is the job's; its rows' format is the training rows'); the metrics
   it logs, and `metric_for_best_model` looked up in them as transformers' `_determine_best_metric` does (its KeyError
@@ -15,7 +17,8 @@ miniature, with the job's own settings for them and the twin's sizes, in the che
 Each phase's outcome is data ({"phase", "ok", "s", "error", "gpu_peak_mb" on a GPU, ...}; "ok" None with a "why" where
 the check's own folder ran out of space, which says nothing of the job's): a phase that raises is the job's failure
 at that phase, in the trainer's own words; the next phases still run where they do not depend on it. Nothing reaches
-the user's folders (the trainer's output_dir is the check's), no tracker starts (report_to none), nothing is pushed.
+the user's folders (the trainer's output_dir is the check's), the job's trackers start offline with their records in
+the check's folder (facts/trainer_run/trackers.py), nothing is pushed.
 """
 
 from __future__ import annotations
@@ -27,9 +30,32 @@ from typing import Any
 
 
 def rehearse(trainer: Any, spec: Any) -> list[dict]:
-    """The phases the job's settings call for, in the order the job meets them."""
+    """The phases the job's settings call for, in the order the job meets them, its trackers started offline first
+    (as `train()` starts them) and seeing every later phase."""
+    from trl_doctor.facts.rewards import live_reward
+    from trl_doctor.facts.trainer_run import trackers
+
     job = dict(spec.rehearse)
+    job_args = live_reward(job["job_args"]) if job.get("job_args") else None
     out: list[dict] = []
+    with trackers.offline(trainer, list(job.get("report_to") or []), _folder(trainer, "trackers")) as started:
+        if started.names:
+            if _phase(out, "trackers", lambda: started.begin_and_log(trainer, job_args)) is None:
+                started.detach(trainer)  # the job stops there: the later phases are judged without them
+                out[-1]["stopped at"] = started.at
+            out[-1]["trackers"] = list(started.names)
+        if started.not_started:
+            out.append({"phase": "trackers not started", "ok": None, "s": 0.0, "why": "; ".join(
+                f"{name}: {why}" for name, why in started.not_started.items())})
+        _later_phases(trainer, job, out)
+    return out
+
+
+def _folder(trainer: Any, name: str) -> str:
+    return os.path.join(trainer.args.output_dir, name)
+
+
+def _later_phases(trainer: Any, job: dict, out: list[dict]) -> None:
     metrics: dict | None = None
     if str(job.get("eval_strategy") or "no").lower() not in ("no", "intervalstrategy.no"):
         rows = trainer.eval_dataset if trainer.eval_dataset is not None else trainer.train_dataset
@@ -54,8 +80,7 @@ def rehearse(trainer: Any, spec: Any) -> list[dict]:
             drop_optimizer_state(trainer)
             trainer.train(resume_from_checkpoint=checkpoint)
         _phase(out, "resume", resume)
-    _phase(out, "final save", lambda: trainer.save_model(os.path.join(trainer.args.output_dir, "final")))
-    return out
+    _phase(out, "final save", lambda: trainer.save_model(_folder(trainer, "final")))
 
 
 def drop_optimizer_state(trainer: Any) -> None:
