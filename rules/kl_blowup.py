@@ -4,15 +4,16 @@ What it does
   Reads the KL the job logs: GRPO's `kl` (per token), PPO's and the PPO-style RLOO's
   `objective/kl` (per sequence, summed over its tokens); AsyncGRPO's `kl` is no KL to a reference
   (it has none): `skip`. It fails where the per-token KL stays above `max` (10 nats) for
-  `patience` (3) steps, warns above `high` (1 nat), unless that was a brief past phase (under a
-  tenth of the run, five times as many logs after it: noted in a pass); `objective/kl` is divided
-  by the response length (the mean logged, else response_length: 53 when unknown, PPOConfig's
-  default), so a token's KL is never overstated. A negative `objective/kl` is a warn: KL(pi ||
-  pi_ref) is never negative, its estimate is when the rollout was sampled from another
-  distribution than the one scored. The estimate (a mean of log-ratios over a batch's sampled
-  tokens) is noisy: it must average below -`negative` (0.01) nats a token over `window` (10)
-  steps, 80% of its logs below 0 (a real PPO run at learning rate 0 logged -0.0003 a sequence; a
-  healthy one, 4 completions a batch, 38% of its 200 logs below 0, 3 in a row at -0.02 a token).
+  `patience` (3) steps, warns above `high` (1 nat), unless those were brief past phases (each
+  under a tenth of the run, all under a fifth, five times as many logs after: noted in a pass);
+  `objective/kl` is divided by the response length (the mean logged, else response_length: 53 when
+  unknown, PPOConfig's default), so a token's KL is never overstated. A negative `objective/kl` is
+  a warn: KL(pi || pi_ref) is never negative, its estimate is when the rollout was sampled from
+  another distribution than the one scored. The estimate (a mean of log-ratios over a batch's
+  sampled tokens) is noisy: it must average below -`negative` (0.01) nats a token over `window`
+  (10) steps, 80% of its logs below 0 (a real PPO run at learning rate 0 logged -0.0003 a
+  sequence; a healthy one, 4 completions a batch, 38% of its 200 logs below 0, 3 in a row at -0.02
+  a token).
 Why is this bad?
   A KL that explodes means the policy left the reference far behind: its text degenerates and the KL
   penalty dominates the reward (a learning rate too high, a reward being hacked). TRL's docs read a
@@ -28,7 +29,7 @@ Fix safety
 from __future__ import annotations
 
 from trl_doctor import ALL_TRAINERS, fail, passed, rule, warn
-from trl_doctor.facts.metrics import (brief_past, by_number, flagged, fmt, judged, limit, logs_for, optional, patience,
+from trl_doctor.facts.metrics import (brief_past_all, by_number, flagged, fmt, judged, limit, logs_for, optional, patience,
                                       range_of, series, span, streaks, too_little)
 from trl_doctor.facts.launch.settings import config_value
 
@@ -49,7 +50,8 @@ def judge(ctx):
             run = runs[0]
             said = (f"{name} {words}: {fmt(run[0].value)} {span(run)} (above {fmt(bound)} nats a token): the policy "
                     "has left its reference far behind; lower the learning rate or raise beta")
-            blip = brief_past(ctx, run, name) if verdict is warn and len(runs) == 1 else None  # high once: a blip?
+            # high in short stretches the job got over (a warm-up transient, isolated spikes): no level, noted
+            blip = brief_past_all(ctx, runs, name) if verdict is warn else None
             if blip is not None:
                 yield passed(f"a brief past phase, over since: {said} ({blip})", **flagged(run, metric=name))
                 return

@@ -22,7 +22,8 @@ Fix safety
   Nothing to rewrite from the log: `trl-doctor check` (eos-termination, generation-settings) finds
   and fixes the stop tokens; or mask_truncated_completions / a larger max_completion_length.
   Averaging `mostly` (0.9) over `window` (100) steps (a quarter of a shorter log) without such a
-  streak: a warn.
+  streak: a warn. Where the reward rose steadily through the stretch (10 logs or more, Mann-Kendall
+  z >= 3), the job learns at that length (a continuation task's fixed length): a pass that says so.
   Thresholds: [tool.trl-doctor.watch.never-terminating] share, patience; mostly, window.
 """
 
@@ -31,8 +32,8 @@ from __future__ import annotations
 import math
 
 from trl_doctor import ALL_TRAINERS, passed, rule, warn
-from trl_doctor.facts.metrics import (range_of, streak_finding, fmt, limit, optional, patience, preflight, series, span,
-                                      streaks, too_little, flagged, window_logs, window_mean)
+from trl_doctor.facts.metrics import (range_of, reward_rising, streak_finding, fmt, limit, optional, patience, preflight,
+                                      series, span, streaks, too_little, flagged, window_logs, window_mean)
 from trl_doctor.facts.launch.settings import config_value
 
 SLUG = "never-terminating"
@@ -64,6 +65,10 @@ def judge(ctx):
     needed = patience(ctx, SLUG, 5)
     runs = streaks(points, holds, needed)
     if not runs and name == "completions/clipped_ratio" and (mostly := _mostly(ctx, points, longest, needed)):
+        chunk = [p for p in points if mostly[1]["since_log"] <= p.number <= mostly[1]["until_log"]]
+        if (learning := _learning_anyway(ctx, chunk)) is not None:
+            yield passed(f"{mostly[0]}; but {learning}", **mostly[1])
+            return
         yield warn(mostly[0], **mostly[1])  # most of a stretch cut at the limit: a pending run at the end is no less
         return
     if not runs and (early := too_little(ctx, points, holds, needed, what)):
@@ -74,6 +79,10 @@ def judge(ctx):
         return
     run = runs[-1]
     limit_words = f" (max_completion_length {longest})" if longest else ""
+    if (learning := _learning_anyway(ctx, run)) is not None:
+        yield passed(f"{what}, {span(run)}: every completion ran to the length limit{limit_words}; but {learning}",
+                     **flagged(run, metric=name))
+        return
     found = preflight(ctx, "eos-termination")
     before = f"; the preflight's eos-termination said {found[0]}: {found[1]}" if found and found[0] != "pass" else ""
     ended = [p for p in points if p.number < run[0].number and not holds(p)]
@@ -87,6 +96,18 @@ def judge(ctx):
                    f"check the stop tokens (`trl-doctor check`: eos-termination){before}")
     yield streak_finding(ctx, run, message, message.replace("never end", "did not end") + ", before they began to end",
                          metric=name)
+
+
+def _learning_anyway(ctx, run) -> str | None:
+    """Where the reward rose steadily through the stretch cut at the limit, why that is no failure, in words (None
+    where it did not, or where the preflight found the stop tokens broken): the job learns at this length, as a
+    continuation task whose fixed length is its design does (an IMDb review continued for 32 tokens, never ended)."""
+    rose = reward_rising(ctx, run)
+    found = preflight(ctx, "eos-termination")
+    if rose is None or (found and found[0] == "fail"):
+        return None
+    return (f"{rose}: the job learns at this length (a task whose length cap is its design, or answers read from the "
+            "cut text); raise max_completion_length if its answers must finish")
 
 
 def _mostly(ctx, points, longest, needed: int):

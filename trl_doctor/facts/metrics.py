@@ -294,6 +294,25 @@ def brief_past(ctx, run: list[Point], metric: str | None) -> str | None:
     return None
 
 
+def brief_past_all(ctx, runs: list[list[Point]], metric: str | None) -> str | None:
+    """Where every one of `runs` is a short stretch the job got over, in words (None where not): each under
+    BRIEF_SHARE of the metric's logs, all of them together under twice that, and the last followed by RECOVERED_TIMES
+    as many logs and RECOVERED_SHARE of them. A healthy run's isolated spikes (a warm-up transient's first two logs,
+    one log at 45 nats among 37 near 0.5) are not a level; a stretch the job stays in is."""
+    if not runs:
+        return None
+    column = history(ctx).column(metric) if metric else history(ctx).logs
+    total = sum(len(run) for run in runs)
+    if len(runs) == 1:
+        return brief_past(ctx, runs[0], metric)
+    if not column or total >= 2 * BRIEF_SHARE * len(column) or any(len(r) >= BRIEF_SHARE * len(column) for r in runs):
+        return None
+    after = sum(1 for p in column if p.number > runs[-1][-1].number)
+    if after >= RECOVERED_TIMES * len(runs[-1]) and after >= RECOVERED_SHARE * len(column):
+        return f"{len(runs)} short stretches, {total} of {len(column)} logs, and {after} logs since the last"
+    return None
+
+
 def marked(details) -> set[int]:
     """The log numbers a finding's details flag (see `flagged`)."""
     if details.get("logs"):
@@ -380,6 +399,44 @@ def no_spread(ctx, numbers: Iterable[int] | None = None) -> set[int]:
         holds = lambda v: abs(v) <= 1e-8
     values = carried(points, numbers) if numbers is not None else by_number(points)
     return {n for n, v in values.items() if holds(v)}
+
+
+# -- whether the reward rose (learning goes on) ---------------------------------------------------------------------
+RISING_Z = 3.0  # Mann-Kendall's z a steady rise must reach (one-sided p ~ 0.001): a noisy or flat reward does not
+RISING_LOGS = 10  # the fewest logs a trend is read from
+
+
+def mann_kendall_z(values: list[float]) -> float:
+    """Mann-Kendall's trend statistic as a z score: the pairs (earlier, later) that rose less those that fell, over
+    the spread a random order gives, with continuity correction. Rank-based: a spike weighs as one pair's order,
+    so a noisy log's outliers cannot make a trend."""
+    n = len(values)
+    if n < 3:
+        return 0.0
+    s = sum((later > earlier) - (later < earlier) for i, earlier in enumerate(values) for later in values[i + 1:])
+    spread = math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
+    return (s - (s > 0) + (s < 0)) / spread
+
+
+def reward_rising(ctx, run: list[Point]) -> str | None:
+    """Where the mean reward rose steadily over `run`'s logs (at least RISING_LOGS of them, Mann-Kendall z at least
+    RISING_Z, the last quarter's median above the first's), in words: the job learns through what the run shows;
+    None where it did not, or the log cannot tell."""
+    from statistics import median
+
+    name, rewards = optional(ctx, "reward", "objective/rlhf_reward", "objective/scores")
+    if name is None or not run:
+        return None
+    first, last = run[0].number, run[-1].number
+    values = [p.value for p in rewards if first <= p.number <= last and math.isfinite(p.value)]
+    if len(values) < RISING_LOGS:
+        return None
+    z = mann_kendall_z(values)
+    quarter = max(1, len(values) // 4)
+    start, end = median(values[:quarter]), median(values[-quarter:])
+    if z < RISING_Z or end <= start:
+        return None
+    return f"{name} rose from {fmt(start)} to {fmt(end)} over those {len(values)} logs (a steady rise: trend z {z:.1f})"
 
 
 # -- where the run's reward sits (saturation or failure) ------------------------------------------------------------
