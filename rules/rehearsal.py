@@ -47,6 +47,9 @@ def check(ctx):
     times = {p["phase"]: f"{p['s']}s" for p in phases}
     failed = [p for p in phases if p["ok"] is False]
     details = {"phases": times, **{f"{p['phase']} metrics": p["metrics"] for p in phases if p.get("metrics")}}
+    for p in phases:
+        if p["phase"] == "push to hub" and p.get("repo"):  # how far the push ran before the network, and with what
+            details["push to hub"] = {k: p[k] for k in ("repo", "stopped at", "files") if k in p}
     unknown = {p["phase"]: p["why"] for p in phases if p["ok"] is None}
     if unknown:  # the doctor's own folder was full: no verdict on those phases, said
         details["not rehearsed"] = unknown

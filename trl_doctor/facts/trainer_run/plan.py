@@ -105,7 +105,7 @@ def trainer_run(ctx) -> RunResult:
 
 PRECISION_KEYS = ("bf16", "fp16")
 REHEARSED = ("eval_strategy", "metric_for_best_model", "greater_is_better", "load_best_model_at_end", "save_strategy",
-             "save_only_model", "save_total_limit")
+             "save_only_model", "save_total_limit", "push_to_hub", "hub_model_id", "output_dir")
 
 
 def _rehearsal_settings(ctx, cfg) -> dict:

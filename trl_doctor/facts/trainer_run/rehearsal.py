@@ -12,13 +12,15 @@ miniature, with the job's own settings for them and the twin's sizes, in the che
 - resume: one more step from that checkpoint (`trainer.train(resume_from_checkpoint=...)`), as a restarted job does:
   the optimizer's live states are dropped first, as a restarted process has none (loading the checkpoint's beside
   them held both copies: two sets of AdamW states on the GPU with the real model, more than the job ever holds);
-- final save: `trainer.save_model()`.
+- final save: `trainer.save_model()`;
+- push to hub (where the job pushes): `trainer.push_to_hub()` with the Hub offline, up to its first request
+  (facts/trainer_run/hub_push.py): the model card and the files it would upload; nothing is sent.
 
 Each phase's outcome is data ({"phase", "ok", "s", "error", "gpu_peak_mb" on a GPU, ...}; "ok" None with a "why" where
 the check's own folder ran out of space, which says nothing of the job's): a phase that raises is the job's failure
 at that phase, in the trainer's own words; the next phases still run where they do not depend on it. Nothing reaches
 the user's folders (the trainer's output_dir is the check's), the job's trackers start offline with their records in
-the check's folder (facts/trainer_run/trackers.py), nothing is pushed.
+the check's folder (facts/trainer_run/trackers.py), nothing reaches the Hub.
 """
 
 from __future__ import annotations
@@ -81,6 +83,12 @@ def _later_phases(trainer: Any, job: dict, out: list[dict]) -> None:
             trainer.train(resume_from_checkpoint=checkpoint)
         _phase(out, "resume", resume)
     _phase(out, "final save", lambda: trainer.save_model(_folder(trainer, "final")))
+    if job.get("push_to_hub") is True:
+        from trl_doctor.facts.trainer_run.hub_push import push_up_to_network
+
+        pushed = _phase(out, "push to hub", lambda: push_up_to_network(trainer, job))
+        if isinstance(pushed, dict):
+            out[-1].update(pushed)
 
 
 def drop_optimizer_state(trainer: Any) -> None:
