@@ -45,6 +45,10 @@ def rehearse(trainer: Any, spec: Any) -> list[dict]:
             if _phase(out, "trackers", lambda: started.begin_and_log(trainer, job_args)) is None:
                 started.detach(trainer)  # the job stops there: the later phases are judged without them
                 out[-1]["stopped at"] = started.at
+                if "timed out" in str(out[-1].get("error", "")).lower():  # its service did not start here in time:
+                    # this machine's, not the job's (wandb's own 30 s init timeout, set for the rehearsal)
+                    out[-1].update(ok=None, why=f"not rehearsed: {started.at} did not start on this machine in time "
+                                                f"({out[-1].pop('error')[:200]})")
             out[-1]["trackers"] = list(started.names)
         if started.not_started:
             out.append({"phase": "trackers not started", "ok": None, "s": 0.0, "why": "; ".join(

@@ -23,7 +23,10 @@ from typing import Any, Iterator
 
 # tracker -> (variables set, {dir} the tracker's folder in the check's own; variables dropped)
 OFFLINE: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
-    "wandb": ({"WANDB_MODE": "offline", "WANDB_DIR": "{dir}", "WANDB_SILENT": "true", "WANDB_CONSOLE": "off"},
+    "wandb": ({"WANDB_MODE": "offline", "WANDB_DIR": "{dir}", "WANDB_SILENT": "true", "WANDB_CONSOLE": "off",
+               # its caches, settings and artifact staging (a completions table is one) too: nothing in the home folder
+               "WANDB_CACHE_DIR": "{dir}/cache", "WANDB_CONFIG_DIR": "{dir}/config", "WANDB_DATA_DIR": "{dir}/data",
+               "WANDB_ARTIFACT_DIR": "{dir}/artifacts", "WANDB_INIT_TIMEOUT": "30"},
               ("WANDB_RESUME", "WANDB_RUN_ID", "WANDB_BASE_URL")),
     "tensorboard": ({"TENSORBOARD_LOGGING_DIR": "{dir}"}, ()),
     "mlflow": ({"MLFLOW_TRACKING_URI": "file:{dir}/store", "MLFLOW_ALLOW_FILE_STORE": "true"},  # made by MLflow
