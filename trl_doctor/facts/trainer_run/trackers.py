@@ -48,6 +48,7 @@ class Started:
     not_started: dict[str, str] = field(default_factory=dict)
     at: str | None = None  # the tracker starting (or "log") when begin_and_log stopped
     report_to_before: Any = None  # the trainer's own report_to (the step's: none)
+    made: list[Any] = field(default_factory=list)  # every callback made, detached or not: each is closed at the end
 
     def begin_and_log(self, trainer: Any, job_args: Any = None) -> None:
         """What the job's trackers meet first: `train()`'s on_train_begin (each starts its run with the job's own
@@ -126,13 +127,14 @@ def offline(trainer: Any, names: list[str], folder: str) -> Iterator[Started]:
                 started.not_started[name] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
                 continue
             trainer.add_callback(callback)
+            started.made.append(callback)
             started.names.append(name)
             started.callbacks.append(callback)
         if started.names:
             trainer.args.report_to = list(started.names)  # TRL's own tracker paths (completions tables) follow it
         yield started
     finally:
-        for callback in started.callbacks:
+        for callback in started.made:  # a tracker that failed to start may have opened its writer first
             _close(callback)
         started.detach(trainer)
         _finish_modules()
