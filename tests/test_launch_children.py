@@ -24,7 +24,6 @@ from trl_doctor.capture.children import Children, ScoutStopped
 from trl_doctor.capture.command import parse_command
 
 FRAMEWORK = Path(__file__).resolve().parent.parent / "fixtures" / "launch" / "framework"
-OUT = FRAMEWORK / "out_rlhf"  # grpo_rlhf.yaml's output_dir
 
 
 def _scouts(**kw) -> Children:
@@ -111,8 +110,16 @@ def test_launchers_run_as_modules_are_the_launchers_themselves():
 
 # -- the real command, on framework-shaped CLIs ------------------------------------------------------------------
 
+def _site_packages() -> str:
+    import sysconfig
+
+    return sysconfig.get_paths()["purelib"]
+
+
 def _framework(*args: str, nproc: str | None = None, flags: str | None = None):
-    env = {"PYTHONPATH": str(FRAMEWORK / "site"), "HF_HUB_OFFLINE": "1"}
+    # a child started with -S reads no site-packages: it imports TRL from PYTHONPATH, as such a launch must
+    site = [_site_packages()] if flags == "-S" else []
+    env = {"PYTHONPATH": os.pathsep.join([str(FRAMEWORK / "site"), *site]), "HF_HUB_OFFLINE": "1"}
     if nproc:
         env["NPROC_PER_NODE"] = nproc
     if flags:
@@ -169,6 +176,27 @@ def test_a_child_started_isolated_is_a_scout_too(case, flags):
     (note,) = [n for n in report["launch"]["notes"] if "a process minifw started" in n]
     assert "stopped there, before any training, and run here in its place" in note
     assert not any("trl-doctor-scout" in n for n in report["launch"]["notes"]), report["launch"]["notes"]
+
+
+@pytest.mark.usefixtures("built_fixtures")
+def test_a_child_no_scout_runs_in_is_stopped_before_it_trains_and_named(case):
+    """`python -S <package>/rlhf.py` with site-packages on PYTHONPATH runs neither the boot folder's sitecustomize
+    nor a .pth (no site module), and trains when its user runs it (the ground truth below writes checkpoint-1 and 2).
+    The backstop (trl_doctor/capture/unscouted.py) stops it seconds after its start, before its imports are done,
+    and the launch ends naming it; nothing is written and no process is left (the `case` fixture)."""
+    proc = _framework("rlhf", case.name, flags="-S")
+    assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-3000:])
+    assert "NotScouted: it was started with -S" in proc.stderr and "stopped before it could train" in proc.stderr
+    assert f"-S {FRAMEWORK / 'site' / 'minifw' / 'rlhf.py'} {case.name}" in proc.stderr, proc.stderr
+
+
+def test_the_interpreter_flags_before_the_script_are_read_as_the_interpreter_reads_them():
+    from trl_doctor.capture.unscouted import _flags
+
+    assert _flags(["-S", "x.py", "-I"]) == {"S"}
+    assert _flags(["-IS", "-W", "ignore", "-X", "dev", "x.py"]) == {"I", "S"}
+    assert _flags(["-m", "torch.distributed.run", "-S"]) == set()
+    assert _flags(["-c", "print(1)"]) == set() and _flags(["x.py"]) == set()
 
 
 @pytest.mark.usefixtures("built_fixtures")
@@ -239,21 +267,29 @@ def test_a_child_that_dies_before_its_trainer_is_named_with_its_exception(case, 
 
 
 @pytest.mark.usefixtures("built_fixtures")
-def test_the_child_trains_when_run_as_its_user_runs_it(tmp_path):
-    """The ground truth of the cases above: without the doctor, `minifw rlhf` trains and writes its checkpoints."""
+@pytest.mark.parametrize("flags", ["", "-S"])
+def test_the_child_trains_when_run_as_its_user_runs_it(tmp_path, flags):
+    """The ground truth of the cases above: without the doctor, `minifw rlhf` trains and writes its checkpoints (its
+    child started with -S too, site-packages on PYTHONPATH)."""
     import shutil
 
-    shutil.rmtree(OUT, ignore_errors=True)
-    env = {**os.environ, "PYTHONPATH": str(FRAMEWORK / "site"), "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp_path)}
+    name = f"truth{flags.strip('-')}"  # each its own config and output folder: the two may run side by side
+    config, out = FRAMEWORK / f"_{name}.yaml", FRAMEWORK / f"out_{name}"
+    config.write_text((FRAMEWORK / "grpo_rlhf.yaml").read_text().replace("output_dir: out_rlhf", f"output_dir: {out.name}"))
+    shutil.rmtree(out, ignore_errors=True)
+    path = [str(FRAMEWORK / "site"), *([_site_packages()] if flags else [])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp_path),
+           "MINIFW_PYTHON_FLAGS": flags}
     try:
         proc = subprocess.run([sys.executable, "-c", "import sys; from minifw.cli import main; sys.exit(main())",
-                               "rlhf", "grpo_rlhf.yaml"], cwd=FRAMEWORK, env=env, capture_output=True, text=True,
+                               "rlhf", config.name], cwd=FRAMEWORK, env=env, capture_output=True, text=True,
                               timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert json.loads((OUT / "TRAINED").read_text())["global_step"] == 2
-        assert (OUT / "checkpoint-1").is_dir()
+        assert json.loads((out / "TRAINED").read_text())["global_step"] == 2
+        assert (out / "checkpoint-1").is_dir()
     finally:
-        shutil.rmtree(OUT, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+        config.unlink()
 
 
 def test_a_script_s_own_training_loop_is_stopped_before_its_first_step(tmp_path):

@@ -45,6 +45,9 @@ def install() -> None:
     if not os.environ.get(CHANNEL_ENV) or _installed:
         return
     _installed.append(True)
+    _hello()
+    if hasattr(os, "register_at_fork"):  # a process forked from a scout (a dataloader worker) carries its hooks
+        os.register_at_fork(after_in_child=_hello)
     allowed = _options().get("allow_hosts")
     if allowed is not None:  # the worker's network guard, in this process too (runtime/network.py)
         from trl_doctor.runtime import network
@@ -65,6 +68,24 @@ def install() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = excepthook
+
+
+def _hello() -> None:
+    """Say this process is a scout: `hello-<pid>` in the channel, holding its start time as /proc gives it (with the
+    pid, one process, never a later one of the same pid); the capture stops a Python process of the launch that never
+    says so (capture/unscouted.py)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            started = f.read().rsplit(b")", 1)[1].split()[19]
+    except (OSError, IndexError):  # not Linux: nothing reads it
+        return
+    path = os.path.join(os.environ.get(CHANNEL_ENV, ""), f"hello-{os.getpid()}")
+    try:
+        with open(path + ".part", "wb") as f:
+            f.write(started)
+        os.replace(path + ".part", path)
+    except OSError:
+        pass
 
 
 # -- reports ----------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from typing import Any
 from trl_doctor.runtime import tree as _tree
 
 from . import child
+from . import unscouted as _unscouted
 
 BOOT = Path(__file__).resolve().parent.parent / "data" / "boot"
 ROOT = str(Path(__file__).resolve().parent.parent.parent)  # the folder `import trl_doctor` finds this package in
@@ -42,7 +43,8 @@ _RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK
 # A child started with -I or -E ignores PYTHONPATH, and so the boot folder: site-packages' .pth files still run. This
 # one line, in the check's own layer over this Python's site-packages (runtime/hold.py: seed_site), runs the boot
 # file's scout in such a child while the capture runs (its channel variable set); any other process reads it as
-# nothing. A child with -S (no site at all) or another Python installation reads neither: it is not scouted.
+# nothing. A child with -S (no site at all) or another Python installation reads neither: no scout runs in it, and
+# the backstop (capture/unscouted.py) stops it before it can train, naming it.
 SCOUT_PTH_TEXT = (
     'import os, sys; (sys.flags.ignore_environment and os.environ.get("TRL_DOCTOR_CHILD_CHANNEL") and '
     'os.environ.get("TRL_DOCTOR_CHILD_BOOT") and __import__("runpy").run_path(os.path.join('
@@ -364,10 +366,16 @@ class Children:
 
     def _watch(self) -> None:
         """Once a scout has reached a trainer or a step, end the others (a launcher waiting on its ranks, a parent
-        script waiting on its child), so that the capture takes over at once."""
+        script waiting on its child), so that the capture takes over at once; meanwhile stop any Python process of the
+        launch that runs without a scout (capture/unscouted.py: a child started with -S...)."""
+        seen: set[int] = set()
+        ticks = 0
         while not self._stop.wait(0.1):
             if self.decided():
                 self.end_scouts()
+            ticks += 1
+            if ticks % 5 == 0 and self.channel is not None and sys.platform.startswith("linux"):
+                _unscouted.stop_unscouted(self.channel, child.CHANNEL_ENV, seen)
 
     def end_scouts(self) -> list[int]:
         """End every scout; those that are this process's children are reaped, through the unhooked waits (the
