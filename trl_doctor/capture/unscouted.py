@@ -71,6 +71,9 @@ def _unscouted(pid: int, channel: Path) -> str | None:
     if "S" in flags:
         return ("it was started with -S (no site module: neither the boot folder's sitecustomize nor a .pth runs), "
                 "so no scout ran in it; stopped before it could train")
+    if flags & {"I", "E"}:
+        return (f"it was started with -{''.join(sorted(flags & {'I', 'E'}))} (PYTHONPATH ignored, so the boot folder), "
+                "and no layer over site-packages could be held here for the scout's .pth; stopped before it could train")
     return (f"its interpreter ({exe}) ran no scout at start-up (another Python installation, which cannot import "
             "trl-doctor's scout); stopped before it could train")
 
