@@ -275,7 +275,8 @@ def test_the_child_trains_when_run_as_its_user_runs_it(tmp_path, flags):
 
     name = f"truth{flags.strip('-')}"  # each its own config and output folder: the two may run side by side
     config, out = FRAMEWORK / f"_{name}.yaml", FRAMEWORK / f"out_{name}"
-    config.write_text((FRAMEWORK / "grpo_rlhf.yaml").read_text().replace("output_dir: out_rlhf", f"output_dir: {out.name}"))
+    text = (FRAMEWORK / "grpo_rlhf.yaml").read_text()
+    config.write_text(text.replace("output_dir: out_rlhf", f"output_dir: {out.name}"))
     shutil.rmtree(out, ignore_errors=True)
     path = [str(FRAMEWORK / "site"), *([_site_packages()] if flags else [])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp_path),

@@ -101,6 +101,45 @@ def test_a_tracker_not_installed_is_found_in_the_words_the_trainer_stops_with(tm
         in found["message"], found
 
 
+@pytest.mark.slow
+def test_a_resume_trl_cannot_make_fails_in_the_words_of_trl_s_own_train(tmp_path):
+    """Ground truth: TRL's own GRPOTrainer.train(resume_from_checkpoint=...) on the same recipe, which stops before
+    any step in transformers' words, "Can't find a valid checkpoint at ...", for a folder that is not there
+    (shibing624/MedicalGPT#91) and for one that holds its weights as shards without their index
+    (HKUDS/GraphGPT#78: `pytorch_model-0000N-of-00003.bin`, config, rng state); run-phases fails both before launch.
+    A checkpoint the Trainer wrote itself resumes in TRL and passes (the healthy twin)."""
+    from datasets import load_dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    missing = tmp_path / "out" / "checkpoint-32500"
+    sharded = tmp_path / "shards" / "checkpoint-50000"
+    sharded.mkdir(parents=True)
+    for name in ("config.json", "generation_config.json", "pytorch_model-00001-of-00003.bin",
+                 "pytorch_model-00002-of-00003.bin", "rng_state_1.pth"):
+        (sharded / name).write_bytes(b"")
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, num_generations=4,
+                      per_device_train_batch_size=4, max_completion_length=8, max_steps=1, save_steps=1,
+                      report_to=[])
+    trainer = GRPOTrainer(model=str(FIXTURES / "models" / "qwen2-chat"), args=args,
+                          reward_funcs=lambda completions, **kw: [float(len(c)) for c in completions],
+                          train_dataset=load_dataset("json", data_files=str(FIXTURES / "data" / "chat.jsonl"),
+                                                     split="train"))
+    for folder in (missing, sharded):
+        with pytest.raises(ValueError, match="Can't find a valid checkpoint at") as trl_says:
+            trainer.train(resume_from_checkpoint=str(folder))
+        _, report = run_json("check", _recipe(tmp_path, resume_from_checkpoint=str(folder)), "--select", "run-phases",
+                             "--no-smoke")
+        found = result_of(report, "run-phases")
+        assert found["status"] == "fail" and str(folder) in found["message"], (found, trl_says.value)
+    trainer.train()  # its one step, saved as checkpoint-1: the folder the Trainer writes itself
+    written = tmp_path / "out" / "checkpoint-1"
+    assert written.is_dir(), sorted(p.name for p in (tmp_path / "out").iterdir())
+    trainer.train(resume_from_checkpoint=str(written))  # TRL resumes from it (at max_steps already: no more steps)
+    _, report = run_json("check", _recipe(tmp_path, resume_from_checkpoint=str(written)), "--select", "run-phases",
+                         "--no-smoke")
+    assert result_of(report, "run-phases")["status"] == "pass", result_of(report, "run-phases")
+
+
 def test_push_to_hub_with_the_hub_switched_off_fails_where_the_trainer_would(tmp_path):
     """HF_HUB_OFFLINE=1 in the user's environment (the worker sets it for itself, keeping the user's value aside):
     transformers' Trainer creates the hub repository when constructed and stops with OfflineModeIsEnabled. With a
