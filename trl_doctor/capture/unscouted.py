@@ -19,6 +19,8 @@ import signal
 import time
 from pathlib import Path
 
+from trl_doctor.runtime import tree
+
 GRACE_S = 2.0  # an interpreter runs its site module within milliseconds of its start; a loaded machine, more
 HELLO = "hello-"
 
@@ -29,8 +31,6 @@ def hello_path(channel: str, pid: int) -> str:
 
 def stop_unscouted(channel: Path, key: str, seen: set[int]) -> list[int]:
     """Kill each unscouted Python process of the launch not yet in `seen`, writing its report; the pids killed."""
-    from trl_doctor.runtime import tree
-
     killed = []
     for pid in tree.tagged(str(channel), key=key):
         if pid in seen:
@@ -50,8 +50,6 @@ def stop_unscouted(channel: Path, key: str, seen: set[int]) -> list[int]:
 
 def _unscouted(pid: int, channel: Path) -> str | None:
     """Why `pid` runs without a scout, or None where it has one, is no Python, or is too young to tell."""
-    from trl_doctor.runtime import tree
-
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -98,8 +96,6 @@ def _flags(args: list[str]) -> set[str]:
 
 
 def _age(pid: int) -> float:
-    from trl_doctor.runtime import tree
-
     started = tree.start_time(pid)
     try:
         uptime = float(Path("/proc/uptime").read_text().split()[0])

@@ -58,11 +58,6 @@ def _hub_offline(on: bool) -> bool:
 
 def _network(exc: BaseException) -> bool:
     """Whether the exception, or one in its chain, is the request stopped on its way out."""
-    seen: set[int] = set()
-    at: BaseException | None = exc
-    while at is not None and id(at) not in seen:
-        seen.add(id(at))
-        if any(k.__name__ in _NETWORK_STOPS for k in type(at).__mro__):
-            return True
-        at = at.__cause__ or at.__context__
-    return False
+    from trl_doctor.errors import exception_chain
+
+    return any(k.__name__ in _NETWORK_STOPS for at in exception_chain(exc) for k in type(at).__mro__)

@@ -155,14 +155,10 @@ _FULL_WORDS = ("No space left on device", "Disk quota exceeded", f"os error {err
 def _disk_full(exc: BaseException) -> bool:
     """A full disk, said as an OSError or in another library's words (safetensors' SafetensorError: "I/O error: No
     space left on device (os error 28)"), anywhere in the exception's chain."""
-    seen: set[int] = set()
-    at: BaseException | None = exc
-    while at is not None and id(at) not in seen:
-        seen.add(id(at))
-        if isinstance(at, OSError) and at.errno in _FULL or any(w in str(at) for w in _FULL_WORDS):
-            return True
-        at = at.__cause__ or at.__context__
-    return False
+    from trl_doctor.errors import exception_chain
+
+    return any(isinstance(at, OSError) and at.errno in _FULL or any(w in str(at) for w in _FULL_WORDS)
+               for at in exception_chain(exc))
 
 
 def _newest_checkpoint(folder: str) -> str | None:
