@@ -206,9 +206,20 @@ def watch_rule_ids() -> set[str]:
     return {r.id for r in builtin_rules() if not r.preflight}
 
 
+def judge_case(case: Path, rule: str, fake_gpus: Path | None = None) -> CaseRun:
+    """Judge one fixture case in this process (trl_doctor.testing, the rule harness): what the command its snapshot
+    names gives, with no process started (`fake_gpus`: the GPUs NVML describes here, as the command's header says)."""
+    from trl_doctor.testing import judge
+
+    judged = judge(case, rule)
+    command = ("check", str(case), "--select", rule, "--diff", "--format", "json")
+    env = None if fake_gpus is None else {"TRL_DOCTOR_FAKE_GPUS": str(fake_gpus)}
+    return CaseRun(case, command, env, judged.code, judged.as_dict(), judged.diff)
+
+
 def run_case(case: Path, rule: str, args: tuple[str, ...], tmp_path: Path, env: dict | None = None) -> CaseRun:
-    """Check one fixture case the way its snapshot records it: one run gives the report (to a file) and the diff
-    (stdout)."""
+    """Check one fixture case the way its snapshot records it: one run of the real command gives the report (to a
+    file) and the diff (stdout)."""
     from conftest import result_of, run_doctor
 
     if rule in watch_rule_ids():  # a watch rule's case is a job's log, judged by `trl-doctor watch`

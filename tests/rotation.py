@@ -138,8 +138,6 @@ HEAVY_SECONDS = {
     "tests/test_smoke_step.py::test_an_async_callable_class_reward_fails_as_trl_1_13_calls_it": 9.2,
     "tests/test_launch.py::test_doctor_callback_stops_the_job_before_step_one": 12.6,
     "tests/test_launch.py::test_doctor_callback_lets_a_healthy_job_train": 12.5,
-    "tests/test_healthy.py::test_no_static_rule_raises_an_alarm_on_a_healthy_fixture[generation-settings]": 12.1,
-    "tests/test_healthy.py::test_no_static_rule_raises_an_alarm_on_a_healthy_fixture[smoke-step]": 9.6,
     "tests/test_generation_settings.py::test_checkpointed_generation_by_release[0.22.0-pass]": 10.7,
     "tests/test_generation_settings.py::test_checkpointed_generation_by_release[0.21.0-warn]": 10.2,
     "tests/test_context.py::test_meta_model_counts_real_sizes_without_memory[config1-494032768]": 11.0,

@@ -130,7 +130,7 @@ def test_a_whole_check_leaves_the_printing_process_without_the_heavy_stack(built
 # the floors below it. The one import that runs back up is discovery: the registry finds the rules.
 FLOORS = {
     "__init__": -1,  # the package's face (trl_doctor/__init__.py): the public API, which only its users import
-    "front": 0, "__main__": 0,
+    "front": 0, "__main__": 0, "testing": 0,  # testing: the rule harness, a door of its own (tests, plugin authors)
     "supervisor": 1, "static": 1, "report": 1, "fix": 1, "watch": 1,
     "worker": 2,
     "engine": 3, "capture": 3,  # the run loop, below the worker, --static and the API that run it

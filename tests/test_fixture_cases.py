@@ -14,6 +14,7 @@ report words it and the diff --fix would write (tests/case_snapshots.py; `--snap
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -51,6 +52,35 @@ def fake_gpu_env(gpus_json: Path, site: Path | None = None) -> dict:
     assert site is None or site.is_dir(), f"pythonpath names a missing folder: {site}"
     path = os.pathsep.join(p for p in (str(FAKE_NVML), site and str(site), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path, "TRL_DOCTOR_FAKE_GPUS": str(gpus_json)}
+
+
+@contextlib.contextmanager
+def fake_nvml(gpus_json: Path | None):
+    """While judging in this process, NVML answers for the GPUs `gpus_json` describes: tests/fake_nvml's pynvml as
+    the module `pynvml` (the facts import it at each read) and TRL_DOCTOR_FAKE_GPUS set; both put back after."""
+    if gpus_json is None:
+        yield
+        return
+    import importlib.util
+    import sys
+
+    assert gpus_json.is_file(), f"fake_gpus names a missing file: {gpus_json}"
+    spec = importlib.util.spec_from_file_location("pynvml", FAKE_NVML / "pynvml.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    before_module, before_env = sys.modules.get("pynvml"), os.environ.get("TRL_DOCTOR_FAKE_GPUS")
+    sys.modules["pynvml"], os.environ["TRL_DOCTOR_FAKE_GPUS"] = module, str(gpus_json)
+    try:
+        yield
+    finally:
+        if before_module is None:
+            sys.modules.pop("pynvml", None)
+        else:
+            sys.modules["pynvml"] = before_module
+        if before_env is None:
+            os.environ.pop("TRL_DOCTOR_FAKE_GPUS", None)
+        else:
+            os.environ["TRL_DOCTOR_FAKE_GPUS"] = before_env
 
 
 def case_site(case: Path) -> Path | None:
@@ -93,6 +123,17 @@ def _trainer_rule_ids() -> set[str]:
 TRAINER_RULES = _trainer_rule_ids()
 
 
+def in_process(config: Path, rule: str, site: Path | None, args: tuple[str, ...]) -> bool:
+    """Whether a case is judged by the rule harness in this process (trl_doctor.testing): every preflight config
+    (with its fake GPUs: `fake_nvml`) but those with command-line arguments or an installed package's stand-in of
+    their own (a process whose path has it); a script is a launch, whose capture is a process boundary; a rule that
+    reads the trainer run runs it in the check's worker, under the worker's limits.
+    TRL_DOCTOR_TEST_SUBPROCESS=1 runs them all through the real command."""
+    return (site is None and not args and config.suffix != ".py" and rule not in TRAINER_RULES
+            and rule not in snapshots.watch_rule_ids()
+            and not os.environ.get("TRL_DOCTOR_TEST_SUBPROCESS"))
+
+
 # One real trainer step per trainer runs in the README's plain `python -m pytest` (marker `core`): GRPO, RLOO, and
 # PPO where the installed TRL has it (from trl 1.13 that case is the rule's verdict that PPO is gone).
 CORE = {"smoke-step/ok_grpo_qwen2.yaml", "smoke-step/ok_rloo_gpt2.yaml", "smoke-step/ok_ppo_qwen2.yaml"}
@@ -109,9 +150,14 @@ def test_case_status(built_fixtures, tmp_path, request, config, rule, expected, 
     allowed, conditional = expected_statuses(expected)
     if allowed == [NOT_RUN]:  # a case the installed releases cannot run at all (a trainer this TRL lacks)
         pytest.skip(f"{config.parent.name}/{config.name}: not run with the installed releases")
-    env = None if fake_gpus is None else fake_gpu_env(fake_gpus, case_site(config))
+    site = case_site(config)
     # one run gives the status, and the report and diff its snapshot records (tests/case_snapshots.py)
-    run = snapshots.run_case(config, rule, args, tmp_path, env)
+    if in_process(config, rule, site, args):
+        with fake_nvml(fake_gpus):
+            run = snapshots.judge_case(config, rule, fake_gpus)
+    else:
+        env = None if fake_gpus is None else fake_gpu_env(fake_gpus, site)
+        run = snapshots.run_case(config, rule, args, tmp_path, env)
     code, result = run.code, run.result
     assert result["status"] in allowed, f"{config.name}: {result['status']}: {result['message']}\n{result['details']}"
     assert code == (1 if result["status"] in ("fail", "error") else 0)

@@ -9,13 +9,10 @@ in the default lane (marker `sweep`). The smoke step has its own sweep (tests/te
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from conftest import FIXTURES, result_of, run_doctor
-from test_fixture_cases import case_fake_gpus
-from test_precision_and_attention import fake_gpus  # noqa: F401  (the NVML stand-in fixture)
+from conftest import FIXTURES, result_of
+from test_fixture_cases import case_fake_gpus, fake_nvml
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
 
@@ -54,17 +51,22 @@ FOLDERS = sorted({c.parent.name for c in _cases(FIXTURES)})
 
 @pytest.mark.sweep
 @pytest.mark.parametrize("folder", FOLDERS)
-def test_no_static_rule_raises_an_alarm_on_a_healthy_fixture(built_fixtures, fake_gpus, folder):  # noqa: F811
+def test_no_static_rule_raises_an_alarm_on_a_healthy_fixture(built_fixtures, folder):
+    """In this process (the rule harness, trl_doctor.testing), NVML answering for each machine."""
+    from trl_doctor.errors import InputError
+    from trl_doctor.testing import judge_rules
+
     for case in _cases(built_fixtures):
         if case.parent.name != folder:
             continue
         for gpus, rules in _machines(case):
-            fake_gpus(gpus)
-            proc = run_doctor("check", str(case), "--select", ",".join(rules), "--no-smoke", "--format", "json")
-            if proc.returncode == 2 and not proc.stdout:  # an input the whole check refuses (a config-only model)
-                assert "error:" in proc.stderr and "Traceback" not in proc.stderr, (case, proc.stderr)
-                continue
-            _judge(case, json.loads(proc.stdout), rules)
+            with fake_nvml(gpus):
+                try:
+                    judged = judge_rules(case, rules, smoke=False)
+                except InputError as exc:  # an input the whole check refuses (a config-only model): one line
+                    assert str(exc) and "\n" not in str(exc) and "Traceback" not in str(exc), (case, str(exc))
+                    continue
+            _judge(case, {"results": [j.as_dict() for j in judged]}, rules)
 
 
 def test_the_sweep_judges_every_healthy_case_on_its_machines():

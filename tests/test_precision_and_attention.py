@@ -44,10 +44,20 @@ def fake_gpus(monkeypatch):
     return use
 
 
-def check(config: Path, *args: str, env: dict | None = None) -> tuple[int, dict]:
-    kw = {"env": env} if env else {}
-    code, report = run_json("check", str(config), "--select", "precision-and-attention", "--no-smoke", *args, **kw)
-    return code, result_of(report, "TD015")
+def check(config: Path, target: str | None = None, target_env: str | None = None,
+          env: dict | None = None) -> tuple[int, dict]:
+    """(exit status, TD015's result) of `check CONFIG --select precision-and-attention --no-smoke [--target ...]`: in
+    this process (the rule harness, NVML answering through the stand-in), or with `env` (an installed package's
+    stand-in on PYTHONPATH) the command in a process of its own."""
+    if env:
+        more = (*(("--target", target) if target else ()), *(("--target-env", target_env) if target_env else ()))
+        code, report = run_json("check", str(config), "--select", "precision-and-attention", "--no-smoke", *more, env=env)
+        return code, result_of(report, "TD015")
+    from trl_doctor.testing import judge
+
+    asked = {"target": target, **({"target_env": target_env} if target_env else {})}
+    judged = judge(config, "precision-and-attention", smoke=False, **asked)
+    return judged.code, judged.as_dict()
 
 
 def fix_twice(config: Path) -> dict:
@@ -213,15 +223,15 @@ def test_flash_attention_for_a_target_in_another_environment(built_fixtures, tmp
     config.write_text(f"model_name_or_path: {HERE / 'models' / 'qwen2.5-0.5b'}\nbf16: true\ndtype: bfloat16\n"
                       "attn_implementation: flash_attention_2\n")
     env = gpu_env("no-driver.json")
-    code, r = check(config, "--target", "8xH100-80GB", "--target-env", "other", env=env)
+    code, r = check(config, "8xH100-80GB", "other", env=env)
     assert r["status"] == "pass" and "None" not in r["message"], r
     assert "FlashAttention2 (its package not judged here) on compute capability 9.0" in r["message"]
     assert "not judged (the launch machine's Python environment is another" in r["details"]["flash attention package"]
     config.write_text(config.read_text().replace("bf16: true\ndtype: bfloat16", "fp16: true\nbf16: false\ndtype: float16"))
-    code, r = check(config, "--target", "1xT4", "--target-env", "other", env=env)
+    code, r = check(config, "1xT4", "other", env=env)
     assert r["status"] == "fail" and "compute capability 7.5" in r["message"], r
     # --target in this environment: the missing package is judged
-    code, r = check(config, "--target", "1xA100-80GB", "--target-env", "this", env=env)
+    code, r = check(config, "1xA100-80GB", "this", env=env)
     assert r["status"] == "fail" and "is not installed" in r["message"], r
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import FIXTURES, result_of, run_doctor, trl_doctor_exe
-from test_fixture_cases import NOT_RUN, case_fake_gpus, expected_statuses, fake_gpu_env
+from test_fixture_cases import NOT_RUN, case_fake_gpus, expected_statuses, fake_nvml
 
 
 HEAVY = ("torch", "transformers", "trl", "datasets", "accelerate", "peft", "tokenizers", "vllm")
@@ -194,13 +194,16 @@ def test_static_raises_no_alarm_the_full_check_does_not(built_fixtures, config, 
     config class for the trainer (PPO from trl 1.13), which the full check fails too."""
     if expected_statuses(expected)[0] == [NOT_RUN]:
         pytest.skip(f"{config.name}: not run with the installed releases")
-    fake = case_fake_gpus(config)
-    kw = {"env": fake_gpu_env(fake)} if fake else {}
-    proc = run_doctor("check", "--static", "--format", "json", str(config), **kw)
-    if proc.returncode == 2:
-        assert not proc.stdout.strip() or "input_errors" in proc.stdout, proc.stdout
-        return
-    report = json.loads(proc.stdout)
+    from trl_doctor.errors import InputError
+    from trl_doctor.testing import judge_rules
+
+    with fake_nvml(case_fake_gpus(config)):  # in this process: the rule harness, NVML answering for the case's GPUs
+        try:
+            judged = judge_rules(config, (), context="static")
+        except InputError as exc:  # exit 2: a script, a watch rule's log, a config --static refuses (one line)
+            assert str(exc) and "\n" not in str(exc), str(exc)
+            return
+    report = {"results": [j.as_dict() for j in judged]}
     allowed, _ = expected_statuses(expected)
     mine = result_of(report, rule)
     assert RANK[mine["status"]] <= max(RANK[s] for s in allowed), (mine["status"], mine["message"])
@@ -236,9 +239,10 @@ def test_static_says_what_the_full_check_says(built_fixtures, case_id):
     if not case_snapshots.comparable(fields.get("lane", "")):
         pytest.skip(f"the snapshot was recorded with {fields.get('lane')}, this is {case_snapshots.lane()}")
     status_line, message, *_ = body.split("\n")
-    fake = case_fake_gpus(case)
-    proc = run_doctor("check", "--static", "--format", "json", str(case), **({"env": fake_gpu_env(fake)} if fake else {}))
-    mine = result_of(json.loads(proc.stdout), case.parent.name)
+    from trl_doctor.testing import judge
+
+    with fake_nvml(case_fake_gpus(case)):
+        mine = judge(case, case.parent.name, context="static").as_dict()
     assert f"{mine['id']} {mine['rule']}: {mine['status']}" == status_line
     assert case_snapshots.normalise(mine["message"], {FIXTURES: "<fixtures>"}) == message
 

@@ -117,7 +117,7 @@ def _run_rules(request: Request, rules: list, cfg, options, live, send: Callable
     from trl_doctor.errors import InputError
 
     if live is None:
-        cfg = _typed_as_trl(cfg)
+        cfg = typed_as_trl(cfg)
     todo = [r for r in rules if r.id not in request.done]
     with Context(cfg, options, live) as ctx:
         ctx.events = send
@@ -298,13 +298,13 @@ def _with_created(message, created: list[str]):
     return dataclasses.replace(message, notes=(*message.notes, note))
 
 
-def _typed_as_trl(cfg):
+def typed_as_trl(cfg):
     """The config's values read through TRL's own parser before any rule reads them (`2e-5` is a float to TRL);
     unchanged when the parser cannot be asked (trainer-config reports why)."""
-    from trl_doctor.facts.trl.trainer_config import typed_as_trl
+    from trl_doctor.facts.trl import trainer_config
 
     try:
-        return typed_as_trl(cfg)
+        return trainer_config.typed_as_trl(cfg)
     except Exception:
         return cfg
 
