@@ -42,9 +42,12 @@ UPDATE_HINT = f"python -m pytest --snapshot-update ... (or {UPDATE_ENV}=1), then
 LANE_PACKAGES = ("trl", "transformers", "vllm")
 
 
-def snapshot_path(case: Path) -> Path:
-    """fixtures/<slug>/snapshots/<case file name>.snap."""
-    return case.parent / FOLDER / (case.name + SUFFIX)
+STATIC = ".static"  # the static context's snapshot: <case file name>.static.snap
+
+
+def snapshot_path(case: Path, context: str = "full") -> Path:
+    """fixtures/<slug>/snapshots/<case file name>.snap (the full check's), or .static.snap (--static's)."""
+    return case.parent / FOLDER / (case.name + (STATIC if context == "static" else "") + SUFFIX)
 
 
 def update_asked(config) -> bool:
@@ -143,8 +146,8 @@ MACHINE_FIGURES = [
 ]
 
 
-def render(result: dict, diff: str) -> str:
-    """The result (the json format's dict) and the --diff text as the snapshot's body."""
+def render(result: dict, diff: str | None) -> str:
+    """The result (the json format's dict) and the --diff text as the snapshot's body (None: --static, no diff)."""
     from trl_doctor.report.formats import details_lines, location_text
     from trl_doctor.report.formats._safe import visible
     from trl_doctor.types import Location
@@ -158,7 +161,8 @@ def render(result: dict, diff: str) -> str:
     if fix:
         lines.append(f"fix ({fix['applicability']}): {fix['description']}")
         lines += [f"  - {f}" for f in fix["files"]]
-    lines += ["", "--diff:", diff.rstrip("\n")] if diff else ["", "--diff: no fix would change any file"]
+    if diff is not None:
+        lines += ["", "--diff:", diff.rstrip("\n")] if diff else ["", "--diff: no fix would change any file"]
     return visible("\n".join(lines).rstrip("\n") + "\n")
 
 
@@ -179,6 +183,16 @@ def split(text: str) -> tuple[dict[str, str], str]:
 
 # ---- the run -----------------------------------------------------------------------------------------------------
 
+def static_run(case: Path, rule: str) -> "CaseRun":
+    """The case judged in --static's context, in this process (trl_doctor.testing): its snapshot is the .static.snap
+    file (`check --static CASE --select RULE --format json`; --static writes no diff)."""
+    from trl_doctor.testing import judge
+
+    judged = judge(case, rule, context="static")
+    return CaseRun(case, ("check", "--static", str(case), "--select", rule, "--format", "json"), None, judged.code,
+                   judged.as_dict(), "", "static")
+
+
 @dataclass
 class CaseRun:
     """One `trl-doctor check CASE --select RULE --diff --format json -o REPORT`: its exit status, the rule's
@@ -190,13 +204,14 @@ class CaseRun:
     code: int
     result: dict
     diff: str
+    context: str = "full"
 
     def assert_snapshot(self, pytest_config, roots: dict[Path, str]) -> str:
         """The result and diff as the case's snapshot file records them (see assert_matches)."""
         fake = "".join(f"{k}={v} " for k, v in sorted((self.env or {}).items()) if k == "TRL_DOCTOR_FAKE_GPUS")
         shown = normalise(fake + "trl-doctor " + shlex.join(self.command), roots)
-        body = normalise(render(self.result, self.diff), roots)
-        return assert_matches(snapshot_path(self.case), f"{self.case.parent.name}/{self.case.name}", shown, body,
+        body = normalise(render(self.result, None if self.context == "static" else self.diff), roots)
+        return assert_matches(snapshot_path(self.case, self.context), f"{self.case.parent.name}/{self.case.name}", shown, body,
                               update_asked(pytest_config))
 
 
@@ -266,4 +281,4 @@ def assert_matches(path: Path, case_id: str, command: str, body: str, update: bo
 def orphans(fixtures: Path, listed: dict[Path, set[str]]) -> list[Path]:
     """Snapshot files whose case is not listed in its folder's expected.yaml (`listed`: folder -> case names)."""
     return sorted(snap for snap in fixtures.glob(f"*/{FOLDER}/*") if snap.is_file()
-                  and snap.name.removesuffix(SUFFIX) not in listed.get(snap.parent.parent, set()))
+                  and snap.name.removesuffix(SUFFIX).removesuffix(STATIC) not in listed.get(snap.parent.parent, set()))

@@ -168,6 +168,33 @@ def test_case_status(built_fixtures, tmp_path, request, config, rule, expected, 
     run.assert_snapshot(request.config, {FIXTURES: "<fixtures>"})
 
 
+def _static_rule_ids() -> set[str]:
+    from trl_doctor.registry import builtin_rules
+
+    return {r.id for r in builtin_rules() if "static" in r.contexts}
+
+
+STATIC_RULES = _static_rule_ids()
+RANK = {"pass": 0, "skip": 0, "warn": 1, "error": 2, "fail": 2}
+
+
+@pytest.mark.parametrize("config, rule, expected", [  # each case of a rule declared for --static, in that context
+    pytest.param(*c.values[:3], id=c.id) for c in CASES if c.values[1] in STATIC_RULES])
+def test_case_status_static(built_fixtures, request, config, rule, expected):
+    """The rule's --static judgment on its case, in this process (the rule harness): never an alarm the full
+    check does not raise (expected.yaml), and its words recorded in <case>.static.snap (a static pass on a bad_
+    case says what it left to the full check: the snapshot shows it)."""
+    allowed, conditional = expected_statuses(expected)
+    if allowed == [NOT_RUN]:
+        pytest.skip(f"{config.parent.name}/{config.name}: not run with the installed releases")
+    with fake_nvml(case_fake_gpus(config)):
+        run = snapshots.static_run(config, rule)
+    status = run.result["status"]
+    assert RANK[status] <= max(RANK[s] for s in allowed), (status, run.result["message"])
+    assert run.code == (1 if status in ("fail", "error") else 0) and run.result["message"]
+    run.assert_snapshot(request.config, {FIXTURES: "<fixtures>"})
+
+
 def test_core_cases_exist():
     """The `core` steps name real cases (a renamed case would drop the trainer step from the default run)."""
     assert CORE <= {c.id for c in CASES}
@@ -203,6 +230,10 @@ def test_snapshots_name_listed_cases(request):
     else:
         assert not stale, ("snapshots of no listed case (delete them, or run with --snapshot-update):\n"
                            + "\n".join(str(p.relative_to(FIXTURES)) for p in stale))
-        missing = sorted(f"{folder.name}/{case}" for folder, cases in listed.items() for case in cases
-                         if not snapshots.snapshot_path(folder / case).is_file())
+        static = {f.parent for f in FIXTURES.glob("*/expected.yaml")
+                  if yaml.safe_load(f.read_text())["rule"] in STATIC_RULES}
+        missing = sorted(f"{folder.name}/{case}{' (--static)' if context == 'static' else ''}"
+                         for folder, cases in listed.items() for case in cases
+                         for context in ("full", *(("static",) if folder in static else ()))
+                         if not snapshots.snapshot_path(folder / case, context).is_file())
         assert not missing, f"cases without a snapshot (record them: {snapshots.UPDATE_HINT}):\n" + "\n".join(missing)

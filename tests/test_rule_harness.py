@@ -89,4 +89,6 @@ def test_what_the_harness_refuses_is_said(built_fixtures):
         judge(FIXTURES / "pad-token" / "no-such.yaml", "pad-token")
     both = judge_rules(case, "pad-token,batch-geometry", smoke=False)
     assert sorted(j.result.rule for j in both) == ["batch-geometry", "pad-token"]
-    assert {j.code for j in both} == {0} and {j.status for j in both} == {"warn", "pass"}
+    status = {j.result.rule: j.status for j in both}  # pad-token: a warn where TRL sets pad = eos (0.17 on), else fail
+    assert status["batch-geometry"] == "pass" and status["pad-token"] in ("warn", "fail"), status
+    assert {j.code for j in both} == {1 if status["pad-token"] == "fail" else 0}  # one check's exit status
