@@ -160,6 +160,42 @@ def run_json(*args: str, **kw) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
+# the options of `check` the rule harness takes as the command line does (trl_doctor.testing): value-taking ones
+_HERE_VALUES = {"--select": "select", "--target": "target", "--target-env": "target_env", "--fail-on": "fail_on",
+                "--num-processes": "num_processes"}
+
+
+def check_here(config, *args: str) -> tuple[int, dict]:
+    """run_json("check", CONFIG, *args) judged in this process by the rule harness (trl_doctor.testing), with no
+    worker started: (exit status, {"results": [...]}, each as the json format gives it). Arguments it does not take
+    (--fix, --diff, --static, a launch...) go to the real command as run_json sends them."""
+    options: dict = {}
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--no-smoke":
+            options["smoke"] = False
+        elif arg in _HERE_VALUES and rest:
+            value = rest.pop(0)
+            options[_HERE_VALUES[arg]] = int(value) if arg == "--num-processes" else value
+        else:
+            return run_json("check", str(config), *args)
+    if options.get("smoke") is not False and _reads_the_trainer_run(options.get("select", "")):
+        return run_json("check", str(config), *args)  # the trainer run: in the worker, under its limits
+    from trl_doctor.testing import judge_rules
+
+    judged = judge_rules(config, options.pop("select", ()), **options)
+    return (judged[0].code if judged else 0), {"results": [j.as_dict() for j in judged]}
+
+
+def _reads_the_trainer_run(select: str) -> bool:
+    """Whether the rules --select names (every rule when empty) include one that reads the trainer run."""
+    from trl_doctor.registry import builtin_rules
+
+    names = {n for n in select.replace(" ", ",").split(",") if n}
+    return any("trainer_run" in r.needs for r in builtin_rules() if not names or names & {r.id, r.slug})
+
+
 def result_of(report: dict, rule: str) -> dict:
     hits = [r for r in report["results"] if rule in (r["id"], r["rule"])]
     assert len(hits) == 1, f"{rule} not in {[r['id'] for r in report['results']]}"
@@ -217,7 +253,7 @@ def _importable_trl(cache: Path, release: str, trainer: str = "ppo") -> dict:
 
 # The README's plain `python -m pytest` runs the fast tests and one real trainer step per trainer (`core`); the
 # rest is selected by marker: CI's default lane runs `-m "(slow or sweep or other_trl) and not core"` after it.
-LONG_MARKS = ("slow", "sweep", "other_trl")
+LONG_MARKS = ("slow", "sweep", "other_trl", "boundary")
 
 
 NET_AUDIT = Path(__file__).resolve().parent / "netaudit"  # tests/netaudit/sitecustomize.py: the network audit
@@ -377,8 +413,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                                     "(TRL_DOCTOR_ROTATION_ALL=1 runs both)")
     left = getattr(config, "_long_left_out", 0)
     if left:
-        terminalreporter.write_line(f"{left} long tests (marked slow, sweep or other_trl) were left out: --all-tests "
-                                    "or -m runs them (CI's default lane does)")
+        terminalreporter.write_line(f"{left} long tests (marked slow, sweep, other_trl or boundary) were left out: "
+                                    "--all-tests or -m runs them (CI's default lane does)")
 
 
 def long_prompts_config(folder: Path, reward_source: str) -> Path:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from conftest import FIXTURES, real_trl, result_of, run_json
+from conftest import FIXTURES, check_here, real_trl, result_of, run_json
 from trl_doctor.facts.trl.installed import config_class
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
@@ -59,7 +59,7 @@ def fake_gpus(monkeypatch):
 
 
 def check(config: Path, *args: str) -> tuple[int, dict]:
-    code, report = run_json("check", str(config), "--select", "batch-geometry", "--no-smoke", *args)
+    code, report = check_here(config, "--select", "batch-geometry", "--no-smoke", *args)  # --fix: the command
     return code, result_of(report, "TD010")
 
 

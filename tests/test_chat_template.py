@@ -8,14 +8,14 @@ from importlib.metadata import version
 
 from packaging.version import Version
 
-from conftest import FIXTURES, result_of, run_json
+from conftest import FIXTURES, check_here, result_of
 
 TRL = Version(version("trl"))
 HERE = FIXTURES / "chat-template"
 
 
 def check(path):
-    code, report = run_json("check", str(path), "--select", "chat-template", "--no-smoke")
+    code, report = check_here(str(path), "--select", "chat-template", "--no-smoke")
     return code, result_of(report, "chat-template")
 
 

@@ -11,14 +11,14 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from conftest import FIXTURES, result_of, run_json
+from conftest import FIXTURES, check_here, result_of
 
 TRL = Version(version("trl"))
 HERE = FIXTURES / "context-length"
 
 
 def check(path, *extra):
-    code, report = run_json("check", str(path), "--select", "context-length", "--no-smoke", *extra)
+    code, report = check_here(path, "--select", "context-length", "--no-smoke", *extra)
     return code, result_of(report, "context-length"), report
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from conftest import FIXTURES, result_of, run_doctor, run_json
+from conftest import FIXTURES, check_here, result_of, run_doctor
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
 
@@ -22,7 +22,7 @@ MODEL = FIXTURES / "models" / "qwen2-chat"
 
 
 def check(path):
-    code, report = run_json("check", str(path), "--select", "dataset-schema", "--no-smoke")
+    code, report = check_here(str(path), "--select", "dataset-schema", "--no-smoke")
     return code, result_of(report, "dataset-schema")
 
 

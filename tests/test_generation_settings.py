@@ -12,7 +12,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from conftest import FIXTURES, result_of, run_doctor, run_json
+from conftest import FIXTURES, check_here, result_of, run_doctor, run_json
 from trl_doctor.facts.trl.generation import token_type_ids_reach_generate
 
 HERE = FIXTURES / "generation-settings"
@@ -20,7 +20,7 @@ MERGES = Version(version("transformers")) >= Version("4.50")  # older transforme
 
 
 def check(config) -> dict:
-    code, report = run_json("check", str(config), "--select", "generation-settings", "--no-smoke")
+    code, report = check_here(str(config), "--select", "generation-settings", "--no-smoke")
     r = result_of(report, "TD021")
     assert code == (1 if r["status"] == "fail" else 0)
     return r
@@ -88,7 +88,7 @@ def test_token_type_ids_crash_is_real_in_the_smoke_step(built_fixtures):
     """What TD021 predicts statically is what the installed trainer does: its real step on the twin stops in generate."""
     if not token_type_ids_reach_generate("grpo")[0]:
         pytest.skip("the installed GRPOTrainer passes input_ids and the attention mask only")
-    code, report = run_json("check", str(HERE / "bad_token_type_ids_chat.yaml"), "--select", "smoke-step")
+    code, report = check_here(str(HERE / "bad_token_type_ids_chat.yaml"), "--select", "smoke-step")
     smoke = result_of(report, "smoke-step")
     assert smoke["status"] == "fail", smoke["message"]
     assert "token_type_ids" in smoke["message"] + json.dumps(smoke["details"])

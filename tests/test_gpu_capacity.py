@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, result_of, run_json
+from conftest import FIXTURES, check_here, result_of, run_json
 from trl_doctor.context.config import load_config
 from trl_doctor.context.context import Context, Options
 from trl_doctor.facts.launch.launcher import gpus, torch_cuda_version, visible_gpus
@@ -319,7 +319,7 @@ def test_real_nvml_and_the_rule_on_a_real_gpu(built_fixtures):
         assert 0 < g["memory_free_bytes"] <= g["memory_total_bytes"]
         assert g["memory_total_mib"] == g["memory_total_bytes"] // 2**20
         assert g["compute_capability"].count(".") == 1 and g["driver_cuda"].count(".") == 1
-    code, report = run_json("check", str(HERE / "ok_qwen05b_a10g.yaml"), "--select", "gpu-capacity", "--no-smoke")
+    code, report = check_here(str(HERE / "ok_qwen05b_a10g.yaml"), "--select", "gpu-capacity", "--no-smoke")
     r = result_of(report, "TD008")
     assert r["status"] in ("pass", "warn", "fail"), r
     assert all(g["name"] in " ".join(r["details"]["GPUs"]) for g in found)

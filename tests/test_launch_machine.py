@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import result_of, run_doctor, run_json
+from conftest import check_here, result_of, run_doctor, run_json
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
 
@@ -38,7 +38,7 @@ def no_gpu_here(built_fixtures):
 
 
 def test_a_gpu_recipe_checked_without_a_gpu_fails_nothing():
-    code, report = run_json("check", RECIPE, "--no-smoke", "--select", STATIC)
+    code, report = check_here(RECIPE, "--no-smoke", "--select", STATIC)
     assert code == 0, [(r["id"], r["status"], r["message"]) for r in report["results"] if r["status"] != "pass"]
     gpu = result_of(report, "gpu-capacity")
     assert gpu["status"] == "skip" and "pass --target" in gpu["message"]
@@ -109,7 +109,7 @@ def test_target_judges_the_named_gpus():
 
 
 def test_target_an_older_gpu_fails_what_it_cannot_do():
-    code, report = run_json("check", RECIPE, "--no-smoke", "--select", "precision-and-attention", "--target", "1xT4")
+    code, report = check_here(RECIPE, "--no-smoke", "--select", "precision-and-attention", "--target", "1xT4")
     precision = result_of(report, "precision-and-attention")
     assert code == 1 and precision["status"] == "fail"
     # TrainingArguments refuses tf32 below Ampere; bf16 there trains emulated with torch >= 2.1 (issue 30): a warn
@@ -119,7 +119,7 @@ def test_target_an_older_gpu_fails_what_it_cannot_do():
 
 
 def test_target_memory_for_a_small_gpu():
-    code, report = run_json("check", RECIPE, "--no-smoke", "--select", "gpu-capacity", "--target", "2xl4")
+    code, report = check_here(RECIPE, "--no-smoke", "--select", "gpu-capacity", "--target", "2xl4")
     gpu = result_of(report, "gpu-capacity")
     assert gpu["details"]["judged against"].startswith("--target 2xL4")  # model names are case-insensitive
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from conftest import result_of, run_json
+from conftest import check_here, result_of, run_json
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
 
@@ -20,7 +20,7 @@ TRL = Version(version("trl"))
 
 
 def check(config, *extra):
-    code, report = run_json("check", str(config), "--select", "peft-setup", "--no-smoke", *extra)
+    code, report = check_here(config, "--select", "peft-setup", "--no-smoke", *extra)
     return code, result_of(report, "peft-setup"), report
 
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, result_of, run_doctor, run_json, trl_doctor_exe
+from conftest import FIXTURES, check_here, result_of, run_doctor, run_json, trl_doctor_exe
 
 pytestmark = pytest.mark.release_free
 
@@ -31,26 +31,27 @@ def _recipe(tmp_path, **more) -> str:
 def test_resume_from_the_newest_checkpoint_needs_one(tmp_path):
     out = tmp_path / "out"
     recipe = _recipe(tmp_path, output_dir=str(out), resume_from_checkpoint=True)
-    _, report = run_json("check", recipe, "--select", "run-phases", "--no-smoke")
+    _, report = check_here(recipe, "--select", "run-phases", "--no-smoke")
     found = result_of(report, "run-phases")
     assert found["status"] == "fail" and "No valid checkpoint found in output directory" in found["message"], found
     (out / "checkpoint-5").mkdir(parents=True)
     (out / "checkpoint-5" / "trainer_state.json").write_text("{}")
     (out / "checkpoint-5" / "model.safetensors").write_bytes(b"")
-    _, report = run_json("check", recipe, "--select", "run-phases", "--no-smoke")
+    _, report = check_here(recipe, "--select", "run-phases", "--no-smoke")
     assert result_of(report, "run-phases")["status"] == "pass"
     recipe = _recipe(tmp_path, output_dir=str(out), resume_from_checkpoint=str(out / "checkpoint-5" / "missing"))
-    _, report = run_json("check", recipe, "--select", "run-phases", "--no-smoke")
+    _, report = check_here(recipe, "--select", "run-phases", "--no-smoke")
     assert "does not exist" in result_of(report, "run-phases")["message"]
 
 
 def test_another_machines_checkpoint_is_not_judged(tmp_path):
     recipe = _recipe(tmp_path, resume_from_checkpoint="/no-such-root/runs/grpo/checkpoint-500")
-    _, report = run_json("check", recipe, "--select", "run-phases", "--no-smoke")
+    _, report = check_here(recipe, "--select", "run-phases", "--no-smoke")
     found = result_of(report, "run-phases")
     assert found["status"] == "skip" and "another machine's path" in found["message"], found
 
 
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 @pytest.mark.skipif(not shutil.which("unshare") or sys.platform != "linux", reason="needs util-linux's unshare")
 def test_a_first_checkpoint_larger_than_the_free_disk_fails(tmp_path):
     """The real command, in a mount namespace of its own where output_dir is a 64 KiB tmpfs: the first checkpoint
@@ -95,7 +96,7 @@ def test_a_tracker_not_installed_is_found_in_the_words_the_trainer_stops_with(tm
     _, report = run_json("check", recipe, "--select", "run-phases", "--no-smoke", env=_launch_machine())
     found = result_of(report, "run-phases")
     assert found["status"] == "fail" and str(trl_says.value) in found["message"], (found, trl_says.value)
-    _, here = run_json("check", recipe, "--select", "run-phases", "--no-smoke")
+    _, here = check_here(recipe, "--select", "run-phases", "--no-smoke")
     found = result_of(here, "run-phases")
     assert found["status"] == "pass" and "clearml: the launch machine's credentials and packages, not judged here" \
         in found["message"], found
@@ -138,6 +139,7 @@ def test_a_resume_trl_cannot_make_fails_in_the_words_of_trl_s_own_train(tmp_path
     _, report = run_json("check", _recipe(tmp_path, resume_from_checkpoint=str(written)), "--select", "run-phases",
                          "--no-smoke")
     assert result_of(report, "run-phases")["status"] == "pass", result_of(report, "run-phases")
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_push_to_hub_with_the_hub_switched_off_fails_where_the_trainer_would(tmp_path):

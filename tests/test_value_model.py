@@ -16,7 +16,7 @@ from importlib.metadata import version
 import pytest
 from packaging.version import Version
 
-from conftest import real_trl, result_of, run_doctor, run_json
+from conftest import check_here, real_trl, result_of, run_doctor, run_json
 from trl_doctor.facts.trl.installed import trainer_class
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
@@ -53,7 +53,7 @@ def evidence(env: dict, rel: str, needle: str) -> str:
 def test_healthy_config_status_for_the_installed_trl(built_fixtures):
     """The exact verdict on the healthy case with the TRL installed here: fail on the version from 1.13 on."""
     config = built_fixtures / "value-model" / "ok_reward_as_value.yaml"
-    code, report = run_json("check", str(config), "--select", "value-model")
+    code, report = check_here(str(config), "--select", "value-model")
     result = result_of(report, "TD005")
     details = result["details"]
     assert details["trl"] == INSTALLED_TRL
@@ -79,7 +79,7 @@ def test_healthy_config_status_for_the_installed_trl(built_fixtures):
 def test_missing_value_model_is_fixed_from_the_reward_model(fixture_copy):
     config = fixture_copy / "value-model" / "bad_no_value_model.yaml"
     original = config.read_text()
-    code, report = run_json("check", str(config), "--select", "value-model")
+    code, report = check_here(str(config), "--select", "value-model")
     result = result_of(report, "TD005")
     assert code == 1 and result["status"] == "fail"
     assert result["message"].startswith(
@@ -135,7 +135,7 @@ def test_missing_value_model_is_fixed_from_the_reward_model(fixture_copy):
      "'EleutherAI/pythia-160m', a causal LM"),
 ])
 def test_broken_models_are_named(built_fixtures, case, role, expected):
-    code, report = run_json("check", str(built_fixtures / "value-model" / case), "--select", "value-model")
+    code, report = check_here(str(built_fixtures / "value-model" / case), "--select", "value-model")
     result = result_of(report, "value-model")
     assert code == 1 and result["status"] == "fail"
     assert result["message"].startswith(expected), result["message"]
@@ -160,7 +160,7 @@ def test_broken_models_are_named(built_fixtures, case, role, expected):
 def test_added_tokens_past_the_reward_vocabulary(fixture_copy):
     config = fixture_copy / "value-model" / "scratch.yaml"
     config.write_text((fixture_copy / "value-model" / "ok_reward_as_value.yaml").read_text() + "added_tokens: ['<search>']\n")
-    code, report = run_json("check", str(config), "--select", "value-model")
+    code, report = check_here(str(config), "--select", "value-model")
     result = result_of(report, "TD005")
     assert code == 1 and result["status"] == "fail"
     assert result["message"].startswith(

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from conftest import FIXTURES, result_of, rule_in_this_process, run_doctor, run_json
+from conftest import FIXTURES, check_here, result_of, rule_in_this_process, run_doctor, run_json
 from trl_doctor.facts.trl import versions as _skew
 from trl_doctor.facts.trl.versions import (
     entry_matches_config,
@@ -282,7 +282,7 @@ TRL = Version(version("trl"))
 
 
 def check(name):
-    code, report = run_json("check", str(SKEW / name), "--select", "version-skew", "--no-smoke")
+    code, report = check_here(str(SKEW / name), "--select", "version-skew", "--no-smoke")
     return code, result_of(report, "version-skew")
 
 

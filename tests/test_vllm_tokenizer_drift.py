@@ -14,7 +14,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from conftest import result_of, run_doctor, run_json
+from conftest import check_here, result_of, run_doctor, run_json
 from trl_doctor.facts.vllm import handover as _vllm
 
 SELECT = ("--select", "vllm-tokenizer-drift")
@@ -36,7 +36,7 @@ def _tokenizer(folder):
 def test_stop_string_on_unsaved_added_token_fails_and_fix_saves_the_tokenizer(fixture_copy):
     config = fixture_copy / "vllm-tokenizer-drift" / "bad_stop_string_added_tokens.yaml"
     model = fixture_copy / "models" / "qwen2-search"
-    code, report = run_json("check", str(config), *SELECT)
+    code, report = check_here(config, *SELECT)
     r = result_of(report, "TD002")
     assert code == 1 and r["status"] == "fail", r
     d = r["details"]
@@ -87,7 +87,7 @@ def test_stop_string_on_unsaved_added_token_fails_and_fix_saves_the_tokenizer(fi
 def test_stop_token_id_severity_follows_what_the_installed_trl_forwards(fixture_copy):
     config = fixture_copy / "vllm-tokenizer-drift" / "bad_stop_token_ids.yaml"
     model = fixture_copy / "models" / "qwen2-toolcall"
-    code, report = run_json("check", str(config), *SELECT)
+    code, report = check_here(config, *SELECT)
     r = result_of(report, "TD002")
     assert r["details"]["stop settings resolved"]["stop_token_ids 321"] == {"trainer token": "</tool_call>", "vLLM token": None}
     if _installed_trl_forwards():
@@ -112,7 +112,7 @@ def test_what_no_file_change_repairs_is_a_manual_fix(fixture_copy):
     spec = yaml.safe_load(config.read_text())
     spec["generation_kwargs"] = {"stop_token_ids": [1_000_000]}
     config.write_text(yaml.safe_dump(spec))
-    code, report = run_json("check", str(config), *SELECT)
+    code, report = check_here(config, *SELECT)
     r = result_of(report, "TD002")
     assert code == 1 and r["status"] == "fail", r
     if _installed_trl_forwards():
@@ -133,7 +133,7 @@ def test_a_resize_the_doctor_cannot_do_is_a_manual_fix(fixture_copy):
     config = fixture_copy / "vllm-tokenizer-drift" / "bad_beyond_vocab_without_vllm.yaml"
     model = fixture_copy / "models" / "gpt2-unresized-novllm"
     (model / "model.safetensors").rename(model / "weights-elsewhere.bin")
-    code, report = run_json("check", str(config), *SELECT)
+    code, report = check_here(config, *SELECT)
     r = result_of(report, "TD002")
     assert code == 1 and r["status"] == "fail" and "(with or without vLLM)" in r["message"]
     assert r["fix"]["applicability"] == "manual"
@@ -144,7 +144,7 @@ def test_a_resize_the_doctor_cannot_do_is_a_manual_fix(fixture_copy):
 def test_separate_tokenizer_past_the_embedding_needs_the_unsafe_resize(fixture_copy):
     config = fixture_copy / "vllm-tokenizer-drift" / "bad_tokenizer_beyond_vocab.yaml"
     model = fixture_copy / "models" / "gpt2-unresized"
-    code, report = run_json("check", str(config), *SELECT)
+    code, report = check_here(config, *SELECT)
     r = result_of(report, "TD002")
     assert code == 1 and r["status"] == "fail"
     assert r["message"].startswith("'<search>' (id 320), '</search>' (id 321) are past the model's 320 embedding rows")
@@ -182,7 +182,7 @@ def test_without_vllm_only_ids_past_the_embedding_are_reported(fixture_copy, bui
     assert result_of(report, "TD002")["status"] == "skip"
 
     config = fixture_copy / "vllm-tokenizer-drift" / "bad_beyond_vocab_without_vllm.yaml"
-    code, report = run_json("check", str(config), *SELECT)
+    code, report = check_here(config, *SELECT)
     r = result_of(report, "TD002")
     assert r["status"] == "fail" and "(with or without vLLM)" in r["message"]
     assert "index out of range in self" in r["message"]
@@ -206,7 +206,7 @@ def test_saved_tokens_with_a_special_stop_string_pass(built_fixtures, tmp_path):
                                  "stop_token_ids": [321]}
     config = tmp_path / "ok_stop.yaml"
     config.write_text(yaml.safe_dump(spec))
-    code, report = run_json("check", str(config), *SELECT)
+    code, report = check_here(config, *SELECT)
     r = result_of(report, "TD002")
     assert code == 0 and r["status"] == "pass", r
     assert "322 tokens" in r["message"] and "stop '</search>'" in r["message"] and "322 embedding rows" in r["message"]
