@@ -4,6 +4,8 @@ so is right, any other answer is not)."""
 
 from __future__ import annotations
 
+import pytest
+
 from test_accuracy import HARNESS  # the harness's run.py, loaded once
 
 
@@ -17,6 +19,7 @@ def test_a_notebook_is_its_code_cells_without_ipython_lines():
     script = HARNESS.notebook_script(notebook)
     assert script.strip().splitlines() == ["import math", "x = math.sqrt(4)", "", "print(x)"], script
     compile(script, "notebook.py", "exec")
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_a_script_that_builds_no_trainer_is_told_apart(tmp_path):

@@ -244,6 +244,7 @@ def _can_mount_in_own_namespace() -> bool:
 
 @pytest.mark.skipif(not _can_mount_in_own_namespace(), reason="needs root and a mount namespace (unshare -m) to give "
                                                                 "the check a full TMPDIR")
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 def test_a_full_tmpdir_is_one_line_exit_2_naming_it(built_fixtures, tmp_path):
     """Issue 44: TMPDIR on a 64 KiB disk (a tmpfs in the test's own mount namespace: nothing of this machine's is
     filled). The check's model twin cannot be written: one line naming the scratch folder, not three rule errors."""

@@ -169,6 +169,7 @@ from transformers import PretrainedConfig
 class EvilConfig(PretrainedConfig):
     model_type = "evil"
 '''
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_remote_code_never_runs_without_the_flag(built_fixtures, tmp_path, tmp_path_factory):

@@ -136,6 +136,7 @@ def _exit_line_with(python: str, cwd, *command: str) -> str:
     env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(python), os.environ.get("PATH", "")]))
     return _the_error_line(subprocess.run([python, "-m", "trl_doctor", "check", "--no-smoke", "--", *command], cwd=cwd,
                                           env=env, capture_output=True, text=True, timeout=600))
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_a_fork_of_transformers_vendored_in_the_repository_and_installed_editable_is_a_library(tmp_path):
@@ -158,6 +159,7 @@ def test_a_fork_of_transformers_vendored_in_the_repository_and_installed_editabl
     line = _exit_line_with(python, project, "python", "scripts/train.py")
     fork = project / "transformers" / "src" / "transformers"
     assert f"(at {project / 'scripts' / 'train.py'}:3, raised in transformers at {fork}{os.sep}" in line, line
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_the_users_own_project_installed_editable_stays_the_users_run_as_a_module(tmp_path):

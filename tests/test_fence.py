@@ -355,6 +355,7 @@ def _env_check(mode: str) -> tuple[int, dict, float]:
                      "exit status 3"),
     ("interrupt", "pass", None),
 ])
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 def test_an_environment_that_hangs_exits_or_interrupts_is_named_and_the_check_goes_on(built_fixtures, mode, status,
                                                                                        words):
     """Before, reward-functions built and reset the environments outside the fence: a reset that never returned hung

@@ -127,6 +127,7 @@ CACHE_CASES = [(CONFIG, MODEL, "pad-token", how) for how in HOWS] + [
 ]
 
 
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 @pytest.mark.parametrize("config, name, slug, how", CACHE_CASES, ids=[f"{c[2]}/{c[3]}" for c in CACHE_CASES])
 def test_fix_never_writes_a_hub_cache(built_fixtures, tmp_path, config, name, slug, how):
     layout_only = how == "layout only"
@@ -195,6 +196,7 @@ def _assert_each_file_old_or_new(files: dict, model: Path, tok: Path) -> None:
     assert AutoTokenizer.from_pretrained(str(tok), local_files_only=True).eos_token == "<|endoftext|>"
 
 
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 @pytest.mark.parametrize("folders", [1, 2], ids=["one folder", "tokenizer in a folder of its own"])
 def test_a_kill_at_any_step_leaves_old_or_new_files_and_the_next_run_finishes(fixture_copy, tmp_path, folders):
     fix = pad_fix(fixture_copy / CONFIG)

@@ -159,6 +159,7 @@ def case(request):
         shutil.rmtree(out, ignore_errors=True)
 
 
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 @pytest.mark.usefixtures("built_fixtures")
 @pytest.mark.parametrize("flags", ["-I", "-E"])
 def test_a_child_started_isolated_is_a_scout_too(case, flags):
@@ -199,6 +200,7 @@ def test_the_interpreter_flags_before_the_script_are_read_as_the_interpreter_rea
     assert _flags(["-c", "print(1)"]) == set() and _flags(["x.py"]) == set()
 
 
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 @pytest.mark.usefixtures("built_fixtures")
 def test_what_a_framework_writes_before_its_trainer_is_held_away_from_the_users_folder(tmp_path):
     """minifw, as ms-swift does, writes its run's arguments (out/args.json) before it builds the trainer. Under the
@@ -232,6 +234,7 @@ def test_what_a_framework_writes_before_its_trainer_is_held_away_from_the_users_
 @pytest.mark.usefixtures("built_fixtures")
 @pytest.mark.parametrize("shape, nproc, ranks", [("rlhf", None, 1), ("sh", None, 1), ("sh", "2", 2)],
                          ids=["python-package-file", "shell-step", "shell-step-torchrun"])
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 def test_a_framework_child_that_would_train_is_captured_and_never_trains(case, shape, nproc, ranks):
     """Run as its user runs it, `minifw rlhf|sh grpo_rlhf.yaml` trains and writes out_rlhf/checkpoint-*; under the
     doctor the process that builds GRPOTrainer (a package file, a shell step's python, each torchrun rank) stops at
@@ -255,6 +258,7 @@ def test_a_launcher_run_as_a_module_in_a_child_is_followed_as_that_launcher(case
     assert "at 2 processes" in result_of(report, "batch-geometry")["message"]
 
 
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 @pytest.mark.usefixtures("built_fixtures")
 @pytest.mark.parametrize("shape", ["rlhf", "sh"])
 def test_a_child_that_dies_before_its_trainer_is_named_with_its_exception(case, shape):
@@ -266,6 +270,7 @@ def test_a_child_that_dies_before_its_trainer_is_named_with_its_exception(case, 
     assert "minifw/train.py:36" in proc.stderr
 
 
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 @pytest.mark.usefixtures("built_fixtures")
 @pytest.mark.parametrize("flags", ["", "-S"])
 def test_the_child_trains_when_run_as_its_user_runs_it(tmp_path, flags):

@@ -216,6 +216,7 @@ def _has_server_mode() -> bool:
     from trl import GRPOConfig
 
     return "vllm_server_host" in {f.name for f in dataclasses.fields(GRPOConfig)}
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_an_allowed_remote_server_is_probed_and_an_unallowed_one_never_sees_a_request(built_fixtures, tmp_path):
@@ -268,6 +269,7 @@ REACHING_SCRIPT = textwrap.dedent("""
                       report_to="none")
     GRPOTrainer(model=MODEL, reward_funcs=judge, args=args, train_dataset=dataset).train()
 """)
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_a_scripts_reach_for_another_machine_is_refused_and_said(built_fixtures, tmp_path):

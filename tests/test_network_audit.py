@@ -43,6 +43,7 @@ def _configs() -> list[str]:
 def _names_a_server(path: str) -> bool:
     return any(key in (FIXTURES / path).read_text(encoding="utf-8", errors="replace")
                for key in ("vllm_server", "use_vllm"))
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_the_fixture_sweep_contacts_nothing(built_fixtures, tmp_path):
@@ -62,6 +63,7 @@ def test_the_fixture_sweep_contacts_nothing(built_fixtures, tmp_path):
     assert proc.stdout and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert '"vllm-server"' in proc.stdout
     assert lines == [], "\n".join(lines)
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_launch_recipes_and_the_multi_node_recipe_contact_nothing(built_fixtures, tmp_path):

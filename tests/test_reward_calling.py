@@ -112,6 +112,7 @@ HANGS = """
 """
 
 
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 @pytest.mark.parametrize("func", ["alarm_then_hang", "swallows_and_hangs"])
 def test_a_hanging_reward_is_stopped_on_the_main_thread(tmp_path, func):
     pytest.importorskip("math_verify")

@@ -54,6 +54,7 @@ def test_the_heavy_turns_are_balanced_and_cover_the_list():
     assert len(times) == 3 and max(times) <= 1.05 * min(times), times
     assert HEAVY.members == set(HEAVY_SECONDS)
     assert all(a.isdisjoint(b) for i, a in enumerate(HEAVY.turns) for b in HEAVY.turns[i + 1:])
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_every_heavy_node_id_names_a_collected_test():
@@ -94,6 +95,7 @@ def test_a_release_lane_runs_half_its_selection_a_day_and_the_other_half_the_nex
     monkeypatch.setenv(rotation.ALL, "1")
     both, _ = _collected("--half-a-day", "tests/test_version_skew.py")
     assert both == every
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_a_test_with_turns_of_its_own_is_left_to_them(no_overrides):

@@ -50,6 +50,7 @@ def _one_line_exit_2(proc: subprocess.CompletedProcess, *words: str) -> None:
     ("{{ messages | tojson(indent=1000000000) }}", "MiB of memory --static allows"),
     ("{% for i in range(3000) %}{{ 'x' * 1000 }}{% endfor %}", "MiB of text --static reads"),
 ], ids=["nested-range", "repetition", "tojson-indent", "output"])
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 def test_a_template_that_runs_away_is_one_warning_within_the_budget(built_fixtures, tmp_path, head, words):
     pytest.importorskip("jinja2")
     repo = _repo(tmp_path)

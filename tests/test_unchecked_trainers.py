@@ -109,6 +109,7 @@ def test_lora_target_names_are_judged_for_any_trainer():
     ((), "its collator DataCollatorForLanguageModeling pads with the tokenizer"),
     (("--no-collator",), "no collator: transformers' Trainer pads with the tokenizer (DataCollatorWithPadding)"),
 ])
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 def test_a_tokenizer_without_pad_fails_for_any_trainer_whose_collator_pads_with_it(args, collator):
     """TRL 0.15-0.17's OnlineDPOTrainer (the accuracy harness's ex0152/ex0170-dpo-online misses), and any Trainer whose
     collator pads with the tokenizer, stop at the first batch when the tokenizer has no pad token. pad-token judges the

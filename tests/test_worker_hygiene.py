@@ -192,6 +192,7 @@ def test_a_signal_to_the_cli_ends_the_check_with_nothing_left(built_fixtures, tm
     assert err.decode().strip().splitlines()[-1] == (f"trl-doctor: interrupted ({signal.Signals(signum).name}): "
                                                      "the check was stopped")
     case.assert_clean()
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_a_hangup_the_caller_ignores_stays_ignored(built_fixtures, tmp_path):
@@ -472,6 +473,7 @@ FREEZE = {"parent": "\nimport os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\
           "parent's group": "\nimport os, signal\nos.killpg(os.getpgid(os.getppid()), signal.SIGSTOP)\n"}
 
 
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 @pytest.mark.parametrize("how", sorted(FREEZE))
 def test_a_reward_that_stops_the_printing_process_fails_its_rule_not_the_check(built_fixtures, tmp_path, how):
     """SIGSTOP cannot be caught: the check's guard, a process in a session of its own, resumes the printing process,
@@ -528,6 +530,7 @@ def _stop_and_look(case: Hostile, proc: subprocess.Popen) -> list[str]:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.communicate(timeout=LIMIT_S)
+@pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
 
 
 def test_job_control_stops_stand_in_a_terminal_and_are_ignored_without_one(built_fixtures, tmp_path):
