@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, check_here, result_of, run_doctor, run_json, trl_doctor_exe
+from conftest import NET_AUDIT_ENV, FIXTURES, check_here, result_of, run_doctor, run_json, trl_doctor_exe
 
 pytestmark = pytest.mark.release_free
 
@@ -172,3 +172,45 @@ def test_a_launch_scripts_trackers_are_judged_though_the_capture_turns_them_off(
     assert found["status"] == "fail" and "report_to wandb: no wandb API key here" in found["message"], found
     assert report["will_run"]["lines"]["logging"] == "every step to wandb"
     assert "report_to" in report["launch"]["relaxed"]
+
+
+def _no_wandb_key(tmp_path) -> dict:
+    """A machine where wandb has no credentials (no WANDB_API_KEY, no ~/.netrc: an empty home) and is not offline."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {"HOME": str(home), "WANDB_DIR": str(tmp_path), "WANDB_API_KEY": "", "WANDB_MODE": "", "WANDB_DISABLED": ""}
+
+
+@pytest.mark.slow
+@pytest.mark.trl_pair
+def test_wandb_without_credentials_stops_trls_own_train_and_run_phases_fails_it(tmp_path):
+    """Ground truth (unslothai/unsloth#1914's mode): the script (fixtures/launch/grpo_tracker_args.py, reporting to
+    wandb) run by the installed TRL for one step on a machine with no wandb key and wandb not offline stops at
+    train() in wandb's own words; run-phases fails the same launch before it starts. The twin with wandb offline
+    trains, and run-phases passes it."""
+    pytest.importorskip("wandb")
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode:
+        pytest.skip("needs util-linux's unshare and user namespaces (the job's own run is kept off the network)")
+    case = tmp_path / "launch"
+    case.mkdir()
+    shutil.copy(FIXTURES / "launch" / "grpo_tracker_args.py", case / "train.py")
+    (tmp_path / "data").symlink_to(FIXTURES / "data")
+    command = ["python", "train.py", str(FIXTURES / "models" / "qwen2-chat"), "wandb", "dtype", "1"]
+    for offline in (False, True):
+        env = {**_no_wandb_key(tmp_path), **({"WANDB_MODE": "offline"} if offline else {})}
+        # the job itself, as its user runs it, in a network namespace of its own: wandb without a key looks up its
+        # server (api.forge.coreweave.com) before it gives up, and from here nothing may reach another machine
+        truth_env = {k: v for k, v in {**os.environ, **env}.items() if v != "" and k != NET_AUDIT_ENV}
+        truth = subprocess.run(["unshare", "-rn", sys.executable, "-W", "ignore", *command[1:]], cwd=case,
+                               capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, env=truth_env)
+        proc = run_doctor("check", "--no-smoke", "--select", "run-phases", "--format", "json", "--", *command,
+                          cwd=case, env={**_launch_machine(), **env})
+        found = result_of(json.loads(proc.stdout), "run-phases")
+        if offline:
+            assert truth.returncode == 0 and "TRAINED" in truth.stdout, truth.stderr[-2000:]
+            assert found["status"] == "pass", found
+        else:
+            assert truth.returncode != 0 and "on_train_begin" in truth.stderr, truth.stderr[-2000:]
+            last = truth.stderr.strip().splitlines()[-1]
+            assert "wandb" in last and "API key" in last.replace("api_key", "API key"), last
+            assert found["status"] == "fail" and "report_to wandb: no wandb API key here" in found["message"], found
