@@ -183,13 +183,15 @@ def split(text: str) -> tuple[dict[str, str], str]:
 
 # ---- the run -----------------------------------------------------------------------------------------------------
 
-def static_run(case: Path, rule: str) -> "CaseRun":
+def static_run(case: Path, rule: str, fake_gpus: Path | None = None) -> "CaseRun":
     """The case judged in --static's context, in this process (trl_doctor.testing): its snapshot is the .static.snap
-    file (`check --static CASE --select RULE --format json`; --static writes no diff)."""
+    file (`check --static CASE --select RULE --format json`; --static writes no diff; `fake_gpus`: the GPUs NVML
+    describes here, as the command's header says)."""
     from trl_doctor.testing import judge
 
     judged = judge(case, rule, context="static")
-    return CaseRun(case, ("check", "--static", str(case), "--select", rule, "--format", "json"), None, judged.code,
+    env = None if fake_gpus is None else {"TRL_DOCTOR_FAKE_GPUS": str(fake_gpus)}
+    return CaseRun(case, ("check", "--static", str(case), "--select", rule, "--format", "json"), env, judged.code,
                    judged.as_dict(), "", "static")
 
 

@@ -175,10 +175,10 @@ def check_here(config, *args: str) -> tuple[int, dict]:
         arg = rest.pop(0)
         if arg == "--no-smoke":
             options["smoke"] = False
-        elif arg in _HERE_VALUES and rest:
+        elif arg in _HERE_VALUES and rest and _takes(arg, rest[0]):
             value = rest.pop(0)
             options[_HERE_VALUES[arg]] = int(value) if arg == "--num-processes" else value
-        else:
+        else:  # what the command line's own parsing must judge (a bad value is its exit 2), or its own options
             return run_json("check", str(config), *args)
     if options.get("smoke") is not False and _reads_the_trainer_run(options.get("select", "")):
         return run_json("check", str(config), *args)  # the trainer run: in the worker, under its limits
@@ -188,12 +188,28 @@ def check_here(config, *args: str) -> tuple[int, dict]:
     return (judged[0].code if judged else 0), {"results": [j.as_dict() for j in judged]}
 
 
-def _reads_the_trainer_run(select: str) -> bool:
-    """Whether the rules --select names (every rule when empty) include one that reads the trainer run."""
-    from trl_doctor.registry import builtin_rules
+def _takes(option: str, value: str) -> bool:
+    """Whether `value` is one the command line's parsing accepts for `option` (click's types and choices)."""
+    if option == "--num-processes":
+        return value.isdigit() and int(value) >= 1
+    if option == "--fail-on":
+        return value in ("fail", "warn")
+    if option == "--target-env":
+        return value in ("auto", "this", "other")
+    return not value.startswith("-")
 
-    names = {n for n in select.replace(" ", ",").split(",") if n}
-    return any("trainer_run" in r.needs for r in builtin_rules() if not names or names & {r.id, r.slug})
+
+def _reads_the_trainer_run(select: str) -> bool:
+    """Whether the rules --select names (every rule when empty; names as the registry reads them, plugins' too)
+    include one that reads the trainer run. A name the registry refuses goes to the command, which says so."""
+    from trl_doctor.front.settings import names
+    from trl_doctor.registry import RegistryError, all_rules, select_rules
+
+    try:
+        chosen = select_rules(all_rules(), names(select))
+    except RegistryError:
+        return True
+    return any("trainer_run" in r.needs for r in chosen)
 
 
 def result_of(report: dict, rule: str) -> dict:
@@ -252,7 +268,8 @@ def _importable_trl(cache: Path, release: str, trainer: str = "ppo") -> dict:
 
 
 # The README's plain `python -m pytest` runs the fast tests and one real trainer step per trainer (`core`); the
-# rest is selected by marker: CI's default lane runs `-m "(slow or sweep or other_trl) and not core"` after it.
+# rest is selected by marker: CI's default lane runs `-m "boundary and not slow and not sweep and not other_trl"`
+# and `-m "(slow or sweep or other_trl) and not core"` after it.
 LONG_MARKS = ("slow", "sweep", "other_trl", "boundary")
 
 
@@ -329,7 +346,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_addoption(parser):
     parser.addoption("--all-tests", action="store_true",
-                     help="run the slow, sweep and other_trl tests too, as CI's default lane does (fuzz stays -m fuzz)")
+                     help="run the slow, sweep, other_trl and boundary tests too, as CI's default lane does (fuzz stays -m "
+                          "fuzz)")
     parser.addoption("--half-a-day", action="store_true",
                      help="run today's half of the selected tests (by crc32 of each node id; the other half the next "
                           "day): CI's release lanes, within its 45 minutes (tests/rotation.py: lane_halves); "

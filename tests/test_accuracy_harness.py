@@ -19,9 +19,9 @@ def test_a_notebook_is_its_code_cells_without_ipython_lines():
     script = HARNESS.notebook_script(notebook)
     assert script.strip().splitlines() == ["import math", "x = math.sqrt(4)", "", "print(x)"], script
     compile(script, "notebook.py", "exec")
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_a_script_that_builds_no_trainer_is_told_apart(tmp_path):
     (tmp_path / "samples.py").write_text("import transformers\nprint('sampled and scored, no trainer')\n")
     case = HARNESS.Case("no-trainer", "test", ["python", "samples.py"], tmp_path, {})

@@ -169,9 +169,9 @@ from transformers import PretrainedConfig
 class EvilConfig(PretrainedConfig):
     model_type = "evil"
 '''
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_remote_code_never_runs_without_the_flag(built_fixtures, tmp_path, tmp_path_factory):
     """The mark the remote code writes lies outside the config's folder, which the check holds (runtime/hold.py:
     what is written there would not be seen here)."""

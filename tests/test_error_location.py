@@ -136,9 +136,9 @@ def _exit_line_with(python: str, cwd, *command: str) -> str:
     env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(python), os.environ.get("PATH", "")]))
     return _the_error_line(subprocess.run([python, "-m", "trl_doctor", "check", "--no-smoke", "--", *command], cwd=cwd,
                                           env=env, capture_output=True, text=True, timeout=600))
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_a_fork_of_transformers_vendored_in_the_repository_and_installed_editable_is_a_library(tmp_path):
     """The layout of tmc/Gnosis @ 80ccf180b6d9 (its README: `transformers/`, a local Transformers fork beside the
     training code, installed with `pip install -e ./transformers`): the fork's files are inside the user's git work
@@ -159,9 +159,9 @@ def test_a_fork_of_transformers_vendored_in_the_repository_and_installed_editabl
     line = _exit_line_with(python, project, "python", "scripts/train.py")
     fork = project / "transformers" / "src" / "transformers"
     assert f"(at {project / 'scripts' / 'train.py'}:3, raised in transformers at {fork}{os.sep}" in line, line
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_the_users_own_project_installed_editable_stays_the_users_run_as_a_module(tmp_path):
     """`pip install -e .` of the user's own src-layout project, launched as `python -m pkg.train` (open-r1's shape):
     its files stay the user's, so the line is its helper's, with no library named."""

@@ -68,8 +68,10 @@ def fake_nvml(gpus_json: Path | None):
     spec = importlib.util.spec_from_file_location("pynvml", FAKE_NVML / "pynvml.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    before_module, before_env = sys.modules.get("pynvml"), os.environ.get("TRL_DOCTOR_FAKE_GPUS")
+    before_module = sys.modules.get("pynvml")
+    before_env = {key: os.environ.get(key) for key in ("TRL_DOCTOR_FAKE_GPUS", "CUDA_VISIBLE_DEVICES")}
     sys.modules["pynvml"], os.environ["TRL_DOCTOR_FAKE_GPUS"] = module, str(gpus_json)
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)  # every GPU the file describes is visible, as in the subprocess
     try:
         yield
     finally:
@@ -77,10 +79,11 @@ def fake_nvml(gpus_json: Path | None):
             sys.modules.pop("pynvml", None)
         else:
             sys.modules["pynvml"] = before_module
-        if before_env is None:
-            os.environ.pop("TRL_DOCTOR_FAKE_GPUS", None)
-        else:
-            os.environ["TRL_DOCTOR_FAKE_GPUS"] = before_env
+        for key, value in before_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def case_site(case: Path) -> Path | None:
@@ -178,8 +181,13 @@ STATIC_RULES = _static_rule_ids()
 RANK = {"pass": 0, "skip": 0, "warn": 1, "error": 2, "fail": 2}
 
 
-@pytest.mark.parametrize("config, rule, expected", [  # each case of a rule declared for --static, in that context
-    pytest.param(*c.values[:3], id=c.id) for c in CASES if c.values[1] in STATIC_RULES])
+def static_cases() -> list:
+    """Each case of a rule declared for --static, but one with an installed package's stand-in of its own (judged by
+    the command, whose path has it; --static reads no package)."""
+    return [c for c in CASES if c.values[1] in STATIC_RULES and case_site(c.values[0]) is None]
+
+
+@pytest.mark.parametrize("config, rule, expected", [pytest.param(*c.values[:3], id=c.id) for c in static_cases()])
 def test_case_status_static(built_fixtures, request, config, rule, expected):
     """The rule's --static judgment on its case, in this process (the rule harness): never an alarm the full
     check does not raise (expected.yaml), and its words recorded in <case>.static.snap (a static pass on a bad_
@@ -187,8 +195,9 @@ def test_case_status_static(built_fixtures, request, config, rule, expected):
     allowed, conditional = expected_statuses(expected)
     if allowed == [NOT_RUN]:
         pytest.skip(f"{config.parent.name}/{config.name}: not run with the installed releases")
-    with fake_nvml(case_fake_gpus(config)):
-        run = snapshots.static_run(config, rule)
+    fake = case_fake_gpus(config)
+    with fake_nvml(fake):
+        run = snapshots.static_run(config, rule, fake)
     status = run.result["status"]
     assert RANK[status] <= max(RANK[s] for s in allowed), (status, run.result["message"])
     assert run.code == (1 if status in ("fail", "error") else 0) and run.result["message"]
@@ -230,10 +239,12 @@ def test_snapshots_name_listed_cases(request):
     else:
         assert not stale, ("snapshots of no listed case (delete them, or run with --snapshot-update):\n"
                            + "\n".join(str(p.relative_to(FIXTURES)) for p in stale))
-        static = {f.parent for f in FIXTURES.glob("*/expected.yaml")
-                  if yaml.safe_load(f.read_text())["rule"] in STATIC_RULES}
+        static = {c.values[0] for c in static_cases()}
         missing = sorted(f"{folder.name}/{case}{' (--static)' if context == 'static' else ''}"
                          for folder, cases in listed.items() for case in cases
-                         for context in ("full", *(("static",) if folder in static else ()))
+                         for context in ("full", *(("static",) if folder / case in static else ()))
                          if not snapshots.snapshot_path(folder / case, context).is_file())
+        extra = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob(f"*/{snapshots.FOLDER}/*.static.snap")
+                       if p.parent.parent / p.name.removesuffix(".static.snap") not in static)
+        assert not extra, f"static snapshots of cases not judged in that context (delete them):\n" + "\n".join(extra)
         assert not missing, f"cases without a snapshot (record them: {snapshots.UPDATE_HINT}):\n" + "\n".join(missing)

@@ -216,9 +216,9 @@ def _has_server_mode() -> bool:
     from trl import GRPOConfig
 
     return "vllm_server_host" in {f.name for f in dataclasses.fields(GRPOConfig)}
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_an_allowed_remote_server_is_probed_and_an_unallowed_one_never_sees_a_request(built_fixtures, tmp_path):
     """Both runs in one private namespace: without --allow-host the server at 10.254.0.7 sees no connection and the
     rule skips; with it, the rule probes it and passes on what it serves."""
@@ -269,9 +269,9 @@ REACHING_SCRIPT = textwrap.dedent("""
                       report_to="none")
     GRPOTrainer(model=MODEL, reward_funcs=judge, args=args, train_dataset=dataset).train()
 """)
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_a_scripts_reach_for_another_machine_is_refused_and_said(built_fixtures, tmp_path):
     """The launch's script asks 10.254.0.7 for something at start-up and its reward calls a judge there: the worker's
     guard refuses both (the server is asked nothing), the launch's notes say what the script asked for, and the

@@ -43,9 +43,9 @@ def _configs() -> list[str]:
 def _names_a_server(path: str) -> bool:
     return any(key in (FIXTURES / path).read_text(encoding="utf-8", errors="replace")
                for key in ("vllm_server", "use_vllm"))
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_the_fixture_sweep_contacts_nothing(built_fixtures, tmp_path):
     """Every fixture config, --static (the CI gate, in the printing process), then those that name a vLLM server or
     use vLLM in full checks of the rules that read a host (the worker: 10.0.0.2, vllm-node.invalid, local servers that
@@ -63,9 +63,9 @@ def test_the_fixture_sweep_contacts_nothing(built_fixtures, tmp_path):
     assert proc.stdout and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert '"vllm-server"' in proc.stdout
     assert lines == [], "\n".join(lines)
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_launch_recipes_and_the_multi_node_recipe_contact_nothing(built_fixtures, tmp_path):
     """The launch commands of tests/test_launch.py's recipes, and TRL's multi-node recipe with its server node: the
     script runs in the worker, the rules judge the server it names (another machine: not contacted)."""

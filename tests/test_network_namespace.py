@@ -118,9 +118,9 @@ def _namespace_why_not() -> str | None:
     proc = subprocess.run(["unshare", "-rmn", "sh", "-c", "ip link set lo up && ip route add local 10.254.0.0/24 dev lo"
                            " && mount --bind /dev/null /etc/resolv.conf"], capture_output=True, text=True)
     return None if proc.returncode == 0 else f"no private user, mount and network namespace here: {proc.stderr.strip()}"
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_children_c_code_and_dns_reach_no_other_machine_yet_this_machines_servers_answer(built_fixtures, tmp_path):
     why = _namespace_why_not()
     if why:

@@ -54,9 +54,9 @@ def test_the_heavy_turns_are_balanced_and_cover_the_list():
     assert len(times) == 3 and max(times) <= 1.05 * min(times), times
     assert HEAVY.members == set(HEAVY_SECONDS)
     assert all(a.isdisjoint(b) for i, a in enumerate(HEAVY.turns) for b in HEAVY.turns[i + 1:])
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_every_heavy_node_id_names_a_collected_test():
     """A renamed test or case would silently leave the rotation (and run every day again): collect the files the
     list names and find each id among them."""
@@ -95,9 +95,9 @@ def test_a_release_lane_runs_half_its_selection_a_day_and_the_other_half_the_nex
     monkeypatch.setenv(rotation.ALL, "1")
     both, _ = _collected("--half-a-day", "tests/test_version_skew.py")
     assert both == every
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_a_test_with_turns_of_its_own_is_left_to_them(no_overrides):
     """Split again by --half-a-day, a case of a rotation would run only on the days both agree on (or never: the
     accuracy harness's six-day rotation and the halves both follow the day's parity): marked `rotates`, or in HEAVY,

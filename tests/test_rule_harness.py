@@ -49,6 +49,43 @@ def test_the_harness_judges_as_the_command_does(built_fixtures, tmp_path, case_i
     assert judged.context == "full" and judged.status == theirs["status"]
 
 
+@pytest.mark.parametrize("case_id, more, asked", [
+    # an unsafe fix: --diff prints it only with --unsafe-fixes
+    ("vllm-tokenizer-drift/bad_tokenizer_beyond_vocab.yaml", ("--unsafe-fixes",), {"unsafe_fixes": True}),
+])
+def test_the_harness_takes_the_options_as_the_command_does(built_fixtures, tmp_path, case_id, more, asked):
+    from trl_doctor.testing import judge
+
+    case = FIXTURES / case_id
+    rule = case.parent.name
+    code, theirs, diff = _command(case, rule, tmp_path, "--diff", *more)
+    with fake_nvml(case_fake_gpus(case)):
+        judged = judge(case, rule, **asked)
+    _same(judged.as_dict(), theirs)
+    assert (judged.code, judged.diff) == (code, diff)
+    if "unsafe_fixes" in asked:
+        assert diff and theirs["fix"]["applicability"] == "unsafe"
+
+
+def test_the_target_env_reaches_the_judgment_as_in_the_command(built_fixtures, tmp_path):
+    """--target with --target-env other: FlashAttention2's package is the launch environment's, not judged here; with
+    --target-env this it is this machine's (not installed): the words differ, and the harness says each as the command
+    does."""
+    from trl_doctor.testing import judge
+
+    case = tmp_path / "fa2.yaml"
+    model = FIXTURES / "precision-and-attention" / "models" / "qwen2.5-0.5b"
+    case.write_text(f"model_name_or_path: {model}\nbf16: true\ndtype: bfloat16\nattn_implementation: flash_attention_2\n")
+    said = {}
+    for where in ("other", "this"):
+        code, theirs, _ = _command(case, "precision-and-attention", tmp_path, "--no-smoke", "--target", "8xH100-80GB",
+                                   "--target-env", where)
+        judged = judge(case, "precision-and-attention", smoke=False, target="8xH100-80GB", target_env=where)
+        _same(judged.as_dict(), theirs)
+        said[where] = theirs["message"]
+    assert "its package not judged here" in said["other"] and said["other"] != said["this"], said
+
+
 def test_the_static_context_is_check_static(built_fixtures, tmp_path):
     from trl_doctor.testing import judge
 

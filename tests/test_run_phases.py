@@ -139,9 +139,9 @@ def test_a_resume_trl_cannot_make_fails_in_the_words_of_trl_s_own_train(tmp_path
     _, report = run_json("check", _recipe(tmp_path, resume_from_checkpoint=str(written)), "--select", "run-phases",
                          "--no-smoke")
     assert result_of(report, "run-phases")["status"] == "pass", result_of(report, "run-phases")
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_push_to_hub_with_the_hub_switched_off_fails_where_the_trainer_would(tmp_path):
     """HF_HUB_OFFLINE=1 in the user's environment (the worker sets it for itself, keeping the user's value aside):
     transformers' Trainer creates the hub repository when constructed and stops with OfflineModeIsEnabled. With a
@@ -181,8 +181,7 @@ def _no_wandb_key(tmp_path) -> dict:
     return {"HOME": str(home), "WANDB_DIR": str(tmp_path), "WANDB_API_KEY": "", "WANDB_MODE": "", "WANDB_DISABLED": ""}
 
 
-@pytest.mark.slow
-@pytest.mark.trl_pair
+@pytest.mark.slow  # it trains: the default lane's long selection (the module is release_free)
 def test_wandb_without_credentials_stops_trls_own_train_and_run_phases_fails_it(tmp_path):
     """Ground truth (unslothai/unsloth#1914's mode): the script (fixtures/launch/grpo_tracker_args.py, reporting to
     wandb) run by the installed TRL for one step on a machine with no wandb key and wandb not offline stops at

@@ -192,9 +192,9 @@ def test_a_signal_to_the_cli_ends_the_check_with_nothing_left(built_fixtures, tm
     assert err.decode().strip().splitlines()[-1] == (f"trl-doctor: interrupted ({signal.Signals(signum).name}): "
                                                      "the check was stopped")
     case.assert_clean()
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_a_hangup_the_caller_ignores_stays_ignored(built_fixtures, tmp_path):
     """Under nohup (SIGHUP ignored) a hangup does not stop the check: it runs on to its verdict, and still leaves
     nothing behind."""
@@ -530,9 +530,9 @@ def _stop_and_look(case: Hostile, proc: subprocess.Popen) -> list[str]:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.communicate(timeout=LIMIT_S)
+
+
 @pytest.mark.boundary  # a real process boundary, seconds long: CI's boundary step
-
-
 def test_job_control_stops_stand_in_a_terminal_and_are_ignored_without_one(built_fixtures, tmp_path):
     """Ctrl-Z (SIGTSTP) in a terminal stops the check until it is continued; the guard does not undo it. Without a
     terminal there is no job control: the check goes on (nothing would ever continue it)."""
