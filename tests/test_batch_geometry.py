@@ -10,7 +10,6 @@ PYTHONPATH for a subprocess.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import itertools
 import os
 import sys
@@ -22,6 +21,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from test_fixture_cases import fake_pynvml
 from conftest import FIXTURES, check_here, real_trl, result_of, run_json
 from trl_doctor.facts.trl.installed import config_class
 
@@ -40,10 +40,7 @@ def fake_gpus(monkeypatch):
     """Make NVML report the GPUs of a fixtures/batch-geometry/gpus/*.json file (or a dict) in this process."""
     import json
 
-    spec = importlib.util.spec_from_file_location("pynvml", FAKE_NVML)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())  # the NVML stand-in (tests/fake_nvml)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     from trl_doctor.facts.launch.launcher import _default_accelerate_config
 

@@ -54,6 +54,16 @@ def fake_gpu_env(gpus_json: Path, site: Path | None = None) -> dict:
     return {"PYTHONPATH": path, "TRL_DOCTOR_FAKE_GPUS": str(gpus_json)}
 
 
+def fake_pynvml():
+    """A fresh module object of tests/fake_nvml/pynvml.py, the NVML stand-in (it reads TRL_DOCTOR_FAKE_GPUS)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pynvml", FAKE_NVML / "pynvml.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @contextlib.contextmanager
 def fake_nvml(gpus_json: Path | None):
     """While judging in this process, NVML answers for the GPUs `gpus_json` describes: tests/fake_nvml's pynvml as
@@ -61,13 +71,10 @@ def fake_nvml(gpus_json: Path | None):
     if gpus_json is None:
         yield
         return
-    import importlib.util
     import sys
 
     assert gpus_json.is_file(), f"fake_gpus names a missing file: {gpus_json}"
-    spec = importlib.util.spec_from_file_location("pynvml", FAKE_NVML / "pynvml.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = fake_pynvml()
     before_module = sys.modules.get("pynvml")
     before_env = {key: os.environ.get(key) for key in ("TRL_DOCTOR_FAKE_GPUS", "CUDA_VISIBLE_DEVICES")}
     sys.modules["pynvml"], os.environ["TRL_DOCTOR_FAKE_GPUS"] = module, str(gpus_json)
@@ -246,5 +253,5 @@ def test_snapshots_name_listed_cases(request):
                          if not snapshots.snapshot_path(folder / case, context).is_file())
         extra = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob(f"*/{snapshots.FOLDER}/*.static.snap")
                        if p.parent.parent / p.name.removesuffix(".static.snap") not in static)
-        assert not extra, f"static snapshots of cases not judged in that context (delete them):\n" + "\n".join(extra)
+        assert not extra, "static snapshots of cases not judged in that context (delete them):\n" + "\n".join(extra)
         assert not missing, f"cases without a snapshot (record them: {snapshots.UPDATE_HINT}):\n" + "\n".join(missing)

@@ -10,7 +10,6 @@ dist-info metadata, nothing else) is put on PYTHONPATH of a subprocess: the rule
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -21,6 +20,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from test_fixture_cases import fake_pynvml
 from conftest import FIXTURES, result_of, run_json
 
 HERE = FIXTURES / "precision-and-attention"
@@ -31,10 +31,7 @@ LLAMA_8B = 8_030_261_248  # parameters, counted by hand in tests/test_gpu_capaci
 
 @pytest.fixture()
 def fake_gpus(monkeypatch):
-    spec = importlib.util.spec_from_file_location("pynvml", FAKE_NVML_DIR / "pynvml.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())  # the NVML stand-in (tests/fake_nvml)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     # the check's worker is another process: it finds the stand-in first on its PYTHONPATH
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAKE_NVML_DIR), os.environ.get("PYTHONPATH")])))

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import FIXTURES, result_of, run_doctor, trl_doctor_exe
-from test_fixture_cases import NOT_RUN, case_fake_gpus, expected_statuses, fake_nvml
+from test_fixture_cases import NOT_RUN, RANK, case_fake_gpus, expected_statuses, fake_nvml
 
 
 HEAVY = ("torch", "transformers", "trl", "datasets", "accelerate", "peft", "tokenizers", "vllm")
@@ -183,7 +183,6 @@ def _cases():
             yield pytest.param(expected_file.parent / case, spec["rule"], status, id=f"{expected_file.parent.name}/{case}")
 
 
-RANK = {"pass": 0, "skip": 0, "warn": 1, "error": 2, "fail": 2}
 
 
 @pytest.mark.sweep  # every fixture case (a few hundred checks): the default CI lane

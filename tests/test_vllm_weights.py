@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from test_fixture_cases import fake_pynvml
 from conftest import FIXTURES, result_of, run_json
 
 from trl_doctor.facts.vllm.support import quantization, read_sync, registry_architectures
@@ -33,10 +34,7 @@ def check(config: Path, env: dict | None = None) -> tuple[int, dict]:
 
 @pytest.fixture()
 def fake_gpus(monkeypatch):
-    spec = importlib.util.spec_from_file_location("pynvml", FAKE_NVML_DIR / "pynvml.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())  # the NVML stand-in (tests/fake_nvml)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAKE_NVML_DIR), os.environ.get("PYTHONPATH")])))
 

@@ -123,6 +123,5 @@ def _diff(results: list, unsafe: bool) -> str:
     from trl_doctor.fix import fixer
     from trl_doctor.report.formats._safe import for_terminal
 
-    fixes = [r.fix for r in results if r.fix is not None and r.fix.applies(unsafe)]
-    text = fixer.unified_diff(fixer.plan(fixes))
+    text = fixer.diff_of(results, unsafe)
     return for_terminal(text) if text else ""

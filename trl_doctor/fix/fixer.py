@@ -106,3 +106,10 @@ def _config_folders(config) -> set[Path]:
         return set()
     folders = {Path(config.path).parent, Path(config.model.path), Path(config.tokenizer.path)}
     return {f.absolute() for f in folders if f.is_dir() and not in_hub_cache(f)}
+
+
+def diff_of(results: Iterable, unsafe_fixes: bool = False) -> str:
+    """What --diff shows for a check's results: the fixes that apply (unsafe ones with `unsafe_fixes`), planned
+    together, as one unified diff ("" when none would change a file); nothing is written."""
+    fixes = [r.fix for r in results if r.fix is not None and r.fix.applies(unsafe_fixes)]
+    return unified_diff(plan(fixes))

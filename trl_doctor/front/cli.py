@@ -282,9 +282,8 @@ def _show_diff(results, run: _Run) -> None:
     from trl_doctor.fix import fixer as _fixer
     from trl_doctor.report.formats._safe import for_terminal
 
-    fixes = [r.fix for r in results if r.fix and r.fix.applies(run.request.unsafe_fixes)]
     _clear(run.progress)
-    text = _fixer.unified_diff(_fixer.plan(fixes))
+    text = _fixer.diff_of(results, run.request.unsafe_fixes)
     if text:
         click.echo(for_terminal(text), nl=False)
     else:
