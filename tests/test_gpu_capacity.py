@@ -223,6 +223,43 @@ def test_plan_from_context_matches_the_hand_estimate(tmp_path):
     assert est.total_bytes == 4 * weights + CUDA_CONTEXT_BYTES + max(weights, 763_363_328 + logits)
 
 
+@pytest.mark.parametrize("cap, tokens, said", [
+    (None, "longest", "the dataset's longest prompt"),  # every row measured: a bound, whatever the default
+    (512, "longest", "the dataset's longest prompt"),  # a cap above the longest prompt truncates nothing
+    (8, 8, None),  # a cap below it: the cap
+])
+def test_prompt_tokens_are_the_datasets_longest_prompt_when_every_row_is_measured(tmp_path, cap, tokens, said):
+    """The H100 run's +21% (docs/gpu-verdicts.json): TRL 0.15's launch, 36-token prompts, estimated at its 512-token
+    max_prompt_length. A batch is padded to its longest prompt, so the dataset's longest bounds every batch."""
+    from trl_doctor.facts.inputs.chat import prompt_lengths
+
+    keys = dict(model_name_or_path=str(FIXTURES / "models" / "qwen2-chat"),
+                dataset_path=str(FIXTURES / "data" / "chat_many.jsonl"),
+                max_completion_length=256, **({"max_prompt_length": cap} if cap else {}))
+    with context(tmp_path, **keys) as ctx:
+        plan = plan_from_context(ctx)
+        measured = prompt_lengths(ctx)
+    assert measured["total"] == len(measured["indices"]) == 512 and 20 < measured["max"] < 100
+    assert plan.seq_len == (measured["max"] if tokens == "longest" else tokens) + 256
+    notes = [n for n in plan.notes if n.startswith("prompt tokens")]
+    assert (notes[0].startswith(f"prompt tokens: {said}") and "all 512 rows" in notes[0]) if said else not notes
+    assert not any("assumed 512" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize("dataset", [None, "chat_many.jsonl"])
+def test_prompt_tokens_without_a_dataset_or_a_tokenizer_are_the_cap_or_the_default(tmp_path, dataset):
+    """A model folder with no tokenizer (the configs of this rule's fixtures) measures no prompt: the estimate is
+    made as before, never a stop for the estimate's sake."""
+    keys = dict(model_name_or_path=str(MODELS / "qwen2.5-0.5b"), max_completion_length=256)
+    if dataset:
+        keys["dataset_path"] = str(FIXTURES / "data" / dataset)
+    with context(tmp_path, **keys) as ctx:
+        plan = plan_from_context(ctx)
+    assert plan.seq_len == 512 + 256 and any("assumed 512 prompt tokens" in n for n in plan.notes)
+    with context(tmp_path, **keys, max_prompt_length=300) as ctx:
+        assert plan_from_context(ctx).seq_len == 300 + 256
+
+
 def test_plan_reads_peft_reward_model_and_vllm(tmp_path):
     keys = dict(model_name_or_path=str(MODELS / "llama-3-8b"), reward_model_name_or_path=str(MODELS / "qwen2.5-0.5b-reward"),
                 model_init_kwargs={"dtype": "bfloat16"}, use_peft=True, lora_r=16,

@@ -275,12 +275,8 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
     if completion is None:
         completion = 256
         notes.append("no max_completion_length: assumed 256 completion tokens")
-    prompt = resolved.max_prompt_length
-    if prompt is None:
-        prompt = DEFAULT_PROMPT_LENGTH
-        notes.append(f"no max_prompt_length (TRL >= 0.28 does not truncate prompts): assumed {DEFAULT_PROMPT_LENGTH} "
-                     "prompt tokens; long prompts need more")
-    completion, prompt = int(completion), int(prompt)
+    prompt = _prompt_tokens(ctx, resolved.max_prompt_length, notes)
+    completion = int(completion)
     seq = prompt + completion
     dims = _dims(mcfg, model)
     head = logits_path(ctx, model)
@@ -329,6 +325,38 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
         gradient_accumulation_steps=int(resolved.gradient_accumulation_steps or 1),
         notes=tuple(notes), labels=tuple(labels), **dims, **vision,
     )
+
+
+def _prompt_tokens(ctx, cap, notes: list) -> int:
+    """The prompt tokens one sequence holds at most: the dataset's longest prompt as the installed trainer renders
+    it (a batch is padded to its longest), truncated at `max_prompt_length` when one is set. Measured on every row
+    it is a bound; on a sample it is the sample's longest, said so. Where the prompts cannot be measured here (no
+    `prompt` column, no dataset, rows that fail to render), `max_prompt_length`, else DEFAULT_PROMPT_LENGTH.
+    (An H100 run, docs/gpu-verdicts.json: TRL 0.15's launch with 36-token prompts was estimated at its 512-token
+    `max_prompt_length`, 21% over the measured peak.)"""
+    from trl_doctor.errors import InputError, Unavailable
+    from trl_doctor.facts.inputs.chat import prompt_lengths
+
+    try:  # the estimate never stops a check for its own sake: a dataset or tokenizer it cannot read leaves the cap
+        measured = prompt_lengths(ctx)
+    except (InputError, Unavailable, ImportError, OSError, ValueError, AttributeError):
+        measured = {}
+    longest = measured.get("max")
+    if longest and not measured.get("errors"):
+        whole = len(measured["indices"]) == measured["total"]
+        if cap is not None and int(cap) <= longest:
+            return int(cap)
+        if whole:
+            notes.append(f"prompt tokens: the dataset's longest prompt, {longest} tokens ({measured['measured']})")
+        else:
+            notes.append(f"prompt tokens: the longest prompt of {measured['measured']}, {longest} tokens; rows not "
+                         "measured may be longer")
+        return int(longest)
+    if cap is not None:
+        return int(cap)
+    notes.append(f"no max_prompt_length (TRL >= 0.28 does not truncate prompts): assumed {DEFAULT_PROMPT_LENGTH} "
+                 "prompt tokens; long prompts need more")
+    return DEFAULT_PROMPT_LENGTH
 
 
 def _vision_tower(ctx, mcfg, use_peft: bool, notes: list, labels: list) -> dict:
