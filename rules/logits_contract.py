@@ -34,6 +34,7 @@ from __future__ import annotations
 from trl_doctor import fail, manual, passed, rule, skip, warn
 
 from trl_doctor.facts.memory.fit import memory_verdict
+from trl_doctor.facts.memory.plan import prompt_tokens
 from trl_doctor.facts.inputs.models import remote_code
 from trl_doctor.facts.trainer_run import trainer_run
 from trl_doctor.facts.trl.trainer_config import trainer_config
@@ -194,11 +195,8 @@ def _memory(ctx, vocab: int) -> dict[str, str]:
     cfg = trainer_config(ctx)
     batch = getattr(cfg, "per_device_train_batch_size", 1) or 1
     completion = getattr(cfg, "max_completion_length", None) or 256
-    prompt = getattr(cfg, "max_prompt_length", None)
-    assumed = ""
-    if not prompt:
-        prompt = _longest_prompt(ctx)
-        assumed = " (the dataset's longest prompt: no max_prompt_length)"
+    prompt, how = prompt_tokens(ctx, getattr(cfg, "max_prompt_length", None) or None)
+    assumed = f" ({how})" if how else ""
     width = 2 if (getattr(cfg, "bf16", False) or getattr(cfg, "fp16", False)) else 4
     full = batch * (prompt + completion) * vocab * width
     needed = batch * (completion + 1) * vocab * width
@@ -208,14 +206,6 @@ def _memory(ctx, vocab: int) -> dict[str, str]:
         "logits at config sizes (mismatch)": _gib(full),
         "waste factor": f"{full / needed:.1f}x",
     }
-
-
-def _longest_prompt(ctx) -> int:
-    """Tokens in the longest prompt, rendered as the trainer renders them (measured once per run, shared with
-    context-length)."""
-    from trl_doctor.facts.inputs.chat import prompt_lengths
-
-    return prompt_lengths(ctx)["max"] or 0
 
 
 def _gib(n: int) -> str:

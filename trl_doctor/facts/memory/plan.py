@@ -275,7 +275,9 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
     if completion is None:
         completion = 256
         notes.append("no max_completion_length: assumed 256 completion tokens")
-    prompt = _prompt_tokens(ctx, resolved.max_prompt_length, notes)
+    prompt, how = prompt_tokens(ctx, resolved.max_prompt_length)
+    if how:
+        notes.append(how if how.startswith("no max_prompt_length") else f"prompt tokens: {how}")
     completion = int(completion)
     seq = prompt + completion
     dims = _dims(mcfg, model)
@@ -327,11 +329,12 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
     )
 
 
-def _prompt_tokens(ctx, cap, notes: list) -> int:
-    """The prompt tokens one sequence holds at most: the dataset's longest prompt as the installed trainer renders
-    it (a batch is padded to its longest), truncated at `max_prompt_length` when one is set. Measured on every row
-    it is a bound; on a sample it is the sample's longest, said so. Where the prompts cannot be measured here (no
-    `prompt` column, no dataset, rows that fail to render), `max_prompt_length`, else DEFAULT_PROMPT_LENGTH.
+def prompt_tokens(ctx, cap) -> tuple[int, str | None]:
+    """(tokens, how) of the longest prompt one sequence holds: the dataset's longest prompt as the installed trainer
+    renders it (a batch is padded to its longest), truncated at `cap` (`max_prompt_length`) when one is set.
+    Measured on every row it is a bound; on a sample it is the sample's longest, said so. Where the prompts cannot be
+    measured here (no `prompt` column, no dataset, a tokenizer not loadable, rows that fail to render): the cap, else
+    DEFAULT_PROMPT_LENGTH. `how` is None where the cap decides. Shared by the memory estimate and logits-contract.
     (An H100 run, docs/gpu-verdicts.json: TRL 0.15's launch with 36-token prompts was estimated at its 512-token
     `max_prompt_length`, 21% over the measured peak.)"""
     from trl_doctor.errors import InputError, Unavailable
@@ -343,20 +346,16 @@ def _prompt_tokens(ctx, cap, notes: list) -> int:
         measured = {}
     longest = measured.get("max")
     if longest and not measured.get("errors"):
-        whole = len(measured["indices"]) == measured["total"]
         if cap is not None and int(cap) <= longest:
-            return int(cap)
-        if whole:
-            notes.append(f"prompt tokens: the dataset's longest prompt, {longest} tokens ({measured['measured']})")
-        else:
-            notes.append(f"prompt tokens: the longest prompt of {measured['measured']}, {longest} tokens; rows not "
-                         "measured may be longer")
-        return int(longest)
+            return int(cap), None
+        if len(measured["indices"]) == measured["total"]:
+            return int(longest), f"the dataset's longest prompt, {longest} tokens ({measured['measured']})"
+        return int(longest), (f"the longest prompt of {measured['measured']}, {longest} tokens; rows not measured "
+                              "may be longer")
     if cap is not None:
-        return int(cap)
-    notes.append(f"no max_prompt_length (TRL >= 0.28 does not truncate prompts): assumed {DEFAULT_PROMPT_LENGTH} "
-                 "prompt tokens; long prompts need more")
-    return DEFAULT_PROMPT_LENGTH
+        return int(cap), None
+    return DEFAULT_PROMPT_LENGTH, (f"no max_prompt_length (TRL >= 0.28 does not truncate prompts): assumed "
+                                   f"{DEFAULT_PROMPT_LENGTH} prompt tokens; long prompts need more")
 
 
 def _vision_tower(ctx, mcfg, use_peft: bool, notes: list, labels: list) -> dict:
