@@ -68,6 +68,7 @@ class Plan:
     num_heads: int = 0
     vocab_size: int = 0
     activation_bytes: float = 2.0  # 2 with bf16/fp16 (autocast or 16-bit weights), 4 in plain fp32
+    logits_bytes: float = 4.0  # per logit as TRL reads them: 4 under mixed precision (fp32 outputs) or fp32 weights
     gradient_checkpointing: bool = False
     eager_attention: bool = False  # attn_implementation="eager" keeps the seq × seq attention probabilities
     generation_batch: int = 0  # sequences the trainer generates at once (no vLLM); 0: no in-trainer generation
@@ -196,15 +197,21 @@ def estimate(plan: Plan, gpu_total_bytes: int | None = None) -> Estimate:
             " + ".join(f"{n:,}" for n in p.reward_params) + f" parameters × {_b(rb)} bytes")
 
     tokens = p.batch_size * p.seq_len
-    per_layer = 6 * p.hidden_size + 2 * p.kv_dim + 4 * p.intermediate_size
+    # values autograd keeps per token and layer: 6·hidden + 2·kv + 4·intermediate, and in 16-bit the fp32 copy of the
+    # input each of the two RMSNorms keeps (4·hidden more at 2 bytes). Measured on a CPU (Qwen2.5-0.5B's widths, SDPA,
+    # bf16, the resident memory a forward adds): 62.4 kB per token and layer with transformers 4.48, 59.7 kB with
+    # 5.24; this counts 57.3 kB (without the norms' copies 50.2 kB, 20% under)
+    norms = 4 * p.hidden_size if p.activation_bytes == 2 else 0
+    per_layer = 6 * p.hidden_size + 2 * p.kv_dim + 4 * p.intermediate_size + norms
+    what = "6·hidden + 2·kv + 4·intermediate" + (" + 4·hidden: the RMSNorms' fp32 copies" if norms else "")
     if p.gradient_checkpointing:
         elems = tokens * (p.num_layers * p.hidden_size + per_layer)
         act_how = (f"{p.batch_size} × {p.seq_len} tokens × ({p.num_layers} layers × {p.hidden_size} checkpointed inputs "
-                   f"+ one recomputed layer's {per_layer:,}) × {_b(p.activation_bytes)} bytes")
+                   f"+ one recomputed layer's {per_layer:,}: {what}) × {_b(p.activation_bytes)} bytes")
     else:
         elems = tokens * p.num_layers * per_layer
         act_how = (f"{p.batch_size} × {p.seq_len} tokens × {p.num_layers} layers × {per_layer:,} values "
-                   f"(6·hidden + 2·kv + 4·intermediate) × {_b(p.activation_bytes)} bytes")
+                   f"({what}) × {_b(p.activation_bytes)} bytes")
     act = elems * p.activation_bytes
     if p.eager_attention:
         layers_kept = 1 if p.gradient_checkpointing else p.num_layers
@@ -235,10 +242,15 @@ def estimate(plan: Plan, gpu_total_bytes: int | None = None) -> Estimate:
             how += f" + the fp32 gradient of the output layer ({p.vocab_size:,} × {p.hidden_size})"
         add("logits", fused, "training", how)
     else:
-        logit_bytes = 2 * p.activation_bytes
-        add("logits", p.batch_size * positions * p.vocab_size * logit_bytes, "training",
-            f"{p.batch_size} × {positions} positions × {p.vocab_size:,} vocabulary × {_b(logit_bytes)} bytes "
-            "(the logits and the temperature-scaled copy TRL takes log-probs from)")
+        # the logits, then in backward their gradient and the gradient of the slice TRL takes them from: 3.0 copies
+        # at the peak, measured on a CPU on TRL 0.15's path (transformers 4.48, 151,936-token vocabulary); in the
+        # dtype the model returns (fp32 under mixed precision: accelerate converts the outputs). An H200 run
+        # (docs/gpu-verdicts.json): TRL 0.15's launch allocated 10.7 GiB, where 2 copies at 2 bytes counted 7.6
+        add("logits", 3 * p.batch_size * positions * p.vocab_size * p.logits_bytes, "training",
+            f"3 × {p.batch_size} × {positions} positions × {p.vocab_size:,} vocabulary × {_b(p.logits_bytes)} bytes "
+            "(the logits, their gradient and the gradient of the slice TRL takes log-probs from"
+            + (", in fp32: accelerate returns a mixed-precision model's outputs in fp32)" if p.logits_bytes == 4 and
+               p.param_bytes != 4 else ")"))
 
     if p.generation_batch:
         add("KV cache (generation)", p.generation_batch * p.seq_len * p.num_layers * 2 * p.kv_dim * p.activation_bytes,

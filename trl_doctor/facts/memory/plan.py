@@ -313,8 +313,9 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
         "this afterwards: facts.memory.sharded)",
         "weights, gradients and AdamW states in the trained parameters' dtype; no fp32 master copy (the HF Trainer "
         "keeps none; DeepSpeed's bf16 optimizer would add one)",
-        "activations: 6·hidden + 2·kv + 4·intermediate values per token and layer (Llama-style decoder with SDPA or "
-        "flash attention), layer inputs only with gradient checkpointing; allocator fragmentation not counted",
+        "activations: 6·hidden + 2·kv + 4·intermediate values per token and layer, + 4·hidden in 16-bit for the "
+        "RMSNorms' fp32 copies (Llama-style decoder with SDPA or flash attention), layer inputs only with gradient "
+        "checkpointing; allocator fragmentation not counted",
     ]
     vision = _vision_tower(ctx, mcfg, use_peft, notes, labels)
     return Plan(
@@ -322,7 +323,8 @@ def plan_from_context(ctx, meta_model=None) -> Plan:
         peft_params=peft, reference=reference, reward_params=tuple(reward), reward_bytes=param_bytes,
         value_params=value, optimizer=optimizer, batch_size=batch, seq_len=seq, logits_positions=positions,
         fused_lm_head=head["fused"], logits_tile=head["tile"],
-        activation_bytes=act_bytes, gradient_checkpointing=gc, eager_attention=attn == "eager",
+        activation_bytes=act_bytes, logits_bytes=4.0 if (bf16 or fp16) else float(param_bytes),
+        gradient_checkpointing=gc, eager_attention=attn == "eager",
         generation_batch=gen, vllm_gpu_memory_utilization=share, overhead_bytes=CUDA_CONTEXT_BYTES,
         gradient_accumulation_steps=int(resolved.gradient_accumulation_steps or 1),
         notes=tuple(notes), labels=tuple(labels), **dims, **vision,
@@ -340,10 +342,12 @@ def prompt_tokens(ctx, cap) -> tuple[int, str | None]:
     from trl_doctor.errors import InputError, Unavailable
     from trl_doctor.facts.inputs.chat import prompt_lengths
 
-    try:  # the estimate never stops a check for its own sake: a dataset or tokenizer it cannot read leaves the cap
-        measured = prompt_lengths(ctx)
-    except (InputError, Unavailable, ImportError, OSError, ValueError, AttributeError):
-        measured = {}
+    measured: dict = {}
+    if ctx.trainer in ("grpo", "rloo", "ppo", "async_grpo"):  # TRL's own renderings (another trainer's: unknown)
+        try:  # the estimate never stops a check for its own sake: a dataset or tokenizer it cannot read leaves the cap
+            measured = prompt_lengths(ctx)
+        except (InputError, Unavailable, ImportError, OSError, ValueError, AttributeError):
+            measured = {}
     longest = measured.get("max")
     if longest and not measured.get("errors"):
         if cap is not None and int(cap) <= longest:
