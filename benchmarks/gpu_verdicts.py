@@ -268,6 +268,13 @@ LAUNCHES = [
            "gpu-capacity", gpu_only=True, alone=True,
            source="trl#6684: weights loaded in fp32 (AsyncGRPO hard-coded it before trl#6717), AdamW states beside "
                   "them: a 7B full fine-tune needs about 120 GiB"),
+    Launch("grpo-full-7b-fp32-first-save-no-disk", "issue 60: the output disk cannot hold the first checkpoint",
+           "modern", "qwen2.5-7b-instruct", ["trl", "grpo", "--config", "recipe.yaml"],
+           {"recipe.yaml": {**_recipe(model_name_or_path="{model}"), "dtype": "float32", "bf16": False,
+                            "save_strategy": "steps", "save_steps": 1}},
+           "run-phases", gpu_only=True, alone=True,
+           source="the 7B fp32 full fine-tune of trl#6684 on a GPU it fits (H200): its checkpoint (fp32 weights and "
+                  "AdamW states, ~85 GiB) on a disk with less free; saved after step 1 to reach the first save"),
 ]
 
 
@@ -549,8 +556,13 @@ def main() -> int:
     # the checks first, a few at once (each judges the GPU as its launch will find it: no launch beside it); then
     # the launches a few at once, each one's peak read for its own processes (NVML per process); those marked
     # `alone` (a launch that fills the GPU) last, one at a time, while the budget lasts
+    # a launch that fills the GPU is also checked alone: beside the other checks its GPU has less free memory than
+    # its launch will find (an H200 run: the 7B check judged 108.4 GiB free of 139 while four checks ran)
     with ThreadPoolExecutor(args.parallel_checks) as pool:
-        doctors = list(pool.map(lambda x: check_one(x, args, work, models, cuda), launches))
+        shared = dict(zip([x.name for x in launches if not x.alone],
+                          pool.map(lambda x: check_one(x, args, work, models, cuda), [x for x in launches if not x.alone])))
+    alone = {x.name: check_one(x, args, work, models, cuda) for x in launches if x.alone}
+    doctors = [shared.get(x.name) or alone[x.name] for x in launches]
     print(f"checks done at {time.perf_counter() - start:.0f}s", flush=True)
     entries = {}
     for launch, doctor in zip(launches, doctors):
