@@ -24,27 +24,35 @@ RECORDED = json.loads((ROOT / "docs" / "gpu-verdicts.json").read_text())
 
 
 def test_the_recorded_run_holds_ten_real_launches_on_a_gpu_each_agreeing():
+    """Every launch that ran agrees with the doctor, except one the record itself marks not comparable, with why (the
+    H200 run's 7B check ran beside four others and judged the memory they held; the harness now checks it alone)."""
     names = {x.name for x in gpu_verdicts.LAUNCHES}
     ran = [e for e in RECORDED if "not_run" not in e["launch"]]
-    assert len(ran) >= 10
+    judged = [e for e in ran if e.get("comparable", True)]
+    assert len(judged) >= 10
     for e in ran:
         assert e["name"] in names, e["name"]
-        assert "H100" in e["gpu"] and e["versions"]["cuda"] is True, e["gpu"]
+        assert ("H100" in e["gpu"] or "H200" in e["gpu"]) and e["versions"]["cuda"] is True, e["gpu"]
         assert e["doctor"]["rules"] and e["command"], e["name"]
+    for e in judged:
         assert e["agree"] is True, (e["name"], e["doctor"]["fail"], e["launch"])
+    for e in ran + [e for e in RECORDED if e not in ran]:
+        if not e.get("comparable", True) or e["agree"] is None:
+            assert len(e.get("note", "")) > 80, e["name"]  # said why, in the record
 
 
-def test_the_recorded_estimates_are_the_codes_estimates():
-    """estimate_now_gib is the run's estimate with the CUDA context the estimate uses now (a resident term that adds):
-    a change to the context constant without a new GPU run shows here."""
+def test_the_recorded_estimates_are_within_15_percent_with_the_codes_cuda_context():
+    """estimate_now_gib is the estimate the code makes now for the launch (benchmarks/gpu_verdicts.py's launches on
+    real-shape models, checked with --target on a CPU), each within 15% of the launch's measured peak (NVML, its
+    processes); the CUDA context it counted is the code's (a change to the constant without new figures shows here)."""
     from trl_doctor.facts.memory.estimate import CUDA_CONTEXT_BYTES, GiB
 
     measured = [e for e in RECORDED if e.get("measured_peak_gib") and e.get("estimate_gib")]
     assert len(measured) >= 5
     for e in measured:
-        context_then = 0.5  # the run's checks counted 512 MiB of CUDA context
-        assert e["estimate_now_gib"] == pytest.approx(e["estimate_gib"] - context_then + CUDA_CONTEXT_BYTES / GiB,
-                                                      abs=0.01), e["name"]
+        assert e["cuda_context_gib"] == pytest.approx(CUDA_CONTEXT_BYTES / GiB), e["name"]
+        error = (e["estimate_now_gib"] - e["measured_peak_gib"]) / e["measured_peak_gib"]
+        assert abs(error) <= 0.15 and e["estimate_now_error_pct"] == pytest.approx(100 * error, abs=0.1), e["name"]
 
 
 def _launch(**kw) -> gpu_verdicts.Launch:
