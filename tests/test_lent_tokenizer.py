@@ -76,3 +76,43 @@ def test_a_tokenizer_the_trainer_changed_is_loaded_again(built_fixtures):
             assert tok.pad_token is not None
         if tok.pad_token is not None:  # changed by the trainer: the context loaded it again
             assert ctx.tokenizer is not tok
+
+
+def test_a_scripts_tokenizer_reaches_the_run_as_a_copy_with_what_the_script_set(built_fixtures):
+    """A script set Qwen2's model_input_names on a generic tokenizer (fixtures/launch/grpo_rollout_func.py): loaded
+    again from disk, the run's tokenizer gave token_type_ids and transformers 4.57's generate refused them, a false
+    smoke-step fail on a job that trains (trl 0.27)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from trl_doctor.context.context import Live
+    from trl_doctor.facts.trainer_run.lent import lent_tokenizer
+
+    tok = AutoTokenizer.from_pretrained(built_fixtures / "models" / "qwen2-chat")
+    tok.model_input_names = ["input_ids", "attention_mask"]
+    tok.padding_side = "left"
+    tok.chat_template = "{{ messages[0]['content'] }}"
+    ctx = SimpleNamespace(live=Live(command="python train.py", script="train.py", where=None, tokenizer=tok))
+    with lent_tokenizer(ctx) as lent:
+        assert lent is not tok  # the run may change its own: the script's stays as it was
+        assert (lent.model_input_names, lent.padding_side, lent.chat_template) == (
+            ["input_ids", "attention_mask"], "left", "{{ messages[0]['content'] }}")
+        assert "token_type_ids" not in lent("hi")
+        lent.add_tokens(["<new>"])
+    assert "<new>" not in tok.get_vocab()
+
+
+def test_a_tokenizer_that_cannot_be_copied_leaves_the_run_to_load_its_own():
+    from types import SimpleNamespace
+
+    from trl_doctor.context.context import Live
+    from trl_doctor.facts.trainer_run.lent import lent_tokenizer
+
+    class Uncopyable:
+        def __deepcopy__(self, memo):
+            raise TypeError("a native handle")
+
+    ctx = SimpleNamespace(live=Live(command="python train.py", script="train.py", where=None, tokenizer=Uncopyable()))
+    with lent_tokenizer(ctx) as lent:
+        assert lent is None

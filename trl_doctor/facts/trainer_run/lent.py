@@ -53,10 +53,13 @@ def lendable(ctx: Any) -> bool:
 
 @contextmanager
 def lent_tokenizer(ctx: Any) -> Iterator[Any]:
-    """`ctx.tokenizer` for the trainer run, or None where it cannot be lent (the run then loads its own copy).
-    After the run, a tokenizer the run changed is forgotten by the context."""
+    """`ctx.tokenizer` for the trainer run. After the run, a tokenizer the run changed is forgotten by the context.
+    The script's own tokenizer (a launch) cannot be loaded again: the run gets a copy of it as the script left it
+    (its chat template, pad token, padding side, model_input_names...), or None where it cannot be copied (the run
+    then loads its own from disk). Loading it from disk lost what the script set in memory: a script that set
+    Qwen2's model_input_names on a generic tokenizer trained, and its step failed at generate on token_type_ids."""
     if not lendable(ctx):
-        yield None
+        yield _copy(ctx.live.tokenizer)
         return
     tok = ctx.tokenizer
     before = state(tok)
@@ -65,3 +68,12 @@ def lent_tokenizer(ctx: Any) -> Iterator[Any]:
     finally:
         if state(tok) != before:
             forget(ctx, "tokenizer")
+
+
+def _copy(tok: Any) -> Any:
+    import copy
+
+    try:
+        return copy.deepcopy(tok)
+    except Exception:  # a tokenizer class that cannot be copied (remote code, native handles): the disk's
+        return None
