@@ -50,6 +50,7 @@ def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None, tokeniz
             "rewards": progress.calls,
             "probes": progress.probes,  # probes that finished before the failure
             "heard": progress.heard,
+            "agent_calls": progress.agent,
         }
     finally:
         os.chdir(here)
@@ -194,6 +195,7 @@ def _step(spec: Spec, progress: Progress, stage: Callable[[str], None], started:
         "updated_tensors": len(updated),
         "frozen_changed": frozen_changed[:10],
         "rewards": copy.deepcopy(progress.calls),  # the step's calls: the rehearsal's resume step calls them again
+        "agent_calls": dict(progress.agent),
         "reward_model_score": logs.get("objective/scores"),
         "peak_host_mb": round(host_peak_mb, 1),
         "global_steps": trainer.state.global_step,
@@ -447,7 +449,7 @@ def _build_grpo_style(trainer_cls, args, tokenizer, spec, progress, stage, liger
     funcs = [_recorded(resolve_reward(name, spec.user_dir), name, calls, call) for name in spec.reward_funcs]
     reward_models = [_aux_model_path(path, spec) for path in spec.reward_models or []]
 
-    kwargs = _agent(trainer_cls, spec)
+    kwargs = _agent(trainer_cls, spec, progress.agent)
     peft_config = _peft_config(spec)
     if peft_config is not None:
         kwargs["peft_config"] = peft_config
@@ -502,15 +504,40 @@ def _liger_refusal(trainer_cls, liger_args, inputs: dict) -> BaseException | Non
     return None
 
 
-def _agent(trainer_cls, spec: Spec) -> dict:
+def _agent(trainer_cls, spec: Spec, calls: dict) -> dict:
     """The script's tools, environment factory and rollout function, the callables it passed (not wrappers: TRL tells
-    an async tool or an environment's methods by what they are), for a trainer whose __init__ takes them."""
+    an async tool or an environment's methods by what they are), for a trainer whose __init__ takes them. The
+    rollout function, which TRL only calls, is counted into `calls`: a release that takes it and never calls it in
+    the job's generation (trl 0.25-0.27 call it only when generating with vLLM) trains without it, silently."""
     import inspect
 
     from trl_doctor.facts.rewards import resolve_callables
 
     takes = inspect.signature(trainer_cls.__init__).parameters
-    return {key: resolve_callables(names, spec.user_dir) for key, names in spec.agent.items() if key in takes}
+    out = {key: resolve_callables(names, spec.user_dir) for key, names in spec.agent.items() if key in takes}
+    if callable(out.get("rollout_func")):
+        calls["rollout_func"] = 0
+        out["rollout_func"] = _counted(out["rollout_func"], "rollout_func", calls)
+    return out
+
+
+def _counted(func, key: str, calls: dict):
+    """`func` with its calls counted into calls[key]; its name, signature and async-ness kept."""
+    import functools
+    import inspect
+
+    if inspect.iscoroutinefunction(func):
+        @functools.wraps(func)
+        async def counted_async(*args, **kwargs):
+            calls[key] += 1
+            return await func(*args, **kwargs)
+        return counted_async
+
+    @functools.wraps(func)
+    def counted(*args, **kwargs):
+        calls[key] += 1
+        return func(*args, **kwargs)
+    return counted
 
 
 def _build_ppo_style(trainer_cls, args, tokenizer, spec, progress, stage):

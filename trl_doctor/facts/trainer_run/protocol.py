@@ -116,6 +116,7 @@ class Progress:
     calls: dict = field(default_factory=dict)
     probes: dict = field(default_factory=dict)
     heard: list = field(default_factory=list)  # what TRL and its libraries warned (heard.py), as they said it
+    agent: dict = field(default_factory=dict)  # calls of the script's rollout_func during the step: {"rollout_func": n}
 
 
 @dataclass(frozen=True)
