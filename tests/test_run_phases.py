@@ -213,3 +213,35 @@ def test_wandb_without_credentials_stops_trls_own_train_and_run_phases_fails_it(
             last = truth.stderr.strip().splitlines()[-1]
             assert "wandb" in last and "API key" in last.replace("api_key", "API key"), last
             assert found["status"] == "fail" and "report_to wandb: no wandb API key here" in found["message"], found
+
+
+@pytest.mark.slow  # it trains: the default lane's long selection
+def test_an_evaluation_the_local_folder_cannot_feed_stops_trls_own_run_and_run_phases_fails_it(tmp_path):
+    """Ground truth (huggingface/trl#2253's mode): `trl grpo --config` with eval_strategy on a local folder whose one
+    jsonl datasets reads as a lone `train` split stops with KeyError: 'test' after the model has loaded; run-phases
+    fails that recipe (it passed it before: only a saved DatasetDict's splits were read). The twin, whose folder
+    holds train.jsonl and test.jsonl, takes its step, and run-phases passes it."""
+    for twin in (False, True):
+        case = tmp_path / ("twin" if twin else "lone")
+        (case / "data").mkdir(parents=True)
+        names = ["train.jsonl", "test.jsonl"] if twin else ["chat.jsonl"]
+        for name in names:
+            shutil.copy(FIXTURES / "data" / "chat.jsonl", case / "data" / name)
+        shutil.copy(FIXTURES / "run-phases" / "rewards.py", case / "rewards.py")
+        (case / "recipe.yaml").write_text(
+            f"model_name_or_path: {FIXTURES / 'models' / 'qwen2-chat'}\ndataset_name: data\n"
+            "reward_funcs: [rewards.length_reward]\nnum_generations: 4\nper_device_train_batch_size: 4\n"
+            "max_completion_length: 16\noutput_dir: out\neval_strategy: steps\neval_steps: 100\nmax_steps: 1\n"
+            "use_cpu: true\nreport_to: none\n")
+        trl = shutil.which("trl", path=os.path.dirname(sys.executable)) or "trl"
+        truth = subprocess.run([trl, "grpo", "--config", "recipe.yaml"], cwd=case,
+                               capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+                               env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+        _, report = check_here(str(case / "recipe.yaml"), "--select", "run-phases", "--no-smoke")
+        found = result_of(report, "run-phases")
+        if twin:
+            assert truth.returncode == 0, truth.stderr[-2000:]
+            assert found["status"] == "pass", found
+        else:
+            assert truth.returncode != 0 and "KeyError: 'test'" in truth.stderr, truth.stderr[-2000:]
+            assert found["status"] == "fail" and "no 'test' split (it has train)" in found["message"], found

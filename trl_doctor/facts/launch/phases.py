@@ -147,21 +147,33 @@ def evaluation(ctx) -> Phase | None:
 
 def dataset_splits(ctx) -> set[str] | None:
     """The split names of the config's dataset where they can be read here (a local file: one, `train`; a saved
-    DatasetDict: its dataset_dict.json); None otherwise (a hub dataset, read offline only by name)."""
+    DatasetDict: its dataset_dict.json; a folder of data files: the splits `datasets` makes of it, from the files'
+    names or its README's configs, as TRL's scripts' load_dataset(folder) does); None otherwise (a hub dataset, read
+    offline only by name). A folder of one jsonl is one `train` split: `trl grpo` with eval_strategy stopped there
+    with KeyError: 'test' where the doctor had passed it."""
     cfg = ctx.config
     if getattr(cfg, "dataset_file", None) is not None:
         return {"train"}
     folder = getattr(cfg, "dataset_dir", None)
-    if folder is not None:
-        import json
+    if folder is None:
+        return None
+    import json
 
-        index = Path(folder) / "dataset_dict.json"
-        if index.is_file():
-            try:
-                return set(json.loads(index.read_text(encoding="utf-8")).get("splits") or ())
-            except (OSError, ValueError, AttributeError):
-                return None
-    return None
+    index = Path(folder) / "dataset_dict.json"
+    if index.is_file():
+        try:
+            return set(json.loads(index.read_text(encoding="utf-8")).get("splits") or ())
+        except (OSError, ValueError, AttributeError):
+            return None
+    if (Path(folder) / "dataset_info.json").is_file():  # a saved Dataset: the script's load_from_disk gives no splits
+        return None
+    try:
+        from datasets import load_dataset_builder
+
+        files = load_dataset_builder(str(folder), cfg.get("dataset_config")).config.data_files
+    except Exception:  # what datasets cannot read here says nothing about its splits
+        return None
+    return {str(k) for k in files} if files else None
 
 
 def best_model(ctx) -> Phase | None:
