@@ -554,15 +554,18 @@ def main() -> int:
     print(envs, flush=True)
     gpu = torch.cuda.get_device_name(0) if cuda else "none (CPU rehearsal)"
     # the checks first, a few at once (each judges the GPU as its launch will find it: no launch beside it); then
-    # the launches a few at once, each one's peak read for its own processes (NVML per process); those marked
-    # `alone` (a launch that fills the GPU) last, one at a time, while the budget lasts
-    # a launch that fills the GPU is also checked alone: beside the other checks its GPU has less free memory than
-    # its launch will find (an H200 run: the 7B check judged 108.4 GiB free of 139 while four checks ran)
+    # the launches a few at once, each one's peak read for its own processes (NVML per process). Those marked
+    # `alone` (a launch that fills the GPU) are checked and launched last, one at a time, while the budget lasts:
+    # beside other checks the GPU has less free memory than the launch finds (an H200 run: the 7B check judged
+    # 108.4 GiB free of 139 while four checks ran)
+    def check(launch: Launch) -> dict:
+        return check_one(launch, args, work, models, cuda)
+
+    together = [x for x in launches if not x.alone]
     with ThreadPoolExecutor(args.parallel_checks) as pool:
-        shared = dict(zip([x.name for x in launches if not x.alone],
-                          pool.map(lambda x: check_one(x, args, work, models, cuda), [x for x in launches if not x.alone])))
-    alone = {x.name: check_one(x, args, work, models, cuda) for x in launches if x.alone}
-    doctors = [shared.get(x.name) or alone[x.name] for x in launches]
+        checked = dict(zip([x.name for x in together], pool.map(check, together)))
+    checked.update({x.name: check(x) for x in launches if x.alone})
+    doctors = [checked[x.name] for x in launches]
     print(f"checks done at {time.perf_counter() - start:.0f}s", flush=True)
     entries = {}
     for launch, doctor in zip(launches, doctors):

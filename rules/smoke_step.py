@@ -244,8 +244,9 @@ def _judge(result, run_details, ctx, plan=None, sample=None):
         details[f"reward {name}"] = (f"{s['calls']} calls, {s['completions']} completions, mean {mean:.3f}, min {s['min']}, "
                                      f"max {s['max']}, {s['none']} None" if mean is not None else
                                      f"{s['calls']} calls, no numeric scores")
-    if "rollout_func" in (result.get("agent_calls") or {}):
-        details["rollout_func"] = f"called {result['agent_calls']['rollout_func']} times in the step"
+    rollouts = (result.get("agent_calls") or {}).get("rollout_func")  # None: the script passed no rollout_func
+    if rollouts is not None:
+        details["rollout_func"] = f"called {rollouts} times in the step"
     if result.get("reward_model_score") is not None:
         details["reward model mean score"] = result["reward_model_score"]
     problems = []
@@ -272,7 +273,7 @@ def _judge(result, run_details, ctx, plan=None, sample=None):
             problems.append(f"reward function {name} was never called")
         elif s["nonfinite"]:
             problems.append(f"reward function {name} returned {s['nonfinite']} non-finite scores (NaN or inf)")
-    if (result.get("agent_calls") or {}).get("rollout_func") == 0 and result["global_steps"] >= 1:
+    if rollouts == 0 and result["global_steps"] >= 1:
         vllm = "with vLLM" if ctx.config.get("use_vllm") else "with transformers (use_vllm is off)"
         problems.append(f"the script's rollout_func was never called: trl {ctx.version('trl')} generated the step's "
                         f"completions itself, {vllm}, so the job trains on the model's own samples and its rollout "

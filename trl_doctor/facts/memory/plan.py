@@ -341,9 +341,10 @@ def prompt_tokens(ctx, cap) -> tuple[int, str | None]:
     `max_prompt_length`, 21% over the measured peak.)"""
     from trl_doctor.errors import InputError, Unavailable
     from trl_doctor.facts.inputs.chat import prompt_lengths
+    from trl_doctor.vocabulary import OTHER_TRAINER
 
     measured: dict = {}
-    if ctx.trainer in ("grpo", "rloo", "ppo", "async_grpo"):  # TRL's own renderings (another trainer's: unknown)
+    if ctx.trainer != OTHER_TRAINER:  # TRL's own renderings (another trainer's: unknown)
         try:  # the estimate never stops a check for its own sake: a dataset or tokenizer it cannot read leaves the cap
             measured = prompt_lengths(ctx)
         except (InputError, Unavailable, ImportError, OSError, ValueError, AttributeError):
