@@ -25,7 +25,7 @@ TRL = Version(version("trl"))
 IGNORES = Version("0.25") <= TRL < Version("0.28")  # takes rollout_func, calls it only with vLLM
 
 pytestmark = [pytest.mark.skipif(TRL < Version("0.25"), reason=f"trl {TRL}'s GRPOTrainer takes no rollout_func"),
-              pytest.mark.slow]
+              pytest.mark.boundary]  # a launch and the script's own run: CI's boundary step, every submission
 
 
 def _real_run(tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[str]]:

@@ -215,7 +215,7 @@ def test_wandb_without_credentials_stops_trls_own_train_and_run_phases_fails_it(
             assert found["status"] == "fail" and "report_to wandb: no wandb API key here" in found["message"], found
 
 
-@pytest.mark.slow  # it trains: the default lane's long selection
+@pytest.mark.boundary  # TRL's own CLI run as ground truth: CI's boundary step, every submission
 def test_an_evaluation_the_local_folder_cannot_feed_stops_trls_own_run_and_run_phases_fails_it(tmp_path):
     """Ground truth (huggingface/trl#2253's mode): `trl grpo --config` with eval_strategy on a local folder whose one
     jsonl datasets reads as a lone `train` split stops with KeyError: 'test' after the model has loaded; run-phases
