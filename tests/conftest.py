@@ -457,3 +457,24 @@ def corpus_models() -> Path:
         proc = subprocess.run([sys.executable, str(ROOT / "corpus" / "build.py")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return ROOT / "corpus" / "models"
+
+
+TIMES_ENV = "TRL_DOCTOR_TEST_TIMES"
+_TIMES: dict[str, list] = {}  # node id -> [seconds so far, outcome]
+
+
+def pytest_runtest_logreport(report):
+    """TRL_DOCTOR_TEST_TIMES=FILE appends each test's seconds (set-up, call and tear-down together) to FILE, one
+    tab-separated line: seconds, outcome, the Python installation that ran it (CI's lanes apart), node id. Written by
+    the controlling process only (xdist forwards its workers' reports to it), so each test is one line."""
+    path = os.environ.get(TIMES_ENV)
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    seen = _TIMES.setdefault(report.nodeid, [0.0, "passed"])
+    seen[0] += report.duration
+    if seen[1] == "passed":  # the first phase that did not pass says what became of the test
+        seen[1] = report.outcome
+    if report.when == "teardown":
+        seconds, outcome = _TIMES.pop(report.nodeid)
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(f"{seconds:.2f}\t{outcome}\t{sys.prefix}\t{report.nodeid}\n")
