@@ -60,3 +60,82 @@ def test_a_dropped_recipe_key_is_right_only_when_trainer_config_names_it():
     failing = named + [{"rule": "batch-geometry", "status": "fail", "message": "..."}]
     assert HARNESS._verdict_on_wrongs(truth, failing, 1, ["batch-geometry"], [], []) == "false alarm"
     assert HARNESS._verdict_on_wrongs(truth, failing, 1, ["batch-geometry"], ["batch-geometry"], []) == "right"
+
+
+def _tiny_repository(root):
+    """A repository shaped like this one, as far as the record's key reads it: the shared files and one corpus case."""
+    import subprocess
+
+    for name, text in {"tools/accuracy/truth.py": "# truth\n", "tools/accuracy/hub.py": "# hub\n",
+                       "fixtures/build_fixtures.py": "# models\n", "corpus/build.py": "# corpus models\n",
+                       "corpus/data/prompts.jsonl": '{"prompt": "hi"}\n', "corpus/case/train.py": "print(1)\n",
+                       "corpus/case/case.yaml": "command: [python, train.py]\n"}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
+
+
+def test_a_recorded_truth_is_read_only_while_every_input_and_release_is_unchanged(tmp_path, monkeypatch):
+    """The record's key (tools/accuracy/record.py) changes with the case's script, a shared input (the data, the
+    ground truth's code), its entry and any release installed; not with what a run leaves behind (untracked files)
+    nor with where the repository is (a clone elsewhere computes the same key)."""
+    record = HARNESS._record_module()
+    monkeypatch.setattr(record, "HERE", tmp_path / "records")
+    (tmp_path / "records").mkdir()
+
+    def case_in(root):
+        monkeypatch.setattr(record, "ROOT", root)
+        entry = {"name": "corpus/case", "command": ["python", "train.py"], "note": "words about it"}
+        return HARNESS.Case("corpus/case", "test", ["python", "train.py"], root / "corpus" / "case", {}, entry=entry)
+
+    first = tmp_path / "a"
+    _tiny_repository(first)
+    case = case_in(first)
+    keyed = record.key(case)
+    assert keyed is not None and keyed[1]["trl"] and keyed == record.key(case)
+    (first / "corpus" / "case" / "out").mkdir()  # a run's output_dir, and a stray file: not the case's inputs
+    (first / "corpus" / "case" / "out" / "model.safetensors").write_bytes(b"weights")
+    assert record.key(case) == keyed
+    clone = tmp_path / "b"
+    _tiny_repository(clone)
+    assert record.key(case_in(clone)) == keyed
+
+    truth = {"words": "trains", "error": None, "wrong": [], "changed": ["use_cpu"], "trainer": True}
+    record.save(case, keyed, truth, 12.0)
+    assert record.find(case, record.key(case))["truth"] == truth
+    monkeypatch.setattr(HARNESS, "_record_module", lambda: record)
+    read = HARNESS.recorded_truth(case)
+    assert read is not None and read[0].words == "trains" and read[0].changed == {"use_cpu"}, read
+    monkeypatch.setenv(HARNESS.LIVE_ENV, "1")
+    assert HARNESS.recorded_truth(case) is None
+    monkeypatch.delenv(HARNESS.LIVE_ENV)
+
+    changes = {"the script": lambda: (clone / "corpus/case/train.py").write_text("print(2)\n"),
+               "the data": lambda: (clone / "corpus/data/prompts.jsonl").write_text('{"prompt": "ho"}\n'),
+               "the ground truth's code": lambda: (clone / "tools/accuracy/truth.py").write_text("# truth 2\n")}
+    for what, change in changes.items():
+        _tiny_repository(clone)
+        change()
+        assert record.key(case) != keyed, what
+        assert HARNESS.recorded_truth(case) is None, what
+    _tiny_repository(clone)
+    assert record.key(case) == keyed
+    other = HARNESS.Case("corpus/case", "test", ["python", "train.py", "--seed", "1"], clone / "corpus" / "case", {},
+                         entry={"name": "corpus/case", "command": ["python", "train.py", "--seed", "1"]})
+    assert record.key(other) != keyed  # another command
+    real = record._releases
+    monkeypatch.setattr(record, "_releases", lambda requires: {**real(requires), "trl": "0.0.1"})
+    assert record.key(case) != keyed and HARNESS.recorded_truth(case) is None  # another release
+    # recorded again under the other release: each lane keeps its own record of the case
+    record.save(case, record.key(case), {**truth, "words": "crashes: X"}, 3.0)
+    monkeypatch.setattr(record, "_releases", real)
+    assert HARNESS.recorded_truth(case)[0].words == "trains"
+    assert len(record.load()) == 2
+
+
+def test_without_git_there_is_no_key_and_the_truth_is_run(tmp_path, monkeypatch):
+    record = HARNESS._record_module()
+    monkeypatch.setattr(record, "ROOT", tmp_path)  # no repository here: git ls-files fails
+    case = HARNESS.Case("corpus/case", "test", ["python", "train.py"], tmp_path, {}, entry={})
+    assert record.key(case) is None and record.find(case, None) is None

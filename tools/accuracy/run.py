@@ -9,7 +9,16 @@ installed releases meet:
 3. the comparison: right; a false alarm (a `fail`, an `error` or exit 2 where TRL trains); a wrong cause (exit 2 whose
    line is not TRL's error); a miss (TRL crashes, the doctor passes). A rule `error` is counted on its own too.
 
-`python tools/accuracy/run.py [--write docs/accuracy.md] [--only NAME...]` prints the table and writes it.
+`python tools/accuracy/run.py [--write docs/accuracy.md] [--only NAME...] [--record]` prints the table and writes it.
+
+The ground truth is TRL's behaviour, not the doctor's: for a case whose inputs and releases are unchanged it is the
+same every run, and one CPU step of a real recipe takes minutes (cookbook_grpo_lora's: 16 accumulated micro-batches,
+six minutes on two cores). `--record` keeps each ground truth it runs in tools/accuracy/truths.json under a key: the
+case's entry, the contents of every file it reads from this repository (its command's files and folders, its corpus
+folder, the data, the ground truth's own code and the builders of the models it loads) and the releases installed
+(Python, torch, transformers, TRL and the rest of the stack, and what the case requires). A run whose key matches a
+record takes the truth from it and says so; any change to any of those inputs, or another release, runs TRL again
+(TRL_DOCTOR_ACCURACY_LIVE=1 always does). The doctor's side is run every time.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 STANDIN = ROOT / "fixtures" / "models" / "qwen2-chat"
 TIMEOUT = 600
+RECORD = HERE / "truths.json"  # the recorded ground truths (--record)
+LIVE_ENV = "TRL_DOCTOR_ACCURACY_LIVE"  # set: every ground truth is run, none read from the record
 TRL_REPO_ENV = "TRL_DOCTOR_TRL_REPO"  # a TRL git repository (a clone, or `fetch`'s bare copy) for the examples' cases
 
 
@@ -47,6 +58,7 @@ class Case:
     trl_repo: str | None = None  # a TRL git ref whose examples/ the case runs from (TRL_REPO_ENV names the repository)
     notebook: str | None = None  # a notebook of that ref run as a script: its code cells (ensure_trl_repo writes it)
     imports: tuple[str, ...] = ()  # modules the case's script needs importable (torchvision for a VLM's processor)
+    entry: dict | None = None  # the case's own entry (cases.yaml's, or the corpus case.yaml's), for the record's key
 
 
 # what a rule's fail may be about when the CPU run had to change it: a launch-machine finding, not a false alarm
@@ -68,6 +80,7 @@ class Outcome:
     rule_errors: list[str]
     seconds: float
     changed: set = frozenset()  # what the CPU run changed
+    recorded: str | None = None  # the date of the recorded ground truth read (tools/accuracy/truths.json); None: run
 
 
 def unmet(requires: dict) -> str | None:
@@ -99,7 +112,7 @@ def load_cases(out: Path) -> list[Case]:
         cases.append(Case(entry["name"], entry["source"], command, cwd, entry.get("requires") or {},
                           tuple(str(o) for o in entry.get("options") or ()),
                           hub=_hub(out) if entry.get("hub") else None, trl_repo=ref, notebook=entry.get("notebook"),
-                          imports=tuple(entry.get("imports") or ())))
+                          imports=tuple(entry.get("imports") or ()), entry=entry))
     for path in sorted((ROOT / "corpus").glob("*/case.yaml")):
         entry = yaml.safe_load(path.read_text())
         source = entry.get("source") or {}
@@ -107,7 +120,7 @@ def load_cases(out: Path) -> list[Case]:
                  if isinstance(source, dict) else " ".join(str(source).split())[:200])
         cases.append(Case(f"corpus/{path.parent.name}", cited, [str(a) for a in entry["command"]],
                           path.parent / entry.get("cwd", "."), entry.get("requires") or {},
-                          tuple(str(o) for o in entry.get("options") or ())))
+                          tuple(str(o) for o in entry.get("options") or ()), entry=entry))
     return cases
 
 
@@ -222,6 +235,39 @@ class Truth:
     trainer: bool = True  # whether the script built a trainer (one that ends without building one trains nothing)
 
 
+def _record_module():
+    """tools/accuracy/record.py, loaded from its file as hub.py is."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("accuracy_record", HERE / "record.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def recorded_truth(case: Case) -> tuple[Truth, str] | None:
+    """The case's recorded ground truth under its current key, with the day it was recorded; None where there is no
+    such record (or LIVE_ENV asks for TRL's run)."""
+    if os.environ.get(LIVE_ENV, "") not in ("", "0"):
+        return None
+    record = _record_module()
+    found = record.find(case, record.key(case))
+    if found is None:
+        return None
+    truth = found["truth"]
+    return Truth(truth["words"], truth["error"], list(truth["wrong"]), set(truth["changed"]),
+                 trainer=truth["trainer"]), found["recorded"]
+
+
+def keep_truth(case: Case, truth: Truth, seconds: float) -> None:
+    """Record a ground truth just run (--record), under the case's key."""
+    record = _record_module()
+    keyed = record.key(case)
+    if keyed is not None:
+        record.save(case, keyed, {"words": truth.words, "error": truth.error, "wrong": truth.wrong,
+                                  "changed": sorted(truth.changed), "trainer": truth.trainer}, seconds)
+
+
 def ground_truth(case: Case) -> Truth:
     try:
         proc = subprocess.run([sys.executable, str(HERE / "truth.py"), "--", *case.command], cwd=case.cwd,
@@ -274,7 +320,9 @@ def _same_error(line: str, error: str) -> bool:
     return kind in line and head[:40] in line
 
 
-def judge(case: Case) -> Outcome:
+def judge(case: Case, record: bool = False) -> Outcome:
+    """The case's ground truth (from the record where its key matches; `record`: always run, and recorded) and the
+    doctor's verdict on it."""
     from importlib.metadata import version
 
     ensure_hub(case)
@@ -283,7 +331,10 @@ def judge(case: Case) -> Outcome:
     start = time.monotonic()
     before = set(os.listdir(case.cwd))
     try:
-        truth = ground_truth(case)
+        read = None if record else recorded_truth(case)
+        truth, recorded = read or (ground_truth(case), None)
+        if record:
+            keep_truth(case, truth, time.monotonic() - start)
         code, report, line = doctor(case)
         if code == 2 and "rerun with --load-weights" in line:  # what the line tells its reader to do next
             first = line.removeprefix("trl-doctor: error: ")
@@ -317,7 +368,7 @@ def judge(case: Case) -> Outcome:
     else:
         verdict = "miss"
     return Outcome(case, version("trl"), truth.words, truth.error, said, verdict, errors, time.monotonic() - start,
-                   set(truth.changed))
+                   set(truth.changed), recorded)
 
 
 _DROPPED = re.compile(r"recipe key '([^']+)' is dropped by the script's TrlParser")
@@ -347,7 +398,8 @@ def table(outcomes: list[Outcome]) -> str:
 
     rows = ["| case | trl | ground truth (one CPU step) | trl-doctor | outcome |", "|---|---|---|---|---|"]
     for o in outcomes:
-        rows.append(f"| `{o.case.name}` | {o.release} | {_cell(o.truth)} | {_cell(o.doctor)} | **{o.verdict}** |")
+        truth = o.truth + (f" (recorded {o.recorded})" if o.recorded else "")
+        rows.append(f"| `{o.case.name}` | {o.release} | {_cell(truth)} | {_cell(o.doctor)} | **{o.verdict}** |")
     rows.append("")
     rows.append("CPU changes per case (tools/accuracy/truth.py): " + "; ".join(
         f"`{o.case.name}`: {', '.join(sorted(o.changed - {'*'})) or 'none'}" for o in outcomes))
@@ -355,7 +407,9 @@ def table(outcomes: list[Outcome]) -> str:
     errors = sum(len(o.rule_errors) for o in outcomes)
     head = (f"{len(outcomes)} cases on trl {version('trl')}, transformers {version('transformers')}: "
             f"{counts['right']} right, {counts['false alarm']} false alarms, {counts['wrong cause']} wrong causes, "
-            f"{counts['miss']} misses; {errors} rule errors.")
+            f"{counts['miss']} misses; {errors} rule errors. Ground truths read from tools/accuracy/truths.json (the "
+            f"same inputs and releases as when recorded): {sum(bool(o.recorded) for o in outcomes)}; run: "
+            f"{sum(not o.recorded for o in outcomes)}.")
     sources = [f"- `{o.case.name}`: {o.case.source}" for o in outcomes]
     return "\n".join([head, "", *rows, "", "Sources:", "", *sources, ""])
 
@@ -369,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, help="write the table into this markdown file (between its markers)")
     parser.add_argument("--only", nargs="*", help="case names to run")
+    parser.add_argument("--record", action="store_true",
+                        help="run every ground truth (none read from the record) and record it in "
+                             "tools/accuracy/truths.json under the case's key")
     args = parser.parse_args(argv)
     subprocess.run([sys.executable, str(ROOT / "fixtures" / "build.py")], check=True, capture_output=True)
     subprocess.run([sys.executable, str(ROOT / "corpus" / "build.py")], check=True, capture_output=True)
@@ -382,8 +439,9 @@ def main(argv: list[str] | None = None) -> int:
                 if args.only:
                     print(f"{case.name}: not run: {why}", flush=True)
                 continue
-            outcome = judge(case)
-            print(f"{case.name}: {outcome.verdict} ({outcome.seconds:.0f} s): truth {outcome.truth[:120]}; "
+            outcome = judge(case, record=args.record)
+            read = f" (recorded {outcome.recorded})" if outcome.recorded else ""
+            print(f"{case.name}: {outcome.verdict} ({outcome.seconds:.0f} s): truth{read} {outcome.truth[:120]}; "
                   f"doctor {outcome.doctor[:160]}", flush=True)
             outcomes.append(outcome)
     text = table(outcomes)
