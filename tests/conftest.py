@@ -348,10 +348,6 @@ def pytest_addoption(parser):
     parser.addoption("--all-tests", action="store_true",
                      help="run the slow, sweep, other_trl and boundary tests too, as CI's default lane does (fuzz stays -m "
                           "fuzz)")
-    parser.addoption("--half-a-day", action="store_true",
-                     help="run today's half of the selected tests (by crc32 of each node id; the other half the next "
-                          "day): CI's release lanes, within its 45 minutes (tests/rotation.py: lane_halves); "
-                          "TRL_DOCTOR_ROTATION_ALL=1 runs both")
     parser.addoption("--snapshot-update", action="store_true",
                      help="write the fixture cases' snapshot files that are missing or differ, and delete those of no "
                           "case (tests/case_snapshots.py; also TRL_DOCTOR_SNAPSHOT_UPDATE=1)")
@@ -365,10 +361,9 @@ def _named_on_command_line(config, item) -> bool:
 def pytest_collection_modifyitems(config, items):
     """Tests marked `fuzz` (the whole fuzz suite) run only when asked for: `-m fuzz` (or any -m naming fuzz).
     With no `-m` (and no --all-tests) the long tests (LONG_MARKS) are left out too, except those marked `core`.
-    Tests marked `gpu` are skipped where torch sees no CUDA GPU; the measured-heavy tests outside today's turn
-    (tests/rotation.py: HEAVY) are skipped saying so."""
+    Tests marked `gpu` are skipped where torch sees no CUDA GPU. Nothing is selected by the date: every test of a
+    selection runs every time."""
     _skip_gpu_tests_without_cuda(items)
-    _skip_heavy_tests_out_of_turn(config, items)
     markexpr = config.getoption("markexpr") or ""
     short = not markexpr and not config.getoption("all_tests")
     dropped, kept = [], []
@@ -385,32 +380,6 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
     config._long_left_out = sum(1 for item in dropped if "fuzz" not in {m.name for m in item.iter_markers()})
-    if config.getoption("half_a_day"):
-        _keep_todays_half(config, items)
-
-
-def _keep_todays_half(config, items) -> None:
-    from rotation import HEAVY, lane_halves
-
-    # a test that takes turns already (HEAVY, or marked `rotates`: one of its cases a day) is left to its own rotation:
-    # split again it would run on the days both agree on, or never
-    split = [item for item in items if item.nodeid not in HEAVY.members and item.get_closest_marker("rotates") is None]
-    halves = lane_halves(item.nodeid for item in split)
-    other = [item for item in split if not halves.runs(item.nodeid) and not _named_on_command_line(config, item)]
-    if other:
-        config.hook.pytest_deselected(items=other)
-        left_out = set(other)
-        items[:] = [item for item in items if item not in left_out]
-    config._other_half = len(other)
-
-
-def _skip_heavy_tests_out_of_turn(config, items) -> None:
-    from rotation import HEAVY
-
-    for item in items:
-        why = HEAVY.why_not(item.nodeid)
-        if why and not _named_on_command_line(config, item):
-            item.add_marker(pytest.mark.skip(reason=why))
 
 
 def _skip_gpu_tests_without_cuda(items) -> None:
@@ -425,10 +394,6 @@ def _skip_gpu_tests_without_cuda(items) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if config.getoption("half_a_day"):  # under xdist the workers collect: the count is theirs
-        count = f" ({config._other_half} tests)" if getattr(config, "_other_half", 0) else ""
-        terminalreporter.write_line(f"--half-a-day: the other half of this selection{count} runs the next day "
-                                    "(TRL_DOCTOR_ROTATION_ALL=1 runs both)")
     left = getattr(config, "_long_left_out", 0)
     if left:
         terminalreporter.write_line(f"{left} long tests (marked slow, sweep, other_trl or boundary) were left out: "

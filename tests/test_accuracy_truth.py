@@ -15,6 +15,7 @@ import pytest
 TRUTH = Path(__file__).resolve().parent.parent / "tools" / "accuracy" / "truth.py"
 
 
+@pytest.mark.slow  # seconds long (a trainer run or a process of its own): CI's long selection
 def test_a_model_moved_to_cuda_by_hand_stays_on_the_cpu(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
@@ -35,6 +36,7 @@ def test_a_model_moved_to_cuda_by_hand_stays_on_the_cpu(tmp_path):
     assert "truth: changed device='cuda' -> 'cpu' (Linear.cuda: no CUDA)" in proc.stderr
 
 
+@pytest.mark.slow  # seconds long (a trainer run or a process of its own): CI's long selection
 def test_a_recipe_key_the_scripts_trlparser_drops_is_shown(tmp_path):
     """trl before 0.19 drops a `--config` key no dataclass of the parser has, and the job trains without it: the
     ground truth says so (`truth: wrong:`), so a doctor that stays silent on it is a miss. From 0.19 the parser stops

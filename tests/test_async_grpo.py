@@ -77,6 +77,7 @@ def test_a_lambda_reward_fails_where_trls_rollout_worker_would_pickle_it():
     assert setup["location"]["line"] == _line_of("reward = (lambda completions")
 
 
+@pytest.mark.slow  # seconds long (a trainer run or a process of its own): CI's long selection
 def test_trls_own_refusal_of_a_lora_on_lm_head_is_a_finding_with_its_words():
     """AsyncGRPOTrainer.__init__ refuses a LoRA on lm_head before transformers' constructor. The doctor reports TRL's
     words as async-grpo-setup's fail (not an exit 2); the script itself, run for real on this CPU, raises the same."""

@@ -73,6 +73,7 @@ def test_a_helper_module_of_the_scripts_folder_is_the_users_line(tmp_path):
     assert line.endswith(f"FileNotFoundError: no dataset at data/missing.jsonl (at {tmp_path / 'helper.py'}:2)"), line
 
 
+@pytest.mark.boundary  # a process of its own, seconds long: CI's boundary step
 def test_a_copy_of_the_installed_transformers_on_pythonpath_is_a_library(tmp_path):
     """The case the issue saw: a transformers found through PYTHONPATH (a copy of the installed package, as a project
     that patches transformers puts it there) raised the error; the line named its frame as the user's."""
@@ -93,6 +94,7 @@ def test_a_copy_of_the_installed_transformers_on_pythonpath_is_a_library(tmp_pat
     assert f"(at {project / 'train.py'}:3, raised in transformers at {copy / 'transformers'}{os.sep}" in line, line
 
 
+@pytest.mark.boundary  # a process of its own, seconds long: CI's boundary step
 def test_a_copy_of_an_installed_package_put_on_pythonpath_inside_the_project_is_a_library(tmp_path):
     """A project that vendors a patched transformers in its own repository (`PYTHONPATH=vendor`): the copy shadows an
     installed library, so its frame is the library's, and the user's line is the script's."""

@@ -4,7 +4,7 @@ to run it on a CPU without the hub), against the framework's own one-step CPU ru
 
 These run only where the framework is installed: the CI's frameworks lane (.ci/run: one environment per framework,
 at the release its PyPI metadata pins TRL to); elsewhere each test skips, saying so. The framework's own run (the
-ground truth, 15-30 s a case) takes one case a day in rotation, every case with TRL_DOCTOR_FRAMEWORKS_ALL=1.
+ground truth, 15-30 s a case) runs for every case on every submission.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, result_of, trl_doctor_exe
-from rotation import Rotation
 
 CASES = FIXTURES / "frameworks"
 ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "CUDA_VISIBLE_DEVICES": "", "DO_NOT_TRACK": "1",
@@ -65,7 +64,6 @@ TABLE: tuple[Case, ...] = (
     ("llamafactory", "ppo_no_reward_model", ("llamafactory-cli", "train", "config.yaml"), 2, frozenset(), 1,
      "`reward_model` is necessary for PPO training."),
 )
-GROUND_TRUTH = Rotation.of("frameworks' own runs", [f"{fw}/{case}" for fw, case, *_ in TABLE], "TRL_DOCTOR_FRAMEWORKS_ALL")
 
 
 def _installed(framework: str) -> str | None:
@@ -149,15 +147,12 @@ def test_the_doctor_judges_the_documented_example_as_the_framework_runs_it(tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.rotates  # GROUND_TRUTH
 @pytest.mark.parametrize("framework, case, command, status, fails, truth_status, truth_words", TABLE, ids=_ids(TABLE))
 def test_the_framework_itself_agrees(tmp_path, framework, case, command, status, fails, truth_status, truth_words):
     """The ground truth: the framework's own documented command, one step on this CPU."""
     why = _installed(framework)
     if why:
         pytest.skip(why)
-    name = f"{framework}/{case}"
-    GROUND_TRUTH.skip_unless_today(name)
     folder = _case_tree(framework, case, tmp_path)
     proc = subprocess.run(list(command), cwd=folder, env=_env(), capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr

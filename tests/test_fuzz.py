@@ -7,8 +7,8 @@ the real `trl-doctor check` command in a process of its own. For every one:
 - no input file changed (hashes before and after), no process of the check outlives it (in its session, or anywhere
   with the case's tag in its environment: `setsid`, double forks), and the check's TMPDIR is empty again.
 
-A seeded sample of 24 runs in the default test run; the rest is marked `fuzz` (`pytest -m fuzz`), of which a third
-runs a day, in turn (each case every third day: CI's budget; TRL_DOCTOR_FUZZ_ALL=1 runs every case)."""
+A seeded sample of 24 runs in the default test run; the rest is marked `fuzz` (`pytest -m fuzz`: CI runs every case on
+every submission)."""
 
 from __future__ import annotations
 
@@ -23,22 +23,12 @@ import pytest
 
 import badinputs
 from conftest import trl_doctor_exe
-from rotation import Rotation
 
 pytestmark = pytest.mark.release_free  # the doctor's own code: no release changes the outcome
 
 LIMIT_S = 240  # a case that takes longer than this hung
 ALL = badinputs.cases()
 FAST = badinputs.sample(seed=13, n=24)
-
-
-# a stable third of the cases (crc32 of the name) a day, in turn
-THIRDS = Rotation.by_hash("fuzz cases", [n for n in ALL if n not in FAST], 3, "TRL_DOCTOR_FUZZ_ALL")
-
-
-def todays_third(name: str) -> bool:
-    """Whether the fuzz case `name` runs today (every case with TRL_DOCTOR_FUZZ_ALL=1)."""
-    return THIRDS.runs(name)
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
@@ -127,21 +117,9 @@ def test_bad_input_fast(built_fixtures, tmp_path, name):
 
 
 @pytest.mark.fuzz
-@pytest.mark.parametrize("name", [n for n in ALL if n not in FAST and todays_third(n)])
+@pytest.mark.parametrize("name", [n for n in ALL if n not in FAST])
 def test_bad_input(built_fixtures, tmp_path, name):
     run_case(name, tmp_path)
-
-
-def test_the_three_thirds_take_turns_and_cover_every_case(monkeypatch):
-    rest = [n for n in ALL if n not in FAST]
-    monkeypatch.delenv("TRL_DOCTOR_FUZZ_ALL", raising=False)
-    monkeypatch.delenv("TRL_DOCTOR_ROTATION_ALL", raising=False)
-    today = {n for n in rest if todays_third(n)}
-    assert 0.2 * len(rest) < len(today) < 0.45 * len(rest), (len(today), len(rest))
-    assert today == THIRDS.today() and THIRDS.members == set(rest)
-    assert all(a.isdisjoint(b) for i, a in enumerate(THIRDS.turns) for b in THIRDS.turns[i + 1:])
-    monkeypatch.setenv("TRL_DOCTOR_FUZZ_ALL", "1")
-    assert all(todays_third(n) for n in rest)
 
 
 def test_the_suite_covers_every_class():

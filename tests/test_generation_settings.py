@@ -132,6 +132,7 @@ def _trl_release(release: str) -> dict:
 
 @pytest.mark.skipif(Version(version("transformers")) < Version("4.55"), reason="trl 0.21 and 0.22 need transformers>=4.55")
 @pytest.mark.parametrize("release, status", [("0.21.0", "warn"), ("0.22.0", "pass")])
+@pytest.mark.other_trl  # seconds long (a trainer run or a process of its own): CI's long selection
 def test_checkpointed_generation_by_release(built_fixtures, release, status):
     """trl 0.21 generates with checkpointing on (no KV cache); 0.22 turns it off in unwrap_model_for_generation."""
     proc = run_doctor("check", str(HERE / "bad_checkpointing_generation_without_cache.yaml"), "--select",

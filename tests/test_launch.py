@@ -430,6 +430,7 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
                               timeout=600)
 
 
+@pytest.mark.slow  # seconds long (a trainer run or a process of its own): CI's long selection
 def test_doctor_callback_stops_the_job_before_step_one():
     proc = run_script("grpo_with_callback.py", "--bad")
     assert proc.returncode == 3, proc.stdout + proc.stderr

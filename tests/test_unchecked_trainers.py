@@ -125,6 +125,7 @@ def test_a_tokenizer_without_pad_fails_for_any_trainer_whose_collator_pads_with_
     assert pad["fix"]["description"].startswith("set pad_token to '<|endoftext|>' (id 0), the eos token")
 
 
+@pytest.mark.slow  # seconds long (a trainer run or a process of its own): CI's long selection
 def test_a_trainer_given_a_pad_token_passes_and_trains():
     truth = _run_for_real("trainer_nopad.py", "--pad")
     assert truth.returncode == 0, truth.stderr[-2000:]

@@ -19,7 +19,6 @@ import sys
 import pytest
 
 from conftest import FIXTURES, trl_doctor_exe, with_net_audit
-from rotation import Rotation, balanced
 
 pytestmark = [pytest.mark.slow, pytest.mark.trl_pair]
 
@@ -115,7 +114,6 @@ def test_the_defaults_are_what_the_issue_says():
         assert defaults(kind)["logging_steps"] == 10 and defaults(kind)["save_steps"] == 500
 
 
-@pytest.mark.rotates  # INDUCED, HEALTHY
 @needs
 @pytest.mark.parametrize("name, rule, every", [
     ("zero_advantage", "zero-advantage", True),  # a constant reward from step 1
@@ -128,7 +126,6 @@ def test_an_induced_failure_is_flagged_by_step_20_inside_the_job_and_from_each_s
     """Each store's follower is started first, on a store that does not exist yet; the job then trains with
     DoctorCallback(watch=True), logging to TensorBoard and trackio (and wandb and MLflow: `every`), no checkpoint for
     500 steps. All flag the failure at the second log, step 20; the callback stops the job there."""
-    INDUCED.skip_unless_today(name)
     where, said, seen, codes = followed_job(tmp_path, name, trackers(every))
     for tracker, (stdout, stderr) in seen.items():
         outside = re.match(r"step (\d+): TW\d+ [a-z-]+ (warn|fail)", stderr)
@@ -148,34 +145,9 @@ def test_an_induced_failure_is_flagged_by_step_20_inside_the_job_and_from_each_s
     assert "trl-doctor watch: stopping the job at step" in said
 
 
-# The induced failures at the defaults (10-100 s each) take turns too: three turns balanced by their seconds, each
-# failure every third day (CI's 45 minutes); the watch rules each one exercises are judged on every run on recorded
-# logs (tests/test_watch_runs.py, the fixture cases). TRL_DOCTOR_WATCH_ALL=1 runs all of them.
-# Seconds on 2026-11-26/27 (CI's default lane; never_terminating and rloo_zero_advantage measured beside the release
-# lanes' installs, so divided by the 1.5 those slow a test down; ppo_lr_zero taken as ppo_constant_reward's)
-INDUCED_SECONDS = {"never_terminating": 65, "rloo_zero_advantage": 45, "zero_advantage": 44, "diverging": 37.5,
-                   "lr_zero": 25, "ppo_constant_reward": 20, "ppo_lr_zero": 20, "ppo_diverging": 16.3,
-                   "ppo_never_terminating": 12.5}
-INDUCED = Rotation("induced failures at the defaults", balanced(INDUCED_SECONDS, 3), "TRL_DOCTOR_WATCH_ALL")
-
-
-def test_the_induced_turns_cover_every_induced_failure():
-    grpo = {"zero_advantage", "never_terminating", "lr_zero", "diverging", "rloo_zero_advantage"}
-    assert all(a.isdisjoint(b) for i, a in enumerate(INDUCED.turns) for b in INDUCED.turns[i + 1:])
-    assert INDUCED.members == grpo | set(PPO_FAILURES)
-
-
-# The 200-step healthy runs (one to two minutes each on two cores) take turns, one a day (CI's 45 minutes); the
-# recorded healthy runs of each trainer are judged on every run by the fixture cases (fixtures/*/ok_*healthy*.json,
-# the real 200-step PPO run among them). TRL_DOCTOR_WATCH_ALL=1 runs all three.
-HEALTHY = Rotation.of("200-step healthy runs", ("healthy", "rloo_healthy", "ppo_healthy"), "TRL_DOCTOR_WATCH_ALL")
-
-
-@pytest.mark.rotates  # INDUCED, HEALTHY
 @needs
 @pytest.mark.parametrize("name, every", [("healthy", True), ("rloo_healthy", False)])
 def test_a_healthy_run_is_never_flagged_over_200_steps_inside_and_from_each_store(tmp_path, name, every):
-    HEALTHY.skip_unless_today(name)
     where, env = stores(tmp_path, trackers(every))
     proc = job(name, tmp_path / "out", 200, env)
     _, said = proc.communicate(timeout=900)
@@ -211,12 +183,10 @@ needs_tensorboard = pytest.mark.skipif(not _tensorboard(), reason="the jobs writ
                                        "installed: pip install 'trl-doctor[watch]')")
 
 
-@pytest.mark.rotates  # INDUCED, HEALTHY
 @needs_tensorboard
 @pytest.mark.other_trl
 @pytest.mark.parametrize("name", list(PPO_FAILURES))
 def test_a_ppo_failure_is_flagged_by_step_20_inside_the_job_and_from_each_store(tmp_path, trl_112, name):
-    INDUCED.skip_unless_today(name)
     rule, every = PPO_FAILURES[name]
     where, said, seen, _ = followed_job(tmp_path, name, trackers(every), trl_112)
     stopped = json.loads((tmp_path / "out" / "job.json").read_text())
@@ -232,13 +202,11 @@ def test_a_ppo_failure_is_flagged_by_step_20_inside_the_job_and_from_each_store(
         assert stopped["global_step"] <= 20 and "trl-doctor watch stopped the job at step" in said, said[-3000:]
 
 
-@pytest.mark.rotates  # INDUCED, HEALTHY
 @needs_tensorboard
 @pytest.mark.other_trl
 def test_a_healthy_ppo_run_is_never_flagged_over_200_steps_inside_and_from_each_store(tmp_path, trl_112):
     """Its objective/kl, the k1 estimate over a batch of 4, is below 0 in about 4 logs of 10 (kl-blowup once warned at
     step 198 on 3 logs in a row)."""
-    HEALTHY.skip_unless_today("ppo_healthy")
     where, env = stores(tmp_path, trackers(False))  # TensorBoard and trackio: the failures' cases read all four
     proc = job("ppo_healthy", tmp_path / "out", 200, {**env, **trl_112})
     _, said = proc.communicate(timeout=900)

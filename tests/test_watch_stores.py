@@ -124,6 +124,7 @@ def test_the_runs_rows_are_the_jobs_logs_and_nothing_else(stores, tracker):
     assert history.args["run_name"] == "bad" and history.steps_per_log() == 10
 
 
+@pytest.mark.slow  # seconds long (a trainer run or a process of its own): CI's long selection
 def test_the_profiling_rows_are_in_the_store(stores):
     """What the reader leaves out is really there: TRL's ProfilingContext wrote its timings as trackio rows."""
     import sqlite3
