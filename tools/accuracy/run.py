@@ -263,9 +263,15 @@ def keep_truth(case: Case, truth: Truth, seconds: float) -> None:
     """Record a ground truth just run (--record), under the case's key."""
     record = _record_module()
     keyed = record.key(case)
+    here = str(ROOT) + "/"  # the repository's paths in TRL's words, as any clone reads them
+
+    def words(text):
+        return text.replace(here, "") if isinstance(text, str) else text
+
     if keyed is not None:
-        record.save(case, keyed, {"words": truth.words, "error": truth.error, "wrong": truth.wrong,
-                                  "changed": sorted(truth.changed), "trainer": truth.trainer}, seconds)
+        record.save(case, keyed, {"words": words(truth.words), "error": words(truth.error),
+                                  "wrong": [words(w) for w in truth.wrong], "changed": sorted(truth.changed),
+                                  "trainer": truth.trainer}, seconds)
 
 
 def ground_truth(case: Case) -> Truth:
