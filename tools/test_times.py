@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = read(args.log)
     by_lane: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     by_file: dict[tuple[str, str], float] = defaultdict(float)
-    for seconds, outcome, lane, node in rows:
+    for seconds, _outcome, lane, node in rows:
         by_lane[lane][0] += seconds
         by_lane[lane][1] += 1
         by_file[(lane, node.split("::")[0])] += seconds
