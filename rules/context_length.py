@@ -68,9 +68,11 @@ def check(ctx):
     if not facts["column"]:
         yield skip("the dataset has no `prompt` column to measure (see dataset-schema)")
         return
+    if facts["max"] is None and facts.get("not_run"):
+        yield skip(f"the prompts are rendered with the chat template, and {facts['not_run']}")
+        return
     if facts["max"] is None:
-        yield skip(f"none of the {facts['measured']} measured has a prompt that renders (see chat-template and "
-                   "dataset-schema)")
+        yield skip(f"not one prompt renders ({facts['measured']} measured; see chat-template and dataset-schema)")
         return
     s = settings(ctx)
     trl = ctx.version("trl") or "not installed"

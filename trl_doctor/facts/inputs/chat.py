@@ -291,7 +291,8 @@ def prompt_lengths(ctx) -> dict[str, Any]:
     over the dataset, measured once per run and shared (context-length, chat-template, logits-contract).
 
     {"total", "indices", "formats", "texts", "lengths", "heads" (first 2 ids), "errors" {row: message},
-     "max", "p99", "longest_row", "measured", "column"}; "column" False when there is no `prompt` column."""
+     "max", "p99", "longest_row", "measured", "column"}; "column" False when there is no `prompt` column; "not_run":
+    why the chat template was not run here (it ended or overran an earlier worker of the check, whose rule said so)."""
     ds = ctx.dataset
     tok = ctx.tokenizer
     total = len(ds)
@@ -307,8 +308,9 @@ def prompt_lengths(ctx) -> dict[str, Any]:
     formats: list[str] = []
     try:
         fence = template_fence(tok, f"rendering {len(indices)} dataset prompts")
-    except _fence.UserCodeFailed:
-        fence = contextlib.nullcontext()  # each render raises it: the rows' errors say why
+    except _fence.UserCodeFailed as exc:  # each render raises it: the rows' errors say why, "not_run" says it once
+        fence = contextlib.nullcontext()
+        out["not_run"] = str(exc)
     with fence:
         _render_rows(tok, how, indices, prompts, texts, formats, out["errors"])
     lengths: list[int | None] = [None] * len(texts)
