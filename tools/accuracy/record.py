@@ -109,17 +109,14 @@ def save(case, keyed: tuple[str, dict], truth: dict, seconds: float) -> None:
     """Keep `truth` for `case` under `keyed`: it replaces the case's record for the same releases (a case is recorded
     once per lane: each lane's releases give it another key), and the file is replaced whole, never half-written."""
     import datetime
-    import os
-    import tempfile
+
+    from trl_doctor.watch import write_atomic
 
     key_, releases = keyed
     records = [r for r in load() if not (r["case"] == case.name and r["releases"] == releases)]
     records.append({"case": case.name, "key": key_, "releases": releases, "truth": truth,
                     "seconds": round(seconds, 1), "recorded": datetime.date.today().isoformat()})
     records.sort(key=lambda r: (r["case"], json.dumps(r["releases"], sort_keys=True)))
-    text = json.dumps({"what": "the accuracy harness's recorded ground truths: tools/accuracy/record.py",
-                       "records": records}, indent=1, sort_keys=True) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=HERE, prefix=".truths-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-    os.replace(tmp, HERE / "truths.json")
+    write_atomic(HERE / "truths.json", json.dumps({"what": "the accuracy harness's recorded ground truths: "
+                                                   "tools/accuracy/record.py", "records": records},
+                                                  indent=1, sort_keys=True) + "\n")

@@ -24,6 +24,7 @@ record takes the truth from it and says so; any change to any of those inputs, o
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -234,8 +235,9 @@ class Truth:
     trainer: bool = True  # whether the script built a trainer (one that ends without building one trains nothing)
 
 
+@functools.lru_cache(maxsize=None)
 def _record_module():
-    """tools/accuracy/record.py, loaded from its file as hub.py is."""
+    """tools/accuracy/record.py, loaded from its file as hub.py is (once)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("accuracy_record", HERE / "record.py")
