@@ -38,6 +38,19 @@ def _default_signals() -> None:
 _default_signals()
 
 
+def _one_thread_per_process() -> None:
+    """Every process of the test session computes on one thread (OMP_NUM_THREADS=1, unless the caller set it),
+    set here, before anything loads torch: OpenMP reads it when the library loads. xdist runs one worker per core, and
+    each worker's trainer jobs (the watch's 200-step runs, TRL's and the frameworks' own runs) would otherwise start
+    a thread per core: on 2 cores, two healthy 200-step runs side by side took 163 s (5 min of CPU, OpenMP's idle
+    threads spinning between the tiny models' ops) and 51 s at one thread each. The doctor's twin steps at one
+    thread already (trl_doctor/facts/trainer_run/execute.py); a test of thread counts sets its own."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+_one_thread_per_process()
+
+
 @pytest.fixture(autouse=True)
 def _no_leaked_import_time_environment():
     """What a test's in-process job sets in os.environ (a library's `KMP_DUPLICATE_LIB_OK=True` while a trainer
