@@ -139,3 +139,46 @@ def test_without_git_there_is_no_key_and_the_truth_is_run(tmp_path, monkeypatch)
     monkeypatch.setattr(record, "ROOT", tmp_path)  # no repository here: git ls-files fails
     case = HARNESS.Case("corpus/case", "test", ["python", "train.py"], tmp_path, {}, entry={})
     assert record.key(case) is None and record.find(case, None) is None
+
+
+def test_what_a_case_reads_beside_its_command_enters_the_key_and_side_by_side_records_are_all_kept(tmp_path,
+                                                                                                    monkeypatch):
+    """A framework's own run (tests/test_frameworks.py) reads its case's folder (config and reward modules) and the
+    shared data, which its command does not name: `reads` puts them in the key. Two processes recording at once
+    (xdist's workers) keep every record: the file is read, changed and replaced under a lock."""
+    import multiprocessing
+    from types import SimpleNamespace
+
+    record = HARNESS._record_module()
+    monkeypatch.setattr(record, "HERE", tmp_path / "records")
+    (tmp_path / "records").mkdir()
+    root = tmp_path / "repo"
+    _tiny_repository(root)
+    monkeypatch.setattr(record, "ROOT", root)
+    for name in ("fixtures/frameworks/fw/case/config.yaml", "fixtures/frameworks/fw/case/rewards.py",
+                 "fixtures/frameworks/data/train.jsonl"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("v1\n")
+    case = SimpleNamespace(name="frameworks/fw/case", command=["fw", "train", "config.yaml"],
+                           cwd=root / "fixtures/frameworks/fw/case", requires={}, entry={"command": ["fw"]},
+                           reads=("fixtures/frameworks/fw/case", "fixtures/frameworks/data"))
+    import subprocess
+
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
+    keyed = record.key(case)
+    for name in ("fixtures/frameworks/fw/case/rewards.py", "fixtures/frameworks/data/train.jsonl"):
+        (root / name).write_text("v2\n")
+        assert record.key(case) != keyed, name
+        (root / name).write_text("v1\n")
+    assert record.key(case) == keyed
+
+    def save_many(which):
+        for i in range(15):
+            record.save(SimpleNamespace(name=f"{which}-{i}"), keyed, {"returncode": 0}, 1.0)
+
+    workers = [multiprocessing.get_context("fork").Process(target=save_many, args=(w,)) for w in "ab"]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert sorted(r["case"] for r in record.load()) == sorted(f"{w}-{i}" for w in "ab" for i in range(15))

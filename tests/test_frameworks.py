@@ -4,7 +4,11 @@ to run it on a CPU without the hub), against the framework's own one-step CPU ru
 
 These run only where the framework is installed: the CI's frameworks lane (.ci/run: one environment per framework,
 at the release its PyPI metadata pins TRL to); elsewhere each test skips, saying so. The framework's own run (the
-ground truth, 15-30 s a case) runs for every case on every submission.
+ground truth, 15-30 s a case) is the framework's behaviour, the same for the same inputs and releases: it is read
+from tools/accuracy/truths.json where the case's key matches (tools/accuracy/record.py: the case's folder, the shared
+data, the models' builder, the command, the environment and the releases installed), and run wherever anything of it
+changed. TRL_DOCTOR_ACCURACY_LIVE=1 runs every one; TRL_DOCTOR_TRUTHS_RECORD=1 runs every one and records it. The
+doctor's side runs every time.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, result_of, trl_doctor_exe
+from conftest import FIXTURES, ROOT, result_of, trl_doctor_exe
 
 CASES = FIXTURES / "frameworks"
 ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "CUDA_VISIBLE_DEVICES": "", "DO_NOT_TRACK": "1",
@@ -146,18 +152,73 @@ def test_the_doctor_judges_the_documented_example_as_the_framework_runs_it(tmp_p
         assert "site-packages" not in json.dumps(geometry.get("fix")), geometry.get("fix")
 
 
+DISTRIBUTIONS = {"axolotl": "axolotl", "oumi": "oumi", "swift": "ms-swift", "llamafactory": "llamafactory"}
+RECORD_ENV = "TRL_DOCTOR_TRUTHS_RECORD"  # set: every framework's own run is run and recorded
+LIVE_ENV = "TRL_DOCTOR_ACCURACY_LIVE"  # set: every ground truth is run, none read from the record
+
+
+@dataclass
+class Truth:
+    """A framework's own run of a case, as tools/accuracy/record.py keys it: what the run reads from this repository
+    (`reads`: the case's folder, its config and modules, and the shared data; the models' builder always) and what it
+    is given (`entry`: its command and environment; `requires`: the framework, whose release enters the key)."""
+    name: str
+    command: list
+    cwd: Path
+    requires: dict
+    entry: dict = field(default_factory=dict)
+    reads: tuple = ()
+
+
+def _record():
+    spec = importlib.util.spec_from_file_location("accuracy_record", ROOT / "tools" / "accuracy" / "record.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _framework_run(framework: str, case: str, command: tuple, tmp_path: Path) -> tuple[dict, str | None]:
+    """The framework's own one-step run of the case: ({"returncode", "out", "files"}, the day it was recorded, or
+    None where it ran now). `out` is its output's last 4,000 characters and every line under 500 characters;
+    `files` what it wrote (names relative to the case's folder)."""
+    record = _record()
+    where = CASES.relative_to(ROOT)
+    truth_case = Truth(f"frameworks/{framework}/{case}", list(command), CASES / framework / case,
+                       {DISTRIBUTIONS[framework]: ""}, {"command": list(command), "env": ENV},
+                       (str(where / framework / case), str(where / "data")))
+    keyed = record.key(truth_case)
+    recording = os.environ.get(RECORD_ENV, "") not in ("", "0")
+    if not recording and os.environ.get(LIVE_ENV, "") in ("", "0"):
+        found = record.find(truth_case, keyed)
+        if found is not None:
+            return found["truth"], found["recorded"]
+    folder = _case_tree(framework, case, tmp_path)
+    started = time.monotonic()
+    proc = subprocess.run(list(command), cwd=folder, env=_env(), capture_output=True, text=True, timeout=900)
+    out = (proc.stdout + proc.stderr).replace(str(tmp_path), "<tmp>")  # the record says no test's folder
+    kept = [line for line in out.splitlines() if len(line) < 500]
+    written = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_symlink())
+    truth = {"returncode": proc.returncode, "out": out[-4000:], "lines": kept, "files": written[:500]}
+    if recording and keyed is not None:
+        record.save(truth_case, keyed, {k: truth[k] for k in ("returncode", "out", "files")} |
+                    {"lines": [line for line in kept if any(w in line for w in _WORDS)]}, time.monotonic() - started)
+    return truth, None
+
+
+_WORDS = tuple({row[6] for row in TABLE})  # what each case's ground truth is known by (the record keeps those lines)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("framework, case, command, status, fails, truth_status, truth_words", TABLE, ids=_ids(TABLE))
 def test_the_framework_itself_agrees(tmp_path, framework, case, command, status, fails, truth_status, truth_words):
-    """The ground truth: the framework's own documented command, one step on this CPU."""
+    """The ground truth: the framework's own documented command, one step on this CPU (or its record)."""
     why = _installed(framework)
     if why:
         pytest.skip(why)
-    folder = _case_tree(framework, case, tmp_path)
-    proc = subprocess.run(list(command), cwd=folder, env=_env(), capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
-    assert (proc.returncode != 0) == (truth_status != 0), out[-3000:]
-    assert truth_words in out or any(truth_words in p.name for p in folder.rglob("*")), out[-3000:]
+    truth, recorded = _framework_run(framework, case, command, tmp_path)
+    said = truth["out"] + "\n" + "\n".join(truth["lines"])
+    assert (truth["returncode"] != 0) == (truth_status != 0), (recorded, said[-3000:])
+    assert truth_words in said or any(truth_words in Path(f).name for f in truth["files"]), (recorded, said[-3000:])
     assert (status != 0) == (truth_status != 0)  # the doctor's verdict (above) is the framework's own
 
 

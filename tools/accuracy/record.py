@@ -1,6 +1,7 @@
-"""The accuracy harness's recorded ground truths (tools/accuracy/truths.json): TRL's own one-step run of a case, kept
-under a key of everything the run depends on, so that a run with the same inputs and releases reads it instead of
-training again (run.py's docstring says why and when).
+"""The recorded ground truths (tools/accuracy/truths.json): TRL's own one-step run of an accuracy case, or a
+framework's own run of its documented example (tests/test_frameworks.py), kept under a key of everything the run
+depends on, so that a run with the same inputs and releases reads it instead of training again (run.py's docstring
+says why and when).
 
 The key (sha256) covers:
 - the case's entry (cases.yaml's or its corpus case.yaml's: command, options, requires, cwd, hub, TRL ref, notebook;
@@ -70,7 +71,7 @@ def _named(case) -> list[str]:
                 named.append(str(relative))
     if case.name.startswith("corpus/"):
         named.append(f"corpus/{case.name.split('/', 1)[1]}")
-    return named
+    return named + [str(p) for p in getattr(case, "reads", ())]  # what else it reads (a framework's shared data)
 
 
 def key(case) -> tuple[str, dict] | None:
@@ -107,16 +108,24 @@ def find(case, keyed: tuple[str, dict] | None) -> dict | None:
 
 def save(case, keyed: tuple[str, dict], truth: dict, seconds: float) -> None:
     """Keep `truth` for `case` under `keyed`: it replaces the case's record for the same releases (a case is recorded
-    once per lane: each lane's releases give it another key), and the file is replaced whole, never half-written."""
+    once per lane: each lane's releases give it another key), and the file is replaced whole, never half-written.
+    Read, changed and replaced under a lock on this folder: xdist's workers record side by side (the frameworks')."""
     import datetime
+    import fcntl
+    import os
 
     from trl_doctor.watch import write_atomic
 
     key_, releases = keyed
-    records = [r for r in load() if not (r["case"] == case.name and r["releases"] == releases)]
-    records.append({"case": case.name, "key": key_, "releases": releases, "truth": truth,
-                    "seconds": round(seconds, 1), "recorded": datetime.date.today().isoformat()})
-    records.sort(key=lambda r: (r["case"], json.dumps(r["releases"], sort_keys=True)))
-    write_atomic(HERE / "truths.json", json.dumps({"what": "the accuracy harness's recorded ground truths: "
-                                                   "tools/accuracy/record.py", "records": records},
-                                                  indent=1, sort_keys=True) + "\n")
+    folder = os.open(HERE, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        records = [r for r in load() if not (r["case"] == case.name and r["releases"] == releases)]
+        records.append({"case": case.name, "key": key_, "releases": releases, "truth": truth,
+                        "seconds": round(seconds, 1), "recorded": datetime.date.today().isoformat()})
+        records.sort(key=lambda r: (r["case"], json.dumps(r["releases"], sort_keys=True)))
+        write_atomic(HERE / "truths.json", json.dumps({"what": "the recorded ground truths (the accuracy harness's "
+                                                       "and the frameworks' own runs): tools/accuracy/record.py",
+                                                       "records": records}, indent=1, sort_keys=True) + "\n")
+    finally:
+        os.close(folder)  # the lock goes with it
