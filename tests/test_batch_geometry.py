@@ -344,5 +344,5 @@ def test_adds_little_to_a_check(built_fixtures):
     """Beyond importing the installed TRL's config class (which trainer-config loads too), the rule takes well
     under a second."""
     config = HERE / "bad_many_at_once.yaml"
-    _, report = run_json("check", str(config), "--select", "trainer-config,batch-geometry", "--no-smoke")
+    _, report = check_here(str(config), "--select", "trainer-config,batch-geometry", "--no-smoke")
     assert result_of(report, "TD010")["duration_s"] < 1.0

@@ -178,7 +178,7 @@ def test_over_the_character_budget_the_longest_stay_exact(built_fixtures, monkey
 
 
 def test_server_mode_pass_message_names_the_servers_setting(built_fixtures, tmp_path):
-    from conftest import result_of, run_json
+    from conftest import result_of
 
     from pathlib import Path
 
@@ -186,7 +186,7 @@ def test_server_mode_pass_message_names_the_servers_setting(built_fixtures, tmp_
     config = tmp_path / "server.yaml"
     config.write_text(f"model_name_or_path: {fix / 'models' / 'qwen2-chat'}\ndataset_path: {fix / 'data' / 'chat.jsonl'}\n"
                       "use_vllm: true\nvllm_mode: server\nmax_completion_length: 32\n")
-    code, report = run_json("check", str(config), "--no-smoke", "--select", "context-length")
+    code, report = check_here(str(config), "--no-smoke", "--select", "context-length")
     r = result_of(report, "context-length")
     if r["details"].get("vLLM mode") != "server":
         pytest.skip("the installed TRL has no vllm_mode: server")

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from conftest import result_of, run_json
+from conftest import check_here, result_of, run_json
 
 
 @pytest.mark.slow
@@ -119,16 +119,16 @@ def test_adding_a_terminator_also_retargets_the_eos_where_the_mask_needs_it(fixt
 def test_ppo_custom_stop_token_with_eos_penalty(built_fixtures):
     """Catalog F6: PPO truncates at stop_token_id but its missing_eos_penalty looks for the tokenizer's eos."""
     folder = built_fixtures / "eos-termination"
-    code, report = run_json("check", str(folder / "bad_ppo_stop_token_id_not_eos.yaml"), "--select", "eos-termination", "--no-smoke")
+    code, report = check_here(str(folder / "bad_ppo_stop_token_id_not_eos.yaml"), "--select", "eos-termination", "--no-smoke")
     r = result_of(report, "TD004")
     assert code == 0 and r["status"] == "warn"
     assert "stop_token_id 0 ('<|endoftext|>') is not the tokenizer's eos '<|im_end|>' (2)" in r["message"]
     assert "use `stop_token: eos`" in r["fix"]["description"]
-    code, report = run_json("check", str(folder / "bad_ppo_eos_penalty_custom_stop.yaml"), "--select", "eos-termination", "--no-smoke")
+    code, report = check_here(str(folder / "bad_ppo_eos_penalty_custom_stop.yaml"), "--select", "eos-termination", "--no-smoke")
     r = result_of(report, "TD004")
     assert code == 1 and r["status"] == "fail"
     assert "missing_eos_penalty 1.0 with stop_token_id 0" in r["message"]
     assert "every response that stopped properly loses 1.0" in r["message"]
-    code, report = run_json("check", str(folder / "ok_ppo_eos_penalty.yaml"), "--select", "eos-termination", "--no-smoke")
+    code, report = check_here(str(folder / "ok_ppo_eos_penalty.yaml"), "--select", "eos-termination", "--no-smoke")
     assert result_of(report, "TD004")["status"] == "pass"
 

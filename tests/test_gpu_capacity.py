@@ -430,7 +430,7 @@ def test_driver_cuda_older_than_torch(built_fixtures):
 
 def test_healthy_fixture_without_gpu_has_no_false_alarm(built_fixtures):
     # the real NVML of this machine; with no GPU the rule skips, and the config's defaults raise nothing
-    code, report = run_json("check", str(FIXTURES / "smoke-step" / "ok_grpo_qwen2.yaml"), "--no-smoke",
+    code, report = check_here(str(FIXTURES / "smoke-step" / "ok_grpo_qwen2.yaml"), "--no-smoke",
                             "--select", "gpu-capacity")
     r = result_of(report, "TD008")
     if not gpus()[0]:

@@ -98,7 +98,7 @@ def test_target_env_without_target_is_one_line_and_exit_2():
 
 
 def test_target_judges_the_named_gpus():
-    code, report = run_json("check", RECIPE, "--no-smoke", "--select", GPU_RULES, "--target", "8xH100-80GB",
+    code, report = check_here(RECIPE, "--no-smoke", "--select", GPU_RULES, "--target", "8xH100-80GB",
                             "--target-env", "other")
     assert code == 0, report
     geometry = result_of(report, "batch-geometry")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-from conftest import result_of, run_doctor, run_json
+from conftest import check_here, result_of, run_doctor, run_json
 from trl_doctor.facts.trl.installed import trainer_sets_pad_to_eos
 
 
 def test_gpt2_without_pad_token_is_reported_and_fixed(fixture_copy):
     config = fixture_copy / "pad-token" / "bad_gpt2_nopad.yaml"
     model = fixture_copy / "models" / "gpt2-nopad"
-    code, report = run_json("check", str(config), "--no-smoke")
+    code, report = check_here(str(config), "--no-smoke")
     pad = result_of(report, "pad-token")
     sets_pad, evidence = trainer_sets_pad_to_eos("grpo")
     if sets_pad:

@@ -21,7 +21,7 @@ import yaml
 from packaging.version import Version
 
 from test_fixture_cases import fake_pynvml
-from conftest import FIXTURES, result_of, run_json
+from conftest import FIXTURES, check_here, result_of, run_json
 
 HERE = FIXTURES / "precision-and-attention"
 FAKE_NVML_DIR = Path(__file__).resolve().parent / "fake_nvml"
@@ -282,7 +282,7 @@ def test_fp16_weights_under_fp16_mixed_precision(fixture_copy, fake_gpus):
 def test_adds_little_to_a_check(built_fixtures, fake_gpus):
     """With the TRL config and the meta model loaded by the rules that share them, the rule takes well under a second."""
     fake_gpus("a100-80g.json")
-    _, report = run_json("check", str(HERE / "bad_lora_fp32_base.yaml"), "--no-smoke",
+    _, report = check_here(str(HERE / "bad_lora_fp32_base.yaml"), "--no-smoke",
                          "--select", "trainer-config,gpu-capacity,precision-and-attention")
     assert result_of(report, "TD015")["duration_s"] < 1.0
 

@@ -13,7 +13,7 @@ from importlib.metadata import version
 import pytest
 from packaging.version import Version
 
-from conftest import result_of, run_json
+from conftest import check_here, result_of, run_json
 from trl_doctor.facts.rewards import reward_call
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
@@ -23,7 +23,7 @@ GRPO_CALL = reward_call("grpo")
 
 
 def check(config, rule="reward-functions", *extra):
-    code, report = run_json("check", str(config), "--select", rule, "--no-smoke", *extra)
+    code, report = check_here(str(config), "--select", rule, "--no-smoke", *extra)
     return code, result_of(report, rule)
 
 

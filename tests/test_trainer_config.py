@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import result_of, run_doctor, run_json
+from conftest import check_here, result_of, run_doctor
 
 pytestmark = [pytest.mark.trl_pair, pytest.mark.pinned_releases]  # decided by the TRL release; recipes pin old ones
 
@@ -24,7 +24,7 @@ def test_batch_error_is_batch_geometrys_not_repeated(built_fixtures, tmp_path):
     config.write_text(f"model_name_or_path: {FIX / 'models' / 'qwen2-chat'}\ndataset_path: {FIX / 'data' / 'chat.jsonl'}\n"
                       "reward_funcs: [rewards.length_reward]\nnum_generations: 2\nper_device_train_batch_size: 3\n")
     shutil.copy(FIX / "trainer-config" / "rewards.py", tmp_path)
-    code, report = run_json("check", str(config), "--no-smoke", "--select", "trainer-config,batch-geometry",
+    code, report = check_here(str(config), "--no-smoke", "--select", "trainer-config,batch-geometry",
                             "--num-processes", "1")
     config_result, geometry = result_of(report, "trainer-config"), result_of(report, "batch-geometry")
     assert geometry["status"] == "fail" and "num_generations" in geometry["message"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import result_of, run_json
+from conftest import check_here, result_of, run_json
 
 FOLDER = "vision-language"
 
@@ -160,7 +160,7 @@ def test_context_length_counts_each_images_tokens(built_fixtures, tmp_path):
     import shutil
 
     shutil.copy(built_fixtures / FOLDER / "rewards.py", tmp_path / "rewards.py")
-    code, report = run_json("check", str(tmp_path / "cfg.yaml"), "--select", "context-length", "--no-smoke")
+    code, report = check_here(str(tmp_path / "cfg.yaml"), "--select", "context-length", "--no-smoke")
     r = result_of(report, "context-length")
     if _uncountable_here():
         _assert_said_uncountable(r)
@@ -317,7 +317,7 @@ def test_peft_setup_skips_when_the_model_cannot_be_built(built_fixtures, tmp_pat
     (tmp_path / "cfg.yaml").write_text(recipe.replace("../models/qwen2vl-tiny", str(model))
                                        .replace("../data/prompts.jsonl", str(built_fixtures / "data" / "prompts.jsonl")))
     shutil.copy(built_fixtures / FOLDER / "rewards.py", tmp_path / "rewards.py")
-    code, report = run_json("check", str(tmp_path / "cfg.yaml"), "--select", "peft-setup", "--no-smoke")
+    code, report = check_here(str(tmp_path / "cfg.yaml"), "--select", "peft-setup", "--no-smoke")
     r = result_of(report, "peft-setup")
     assert r["status"] == "skip", r
     assert r["message"].startswith(f"LoRA on the base model {model} not judged: target modules "), r["message"]

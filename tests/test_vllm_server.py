@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, real_trl, result_of, run_doctor, run_json
+from conftest import FIXTURES, check_here, real_trl, result_of, run_doctor, run_json
 
 from trl_doctor.facts.vllm.server import Target, client_endpoints, get, installed_client_endpoints, probe
 
@@ -292,11 +292,11 @@ def test_trl_016_017_run_vllm_as_a_server_in_every_rule(built_fixtures, tmp_path
                       .replace("vllm_mode: server\n", "").replace("vllm_server_base_url: http://127.0.0.1:9",
                                                                   "vllm_server_host: 127.0.0.1\nvllm_server_port: 9"))
     shutil.copy(FIXTURES / "vllm-server" / "rewards.py", tmp_path / "rewards.py")
-    code, report = run_json("check", str(config), "--select", "vllm-server", "--no-smoke")
+    code, report = check_here(str(config), "--select", "vllm-server", "--no-smoke")
     server = result_of(report, "vllm-server")
     assert "in-process" not in json.dumps(server), server
     assert server["details"]["vLLM mode"] == f"server (trl {installed('trl')} has no vllm_mode: server mode only)", server
-    code, report = run_json("check", str(config), "--select", "gpu-capacity", "--no-smoke", "--target", "2xA100-80GB")
+    code, report = check_here(str(config), "--select", "gpu-capacity", "--no-smoke", "--target", "2xA100-80GB")
     capacity = result_of(report, "gpu-capacity")
     assert capacity["details"]["vLLM"] == "server mode: `trl vllm-serve` on this machine", capacity["details"]
 

@@ -6,7 +6,6 @@ of 0 that is beta x kl, a NaN kl with beta 0)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml

@@ -5,9 +5,7 @@ writes it (transformers' printed dicts, or a trainer_state.json); the rules run 
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 
