@@ -178,10 +178,21 @@ _HERE_VALUES = {"--select": "select", "--target": "target", "--target-env": "tar
                 "--num-processes": "num_processes"}
 
 
-def check_here(config, *args: str) -> tuple[int, dict]:
+def check_here(config, *args: str, gpus=None) -> tuple[int, dict]:
     """run_json("check", CONFIG, *args) judged in this process by the rule harness (trl_doctor.testing), with no
     worker started: (exit status, {"results": [...]}, each as the json format gives it). Arguments it does not take
-    (--fix, --diff, --static, a launch...) go to the real command as run_json sends them."""
+    (--fix, --diff, --static, a launch...) go to the real command as run_json sends them. `gpus`: the GPUs NVML
+    answers for meanwhile (tests/fake_nvml's stand-in, as TRL_DOCTOR_FAKE_GPUS gives them: a file, or its JSON)."""
+    if gpus is not None:
+        import tempfile
+
+        from test_fixture_cases import fake_nvml
+
+        with tempfile.TemporaryDirectory() as folder:
+            spec = Path(folder) / "gpus.json"
+            spec.write_text(gpus.read_text() if isinstance(gpus, Path) else str(gpus))
+            with fake_nvml(spec):
+                return check_here(config, *args)
     options: dict = {}
     rest = list(args)
     while rest:

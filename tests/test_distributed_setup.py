@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, result_of, run_doctor, run_json
+from conftest import FIXTURES, check_here, result_of, run_doctor
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
 
@@ -30,7 +30,7 @@ def fake_env(gpus: Path | None) -> dict:
 
 
 def check(config: Path, *args: str, gpus: Path | None = None) -> tuple[int, dict]:
-    code, report = run_json("check", str(config), "--select", "distributed-setup", "--no-smoke", *args, env=fake_env(gpus))
+    code, report = check_here(str(config), "--select", "distributed-setup", "--no-smoke", *args, gpus=gpus)
     return code, result_of(report, "TD019")
 
 

@@ -65,7 +65,8 @@ def gpu(name="NVIDIA A100-SXM4-80GB", total=81920, free=81050, cc="8.0", process
 
 
 def check_with(config: Path, spec: dict | Path) -> tuple[int, dict]:
-    code, report = run_json("check", str(config), "--select", "gpu-capacity", "--no-smoke", env=fake_env(spec))
+    code, report = check_here(str(config), "--select", "gpu-capacity", "--no-smoke",
+                              gpus=spec if isinstance(spec, Path) else json.dumps(spec))
     return code, result_of(report, "TD008")
 
 
