@@ -404,18 +404,6 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
     config._long_left_out = sum(1 for item in dropped if "fuzz" not in {m.name for m in item.iter_markers()})
-    if markexpr:
-        items.sort(key=_longest_first)
-
-
-# A selection by marker (CI's long runs) starts with the tests that take longest, by their markers: xdist's workers
-# then end on the short ones, and no core waits alone through a minute-long trainer run scheduled last (the order
-# within each rank is the collection's: a stable sort).
-_RANK = {"other_trl": 0, "slow": 1, "sweep": 1, "boundary": 2}
-
-
-def _longest_first(item) -> int:
-    return min((_RANK.get(m.name, 3) for m in item.iter_markers()), default=3)
 
 
 def _skip_gpu_tests_without_cuda(items) -> None:
