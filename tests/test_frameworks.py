@@ -13,6 +13,7 @@ doctor's side runs every time.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -170,7 +171,9 @@ class Truth:
     reads: tuple = ()
 
 
+@functools.cache
 def _record():
+    """tools/accuracy/record.py, loaded from its file once (as the accuracy harness loads it)."""
     spec = importlib.util.spec_from_file_location("accuracy_record", ROOT / "tools" / "accuracy" / "record.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
