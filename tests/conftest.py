@@ -4,6 +4,7 @@ and helpers that run the real `trl-doctor` command."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -297,6 +298,23 @@ def _importable_trl(cache: Path, release: str, trainer: str = "ppo") -> dict:
 LONG_MARKS = ("slow", "sweep", "other_trl", "boundary")
 
 
+# tools/accuracy/run.py's doctor_run keeps each `check` of a case there: the corpus tests and the accuracy harness
+# check the same corpus cases, with the same command in the same folder and environment, and it runs once
+REPORTS_ENV = "TRL_DOCTOR_ACCURACY_REPORTS"
+
+
+@functools.cache
+def accuracy_harness():
+    """tools/accuracy/run.py, loaded once per process (as `accuracy_run`: its dataclasses name that module)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("accuracy_run", ROOT / "tools" / "accuracy" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["accuracy_run"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 NET_AUDIT = Path(__file__).resolve().parent / "netaudit"  # tests/netaudit/sitecustomize.py: the network audit
 NET_AUDIT_ENV = "TRL_DOCTOR_TEST_NET_AUDIT"
 
@@ -318,6 +336,11 @@ def pytest_configure(config):
         os.environ[NET_AUDIT_ENV] = log
         config._net_audit_owner = True
         os.environ["PYTHONPATH"] = os.pathsep.join([str(NET_AUDIT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    if not os.environ.get(REPORTS_ENV):  # the controlling process: one folder for the whole session's workers
+        import tempfile
+
+        os.environ[REPORTS_ENV] = tempfile.mkdtemp(prefix="trl-doctor-reports-")
+        config._reports_owner = True
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("_trl_doctor_net_audit", NET_AUDIT / "sitecustomize.py")
@@ -357,6 +380,8 @@ def with_net_audit(env: dict) -> dict:
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if getattr(session.config, "_reports_owner", False):
+        shutil.rmtree(os.environ.pop(REPORTS_ENV), ignore_errors=True)
     if not getattr(session.config, "_net_audit_owner", False):
         return
     lines = net_audit_lines()

@@ -6,27 +6,19 @@ a wrong cause or a rule `error` fails the test. A miss is allowed (docs/accuracy
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from conftest import accuracy_harness
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.trl_pair]
 
 
-def _harness():
-    spec = importlib.util.spec_from_file_location("accuracy_run", ROOT / "tools" / "accuracy" / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["accuracy_run"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-HARNESS = _harness()
+HARNESS = accuracy_harness()
 OUT = Path(tempfile.mkdtemp(prefix="trl-doctor-accuracy-"))
 atexit.register(shutil.rmtree, OUT, ignore_errors=True)  # made at collection, by every xdist worker: gone with it
 CASES = HARNESS.load_cases(OUT)

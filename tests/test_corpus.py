@@ -10,13 +10,12 @@ hold for every case whatever its verdicts: no rule ends in `error`, and a health
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from conftest import accuracy_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -73,11 +72,9 @@ def test_corpus_case(folder, request):
         pytest.skip(f"judged on other releases: {why}")
     request.getfixturevalue("built_fixtures")
     request.getfixturevalue("corpus_models")
-    cwd = folder / case.get("cwd", ".")
-    env = {**os.environ, "COLUMNS": "200"}
-    cmd = [sys.executable, "-m", "trl_doctor", "check", "--format", "json", *case.get("options", []), "--",
-           *case["command"]]
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
+    # the same `check` the accuracy harness runs of the case (its command, folder and environment): a session runs
+    # it once for both (tests/conftest.py REPORTS_ENV)
+    proc = accuracy_harness().doctor_run(accuracy_harness().corpus_case(folder))
     expected = case["expected"]
     assert proc.returncode == expected["exit"], (proc.returncode, proc.stderr[-3000:], proc.stdout[-3000:])
     if expected["exit"] == 2:

@@ -43,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 STANDIN = ROOT / "fixtures" / "models" / "qwen2-chat"
 TIMEOUT = 600
 LIVE_ENV = "TRL_DOCTOR_ACCURACY_LIVE"  # set: every ground truth is run, none read from the record
+REPORTS_ENV = "TRL_DOCTOR_ACCURACY_REPORTS"  # a folder: each doctor run of a case kept for whoever asks again
 TRL_REPO_ENV = "TRL_DOCTOR_TRL_REPO"  # a TRL git repository (a clone, or `fetch`'s bare copy) for the examples' cases
 
 
@@ -113,15 +114,18 @@ def load_cases(out: Path) -> list[Case]:
                           tuple(str(o) for o in entry.get("options") or ()),
                           hub=_hub(out) if entry.get("hub") else None, trl_repo=ref, notebook=entry.get("notebook"),
                           imports=tuple(entry.get("imports") or ()), entry=entry))
-    for path in sorted((ROOT / "corpus").glob("*/case.yaml")):
-        entry = yaml.safe_load(path.read_text())
-        source = entry.get("source") or {}
-        cited = (f"{source.get('repo', '')} {source.get('path', '')} @ {source.get('commit', '')}".strip()
-                 if isinstance(source, dict) else " ".join(str(source).split())[:200])
-        cases.append(Case(f"corpus/{path.parent.name}", cited, [str(a) for a in entry["command"]],
-                          path.parent / entry.get("cwd", "."), entry.get("requires") or {},
-                          tuple(str(o) for o in entry.get("options") or ()), entry=entry))
+    cases.extend(corpus_case(path.parent) for path in sorted((ROOT / "corpus").glob("*/case.yaml")))
     return cases
+
+
+def corpus_case(folder: Path) -> Case:
+    """The corpus case in `folder` (its case.yaml), as the harness and tests/test_corpus.py run it."""
+    entry = yaml.safe_load((folder / "case.yaml").read_text())
+    source = entry.get("source") or {}
+    cited = (f"{source.get('repo', '')} {source.get('path', '')} @ {source.get('commit', '')}".strip()
+             if isinstance(source, dict) else " ".join(str(source).split())[:200])
+    return Case(f"corpus/{folder.name}", cited, [str(a) for a in entry["command"]], folder / entry.get("cwd", "."),
+                entry.get("requires") or {}, tuple(str(o) for o in entry.get("options") or ()), entry=entry)
 
 
 def _hub(out: Path) -> dict:
@@ -303,17 +307,42 @@ def ground_truth(case: Case) -> Truth:
 
 
 def doctor(case: Case, *more: str) -> tuple[int, dict | None, str]:
-    beside = Path(sys.executable).parent / "trl-doctor"  # this interpreter's own install, activated or not
-    exe = str(beside) if beside.exists() else shutil.which("trl-doctor") or "trl-doctor"
-    proc = subprocess.run([exe, "check", *case.options, *more, "--format", "json", "--", *case.command], cwd=case.cwd,
-                          capture_output=True,
-                          text=True, timeout=TIMEOUT, env=_env(case))
+    proc = doctor_run(case, *more)
     try:
         report = json.loads(proc.stdout) if proc.stdout.strip() else None
     except ValueError:
         report = None
     line = next((ln for ln in proc.stderr.splitlines() if ln.startswith("trl-doctor: error:")), "")
     return proc.returncode, report, line
+
+
+def doctor_run(case: Case, *more: str) -> subprocess.CompletedProcess:
+    """`trl-doctor check` of the case's command, as its user runs it. Where REPORTS_ENV names a folder (a test
+    session's: tests/conftest.py), the same command in the same folder and environment runs once and is read back
+    by whatever asks again (the corpus tests and the accuracy harness both check each corpus case)."""
+    beside = Path(sys.executable).parent / "trl-doctor"  # this interpreter's own install, activated or not
+    exe = str(beside) if beside.exists() else shutil.which("trl-doctor") or "trl-doctor"
+    argv, env = [exe, "check", *case.options, *more, "--format", "json", "--", *case.command], _env(case)
+    folder = os.environ.get(REPORTS_ENV)
+    if not folder:
+        return subprocess.run(argv, cwd=case.cwd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    import fcntl
+    import hashlib
+
+    keyed = {k: v for k, v in env.items() if not k.startswith("PYTEST_")}  # the asking test's own name aside
+    name = hashlib.sha256(json.dumps([argv, str(case.cwd), keyed], sort_keys=True).encode()).hexdigest()[:32]
+    kept = Path(folder) / f"{name}.json"
+    with open(Path(folder) / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second asker waits for the first one's run, then reads it
+        if kept.exists():
+            said = json.loads(kept.read_text(encoding="utf-8"))
+            return subprocess.CompletedProcess(argv, said["returncode"], said["stdout"], said["stderr"])
+        proc = subprocess.run(argv, cwd=case.cwd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        partial = kept.with_suffix(".part")
+        partial.write_text(json.dumps({"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}),
+                           encoding="utf-8")
+        partial.replace(kept)
+        return proc
 
 
 def _env(case: Case) -> dict:
