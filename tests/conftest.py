@@ -267,10 +267,15 @@ def real_trl(release: str, trainer: str = "ppo") -> dict:
     return _importable_trl(Path(env["PYTHONPATH"]), release, trainer)
 
 
+def trl_cache() -> Path:
+    """The folder of the releases pypi_release installs (kept between runs)."""
+    return Path(os.environ.get("TRL_DOCTOR_TRL_CACHE", Path.home() / ".cache" / "trl-doctor-ci"))
+
+
 def pypi_release(package: str, release: str, module: str | None = None) -> dict:
     """`package==release` from PyPI without its dependencies, in a cache folder kept between runs (one install at a
     time): the PYTHONPATH that puts it first. Skipped where it cannot be installed."""
-    cache = Path(os.environ.get("TRL_DOCTOR_TRL_CACHE", Path.home() / ".cache" / "trl-doctor-ci")) / f"{package}-{release}"
+    cache = trl_cache() / f"{package}-{release}"
     with exclusive(cache.parent / f".{package}-{release}.lock"):
         if not (cache / (module or package)).is_dir():
             proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache),

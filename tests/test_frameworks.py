@@ -13,7 +13,6 @@ doctor's side runs every time.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import os
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, ROOT, result_of, trl_doctor_exe
+from truths import record_module
 
 CASES = FIXTURES / "frameworks"
 ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "CUDA_VISIBLE_DEVICES": "", "DO_NOT_TRACK": "1",
@@ -171,20 +171,11 @@ class Truth:
     reads: tuple = ()
 
 
-@functools.cache
-def _record():
-    """tools/accuracy/record.py, loaded from its file once (as the accuracy harness loads it)."""
-    spec = importlib.util.spec_from_file_location("accuracy_record", ROOT / "tools" / "accuracy" / "record.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _framework_run(framework: str, case: str, command: tuple, tmp_path: Path) -> tuple[dict, str | None]:
     """The framework's own one-step run of the case: ({"returncode", "out", "files"}, the day it was recorded, or
     None where it ran now). `out` is its output's last 4,000 characters and every line under 500 characters;
     `files` what it wrote (names relative to the case's folder)."""
-    record = _record()
+    record = record_module()
     where = CASES.relative_to(ROOT)
     truth_case = Truth(f"frameworks/{framework}/{case}", list(command), CASES / framework / case,
                        {DISTRIBUTIONS[framework]: ""}, {"command": list(command), "env": ENV},

@@ -8,14 +8,13 @@ same setup as a launch config, under each."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from importlib.metadata import version
 
 import pytest
 
 from conftest import FIXTURES, pypi_release, result_of, run_doctor
+from truths import truth_run
 
 # the accelerate releases are the test's own (1.14.0 from PyPI, the installed one); no TRL or transformers release
 # changes the outcome: the default lane runs it
@@ -55,9 +54,10 @@ dist.destroy_process_group()
 def _ground_truth(tmp_path, env: dict) -> dict:
     script = tmp_path / "state_dict.py"
     script.write_text(STATE_DICT)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script),
-                           str(FIXTURES / "models" / "qwen2-chat")], env={**os.environ, "OMP_NUM_THREADS": "1", **env},
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = truth_run(f"fsdp2_adapter/state-dict-{'old' if env else 'installed'}",  # recorded: tests/truths.py
+                     [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script),
+                      str(FIXTURES / "models" / "qwen2-chat")], tmp_path, env={"OMP_NUM_THREADS": "1", **env},
+                     given={"state_dict.py": STATE_DICT}, tmp=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -279,8 +279,11 @@ def test_a_child_that_dies_before_its_trainer_is_named_with_its_exception(case, 
 @pytest.mark.parametrize("flags", ["", "-S"])
 def test_the_child_trains_when_run_as_its_user_runs_it(tmp_path, flags):
     """The ground truth of the cases above: without the doctor, `minifw rlhf` trains and writes its checkpoints (its
-    child started with -S too, site-packages on PYTHONPATH)."""
+    child started with -S too, site-packages on PYTHONPATH). Recorded (tests/truths.py): it is the releases' behaviour
+    on the framework fixture's files, run again wherever any of them changes."""
     import shutil
+
+    from truths import truth_run
 
     name = f"truth{flags.strip('-')}"  # each its own config and output folder: the two may run side by side
     config, out = FRAMEWORK / f"_{name}.yaml", FRAMEWORK / f"out_{name}"
@@ -288,15 +291,15 @@ def test_the_child_trains_when_run_as_its_user_runs_it(tmp_path, flags):
     config.write_text(text.replace("output_dir: out_rlhf", f"output_dir: {out.name}"))
     shutil.rmtree(out, ignore_errors=True)
     path = [str(FRAMEWORK / "site"), *([_site_packages()] if flags else [])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp_path),
+    env = {"PYTHONPATH": os.pathsep.join(path), "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp_path),
            "MINIFW_PYTHON_FLAGS": flags}
     try:
-        proc = subprocess.run([sys.executable, "-c", "import sys; from minifw.cli import main; sys.exit(main())",
-                               "rlhf", config.name], cwd=FRAMEWORK, env=env, capture_output=True, text=True,
-                              timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert json.loads((out / "TRAINED").read_text())["global_step"] == 2
-        assert (out / "checkpoint-1").is_dir()
+        ran = truth_run(f"launch_children/minifw-rlhf{flags}", [sys.executable, "-c", "import sys; from minifw.cli "
+                        "import main; sys.exit(main())", "rlhf", config.name], FRAMEWORK,
+                        reads=("fixtures/launch/framework", "fixtures/data/chat.jsonl"), env=env, tmp=tmp_path,
+                        files_under=out)
+        assert ran.returncode == 0, (ran.recorded, ran.stderr[-3000:])
+        assert {"TRAINED", "checkpoint-1", "checkpoint-2"} <= set(ran.files), (ran.recorded, ran.files)
     finally:
         shutil.rmtree(out, ignore_errors=True)
         config.unlink()

@@ -9,13 +9,12 @@ on the installed release (fixed), each in a process of its own beside the doctor
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import pytest
 
 from conftest import FIXTURES, real_trl, result_of, run_doctor
+from truths import truth_run
 
 pytestmark = pytest.mark.other_trl
 
@@ -56,8 +55,9 @@ def test_the_best_metric_a_release_never_hands_its_check_is_found_as_its_own_tra
                                                                                         release):
     recipe = _recipe(tmp_path)
     env = real_trl(release, "grpo") if release else {}
-    truth = subprocess.run([sys.executable, "-W", "ignore", "-c", GROUND_TRUTH, str(recipe), str(tmp_path / "out")],
-                           capture_output=True, text=True, timeout=600, env={**os.environ, **env}, cwd=tmp_path)
+    truth = truth_run(f"rehearsal/best-metric-{release or 'installed'}", [sys.executable, "-W", "ignore", "-c",
+                      GROUND_TRUTH, str(recipe), str(tmp_path / "out")], tmp_path, env=env, tmp=tmp_path,
+                      reads=("fixtures/rehearsal", "fixtures/data"))  # recorded: tests/truths.py
     said = json.loads(truth.stdout.strip().splitlines()[-1])
     proc = run_doctor("check", str(recipe), "--select", "rehearsal", "--format", "json", env=env or None, cwd=tmp_path)
     found = result_of(json.loads(proc.stdout), "rehearsal")

@@ -11,15 +11,14 @@ config object (the step's trainer is given none of it), and write nothing beside
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES, result_of, run_doctor
+from truths import truth_run
 
 pytestmark = [pytest.mark.usefixtures("built_fixtures"), pytest.mark.slow, pytest.mark.trl_pair]
 
@@ -29,16 +28,19 @@ MODEL = str(FIXTURES / "models" / "qwen2-chat")
 TRACKER_FILES = ("out", "runs", "wandb", "mlruns", "mlflow.db", "trackio")
 
 
-def _ground_truth(tmp_path: Path, report_to: str, key: str) -> subprocess.CompletedProcess:
+def _ground_truth(tmp_path: Path, report_to: str, key: str):
     """The script run for one step where nothing of the doctor's is, its trackers offline in tmp_path."""
     case = tmp_path / "launch"
     case.mkdir()
     shutil.copy(LAUNCH / SCRIPT, case / SCRIPT)
     (tmp_path / "data").symlink_to(FIXTURES / "data")
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
+    env = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "TRACKIO_DIR": str(tmp_path / "trackio")}
-    return subprocess.run([sys.executable, "-W", "ignore", SCRIPT, MODEL, report_to, key, "1"], cwd=case, env=env,
-                          capture_output=True, text=True, timeout=600)
+    trackers = ("wandb", "mlflow", "trackio", "tensorboard", "tensorboardX", "comet_ml", "clearml", "dvclive",
+                "neptune", "swanlab", "codecarbon")  # the installed ones start: their releases enter the key
+    return truth_run(f"rehearsal_trackers/{report_to}-{key}",
+                     [sys.executable, "-W", "ignore", SCRIPT, MODEL, report_to, key, "1"], case, env=env, tmp=tmp_path,
+                     reads=(f"fixtures/launch/{SCRIPT}", "fixtures/data"), requires=dict.fromkeys(trackers, ""))
 
 
 def _transformers_5() -> bool:

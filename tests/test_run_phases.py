@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from conftest import NET_AUDIT_ENV, FIXTURES, check_here, result_of, run_doctor, run_json, trl_doctor_exe
+from truths import truth_run
 
 pytestmark = pytest.mark.release_free
 
@@ -199,9 +200,12 @@ def test_wandb_without_credentials_stops_trls_own_train_and_run_phases_fails_it(
         env = {**_no_wandb_key(tmp_path), **({"WANDB_MODE": "offline"} if offline else {})}
         # the job itself, as its user runs it, in a network namespace of its own: wandb without a key looks up its
         # server (api.forge.coreweave.com) before it gives up, and from here nothing may reach another machine
-        truth_env = {k: v for k, v in {**os.environ, **env}.items() if v != "" and k != NET_AUDIT_ENV}
-        truth = subprocess.run(["unshare", "-rn", sys.executable, "-W", "ignore", *command[1:]], cwd=case,
-                               capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, env=truth_env)
+        # (recorded: tests/truths.py)
+        truth = truth_run(f"run_phases/wandb-{'offline' if offline else 'no-key'}",
+                          ["unshare", "-rn", sys.executable, "-W", "ignore", *command[1:]], case,
+                          env={k: v for k, v in env.items() if v != ""},
+                          unset=(NET_AUDIT_ENV, *(k for k, v in env.items() if v == "")), tmp=tmp_path,
+                          reads=("fixtures/launch/grpo_tracker_args.py", "fixtures/data"), requires={"wandb": ""})
         proc = run_doctor("check", "--no-smoke", "--select", "run-phases", "--format", "json", "--", *command,
                           cwd=case, env={**_launch_machine(), **env})
         found = result_of(json.loads(proc.stdout), "run-phases")
@@ -234,9 +238,10 @@ def test_an_evaluation_the_local_folder_cannot_feed_stops_trls_own_run_and_run_p
             "max_completion_length: 16\noutput_dir: out\neval_strategy: steps\neval_steps: 100\nmax_steps: 1\n"
             "use_cpu: true\nreport_to: none\n")
         trl = shutil.which("trl", path=os.path.dirname(sys.executable)) or "trl"
-        truth = subprocess.run([trl, "grpo", "--config", "recipe.yaml"], cwd=case,
-                               capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-                               env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+        truth = truth_run(f"run_phases/trl-grpo-eval-{'twin' if twin else 'lone'}", [trl, "grpo", "--config",
+                          "recipe.yaml"], case, env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+                          given={"recipe.yaml": (case / "recipe.yaml").read_text(), "data": " ".join(names)},
+                          reads=("fixtures/data/chat.jsonl", "fixtures/run-phases/rewards.py"), tmp=tmp_path)
         _, report = check_here(str(case / "recipe.yaml"), "--select", "run-phases", "--no-smoke")
         found = result_of(report, "run-phases")
         if twin:

@@ -490,14 +490,19 @@ def test_trls_liger_checks_run_though_the_step_runs_without_liger(built_fixtures
     first: TRL's refusal fails the step with its words (also under --no-smoke, where the probes build it), and its
     ImportError for liger-kernel, which follows its checks, lets the step go on. TRL's own verdict: the script itself,
     run on this CPU with trl 1.12.0, stops with the same ValueError."""
-    import os
-    import subprocess
     import sys
 
+    from truths import truth_run
+
     env = real_trl("1.12.0", "grpo")
+
+    def script_itself(peft: str):  # TRL's own verdict, recorded (tests/truths.py)
+        return truth_run(f"smoke_step/grpo_liger_lora-{peft}", [sys.executable, "grpo_liger_lora.py", peft],
+                         FIXTURES / "launch", env={**env, "FIXTURE_ON_CPU": "1"}, timeout=300,
+                         reads=("fixtures/launch/grpo_liger_lora.py", "fixtures/data/prompts.jsonl"))
+
     words = "`use_liger_kernel=True` is incompatible with applying a PEFT adapter to `lm_head`"
-    truth = subprocess.run([sys.executable, "grpo_liger_lora.py", "lm_head"], cwd=FIXTURES / "launch", timeout=300,
-                           env={**os.environ, **env, "FIXTURE_ON_CPU": "1"}, capture_output=True, text=True)
+    truth = script_itself("lm_head")
     assert truth.returncode != 0 and f"ValueError: {words}" in truth.stderr, truth.stderr[-2000:]
     for options in ((), ("--no-smoke",)):
         code, r = _liger_lora("lm_head", *options, env=env)
@@ -508,8 +513,7 @@ def test_trls_liger_checks_run_though_the_step_runs_without_liger(built_fixtures
     # issue 58, class 5: a PromptTuningConfig reached the step as LoRA keys, so TRL's refusal of prompt learning
     # beside Liger never ran and the doctor passed; the step now gets the script's own config object
     words = "`use_liger_kernel=True` is incompatible with prompt-learning PEFT methods"
-    truth = subprocess.run([sys.executable, "grpo_liger_lora.py", "prompt_tuning"], cwd=FIXTURES / "launch",
-                           timeout=300, env={**os.environ, **env, "FIXTURE_ON_CPU": "1"}, capture_output=True, text=True)
+    truth = script_itself("prompt_tuning")
     assert truth.returncode != 0 and f"ValueError: {words}" in truth.stderr, truth.stderr[-2000:]
     code, r = _liger_lora("prompt_tuning", "--no-smoke", env=env)
     assert code == 1 and r["status"] == "fail" and words in r["message"], r

@@ -137,11 +137,13 @@ def test_a_trainer_given_a_pad_token_passes_and_trains():
 
 
 def _run_for_real(script: str, *args: str):
-    """The script itself, trained for its one step (the ground truth), in a scratch copy of fixtures/launch's layout."""
+    """The script itself, trained for its one step (the ground truth), in a scratch copy of fixtures/launch's layout;
+    recorded (tests/truths.py): the releases' behaviour on the script and the data it reads."""
     import shutil
-    import subprocess
     import sys
     import tempfile
+
+    from truths import truth_run
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "launch"
@@ -149,7 +151,9 @@ def _run_for_real(script: str, *args: str):
         shutil.copy(LAUNCH / script, work / script)
         for name in ("models", "data"):
             (Path(tmp) / name).symlink_to(LAUNCH.parent / name)
-        return subprocess.run([sys.executable, script, *args], cwd=work, capture_output=True, text=True, timeout=300)
+        return truth_run(f"unchecked_trainers/{script}{''.join(args)}", [sys.executable, script, *args], work,
+                         reads=(f"fixtures/launch/{script}", "fixtures/data/prompts.jsonl"), tmp=Path(tmp),
+                         timeout=300)
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ SHARED = ("tools/accuracy/truth.py", "tools/accuracy/hub.py", "fixtures/build_fi
           "corpus/data")
 STACK = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "tokenizers", "safetensors",
          "huggingface_hub", "numpy", "jinja2")
-ENTRY_KEYS = ("name", "command", "options", "requires", "cwd", "hub", "trl_repo", "notebook", "imports", "env")
+ENTRY_KEYS = ("name", "command", "options", "requires", "cwd", "hub", "trl_repo", "notebook", "imports", "env", "given")
 
 
 def _tracked(paths: list[str]) -> list[str] | None:
