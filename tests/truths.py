@@ -63,7 +63,10 @@ def record_module():
 def _placeholders(text: str, tmp: Path | None) -> str:
     from conftest import trl_cache
 
+    import sysconfig
+
     text = text.replace(sys.executable, "<python>").replace(os.path.dirname(sys.executable), "<bin>")
+    text = text.replace(sysconfig.get_paths()["purelib"], "<site-packages>")
     text = text.replace(str(ROOT), "<repo>").replace(str(trl_cache()), "<cache>")
     return text.replace(str(tmp), "<tmp>") if tmp is not None else text
 
