@@ -74,6 +74,21 @@ def _no_leaked_import_time_environment():
             os.environ[key] = value
 
 
+def _start_fork_server(folder: Path, env: dict | None = None) -> tuple[subprocess.Popen, str | None]:
+    """A fork server (trl_doctor/supervisor/forkserver.py) started in `folder` with `env`: (its process, its socket,
+    or None where it did not come up within 120 s)."""
+    import time
+
+    sock = str(folder / "s")
+    proc = subprocess.Popen([sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m",
+                             "trl_doctor.supervisor.forkserver", sock], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    deadline = time.monotonic() + 120
+    while not Path(sock + ".json").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return proc, sock if Path(sock + ".json").exists() else None
+
+
 @pytest.fixture(scope="session", autouse=True)
 def warm_worker_server(tmp_path_factory):
     """A fork server for the check workers of this session (trl_doctor/supervisor/forkserver.py): every check still runs
@@ -82,22 +97,37 @@ def warm_worker_server(tmp_path_factory):
     if os.environ.get("TRL_DOCTOR_TEST_NO_FORKSERVER"):
         yield None
         return
-    import time
-
-    sock = str(tmp_path_factory.mktemp("forkserver") / "s")
-    proc = subprocess.Popen([sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "trl_doctor.supervisor.forkserver",
-                             sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while not Path(sock + ".json").exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
+    proc, sock = _start_fork_server(tmp_path_factory.mktemp("forkserver"))
     previous = os.environ.get("TRL_DOCTOR_FORKSERVER")
-    if Path(sock + ".json").exists():
+    if sock:
         os.environ["TRL_DOCTOR_FORKSERVER"] = sock
+    _RELEASE_SERVERS["folder"] = tmp_path_factory.mktemp("release-forkservers")
     yield sock
     if previous is None:
         os.environ.pop("TRL_DOCTOR_FORKSERVER", None)
-    proc.kill()
-    proc.wait()
+    for server in [proc, *(p for p, _ in _RELEASE_SERVERS.pop("started", {}).values())]:
+        server.kill()
+        server.wait()
+
+
+# a fork server per release put first on PYTHONPATH (pypi_release's folders), started on the first check that asks for
+# it in this pytest worker: the checks of trl 1.12.0 (PPOTrainer's last release) are a dozen, each importing
+# transformers and that TRL from scratch otherwise
+_RELEASE_SERVERS: dict = {}
+
+
+def _release_server(env: dict) -> str | None:
+    """The socket of the fork server for `env`'s PYTHONPATH where it puts a pypi_release folder first (started now if
+    this worker has none yet); None where it does not, or where no server can serve it."""
+    first = (env.get("PYTHONPATH") or "").split(os.pathsep)[0]
+    if not first or Path(first).parent != trl_cache() or "folder" not in _RELEASE_SERVERS:
+        return None
+    started = _RELEASE_SERVERS.setdefault("started", {})
+    if first not in started:
+        folder = _RELEASE_SERVERS["folder"] / str(len(started))
+        folder.mkdir()
+        started[first] = _start_fork_server(folder, env)
+    return started[first][1]
 
 
 @contextlib.contextmanager
@@ -156,6 +186,8 @@ def run_doctor(*args: str, cwd: Path | None = None, env: dict | None = None, tim
         else:
             full_env[key] = value
     full_env.update(with_net_audit(env or {}))
+    if env and "TRL_DOCTOR_FORKSERVER" in full_env and "TRL_DOCTOR_FORKSERVER" not in env:
+        full_env["TRL_DOCTOR_FORKSERVER"] = _release_server(full_env) or full_env["TRL_DOCTOR_FORKSERVER"]
     return subprocess.run([trl_doctor_exe(), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
