@@ -74,19 +74,24 @@ def _no_leaked_import_time_environment():
             os.environ[key] = value
 
 
-def _start_fork_server(folder: Path, env: dict | None = None) -> tuple[subprocess.Popen, str | None]:
-    """A fork server (trl_doctor/supervisor/forkserver.py) started in `folder` with `env`: (its process, its socket,
-    or None where it did not come up within 120 s)."""
-    import time
-
+def _start_fork_server(folder: Path, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """A fork server (trl_doctor/supervisor/forkserver.py) starting in `folder` with `env`: (its process, its
+    socket)."""
     sock = str(folder / "s")
     proc = subprocess.Popen([sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m",
                              "trl_doctor.supervisor.forkserver", sock], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    return proc, sock
+
+
+def _fork_server_up(proc: subprocess.Popen, sock: str) -> str | None:
+    """`sock` once its server serves (None where it did not come up within 120 s)."""
+    import time
+
     deadline = time.monotonic() + 120
     while not Path(sock + ".json").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
-    return proc, sock if Path(sock + ".json").exists() else None
+    return sock if Path(sock + ".json").exists() else None
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -98,6 +103,7 @@ def warm_worker_server(tmp_path_factory):
         yield None
         return
     proc, sock = _start_fork_server(tmp_path_factory.mktemp("forkserver"))
+    sock = _fork_server_up(proc, sock)
     previous = os.environ.get("TRL_DOCTOR_FORKSERVER")
     if sock:
         os.environ["TRL_DOCTOR_FORKSERVER"] = sock
@@ -110,15 +116,17 @@ def warm_worker_server(tmp_path_factory):
         server.wait()
 
 
-# a fork server per release put first on PYTHONPATH (pypi_release's folders), started on the first check that asks for
-# it in this pytest worker: the checks of trl 1.12.0 (PPOTrainer's last release) are a dozen, each importing
-# transformers and that TRL from scratch otherwise
+# a fork server per release put first on PYTHONPATH (pypi_release's folders): the checks of trl 1.12.0 (PPOTrainer's
+# last release) are a dozen, each importing transformers and that TRL from scratch otherwise. The first check of a
+# release in this pytest worker starts its server beside it and runs from scratch; the next ones are forked from it
+# (a release checked once costs no more than it did)
 _RELEASE_SERVERS: dict = {}
 
 
 def _release_server(env: dict) -> str | None:
-    """The socket of the fork server for `env`'s PYTHONPATH where it puts a pypi_release folder first (started now if
-    this worker has none yet); None where it does not, or where no server can serve it."""
+    """The socket of the fork server for `env`'s PYTHONPATH where it puts a pypi_release folder first and its server
+    was started by an earlier check; None for the first check (which starts it), elsewhere, or where it cannot
+    serve."""
     first = (env.get("PYTHONPATH") or "").split(os.pathsep)[0]
     if not first or Path(first).parent != trl_cache() or "folder" not in _RELEASE_SERVERS:
         return None
@@ -127,7 +135,8 @@ def _release_server(env: dict) -> str | None:
         folder = _RELEASE_SERVERS["folder"] / str(len(started))
         folder.mkdir()
         started[first] = _start_fork_server(folder, env)
-    return started[first][1]
+        return None
+    return _fork_server_up(*started[first])
 
 
 @contextlib.contextmanager
