@@ -20,13 +20,12 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES, ROOT, result_of, trl_doctor_exe
-from truths import record_module
+from truths import Truth, record_module
 
 CASES = FIXTURES / "frameworks"
 ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "CUDA_VISIBLE_DEVICES": "", "DO_NOT_TRACK": "1",
@@ -156,19 +155,6 @@ def test_the_doctor_judges_the_documented_example_as_the_framework_runs_it(tmp_p
 DISTRIBUTIONS = {"axolotl": "axolotl", "oumi": "oumi", "swift": "ms-swift", "llamafactory": "llamafactory"}
 RECORD_ENV = "TRL_DOCTOR_TRUTHS_RECORD"  # set: every framework's own run is run and recorded
 LIVE_ENV = "TRL_DOCTOR_ACCURACY_LIVE"  # set: every ground truth is run, none read from the record
-
-
-@dataclass
-class Truth:
-    """A framework's own run of a case, as tools/accuracy/record.py keys it: what the run reads from this repository
-    (`reads`: the case's folder, its config and modules, and the shared data; the models' builder always) and what it
-    is given (`entry`: its command and environment; `requires`: the framework, whose release enters the key)."""
-    name: str
-    command: list
-    cwd: Path
-    requires: dict
-    entry: dict = field(default_factory=dict)
-    reads: tuple = ()
 
 
 def _framework_run(framework: str, case: str, command: tuple, tmp_path: Path) -> tuple[dict, str | None]:

@@ -31,7 +31,10 @@ TAIL = 8000
 
 @dataclass
 class Truth:
-    """A ground truth as tools/accuracy/record.py keys it."""
+    """A ground truth as tools/accuracy/record.py keys it: what the run reads from this repository (`reads`: its
+    script, a framework case's folder and shared data; the models' builder always) and what it is given (`entry`: its
+    command, environment and what the test wrote for it; `requires`: packages whose releases enter the key besides
+    the stack's)."""
     name: str
     command: list
     cwd: Path
