@@ -329,7 +329,9 @@ def doctor_run(case: Case, *more: str) -> subprocess.CompletedProcess:
     import fcntl
     import hashlib
 
-    keyed = {k: v for k, v in env.items() if not k.startswith("PYTEST_")}  # the asking test's own name aside
+    # aside: the asking test's name and pytest worker, and the fork server that worker's checks are forked from
+    # (each worker has its own; what it forks is the same worker code)
+    keyed = {k: v for k, v in env.items() if not k.startswith("PYTEST_") and k != "TRL_DOCTOR_FORKSERVER"}
     name = hashlib.sha256(json.dumps([argv, str(case.cwd), keyed], sort_keys=True).encode()).hexdigest()[:32]
     kept = Path(folder) / f"{name}.json"
     with open(Path(folder) / f"{name}.lock", "a") as lock:
