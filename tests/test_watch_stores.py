@@ -57,7 +57,9 @@ def stores(tmp_path_factory):
     folder pytest-xdist's workers share (the first worker writes them, the others read the same stores)."""
     from filelock import FileLock
 
-    root = tmp_path_factory.getbasetemp().parent  # the session's: shared by its workers
+    root = tmp_path_factory.getbasetemp()  # the session's: shared by its workers (without xdist, its own folder:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the parent then is every session's, and a store could be an old one)
+        root = root.parent
     folder = root / "tracker-stores"
     with FileLock(str(root / "tracker-stores.lock")):
         if not (folder / "done").is_file():
