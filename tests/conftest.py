@@ -118,24 +118,27 @@ def warm_worker_server(tmp_path_factory):
 
 # a fork server per release put first on PYTHONPATH (pypi_release's folders): the checks of trl 1.12.0 (PPOTrainer's
 # last release) are a dozen, each importing transformers and that TRL from scratch otherwise. The first check of a
-# release in this pytest worker starts its server beside it and runs from scratch; the next ones are forked from it
-# (a release checked once costs no more than it did)
+# release in this pytest worker runs from scratch; the second starts the release's server and is forked from it, as
+# are the rest (a release checked once, as most are, costs what it did: a server started beside its one check took
+# the other core's time)
 _RELEASE_SERVERS: dict = {}
 
 
 def _release_server(env: dict) -> str | None:
-    """The socket of the fork server for `env`'s PYTHONPATH where it puts a pypi_release folder first and its server
-    was started by an earlier check; None for the first check (which starts it), elsewhere, or where it cannot
-    serve."""
+    """The socket of the fork server for `env`'s PYTHONPATH where it puts a pypi_release folder first and an earlier
+    check asked for it; None for the first check, elsewhere, or where it cannot serve."""
     first = (env.get("PYTHONPATH") or "").split(os.pathsep)[0]
     if not first or Path(first).parent != trl_cache() or "folder" not in _RELEASE_SERVERS:
         return None
+    asked = _RELEASE_SERVERS.setdefault("asked", set())
     started = _RELEASE_SERVERS.setdefault("started", {})
+    if first not in asked:
+        asked.add(first)
+        return None
     if first not in started:
         folder = _RELEASE_SERVERS["folder"] / str(len(started))
         folder.mkdir()
         started[first] = _start_fork_server(folder, env)
-        return None
     return _fork_server_up(*started[first])
 
 
