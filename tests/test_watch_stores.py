@@ -52,18 +52,31 @@ def write(tracker: str, folder: Path, *runs: str, env: dict | None = None, wait:
 
 
 @pytest.fixture(scope="session")
-def stores(tmp_path_factory):
-    """Each tracker's store with two runs, `bad` then `good`, written two trackers at a time: once a session, in the
-    folder pytest-xdist's workers share (the first worker writes them, the others read the same stores)."""
+def stores():
+    """Each tracker's store with two runs, `bad` then `good`, written two trackers at a time by the trackers' own
+    packages. What they write is a function of the writer, the two runs' rows and the releases installed: the stores
+    are kept under that key in the release cache (conftest.trl_cache), written once by the first session that needs
+    them (its xdist workers wait for it) and read by the next ones (CI's README step and its long selection wrote
+    the same stores, 40 to 80 s each)."""
+    import hashlib
+    import shutil
+
     from filelock import FileLock
 
-    root = tmp_path_factory.getbasetemp()  # the session's: shared by its workers (without xdist, its own folder:
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # the parent then is every session's, and a store could be an old one)
-        root = root.parent
-    folder = root / "tracker-stores"
-    with FileLock(str(root / "tracker-stores.lock")):
+    from conftest import trl_cache
+    from truths import record_module
+
+    have = [t for t in NEEDS if _have(NEEDS[t])]
+    releases = record_module()._releases(dict.fromkeys(["trackio", "wandb", "mlflow"], ""))
+    digest = hashlib.sha256(json.dumps([releases, have], sort_keys=True).encode())
+    for path in (WRITER, BAD, GOOD):
+        digest.update(path.read_bytes())
+    folder = trl_cache() / "tracker-stores" / digest.hexdigest()[:20]
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
         if not (folder / "done").is_file():
-            pending = [t for t in NEEDS if _have(NEEDS[t])]
+            shutil.rmtree(folder, ignore_errors=True)  # a session stopped half-way
+            pending = list(have)
             while pending:
                 batch, pending = pending[:2], pending[2:]
                 procs = {t: write(t, folder / t, f"bad={BAD}", f"good={GOOD}", wait=False) for t in batch}
@@ -71,7 +84,7 @@ def stores(tmp_path_factory):
                     out, _ = proc.communicate(timeout=300)
                     assert proc.returncode == 0, out
             (folder / "done").write_text("")
-    return {t: folder / t / WHERE[t] for t in NEEDS if _have(NEEDS[t])}
+    return {t: folder / t / WHERE[t] for t in have}
 
 
 def watch_json(path, *args):
