@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, ROOT, result_of, trl_doctor_exe
-from truths import Truth, record_module
+from truths import LIVE_ENV, RECORD_ENV, Truth, flag, record_module
 
 CASES = FIXTURES / "frameworks"
 ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "CUDA_VISIBLE_DEVICES": "", "DO_NOT_TRACK": "1",
@@ -153,8 +153,6 @@ def test_the_doctor_judges_the_documented_example_as_the_framework_runs_it(tmp_p
 
 
 DISTRIBUTIONS = {"axolotl": "axolotl", "oumi": "oumi", "swift": "ms-swift", "llamafactory": "llamafactory"}
-RECORD_ENV = "TRL_DOCTOR_TRUTHS_RECORD"  # set: every framework's own run is run and recorded
-LIVE_ENV = "TRL_DOCTOR_ACCURACY_LIVE"  # set: every ground truth is run, none read from the record
 
 
 def _framework_run(framework: str, case: str, command: tuple, tmp_path: Path) -> tuple[dict, str | None]:
@@ -167,8 +165,8 @@ def _framework_run(framework: str, case: str, command: tuple, tmp_path: Path) ->
                        {DISTRIBUTIONS[framework]: ""}, {"command": list(command), "env": ENV},
                        (str(where / framework / case), str(where / "data")))
     keyed = record.key(truth_case)
-    recording = os.environ.get(RECORD_ENV, "") not in ("", "0")
-    if not recording and os.environ.get(LIVE_ENV, "") in ("", "0"):
+    recording = flag(RECORD_ENV)
+    if not recording and not flag(LIVE_ENV):
         found = record.find(truth_case, keyed)
         if found is not None:
             return found["truth"], found["recorded"]

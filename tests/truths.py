@@ -74,7 +74,7 @@ def _placeholders(text: str, tmp: Path | None) -> str:
     return text.replace(str(tmp), "<tmp>") if tmp is not None else text
 
 
-def _flag(name: str) -> bool:
+def flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0")
 
 
@@ -93,7 +93,7 @@ def truth_run(name: str, argv: list, cwd: Path, *, reads: tuple = (), env: dict 
              "given": {k: _placeholders(str(v), tmp) for k, v in sorted((given or {}).items())}}
     truth = Truth(f"tests/{name}", [str(a) for a in argv], Path(cwd), dict(requires or {}), entry, tuple(reads))
     keyed = record.key(truth)
-    if not _flag(RECORD_ENV) and not _flag(LIVE_ENV):
+    if not flag(RECORD_ENV) and not flag(LIVE_ENV):
         found = record.find(truth, keyed)
         if found is not None:
             said = found["truth"]
@@ -106,7 +106,7 @@ def truth_run(name: str, argv: list, cwd: Path, *, reads: tuple = (), env: dict 
                    if not p.is_symlink()) if files_under is not None else []
     ran = Ran(proc.returncode, _placeholders(proc.stdout, tmp)[-TAIL:], _placeholders(proc.stderr, tmp)[-TAIL:],
               files[:500])
-    if _flag(RECORD_ENV) and keyed is not None:
+    if flag(RECORD_ENV) and keyed is not None:
         record.save(truth, keyed, {"returncode": ran.returncode, "stdout": ran.stdout, "stderr": ran.stderr,
                                    "files": ran.files}, time.monotonic() - started)
     return ran
