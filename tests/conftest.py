@@ -347,11 +347,6 @@ def _importable_trl(cache: Path, release: str, trainer: str = "ppo") -> dict:
 LONG_MARKS = ("slow", "sweep", "other_trl", "boundary")
 
 
-# tools/accuracy/run.py's doctor_run keeps each `check` of a case there: the corpus tests and the accuracy harness
-# check the same corpus cases, with the same command in the same folder and environment, and it runs once
-REPORTS_ENV = "TRL_DOCTOR_ACCURACY_REPORTS"
-
-
 @functools.cache
 def accuracy_harness():
     """tools/accuracy/run.py, loaded once per process (as `accuracy_run`: its dataclasses name that module)."""
@@ -385,10 +380,13 @@ def pytest_configure(config):
         os.environ[NET_AUDIT_ENV] = log
         config._net_audit_owner = True
         os.environ["PYTHONPATH"] = os.pathsep.join([str(NET_AUDIT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    if not os.environ.get(REPORTS_ENV):  # the controlling process: one folder for the whole session's workers
+    # tools/accuracy/run.py's doctor_run keeps each `check` of a case in the folder its REPORTS_ENV names: the corpus
+    # tests and the accuracy harness check the same corpus cases (same command, folder and environment) once
+    reports = accuracy_harness().REPORTS_ENV
+    if not os.environ.get(reports):  # the controlling process: one folder for the whole session's workers
         import tempfile
 
-        os.environ[REPORTS_ENV] = tempfile.mkdtemp(prefix="trl-doctor-reports-")
+        os.environ[reports] = tempfile.mkdtemp(prefix="trl-doctor-reports-")
         config._reports_owner = True
     import importlib.util
 
@@ -430,7 +428,7 @@ def with_net_audit(env: dict) -> dict:
 
 def pytest_sessionfinish(session, exitstatus):
     if getattr(session.config, "_reports_owner", False):
-        shutil.rmtree(os.environ.pop(REPORTS_ENV), ignore_errors=True)
+        shutil.rmtree(os.environ.pop(accuracy_harness().REPORTS_ENV), ignore_errors=True)
     if not getattr(session.config, "_net_audit_owner", False):
         return
     lines = net_audit_lines()

@@ -73,7 +73,7 @@ def test_corpus_case(folder, request):
     request.getfixturevalue("built_fixtures")
     request.getfixturevalue("corpus_models")
     # the same `check` the accuracy harness runs of the case (its command, folder and environment): a session runs
-    # it once for both (tests/conftest.py REPORTS_ENV)
+    # it once for both (tools/accuracy/run.py REPORTS_ENV, named by tests/conftest.py)
     proc = accuracy_harness().doctor_run(accuracy_harness().corpus_case(folder))
     expected = case["expected"]
     assert proc.returncode == expected["exit"], (proc.returncode, proc.stderr[-3000:], proc.stdout[-3000:])
