@@ -23,6 +23,36 @@ sys.path.append(str(FIXTURES))  # after the installed distributions: PyPI's `bui
 # path shadows no distribution (PyPI's `build`, which the packaging test runs)
 import build_fixtures as fixture_build  # noqa: E402
 
+# -- collecting is cheap -------------------------------------------------------------------------------------------
+# Every pytest process collects the test modules (each xdist worker does, and CI runs a pytest per lane and step):
+# collecting imports no ML stack (a skip condition that asks the installed TRL is a string, evaluated when its test
+# is set up; a marker decided at collection reads TRL's files, trl_doctor.facts.trl.installed.trainer_source), and
+# pytest keeps each test module's assertion-rewritten code in __pycache__ even where PYTHONDONTWRITEBYTECODE is set
+# (CI's machines set it). Measured on CI's venv: a pytest that selects nothing took 25 s, 7 s of it TRL's import.
+HEAVY = ("torch", "transformers", "trl", "datasets", "accelerate", "peft", "vllm", "mlflow", "wandb", "trackio")
+COLLECTED_WITH: list[str] = []  # the heavy modules imported by the end of collection (tests/test_architecture.py)
+_WRITES_BYTECODE = sys.dont_write_bytecode
+sys.dont_write_bytecode = False  # until the test modules are collected (pytest_collection_finish puts it back)
+
+
+def pytest_collection_finish(session):
+    sys.dont_write_bytecode = _WRITES_BYTECODE  # the tests' own imports (a fixture's rewards.py) write no .pyc
+    COLLECTED_WITH[:] = [name for name in HEAVY if name in sys.modules]
+
+
+class LazyModule:
+    """A module imported when a test first uses it, not when its test module is collected."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        import importlib
+
+        if attr.startswith(("__", "_pytest", "pytest")):  # what collection asks of every name in a test module
+            raise AttributeError(attr)
+        return getattr(importlib.import_module(self._name), attr)
+
 
 def _default_signals() -> None:
     """Every process the tests start (checks, fork server, workers) gets the default SIGINT and SIGHUP: a test run

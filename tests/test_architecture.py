@@ -112,6 +112,15 @@ def test_the_printing_process_imports_no_heavy_package():
     assert out.strip() == "[]"
 
 
+def test_collecting_the_tests_imports_no_heavy_package():
+    """Every pytest process collects the test modules it runs (each xdist worker; CI runs one pytest per lane and
+    step): a skip condition or marker that imported TRL cost each of them about 7 s (tests/conftest.py)."""
+    from conftest import COLLECTED_WITH
+
+    assert COLLECTED_WITH == [], f"collecting the tests imported {COLLECTED_WITH}: ask the installed releases when a " \
+        "test is set up (a string skipif condition), or read TRL's files (trl_doctor.facts.trl.installed.trainer_source)"
+
+
 def test_a_whole_check_leaves_the_printing_process_without_the_heavy_stack(built_fixtures):
     import subprocess
 

@@ -2,19 +2,21 @@
 make is seen, an untouched tensor is never reported, and they cost a bounded scratch instead of a model copy."""
 
 import pytest
-import torch
 
+from conftest import LazyModule
 from trl_doctor.facts.trainer_run.fingerprint import CHUNK_WORDS, changed, fingerprints
 
 pytestmark = pytest.mark.release_free  # the doctor's own snapshot arithmetic: no release changes it
+torch = LazyModule("torch")
 
 
 def _fp(t):
     return fingerprints([("t", t)])["t"]
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_one_ulp_of_one_element_is_seen(dtype):
+@pytest.mark.parametrize("name", ["bfloat16", "float16", "float32"])
+def test_one_ulp_of_one_element_is_seen(name):
+    dtype = getattr(torch, name)
     t = torch.randn(1000, 37, generator=torch.Generator().manual_seed(0)).to(dtype)
     moved = t.clone()
     moved.view(-1)[12345] = torch.nextafter(moved.view(-1)[12345].float(), torch.tensor(float("inf"))).to(dtype) \
@@ -77,7 +79,8 @@ def test_frozen_and_trained_tensors_of_a_model():
     assert changed(frozen, model) == ["0.bias"]
 
 
-class _Holder(torch.nn.Module):
-    def __init__(self, w):
-        super().__init__()
-        self.w = w
+def _Holder(w):
+    """A module holding the one parameter `w`."""
+    holder = torch.nn.Module()
+    holder.w = w
+    return holder

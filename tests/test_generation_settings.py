@@ -100,7 +100,7 @@ def _has_ppo() -> bool:
     return trainer_class("ppo") is not None
 
 
-@pytest.mark.skipif(not _has_ppo(), reason="the installed TRL has no PPO trainer")
+@pytest.mark.skipif("not _has_ppo()", reason="the installed TRL has no PPO trainer")
 def test_ppo_script_with_a_right_padding_tokenizer_fails_and_the_fix_pads_left(fixture_copy, monkeypatch):
     """Catalog H8: a script that loads the tokenizer as the checkpoint says (padding_side right) hands PPO a collator
     that pads queries on the right; from a config file TRL's example script pads left, so the same checkpoint passes."""

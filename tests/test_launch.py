@@ -466,7 +466,7 @@ def test_base_checkpoint_under_the_script_never_stops():
     assert code == 1 and eos["status"] == "fail" and "'<|im_end|>'" in eos["message"]
 
 
-@pytest.mark.skipif(not has_trl_trainer("ppo"), reason="the installed TRL has no PPO trainer")
+@pytest.mark.skipif("not has_trl_trainer('ppo')", reason="the installed TRL has no PPO trainer")
 def test_ppo_example_builds_its_value_model_from_the_reward_model_path():
     args = ["python", "ppo_example.py", "--sft_model_path", "../models/qwen2-chat", "--reward_model_path",
             "../models/rm-qwen2", "--output_dir", "out/ppo", "--per_device_train_batch_size", "2",
@@ -579,7 +579,7 @@ def _docs_recipe_imports() -> bool:
     return find_spec("trl.rewards") is not None  # the recipe's accuracy_reward (and vllm_mode) are TRL 1.x's
 
 
-needs_recipes_trl = pytest.mark.skipif(not _docs_recipe_imports(), reason="the recipe imports trl.rewards, which this "
+needs_recipes_trl = pytest.mark.skipif("not _docs_recipe_imports()", reason="the recipe imports trl.rewards, which this "
                                        "TRL lacks (the docs at f2cd57710 are TRL 1.x's)")
 
 
@@ -687,7 +687,7 @@ def _tools_trl() -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _tools_trl(), reason="the installed TRL's GRPOTrainer takes no tools (trl >= 1.x does)")
+@pytest.mark.skipif("not _tools_trl()", reason="the installed TRL's GRPOTrainer takes no tools (trl >= 1.x does)")
 @pytest.mark.parametrize("template, words", [
     (None, "does not support tool calling"),  # qwen2-chat's own template reads only message['content']
     ("tools/custom_tools.jinja", "failed to add response schema"),  # renders tool calls, but no template TRL knows
@@ -707,7 +707,7 @@ def test_the_scripts_tools_reach_the_step_and_trls_tool_checks(template, words):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _tools_trl(), reason="the installed TRL's GRPOTrainer takes no environment_factory")
+@pytest.mark.skipif("not _tools_trl()", reason="the installed TRL's GRPOTrainer takes no environment_factory")
 @pytest.mark.parametrize("rows, status", [("tools/env_rows.jsonl", "pass"), ("tools/env_rows_unknown.jsonl", "fail")])
 def test_a_row_naming_an_environment_the_factory_lacks_fails_before_the_step_that_reaches_it(rows, status):
     """grpo_environments.py passes environment_factory={"counter": ..., "echo": ...}; the real script (use_cpu, 8 steps)
@@ -722,7 +722,7 @@ def test_a_row_naming_an_environment_the_factory_lacks_fails_before_the_step_tha
         assert "'calculator'" in schema["message"] and "first at row 6" in schema["message"], schema
 
 
-@pytest.mark.skipif(not _tools_trl(), reason="the installed TRL's GRPOTrainer takes no environment_factory")
+@pytest.mark.skipif("not _tools_trl()", reason="the installed TRL's GRPOTrainer takes no environment_factory")
 def test_trls_2048_example_whose_reward_reads_the_environments_is_not_failed():
     """TRL's examples/scripts/grpo_2048.py (f2cd577, fixtures/launch/grpo_2048_example.py): its reward is
     `reward_score(environments, **kwargs)`, and TRL passes `environments=` (one instance per completion) to every

@@ -25,8 +25,9 @@ def trl_has_vllm_mode() -> bool:
     return "vllm_mode" in {f.name for f in dataclasses.fields(GRPOConfig)}
 
 
-# the recipe is today's (vllm_mode: trl 0.18 and later); an older TRL rightly refuses that key (trainer-config)
-STATIC = GPU_RULES + (",trainer-config" if trl_has_vllm_mode() else "")
+def static_rules() -> str:
+    """The recipe is today's (vllm_mode: trl 0.18 and later); an older TRL rightly refuses that key (trainer-config)."""
+    return GPU_RULES + (",trainer-config" if trl_has_vllm_mode() else "")
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +39,7 @@ def no_gpu_here(built_fixtures):
 
 
 def test_a_gpu_recipe_checked_without_a_gpu_fails_nothing():
-    code, report = check_here(RECIPE, "--no-smoke", "--select", STATIC)
+    code, report = check_here(RECIPE, "--no-smoke", "--select", static_rules())
     assert code == 0, [(r["id"], r["status"], r["message"]) for r in report["results"] if r["status"] != "pass"]
     gpu = result_of(report, "gpu-capacity")
     assert gpu["status"] == "skip" and "pass --target" in gpu["message"]

@@ -160,7 +160,7 @@ def _has_async_grpo() -> bool:
     return Version(version("trl")) >= Version("1.16") and find_spec("trl.experimental.async_grpo") is not None
 
 
-needs_async = pytest.mark.skipif(not _has_async_grpo(), reason="the runs drive trl 1.16's AsyncGRPOTrainer and its "
+needs_async = pytest.mark.skipif("not _has_async_grpo()", reason="the runs drive trl 1.16's AsyncGRPOTrainer and its "
                                                                "rollout loop's own code")
 
 
