@@ -49,8 +49,8 @@ class LazyModule:
     def __getattr__(self, attr: str):
         import importlib
 
-        if attr.startswith(("__", "_pytest", "pytest")):  # what collection asks of every name in a test module
-            raise AttributeError(attr)
+        if attr.startswith("_") or attr.startswith("pytest"):  # what collection probes every name of a test module
+            raise AttributeError(attr)  # for (pytest_*, __wrapped__, _pytestfixturefunction, _mock_name...)
         return getattr(importlib.import_module(self._name), attr)
 
 
