@@ -487,9 +487,8 @@ def _named_on_command_line(config, item) -> bool:
 def pytest_collection_modifyitems(config, items):
     """Tests marked `fuzz` (the whole fuzz suite) run only when asked for: `-m fuzz` (or any -m naming fuzz).
     With no `-m` (and no --all-tests) the long tests (LONG_MARKS) are left out too, except those marked `core`.
-    Tests marked `gpu` are skipped where torch sees no CUDA GPU. Nothing is selected by the date: every test of a
+    Nothing is selected by the date: every test of a
     selection runs every time."""
-    _skip_gpu_tests_without_cuda(items)
     markexpr = config.getoption("markexpr") or ""
     short = not markexpr and not config.getoption("all_tests")
     dropped, kept = [], []
@@ -508,15 +507,13 @@ def pytest_collection_modifyitems(config, items):
     config._long_left_out = sum(1 for item in dropped if "fuzz" not in {m.name for m in item.iter_markers()})
 
 
-def _skip_gpu_tests_without_cuda(items) -> None:
-    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
-    if gpu_items:
+def pytest_runtest_setup(item):
+    """A test marked gpu is skipped without a CUDA GPU: asked when it is set up, so that collecting imports no torch."""
+    if item.get_closest_marker("gpu") is not None:
         import torch
 
         if not torch.cuda.is_available():
-            skip = pytest.mark.skip(reason="needs a CUDA GPU (the gpu lane: benchmarks/gpu_session.sh)")
-            for item in gpu_items:
-                item.add_marker(skip)
+            pytest.skip("needs a CUDA GPU (the gpu lane: benchmarks/gpu_session.sh)")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
