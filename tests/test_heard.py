@@ -88,12 +88,16 @@ def test_the_hearing_takes_a_librarys_warning_and_log_at_its_own_line():
                  "\n\ndef index():  # torch's C++ warning, set off by a tensor operation in trl's code\n"
                  "    warnings.warn('non-tuple indexing (Triggered internally at indexing.cpp:349.)', UserWarning)\n",
                  "/site-packages/trl/fake_module.py", "exec"), fake.__dict__)
+    # a logger of its own under transformers', at WARNING: an earlier test in this process may have left
+    # transformers' loggers quieter (its verbosity) or disabled (a logging.config call)
+    library_log = logging.getLogger("transformers.trl_doctor_test_heard")
+    library_log.setLevel(logging.WARNING)
     with pytest.warns((FutureWarning, UserWarning)), warnings.catch_warnings():  # shown as the job shows them, and heard
         with hearing() as heard:
             fake.speak()
             fake.speak()  # said twice, heard once
             fake.index()  # torch's words, not trl's
-            logging.getLogger("transformers.modeling_utils").warning("weights of %s not used", "lm_head")
+            library_log.warning("weights of %s not used", "lm_head")
             warnings.warn("not a library's", UserWarning)
     assert [(h["library"], h["message"], h["where"]) for h in heard] == [
         ("trl", "deprecated, use x", "trl/fake_module.py:4"),
