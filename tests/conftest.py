@@ -28,7 +28,7 @@ import build_fixtures as fixture_build  # noqa: E402
 # collecting imports no ML stack (a skip condition that asks the installed TRL is a string, evaluated when its test
 # is set up; a marker decided at collection reads TRL's files, trl_doctor.facts.trl.installed.trainer_source), and
 # pytest keeps each test module's assertion-rewritten code in __pycache__ even where PYTHONDONTWRITEBYTECODE is set
-# (CI's machines set it). Measured on CI's venv: a pytest that selects nothing took 25 s, 7 s of it TRL's import.
+# (CI's machines set it). Measured on CI's venv: a pytest that selected nothing took 25 to 29 s, and takes 4 to 5 s.
 HEAVY = ("torch", "transformers", "trl", "datasets", "accelerate", "peft", "vllm", "mlflow", "wandb", "trackio")
 COLLECTED_WITH: list[str] = []  # the heavy modules imported by the end of collection (tests/test_architecture.py)
 _WRITES_BYTECODE = sys.dont_write_bytecode
@@ -49,8 +49,8 @@ class LazyModule:
     def __getattr__(self, attr: str):
         import importlib
 
-        if attr.startswith("_") or attr.startswith("pytest"):  # what collection probes every name of a test module
-            raise AttributeError(attr)  # for (pytest_*, __wrapped__, _pytestfixturefunction, _mock_name...)
+        if attr.startswith(("_", "pytest")):  # what collection asks of every module-level name (pytest_*,
+            raise AttributeError(attr)  # __wrapped__, _pytestfixturefunction, pytest 9's _mock_name): never imports
         return getattr(importlib.import_module(self._name), attr)
 
 
@@ -487,8 +487,7 @@ def _named_on_command_line(config, item) -> bool:
 def pytest_collection_modifyitems(config, items):
     """Tests marked `fuzz` (the whole fuzz suite) run only when asked for: `-m fuzz` (or any -m naming fuzz).
     With no `-m` (and no --all-tests) the long tests (LONG_MARKS) are left out too, except those marked `core`.
-    Nothing is selected by the date: every test of a
-    selection runs every time."""
+    Nothing is selected by the date: every test of a selection runs every time."""
     markexpr = config.getoption("markexpr") or ""
     short = not markexpr and not config.getoption("all_tests")
     dropped, kept = [], []
