@@ -40,6 +40,14 @@ def pytest_collection_finish(session):
     COLLECTED_WITH[:] = [name for name in HEAVY if name in sys.modules]
 
 
+def trl_has(trainer: str) -> bool:
+    """Whether the installed TRL ships `trainer` ("ppo": up to trl 1.12), read from its files, not imported: a marker
+    or a skip condition may ask it while the tests are collected."""
+    from trl_doctor.facts.trl.installed import trainer_source
+
+    return trainer_source(trainer) is not None
+
+
 class LazyModule:
     """A module imported when a test first uses it, not when its test module is collected."""
 

@@ -22,7 +22,7 @@ import yaml
 from packaging.version import Version
 
 from test_fixture_cases import fake_pynvml
-from conftest import FIXTURES, check_here, real_trl, result_of, run_json
+from conftest import FIXTURES, check_here, real_trl, result_of, run_json, trl_has
 from trl_doctor.facts.trl.installed import config_class
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
@@ -30,14 +30,6 @@ pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not
 HERE = FIXTURES / "batch-geometry"
 FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml" / "pynvml.py"
 TRL = Version(version("trl"))
-
-
-def has_ppo() -> bool:
-    """Whether the installed TRL has a PPOConfig (asked when a test is set up: importing TRL's config classes at
-    collection would cost every pytest process the ML stack's import, tests/conftest.py)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return config_class("ppo") is not None
 
 
 @pytest.fixture()
@@ -296,7 +288,7 @@ def test_rloo(built_fixtures):
 
 # -- PPO ----------------------------------------------------------------------------------------------------
 
-@pytest.mark.skipif("has_ppo()", reason="the installed TRL has a PPOConfig")
+@pytest.mark.skipif(trl_has("ppo"), reason="the installed TRL has a PPOConfig")
 def test_ppo_skips_where_trl_has_none(built_fixtures):
     code, r = check(HERE / "bad_ppo_mini_batches.yaml", "--num-processes", "1")
     assert code == 0 and r["status"] == "skip" and "has no PPOConfig" in r["message"]
@@ -330,7 +322,7 @@ def _ppo_cases(env: dict | None) -> None:
         assert r["details"]["geometry"]["local_batch_size"] == 24, r
 
 
-@pytest.mark.skipif("not has_ppo()", reason="the installed TRL has no PPOConfig (removed in trl 1.13)")
+@pytest.mark.skipif(not trl_has("ppo"), reason="the installed TRL has no PPOConfig (removed in trl 1.13)")
 def test_ppo_installed(built_fixtures):
     _ppo_cases(None)
 
@@ -338,7 +330,7 @@ def test_ppo_installed(built_fixtures):
 @pytest.mark.other_trl  # another TRL release from PyPI (real_trl)
 def test_ppo_on_trl_1_12(built_fixtures):
     """PPO's mini-batch arithmetic in the last TRL release that has PPO (trl.experimental.ppo, 1.12.0)."""
-    if has_ppo():
+    if trl_has("ppo"):
         pytest.skip("the installed TRL has PPO (tested above)")
     _ppo_cases(real_trl("1.12.0"))
 

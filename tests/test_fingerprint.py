@@ -49,7 +49,7 @@ def test_a_realistic_optimizer_step_on_bf16_and_a_sign_flip_are_seen():
     torch.optim.AdamW([w], lr=1e-4).step()  # small steps: most bf16 elements round back to themselves
     moved = int((w.detach() != copy).sum())
     assert 0 < moved < w.numel() // 4, moved  # a few elements moved, as in a real low-learning-rate step
-    assert changed(before, _Holder(w)) == ["w"]
+    assert changed(before, _holding(w)) == ["w"]
     x = torch.tensor([1.5, -2.0])
     assert _fp(x) != _fp(-x)
 
@@ -79,7 +79,7 @@ def test_frozen_and_trained_tensors_of_a_model():
     assert changed(frozen, model) == ["0.bias"]
 
 
-def _Holder(w):
+def _holding(w):
     """A module holding the one parameter `w`."""
     holder = torch.nn.Module()
     holder.w = w

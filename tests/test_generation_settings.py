@@ -12,7 +12,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from conftest import FIXTURES, check_here, result_of, run_doctor, run_json
+from conftest import FIXTURES, check_here, result_of, run_doctor, run_json, trl_has
 from trl_doctor.facts.trl.generation import token_type_ids_reach_generate
 
 HERE = FIXTURES / "generation-settings"
@@ -94,13 +94,7 @@ def test_token_type_ids_crash_is_real_in_the_smoke_step(built_fixtures):
     assert "token_type_ids" in smoke["message"] + json.dumps(smoke["details"])
 
 
-def _has_ppo() -> bool:
-    from trl_doctor.facts.trl.installed import trainer_class
-
-    return trainer_class("ppo") is not None
-
-
-@pytest.mark.skipif("not _has_ppo()", reason="the installed TRL has no PPO trainer")
+@pytest.mark.skipif(not trl_has("ppo"), reason="the installed TRL has no PPO trainer")
 def test_ppo_script_with_a_right_padding_tokenizer_fails_and_the_fix_pads_left(fixture_copy, monkeypatch):
     """Catalog H8: a script that loads the tokenizer as the checkpoint says (padding_side right) hands PPO a collator
     that pads queries on the right; from a config file TRL's example script pads left, so the same checkpoint passes."""

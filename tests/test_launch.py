@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import result_of, run_doctor
+from conftest import result_of, run_doctor, trl_has
 
 pytestmark = [pytest.mark.usefixtures("built_fixtures"), pytest.mark.trl_pair]
 
@@ -38,12 +38,6 @@ def run_json(*args: str) -> tuple[int, dict]:
 def line_of(script: str, text: str) -> int:
     lines = (LAUNCH / script).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if text in line)
-
-
-def has_trl_trainer(kind: str) -> bool:
-    from trl_doctor.facts.trl.installed import trainer_class
-
-    return trainer_class(kind) is not None
 
 
 STATIC = "pad-token,trainer-config,batch-geometry,context-length,chat-template,dataset-schema,reward-functions"
@@ -466,7 +460,7 @@ def test_base_checkpoint_under_the_script_never_stops():
     assert code == 1 and eos["status"] == "fail" and "'<|im_end|>'" in eos["message"]
 
 
-@pytest.mark.skipif("not has_trl_trainer('ppo')", reason="the installed TRL has no PPO trainer")
+@pytest.mark.skipif(not trl_has("ppo"), reason="the installed TRL has no PPO trainer")
 def test_ppo_example_builds_its_value_model_from_the_reward_model_path():
     args = ["python", "ppo_example.py", "--sft_model_path", "../models/qwen2-chat", "--reward_model_path",
             "../models/rm-qwen2", "--output_dir", "out/ppo", "--per_device_train_batch_size", "2",
@@ -485,7 +479,7 @@ def test_ppo_script_passing_the_policy_as_its_own_reference(built_fixtures):
     launch, and TRL's own example (a separately loaded reference) passes."""
     from conftest import real_trl
 
-    env = {} if has_trl_trainer("ppo") else real_trl("1.12.0")
+    env = {} if trl_has("ppo") else real_trl("1.12.0")
     common = ["--sft_model_path", "../models/qwen2-chat", "--reward_model_path", "../models/rm-qwen2",
               "--output_dir", "out/ppo", "--per_device_train_batch_size", "2", "--response_length", "16",
               "--stop_token", "eos", "--report_to", "none"]

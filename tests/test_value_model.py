@@ -15,15 +15,12 @@ from importlib.metadata import version
 import pytest
 from packaging.version import Version
 
-from conftest import check_here, real_trl, result_of, run_doctor, run_json
-from trl_doctor.facts.trl.installed import trainer_source
+from conftest import check_here, real_trl, result_of, run_doctor, run_json, trl_has
 
 pytestmark = pytest.mark.trl_pair  # decided by the TRL / transformers pair, not by vLLM
 
 INSTALLED_TRL = version("trl")
-# read from the installed TRL's files, not imported: the markers below are decided when the tests are collected, and
-# collecting imports no ML stack (tests/conftest.py)
-HAS_PPO = trainer_source("ppo") is not None
+HAS_PPO = trl_has("ppo")  # read from TRL's files: the markers below are decided at collection
 ERR_PREFIX = "AttributeError: 'NoneType' object has no attribute 'base_model_prefix'"
 ERR_MODULES = "AttributeError: 'NoneType' object has no attribute 'modules'"
 
