@@ -95,12 +95,21 @@ def _no_leaked_import_time_environment():
     """What a test's in-process job sets in os.environ (a library's `KMP_DUPLICATE_LIB_OK=True` while a trainer
     runs here) is put back after it: the fork server serves only a caller whose import-time variables are its own,
     so one leaked variable made every later check of that pytest worker start from scratch (CI's healthy sweep went
-    from 37 s to 535 s)."""
+    from 37 s to 535 s). So is what an in-process check's quieting sets for the trackers (the worker's `quiet`:
+    WANDB_MODE, WANDB_DISABLED and its record of the user's values): left behind, it made the environment of a later
+    check depend on which tests its pytest worker had run before, and the corpus tests and the accuracy harness,
+    each on its own worker, checked every corpus case twice instead of once (tools/accuracy/run.py doctor_run keys a
+    check by its environment: about 190 of CI's long-step test-seconds)."""
     from trl_doctor.supervisor.forkserver import _AT_IMPORT_PREFIXES, _AT_RUN_TIME
+    from trl_doctor.worker.main import TRACKER_KEYS, USER_TRACKER_ENV
+
+    # the quieting's keys, and TORCHINDUCTOR_CACHE_DIR: torch sets it in the process where its inductor is first
+    # imported (and sets it again whenever it needs it)
+    quieted = {*TRACKER_KEYS, USER_TRACKER_ENV, "TORCHINDUCTOR_CACHE_DIR"}
 
     def watched():
-        return {k: v for k, v in os.environ.items() if k.startswith(_AT_IMPORT_PREFIXES) and k not in _AT_RUN_TIME
-                and not k.startswith("TRL_DOCTOR_")}
+        return {k: v for k, v in os.environ.items() if k in quieted or (
+            k.startswith(_AT_IMPORT_PREFIXES) and k not in _AT_RUN_TIME and not k.startswith("TRL_DOCTOR_"))}
 
     before = watched()
     yield

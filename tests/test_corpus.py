@@ -19,11 +19,7 @@ from conftest import accuracy_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
-# Last name first: tests/test_accuracy.py checks the same cases, first name first, and one check of a case serves both
-# (tools/accuracy/run.py doctor_run, under a lock). In the same order, the two xdist workers met at every case, one
-# waiting out the other's check: 190 of CI's long-step test-seconds were a worker idle (each pair took the same
-# seconds, 26.1 and 26.2 for oxen_rust_grpo). In opposite orders they meet once, and each reads the other's half.
-CASES = sorted((p.parent for p in CORPUS.glob("*/case.yaml")), reverse=True)
+CASES = sorted(p.parent for p in CORPUS.glob("*/case.yaml"))
 
 pytestmark = [pytest.mark.trl_pair, pytest.mark.pinned_releases]  # each case names the releases it is judged on
 
