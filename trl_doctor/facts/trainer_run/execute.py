@@ -38,7 +38,7 @@ def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None, tokeniz
 
     here = os.getcwd()
     try:
-        os.chdir(spec.work_dir)  # whatever the trainer writes beside itself lands in the check's own folder
+        os.chdir(step_dir(spec, here))
         return True, run(spec, progress, stage, started, tokenizer, processor)
     except BaseException as exc:  # everything, sys.exit() in a reward function included, must come back as data
         return False, {
@@ -54,6 +54,16 @@ def execute(spec: Spec, on_stage: Callable[[Stage], None] | None = None, tokeniz
         }
     finally:
         os.chdir(here)
+
+
+def step_dir(spec: Spec, here: str) -> str:
+    """Where the step runs. The job's working directory where the check holds it (trl_doctor.runtime.hold): the
+    user's code finds its relative paths as in the job (a reward appending to the log file its script created in
+    output_dir), and what anything writes beside itself lands in the check's own layer. Else the check's own folder,
+    so that nothing is written into the user's."""
+    from trl_doctor.runtime.hold import holder
+
+    return here if holder(here) is not None else spec.work_dir
 
 
 def _raised_at(exc: BaseException) -> str | None:
