@@ -91,7 +91,7 @@ _one_thread_per_process()
 
 
 @pytest.fixture(autouse=True)
-def _no_leaked_import_time_environment():
+def _no_leaked_environment():
     """What a test's in-process job sets in os.environ (a library's `KMP_DUPLICATE_LIB_OK=True` while a trainer
     runs here) is put back after it: the fork server serves only a caller whose import-time variables are its own,
     so one leaked variable made every later check of that pytest worker start from scratch (CI's healthy sweep went
@@ -99,7 +99,8 @@ def _no_leaked_import_time_environment():
     WANDB_MODE, WANDB_DISABLED and its record of the user's values): left behind, it made the environment of a later
     check depend on which tests its pytest worker had run before, and the corpus tests and the accuracy harness,
     each on its own worker, checked every corpus case twice instead of once (tools/accuracy/run.py doctor_run keys a
-    check by its environment: about 190 of CI's long-step test-seconds)."""
+    check by its environment: about 190 of CI's long-step test-seconds). So is torch's TORCHINDUCTOR_CACHE_DIR, for
+    the same reason."""
     from trl_doctor.supervisor.forkserver import _AT_IMPORT_PREFIXES, _AT_RUN_TIME
     from trl_doctor.worker.main import TRACKER_KEYS, USER_TRACKER_ENV
 
