@@ -105,7 +105,10 @@ def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, i
         launch = _launch(subject)
         request.refuse(launch)
         configs = [] if launch else _configs(subject)
-        code = _check_many(configs, run) if len(configs) > 1 else _check_one(configs, launch, run)
+        from trl_doctor.supervisor.warm import warm_server
+
+        with warm_server(len(configs), static=request.asked.static):
+            code = _check_many(configs, run) if len(configs) > 1 else _check_one(configs, launch, run)
     except (InputError, RegistryError) as exc:
         raise _stopped(run, str(exc)) from None
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: the worker's processes and the check's folder are gone

@@ -1,16 +1,22 @@
 """A warm fork server for check workers: one process imports torch, transformers and TRL once, then forks a
 fresh worker for each check it is asked to run.
 
-A single `trl-doctor check` never needs it (its one worker imports the heavy stack once anyway). It is for
-callers that run many checks: the test suite starts one per session, so hundreds of checks pay the imports
-once, and each check still runs in its own fresh process, exactly the worker code a user's check runs.
+A single `trl-doctor check` of one config never needs it (its one worker imports the heavy stack once anyway). It
+is for callers that run many checks: `trl-doctor check` of several configs starts one for the call
+(trl_doctor.supervisor.warm), and the test suite one per session, so they pay the imports once, and each check
+still runs in its own fresh process, exactly the worker code a single check runs.
 
 Only a caller whose environment resolves the same Python and the same torch, transformers, TRL and datasets
 as the server is served (a test that puts another TRL release first on PYTHONPATH gets a fresh process).
 The forked worker takes the caller's environment variables, working directory and PYTHONPATH before it
 imports anything else, so a stand-in pynvml or a plugin on the caller's path is the one the worker sees.
 
-    python -P -m trl_doctor.supervisor.forkserver SOCKET_PATH    # serve until killed; TRL_DOCTOR_FORKSERVER=SOCKET_PATH uses it
+    python -P -m trl_doctor.supervisor.forkserver SOCKET_PATH [--only-parent]
+        # serve until killed (or its parent is gone); TRL_DOCTOR_FORKSERVER=SOCKET_PATH uses it
+
+The worker never sees TRL_DOCTOR_FORKSERVER (nor do the user's code and its processes), and with --only-parent the
+server forks only for the process that started it (the connecting process's pid, from the socket's peer
+credentials): the user's code cannot ask it for a process outside its check's tree.
 
 (-P, as for a started worker: the folder it is started from is not put first on sys.path, so a `json.py` there
 shadows nothing.)
@@ -139,13 +145,18 @@ def spawn(request: Any, channel_fd: int, log_fd: int, env: dict[str, str] | None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
-        header = json.dumps({"request": request.to_json(), "env": env, "cwd": os.getcwd()}).encode()
+        header = json.dumps({"request": request.to_json(), "env": without_server(env), "cwd": os.getcwd()}).encode()
         socket.send_fds(conn, [len(header).to_bytes(8, "big") + header], [channel_fd, log_fd])
         pid = int(_readline(conn))
     except (OSError, ValueError):
         conn.close()
         return None
     return _Handle(conn, pid)
+
+
+def without_server(env: dict[str, str]) -> dict[str, str]:
+    """`env` as a worker gets it: without the fork server's socket."""
+    return {k: v for k, v in env.items() if k != ENV}
 
 
 def _readline(conn: socket.socket) -> str:
@@ -160,9 +171,11 @@ def _readline(conn: socket.socket) -> str:
 
 # -- the server's side -----------------------------------------------------------------------------------------
 
-def serve(path: str) -> None:
+def serve(path: str, only_parent: bool = False) -> None:
+    """Serve forks on `path` until this process's parent is gone; with `only_parent`, for no other process."""
     from trl_doctor.worker.main import quiet_environment
 
+    parent = os.getppid()  # before the imports: a parent gone meanwhile is seen at the first timeout
     quiet_environment()
     before = dict(os.environ)
     for name in PRELOAD:
@@ -180,7 +193,6 @@ def serve(path: str) -> None:
     _info_path(path).write_text(json.dumps({"executable": os.path.realpath(sys.executable), "origins": _origins(),
                                             "environment": _effective(before, set_by_imports),
                                             "set_by_imports": set_by_imports, "pid": os.getpid()}))
-    parent = os.getppid()
     server.settimeout(2.0)
     while True:
         try:
@@ -190,6 +202,9 @@ def serve(path: str) -> None:
                 return
             continue
         conn.settimeout(None)
+        if only_parent and _peer_pid(conn) != parent:
+            conn.close()
+            continue
         try:
             msg, fds, _, _ = socket.recv_fds(conn, _MAX_HEADER + 8, 2)
             size = int.from_bytes(msg[:8], "big")
@@ -208,6 +223,16 @@ def serve(path: str) -> None:
             os.close(fd)
         conn.sendall(f"{pid}\n".encode())
         threading.Thread(target=_reap, args=(conn, pid), daemon=True).start()
+
+
+def _peer_pid(conn: socket.socket) -> int | None:
+    """The pid of the process at the other end of `conn` (SO_PEERCRED), None where the system cannot say."""
+    import struct
+
+    try:
+        return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+    except (OSError, AttributeError):
+        return None
 
 
 def _reap(conn: socket.socket, pid: int) -> None:
@@ -307,4 +332,4 @@ def _child(header: dict, channel_fd: int, log_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], only_parent="--only-parent" in sys.argv[2:])

@@ -194,6 +194,7 @@ def start_worker(request: Request, log_path: Path, folder: "_tmp.CheckFolder | N
         with open(log_path, "ab") as log:
             proc: Any = _forkserver.spawn(request, write_end, log.fileno(), env)  # a Popen, or the handle (see Worker)
             if proc is None:
+                env = _forkserver.without_server(env)
                 env.update({CHANNEL_ENV: str(write_end), "PYTHONUNBUFFERED": "1"})
                 proc = subprocess.Popen(safe_python("trl_doctor.worker.main"), stdin=subprocess.PIPE, stdout=log,
                                         stderr=subprocess.STDOUT, pass_fds=(write_end,), env=env,

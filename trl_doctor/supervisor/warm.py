@@ -1,0 +1,45 @@
+"""One fork server for a call that checks several configs (`trl-doctor check a.yaml b.yaml ...`): the first check
+starts its worker from scratch while the server imports torch, transformers and TRL beside it; the later checks
+are forked from the server, each still a fresh worker of its own (trl_doctor.supervisor.forkserver). A call of one
+config, --static (no worker), or a caller that already names a server (the test suite's) starts none.
+
+The server serves only this process (--only-parent) and lives in a `trl-doctor-*` folder of its own
+(trl_doctor.runtime.tmp: its working directory, its TMPDIR and its socket; never the user's folders), tagged as a
+check's processes are. It is ended, and its folder removed, when the call ends however it ends; after a SIGKILL of
+the call, the server leaves once it sees its parent gone, and the next check's sweep removes the folder."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+
+from trl_doctor.supervisor.forkserver import ENV
+
+
+@contextlib.contextmanager
+def warm_server(configs: int, static: bool = False) -> Iterator[None]:
+    """A fork server named in this process's environment while the block runs, when `configs` workers will start."""
+    if configs < 2 or static or os.environ.get(ENV):
+        yield
+        return
+    from trl_doctor.runtime import tmp as _tmp
+    from trl_doctor.runtime import tree as _tree
+    from trl_doctor.supervisor.session import safe_python
+
+    folder = _tmp.new_folder()
+    sock = str(folder.path / "s")
+    # what the imports make in TMPDIR (wandb's media and artifact folders) goes with the folder
+    proc = subprocess.Popen([*safe_python("trl_doctor.supervisor.forkserver"), sock, "--only-parent"],
+                            cwd=folder.path, env={**os.environ, "TMPDIR": str(folder.tmp), _tree.TAG_ENV: folder.tag},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    os.environ[ENV] = sock
+    try:
+        yield
+    finally:
+        os.environ.pop(ENV, None)
+        proc.kill()
+        proc.wait()
+        _tmp.remove(folder.path)
