@@ -16,6 +16,15 @@ import pytest
 from conftest import NET_AUDIT_ENV, FIXTURES, check_here, result_of, run_doctor, run_json, trl_doctor_exe
 from truths import truth_run
 
+TRUTH = FIXTURES.parent / "tools" / "accuracy" / "truth.py"  # a script run for one CPU step, all else its own
+# tools/accuracy/truth.py with the script's report_to kept: a ground truth about what its trackers do at train()
+TRUTH_WITH_TRACKERS = ("import importlib.util, sys\n"
+                       "spec = importlib.util.spec_from_file_location('truth', sys.argv[1])\n"
+                       "truth = importlib.util.module_from_spec(spec)\n"
+                       "spec.loader.exec_module(truth)\n"
+                       "del truth.CHANGES['report_to']\n"
+                       "sys.exit(truth.main(sys.argv[2:]))\n")
+
 pytestmark = pytest.mark.release_free
 
 
@@ -217,6 +226,49 @@ def test_wandb_without_credentials_stops_trls_own_train_and_run_phases_fails_it(
             last = truth.stderr.strip().splitlines()[-1]
             assert "wandb" in last and "API key" in last.replace("api_key", "API key"), last
             assert found["status"] == "fail" and "report_to wandb: no wandb API key here" in found["message"], found
+
+
+@pytest.mark.slow  # it trains (recorded): the default lane's long selection
+def test_a_public_recipe_reporting_to_wandb_without_credentials(tmp_path, corpus_models):
+    """The same mode on a recipe no one here wrote: Modal's GRPO example (corpus/modal_grpo_trl: modal-labs/
+    modal-examples @ 17eca697, 06_gpu_and_ml/reinforcement-learning/grpo_trl.py, `report_to="wandb"` in its
+    GRPOConfig, max_steps 5, a checkpoint every step), launched as `python grpo_trl.py` on a launch machine whose
+    wandb has no key and is not offline. Ground truth: the script itself, run by the installed TRL as its user runs
+    it (in a network namespace of its own, through tools/accuracy/truth.py with its report_to kept: on the CPU, bf16
+    off and one step), stops at train() in wandb's words, and with wandb offline trains; run-phases fails the first
+    before it starts and passes the second."""
+    pytest.importorskip("wandb")
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode:
+        pytest.skip("needs util-linux's unshare and user namespaces (the job's own run is kept off the network)")
+    corpus = corpus_models.parent
+    case = tmp_path / "modal"
+    case.mkdir()
+    shutil.copy(corpus / "modal_grpo_trl" / "grpo_trl.py", case / "grpo_trl.py")
+    for name in ("models", "data"):  # the script's ../models and ../data
+        (tmp_path / name).symlink_to(corpus / name)
+    for offline in (False, True):
+        env = {**_no_wandb_key(tmp_path), **({"WANDB_MODE": "offline"} if offline else {})}
+        truth = truth_run(f"run_phases/modal-wandb-{'offline' if offline else 'no-key'}",
+                          ["unshare", "-rn", sys.executable, "-W", "ignore", "-c", TRUTH_WITH_TRACKERS, str(TRUTH),
+                           "--", "python", "grpo_trl.py"], case,
+                          env={k: v for k, v in env.items() if v != ""} | {"TRL_DOCTOR_TRUTH_TRACE": "1"},
+                          unset=(NET_AUDIT_ENV, *(k for k, v in env.items() if v == "")), tmp=tmp_path,
+                          reads=("corpus/modal_grpo_trl/grpo_trl.py", "corpus/data/opc_educational_instruct.jsonl",
+                                 "corpus/build.py", "tools/accuracy/truth.py"),
+                          requires={"wandb": ""})
+        proc = run_doctor("check", "--no-smoke", "--select", "run-phases", "--format", "json", "--", "python",
+                          "grpo_trl.py", cwd=case, env={**_launch_machine(), **env})
+        found = result_of(json.loads(proc.stdout), "run-phases")
+        if offline:
+            assert truth.returncode == 0 and "truth: trainer GRPOTrainer" in truth.stderr, truth.stderr[-2000:]
+            assert found["status"] == "pass", found
+        else:
+            assert truth.returncode != 0 and "on_train_begin" in truth.stderr, truth.stderr[-2000:]
+            last = truth.stderr.strip().splitlines()[-1]
+            assert "wandb" in last and "API key" in last.replace("api_key", "API key"), last
+            assert found["status"] == "fail" and "report_to wandb: no wandb API key here" in found["message"], found
+        shutil.rmtree(case / "outputs", ignore_errors=True)
+        shutil.rmtree(case / "wandb", ignore_errors=True)
 
 
 @pytest.mark.boundary  # TRL's own CLI run as ground truth: CI's boundary step, every submission
