@@ -40,6 +40,8 @@ def warm_server(configs: int, static: bool = False) -> Iterator[None]:
         yield
     finally:
         os.environ.pop(ENV, None)
-        proc.kill()
+        # the server's group, and whatever still carries its tag: a process its workers forked without exec shows
+        # the server's environment in /proc, not its check's
+        _tree.end(proc.pid, folder.tag)
         proc.wait()
         _tmp.remove(folder.path)
