@@ -205,27 +205,35 @@ def test_wandb_without_credentials_stops_trls_own_train_and_run_phases_fails_it(
     shutil.copy(FIXTURES / "launch" / "grpo_tracker_args.py", case / "train.py")
     (tmp_path / "data").symlink_to(FIXTURES / "data")
     command = ["python", "train.py", str(FIXTURES / "models" / "qwen2-chat"), "wandb", "dtype", "1"]
+    _judged_without_a_wandb_key("run_phases/wandb", ["unshare", "-rn", sys.executable, "-W", "ignore", *command[1:]],
+                                command, case, tmp_path, ("fixtures/launch/grpo_tracker_args.py", "fixtures/data"),
+                                trained=lambda truth: "TRAINED" in truth.stdout)
+
+
+def _judged_without_a_wandb_key(name, argv, command, case, tmp_path, reads, trained, env=None) -> None:
+    """On a launch machine whose wandb has no key and is not offline, then with wandb offline: the job's own run
+    (`argv` in `case`, in a network namespace of its own: wandb without a key looks up its server before it gives
+    up, and from here nothing may reach another machine; recorded by tests/truths.py under `name`) stops at train()
+    in wandb's words, then trains (`trained(truth)`); run-phases fails the launch `command`, then passes it."""
     for offline in (False, True):
-        env = {**_no_wandb_key(tmp_path), **({"WANDB_MODE": "offline"} if offline else {})}
-        # the job itself, as its user runs it, in a network namespace of its own: wandb without a key looks up its
-        # server (api.forge.coreweave.com) before it gives up, and from here nothing may reach another machine
-        # (recorded: tests/truths.py)
-        truth = truth_run(f"run_phases/wandb-{'offline' if offline else 'no-key'}",
-                          ["unshare", "-rn", sys.executable, "-W", "ignore", *command[1:]], case,
-                          env={k: v for k, v in env.items() if v != ""},
-                          unset=(NET_AUDIT_ENV, *(k for k, v in env.items() if v == "")), tmp=tmp_path,
-                          reads=("fixtures/launch/grpo_tracker_args.py", "fixtures/data"), requires={"wandb": ""})
+        machine = {**_no_wandb_key(tmp_path), **({"WANDB_MODE": "offline"} if offline else {})}
+        truth = truth_run(f"{name}-{'offline' if offline else 'no-key'}", argv, case,
+                          env={k: v for k, v in machine.items() if v != ""} | (env or {}),
+                          unset=(NET_AUDIT_ENV, *(k for k, v in machine.items() if v == "")), tmp=tmp_path,
+                          reads=reads, requires={"wandb": ""})
         proc = run_doctor("check", "--no-smoke", "--select", "run-phases", "--format", "json", "--", *command,
-                          cwd=case, env={**_launch_machine(), **env})
+                          cwd=case, env={**_launch_machine(), **machine})
         found = result_of(json.loads(proc.stdout), "run-phases")
         if offline:
-            assert truth.returncode == 0 and "TRAINED" in truth.stdout, truth.stderr[-2000:]
+            assert truth.returncode == 0 and trained(truth), truth.stderr[-2000:]
             assert found["status"] == "pass", found
         else:
             assert truth.returncode != 0 and "on_train_begin" in truth.stderr, truth.stderr[-2000:]
             last = truth.stderr.strip().splitlines()[-1]
             assert "wandb" in last and "API key" in last.replace("api_key", "API key"), last
             assert found["status"] == "fail" and "report_to wandb: no wandb API key here" in found["message"], found
+        for left in ("outputs", "wandb"):  # what the job's own run wrote, before the next one
+            shutil.rmtree(case / left, ignore_errors=True)
 
 
 @pytest.mark.slow  # it trains (recorded): the default lane's long selection
@@ -246,29 +254,13 @@ def test_a_public_recipe_reporting_to_wandb_without_credentials(tmp_path, corpus
     shutil.copy(corpus / "modal_grpo_trl" / "grpo_trl.py", case / "grpo_trl.py")
     for name in ("models", "data"):  # the script's ../models and ../data
         (tmp_path / name).symlink_to(corpus / name)
-    for offline in (False, True):
-        env = {**_no_wandb_key(tmp_path), **({"WANDB_MODE": "offline"} if offline else {})}
-        truth = truth_run(f"run_phases/modal-wandb-{'offline' if offline else 'no-key'}",
-                          ["unshare", "-rn", sys.executable, "-W", "ignore", "-c", TRUTH_WITH_TRACKERS, str(TRUTH),
-                           "--", "python", "grpo_trl.py"], case,
-                          env={k: v for k, v in env.items() if v != ""} | {"TRL_DOCTOR_TRUTH_TRACE": "1"},
-                          unset=(NET_AUDIT_ENV, *(k for k, v in env.items() if v == "")), tmp=tmp_path,
-                          reads=("corpus/modal_grpo_trl/grpo_trl.py", "corpus/data/opc_educational_instruct.jsonl",
-                                 "corpus/build.py", "tools/accuracy/truth.py"),
-                          requires={"wandb": ""})
-        proc = run_doctor("check", "--no-smoke", "--select", "run-phases", "--format", "json", "--", "python",
-                          "grpo_trl.py", cwd=case, env={**_launch_machine(), **env})
-        found = result_of(json.loads(proc.stdout), "run-phases")
-        if offline:
-            assert truth.returncode == 0 and "truth: trainer GRPOTrainer" in truth.stderr, truth.stderr[-2000:]
-            assert found["status"] == "pass", found
-        else:
-            assert truth.returncode != 0 and "on_train_begin" in truth.stderr, truth.stderr[-2000:]
-            last = truth.stderr.strip().splitlines()[-1]
-            assert "wandb" in last and "API key" in last.replace("api_key", "API key"), last
-            assert found["status"] == "fail" and "report_to wandb: no wandb API key here" in found["message"], found
-        shutil.rmtree(case / "outputs", ignore_errors=True)
-        shutil.rmtree(case / "wandb", ignore_errors=True)
+    _judged_without_a_wandb_key(
+        "run_phases/modal-wandb",
+        ["unshare", "-rn", sys.executable, "-W", "ignore", "-c", TRUTH_WITH_TRACKERS, str(TRUTH), "--", "python",
+         "grpo_trl.py"], ["python", "grpo_trl.py"], case, tmp_path,
+        ("corpus/modal_grpo_trl/grpo_trl.py", "corpus/data/opc_educational_instruct.jsonl", "corpus/build.py",
+         "tools/accuracy/truth.py"),
+        trained=lambda truth: "truth: trainer GRPOTrainer" in truth.stderr, env={"TRL_DOCTOR_TRUTH_TRACE": "1"})
 
 
 @pytest.mark.boundary  # TRL's own CLI run as ground truth: CI's boundary step, every submission
