@@ -15,13 +15,16 @@ import os
 import subprocess
 from collections.abc import Iterator
 
-from trl_doctor.supervisor.forkserver import ENV
-
 
 @contextlib.contextmanager
 def warm_server(configs: int, static: bool = False) -> Iterator[None]:
     """A fork server named in this process's environment while the block runs, when `configs` workers will start."""
-    if configs < 2 or static or os.environ.get(ENV):
+    if configs < 2 or static:  # --static imports nothing of the worker's side (tests/test_static.py)
+        yield
+        return
+    from trl_doctor.supervisor.forkserver import ENV
+
+    if os.environ.get(ENV):
         yield
         return
     from trl_doctor.runtime import tmp as _tmp
