@@ -16,19 +16,23 @@ import subprocess
 from collections.abc import Iterator
 
 
-@contextlib.contextmanager
-def warm_server(configs: int, static: bool = False) -> Iterator[None]:
-    """A fork server named in this process's environment while the block runs, when `configs` workers will start."""
-    if configs < 2 or static:  # --static imports nothing of the worker's side (tests/test_static.py)
-        yield
-        return
+def warm_server(configs: int, static: bool = False) -> contextlib.AbstractContextManager:
+    """A fork server named in this process's environment while the block runs, when `configs` workers will start
+    and no server is named already; else nothing. --static imports nothing of the worker's side
+    (tests/test_static.py): it returns before the fork server's module is imported."""
+    if configs < 2 or static:
+        return contextlib.nullcontext()
     from trl_doctor.supervisor.forkserver import ENV
 
-    if os.environ.get(ENV):
-        yield
-        return
+    return contextlib.nullcontext() if os.environ.get(ENV) else _serving()
+
+
+@contextlib.contextmanager
+def _serving() -> Iterator[None]:
+    """The call's own server, named in TRL_DOCTOR_FORKSERVER while the block runs; ended with its folder after."""
     from trl_doctor.runtime import tmp as _tmp
     from trl_doctor.runtime import tree as _tree
+    from trl_doctor.supervisor.forkserver import ENV
     from trl_doctor.supervisor.session import safe_python
 
     folder = _tmp.new_folder()
