@@ -65,6 +65,8 @@ def test_a_public_log_is_judged_as_its_author_describes_it(case, tmp_path):
         f"{s}: {results[s]['message']}" for s in expected - flagged)
     assert flagged <= allowed, "false alarms: " + "; ".join(f"{s}: {results[s]['message']}" for s in flagged - allowed)
     assert not flagged & {RULE[k] for k in case.get("not_expected", ())}
+    for kind, text in case.get("says", {}).items():  # what the report must say: step counts, a verdict's reason
+        assert text in results[RULE[kind]]["message"], results[RULE[kind]]
     for kind in case.get("evidence_short_of", ()):  # too little evidence: a skip saying how much is needed
         said = results[RULE[kind]]
         assert said["status"] == "skip" and "needed" in said["message"], said
