@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from trl_doctor import ALL_TRAINERS, passed, rule, warn
-from trl_doctor.facts.metrics import (CHANCE, by_chance, by_number, carried, collapsed_entropy, fmt, streak_finding, flagged, kl_term, limit, optional,
+from trl_doctor.facts.metrics import (CHANCE, brief_past, by_chance, by_number, carried, collapsed_entropy, fmt, streak_finding, flagged, kl_term, limit, near_best, optional,
                                       patience, pending, reward_level, reward_std_meaning, series, span, streaks,
                                       too_little, window_logs, window_mean)
 
@@ -75,20 +75,28 @@ def judge(ctx):
         yield passed(f"the rewards of some groups differ in every stretch of the log ({name}: "
                      f"{'at most' if name == 'frac_reward_zero_std' else 'at least'} {fmt(worst)} over {len(points)} logs)")
         return
-    yield _finding(ctx, runs[-1], f"{what}, {span(runs[-1])}")
+    yield _finding(ctx, runs[-1], f"{what}, {span(runs[-1])}", over=runs[-1][-1].number != points[-1].number)
 
 
-def _finding(ctx, run, what: str, warn_only: bool = False):
+def _finding(ctx, run, what: str, warn_only: bool = False, over: bool = False):
     """The finding for a stretch whose groups tied: saturation (tied at the log's best reward: the task is too easy,
-    a warn) told apart from failure (tied at its worst, or where the log cannot tell: nothing is learned)."""
+    a warn) told apart from failure (tied at its worst, or where the log cannot tell: nothing is learned). Near the
+    best reward, a stretch that is past (`over`) or where a few groups kept a spread (`warn_only`) is a saturation
+    even in a run that started near its best; a tie that lasts there needs the run to have learned its way up (a
+    best held from the first log may be a format reward every completion earns)."""
     only = "the only gradient is the KL term's" if kl_term(ctx) else "the trainer has no KL term: the loss is 0"
     level = reward_level(ctx, run)
-    if level == "top" and not collapsed_entropy(ctx, run):
-        message = (f"{what}: saturated, the groups tie at the run's best reward (mean reward {_reward(ctx, run)}): "
+    # most groups tied, a few keeping a spread, near the best reward: saturated though the run started there
+    if (level == "top" or (warn_only or over) and near_best(ctx, run)) and not collapsed_entropy(ctx, run):
+        message = (f"{what}: saturated, the groups tie at or near the run's best reward (mean reward "
+                   f"{_reward(ctx, run)}): "
                    f"every completion of a group earns the same top reward, so those batches teach little "
                    f"({only}); the task is too easy for the model now: train on harder prompts, or raise "
                    "num_generations so that a group holds a wrong answer")
-        return warn(message, **flagged(run, metric=_spread_metric(ctx), saturated=True))
+        details = flagged(run, metric=_spread_metric(ctx), saturated=True)
+        if over and (blip := brief_past(ctx, run, _spread_metric(ctx))) is not None:
+            return passed(f"a brief past phase, over since: {message} ({blip})", **details)
+        return warn(message, **details)
     mean = _reward(ctx, run)
     at = "" if level != "bottom" else f" at the run's lowest reward (mean reward {mean})" + (
         ": no completion is rewarded" if mean in ("0", "not logged") or mean.startswith("-") else "")

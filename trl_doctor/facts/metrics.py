@@ -466,6 +466,20 @@ def reward_level(ctx, run: list[Point]) -> str | None:
     return "top" if where >= 0.8 and early <= 0.5 else None
 
 
+def near_best(ctx, run: list[Point], fraction: float = 0.8) -> bool:
+    """Whether the mean reward over `run`'s logs is at least `fraction` of the best the whole log reached (that best
+    above 0, the reward not flat): most completions earn about what the rewards pay most, so most groups tie because
+    their completions are right. A saturation whether or not the run learned its way there (a model that starts good
+    at its task); `reward_level`'s "top" asks for the learning too, for a tie that lasts."""
+    name, rewards = optional(ctx, "reward", "objective/rlhf_reward")
+    values = [p.value for p in rewards if math.isfinite(p.value)]
+    inside = [v for v in carried(rewards, [p.number for p in run]).values() if math.isfinite(v)]
+    if name is None or not values or not inside:
+        return False
+    hi, lo = max(values), min(values)
+    return hi > 0 and hi - lo > 1e-6 * hi and sum(inside) / len(inside) >= fraction * hi
+
+
 def window_logs(ctx, steps: float, points: list[Point], needed: int) -> int:
     """The logs a windowed share is averaged over: those that cover `steps` optimizer steps, or, in a log shorter than
     four such windows, a quarter of its logs (at least `needed`): a 40-log run is judged on its last 10, not never."""
