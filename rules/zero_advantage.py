@@ -30,7 +30,7 @@ import math
 
 from trl_doctor import ALL_TRAINERS, passed, rule, warn
 from trl_doctor.facts.metrics import (CHANCE, brief_past, by_chance, by_number, carried, collapsed_entropy, fmt, streak_finding, flagged, kl_term, limit, near_best, optional,
-                                      patience, pending, reward_level, reward_std_meaning, series, span, streaks,
+                                      patience, pending, reward_fell, reward_level, reward_std_meaning, series, span, streaks,
                                       too_little, window_logs, window_mean)
 
 SLUG = "zero-advantage"
@@ -53,8 +53,10 @@ def judge(ctx):
         return
     needed = patience(ctx, SLUG, 5)
     runs = streaks(points, holds, needed)
-    chance = [r for r in runs if (expected := by_chance(points, r, holds)) is not None and expected >= CHANCE]
-    runs = [r for r in runs if r not in chance]  # ties the run's own rate makes likely: one prompt a step, 2 gens
+    # ties the run's own rate makes likely (one prompt a step, 2 generations), unless the reward fell to them
+    chance = [r for r in runs if (expected := by_chance(points, r, holds)) is not None and expected >= CHANCE
+              and not reward_fell(ctx, r)]
+    runs = [r for r in runs if r not in chance]
     mostly = _mostly(ctx, points, needed) if not runs and name == "frac_reward_zero_std" else None
     if mostly:  # most of a stretch tied, a few groups keeping a spread: evidence a pending run at the end cannot undo
         yield _finding(ctx, mostly[1], mostly[0], warn_only=True)

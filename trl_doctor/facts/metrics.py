@@ -466,6 +466,21 @@ def reward_level(ctx, run: list[Point]) -> str | None:
     return "top" if where >= 0.8 and early <= 0.5 else None
 
 
+def reward_fell(ctx, run: list[Point]) -> bool:
+    """Whether the mean reward over `run`'s logs sits at the log's bottom ("bottom", see reward_level) under half the
+    level the run started at, that start above 0 and in the upper half of the log's range: the run was rewarded and
+    lost it. Ties there are the collapse itself, however common ties had grown on the way down."""
+    from statistics import median
+
+    if reward_level(ctx, run) != "bottom":
+        return False
+    _, rewards = optional(ctx, "reward", "objective/rlhf_reward")
+    values = [p.value for p in rewards if math.isfinite(p.value)]
+    inside = [v for v in carried(rewards, [p.number for p in run]).values() if math.isfinite(v)]
+    start, lo, hi = median(values[:max(1, len(values) // 4)]), min(values), max(values)
+    return start > 0 and (start - lo) >= 0.5 * (hi - lo) and sum(inside) / len(inside) < 0.5 * start
+
+
 def near_best(ctx, run: list[Point], fraction: float = 0.8) -> bool:
     """Whether the mean reward over `run`'s logs is at least `fraction` of the best the whole log reached (that best
     above 0, the reward not flat): most completions earn about what the rewards pay most, so most groups tie because
