@@ -71,3 +71,11 @@ def test_a_public_log_is_judged_as_its_author_describes_it(case, tmp_path):
         said = results[RULE[kind]]
         assert said["status"] == "skip" and "needed" in said["message"], said
     assert (proc.returncode == 1) == any(results[s]["status"] == "fail" for s in flagged)
+    if case.get("at_first_log"):  # the job as it stood at its first log: the checkpoint of step 1
+        state = json.loads((PUBLIC / case["file"]).read_text())
+        state["log_history"], state["global_step"] = state["log_history"][:1], state["log_history"][0]["step"]
+        (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+        proc = run_doctor("watch", str(tmp_path / "trainer_state.json"), "--format", "json")
+        first = {r["rule"]: r for r in json.loads(proc.stdout)["results"]}
+        for kind, text in case["at_first_log"].items():
+            assert text in first[RULE[kind]]["message"], first[RULE[kind]]
