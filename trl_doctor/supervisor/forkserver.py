@@ -73,6 +73,11 @@ def _info_path(sock_path: str) -> Path:
     return Path(sock_path + ".json")
 
 
+def serving(sock_path: str) -> bool:
+    """Whether the server on `sock_path` has done its imports and serves (it writes its description then)."""
+    return _info_path(sock_path).exists()
+
+
 # -- the caller's side ----------------------------------------------------------------------------------------
 
 class _Handle:
