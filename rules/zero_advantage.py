@@ -6,9 +6,11 @@ What it does
   mean score `objective/scores` repeating to 9 digits. A share averaging `mostly` (0.9) over
   `window` (10) steps (a quarter of a shorter log) is a warn, even where a few groups keep a
   spread. Where the ties sit at the run's best reward, with the entropy intact, the task is
-  saturated: a warn that says so; at its worst, nothing is rewarded: a fail. Fewer logs than the
-  patience, each with loss 0 and grad_norm 0 too: every signal agrees, a warn. A stretch the run's
-  own tie rate before it makes likely by chance (one prompt group a step ties often) is no failure.
+  saturated: a warn that says so (near the best reward, also in a run that started there, for a
+  windowed share or a stretch that is over); at its worst, nothing is rewarded: a fail. Fewer logs
+  than the patience, each with loss 0 and grad_norm 0 too: every signal agrees, a warn. A stretch
+  the run's own tie rate before it makes likely by chance (one prompt group a step ties often) is
+  no failure, unless the reward fell to it from a good start (a collapse makes ties common).
 Why is this bad?
   GRPO and RLOO learn from each reward relative to its group's: with equal rewards in every group
   the advantage is 0 and only the KL term's gradient is left (none with beta 0). Causes: a reward

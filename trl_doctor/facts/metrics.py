@@ -448,13 +448,8 @@ def reward_level(ctx, run: list[Point]) -> str | None:
     completion earns). A reward flat over the whole log is "bottom" at 0 or below (no completion ever rewarded)."""
     from statistics import median
 
-    name, rewards = optional(ctx, "reward", "objective/rlhf_reward")
-    values = [p.value for p in rewards if math.isfinite(p.value)]
-    if name is None or not values:
-        return None
-    at = carried(rewards, [p.number for p in run])
-    inside = [v for v in at.values() if math.isfinite(v)]
-    if not inside:
+    values, inside = _rewards_at(ctx, run)
+    if not values or not inside:
         return None
     level, lo, hi = sum(inside) / len(inside), min(values), max(values)
     if hi - lo <= 1e-6 * max(1.0, abs(hi)):
@@ -466,6 +461,16 @@ def reward_level(ctx, run: list[Point]) -> str | None:
     return "top" if where >= 0.8 and early <= 0.5 else None
 
 
+def _rewards_at(ctx, run: list[Point]) -> tuple[list[float], list[float]]:
+    """(the log's finite rewards, those at `run`'s logs, carried to the logs that have none), or two empty lists."""
+    name, rewards = optional(ctx, "reward", "objective/rlhf_reward")
+    if name is None:
+        return [], []
+    values = [p.value for p in rewards if math.isfinite(p.value)]
+    inside = [v for v in carried(rewards, [p.number for p in run]).values() if math.isfinite(v)]
+    return values, inside
+
+
 def reward_fell(ctx, run: list[Point]) -> bool:
     """Whether the mean reward over `run`'s logs sits at the log's bottom ("bottom", see reward_level) under half the
     level the run started at, that start above 0 and in the upper half of the log's range: the run was rewarded and
@@ -474,9 +479,7 @@ def reward_fell(ctx, run: list[Point]) -> bool:
 
     if reward_level(ctx, run) != "bottom":
         return False
-    _, rewards = optional(ctx, "reward", "objective/rlhf_reward")
-    values = [p.value for p in rewards if math.isfinite(p.value)]
-    inside = [v for v in carried(rewards, [p.number for p in run]).values() if math.isfinite(v)]
+    values, inside = _rewards_at(ctx, run)
     start, lo, hi = median(values[:max(1, len(values) // 4)]), min(values), max(values)
     return start > 0 and (start - lo) >= 0.5 * (hi - lo) and sum(inside) / len(inside) < 0.5 * start
 
@@ -486,10 +489,8 @@ def near_best(ctx, run: list[Point], fraction: float = 0.8) -> bool:
     above 0, the reward not flat): most completions earn about what the rewards pay most, so most groups tie because
     their completions are right. A saturation whether or not the run learned its way there (a model that starts good
     at its task); `reward_level`'s "top" asks for the learning too, for a tie that lasts."""
-    name, rewards = optional(ctx, "reward", "objective/rlhf_reward")
-    values = [p.value for p in rewards if math.isfinite(p.value)]
-    inside = [v for v in carried(rewards, [p.number for p in run]).values() if math.isfinite(v)]
-    if name is None or not values or not inside:
+    values, inside = _rewards_at(ctx, run)
+    if not values or not inside:
         return False
     hi, lo = max(values), min(values)
     return hi > 0 and hi - lo > 1e-6 * hi and sum(inside) / len(inside) >= fraction * hi
