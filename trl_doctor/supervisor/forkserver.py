@@ -176,6 +176,16 @@ def _readline(conn: socket.socket) -> str:
 
 # -- the server's side -----------------------------------------------------------------------------------------
 
+def _first_meta_init() -> None:
+    """What a check's model facts pay first: weights initialised on the meta device. torch imports torch._dynamo
+    there (its init functions are wrapped to disable it), 1-1.5 s that the stack's own imports leave out where the
+    installed TRL does not import it (trl 0.15: every forked worker of the network audit's sweep paid it)."""
+    import torch
+
+    with torch.device("meta"):
+        torch.nn.Embedding(2, 2)
+
+
 def serve(path: str, only_parent: bool = False) -> None:
     """Serve forks on `path` until this process's parent is gone; with `only_parent`, for no other process."""
     from trl_doctor.worker.main import quiet_environment
@@ -188,6 +198,7 @@ def serve(path: str, only_parent: bool = False) -> None:
     from trl_doctor.facts.trl.installed import trainer_class
 
     trainer_class("grpo")  # the floor every GRPO check pays, imported as a check's worker imports it
+    _first_meta_init()
 
     # what the imports set themselves (torch sets TORCHINDUCTOR_CACHE_DIR): a caller that imported them too has it
     set_by_imports = sorted(k for k, v in os.environ.items() if before.get(k) != v)
