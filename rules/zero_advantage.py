@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 from trl_doctor import ALL_TRAINERS, passed, rule, warn
-from trl_doctor.facts.metrics import (CHANCE, brief_past, by_chance, by_number, carried, collapsed_entropy, fmt, streak_finding, flagged, kl_term, limit, near_best, optional,
+from trl_doctor.facts.metrics import (CHANCE, brief_past, by_chance, by_number, carried, collapsed_entropy, fmt, streak_finding, flagged, kl_term, limit, near_best, ongoing, optional,
                                       patience, pending, reward_fell, reward_level, reward_std_meaning, series, span, streaks,
                                       too_little, window_logs, window_mean)
 
@@ -79,17 +79,18 @@ def judge(ctx):
         yield passed(f"the rewards of some groups differ in every stretch of the log ({name}: "
                      f"{'at most' if name == 'frac_reward_zero_std' else 'at least'} {fmt(worst)} over {len(points)} logs)")
         return
-    yield _finding(ctx, runs[-1], f"{what}, {span(runs[-1])}", over=runs[-1][-1].number != points[-1].number)
+    yield _finding(ctx, runs[-1], f"{what}, {span(runs[-1])}")
 
 
-def _finding(ctx, run, what: str, warn_only: bool = False, over: bool = False):
+def _finding(ctx, run, what: str, warn_only: bool = False):
     """The finding for a stretch whose groups tied: saturation (tied at the log's best reward: the task is too easy,
     a warn) told apart from failure (tied at its worst, or where the log cannot tell: nothing is learned). Near the
-    best reward, a stretch that is past (`over`) or where a few groups kept a spread (`warn_only`) is a saturation
+    best reward, a stretch that is past or where a few groups kept a spread (`warn_only`) is a saturation
     even in a run that started near its best; a tie that lasts there needs the run to have learned its way up (a
     best held from the first log may be a format reward every completion earns)."""
     only = "the only gradient is the KL term's" if kl_term(ctx) else "the trainer has no KL term: the loss is 0"
     level = reward_level(ctx, run)
+    over = not warn_only and not ongoing(ctx, run, _spread_metric(ctx))  # a stretch later logs ended
     # most groups tied, a few keeping a spread, near the best reward: saturated though the run started there
     if (level == "top" or (warn_only or over) and near_best(ctx, run)) and not collapsed_entropy(ctx, run):
         message = (f"{what}: saturated, the groups tie at or near the run's best reward (mean reward "

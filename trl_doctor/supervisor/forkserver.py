@@ -176,14 +176,22 @@ def _readline(conn: socket.socket) -> str:
 
 # -- the server's side -----------------------------------------------------------------------------------------
 
-def _first_meta_init() -> None:
-    """What a check's model facts pay first: weights initialised on the meta device. torch imports torch._dynamo
-    there (its init functions are wrapped to disable it), 1-1.5 s that the stack's own imports leave out where the
-    installed TRL does not import it (trl 0.15: every forked worker of the network audit's sweep paid it)."""
+def _warm_up() -> None:
+    """What every check's worker pays first, paid once here: the stack's imports; the GRPO trainer, imported as a
+    worker imports it; a weight initialised on the meta device, as the model facts do first (torch imports
+    torch._dynamo there, 1-1.5 s that trl 0.15's imports leave out: every forked worker of the network audit's sweep
+    paid it); every built-in rule and the facts they import (0.1-0.2 s)."""
     import torch
 
+    from trl_doctor.facts.trl.installed import trainer_class
+    from trl_doctor.registry import builtin_rules
+
+    for name in PRELOAD:
+        __import__(name)
+    trainer_class("grpo")
     with torch.device("meta"):
         torch.nn.Embedding(2, 2)
+    builtin_rules()
 
 
 def serve(path: str, only_parent: bool = False) -> None:
@@ -193,15 +201,7 @@ def serve(path: str, only_parent: bool = False) -> None:
     parent = os.getppid()  # before the imports: a parent gone meanwhile is seen at the first timeout
     quiet_environment()
     before = dict(os.environ)
-    for name in PRELOAD:
-        __import__(name)
-    from trl_doctor.facts.trl.installed import trainer_class
-
-    trainer_class("grpo")  # the floor every GRPO check pays, imported as a check's worker imports it
-    _first_meta_init()
-    from trl_doctor.registry import builtin_rules
-
-    builtin_rules()  # every check's worker imports every built-in rule and the facts they import (0.1-0.2 s)
+    _warm_up()
 
     # what the imports set themselves (torch sets TORCHINDUCTOR_CACHE_DIR): a caller that imported them too has it
     set_by_imports = sorted(k for k, v in os.environ.items() if before.get(k) != v)
