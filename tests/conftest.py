@@ -380,13 +380,44 @@ def pypi_release(package: str, release: str, module: str | None = None) -> dict:
 def _importable_trl(cache: Path, release: str, trainer: str = "ppo") -> dict:
     # the doctor imports the release's trainer: that must work with the installed transformers (trl 1.12.0
     # needs >= 4.56.2, so the legacy lane cannot run it; trl 1.13 and later have no PPOTrainer)
+    why = _import_probe(cache, trainer)
+    if why is not None:
+        pytest.skip(f"trl {release}'s {trainer} trainer does not import with transformers {version('transformers')}: "
+                    f"{why}")
+    return {"PYTHONPATH": str(cache)}
+
+
+_PROBED_WITH = ("torch", "transformers", "accelerate", "datasets", "peft")
+
+
+def _import_probe(cache: Path, trainer: str) -> str | None:
+    """None where the release in `cache` imports its `trainer` beside this environment's packages, else the import's
+    last line. The answer is kept in `cache` under a key of everything it depends on (this Python, the releases of the
+    packages the release imports, the trainer, the doctor's lookup of it): each probe is a fresh interpreter importing torch, transformers and
+    TRL, seconds of CPU, and one lane asks the same question of the same release a score of times."""
+    import hashlib
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except Exception:
+            return "-"
+
+    lookup = (ROOT / "trl_doctor" / "facts" / "trl" / "installed.py").read_bytes()  # the doctor's side of the probe
+    key = hashlib.sha256(repr((sys.executable, sys.version, trainer, [installed(n) for n in _PROBED_WITH],
+                               hashlib.sha256(lookup).hexdigest())).encode()).hexdigest()[:16]
+    answer = cache / f".import-probe-{key}.json"
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(answer.read_text())["why"]
     probe = subprocess.run([sys.executable, "-c",
                             f"from trl_doctor.facts.trl.installed import trainer_class; assert trainer_class({trainer!r})"],
                            env={**os.environ, "PYTHONPATH": str(cache)}, capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"trl {release}'s {trainer} trainer does not import with transformers {version('transformers')}: "
-                    f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
-    return {"PYTHONPATH": str(cache)}
+    why = None if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["?"])[-1]
+    part = answer.with_name(f"{answer.name}.{os.getpid()}")
+    with contextlib.suppress(OSError):
+        part.write_text(json.dumps({"why": why}))
+        os.replace(part, answer)
+    return why
 
 
 # The README's plain `python -m pytest` runs the fast tests and one real trainer step per trainer (`core`); the
