@@ -178,17 +178,20 @@ def _readline(conn: socket.socket) -> str:
 
 def _warm_up() -> None:
     """What every check's worker pays first, paid once here: the stack's imports; the GRPO trainer, imported as a
-    worker imports it; a weight initialised on the meta device, as the model facts do first (torch imports
-    torch._dynamo there, 1-1.5 s that trl 0.15's imports leave out: every forked worker of the network audit's sweep
-    paid it); every built-in rule and the facts they import (0.1-0.2 s)."""
+    worker imports it, and the parser of `trl grpo` that reads a config's keys (trl 0.27's trl/scripts/grpo.py
+    imports 0.25 s more: every forked worker of the network audit's sweep paid it); a weight initialised on the meta
+    device, as the model facts do first (torch imports torch._dynamo there, 1-1.5 s that trl 0.15's imports leave
+    out); every built-in rule and the facts they import (0.1-0.2 s)."""
     import torch
 
     from trl_doctor.facts.trl.installed import trainer_class
+    from trl_doctor.facts.trl.parsing import trl_parser
     from trl_doctor.registry import builtin_rules
 
     for name in PRELOAD:
         __import__(name)
     trainer_class("grpo")
+    trl_parser("grpo")
     with torch.device("meta"):
         torch.nn.Embedding(2, 2)
     builtin_rules()

@@ -78,7 +78,8 @@ def _call_args(text: str, open_paren: int) -> str:
 
 def _indent(text: str, pos: int) -> int:
     start = text.rfind("\n", 0, pos) + 1
-    line = text[start : text.find("\n", start) if "\n" in text[start:] else len(text)]
+    end = text.find("\n", start)  # (not `"\n" in text[start:]`: a copy of the rest of a trainer's source per def)
+    line = text[start : end if end >= 0 else len(text)]
     return len(line) - len(line.lstrip(" \t"))
 
 
