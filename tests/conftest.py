@@ -392,9 +392,10 @@ _PROBED_WITH = ("torch", "transformers", "accelerate", "datasets", "peft")
 
 def _import_probe(cache: Path, trainer: str) -> str | None:
     """None where the release in `cache` imports its `trainer` beside this environment's packages, else the import's
-    last line. The answer is kept in `cache` under a key of everything it depends on (this Python, the releases of the
-    packages the release imports, the trainer, the doctor's lookup of it): each probe is a fresh interpreter importing torch, transformers and
-    TRL, seconds of CPU, and one lane asks the same question of the same release a score of times."""
+    last line. The answer is kept in `cache` under a key of everything it depends on (this Python, the releases of
+    the packages the release imports, the trainer, the doctor's lookup of it): each probe is a fresh interpreter
+    importing torch, transformers and TRL, seconds of CPU, and one lane asks the same question of the same release a
+    score of times. A probe killed by a signal (a machine out of memory) answers, but is not kept."""
     import hashlib
 
     def installed(name: str) -> str:
@@ -413,6 +414,8 @@ def _import_probe(cache: Path, trainer: str) -> str | None:
                             f"from trl_doctor.facts.trl.installed import trainer_class; assert trainer_class({trainer!r})"],
                            env={**os.environ, "PYTHONPATH": str(cache)}, capture_output=True, text=True)
     why = None if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["?"])[-1]
+    if probe.returncode < 0:
+        return why
     part = answer.with_name(f"{answer.name}.{os.getpid()}")
     with contextlib.suppress(OSError):
         part.write_text(json.dumps({"why": why}))
