@@ -387,26 +387,20 @@ def _importable_trl(cache: Path, release: str, trainer: str = "ppo") -> dict:
     return {"PYTHONPATH": str(cache)}
 
 
-_PROBED_WITH = ("torch", "transformers", "accelerate", "datasets", "peft")
-
-
 def _import_probe(cache: Path, trainer: str) -> str | None:
     """None where the release in `cache` imports its `trainer` beside this environment's packages, else the import's
-    last line. The answer is kept in `cache` under a key of everything it depends on (this Python, the releases of
-    the packages the release imports, the trainer, the doctor's lookup of it): each probe is a fresh interpreter
-    importing torch, transformers and TRL, seconds of CPU, and one lane asks the same question of the same release a
-    score of times. A probe killed by a signal (a machine out of memory) answers, but is not kept."""
+    last line. The answer is kept in `cache` under a key of everything it depends on (this Python, the installed
+    stack's releases as the accuracy record reads them, the trainer, the doctor's lookup of it): each probe is a fresh
+    interpreter importing torch, transformers and TRL, seconds of CPU, and one lane asks the same question of the same
+    release a score of times. A probe killed by a signal (a machine out of memory) answers, but is not kept."""
     import hashlib
 
-    def installed(name: str) -> str:
-        try:
-            return version(name)
-        except Exception:
-            return "-"
+    from trl_doctor.watch import write_atomic
+    from truths import record_module
 
     lookup = (ROOT / "trl_doctor" / "facts" / "trl" / "installed.py").read_bytes()  # the doctor's side of the probe
-    key = hashlib.sha256(repr((sys.executable, sys.version, trainer, [installed(n) for n in _PROBED_WITH],
-                               hashlib.sha256(lookup).hexdigest())).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([sys.executable, sys.version, trainer, record_module()._releases({}),
+                                     hashlib.sha256(lookup).hexdigest()]).encode()).hexdigest()[:16]
     answer = cache / f".import-probe-{key}.json"
     with contextlib.suppress(OSError, ValueError):
         return json.loads(answer.read_text())["why"]
@@ -414,8 +408,10 @@ def _import_probe(cache: Path, trainer: str) -> str | None:
                             f"from trl_doctor.facts.trl.installed import trainer_class; assert trainer_class({trainer!r})"],
                            env={**os.environ, "PYTHONPATH": str(cache)}, capture_output=True, text=True)
     why = None if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["?"])[-1]
-    if probe.returncode < 0:
-        return why
+    if probe.returncode >= 0:
+        with contextlib.suppress(OSError):
+            write_atomic(answer, json.dumps({"why": why}))
+    return why
     part = answer.with_name(f"{answer.name}.{os.getpid()}")
     with contextlib.suppress(OSError):
         part.write_text(json.dumps({"why": why}))
