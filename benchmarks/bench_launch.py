@@ -36,7 +36,7 @@ LAUNCH = ROOT / "fixtures" / "launch"
 SCRIPT = ["python", "grpo_system_prompt.py", "--config", "grpo_system_prompt.yaml"]
 BASE = f"""
 import sys, time
-from trl_doctor.worker.main import quiet_environment
+from trl_doctor.runtime.quiet import quiet_environment
 quiet_environment()
 from trl_doctor.capture.command import parse_command
 from trl_doctor.capture.run import capture

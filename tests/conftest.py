@@ -102,7 +102,7 @@ def _no_leaked_environment():
     check by its environment: about 190 of CI's long-step test-seconds). So is torch's TORCHINDUCTOR_CACHE_DIR, for
     the same reason."""
     from trl_doctor.supervisor.forkserver import _AT_IMPORT_PREFIXES, _AT_RUN_TIME
-    from trl_doctor.worker.main import TRACKER_KEYS, USER_TRACKER_ENV
+    from trl_doctor.runtime.quiet import TRACKER_KEYS, USER_TRACKER_ENV
 
     # the quieting's keys, and TORCHINDUCTOR_CACHE_DIR: torch sets it in the process where its inductor is first
     # imported (and sets it again whenever it needs it)

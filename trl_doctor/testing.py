@@ -101,7 +101,8 @@ def _full(path: Path, settings, options) -> list:
     from trl_doctor.context.context import Context
     from trl_doctor.engine import run_rules
     from trl_doctor.protocol import decode_result, encode_result
-    from trl_doctor.worker.main import quiet_environment, typed_as_trl
+    from trl_doctor.runtime.quiet import quiet_environment
+    from trl_doctor.worker.main import typed_as_trl
 
     quiet_environment()
     suppress = settings.suppressor(path)
@@ -111,7 +112,7 @@ def _full(path: Path, settings, options) -> list:
 
 def _static(path: Path, settings, options) -> list:
     from trl_doctor.static.front import check_config_static
-    from trl_doctor.worker.main import quiet_environment
+    from trl_doctor.runtime.quiet import quiet_environment
 
     quiet_environment()  # as the command line does before either context
     return check_config_static(path, settings, options)[1]

@@ -79,7 +79,7 @@ def check(subject, fix, unsafe_fixes, show_diff, fmt, output, reports, select, i
     A launch command runs the user's script (user code) in the check's worker until it constructs a TRL trainer
     (GRPO, RLOO, PPO or a subclass), with models on the meta device and no training, saving, hub or tracker;
     the rules then check exactly what that trainer was given."""
-    from trl_doctor.worker.main import quiet_environment
+    from trl_doctor.runtime.quiet import quiet_environment
 
     quiet_environment()  # the worker's own rules, for anything this process loads too (the config, a hub id)
     from trl_doctor.errors import InputError

@@ -30,10 +30,12 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from trl_doctor.protocol import Message, UserCode, UserCodeEnd
 from trl_doctor.runtime import tree as _tree
+
+if TYPE_CHECKING:  # the messages are built only where a supervisor listens: `check --static` never imports them
+    from trl_doctor.protocol import Message
 
 DEFAULT_LIMIT = 60.0  # seconds (--user-code-timeout)
 MAX_INPUT_FILES = 200  # files of the inputs' folders whose size and mtime are compared
@@ -121,14 +123,20 @@ def user_code(what: str, limit: float | None = None, key: str | None = None) -> 
     dumps = _send is not None and not faulthandler.is_enabled()
     if dumps:  # a crash in the user's code leaves its Python stack in the worker's log (the rule's log_tail)
         faulthandler.enable(all_threads=False)
-    _emit(UserCode(what, key, _limit if limit is None else float(limit), _log_size(), time.monotonic()))
+    if _send is not None:
+        from trl_doctor.protocol import UserCode
+
+        _emit(UserCode(what, key, _limit if limit is None else float(limit), _log_size(), time.monotonic()))
     try:
         yield
     finally:
         if dumps:
             faulthandler.disable()
         _restore_std(std)
-        _emit(UserCodeEnd(key, time.monotonic()))
+        if _send is not None:
+            from trl_doctor.protocol import UserCodeEnd
+
+            _emit(UserCodeEnd(key, time.monotonic()))
         changed = _changed(before, _snapshot())
         if changed:
             _changes.append(f"{what} {changed}")

@@ -61,7 +61,7 @@ _AT_RUN_TIME = {"TRL_DOCTOR_FORKSERVER", "TRL_DOCTOR_FAKE_GPUS", "TRL_DOCTOR_PRO
 
 def _effective(env, set_by_imports=()) -> dict[str, str]:
     """The variables that decide how the preloaded libraries were imported, as the worker would run with them."""
-    from trl_doctor.worker.main import quiet
+    from trl_doctor.runtime.quiet import quiet
 
     out = quiet(dict(env))
     skip = _AT_RUN_TIME | set(set_by_imports)
@@ -199,7 +199,7 @@ def _warm_up() -> None:
 
 def serve(path: str, only_parent: bool = False) -> None:
     """Serve forks on `path` until this process's parent is gone; with `only_parent`, for no other process."""
-    from trl_doctor.worker.main import quiet_environment
+    from trl_doctor.runtime.quiet import quiet_environment
 
     parent = os.getppid()  # before the imports: a parent gone meanwhile is seen at the first timeout
     quiet_environment()

@@ -320,7 +320,7 @@ def _hub_token() -> bool:
 
 def user_env(key: str) -> str:
     """A tracker's setting as the user had it: the doctor's worker disables the trackers for itself
-    (worker.main.quiet, which records the user's values first)."""
+    (runtime.quiet.quiet, which records the user's values first)."""
     import json
 
     recorded = os.environ.get("TRL_DOCTOR_USER_TRACKER_ENV")
