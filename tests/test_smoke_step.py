@@ -511,7 +511,11 @@ def test_trls_liger_checks_run_though_the_step_runs_without_liger(built_fixtures
                                        f"{words}"), r["message"]
         assert r["details"]["failed at stage"] == "trainer init with Liger on", r["details"]
     # issue 58, class 5: a PromptTuningConfig reached the step as LoRA keys, so TRL's refusal of prompt learning
-    # beside Liger never ran and the doctor passed; the step now gets the script's own config object
+    # beside Liger never ran and the doctor passed; the step now gets the script's own config object. The variant is
+    # TRL's own test of that refusal run as a script: huggingface/trl @ ae69d4b150d385bbb3da9336e8eb74b49966f246
+    # (#6186) tests/test_grpo_trainer.py test_liger_kernel_with_peft_prompt_learning_raises builds GRPOTrainer with
+    # PromptTuningConfig(task_type=CAUSAL_LM, num_virtual_tokens=8) beside use_liger_kernel=True and expects this
+    # ValueError (its hub model, reward model and dataset stood in for by the fixtures')
     words = "`use_liger_kernel=True` is incompatible with prompt-learning PEFT methods"
     truth = script_itself("prompt_tuning")
     assert truth.returncode != 0 and f"ValueError: {words}" in truth.stderr, truth.stderr[-2000:]
