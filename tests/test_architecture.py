@@ -148,7 +148,7 @@ FLOORS = {
     "context": 6,
     "runtime": 7,
     "errors": 8, "types": 8, "registry": 8, "protocol": 8, "cache": 8, "version": 8, "wording": 8, "options": 8,
-    "interface": 8, "edits": 8, "vocabulary": 8,
+    "interface": 8, "edits": 8, "vocabulary": 8, "rule_index": 8,
 }
 ALLOWED_UPWARD = {("trl_doctor/registry.py", "trl_doctor.rules")}  # discovery of the built-in rules
 

@@ -8,6 +8,7 @@ a plugin that fails to import, or an id used twice, is an error naming the packa
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import re
@@ -46,11 +47,14 @@ class Rule:
     title: str
     severity: str
     trainers: tuple[str, ...]
-    check: Callable[..., Iterable[Finding]]  # the rule's one judgment, run in each context it declares
+    # the rule's one judgment, run in each context it declares (a rule is its declaration: two Rules of the same
+    # declaration are equal whether their judgment is the function or trl_doctor.rule_index's deferred call of it)
+    check: Callable[..., Iterable[Finding]] = field(compare=False)
     explanation: str
     needs: tuple[str, ...] = ()  # what the full check loads before the judgment runs
     fixable: str = "never"  # "always", "sometimes" or "never", as ruff's FIX_AVAILABILITY
-    prepare: Callable[..., None] | None = None  # called before any check runs (start slow work early)
+    # called before any check runs (start slow work early)
+    prepare: Callable[..., None] | None = field(default=None, compare=False)
     # where the judgment runs (trl_doctor.interface.KINDS): `full` and `static` (the preflight check with and without
     # the ML stack) or `watch` (a job's logged metrics). In a declared context a fact the context cannot answer makes
     # the rule `skip` with the fact's reason; a preflight rule not declared for `static` says why in `static_skip`
@@ -158,21 +162,74 @@ def _rules_in_module(module) -> Iterator[Rule]:
             yield value
 
 
-def builtin_rules(where: str | None = None) -> list[Rule]:
+def builtin_rules(where: str | None = None, lazy: bool = False) -> list[Rule]:
     """The built-in rules. `where="watch"`: only the modules whose source declares a watch judgment
     (`contexts=("watch",)` or `watch_only=`, read as text first), so that the watch does not import the preflight rules and the facts they
-    need (0.6 s of a 1 s budget); a module it leaves out has no watch judgment."""
+    need (0.6 s of a 1 s budget); a module it leaves out has no watch judgment. `lazy`: the declarations of
+    trl_doctor/data/rule_index.json where its module is unchanged, each module imported at its rule's first call
+    (trl_doctor.rule_index: only for a process that runs no user code)."""
     from trl_doctor import rules as package
 
+    index = None
+    if lazy:
+        from trl_doctor.rule_index import Reader
+
+        index = Reader()
     found: list[Rule] = []
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue  # shared helpers and child-process entry points, not rules
-        if where == "watch" and not _declares_watch(package.__path__, info.name):
+    for name in builtin_modules():
+        if where == "watch" and not _declares_watch(package.__path__, name):
             continue
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        found.extend(_rules_in_module(module))
+        declared = _indexed(index, package.__path__, name) if index is not None else None
+        if declared is None:
+            declared = list(_rules_in_module(importlib.import_module(f"{package.__name__}.{name}")))
+        found.extend(declared)
     return found
+
+
+def builtin_modules() -> list[str]:
+    """The names of the rule modules of `trl_doctor.rules` (those starting with _ are shared helpers and child-process
+    entry points, not rules)."""
+    from trl_doctor import rules as package
+
+    return sorted(i.name for i in pkgutil.iter_modules(package.__path__) if not i.name.startswith("_"))
+
+
+def _indexed(index, paths, name: str) -> list[Rule] | None:
+    """The Rules module `name` declares, read from trl_doctor.rule_index's index, or None (read it by importing)."""
+    from trl_doctor.rule_index import Deferred
+
+    source = next((Path(folder, f"{name}.py") for folder in paths if Path(folder, f"{name}.py").is_file()), None)
+    declared = index.declared(source, name) if source is not None else None
+    if declared is None:
+        return None
+    out = []
+    for data in declared:
+        module, rule_id, prepare = data.pop("module"), data["id"], data.pop("prepare")
+        check = Deferred(functools.partial(_judgment, module, rule_id, "check"), f"the judgment of {rule_id}")
+        hook = Deferred(functools.partial(_judgment, module, rule_id, "prepare"), f"the prepare of {rule_id}")
+        out.append(Rule(check=check, prepare=hook if prepare else None, module=module, **data))
+    return out
+
+
+def _judgment(module: str, rule_id: str, attr: str) -> Callable:
+    """`attr` (check or prepare) of rule `rule_id`, imported from `module` as the index said."""
+    found = [r for r in _rules_in_module(importlib.import_module(module)) if r.id == rule_id]
+    if not found:
+        raise RegistryError(f"{module} no longer declares {rule_id}: python tools/rule_index.py")
+    return getattr(found[0], attr)
+
+
+def index_data() -> dict:
+    """trl_doctor/data/rule_index.json as the built-in rules say it now (tools/rule_index.py writes it)."""
+    from trl_doctor import rules as package
+    from trl_doctor.rule_index import build
+
+    modules = {}
+    for name in builtin_modules():
+        source = next(Path(folder, f"{name}.py") for folder in package.__path__ if Path(folder, f"{name}.py").is_file())
+        module = importlib.import_module(f"{package.__name__}.{name}")
+        modules[name] = (source.read_bytes(), list(_rules_in_module(module)))
+    return build(modules)
 
 
 _WATCH_HOOK = re.compile(r"\bwatch_only\s*=|\bcontexts\s*=\s*[(\[]\s*[\"']watch")
@@ -242,9 +299,10 @@ def _with_source(r: Rule, dist: str) -> Rule:
     return replace(r, source=dist)
 
 
-def all_rules(where: str | None = None) -> list[Rule]:
-    """Every rule, the plugins' included; `where="watch"` leaves out built-in modules without a watch judgment."""
-    rules = builtin_rules(where) + plugin_rules()
+def all_rules(where: str | None = None, lazy: bool = False) -> list[Rule]:
+    """Every rule, the plugins' included; `where="watch"` leaves out built-in modules without a watch judgment;
+    `lazy`: built-in rules read from their index where it holds (builtin_rules)."""
+    rules = builtin_rules(where, lazy) + plugin_rules()
     seen: dict[str, Rule] = {}
     for r in rules:
         for key in (r.id, r.slug):

@@ -430,7 +430,7 @@ def list_rules(fmt):
     from trl_doctor.registry import RegistryError, all_rules
 
     try:
-        rules = all_rules()
+        rules = all_rules(lazy=True)
     except RegistryError as exc:
         raise _input_error(str(exc)) from None
     if fmt == "json":
@@ -453,7 +453,7 @@ def explain(rule):
     from trl_doctor.registry import RegistryError, all_rules, find_rule
 
     try:
-        r = find_rule(all_rules(), rule)
+        r = find_rule(all_rules(lazy=True), rule)
     except RegistryError as exc:
         raise _input_error(str(exc)) from None
     click.echo(f"{r.id} {r.slug}: {r.title}")

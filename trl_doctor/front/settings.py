@@ -92,7 +92,8 @@ def resolve(asked: Asked, config: Path | None) -> Settings:
 
         raise InputError("--target-env says whose Python environment a --target launch runs in: give --target too "
                          "(without it, the launch machine is this one when it has GPUs)")
-    chosen = select_rules(all_rules(), select[0], [n for group, _ in ignore for n in group])
+    # lazy: this process lists and reports the rules; it runs only --static's, each module imported at its first call
+    chosen = select_rules(all_rules(lazy=True), select[0], [n for group, _ in ignore for n in group])
     rules = run_order([r for r in chosen if r.preflight])  # the watch's rules judge logs, not a setup
     if select[0] and chosen and not rules:
         from trl_doctor.errors import InputError
@@ -138,7 +139,7 @@ def resolve_watch(asked: Asked, where: Path) -> tuple[Settings, dict]:
 
     project = ProjectConfig() if asked.isolated else find_project_config(where)
     select, ignore, fail_on = _chosen(asked, project, None)
-    every = all_rules("watch")
+    every = all_rules("watch", lazy=True)
     if not asked.select and not watch_rules(project.select, rules=every):
         select = ((), None)
     rules = watch_rules(select[0], [n for group, _ in ignore for n in group], rules=every)
