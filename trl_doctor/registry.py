@@ -198,7 +198,7 @@ def _indexed(index, paths, name: str) -> list[Rule] | None:
     """The Rules module `name` declares, read from trl_doctor.rule_index's index, or None (read it by importing)."""
     from trl_doctor.rule_index import Deferred
 
-    source = next((Path(folder, f"{name}.py") for folder in paths if Path(folder, f"{name}.py").is_file()), None)
+    source = _source(paths, name)
     declared = index.declared(source, name) if source is not None else None
     if declared is None:
         return None
@@ -209,6 +209,11 @@ def _indexed(index, paths, name: str) -> list[Rule] | None:
         hook = Deferred(functools.partial(_judgment, module, rule_id, "prepare"), f"the prepare of {rule_id}")
         out.append(Rule(check=check, prepare=hook if prepare else None, module=module, **data))
     return out
+
+
+def _source(paths, name: str) -> Path | None:
+    """The source file of rule module `name` in the package's `paths`, or None (not a plain source file)."""
+    return next((Path(folder, f"{name}.py") for folder in paths if Path(folder, f"{name}.py").is_file()), None)
 
 
 def _judgment(module: str, rule_id: str, attr: str) -> Callable:
@@ -226,7 +231,9 @@ def index_data() -> dict:
 
     modules = {}
     for name in builtin_modules():
-        source = next(Path(folder, f"{name}.py") for folder in package.__path__ if Path(folder, f"{name}.py").is_file())
+        source = _source(package.__path__, name)
+        if source is None:
+            raise RegistryError(f"{package.__name__}.{name}: not a source file, so not indexed")
         module = importlib.import_module(f"{package.__name__}.{name}")
         modules[name] = (source.read_bytes(), list(_rules_in_module(module)))
     return build(modules)
@@ -236,12 +243,11 @@ _WATCH_HOOK = re.compile(r"\bwatch_only\s*=|\bcontexts\s*=\s*[(\[]\s*[\"']watch"
 
 
 def _declares_watch(paths, name: str) -> bool:
-    for folder in paths:
-        try:
-            return bool(_WATCH_HOOK.search(Path(folder, f"{name}.py").read_text(encoding="utf-8", errors="replace")))
-        except OSError:
-            continue
-    return True  # not a plain source file: import it and see
+    source = _source(paths, name)
+    try:
+        return source is None or bool(_WATCH_HOOK.search(source.read_text(encoding="utf-8", errors="replace")))
+    except OSError:
+        return True  # not readable as a plain source file: import it and see
 
 
 def _any_plugin() -> bool:
