@@ -239,7 +239,9 @@ def run_doctor(*args: str, cwd: Path | None = None, env: dict | None = None, tim
     full_env.pop("NO_COLOR", None)
     # an in-process check quieted this session's own environment (WANDB_MODE=disabled, HF_HUB_OFFLINE=1...) and
     # recorded the values it had before: a fresh command gets those back, as a user's shell has them
-    recorded = full_env.pop("TRL_DOCTOR_USER_TRACKER_ENV", None)
+    from trl_doctor.runtime.quiet import USER_TRACKER_ENV
+
+    recorded = full_env.pop(USER_TRACKER_ENV, None)
     for key, value in (json.loads(recorded) if recorded else {}).items():
         if value is None:
             full_env.pop(key, None)
@@ -411,11 +413,6 @@ def _import_probe(cache: Path, trainer: str) -> str | None:
     if probe.returncode >= 0:
         with contextlib.suppress(OSError):
             write_atomic(answer, json.dumps({"why": why}))
-    return why
-    part = answer.with_name(f"{answer.name}.{os.getpid()}")
-    with contextlib.suppress(OSError):
-        part.write_text(json.dumps({"why": why}))
-        os.replace(part, answer)
     return why
 
 

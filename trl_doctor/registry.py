@@ -204,10 +204,10 @@ def _indexed(index, paths, name: str) -> list[Rule] | None:
         return None
     out = []
     for data in declared:
-        module, rule_id, prepare = data.pop("module"), data["id"], data.pop("prepare")
+        module, rule_id, prepare = data["module"], data["id"], data.pop("prepare")
         check = Deferred(functools.partial(_judgment, module, rule_id, "check"), f"the judgment of {rule_id}")
         hook = Deferred(functools.partial(_judgment, module, rule_id, "prepare"), f"the prepare of {rule_id}")
-        out.append(Rule(check=check, prepare=hook if prepare else None, module=module, **data))
+        out.append(Rule(check=check, prepare=hook if prepare else None, **data))
     return out
 
 

@@ -323,7 +323,9 @@ def user_env(key: str) -> str:
     (runtime.quiet.quiet, which records the user's values first)."""
     import json
 
-    recorded = os.environ.get("TRL_DOCTOR_USER_TRACKER_ENV")
+    from trl_doctor.runtime.quiet import USER_TRACKER_ENV
+
+    recorded = os.environ.get(USER_TRACKER_ENV)
     if recorded is not None:
         try:
             values = json.loads(recorded)
