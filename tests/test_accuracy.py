@@ -67,3 +67,28 @@ def test_a_case_whose_module_does_not_import_is_skipped_saying_why():
     assert why and "import trl_doctor_absent_module" in why and "ModuleNotFoundError" in why, why
     present = HARNESS.Case("probe", "", ["python", "-c", "pass"], ROOT, {}, imports=("json",))
     assert HARNESS.import_missing(present) is None
+
+
+def test_a_one_process_launch_keeps_its_batch_check_as_ground_truth(tmp_path):
+    """The ground truth runs one process; a batch check it fails is the launch's own only where the launch also runs
+    one (corpus/x_r1_lora_trl015: `--num_processes=1`): read from the command's flags or its accelerate config file,
+    unknown (None) where neither says or the launch spans machines."""
+    (tmp_path / "one.yaml").write_text("num_machines: 1\nnum_processes: 1\n")
+    (tmp_path / "eight.yaml").write_text("num_processes: 8\n")
+    (tmp_path / "nodes.yaml").write_text("num_machines: 2\nnum_processes: 1\n")
+
+    def processes(*command):
+        return HARNESS.launch_processes(HARNESS.Case("probe", "", list(command), tmp_path, {}))
+
+    assert processes("accelerate", "launch", "--num_processes=1", "train.py") == 1
+    assert processes("accelerate", "launch", "--num_processes", "3", "train.py") == 3
+    assert processes("accelerate", "launch", "--config_file", "one.yaml", "train.py") == 1
+    assert processes("accelerate", "launch", "--config_file", "eight.yaml", "--num_processes", "1", "t.py") == 1
+    assert processes("accelerate", "launch", "--config_file", "eight.yaml", "train.py") == 8
+    assert processes("accelerate", "launch", "--config_file", "nodes.yaml", "train.py") is None
+    assert processes("accelerate", "launch", "train.py") is None
+    assert processes("torchrun", "--nproc_per_node", "1", "train.py") == 1
+    assert processes("torchrun", "--nnodes", "2", "--nproc_per_node", "1", "train.py") is None
+    assert processes("python", "train.py") is None
+    case = HARNESS.corpus_case(ROOT / "corpus" / "x_r1_lora_trl015")
+    assert HARNESS.launch_processes(case) == 1

@@ -300,10 +300,46 @@ def ground_truth(case: Case) -> Truth:
         return Truth(f"killed by signal {-proc.returncode} on the CPU: no ground truth", None, wrong, changed | {"*"})
     found = [ln for ln in lines if ln.startswith("truth: error: ")]
     error = found[-1][len("truth: error: "):] if found else (lines or ["?"])[-1]
-    if "launcher" in changed and re.search(r"divisible|must be a multiple|batch size", error):
-        # TRL checks the batch arithmetic at the process count it runs with: one here, the launch's there
+    if "launcher" in changed and launch_processes(case) != 1 and re.search(r"divisible|must be a multiple|batch size",
+                                                                           error):
+        # TRL checks the batch arithmetic at the process count it runs with: one here, the launch's there (where the
+        # launch itself runs one process, the one here is its own)
         return Truth(f"no ground truth at one process (the launch's batch check: {error})", None, wrong, changed | {"*"})
     return Truth(f"crashes: {error}", error, wrong, changed)
+
+
+def launch_processes(case: Case) -> int | None:
+    """How many training processes the case's launcher starts, where its command or its accelerate config file says
+    (`accelerate launch --num_processes N` / `--config_file F`, `torchrun --nproc_per_node N`, one machine); None
+    where it does not say or the launch spans machines."""
+    argv = [str(a) for a in case.command]
+    if argv[:2] == ["accelerate", "launch"]:
+        flags, config = ("--num_processes",), {}
+        if (path := _flag(argv, ("--config_file",))) is not None:
+            try:
+                config = yaml.safe_load((case.cwd / path).read_text()) or {}
+            except (OSError, yaml.YAMLError):
+                return None
+        machines = _flag(argv, ("--num_machines",)) or config.get("num_machines", 1)
+        count = _flag(argv, flags) or config.get("num_processes")
+    elif argv[:1] == ["torchrun"]:
+        machines = _flag(argv, ("--nnodes",)) or 1
+        count = _flag(argv, ("--nproc_per_node", "--nproc-per-node"))
+    else:
+        return None
+    try:
+        return int(count) if str(machines) == "1" and count is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _flag(argv: list[str], names: tuple[str, ...]) -> str | None:
+    """The value of the first of `names` in `argv` (`--name VALUE` or `--name=VALUE`), or None."""
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in names:
+            return value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return None
 
 
 def doctor(case: Case, *more: str) -> tuple[int, dict | None, str]:
