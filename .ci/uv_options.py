@@ -31,8 +31,13 @@ def pip_config() -> dict[str, str]:
 
 
 def main() -> None:
-    args = ["--index-strategy", "unsafe-best-match"]
-    for key, value in pip_config().items():
+    config = pip_config()
+    # pip's main index first among uv's (uv asks its extra indexes before its default one, and takes a version's files
+    # from the first index that has the version): this machine's local indexes list some releases' wheels in an order
+    # that made uv install multiprocess 0.70.19's py310 wheel on Python 3.11 where pip takes its py311 one
+    args = ["--index-strategy", "unsafe-best-match", "--extra-index-url",
+            config.get("index-url", "https://pypi.org/simple").split()[0]]
+    for key, value in config.items():
         if key in OPTIONS:
             for entry in value.split():
                 args += [OPTIONS[key], entry]
