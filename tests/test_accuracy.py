@@ -71,11 +71,13 @@ def test_a_case_whose_module_does_not_import_is_skipped_saying_why():
 
 def test_a_one_process_launch_keeps_its_batch_check_as_ground_truth(tmp_path):
     """The ground truth runs one process; a batch check it fails is the launch's own only where the launch also runs
-    one (corpus/x_r1_lora_trl015: `--num_processes=1`): read from the command's flags or its accelerate config file,
-    unknown (None) where neither says or the launch spans machines."""
+    one (corpus/x_r1_lora_trl015: `--num_processes=1`): read as the doctor reads the command (the launcher's own
+    parser, its accelerate config file), unknown (None) where neither says or the launch spans machines."""
     (tmp_path / "one.yaml").write_text("num_machines: 1\nnum_processes: 1\n")
     (tmp_path / "eight.yaml").write_text("num_processes: 8\n")
     (tmp_path / "nodes.yaml").write_text("num_machines: 2\nnum_processes: 1\n")
+    for script in ("train.py", "t.py"):  # the launchers' parsers read a command whose script is there
+        (tmp_path / script).write_text("")
 
     def processes(*command):
         return HARNESS.launch_processes(HARNESS.Case("probe", "", list(command), tmp_path, {}))

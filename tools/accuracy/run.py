@@ -309,36 +309,28 @@ def ground_truth(case: Case) -> Truth:
 
 
 def launch_processes(case: Case) -> int | None:
-    """How many training processes the case's launcher starts, where its command or its accelerate config file says
-    (`accelerate launch --num_processes N` / `--config_file F`, `torchrun --nproc_per_node N`, one machine); None
-    where it does not say or the launch spans machines."""
-    argv = [str(a) for a in case.command]
-    if argv[:2] == ["accelerate", "launch"]:
-        flags, config = ("--num_processes",), {}
-        if (path := _flag(argv, ("--config_file",))) is not None:
-            try:
-                config = yaml.safe_load((case.cwd / path).read_text()) or {}
-            except (OSError, yaml.YAMLError):
-                return None
-        machines = _flag(argv, ("--num_machines",)) or config.get("num_machines", 1)
-        count = _flag(argv, flags) or config.get("num_processes")
-    elif argv[:1] == ["torchrun"]:
-        machines = _flag(argv, ("--nnodes",)) or 1
-        count = _flag(argv, ("--nproc_per_node", "--nproc-per-node"))
-    else:
-        return None
+    """How many training processes the case's launcher starts, as the doctor reads its command (the launcher's own
+    parser: `accelerate launch --num_processes N` or its `--config_file`, `torchrun --nproc_per_node N`) on one
+    machine; None where a plain command, the launcher or its config does not say, or the launch spans machines."""
+    from trl_doctor.capture.command import parse_command
+    from trl_doctor.capture.run import launcher_reading
+    from trl_doctor.errors import InputError
+    from trl_doctor.facts.launch.launcher import read_accelerate_config
+
     try:
-        return int(count) if str(machines) == "1" and count is not None else None
-    except (TypeError, ValueError):
+        command = parse_command(tuple(str(a) for a in case.command), str(case.cwd))
+        if command.launcher not in ("accelerate", "torchrun"):
+            return None
+        launched = launcher_reading(command)
+    except InputError:
         return None
-
-
-def _flag(argv: list[str], names: tuple[str, ...]) -> str | None:
-    """The value of the first of `names` in `argv` (`--name VALUE` or `--name=VALUE`), or None."""
-    for i, arg in enumerate(argv):
-        name, eq, value = arg.partition("=")
-        if name in names:
-            return value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    if (launched.machines or 1) > 1:
+        return None
+    if launched.processes:
+        return launched.processes
+    if launched.accelerate_config:
+        config = read_accelerate_config(Path(launched.accelerate_config), "--config_file")
+        return config.num_processes if (config.num_machines or 1) == 1 else None
     return None
 
 

@@ -254,16 +254,23 @@ def _launch(command: LaunchCommand, run_script: Callable[[Launched], None]) -> N
         run_script(Launched(None, command.module, list(command.script_args), entry=command.entry, command_name=name,
                             processes=1, one_process=True,
                             processes_from=f"`{name}` runs in one process (no distributed launcher)"))
-    elif command.launcher == "accelerate":
-        from accelerate.commands.launch import launch_command_parser
-
-        run_script(from_accelerate(_parse(launch_command_parser(), argv[2:], "accelerate launch"), command.cwd))
-    elif command.launcher == "torchrun":
-        from torch.distributed.run import get_args_parser
-
-        run_script(_from_torchrun(_parse(get_args_parser(), argv[1:], "torchrun"), command.cwd))
+    elif command.launcher in ("accelerate", "torchrun"):
+        run_script(launcher_reading(command))
     else:
         _trl_cli(argv, lambda ns: run_script(from_accelerate(ns, command.cwd, via=f"trl {argv[1]}")))
+
+
+def launcher_reading(command: LaunchCommand) -> Launched:
+    """What a distributed launcher's own parser reads of its command (`accelerate launch`: launch_command_parser,
+    `torchrun`: get_args_parser): the script, its arguments, the process and machine counts, the config file."""
+    argv = list(command.argv)
+    if command.launcher == "accelerate":
+        from accelerate.commands.launch import launch_command_parser
+
+        return from_accelerate(_parse(launch_command_parser(), argv[2:], "accelerate launch"), command.cwd)
+    from torch.distributed.run import get_args_parser
+
+    return _from_torchrun(_parse(get_args_parser(), argv[1:], "torchrun"), command.cwd)
 
 
 def _parse(parser, argv: list[str], name: str):
